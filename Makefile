@@ -1,0 +1,83 @@
+# quota — the two commands a new machine needs are `make run` and `make test`.
+SHELL := /bin/bash
+GO    ?= go
+BIN   := bin
+
+# make run uses a development admin token (unless one is set) so PUT /v1/rules works locally.
+DEV_ADMIN_TOKEN ?= dev-admin-token-change-me
+
+.PHONY: run test build services schema bench bench-algorithms lint fuzz clean
+
+FUZZTIME ?= 60s
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+# Install (apt-get) and start Redis and MariaDB when missing; leave running ones alone.
+services:
+	@bash deploy/ensure-services.sh
+
+schema: services build
+	$(BIN)/quotad migrate-schema
+
+run: schema
+	QUOTA_ADMIN_TOKEN=$${QUOTA_ADMIN_TOKEN:-$(DEV_ADMIN_TOKEN)} $(BIN)/quotad serve
+
+test: services
+	$(GO) test -race -count=1 ./...
+
+bench: schema
+	bash deploy/bench.sh
+
+# The same workload through each algorithm (BENCHMARKS.md).
+bench-algorithms: schema
+	bash deploy/bench-algorithms.sh
+
+# Each fuzz target for FUZZTIME; their seed corpora already run in `make test`.
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCheck$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseYAML$$' -fuzztime $(FUZZTIME) ./rules/
+
+lint:
+	gofmt -l . | (! grep .)
+	$(GO) vet ./...
+	$$($(GO) env GOPATH)/bin/staticcheck ./... 
+
+clean:
+	rm -rf $(BIN) bench-out
+
+# The dashboard in headless Chromium (installs Debian's chromium when missing);
+# screenshots land in test-output/.
+.PHONY: test-dashboard
+test-dashboard: services
+	bash deploy/chromium-test.sh
+	$(GO) test -count=1 -run TestDashboardInChromium -v ./api/
+
+# Fault injection (build tag `faults`, not in `make test`): quotad binaries
+# against private redis-server / mariadbd processes on spare ports that the
+# tests kill, hang and restart; ~4 minutes. FAULTS_RACE=1 builds quotad with
+# the race detector. Figures: bench-out/faults.txt; log: bench-out/faults-test.log.
+.PHONY: test-faults soak
+FAULTS_RACE ?=
+test-faults: services
+	@mkdir -p bench-out
+	set -o pipefail; QUOTA_TEST_RACE=$(FAULTS_RACE) FAULTS_FIGURES=$(CURDIR)/bench-out/faults.txt \
+		$(GO) test -tags faults -count=1 -timeout 30m -v ./faults/ 2>&1 | tee bench-out/faults-test.log
+
+# Soak: the maximum throughput (closed loop, 20 s, 64 connections), then an
+# open loop at 70% of it for SOAK_DURATION (default 10m) on a private Redis,
+# sampling RSS and goroutines; bench-out/soak.json and soak.txt.
+soak: services build
+	$(BIN)/quotasoak
+
+# Bytes per counter in each storage tier for BENCH_MEMORY_N identities: hot
+# and warm on a private redis-server (redis.conf's listpack limits), cold on
+# fresh quota_bench_* databases on the local MariaDB, dropped afterwards.
+# ~4 minutes; figures in bench-out/memory.txt.
+.PHONY: bench-memory
+BENCH_MEMORY_N ?= 1000000
+bench-memory: services
+	@mkdir -p bench-out
+	set -o pipefail; $(GO) run ./cmd/quotabench-memory -n $(BENCH_MEMORY_N) | tee bench-out/memory.txt

@@ -1,0 +1,310 @@
+package analytics
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// flush moves the live aggregates to the pending rows, adds distinct users
+// to Redis and writes every shard's pending rows. final also persists every
+// touched HyperLogLog (Close).
+func (r *Recorder) flush(ctx context.Context, final bool) error {
+	r.flushing.Lock()
+	defer r.flushing.Unlock()
+	start := time.Now()
+	defer func() { r.met.flushSeconds.Observe(time.Since(start).Seconds()) }()
+
+	r.swapLive()
+
+	var errs []error
+	if err := r.pfaddPending(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("redis PFADD: %w", err))
+	}
+	for i := range r.shards {
+		if err := r.writeShard(ctx, i); err != nil {
+			errs = append(errs, fmt.Errorf("mysql shard %d: %w", i, err))
+		}
+	}
+	now := r.clk.Now()
+	if final || now.Sub(r.lastPersist) >= r.opt.PersistEvery {
+		if err := r.persistHLL(ctx, final); err != nil {
+			errs = append(errs, fmt.Errorf("persist HLL: %w", err))
+		} else {
+			r.lastPersist = now
+		}
+	}
+	r.updateGauges()
+	if len(errs) > 0 {
+		r.met.flushErrors.Inc()
+	}
+	return errors.Join(errs...)
+}
+
+// swapLive empties the live maps into the shards' pending rows and the
+// pending distinct users, under mu so that readers see each call once.
+func (r *Recorder) swapLive() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := len(r.shards)
+	held := make([]int, n)
+	for i, s := range r.shards {
+		held[i] = s.pending.len()
+		for _, b := range s.uncertain {
+			held[i] += b.rows.len()
+		}
+	}
+	var dropped int64
+	for i := range r.live {
+		l := &r.live[i]
+		l.mu.Lock()
+		m := l.m
+		if len(m) == 0 {
+			// Keep the map, and do not range over it: Record may write it
+			// as soon as the lock is released.
+			l.mu.Unlock()
+			continue
+		}
+		l.m = make(map[liveKey]*Counts, len(m))
+		l.mu.Unlock()
+		for k, c := range m {
+			si := ShardIndex(k.app, n)
+			p := r.shards[si].pending
+			day := Day(floorDiv(k.min, 86400))
+			sk := seriesKey{app: k.app, iface: k.iface, t: k.min}
+			dk := dailyKey{app: k.app, iface: k.iface, day: day}
+			uk := userKey{app: k.app, user: k.user, iface: k.iface, day: day}
+			grow := 0
+			if p.series[sk] == nil {
+				grow++
+			}
+			if p.daily[dk] == nil {
+				grow++
+			}
+			if k.user != "" && p.users[uk] == nil {
+				grow++
+			}
+			if grow > 0 && held[si]+grow > r.opt.MaxPendingRows {
+				dropped += c.Calls
+				continue
+			}
+			held[si] += grow
+			addTo(p.series, sk, *c)
+			addTo(p.daily, dk, *c)
+			if k.user != "" {
+				addTo(p.users, uk, *c)
+				r.addUser(hllKey{app: k.app, scope: scopeApp, day: day}, k.user)
+				r.addUser(hllKey{app: k.app, iface: k.iface, scope: scopeIface, day: day}, k.user)
+			}
+		}
+	}
+	if dropped > 0 {
+		r.met.dropped.Add(float64(dropped))
+		if now := time.Now(); now.Sub(r.lastDropLog) > time.Minute {
+			r.lastDropLog = now
+			r.log.Error("analytics: pending rows at QUOTA_ANALYTICS_BUFFER_MAX; calls dropped (MySQL unreachable?)",
+				"dropped_calls", dropped, "max_rows", r.opt.MaxPendingRows)
+		}
+	}
+}
+
+func (r *Recorder) addUser(k hllKey, user string) {
+	set := r.hllPending[k]
+	if set == nil {
+		set = map[string]struct{}{}
+		r.hllPending[k] = set
+	}
+	set[user] = struct{}{}
+	r.touched[k] = struct{}{}
+}
+
+// writeShard resolves the shard's uncertain batches, then writes its pending
+// rows in one transaction.
+func (r *Recorder) writeShard(ctx context.Context, i int) error {
+	sh := r.shards[i]
+	for len(sh.uncertain) > 0 {
+		b := sh.uncertain[0]
+		var one int
+		err := sh.db.QueryRowContext(ctx, "SELECT 1 FROM analytics_batches WHERE batch_id = ?", b.id[:]).Scan(&one)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("look up batch: %w", err)
+		}
+		r.mu.Lock()
+		sh.uncertain = sh.uncertain[1:]
+		if errors.Is(err, sql.ErrNoRows) {
+			sh.pending.merge(b.rows) // never committed: write it again
+		}
+		r.mu.Unlock()
+	}
+	p := sh.pending
+	if p.len() == 0 {
+		return nil
+	}
+	var id [16]byte
+	_, _ = rand.Read(id[:])
+	tx, err := sh.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	written, err := r.writeRows(ctx, tx, p)
+	if err == nil {
+		_, err = tx.ExecContext(ctx, "INSERT INTO analytics_batches (batch_id) VALUES (?)", id[:])
+	}
+	if err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	r.mu.Lock()
+	err = tx.Commit()
+	if err != nil {
+		// The COMMIT may or may not have happened: the next flush looks
+		// the batch id up before writing these rows again.
+		sh.uncertain = append(sh.uncertain, &batch{id: id, rows: p})
+	}
+	sh.pending = newRowset()
+	r.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	for table, n := range written {
+		r.met.rowsWritten.WithLabelValues(table).Add(float64(n))
+	}
+	return nil
+}
+
+// columns of the three tables, in INSERT order.
+const (
+	seriesCols = "app_id, res, t, interface_id, calls, allowed, denied"
+	dailyCols  = "app_id, day, interface_id, calls, allowed, denied"
+	userCols   = "app_id, user_id, day, interface_id, calls, allowed, denied"
+	addCounts  = " ON DUPLICATE KEY UPDATE calls = calls + VALUES(calls), allowed = allowed + VALUES(allowed), denied = denied + VALUES(denied)"
+)
+
+func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset) (map[string]int, error) {
+	written := map[string]int{}
+	// Rows go in primary-key order so that concurrent writers (other
+	// quotad instances) lock them in the same order and do not deadlock.
+	series := sortedKeys(p.series, func(a, b seriesKey) int {
+		return cmp.Or(strings.Compare(a.app, b.app), cmp.Compare(a.t, b.t), strings.Compare(a.iface, b.iface))
+	})
+	err := r.insert(ctx, tx, "usage_series", seriesCols, 7, len(series), func(args []any, i int) []any {
+		k := series[i]
+		c := p.series[k]
+		return append(args, k.app, int64(Res1m), k.t, k.iface, c.Calls, c.Allowed, c.Denied)
+	})
+	if err != nil {
+		return nil, err
+	}
+	written["usage_series"] = len(series)
+	daily := sortedKeys(p.daily, func(a, b dailyKey) int {
+		return cmp.Or(strings.Compare(a.app, b.app), cmp.Compare(a.day, b.day), strings.Compare(a.iface, b.iface))
+	})
+	err = r.insert(ctx, tx, "usage_daily", dailyCols, 6, len(daily), func(args []any, i int) []any {
+		k := daily[i]
+		c := p.daily[k]
+		return append(args, k.app, k.day.String(), k.iface, c.Calls, c.Allowed, c.Denied)
+	})
+	if err != nil {
+		return nil, err
+	}
+	written["usage_daily"] = len(daily)
+	users := sortedKeys(p.users, func(a, b userKey) int {
+		return cmp.Or(strings.Compare(a.app, b.app), strings.Compare(a.user, b.user), cmp.Compare(a.day, b.day), strings.Compare(a.iface, b.iface))
+	})
+	err = r.insert(ctx, tx, "usage_user_daily", userCols, 7, len(users), func(args []any, i int) []any {
+		k := users[i]
+		c := p.users[k]
+		return append(args, k.app, k.user, k.day.String(), k.iface, c.Calls, c.Allowed, c.Denied)
+	})
+	if err != nil {
+		return nil, err
+	}
+	written["usage_user_daily"] = len(users)
+	return written, nil
+}
+
+func sortedKeys[K comparable](m map[K]*Counts, cmpf func(a, b K) int) []K {
+	ks := make([]K, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.SortFunc(ks, cmpf)
+	return ks
+}
+
+// insert writes n rows in statements of at most RowsPerStatement rows; the
+// full-size statement is prepared once per transaction.
+func (r *Recorder) insert(ctx context.Context, tx *sql.Tx, table, cols string, ncols, n int, row func(args []any, i int) []any) error {
+	if n == 0 {
+		return nil
+	}
+	per := r.opt.RowsPerStatement
+	var full *sql.Stmt
+	defer func() {
+		if full != nil {
+			full.Close()
+		}
+	}()
+	args := make([]any, 0, min(per, n)*ncols)
+	for lo := 0; lo < n; lo += per {
+		hi := min(lo+per, n)
+		args = args[:0]
+		for i := lo; i < hi; i++ {
+			args = row(args, i)
+		}
+		var err error
+		r.met.statements.WithLabelValues(table).Inc()
+		if hi-lo == per {
+			if full == nil {
+				if full, err = tx.PrepareContext(ctx, insertSQL(table, cols, ncols, per)); err != nil {
+					return fmt.Errorf("%s: %w", table, err)
+				}
+			}
+			_, err = full.ExecContext(ctx, args...)
+		} else {
+			_, err = tx.ExecContext(ctx, insertSQL(table, cols, ncols, hi-lo), args...)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", table, err)
+		}
+	}
+	return nil
+}
+
+func insertSQL(table, cols string, ncols, rows int) string {
+	var b strings.Builder
+	tuple := "(" + strings.TrimSuffix(strings.Repeat("?,", ncols), ",") + ")"
+	b.Grow(len(table) + len(cols) + rows*(len(tuple)+1) + len(addCounts) + 32)
+	b.WriteString("INSERT INTO ")
+	b.WriteString(table)
+	b.WriteString(" (")
+	b.WriteString(cols)
+	b.WriteString(") VALUES ")
+	for i := range rows {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(tuple)
+	}
+	b.WriteString(addCounts)
+	return b.String()
+}
+
+func (r *Recorder) updateGauges() {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	n := 0
+	for _, s := range r.shards {
+		n += s.pending.len()
+		for _, b := range s.uncertain {
+			n += b.rows.len()
+		}
+	}
+	r.met.pendingRows.Set(float64(n))
+}

@@ -1,0 +1,28 @@
+package analytics
+
+// ShardIndex is the MySQL shard (0…shards-1) that holds an app's analytics
+// rows: FNV-1a 64-bit of the app_id's bytes, modulo the number of shards.
+// It is stable across processes, versions and machines (no random seed), so
+// every quotad instance writes an app to the same shard. Changing the number
+// of shards moves apps: existing rows are then not found where ShardIndex
+// points until they are moved.
+func ShardIndex(appID string, shards int) int {
+	if shards <= 1 {
+		return 0
+	}
+	return int(FNV1a64(appID) % uint64(shards))
+}
+
+// FNV1a64 is the 64-bit FNV-1a hash of s.
+func FNV1a64(s string) uint64 {
+	const (
+		offset = 14695981039346656037
+		prime  = 1099511628211
+	)
+	h := uint64(offset)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= prime
+	}
+	return h
+}

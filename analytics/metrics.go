@@ -1,0 +1,46 @@
+package analytics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type collectors struct {
+	rowsWritten  *prometheus.CounterVec // table
+	statements   *prometheus.CounterVec // table
+	flushSeconds prometheus.Histogram
+	dropped      prometheus.Counter
+	flushErrors  prometheus.Counter
+	pendingRows  prometheus.Gauge
+}
+
+func newCollectors(reg prometheus.Registerer) *collectors {
+	c := &collectors{
+		rowsWritten: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quota_analytics_rows_written_total",
+			Help: "Analytics rows committed to MySQL, by table.",
+		}, []string{"table"}),
+		statements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quota_analytics_statements_total",
+			Help: "Analytics write statements sent to MySQL (multi-row upserts), by table.",
+		}, []string{"table"}),
+		flushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "quota_analytics_flush_seconds",
+			Help:    "Duration of one analytics flush (Redis PFADDs and every shard's transaction).",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "quota_analytics_dropped_total",
+			Help: "Calls not counted in analytics because the pending rows reached QUOTA_ANALYTICS_BUFFER_MAX.",
+		}),
+		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "quota_analytics_flush_errors_total",
+			Help: "Analytics flushes that left rows pending (MySQL or Redis failed); they are retried.",
+		}),
+		pendingRows: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "quota_analytics_pending_rows",
+			Help: "Analytics rows waiting to be written after the last flush.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(c.rowsWritten, c.statements, c.flushSeconds, c.dropped, c.flushErrors, c.pendingRows)
+	}
+	return c
+}

@@ -1,0 +1,259 @@
+// Package analytics turns the stream of decided checks into usage figures:
+// per app, interface, user and day, distinct users (Redis HyperLogLogs), and
+// call curves at falling resolution.
+//
+// The check path calls Record, which adds one to an in-process aggregate
+// keyed by (app, interface, user, minute) in one of many mutex-protected
+// maps (chosen by a hash of the key, so two cores rarely meet on one lock).
+// Every FlushEvery (15 s by default) Flush moves those aggregates into
+// per-shard pending row sets and writes them to MySQL in multi-row
+// INSERT … ON DUPLICATE KEY UPDATE statements, one transaction per shard,
+// so the write rate depends on the number of distinct rows, not on calls.
+// Distinct users go to Redis with batched PFADDs in the same flush.
+//
+// Exactly once: a transaction that fails before COMMIT is rolled back and
+// its rows stay pending for the next flush; a COMMIT whose answer is lost is
+// resolved by looking up the batch id that the transaction inserted.
+package analytics
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"hash/maphash"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/clock"
+)
+
+// Options configure a Recorder. DBs and Redis are required.
+type Options struct {
+	DBs       []*sql.DB             // the MySQL shards (schema sql/002_analytics.sql applied)
+	Redis     redis.UniversalClient // holds the distinct-user HyperLogLogs
+	KeyPrefix string                // Redis key prefix (QUOTA_REDIS_KEY_PREFIX); HLL keys are KeyPrefix+"hll:…"
+	Clock     clock.Clock           // default clock.Real{}
+	// FlushEvery is the period of Run's flushes (default 15 s).
+	FlushEvery time.Duration
+	// MaxPendingRows bounds the rows held in memory while MySQL cannot be
+	// written (default 2,000,000); calls past it are dropped and counted.
+	MaxPendingRows int
+	// RowsPerStatement bounds the rows of one INSERT (default 500).
+	RowsPerStatement int
+	// HLLTTL is the expiry of the daily HyperLogLog keys (default 48 h).
+	HLLTTL time.Duration
+	// PersistEvery is how often the app-level HLL registers of the current
+	// day are saved to MySQL (default 10 min); interface-level ones are saved
+	// once their day is over, and every touched key on Close.
+	PersistEvery time.Duration
+	// Registerer receives the analytics metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	Log        *slog.Logger
+	// LiveShards is the number of in-memory aggregate maps (rounded up to a
+	// power of two, default 64).
+	LiveShards int
+}
+
+// Counts are the figures of one aggregate.
+type Counts struct {
+	Calls, Allowed, Denied int64
+}
+
+func (c *Counts) add(o Counts) {
+	c.Calls += o.Calls
+	c.Allowed += o.Allowed
+	c.Denied += o.Denied
+}
+
+type liveKey struct {
+	app, iface, user string
+	min              int64 // Unix seconds of the minute's start
+}
+
+type liveShard struct {
+	mu sync.Mutex
+	m  map[liveKey]*Counts
+	_  [40]byte // keep neighbouring shards' mutexes off one cache line
+}
+
+// Recorder records usage and answers questions about it. It is safe for
+// concurrent use.
+type Recorder struct {
+	opt    Options
+	clk    clock.Clock
+	log    *slog.Logger
+	rdb    redis.UniversalClient
+	met    *collectors
+	seed   maphash.Seed
+	live   []liveShard
+	mask   uint64
+	maxPer int // max live rows per live shard
+
+	// mu orders readers (stats queries: DB, then memory) against the
+	// flusher's moves of rows between memory and MySQL, so a row is seen
+	// exactly once. Only the flusher (holding flushing) writes shards,
+	// hllPending and touched, and only with mu held.
+	mu          sync.RWMutex
+	flushing    sync.Mutex
+	shards      []*dbShard
+	hllPending  map[hllKey]map[string]struct{}
+	touched     map[hllKey]struct{}
+	lastPersist time.Time
+	lastDropLog time.Time
+
+	runOnce  sync.Once
+	stop     chan struct{}
+	stopOnce sync.Once
+	done     chan struct{}
+}
+
+type dbShard struct {
+	db        *sql.DB
+	pending   *rowset  // rows certainly not in MySQL
+	uncertain []*batch // rows whose COMMIT answer was lost
+}
+
+type batch struct {
+	id   [16]byte
+	rows *rowset
+}
+
+// New makes a Recorder. It starts nothing: call Run for the periodic flush.
+func New(o Options) (*Recorder, error) {
+	if len(o.DBs) == 0 {
+		return nil, errors.New("analytics: no MySQL shard")
+	}
+	if o.Redis == nil {
+		return nil, errors.New("analytics: no Redis client")
+	}
+	if o.Clock == nil {
+		o.Clock = clock.Real{}
+	}
+	if o.FlushEvery <= 0 {
+		o.FlushEvery = 15 * time.Second
+	}
+	if o.MaxPendingRows <= 0 {
+		o.MaxPendingRows = 2_000_000
+	}
+	if o.RowsPerStatement <= 0 {
+		o.RowsPerStatement = 500
+	}
+	if o.HLLTTL <= 0 {
+		o.HLLTTL = 48 * time.Hour
+	}
+	if o.PersistEvery <= 0 {
+		o.PersistEvery = 10 * time.Minute
+	}
+	if o.Log == nil {
+		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	n := 1
+	for n < o.LiveShards || (o.LiveShards <= 0 && n < 64) {
+		n <<= 1
+	}
+	r := &Recorder{
+		opt:        o,
+		clk:        o.Clock,
+		log:        o.Log,
+		rdb:        o.Redis,
+		met:        newCollectors(o.Registerer),
+		seed:       maphash.MakeSeed(),
+		live:       make([]liveShard, n),
+		mask:       uint64(n - 1),
+		maxPer:     max(1, o.MaxPendingRows/n),
+		hllPending: map[hllKey]map[string]struct{}{},
+		touched:    map[hllKey]struct{}{},
+		stop:       make(chan struct{}),
+		done:       make(chan struct{}),
+	}
+	for i := range r.live {
+		r.live[i].m = map[liveKey]*Counts{}
+	}
+	for _, db := range o.DBs {
+		r.shards = append(r.shards, &dbShard{db: db, pending: newRowset()})
+	}
+	r.lastPersist = r.clk.Now()
+	return r, nil
+}
+
+// Record adds one decided call. It never blocks on I/O: it takes one of
+// many small locks for a map update.
+func (r *Recorder) Record(appID, interfaceID, userID string, allowed bool) {
+	now := r.clk.Now().Unix()
+	k := liveKey{app: appID, iface: interfaceID, user: userID, min: floorDiv(now, 60) * 60}
+	s := &r.live[maphash.Comparable(r.seed, k)&r.mask]
+	s.mu.Lock()
+	c := s.m[k]
+	if c == nil {
+		if len(s.m) >= r.maxPer {
+			s.mu.Unlock()
+			r.met.dropped.Inc()
+			return
+		}
+		c = &Counts{}
+		s.m[k] = c
+	}
+	c.Calls++
+	if allowed {
+		c.Allowed++
+	} else {
+		c.Denied++
+	}
+	s.mu.Unlock()
+}
+
+// Run flushes every FlushEvery until ctx is done or Close is called.
+func (r *Recorder) Run(ctx context.Context) {
+	started := false
+	r.runOnce.Do(func() { started = true })
+	if !started {
+		return
+	}
+	defer close(r.done)
+	t := time.NewTicker(r.opt.FlushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.stop:
+			return
+		case <-t.C:
+		}
+		fctx, cancel := context.WithTimeout(ctx, max(r.opt.FlushEvery, 30*time.Second))
+		if err := r.Flush(fctx); err != nil {
+			r.log.Warn("analytics flush failed; rows kept for the next flush", "err", err)
+		}
+		cancel()
+	}
+}
+
+// Close stops Run and flushes what is pending, persisting the distinct-user
+// registers of every key touched. Calls recorded after Close has returned are
+// kept in memory only.
+func (r *Recorder) Close(ctx context.Context) error {
+	r.stopOnce.Do(func() { close(r.stop) })
+	r.runOnce.Do(func() { close(r.done) }) // Run never started
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return r.flush(ctx, true)
+}
+
+// Flush writes every pending aggregate now.
+func (r *Recorder) Flush(ctx context.Context) error { return r.flush(ctx, false) }
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}

@@ -1,0 +1,177 @@
+package analytics
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Resolution is the width of a curve point.
+type Resolution int64
+
+// The resolutions of the curves, and how long points of each are kept.
+const (
+	Res1m Resolution = 60
+	Res5m Resolution = 300
+	Res1h Resolution = 3600
+	Res1w Resolution = 604800
+
+	// Retention of each resolution's points before they are rolled up.
+	Keep1m = 24 * time.Hour
+	Keep5m = 7 * 24 * time.Hour
+	Keep1h = 31 * 24 * time.Hour
+)
+
+// weekOffset aligns weeks on Monday 00:00 UTC (1970-01-05 was a Monday).
+const weekOffset = 4 * 86400
+
+var allResolutions = []Resolution{Res1m, Res5m, Res1h, Res1w}
+
+func (r Resolution) String() string {
+	switch r {
+	case Res1m:
+		return "1m"
+	case Res5m:
+		return "5m"
+	case Res1h:
+		return "1h"
+	case Res1w:
+		return "1w"
+	}
+	return fmt.Sprintf("%ds", int64(r))
+}
+
+// Duration is the width as a time.Duration.
+func (r Resolution) Duration() time.Duration { return time.Duration(r) * time.Second }
+
+// ParseResolution reads "1m", "5m", "1h" or "1w".
+func ParseResolution(s string) (Resolution, bool) {
+	for _, r := range allResolutions {
+		if r.String() == s {
+			return r, true
+		}
+	}
+	return 0, false
+}
+
+// Floor is the start (Unix seconds) of the point holding Unix time t.
+func (r Resolution) Floor(t int64) int64 {
+	if r == Res1w {
+		return floorDiv(t-weekOffset, int64(r))*int64(r) + weekOffset
+	}
+	return floorDiv(t, int64(r)) * int64(r)
+}
+
+// ResolutionFor is the resolution of a curve whose oldest point is at from,
+// asked at now: the finest whose retention still covers from.
+func ResolutionFor(from, now time.Time) Resolution {
+	age := now.Sub(from)
+	switch {
+	case age <= Keep1m:
+		return Res1m
+	case age <= Keep5m:
+		return Res5m
+	case age <= Keep1h:
+		return Res1h
+	}
+	return Res1w
+}
+
+// Day is a UTC day as days since the Unix epoch.
+type Day int64
+
+// DayOf is the UTC day of t.
+func DayOf(t time.Time) Day { return Day(floorDiv(t.Unix(), 86400)) }
+
+// ParseDay reads YYYY-MM-DD.
+func ParseDay(s string) (Day, error) {
+	t, err := time.Parse(time.DateOnly, s)
+	if err != nil || t.Format(time.DateOnly) != s {
+		return 0, fmt.Errorf("date %q: want YYYY-MM-DD", s)
+	}
+	return DayOf(t), nil
+}
+
+// Time is the day's first instant.
+func (d Day) Time() time.Time { return time.Unix(int64(d)*86400, 0).UTC() }
+
+func (d Day) String() string { return d.Time().Format(time.DateOnly) }
+
+type seriesKey struct {
+	app, iface string
+	t          int64 // minute start
+}
+
+type dailyKey struct {
+	app, iface string
+	day        Day
+}
+
+type userKey struct {
+	app, user, iface string
+	day              Day
+}
+
+// rowset is a set of rows to add to the three tables.
+type rowset struct {
+	series map[seriesKey]*Counts
+	daily  map[dailyKey]*Counts
+	users  map[userKey]*Counts
+}
+
+func newRowset() *rowset {
+	return &rowset{series: map[seriesKey]*Counts{}, daily: map[dailyKey]*Counts{}, users: map[userKey]*Counts{}}
+}
+
+func (r *rowset) len() int { return len(r.series) + len(r.daily) + len(r.users) }
+
+func addTo[K comparable](m map[K]*Counts, k K, c Counts) {
+	if p := m[k]; p != nil {
+		p.add(c)
+		return
+	}
+	cc := c
+	m[k] = &cc
+}
+
+func (r *rowset) merge(o *rowset) {
+	for k, c := range o.series {
+		addTo(r.series, k, *c)
+	}
+	for k, c := range o.daily {
+		addTo(r.daily, k, *c)
+	}
+	for k, c := range o.users {
+		addTo(r.users, k, *c)
+	}
+}
+
+// hllKey names one daily distinct-user HyperLogLog.
+type hllKey struct {
+	app   string
+	iface string // "" for the app scope
+	scope uint8  // scopeApp or scopeIface
+	day   Day
+}
+
+const (
+	scopeApp   = 0
+	scopeIface = 1
+)
+
+// redisKey is the HLL's Redis key: prefix + "hll:{" + hash of the app + "}:"
+// + day + ":a" or ":i:" + hash of the interface. Hashes keep the key free of
+// separators from the values, and the {…} tag keeps one app's keys in one
+// cluster slot (needed by PFCOUNT and PFMERGE over several keys).
+func (k hllKey) redisKey(prefix string) string {
+	var b strings.Builder
+	b.Grow(len(prefix) + 64)
+	b.WriteString(prefix)
+	fmt.Fprintf(&b, "hll:{%016x}:%d:", FNV1a64(k.app), int64(k.day))
+	if k.scope == scopeApp {
+		b.WriteString("a")
+	} else {
+		fmt.Fprintf(&b, "i:%016x%016x", FNV1a64(k.iface), FNV1a64("\x00"+k.iface))
+	}
+	return b.String()
+}

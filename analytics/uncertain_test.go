@@ -1,0 +1,73 @@
+package analytics
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/internal/testenv"
+)
+
+// A flush whose COMMIT answer was lost is resolved by its batch id: a batch
+// that did commit is dropped, one that did not is written again, so nothing
+// counts twice or goes missing.
+func TestUncertainCommitResolvedByBatchID(t *testing.T) {
+	t.Parallel()
+	dbs := testenv.MySQLShards(t, 1)
+	rdb, prefix := testenv.Redis(t)
+	clk := clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	r, err := New(Options{DBs: dbs, Redis: rdb, KeyPrefix: prefix, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		r.Record("app", "if", "u", true)
+	}
+	if err := r.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Pretend the COMMIT of a batch of 10 more calls answered an error but
+	// did happen (its id is in analytics_batches), and of another batch of 3
+	// calls that did not happen.
+	day := DayOf(clk.Now())
+	mk := func(n int64) *rowset {
+		rs := newRowset()
+		c := Counts{Calls: n, Allowed: n}
+		addTo(rs.series, seriesKey{app: "app", iface: "if", t: clk.Now().Unix()}, c)
+		addTo(rs.daily, dailyKey{app: "app", iface: "if", day: day}, c)
+		addTo(rs.users, userKey{app: "app", user: "u", iface: "if", day: day}, c)
+		return rs
+	}
+	committed := &batch{id: [16]byte{1, 2, 3}, rows: mk(10)}
+	lost := &batch{id: [16]byte{4, 5, 6}, rows: mk(3)}
+	// The committed one's rows are in MySQL already.
+	tx, _ := dbs[0].Begin()
+	if _, err := r.writeRows(ctx, tx, committed.rows); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec("INSERT INTO analytics_batches (batch_id) VALUES (?)", committed.id[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	r.mu.Lock()
+	r.shards[0].uncertain = []*batch{committed, lost}
+	r.mu.Unlock()
+	if err := r.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.AppDay(ctx, "app", day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Calls != 23 || len(r.shards[0].uncertain) != 0 || r.shards[0].pending.len() != 0 {
+		t.Fatalf("calls %d (want 10 + 10 committed + 3 rewritten = 23), uncertain %d", st.Calls, len(r.shards[0].uncertain))
+	}
+	u, err := r.UserDay(ctx, "app", "u", day)
+	if err != nil || u.Calls != 23 {
+		t.Fatalf("user calls %d %v, want 23", u.Calls, err)
+	}
+}

@@ -1,0 +1,53 @@
+package api
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+)
+
+// TiersAdmin is the migration worker as the admin endpoints see it
+// (migrate.Admin in quotad).
+type TiersAdmin interface {
+	// TierStats returns the tiers' cells and bytes (JSON-encodable).
+	TierStats(ctx context.Context) (any, error)
+	// Migrate runs one migration cycle now and returns what it moved.
+	Migrate(ctx context.Context) (any, error)
+}
+
+func (s *Server) tiersRoutes(e *echo.Echo) {
+	e.GET("/v1/admin/tiers", s.getTiers, s.requireAdmin)
+	e.POST("/v1/admin/migrate", s.postMigrate, s.requireAdmin)
+}
+
+func (s *Server) tiersOff() error {
+	return newError(http.StatusNotFound, "tiering_off", "storage tiering is off (QUOTA_TIERING=off)")
+}
+
+// getTiers answers {"hot":{"identities":N,"bytes":N},"warm":{...},"cold":{...},...}.
+func (s *Server) getTiers(c echo.Context) error {
+	if s.deps.Tiers == nil {
+		return s.tiersOff()
+	}
+	st, err := s.deps.Tiers.TierStats(c.Request().Context())
+	if err != nil {
+		s.deps.Log.Error("tier stats", "err", err)
+		return newError(http.StatusServiceUnavailable, "tiers_unavailable", "tier statistics failed: "+err.Error())
+	}
+	return c.JSON(http.StatusOK, st)
+}
+
+// postMigrate runs a migration cycle and answers its report; a cycle with
+// failures still answers 200 with them listed (the next run repairs).
+func (s *Server) postMigrate(c echo.Context) error {
+	if s.deps.Tiers == nil {
+		return s.tiersOff()
+	}
+	rep, err := s.deps.Tiers.Migrate(c.Request().Context())
+	if err != nil && rep == nil {
+		s.deps.Log.Error("migration cycle", "err", err)
+		return newError(http.StatusServiceUnavailable, "migration_failed", "migration cycle failed: "+err.Error())
+	}
+	return c.JSON(http.StatusOK, rep)
+}

@@ -1,0 +1,277 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/limiter"
+	"github.com/quota-platform/quota/rules"
+)
+
+// HeaderEnforced is set to "false" on a check answered without a decision
+// because the store was unreachable and QUOTA_FAIL_MODE is open.
+const HeaderEnforced = "Quota-Enforced"
+
+func (s *Server) authorizeCheck(c echo.Context) error {
+	want := s.deps.Settings.CheckToken
+	if want == "" {
+		return nil
+	}
+	tok := bearer(c)
+	if tok == "" {
+		return newError(http.StatusUnauthorized, "unauthorized", "checks need the check token as Authorization: Bearer")
+	}
+	if !sameToken(tok, want) {
+		return newError(http.StatusUnauthorized, "unauthorized", "the check token is wrong")
+	}
+	return nil
+}
+
+func (s *Server) check(c echo.Context) error {
+	if err := s.authorizeCheck(c); err != nil {
+		return err
+	}
+	body, release, err := s.readBody(c)
+	if err != nil {
+		return err
+	}
+	req, err := DecodeCheck(body)
+	release()
+	if err != nil {
+		return err
+	}
+	d, err := s.deps.Checks.Check(c.Request().Context(), &req)
+	if err != nil {
+		return s.storeFailure(c, err, 0)
+	}
+	s.count(&d)
+	s.recordUsage(&req, d.Allowed)
+	status := http.StatusOK
+	if !d.Allowed {
+		status = http.StatusTooManyRequests
+	}
+	setRateLimitHeaders(c.Response().Header(), &d)
+	return writeJSON(c, status, appendDecision(make([]byte, 0, 256), &d))
+}
+
+func (s *Server) checkBatch(c echo.Context) error {
+	if err := s.authorizeCheck(c); err != nil {
+		return err
+	}
+	body, release, err := s.readBody(c)
+	if err != nil {
+		return err
+	}
+	reqs, err := DecodeBatch(body)
+	release()
+	if err != nil {
+		return err
+	}
+	ptrs := make([]*limiter.Request, len(reqs))
+	for i := range reqs {
+		ptrs[i] = &reqs[i]
+	}
+	ds, err := s.deps.Limiter.CheckBatch(c.Request().Context(), ptrs)
+	if err != nil {
+		return s.storeFailure(c, err, len(reqs))
+	}
+	b := make([]byte, 0, 64+160*len(ds))
+	b = append(b, `{"results":[`...)
+	for i := range ds {
+		s.count(&ds[i])
+		s.recordUsage(&reqs[i], ds[i].Allowed)
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendDecision(b, &ds[i])
+	}
+	b = append(b, "]}\n"...)
+	return writeJSON(c, http.StatusOK, b)
+}
+
+// storeFailure applies QUOTA_FAIL_MODE to checks the store could not
+// decide; batch is the number of items of a batch (0 for a single check).
+func (s *Server) storeFailure(c echo.Context, err error, batch int) error {
+	s.deps.Metrics.StoreErrors.WithLabelValues("hot").Inc()
+	// During an outage every check lands here: one line a second (with how
+	// many were not logged) instead of thousands; the metrics count them all.
+	if ok, suppressed := s.undecidedLog.allow(time.Now()); ok {
+		s.deps.Log.Warn("check undecided", "err", err, "fail_mode", string(s.deps.Settings.FailMode), "not_logged_since_last", suppressed)
+	}
+	if s.deps.Settings.FailMode == config.FailClosed {
+		return newError(http.StatusServiceUnavailable, "store_unavailable", "the counter store is unreachable; no decision could be made")
+	}
+	c.Response().Header().Set(HeaderEnforced, "false")
+	const item = `{"allowed":true,"rules":[],"enforced":false}`
+	if batch == 0 {
+		s.deps.Metrics.Unenforced.Inc()
+		return writeJSON(c, http.StatusOK, []byte(item+"\n"))
+	}
+	s.deps.Metrics.Unenforced.Add(float64(batch))
+	b := make([]byte, 0, 16+len(item)*batch)
+	b = append(b, `{"results":[`...)
+	for i := 0; i < batch; i++ {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, item...)
+	}
+	return writeJSON(c, http.StatusOK, append(b, "]}\n"...))
+}
+
+// recordUsage feeds analytics with calls that name an app; a dry run is not
+// a call and is not recorded.
+func (s *Server) recordUsage(req *limiter.Request, allowed bool) {
+	if s.deps.Usage == nil || req.DryRun {
+		return
+	}
+	app, ok := req.Lookup("app_id")
+	if !ok {
+		return
+	}
+	iface, _ := req.Lookup("interface_id")
+	user, _ := req.Lookup("user_id")
+	s.deps.Usage.Record(app, iface, user, allowed)
+}
+
+func (s *Server) count(d *limiter.Decision) {
+	for i := range d.Entries {
+		e := &d.Entries[i]
+		decision := "allowed"
+		switch {
+		case !e.Allowed && e.Shadow:
+			decision = "shadow_denied"
+		case !e.Allowed:
+			decision = "denied"
+		case !d.Allowed:
+			decision = "not_counted" // this limit had room, another denied the call
+		}
+		s.deps.Metrics.Checks.WithLabelValues(e.Rule, decision).Inc()
+	}
+}
+
+func setRateLimitHeaders(h http.Header, d *limiter.Decision) {
+	if i := d.MostRestrictive(); i >= 0 {
+		e := &d.Entries[i]
+		h.Set("RateLimit-Limit", strconv.FormatInt(e.Limit, 10))
+		h.Set("RateLimit-Remaining", strconv.FormatInt(e.Remaining, 10))
+		h.Set("RateLimit-Reset", strconv.FormatInt(ceilSeconds(e.ResetAfter), 10))
+	}
+	if !d.Allowed {
+		h.Set("Retry-After", strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter())), 10))
+	}
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+func appendDecision(b []byte, d *limiter.Decision) []byte {
+	b = append(b, `{"allowed":`...)
+	b = strconv.AppendBool(b, d.Allowed)
+	b = append(b, `,"rules":[`...)
+	for i := range d.Entries {
+		e := &d.Entries[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		// Rule names match [a-z][a-z0-9_]*, so they need no escaping.
+		b = append(b, `{"rule":"`...)
+		b = append(b, e.Rule...)
+		b = append(b, `","window":"`...)
+		b = append(b, rules.Duration(e.Window).String()...)
+		b = append(b, `","limit":`...)
+		b = strconv.AppendInt(b, e.Limit, 10)
+		b = append(b, `,"remaining":`...)
+		b = strconv.AppendInt(b, e.Remaining, 10)
+		b = append(b, `,"reset_after_ms":`...)
+		b = strconv.AppendInt(b, e.ResetAfter.Milliseconds(), 10)
+		if !e.Allowed {
+			b = append(b, `,"retry_after_ms":`...)
+			b = strconv.AppendInt(b, e.RetryAfter.Milliseconds(), 10)
+		}
+		b = append(b, `,"tier":"`...)
+		b = append(b, e.Tier...)
+		b = append(b, `","allowed":`...)
+		b = strconv.AppendBool(b, e.Allowed)
+		if e.Shadow {
+			b = append(b, `,"shadow":true`...)
+		}
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
+
+func writeJSON(c echo.Context, status int, b []byte) error {
+	c.Response().Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+	c.Response().WriteHeader(status)
+	_, err := c.Response().Write(b)
+	return err
+}
+
+func appendJSONString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // marshalling a string cannot fail
+	return append(b, q...)
+}
+
+func (s *Server) getRules(c echo.Context) error {
+	return c.JSON(http.StatusOK, rulesBody(s.deps.Limiter.Rules()))
+}
+
+func rulesBody(set *rules.Set) map[string]any {
+	return map[string]any{"version": set.Version, "rules": set.Rules}
+}
+
+func (s *Server) putRules(c echo.Context) error {
+	body, release, err := s.readBody(c)
+	if err != nil {
+		return err
+	}
+	set, err := rules.ParseJSON(body)
+	release()
+	if err == nil {
+		err = s.deps.Limiter.CheckRules(set)
+	}
+	if err != nil {
+		s.deps.Metrics.RulesReloads.WithLabelValues("error").Inc()
+		return newError(http.StatusBadRequest, "invalid_rules", err.Error())
+	}
+	if s.deps.PersistRules != nil {
+		if err := s.deps.PersistRules(set); err != nil {
+			s.deps.Metrics.RulesReloads.WithLabelValues("error").Inc()
+			return errors.Join(errors.New("persist rules"), err)
+		}
+	}
+	if err := s.deps.Limiter.SetRules(set); err != nil {
+		return newError(http.StatusBadRequest, "invalid_rules", err.Error())
+	}
+	s.deps.Metrics.RulesReloads.WithLabelValues("ok").Inc()
+	s.deps.Metrics.SetRulesVersion(set.Version)
+	s.deps.Log.Info("rules replaced", "version", set.Version, "rules", len(set.Rules))
+	return c.JSON(http.StatusOK, rulesBody(set))
+}
+
+// logThrottle lets one log line through per second and counts the others.
+type logThrottle struct {
+	last       atomic.Int64 // UnixNano of the last line let through
+	suppressed atomic.Int64
+}
+
+// allow reports whether a line may be logged now, and how many were not
+// since the last one that was.
+func (l *logThrottle) allow(now time.Time) (bool, int64) {
+	n := now.UnixNano()
+	last := l.last.Load()
+	if n-last < int64(time.Second) || !l.last.CompareAndSwap(last, n) {
+		l.suppressed.Add(1)
+		return false, 0
+	}
+	return true, l.suppressed.Swap(0)
+}

@@ -1,0 +1,189 @@
+// quota usage dashboard: signs in with an app key or the admin token (kept
+// in sessionStorage), then shows the stats API's figures and the server-drawn
+// call curve, refreshing every 15 s.
+"use strict";
+
+(function () {
+  const REFRESH_MS = 15000;
+  const RANGES = { "24h": 24 * 3600e3, "7d": 7 * 86400e3, "30d": 30 * 86400e3, "1y": 365 * 86400e3 };
+  const $ = (id) => document.getElementById(id);
+  const fmt = new Intl.NumberFormat("en-US");
+  // pinnedDate: a day the user picked; otherwise the figures follow the
+  // server's today (UTC).
+  const state = { token: sessionStorage.getItem("quota.token") || "", app: "", range: "24h", iface: null, timer: null, pinnedDate: "" };
+
+  async function api(path, asText) {
+    const res = await fetch(path, { headers: { Authorization: "Bearer " + state.token }, cache: "no-store" });
+    if (!res.ok) {
+      let msg = res.status + " " + res.statusText;
+      try { const j = await res.json(); if (j.error) msg = j.error.message + " (" + j.error.code + ")"; } catch (_) {}
+      const err = new Error(msg);
+      err.status = res.status;
+      throw err;
+    }
+    return asText ? res.text() : res.json();
+  }
+
+  function appPath(app) { return "/v1/apps/" + encodeURIComponent(app); }
+
+  async function signIn(token) {
+    state.token = token;
+    const list = await api("/v1/apps");
+    sessionStorage.setItem("quota.token", token);
+    const sel = $("app");
+    sel.textContent = "";
+    for (const a of list.apps) {
+      const o = document.createElement("option");
+      o.value = o.textContent = a.app_id;
+      sel.appendChild(o);
+    }
+    const wanted = sessionStorage.getItem("quota.app");
+    state.app = list.apps.some((a) => a.app_id === wanted) ? wanted : (list.apps[0] ? list.apps[0].app_id : "");
+    sel.value = state.app;
+    sel.disabled = list.apps.length < 2;
+    $("signin").hidden = true;
+    $("board").hidden = false;
+    $("who").hidden = false;
+    if (!state.app) {
+      $("title").textContent = "No apps yet";
+      $("board-error").textContent = "No app has a key or calls in the last 31 days.";
+      return;
+    }
+    await refresh();
+    schedule();
+  }
+
+  function signOut() {
+    sessionStorage.removeItem("quota.token");
+    state.token = "";
+    clearInterval(state.timer);
+    $("board").hidden = true;
+    $("who").hidden = true;
+    $("signin").hidden = false;
+    $("token").value = "";
+  }
+
+  function schedule() {
+    clearInterval(state.timer);
+    if ($("auto").checked) state.timer = setInterval(refresh, REFRESH_MS);
+  }
+
+  async function refresh() {
+    if (!state.app) return;
+    $("title").textContent = state.app;
+    try {
+      const [stats] = await Promise.all([
+        api(appPath(state.app) + "/stats" + (state.pinnedDate ? "?date=" + encodeURIComponent(state.pinnedDate) : "")),
+        drawChart(),
+      ]);
+      showStats(stats);
+      $("board-error").textContent = "";
+      $("updated").textContent = "updated " + new Date().toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+      document.body.dataset.loaded = "1";
+    } catch (e) {
+      $("board-error").textContent = e.message;
+      if (e.status === 401) signOut();
+    }
+  }
+
+  function showStats(s) {
+    $("date").value = s.date;
+    $("m-calls").textContent = fmt.format(s.calls);
+    $("m-allowed").textContent = fmt.format(s.allowed);
+    $("m-denied").textContent = fmt.format(s.denied);
+    $("m-users").textContent = fmt.format(s.unique_users);
+    $("m-denied-pct").textContent = s.calls ? (100 * s.denied / s.calls).toFixed(1) + "% of calls" : "";
+    const body = $("ifaces");
+    body.textContent = "";
+    if (!s.interfaces.length) {
+      const tr = document.createElement("tr");
+      tr.className = "empty";
+      const td = document.createElement("td");
+      td.colSpan = 6;
+      td.textContent = "No calls on " + s.date;
+      tr.appendChild(td);
+      body.appendChild(tr);
+    }
+    const top = s.interfaces.reduce((m, i) => Math.max(m, i.calls), 0) || 1;
+    for (const i of s.interfaces) {
+      const tr = document.createElement("tr");
+      tr.dataset.iface = i.interface_id;
+      if (state.iface === i.interface_id) tr.className = "selected";
+      const cells = [
+        [i.interface_id || "(none)", "name"],
+        [fmt.format(i.calls), "num"],
+        [fmt.format(i.allowed), "num"],
+        [fmt.format(i.denied), "num"],
+        [i.calls ? (100 * i.denied / i.calls).toFixed(1) + "%" : "–", "num"],
+      ];
+      for (const [text, cls] of cells) {
+        const td = document.createElement("td");
+        td.className = cls;
+        td.textContent = text;
+        tr.appendChild(td);
+      }
+      const td = document.createElement("td");
+      const bar = document.createElement("div");
+      bar.className = "bar";
+      const fill = document.createElement("span");
+      fill.style.width = (100 * i.calls / top).toFixed(1) + "%";
+      bar.appendChild(fill);
+      td.appendChild(bar);
+      tr.appendChild(td);
+      tr.addEventListener("click", () => {
+        state.iface = state.iface === i.interface_id ? null : i.interface_id;
+        refresh();
+      });
+      body.appendChild(tr);
+    }
+  }
+
+  async function drawChart() {
+    const to = new Date();
+    const from = new Date(to.getTime() - RANGES[state.range]);
+    let q = "?from=" + encodeURIComponent(from.toISOString().replace(/\.\d+Z$/, "Z")) +
+      "&to=" + encodeURIComponent(to.toISOString().replace(/\.\d+Z$/, "Z"));
+    if (state.iface !== null) q += "&interface_id=" + encodeURIComponent(state.iface);
+    const svg = await api(appPath(state.app) + "/series.svg" + q, true);
+    const doc = new DOMParser().parseFromString(svg, "image/svg+xml");
+    const root = doc.documentElement;
+    const chart = $("chart");
+    chart.textContent = "";
+    chart.appendChild(document.importNode(root, true));
+    $("chart-scope").textContent = state.iface === null ? "all interfaces" : (state.iface || "(none)");
+    const calls = Number(root.getAttribute("data-calls") || 0);
+    const denied = Number(root.getAttribute("data-denied") || 0);
+    $("chart-total").textContent = fmt.format(calls) + " calls, " + fmt.format(denied) + " denied in the last " +
+      { "24h": "24 hours", "7d": "7 days", "30d": "30 days", "1y": "year" }[state.range];
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    $("signin-form").addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      $("signin-error").textContent = "";
+      try {
+        await signIn($("token").value.trim());
+      } catch (e) {
+        state.token = "";
+        $("signin-error").textContent = e.status === 401 ? "That key is not valid." : e.message;
+      }
+    });
+    $("signout").addEventListener("click", signOut);
+    $("app").addEventListener("change", () => {
+      state.app = $("app").value;
+      state.iface = null;
+      sessionStorage.setItem("quota.app", state.app);
+      refresh();
+    });
+    $("date").addEventListener("change", () => { state.pinnedDate = $("date").value; refresh(); });
+    $("auto").addEventListener("change", schedule);
+    for (const b of document.querySelectorAll(".ranges button")) {
+      b.addEventListener("click", () => {
+        state.range = b.dataset.range;
+        for (const o of document.querySelectorAll(".ranges button")) o.classList.toggle("active", o === b);
+        drawChart().catch((e) => { $("board-error").textContent = e.message; });
+      });
+    }
+    if (state.token) signIn(state.token).catch(() => signOut());
+  });
+})();

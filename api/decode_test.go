@@ -1,0 +1,165 @@
+package api
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/quota-platform/quota/limiter"
+	"github.com/quota-platform/quota/rules"
+)
+
+func TestDecodeCheck_ReadsDimensionsAndReservedFields(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		in   string
+		want limiter.Request
+	}{
+		{`{"app_id":"a1","ip":"203.0.113.7"}`, limiter.Request{Cost: 1, Dims: []limiter.Dim{{Name: "app_id", Value: "a1"}, {Name: "ip", Value: "203.0.113.7"}}}},
+		{` { "cost" : 7 , "dry_run" : true , "u" : "x" } `, limiter.Request{Cost: 7, DryRun: true, Dims: []limiter.Dim{{Name: "u", Value: "x"}}}},
+		{`{"report":true,"dry_run":false}`, limiter.Request{Cost: 1, Report: true}},
+		{`{"u":"\u00e9\n\"\\\/"}`, limiter.Request{Cost: 1, Dims: []limiter.Dim{{Name: "u", Value: "é\n\"\\/"}}}},
+		{`{"u":"\ud83d\ude00"}`, limiter.Request{Cost: 1, Dims: []limiter.Dim{{Name: "u", Value: "😀"}}}},
+		{`{"cost":1000000}`, limiter.Request{Cost: 1000000}},
+		{`{}`, limiter.Request{Cost: 1}},
+	}
+	for _, tc := range cases {
+		got, err := DecodeCheck([]byte(tc.in))
+		if err != nil {
+			t.Errorf("%s: %v", tc.in, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s:\n got %+v\nwant %+v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestDecodeCheck_RejectsWithTheRightCode(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ in, code string }{
+		{`{"a":"x"`, "malformed_json"},
+		{`{"a" "x"}`, "malformed_json"},
+		{`{"a":"x",}`, "malformed_json"},
+		{`{'a':'x'}`, "malformed_json"},
+		{`{"a":"x"}}`, "malformed_json"},
+		{`{"a":"` + "\x01" + `"}`, "malformed_json"},
+		{`{"a":"\q"}`, "malformed_json"},
+		{`{"a":"\u12"}`, "malformed_json"},
+		{`{"a":"\udc00"}`, "invalid_encoding"},
+		{`{"a":"\ud800\u0041"}`, "invalid_encoding"},
+		{"{\"a\":\"\xc3\x28\"}", "invalid_encoding"},
+		{`{"cost":01}`, "invalid_cost"},
+		{`{"cost":-0}`, "invalid_cost"},
+		{`{"cost":true}`, "invalid_cost"},
+		{`{"cost":[1]}`, "invalid_cost"},
+		{`{"cost":1,"cost":1}`, "invalid_field"},
+		{`{"a":[]}`, "invalid_dimension"},
+		{`{"a":true}`, "invalid_dimension"},
+		{`{"1a":"x"}`, "invalid_dimension"},
+		{`{"":"x"}`, "invalid_dimension"},
+		{`null`, "invalid_body"},
+		{`42`, "invalid_body"},
+		{`{"a":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`, "malformed_json"},
+	}
+	for _, tc := range cases {
+		_, err := DecodeCheck([]byte(tc.in))
+		ie, ok := err.(*inputError)
+		if !ok || ie.code != tc.code {
+			t.Errorf("%q: %v, want code %s", tc.in, err, tc.code)
+		}
+	}
+}
+
+func TestDecodeCheck_AtMost32Dimensions(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	b.WriteString("{")
+	for i := 0; i < 33; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(`"d` + strings.Repeat("x", i) + `":"v"`)
+	}
+	b.WriteString("}")
+	if _, err := DecodeCheck([]byte(b.String())); err == nil {
+		t.Fatal("33 dimensions accepted")
+	}
+}
+
+// validRequest checks the invariants every accepted request must keep.
+func validRequest(t *testing.T, r limiter.Request) {
+	t.Helper()
+	if r.Cost < 1 || r.Cost > MaxCost {
+		t.Fatalf("cost %d accepted", r.Cost)
+	}
+	if r.DryRun && r.Report {
+		t.Fatal("dry_run and report both accepted")
+	}
+	seen := map[string]bool{}
+	for _, d := range r.Dims {
+		if !rules.ValidName(d.Name) || !rules.ValidValue(d.Value) || seen[d.Name] {
+			t.Fatalf("invalid dimension accepted: %q=%q", d.Name, d.Value)
+		}
+		seen[d.Name] = true
+	}
+}
+
+func FuzzDecodeCheck(f *testing.F) {
+	for _, s := range []string{
+		`{"app_id":"a1","ip":"203.0.113.7","user_id":"u42","interface_id":"users.get","cost":1}`,
+		`{"u":"\ud83d\ude00","dry_run":true}`, `{"cost":1.5}`, `{"a":{"b":[1,2,{"c":null}]}}`, `[]`, `{"a":"\u00e9"}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		req, err := DecodeCheck(data)
+		if err != nil {
+			if _, ok := err.(*inputError); !ok {
+				t.Fatalf("error of type %T: %v", err, err)
+			}
+			return
+		}
+		validRequest(t, req)
+		// Whatever we accept is valid JSON in encoding/json's eyes too, and
+		// says the same thing.
+		if !json.Valid(data) || !utf8.Valid(data) {
+			t.Fatalf("accepted invalid JSON %q", data)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatalf("encoding/json refuses what we accepted: %v", err)
+		}
+		for _, d := range req.Dims {
+			if m[d.Name] != d.Value {
+				t.Fatalf("dimension %s: %q, encoding/json says %q", d.Name, d.Value, m[d.Name])
+			}
+		}
+	})
+}
+
+func FuzzDecodeBatch(f *testing.F) {
+	f.Add([]byte(`{"checks":[{"app_id":"a"},{"user_id":"u","cost":3}]}`))
+	f.Add([]byte(`{"checks":[]}`))
+	f.Add([]byte(`{"checks":[{"a":1}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		reqs, err := DecodeBatch(data)
+		if err != nil {
+			if _, ok := err.(*inputError); !ok {
+				t.Fatalf("error of type %T: %v", err, err)
+			}
+			return
+		}
+		if len(reqs) < 1 || len(reqs) > MaxBatch {
+			t.Fatalf("batch of %d accepted", len(reqs))
+		}
+		for _, r := range reqs {
+			validRequest(t, r)
+		}
+		if !json.Valid(data) {
+			t.Fatalf("accepted invalid JSON %q", data)
+		}
+	})
+}

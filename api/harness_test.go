@@ -1,0 +1,202 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/api"
+	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/coalesce"
+	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/limiter"
+	"github.com/quota-platform/quota/metrics"
+	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
+)
+
+const adminToken = "test-admin-token-0123456789"
+
+// start is a fixed instant 250 ms into an hour, so hourly windows have a
+// known reset.
+var start = time.Date(2026, 11, 23, 10, 0, 0, 250_000_000, time.UTC)
+
+type harness struct {
+	t      *testing.T
+	srv    *httptest.Server
+	clk    *clock.Fake
+	rdb    redis.UniversalClient
+	prefix string
+	lim    *limiter.Limiter
+	reg    *prometheus.Registry
+}
+
+type harnessOption func(*config.Settings, *tiers.HotOptions, *redis.UniversalClient)
+
+func failMode(m config.FailMode) harnessOption {
+	return func(s *config.Settings, _ *tiers.HotOptions, _ *redis.UniversalClient) { s.FailMode = m }
+}
+
+func splitBySlot() harnessOption {
+	return func(_ *config.Settings, o *tiers.HotOptions, _ *redis.UniversalClient) { o.SplitBySlot = true }
+}
+
+func settings(fn func(*config.Settings)) harnessOption {
+	return func(s *config.Settings, _ *tiers.HotOptions, _ *redis.UniversalClient) { fn(s) }
+}
+
+func keyPrefix(p string) harnessOption {
+	return func(_ *config.Settings, o *tiers.HotOptions, _ *redis.UniversalClient) { o.Prefix = p }
+}
+
+func redisClient(c redis.UniversalClient) harnessOption {
+	return func(_ *config.Settings, _ *tiers.HotOptions, r *redis.UniversalClient) { *r = c }
+}
+
+func newHarness(t *testing.T, rulesYAML string, opts ...harnessOption) *harness {
+	t.Helper()
+	rdb, prefix := testenv.Redis(t)
+	set, err := rules.ParseYAML([]byte(rulesYAML))
+	if err != nil {
+		t.Fatalf("rules: %v", err)
+	}
+	s := config.Defaults()
+	s.AdminToken = adminToken
+	s.Coalesce = 0
+	ho := tiers.HotOptions{Prefix: prefix, Jitter: time.Second}
+	var client redis.UniversalClient = rdb
+	for _, o := range opts {
+		o(&s, &ho, &client)
+	}
+	clk := clock.NewFake(start)
+	hot := tiers.NewHotStore(client, ho)
+	lim, err := limiter.New(hot, clk, set)
+	if err != nil {
+		t.Fatalf("limiter: %v", err)
+	}
+	reg := prometheus.NewRegistry()
+	var checks api.SingleChecker = lim
+	if s.Coalesce > 0 {
+		co := coalesce.New(lim, s.Coalesce, 64)
+		t.Cleanup(co.Close)
+		checks = co
+	}
+	srv := httptest.NewServer(api.New(api.Deps{
+		Settings: s,
+		Limiter:  lim,
+		Checks:   checks,
+		Metrics:  metrics.New(reg),
+		Gatherer: reg,
+		Ready:    []api.ReadinessCheck{{Name: "redis", Check: hot.Ping}},
+	}))
+	t.Cleanup(srv.Close)
+	return &harness{t: t, srv: srv, clk: clk, rdb: rdb, prefix: prefix, lim: lim, reg: reg}
+}
+
+type reply struct {
+	status int
+	header http.Header
+	raw    string
+	body   map[string]any
+}
+
+func (h *harness) do(method, path, contentType, body string, header ...string) reply {
+	h.t.Helper()
+	req, err := http.NewRequest(method, h.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := reply{status: resp.StatusCode, header: resp.Header, raw: string(raw)}
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &r.body); err != nil {
+			h.t.Fatalf("%s %s: answer is not a JSON object: %q", method, path, raw)
+		}
+	}
+	return r
+}
+
+func (h *harness) check(body string) reply {
+	h.t.Helper()
+	return h.do("POST", "/v1/check", "application/json", body)
+}
+
+// snapshot returns every key under the test's prefix with its value, to
+// prove a request changed no count.
+func (h *harness) snapshot() map[string]string {
+	h.t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	iter := h.rdb.Scan(ctx, 0, h.prefix+"*", 1000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		v, err := h.rdb.Get(ctx, k).Result()
+		if err != nil {
+			v = "<" + h.rdb.Type(ctx, k).Val() + ">"
+			if m, err := h.rdb.HGetAll(ctx, k).Result(); err == nil {
+				keys := make([]string, 0, len(m))
+				for f, fv := range m {
+					keys = append(keys, f+"="+fv)
+				}
+				sort.Strings(keys)
+				v += strings.Join(keys, ",")
+			}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func (r reply) allowed() bool {
+	a, _ := r.body["allowed"].(bool)
+	return a
+}
+
+// entry returns the rules entry of rule name (and window, if given).
+func (r reply) entry(t *testing.T, name string) map[string]any {
+	t.Helper()
+	list, _ := r.body["rules"].([]any)
+	for _, e := range list {
+		m := e.(map[string]any)
+		if m["rule"] == name {
+			return m
+		}
+	}
+	t.Fatalf("no entry for rule %s in %s", name, r.raw)
+	return nil
+}
+
+func (r reply) remaining(t *testing.T, name string) int64 {
+	t.Helper()
+	return int64(r.entry(t, name)["remaining"].(float64))
+}
+
+func (r reply) errorCode() string {
+	e, _ := r.body["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

@@ -1,0 +1,331 @@
+// Package api is quotad's HTTP surface: it decodes requests, calls the
+// limiter (and the other services), and encodes answers. It holds no
+// counting logic of its own.
+package api
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/quota-platform/quota/analytics"
+	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/limiter"
+	"github.com/quota-platform/quota/metrics"
+	"github.com/quota-platform/quota/rules"
+)
+
+// MaxBody is the largest request body accepted (413 beyond).
+const MaxBody = 64 << 10
+
+// ReadinessCheck reports whether one dependency is reachable.
+type ReadinessCheck struct {
+	Name  string
+	Check func(context.Context) error
+}
+
+// Deps is what the HTTP layer calls.
+type Deps struct {
+	Settings config.Settings
+	Limiter  *limiter.Limiter
+	Metrics  *metrics.Metrics
+	Gatherer prometheus.Gatherer
+	Log      *slog.Logger
+	// PersistRules saves rules accepted by PUT /v1/rules (to the rules file)
+	// before they take effect; nil keeps them in memory only.
+	PersistRules func(*rules.Set) error
+	Ready        []ReadinessCheck
+	// Checks decides single checks; nil means Limiter.Check. quotad passes a
+	// coalesce.Coalescer so concurrent checks share one Redis pipeline.
+	Checks SingleChecker
+	// Usage receives every decided check for analytics; nil records nothing.
+	Usage UsageRecorder
+	// Analytics answers the stats API and the dashboard; nil serves neither.
+	Analytics *analytics.Recorder
+	// Tiers answers GET /v1/admin/tiers and POST /v1/admin/migrate; nil
+	// (tiering off) answers them 404.
+	Tiers TiersAdmin
+}
+
+// SingleChecker decides one check.
+type SingleChecker interface {
+	Check(ctx context.Context, req *limiter.Request) (limiter.Decision, error)
+}
+
+// UsageRecorder is fed every decided check (allowed or denied). It must not
+// block: it runs on the check path.
+type UsageRecorder interface {
+	Record(appID, interfaceID, userID string, allowed bool)
+}
+
+// Server is the HTTP handler of quotad.
+type Server struct {
+	deps     Deps
+	echo     *echo.Echo
+	bufs     sync.Pool
+	inFlight chan struct{}
+	// undecidedLog limits "check undecided" log lines to one a second.
+	undecidedLog logThrottle
+}
+
+// New builds the routes.
+func New(d Deps) *Server {
+	if d.Log == nil {
+		d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if d.Checks == nil {
+		d.Checks = d.Limiter
+	}
+	s := &Server{deps: d, echo: echo.New(), inFlight: make(chan struct{}, d.Settings.MaxInFlight)}
+	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	e := s.echo
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.handleError
+	e.Use(s.limitInFlight, s.observe)
+
+	e.POST("/v1/check", s.check)
+	e.POST("/v1/check/batch", s.checkBatch)
+	e.GET("/v1/rules", s.getRules)
+	e.PUT("/v1/rules", s.putRules, s.requireAdmin)
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{})))
+	s.analyticsRoutes(e)
+	s.tiersRoutes(e)
+	return s
+}
+
+// ServeHTTP makes Server an http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+
+// Echo exposes the router so that other packages' routes can be added.
+func (s *Server) Echo() *echo.Echo { return s.echo }
+
+// apiError is an error answered with the contract's error body.
+type apiError struct {
+	status    int
+	code, msg string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func newError(status int, code, msg string) *apiError {
+	return &apiError{status: status, code: code, msg: msg}
+}
+
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var ae *apiError
+	var ie *inputError
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &ae):
+	case errors.As(err, &ie):
+		ae = newError(http.StatusBadRequest, ie.code, ie.msg)
+	case errors.As(err, &he):
+		ae = fromEchoError(he)
+	default:
+		s.deps.Log.Error("internal error", "path", c.Path(), "err", err)
+		ae = newError(http.StatusInternalServerError, "internal", "internal error")
+	}
+	writeError(c, ae)
+}
+
+func fromEchoError(he *echo.HTTPError) *apiError {
+	switch he.Code {
+	case http.StatusNotFound:
+		return newError(he.Code, "not_found", "no such path")
+	case http.StatusMethodNotAllowed:
+		return newError(he.Code, "method_not_allowed", "method not allowed on this path")
+	case http.StatusRequestEntityTooLarge:
+		return newError(he.Code, "body_too_large", "request body is over 64 KiB")
+	}
+	msg := http.StatusText(he.Code)
+	if m, ok := he.Message.(string); ok {
+		msg = m
+	}
+	return newError(he.Code, strings.ReplaceAll(strings.ToLower(http.StatusText(he.Code)), " ", "_"), msg)
+}
+
+func writeError(c echo.Context, ae *apiError) {
+	b := make([]byte, 0, 128)
+	b = append(b, `{"error":{"code":`...)
+	b = strconv.AppendQuote(b, ae.code)
+	b = append(b, `,"message":`...)
+	b = appendJSONString(b, ae.msg)
+	b = append(b, "}}\n"...)
+	h := c.Response().Header()
+	h.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+	if ae.status == http.StatusMethodNotAllowed {
+		h.Set("Allow", allowFor(c.Request().URL.Path))
+	}
+	c.Response().WriteHeader(ae.status)
+	_, _ = c.Response().Write(b)
+}
+
+func allowFor(path string) string {
+	if path == "/v1/rules" {
+		return "GET, PUT"
+	}
+	if strings.HasPrefix(path, "/v1/admin/") {
+		return "POST"
+	}
+	if strings.HasPrefix(path, "/v1/check") {
+		return "POST"
+	}
+	return "GET"
+}
+
+// limitInFlight answers a fast 503 beyond QUOTA_MAX_IN_FLIGHT concurrent
+// requests, rather than queueing until everything times out.
+func (s *Server) limitInFlight(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		// Liveness and metrics answer even when overloaded: a liveness probe
+		// failing under load gets instances restarted just when they are
+		// needed, and /metrics is how the overload is seen.
+		if p := c.Request().URL.Path; p == "/healthz" || p == "/metrics" {
+			return next(c)
+		}
+		select {
+		case s.inFlight <- struct{}{}:
+		default:
+			s.deps.Metrics.Rejected.Inc()
+			return newError(http.StatusServiceUnavailable, "overloaded", "too many requests in flight; retry shortly")
+		}
+		s.deps.Metrics.InFlight.Inc()
+		defer func() {
+			<-s.inFlight
+			s.deps.Metrics.InFlight.Dec()
+		}()
+		return next(c)
+	}
+}
+
+func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		if err != nil {
+			c.Error(err)
+		}
+		route := c.Path()
+		if route == "" {
+			route = "unmatched"
+		}
+		code := c.Response().Status
+		s.deps.Metrics.Requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
+		if strings.HasPrefix(route, "/v1/check") {
+			s.deps.Metrics.CheckLatency.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		}
+		return nil
+	}
+}
+
+// readBody reads a JSON request body into a pooled buffer, enforcing the
+// content type and size limits. The caller must call release.
+func (s *Server) readBody(c echo.Context) ([]byte, func(), error) {
+	r := c.Request()
+	if ct := r.Header.Get(echo.HeaderContentType); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return nil, nil, newError(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type must be application/json")
+		}
+	}
+	if r.ContentLength > MaxBody {
+		return nil, nil, newError(http.StatusRequestEntityTooLarge, "body_too_large", "request body is over 64 KiB")
+	}
+	bp := s.bufs.Get().(*[]byte)
+	release := func() { *bp = (*bp)[:0]; s.bufs.Put(bp) }
+	buf := (*bp)[:0]
+	lr := io.LimitReader(r.Body, MaxBody+1)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := lr.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			release()
+			return nil, nil, newError(http.StatusBadRequest, "unreadable_body", "could not read the request body")
+		}
+	}
+	*bp = buf
+	if len(buf) > MaxBody {
+		release()
+		return nil, nil, newError(http.StatusRequestEntityTooLarge, "body_too_large", "request body is over 64 KiB")
+	}
+	return buf, release, nil
+}
+
+// bearer returns the token of an `Authorization: Bearer …` header.
+func bearer(c echo.Context) string {
+	h := c.Request().Header.Get(echo.HeaderAuthorization)
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+// sameToken compares in constant time.
+func sameToken(got, want string) bool {
+	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.deps.Settings.AdminToken == "" {
+			return newError(http.StatusForbidden, "admin_disabled", "admin endpoints are disabled: QUOTA_ADMIN_TOKEN is not set")
+		}
+		tok := bearer(c)
+		if tok == "" {
+			return newError(http.StatusUnauthorized, "unauthorized", "this endpoint needs the admin token as Authorization: Bearer")
+		}
+		if !sameToken(tok, s.deps.Settings.AdminToken) {
+			return newError(http.StatusForbidden, "forbidden", "the token given is not the admin token")
+		}
+		return next(c)
+	}
+}
+
+func (s *Server) healthz(c echo.Context) error {
+	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(c echo.Context) error {
+	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+	defer cancel()
+	status := map[string]string{}
+	ready := true
+	for _, rc := range s.deps.Ready {
+		if err := rc.Check(ctx); err != nil {
+			status[rc.Name] = err.Error()
+			ready = false
+		} else {
+			status[rc.Name] = "ok"
+		}
+	}
+	if !ready {
+		return c.JSON(http.StatusServiceUnavailable, map[string]any{
+			"error":  map[string]string{"code": "not_ready", "message": "a dependency is unreachable"},
+			"checks": status,
+		})
+	}
+	return c.JSON(http.StatusOK, map[string]any{"status": "ready", "checks": status})
+}

@@ -1,0 +1,433 @@
+// Command quotabench-memory measures what one counter costs in each storage
+// tier (DESIGN.md, "Storage tiers"): it stores N counter identities of the
+// default rule app_user_iface_hourly in each tier and prints bytes per
+// counter.
+//
+//   - hot and warm: a private redis-server started on a free port (so other
+//     tenants of a shared Redis cannot disturb the figure), configured like
+//     the shipped redis.conf (hash-max-listpack-entries 128,
+//     hash-max-listpack-value 64); bytes = INFO memory used_memory after
+//     minus before.
+//   - cold: fresh shard databases quota_bench_<hex>_<i> on the MariaDB of
+//     -mysql, dropped afterwards; bytes = information_schema data_length +
+//     index_length after ANALYZE TABLE, over the rows.
+//
+// Hot and "warm, fresh" are filled through Store.Check (one call per
+// identity: the smallest record); "warm, typical" and cold through the
+// mover's Import of records with a plausible history (a count of 1-20 this
+// hour, a mean call interval of 1 min-4 h, 1-31 intervals seen, first call
+// 0-90 days ago), which is how identities reach those tiers.
+//
+//	go run ./cmd/quotabench-memory [-n 1000000] [-apps 100] [-tiers hot,warm,cold]
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	mrand "math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/rules"
+	schema "github.com/quota-platform/quota/sql"
+	"github.com/quota-platform/quota/tiers"
+)
+
+type config struct {
+	n, apps, shards int
+	buckets         int
+	tiers           map[string]bool
+	redisServer     string
+	mysqlBase       string
+	keep            bool
+}
+
+func main() {
+	var c config
+	var tierList string
+	flag.IntVar(&c.n, "n", 1_000_000, "counter identities per tier")
+	flag.IntVar(&c.apps, "apps", 100, "apps the identities belong to (one hash tag each)")
+	flag.IntVar(&c.shards, "shards", 2, "cold shard databases")
+	flag.IntVar(&c.buckets, "buckets", 0, "warm buckets per tag (0: tiers.WarmBucketsFor(n/apps))")
+	flag.StringVar(&tierList, "tiers", "hot,warm,cold", "tiers to measure")
+	flag.StringVar(&c.redisServer, "redis-server", "redis-server", "redis-server binary for the private instance")
+	flag.StringVar(&c.mysqlBase, "mysql", "quota:quota@tcp(127.0.0.1:3306)/", "MariaDB account that may create databases quota%")
+	flag.BoolVar(&c.keep, "keep", false, "keep the bench databases (for inspection)")
+	flag.Parse()
+	c.tiers = map[string]bool{}
+	for _, t := range strings.Split(tierList, ",") {
+		c.tiers[strings.TrimSpace(t)] = true
+	}
+	if err := run(context.Background(), c); err != nil {
+		fmt.Fprintln(os.Stderr, "quotabench-memory:", err)
+		os.Exit(1)
+	}
+}
+
+const (
+	rule   = "app_user_iface_hourly"
+	window = time.Hour
+)
+
+// cell returns identity i: app i%apps, user i/apps, one of 50 interfaces.
+func cell(c *config, i int) tiers.Cell {
+	app := fmt.Sprintf("app-%05d", i%c.apps)
+	user := fmt.Sprintf("user-%07d", i/c.apps)
+	vals := []string{app, user, fmt.Sprintf("iface.%02d", (i*7)%50)}
+	return tiers.Cell{
+		Algorithm: rules.FixedWindow,
+		Limit:     1000,
+		Window:    window,
+		Identity:  tiers.IdentityOf(rule, vals),
+		Key:       tiers.CounterKeyOf(rule, vals, int64(window/time.Second), time.Now().UnixMilli()/window.Milliseconds()),
+		Tag:       tiers.TagOf(app),
+		ShardKey:  tiers.ShardKeyOf(app, user),
+	}
+}
+
+// typical returns a record with a plausible warm/cold history for identity i.
+func typical(c *config, rng *mrand.Rand, i int, now int64) tiers.Record {
+	cl := cell(c, i)
+	mean := int64(60 * math.Pow(240, rng.Float64())) // 1 min .. 4 h, log-uniform
+	return tiers.Record{
+		Ref:          tiers.RefOf(&cl),
+		Count:        int64(1 + rng.IntN(20)),
+		Last:         now - int64(rng.IntN(600)),
+		First:        now - int64(rng.IntN(90*86400)),
+		MeanInterval: mean,
+		Samples:      uint8(1 + rng.IntN(31)),
+	}
+}
+
+func run(ctx context.Context, c config) error {
+	fmt.Printf("quotabench-memory: %d identities of %s (%d apps), %s\n", c.n, rule, c.apps, time.Now().UTC().Format(time.RFC3339))
+	fmt.Printf("%-28s %14s %12s %10s  %s\n", "tier", "bytes", "per counter", "fill time", "notes")
+	if c.tiers["hot"] || c.tiers["warm"] {
+		if err := redisTiers(ctx, &c); err != nil {
+			return err
+		}
+	}
+	if c.tiers["cold"] {
+		if err := coldTier(ctx, &c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func row(name string, bytes int64, n int, d time.Duration, notes string) {
+	fmt.Printf("%-28s %14d %12.2f %10s  %s\n", name, bytes, float64(bytes)/float64(n), d.Round(time.Millisecond), notes)
+}
+
+// ---------------------------------------------------------------- Redis
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func startRedis(ctx context.Context, bin string) (*exec.Cmd, *redis.Client, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--hash-max-listpack-entries", "128", "--hash-max-listpack-value", "64", "--loglevel", "warning")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port)})
+	for range 200 {
+		if rdb.Ping(ctx).Err() == nil {
+			return cmd, rdb, nil
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	return nil, nil, errors.New("private redis-server did not answer")
+}
+
+func usedMemory(ctx context.Context, rdb *redis.Client) (int64, error) {
+	info, err := rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(l, "used_memory:"); ok {
+			return strconv.ParseInt(v, 10, 64)
+		}
+	}
+	return 0, errors.New("INFO memory has no used_memory")
+}
+
+// measure returns used_memory after fill minus before.
+func measure(ctx context.Context, rdb *redis.Client, fill func() error) (int64, time.Duration, error) {
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		return 0, 0, err
+	}
+	before, err := usedMemory(ctx, rdb)
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	if err := fill(); err != nil {
+		return 0, 0, err
+	}
+	d := time.Since(start)
+	after, err := usedMemory(ctx, rdb)
+	return after - before, d, err
+}
+
+const batch = 1000
+
+// checkAll counts one call on every identity through s, batch ops per Check.
+func checkAll(ctx context.Context, c *config, s tiers.Store, now time.Time) error {
+	ops := make([]*tiers.Op, 0, batch)
+	for i := range c.n {
+		ops = append(ops, &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{cell(c, i)}})
+		if len(ops) == batch || i == c.n-1 {
+			if err := s.Check(ctx, now, ops); err != nil {
+				return err
+			}
+			for _, op := range ops {
+				if !op.Committed {
+					return errors.New("a call was denied")
+				}
+			}
+			ops = ops[:0]
+		}
+	}
+	return nil
+}
+
+func importAll(ctx context.Context, c *config, m tiers.Mover, now int64) error {
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	recs := make([]tiers.Record, 0, 5*batch)
+	for i := range c.n {
+		recs = append(recs, typical(c, rng, i, now))
+		if len(recs) == cap(recs) || i == c.n-1 {
+			if err := m.Import(ctx, recs); err != nil {
+				return err
+			}
+			recs = recs[:0]
+		}
+	}
+	return nil
+}
+
+func redisTiers(ctx context.Context, c *config) error {
+	cmd, rdb, err := startRedis(ctx, c.redisServer)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		rdb.Close()
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	now := time.Now()
+	if c.tiers["hot"] {
+		hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: "q:", Jitter: time.Minute})
+		b, d, err := measure(ctx, rdb, func() error { return checkAll(ctx, c, hot, now) })
+		if err != nil {
+			return fmt.Errorf("hot: %w", err)
+		}
+		row("hot", b, c.n, d, "one key per counter with TTL, via Check")
+	}
+	if c.tiers["warm"] {
+		per := (c.n + c.apps - 1) / c.apps
+		opts := tiers.WarmOptions{Prefix: "q:", BucketsPerTag: tiers.WarmBucketsFor(per)}
+		if c.buckets > 0 {
+			opts.BucketsPerTag = c.buckets
+		}
+		warm := tiers.NewWarmStore(rdb, opts)
+		b, d, err := measure(ctx, rdb, func() error { return checkAll(ctx, c, warm, now) })
+		if err != nil {
+			return fmt.Errorf("warm: %w", err)
+		}
+		notes, err := hashStats(ctx, rdb)
+		if err != nil {
+			return err
+		}
+		row("warm, fresh (1 call)", b, c.n, d, fmt.Sprintf("via Check; %d buckets/tag; %s", opts.BucketsPerTag, notes))
+		b, d, err = measure(ctx, rdb, func() error { return importAll(ctx, c, warm, now.Unix()) })
+		if err != nil {
+			return fmt.Errorf("warm: %w", err)
+		}
+		notes, err = hashStats(ctx, rdb)
+		if err != nil {
+			return err
+		}
+		row("warm, typical history", b, c.n, d, "via Import; "+notes)
+		opts.FieldBytes = 6
+		warm6 := tiers.NewWarmStore(rdb, opts)
+		b, d, err = measure(ctx, rdb, func() error { return importAll(ctx, c, warm6, now.Unix()) })
+		if err != nil {
+			return fmt.Errorf("warm: %w", err)
+		}
+		row("warm, typical, 6-byte field", b, c.n, d, "via Import; the FieldBytes: 6 option")
+	}
+	return nil
+}
+
+// hashStats describes the warm hashes: how many, the largest, how many are
+// not listpacks, and the mean value size.
+func hashStats(ctx context.Context, rdb *redis.Client) (string, error) {
+	var keys []string
+	iter := rdb.Scan(ctx, 0, "q:*", 10000).Iterator()
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	if err := iter.Err(); err != nil {
+		return "", err
+	}
+	pipe := rdb.Pipeline()
+	lens := make([]*redis.IntCmd, len(keys))
+	encs := make([]*redis.StringCmd, len(keys))
+	for i, k := range keys {
+		lens[i] = pipe.HLen(ctx, k)
+		encs[i] = pipe.ObjectEncoding(ctx, k)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return "", err
+	}
+	largest, other := int64(0), 0
+	for i := range keys {
+		largest = max(largest, lens[i].Val())
+		if encs[i].Val() != "listpack" {
+			other++
+		}
+	}
+	var valueBytes, values int
+	for _, k := range keys[:min(len(keys), 50)] {
+		for _, v := range rdb.HGetAll(ctx, k).Val() {
+			valueBytes += len(v)
+			values++
+		}
+	}
+	return fmt.Sprintf("%d hashes, largest %d fields, %d not listpack, mean value %.1f B",
+		len(keys), largest, other, float64(valueBytes)/float64(max(values, 1))), nil
+}
+
+// ---------------------------------------------------------------- MySQL
+
+func coldTier(ctx context.Context, c *config) error {
+	base, err := mysql.ParseDSN(c.mysqlBase)
+	if err != nil {
+		return fmt.Errorf("-mysql: %w", err)
+	}
+	base.InterpolateParams = true
+	srvCfg := *base
+	srvCfg.DBName = ""
+	server, err := sql.Open("mysql", srvCfg.FormatDSN())
+	if err != nil {
+		return err
+	}
+	defer server.Close()
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	var names []string
+	var dbs []*sql.DB
+	defer func() {
+		for _, db := range dbs {
+			db.Close()
+		}
+		if !c.keep {
+			for _, name := range names {
+				_, _ = server.Exec("DROP DATABASE IF EXISTS `" + name + "`")
+			}
+		}
+	}()
+	for i := range c.shards {
+		name := fmt.Sprintf("quota_bench_%s_%d", hex.EncodeToString(suffix[:]), i)
+		if _, err := server.ExecContext(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
+			return fmt.Errorf("create database %s: %w", name, err)
+		}
+		names = append(names, name)
+		cfg := *base
+		cfg.DBName = name
+		db, err := sql.Open("mysql", cfg.FormatDSN())
+		if err != nil {
+			return err
+		}
+		dbs = append(dbs, db)
+		if _, err := schema.Apply(ctx, db); err != nil {
+			return fmt.Errorf("schema on %s: %w", name, err)
+		}
+	}
+	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
+	start := time.Now()
+	if err := importAll(ctx, c, cold, time.Now().Unix()); err != nil {
+		return fmt.Errorf("cold: %w", err)
+	}
+	d := time.Since(start)
+	b, rows, err := tableBytes(ctx, dbs, "ANALYZE TABLE cold_cells")
+	if err != nil {
+		return err
+	}
+	row("cold", b, int(rows), d, fmt.Sprintf("via Import, %d shards, %d rows, random key order (page splits)", c.shards, rows))
+	b, rows, err = tableBytes(ctx, dbs, "OPTIMIZE TABLE cold_cells")
+	if err != nil {
+		return err
+	}
+	row("cold, after OPTIMIZE TABLE", b, int(rows), 0, "rebuilt in key order: the floor")
+	return nil
+}
+
+// tableBytes runs prep (ANALYZE or OPTIMIZE) and returns data_length +
+// index_length and the exact row count of cold_cells over all shards.
+func tableBytes(ctx context.Context, dbs []*sql.DB, prep string) (int64, int64, error) {
+	var total, rows int64
+	for _, db := range dbs {
+		for _, q := range []string{prep, "ANALYZE TABLE cold_cells"} {
+			if err := drain(ctx, db, q); err != nil {
+				return 0, 0, fmt.Errorf("%s: %w", q, err)
+			}
+		}
+		var data, index, n int64
+		if err := db.QueryRowContext(ctx, `SELECT data_length, index_length FROM information_schema.TABLES
+			WHERE table_schema = DATABASE() AND table_name = ?`, "cold_cells").Scan(&data, &index); err != nil {
+			return 0, 0, err
+		}
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM cold_cells").Scan(&n); err != nil {
+			return 0, 0, err
+		}
+		total += data + index
+		rows += n
+	}
+	return total, rows, nil
+}
+
+// drain runs a statement that answers rows (ANALYZE, OPTIMIZE) and reads them.
+func drain(ctx context.Context, db *sql.DB, q string) error {
+	rs, err := db.QueryContext(ctx, q)
+	if err != nil {
+		return err
+	}
+	for rs.Next() {
+	}
+	if err := rs.Err(); err != nil {
+		rs.Close()
+		return err
+	}
+	return rs.Close()
+}

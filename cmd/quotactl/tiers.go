@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+)
+
+func init() {
+	commands["tiers"] = command{"cells and bytes per storage tier: tiers", runTiers}
+	commands["migrate"] = command{"run a migration cycle now and print what moved: migrate", runMigrate}
+}
+
+type tierUsage struct {
+	Identities int64 `json:"identities"`
+	Bytes      int64 `json:"bytes"`
+}
+
+type tiersAnswer struct {
+	Hot    tierUsage `json:"hot"`
+	Warm   tierUsage `json:"warm"`
+	Cold   tierUsage `json:"cold"`
+	Moving int64     `json:"moving"`
+	Method string    `json:"method"`
+}
+
+func noArgs(name, usageLine string, cl *client, args []string, stderr io.Writer) bool {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cl.flags(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: quotactl "+usageLine+" [--url URL] [--token TOKEN]")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return false
+	}
+	if len(pos) != 0 {
+		fs.Usage()
+		return false
+	}
+	return true
+}
+
+func runTiers(ctx context.Context, cl *client, args []string, stdout, stderr io.Writer) int {
+	if !noArgs("tiers", "tiers", cl, args, stderr) {
+		return 2
+	}
+	var a tiersAnswer
+	if _, err := cl.do(ctx, "GET", "/v1/admin/tiers", nil, &a); err != nil {
+		fmt.Fprintln(stderr, "quotactl tiers:", err)
+		return 1
+	}
+	total := a.Hot.Identities + a.Warm.Identities + a.Cold.Identities
+	fmt.Fprintf(stdout, "%-6s %14s %7s %16s %12s\n", "tier", "cells", "share", "bytes", "bytes/cell")
+	for _, r := range []struct {
+		name string
+		u    tierUsage
+	}{{"hot", a.Hot}, {"warm", a.Warm}, {"cold", a.Cold}} {
+		per := "-"
+		if r.u.Identities > 0 {
+			per = fmt.Sprintf("%.1f", float64(r.u.Bytes)/float64(r.u.Identities))
+		}
+		fmt.Fprintf(stdout, "%-6s %14s %7s %16s %12s\n", r.name, group(r.u.Identities), pct(r.u.Identities, total), group(r.u.Bytes), per)
+	}
+	if total > 0 {
+		fmt.Fprintf(stdout, "redis bytes per cell over all tiers: %.1f\n", float64(a.Hot.Bytes+a.Warm.Bytes)/float64(total))
+	}
+	if a.Moving > 0 {
+		fmt.Fprintf(stdout, "moving now: %d\n", a.Moving)
+	}
+	return 0
+}
+
+func runMigrate(ctx context.Context, cl *client, args []string, stdout, stderr io.Writer) int {
+	if !noArgs("migrate", "migrate", cl, args, stderr) {
+		return 2
+	}
+	var rep struct {
+		Scanned  int            `json:"scanned"`
+		Moved    map[string]int `json:"moved"`
+		Skipped  int            `json:"skipped"`
+		Repaired int            `json:"repaired"`
+		Failures int            `json:"failures"`
+		Errors   []string       `json:"errors"`
+		Duration string         `json:"duration"`
+	}
+	if _, err := cl.do(ctx, "POST", "/v1/admin/migrate", nil, &rep); err != nil {
+		fmt.Fprintln(stderr, "quotactl migrate:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "scanned %d cells in %s; repaired %d, skipped %d, failures %d\n", rep.Scanned, rep.Duration, rep.Repaired, rep.Skipped, rep.Failures)
+	dirs := make([]string, 0, len(rep.Moved))
+	for d := range rep.Moved {
+		dirs = append(dirs, d)
+	}
+	sort.Strings(dirs)
+	for _, d := range dirs {
+		fmt.Fprintf(stdout, "  %-10s %d\n", d, rep.Moved[d])
+	}
+	for _, e := range rep.Errors {
+		fmt.Fprintln(stdout, "  error:", e)
+	}
+	if rep.Failures > 0 {
+		return 1
+	}
+	return 0
+}

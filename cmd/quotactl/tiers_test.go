@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quota-platform/quota/api"
+	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/metrics"
+)
+
+type fakeTiers struct{}
+
+func (fakeTiers) TierStats(context.Context) (any, error) {
+	return map[string]any{
+		"hot":  map[string]int{"identities": 10, "bytes": 1200},
+		"warm": map[string]int{"identities": 30, "bytes": 720},
+		"cold": map[string]int{"identities": 60, "bytes": 4800},
+	}, nil
+}
+
+func (fakeTiers) Migrate(context.Context) (any, error) {
+	return map[string]any{"scanned": 100, "moved": map[string]int{"hot>warm": 3, "warm>cold": 7}, "duration": "12ms"}, nil
+}
+
+// quotactl tiers and migrate against quotad's admin endpoints.
+func TestTiersAndMigrate(t *testing.T) {
+	s := config.Defaults()
+	s.AdminToken = admin
+	reg := prometheus.NewRegistry()
+	srv := httptest.NewServer(api.New(api.Deps{Settings: s, Metrics: metrics.New(reg), Gatherer: reg, Tiers: fakeTiers{}}))
+	defer srv.Close()
+	var out, errb bytes.Buffer
+	if code := run([]string{"--url", srv.URL, "--token", admin, "tiers"}, &out, &errb); code != 0 {
+		t.Fatalf("tiers: %d %s", code, errb.String())
+	}
+	for _, want := range []string{"hot", "10", "10.0%", "120.0", "cold", "60.0%", "redis bytes per cell over all tiers: 19.2"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("tiers output lacks %q:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	if code := run([]string{"--url", srv.URL, "--token", admin, "migrate"}, &out, &errb); code != 0 {
+		t.Fatalf("migrate: %d %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "hot>warm   3") || !strings.Contains(out.String(), "scanned 100") {
+		t.Errorf("migrate output:\n%s", out.String())
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"--url", srv.URL, "--token", "wrong-token-0123456789", "tiers"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "admin token") {
+		t.Errorf("wrong token: %d %q", code, errb.String())
+	}
+}

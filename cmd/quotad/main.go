@@ -1,0 +1,319 @@
+// Command quotad is the quota server: limit checks over HTTP, rules, and
+// (with `quotad migrate-schema`) the MySQL schema of every shard.
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"github.com/robfig/cron/v3"
+
+	"github.com/quota-platform/quota/analytics"
+	"github.com/quota-platform/quota/api"
+	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/coalesce"
+	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/limiter"
+	"github.com/quota-platform/quota/metrics"
+	"github.com/quota-platform/quota/rules"
+	schema "github.com/quota-platform/quota/sql"
+	"github.com/quota-platform/quota/tiers"
+)
+
+func main() {
+	cmd := "serve"
+	if len(os.Args) > 1 {
+		cmd = os.Args[1]
+	}
+	var err error
+	switch cmd {
+	case "serve":
+		err = serve()
+	case "migrate-schema":
+		err = migrateSchema()
+	case "-h", "--help", "help":
+		fmt.Println("usage: quotad [serve | migrate-schema]\nconfiguration: QUOTA_* environment variables (see README.md)")
+		return
+	default:
+		err = fmt.Errorf("unknown command %q (want serve or migrate-schema)", cmd)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "quotad:", err)
+		os.Exit(1)
+	}
+}
+
+func openShards(dsns []string) ([]*sql.DB, error) {
+	dbs := make([]*sql.DB, 0, len(dsns))
+	for i, dsn := range dsns {
+		db, err := sql.Open("mysql", dsn)
+		if err != nil {
+			return nil, fmt.Errorf("QUOTA_MYSQL_SHARDS entry %d: %w", i, err)
+		}
+		db.SetMaxOpenConns(32)
+		db.SetMaxIdleConns(8)
+		db.SetConnMaxLifetime(5 * time.Minute)
+		dbs = append(dbs, db)
+	}
+	return dbs, nil
+}
+
+func migrateSchema() error {
+	s, err := config.Load(os.Getenv)
+	if err != nil {
+		return err
+	}
+	dbs, err := openShards(s.MySQLShards)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i, db := range dbs {
+		applied, err := schema.Apply(ctx, db)
+		if err != nil {
+			return fmt.Errorf("shard %d: %w", i, err)
+		}
+		fmt.Printf("shard %d: %d schema file(s) applied %v\n", i, len(applied), applied)
+		db.Close()
+	}
+	return nil
+}
+
+func newRedis(s config.Settings) redis.UniversalClient {
+	return redis.NewUniversalClient(&redis.UniversalOptions{
+		Addrs:        s.RedisAddrs,
+		Password:     s.RedisPassword,
+		DialTimeout:  s.RedisTimeout,
+		ReadTimeout:  s.RedisTimeout,
+		WriteTimeout: s.RedisTimeout,
+		PoolTimeout:  s.RedisTimeout,
+		PoolSize:     s.RedisPoolSize,
+		// No idle connections kept warm: each one lost in an outage is
+		// re-dialled at once, and every failed dial counts towards go-redis'
+		// dial gate (PoolSize failures stop dialling, then one try a second),
+		// which would hold enforcement off for up to a second after Redis
+		// returns (faults/redis_test.go).
+		MinIdleConns: 0,
+		// One dial attempt per call: with Redis down a check fails within one
+		// timeout and the fail mode answers, instead of five retries.
+		DialerRetries: 1,
+		// A check is not retried: a retry would double its latency and the
+		// fail mode answers it instead.
+		MaxRetries: -1,
+	})
+}
+
+func serve() error {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	s, err := config.Load(os.Getenv)
+	if err != nil {
+		return err
+	}
+	set, err := rules.ReadFile(s.RulesPath)
+	if err != nil {
+		return err
+	}
+	rdb := newRedis(s)
+	defer rdb.Close()
+	dbs, err := openShards(s.MySQLShards)
+	if err != nil {
+		return err
+	}
+	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter})
+	// The breaker answers at once while Redis is down instead of letting every
+	// check wait out QUOTA_REDIS_TIMEOUT, and probes it every 100 ms with a
+	// PING outside the pool (see redisProbe).
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	reg := prometheus.NewRegistry()
+	// With QUOTA_TIERING=on (off by default) checks go through the tier router and
+	// the migration worker runs (cmd/quotad/tiering.go).
+	routed, tiersAdmin, stopTiering, err := startTiering(ctx, s, hot, dbs, reg, log)
+	if err != nil {
+		return err
+	}
+	defer stopTiering()
+	store := tiers.NewBreaker(routed, clock.Real{}, 3, 100*time.Millisecond).
+		WithProbe(redisProbe(s.RedisAddrs), s.RedisTimeout)
+	lim, err := limiter.New(store, clock.Real{}, set)
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.RulesPath, err)
+	}
+	if err := hot.Load(ctx); err != nil {
+		log.Warn("redis not reachable at start; checks follow QUOTA_FAIL_MODE until it is", "err", err, "fail_mode", s.FailMode)
+	}
+
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := metrics.New(reg)
+	m.SetRulesVersion(set.Version)
+	rec, stopAnalytics, err := startAnalytics(s, dbs, reg, log)
+	if err != nil {
+		return err
+	}
+	var usage api.UsageRecorder
+	if rec != nil {
+		usage = rec
+	}
+	var checks api.SingleChecker = lim
+	if s.Coalesce > 0 {
+		co := coalesce.New(lim, s.Coalesce, 256)
+		defer co.Close()
+		checks = co
+	}
+	srv := api.New(api.Deps{
+		Settings:     s,
+		Limiter:      lim,
+		Checks:       checks,
+		Metrics:      m,
+		Gatherer:     reg,
+		Log:          log,
+		PersistRules: func(set *rules.Set) error { return rules.WriteFile(s.RulesPath, set) },
+		Ready:        readiness(hot, dbs),
+		Usage:        usage,
+		Analytics:    rec,
+		Tiers:        tiersAdmin,
+	})
+	go reloadOnHangup(ctx, s.RulesPath, lim, m, log)
+	err = listenAndServe(ctx, s, srv, log)
+	// No check runs any more: write what analytics still holds.
+	stopAnalytics()
+	return err
+}
+
+// startAnalytics creates the usage recorder (nil with QUOTA_ANALYTICS=off),
+// starts its periodic flush and the rollup cron job, and returns the
+// function that stops both and flushes what is pending (on SIGTERM/SIGINT).
+func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer, log *slog.Logger) (*analytics.Recorder, func(), error) {
+	if !s.Analytics {
+		return nil, func() {}, nil
+	}
+	// Analytics has a Redis client of its own: its pipelines are larger and
+	// may take longer than a check's QUOTA_REDIS_TIMEOUT.
+	as := s
+	as.RedisTimeout, as.RedisPoolSize = 5*time.Second, 16
+	ardb := newRedis(as)
+	rec, err := analytics.New(analytics.Options{
+		DBs:              dbs,
+		Redis:            ardb,
+		KeyPrefix:        s.RedisKeyPrefix,
+		FlushEvery:       s.AnalyticsFlush,
+		MaxPendingRows:   s.AnalyticsBufferMax,
+		RowsPerStatement: s.AnalyticsRowsPerStatement,
+		Registerer:       reg,
+		Log:              log,
+	})
+	if err != nil {
+		ardb.Close()
+		return nil, nil, err
+	}
+	go rec.Run(context.Background()) // ended by rec.Close
+	cr := cron.New(cron.WithLocation(time.UTC))
+	if _, err := cr.AddFunc(s.RollupSchedule, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		res, err := rec.Rollup(ctx)
+		if err != nil {
+			log.Error("analytics rollup failed; the next run resumes it", "err", err)
+			return
+		}
+		log.Info("analytics rollup", "periods", res.Periods, "points_moved", res.Moved)
+	}); err != nil {
+		ardb.Close()
+		return nil, nil, fmt.Errorf("QUOTA_ROLLUP_SCHEDULE: %w", err)
+	}
+	cr.Start()
+	stop := func() {
+		<-cr.Stop().Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := rec.Close(ctx); err != nil {
+			log.Error("analytics: final flush failed; calls since the last flush are lost", "err", err)
+		} else {
+			log.Info("analytics flushed")
+		}
+		ardb.Close()
+	}
+	return rec, stop, nil
+}
+
+func readiness(hot *tiers.HotStore, dbs []*sql.DB) []api.ReadinessCheck {
+	checks := []api.ReadinessCheck{{Name: "redis", Check: hot.Ping}}
+	for i, db := range dbs {
+		checks = append(checks, api.ReadinessCheck{
+			Name:  fmt.Sprintf("mysql_shard_%d", i),
+			Check: db.PingContext,
+		})
+	}
+	return checks
+}
+
+// reloadOnHangup re-reads the rules file on SIGHUP, keeping the rules in
+// force when the file is invalid.
+func reloadOnHangup(ctx context.Context, path string, lim *limiter.Limiter, m *metrics.Metrics, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		set, err := rules.ReadFile(path)
+		if err == nil {
+			err = lim.SetRules(set)
+		}
+		if err != nil {
+			m.RulesReloads.WithLabelValues("error").Inc()
+			log.Error("rules reload failed; keeping the rules in force", "err", err, "version", lim.Rules().Version)
+			continue
+		}
+		m.RulesReloads.WithLabelValues("ok").Inc()
+		m.SetRulesVersion(set.Version)
+		log.Info("rules reloaded", "version", set.Version, "rules", len(set.Rules))
+	}
+}
+
+func listenAndServe(ctx context.Context, s config.Settings, h http.Handler, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", s.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", s.Listen, err)
+	}
+	hs := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    16 << 10,
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("quotad listening", "addr", ln.Addr().String(), "fail_mode", s.FailMode)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,251 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/quota-platform/quota/internal/testenv"
+)
+
+var quotadBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "quotad-test")
+	if err != nil {
+		panic(err)
+	}
+	quotadBin = filepath.Join(dir, "quotad")
+	build := exec.Command("go", "build", "-o", quotadBin, ".")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build quotad:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const validRules = `rules:
+  - {name: per_user, dimensions: [user_id], limit: 2, window: 1h, algorithm: fixed_window}
+`
+
+func writeFile(t *testing.T, dir, name, body string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestStartup_InvalidConfigurationExitsWithOneClearLine(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good := writeFile(t, dir, "good.yaml", validRules)
+	cases := []struct {
+		name string
+		env  []string
+		want string
+	}{
+		{"bad fail mode", []string{"QUOTA_FAIL_MODE=maybe", "QUOTA_RULES=" + good}, "QUOTA_FAIL_MODE"},
+		{"bad listen", []string{"QUOTA_LISTEN=nohost", "QUOTA_RULES=" + good}, "QUOTA_LISTEN"},
+		{"public listen without admin token", []string{"QUOTA_LISTEN=0.0.0.0:0", "QUOTA_RULES=" + good}, "QUOTA_ADMIN_TOKEN"},
+		{"bad timeout", []string{"QUOTA_REDIS_TIMEOUT=fast", "QUOTA_RULES=" + good}, "QUOTA_REDIS_TIMEOUT"},
+		{"missing rules file", []string{"QUOTA_RULES=" + filepath.Join(dir, "nope.yaml")}, "no such file"},
+		{"invalid rules file", []string{"QUOTA_RULES=" + writeFile(t, dir, "bad.yaml", "rules:\n  - {name: x, dimensions: [a], limit: 0, window: 1h, algorithm: fixed_window}\n")}, "limit must be"},
+		{"unknown algorithm", []string{"QUOTA_RULES=" + writeFile(t, dir, "algo.yaml", "rules:\n  - {name: x, dimensions: [a], limit: 1, window: 1h, algorithm: leaky}\n")}, "unknown algorithm"},
+		{"unknown command", []string{"QUOTA_RULES=" + good}, "unknown command"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"serve"}
+			if tc.name == "unknown command" {
+				args = []string{"frobnicate"}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, quotadBin, args...)
+			cmd.Env = append(environWithoutQuota(), tc.env...)
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			if err == nil {
+				t.Fatal("quotad started")
+			}
+			lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+			if len(lines) != 1 || !strings.Contains(lines[0], tc.want) {
+				t.Fatalf("stderr %q, want one line mentioning %q", stderr.String(), tc.want)
+			}
+		})
+	}
+}
+
+// environWithoutQuota is the test's environment minus QUOTA_* settings, so
+// that a token or address set around `go test` cannot change what is tested.
+func environWithoutQuota() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "QUOTA_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// syncBuffer is a bytes.Buffer safe to read while the child process writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// server is a running quotad binary.
+type server struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	url  string
+	logs *syncBuffer
+}
+
+func startServer(t *testing.T, rulesPath string, env ...string) *server {
+	t.Helper()
+	port := testenv.FreePort(t)
+	cmd := exec.Command(quotadBin)
+	cmd.Env = append(environWithoutQuota(),
+		fmt.Sprintf("QUOTA_LISTEN=127.0.0.1:%d", port),
+		"QUOTA_RULES="+rulesPath,
+		"QUOTA_REDIS_KEY_PREFIX=t:"+testenv.RandomHex(6)+":",
+		"QUOTA_ADMIN_TOKEN=e2e-admin-token-0123456789",
+	)
+	cmd.Env = append(cmd.Env, env...)
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &server{t: t, cmd: cmd, url: fmt.Sprintf("http://127.0.0.1:%d", port), logs: logs}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(s.url + "/healthz"); err == nil {
+			resp.Body.Close()
+			return s
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("quotad did not come up: %s", logs)
+	return nil
+}
+
+func (s *server) rulesVersion() string {
+	s.t.Helper()
+	resp, err := http.Get(s.url + "/v1/rules")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct{ Version string }
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, &body); err != nil {
+		s.t.Fatalf("rules: %s", b)
+	}
+	return body.Version
+}
+
+func (s *server) waitVersion(pred func(string) bool) string {
+	s.t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v := s.rulesVersion()
+		if pred(v) || time.Now().After(deadline) {
+			return v
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestSIGHUP_ReloadsValidRulesAndKeepsOldOnInvalid(t *testing.T) {
+	t.Parallel()
+	path := writeFile(t, t.TempDir(), "rules.yaml", validRules)
+	s := startServer(t, path)
+	v1 := s.rulesVersion()
+
+	writeFile(t, filepath.Dir(path), "rules.yaml", "rules:\n  - {name: per_user, dimensions: [user_id], limit: 0, window: 1h, algorithm: fixed_window}\n")
+	_ = s.cmd.Process.Signal(syscall.SIGHUP)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(s.logs.String(), "rules reload failed") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(s.logs.String(), "rules reload failed") {
+		t.Fatalf("no reload failure logged: %s", s.logs)
+	}
+	if v := s.rulesVersion(); v != v1 {
+		t.Fatalf("an invalid file replaced the rules: %s -> %s", v1, v)
+	}
+
+	writeFile(t, filepath.Dir(path), "rules.yaml", strings.Replace(validRules, "limit: 2", "limit: 3", 1))
+	_ = s.cmd.Process.Signal(syscall.SIGHUP)
+	if v := s.waitVersion(func(v string) bool { return v != v1 }); v == v1 {
+		t.Fatalf("a valid file was not loaded: %s", s.logs)
+	}
+}
+
+func TestServe_AnswersChecksAndMetrics(t *testing.T) {
+	t.Parallel()
+	s := startServer(t, writeFile(t, t.TempDir(), "rules.yaml", validRules))
+	for i, want := range []int{200, 200, 429} {
+		resp, err := http.Post(s.url+"/v1/check", "application/json", strings.NewReader(`{"user_id":"u"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Fatalf("call %d: %d, want %d", i, resp.StatusCode, want)
+		}
+	}
+	resp, err := http.Get(s.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`quota_checks_total{decision="allowed",rule="per_user"} 2`,
+		`quota_checks_total{decision="denied",rule="per_user"} 1`,
+		`quota_check_duration_seconds_count{route="/v1/check"} 3`,
+	} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	if ready, err := http.Get(s.url + "/readyz"); err != nil || ready.StatusCode != 200 {
+		t.Fatalf("readyz: %v %v", err, ready)
+	}
+}

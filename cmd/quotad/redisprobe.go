@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+)
+
+// redisProbe returns the circuit breaker's probe of Redis: a PING on a
+// connection of its own, outside go-redis' pool, so that probing a Redis
+// that is down does not count towards the pool's dial gate (after PoolSize
+// failed dials go-redis stops dialling and retries once a second). It
+// succeeds when one of addrs answers anything but a "not ready" error: a
+// Redis that accepts connections but hangs (SIGSTOP, a long command) fails
+// by the context's deadline, and -NOAUTH still proves Redis is answering.
+func redisProbe(addrs []string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		var errs []error
+		for _, addr := range addrs {
+			err := pingRedis(ctx, addr)
+			if err == nil {
+				return nil
+			}
+			errs = append(errs, err)
+		}
+		return errors.Join(errs...)
+	}
+}
+
+func pingRedis(ctx context.Context, addr string) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = c.SetDeadline(dl)
+	}
+	if _, err := c.Write([]byte("*1\r\n$4\r\nPING\r\n")); err != nil {
+		return fmt.Errorf("redis probe %s: %w", addr, err)
+	}
+	line, err := bufio.NewReaderSize(c, 256).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("redis probe %s: %w", addr, err)
+	}
+	for _, notReady := range []string{"-LOADING", "-BUSY", "-MASTERDOWN", "-CLUSTERDOWN", "-TRYAGAIN"} {
+		if strings.HasPrefix(line, notReady) {
+			return fmt.Errorf("redis probe %s: %s", addr, strings.TrimSpace(line))
+		}
+	}
+	return nil
+}

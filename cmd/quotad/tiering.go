@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quota-platform/quota/api"
+	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/migrate"
+	"github.com/quota-platform/quota/tiers"
+)
+
+// startTiering builds the tier router over hot (QUOTA_TIERING=on), the
+// activity counter, and the migration worker (scheduled cycles and on-call
+// moves). It returns the store checks go to (hot itself when tiering is
+// off), the admin hooks (nil when off) and the function that stops the
+// worker and flushes the activity.
+func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, dbs []*sql.DB, reg prometheus.Registerer, log *slog.Logger) (tiers.Store, api.TiersAdmin, func(), error) {
+	if !s.Tiering {
+		return hot, nil, func() {}, nil
+	}
+	wo := tiers.WarmOptions{Prefix: s.RedisKeyPrefix, BucketsPerTag: s.WarmBucketsPerTag}
+	warm := tiers.NewWarmStore(hot.Client(), wo)
+	if err := warm.Load(ctx); err != nil {
+		log.Warn("redis not reachable at start (warm script)", "err", err)
+	}
+	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
+	router := tiers.NewRouter(hot, warm, cold)
+	router.NewTier = tiers.Tier(s.NewTier)
+	// Moves run on a Redis client of their own: their pipelines are larger
+	// than a check's and may take longer than QUOTA_REDIS_TIMEOUT.
+	ms := s
+	ms.RedisTimeout, ms.RedisPoolSize = 10*time.Second, 8
+	mrdb := newRedis(ms)
+	mhot := tiers.NewHotStore(mrdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter})
+	mwarm := tiers.NewWarmStore(mrdb, wo)
+	mover := &migrate.Mover{
+		RDB: mrdb, Prefix: s.RedisKeyPrefix, Warm: mwarm, Cold: cold,
+		Hot:     &tiers.HotMover{Hot: mhot, Warm: mwarm},
+		Metrics: migrate.NewMetrics(reg),
+	}
+	act := &migrate.Activity{DBs: dbs}
+	router.Calls = act.Observe
+	w := &migrate.Worker{
+		Mover: mover, Activity: act, DBs: dbs, Log: log,
+		Config: migrate.Config{
+			Schedule:        s.MigrateSchedule,
+			HotThreshold:    s.HotThreshold,
+			ColdThreshold:   s.ColdThreshold,
+			PromoteInterval: s.PromoteInterval,
+			DemoteInterval:  s.DemoteInterval,
+		},
+	}
+	router.Observe = w.Observe
+	stopWorker, err := w.Start(context.Background())
+	if err != nil {
+		mrdb.Close()
+		return nil, nil, nil, err
+	}
+	// The activity is flushed every minute (and before each cycle).
+	flushCtx, stopFlush := context.WithCancel(context.Background())
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-flushCtx.Done():
+				return
+			case <-t.C:
+				if err := act.Flush(flushCtx); err != nil {
+					log.Warn("migration activity flush failed; kept for the next one", "err", err)
+				}
+			}
+		}
+	}()
+	stop := func() {
+		stopFlush()
+		<-flushed
+		stopWorker()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := act.Flush(ctx); err != nil {
+			log.Error("migration activity: final flush failed", "err", err)
+		}
+		mrdb.Close()
+	}
+	return router, migrate.Admin{W: w}, stop, nil
+}

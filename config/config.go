@@ -1,0 +1,312 @@
+// Package config reads quotad's settings from the environment into one
+// struct, with a working local default for each, and rejects invalid ones
+// with a single clear error.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/robfig/cron/v3"
+)
+
+// FailMode says what a check answers when its store cannot be reached.
+type FailMode string
+
+// The fail modes.
+const (
+	FailOpen   FailMode = "open"   // allow, with Quota-Enforced: false
+	FailClosed FailMode = "closed" // 503
+)
+
+// Settings is everything quotad is configured with.
+type Settings struct {
+	Listen         string        // QUOTA_LISTEN
+	RedisAddrs     []string      // QUOTA_REDIS_ADDRS; several mean Redis Cluster
+	RedisPassword  string        // QUOTA_REDIS_PASSWORD
+	RedisKeyPrefix string        // QUOTA_REDIS_KEY_PREFIX; keeps deployments (and tests) apart on one Redis
+	RedisTimeout   time.Duration // QUOTA_REDIS_TIMEOUT: dial, read and write timeout of one Redis call
+	RedisPoolSize  int           // QUOTA_REDIS_POOL_SIZE
+	MySQLShards    []string      // QUOTA_MYSQL_SHARDS: comma-separated DSNs
+	RulesPath      string        // QUOTA_RULES
+	AdminToken     string        // QUOTA_ADMIN_TOKEN
+	CheckToken     string        // QUOTA_CHECK_TOKEN: when set, checks must carry it
+	FailMode       FailMode      // QUOTA_FAIL_MODE
+	MaxInFlight    int           // QUOTA_MAX_IN_FLIGHT: concurrent requests before a fast 503
+	TTLJitter      time.Duration // QUOTA_TTL_JITTER: random extra TTL so keys of a window do not expire together
+	Coalesce       int           // QUOTA_COALESCE: checks batched into one Redis pipeline by this many senders; 0 = off
+
+	// Analytics (package analytics).
+	Analytics                 bool          // QUOTA_ANALYTICS: on (default) or off
+	AnalyticsFlush            time.Duration // QUOTA_ANALYTICS_FLUSH: period of the MySQL flush (15s)
+	AnalyticsBufferMax        int           // QUOTA_ANALYTICS_BUFFER_MAX: rows held while MySQL is unreachable
+	AnalyticsRowsPerStatement int           // QUOTA_ANALYTICS_ROWS_PER_STATEMENT: rows of one multi-row upsert
+	RollupSchedule            string        // QUOTA_ROLLUP_SCHEDULE: cron spec of the curve rollup job (UTC)
+
+	// Storage tiers and migration (package migrate).
+	Tiering         bool          // QUOTA_TIERING: on routes fixed-window cells over hot/warm/cold; off (default): hot only
+	MigrateSchedule string        // QUOTA_MIGRATE_SCHEDULE: cron spec of the scheduled migration cycle (UTC), default @daily
+	HotThreshold    float64       // QUOTA_HOT_THRESHOLD: mean calls per hour at or above which a cell is hot
+	ColdThreshold   float64       // QUOTA_COLD_THRESHOLD: mean calls per hour below which a cell is cold
+	PromoteInterval time.Duration // QUOTA_PROMOTE_INTERVAL: on call, a mean interval at most this promotes (0: off)
+	DemoteInterval  time.Duration // QUOTA_DEMOTE_INTERVAL: on call, a mean interval at least this demotes warm to cold (0: off)
+	NewTier         string        // QUOTA_NEW_TIER: hot (default), warm or cold: where a cell never seen before starts
+	// QUOTA_WARM_BUCKETS_PER_TAG: warm bucket hashes per app (1..65536, default
+	// 1024); aim at ~80 warm+hot cells per bucket. It places every cell's
+	// directory field: fixed for the life of the data (changing it loses warm
+	// records and hot markers).
+	WarmBucketsPerTag int
+}
+
+// Defaults are the settings of a local development machine.
+func Defaults() Settings {
+	return Settings{
+		Listen:         "127.0.0.1:8080",
+		RedisAddrs:     []string{"127.0.0.1:6379"},
+		RedisKeyPrefix: "q:",
+		RedisTimeout:   250 * time.Millisecond,
+		RedisPoolSize:  128,
+		MySQLShards: []string{
+			"quota:quota@tcp(127.0.0.1:3306)/quota_0",
+			"quota:quota@tcp(127.0.0.1:3306)/quota_1",
+		},
+		RulesPath:   "deploy/rules.yaml",
+		FailMode:    FailOpen,
+		MaxInFlight: 4096,
+		TTLJitter:   60 * time.Second,
+		Coalesce:    4,
+
+		Analytics:                 true,
+		AnalyticsFlush:            15 * time.Second,
+		AnalyticsBufferMax:        2_000_000,
+		AnalyticsRowsPerStatement: 500,
+		RollupSchedule:            "*/10 * * * *",
+
+		// Off by default: on, a cell's first check ever costs a MySQL lookup
+		// (to tell a new cell from a cold one), which a workload of mostly
+		// new identities pays on nearly every call (BENCHMARKS.md).
+		Tiering:         false,
+		MigrateSchedule: "@daily",
+		HotThreshold:    60,
+		ColdThreshold:   1,
+		PromoteInterval: time.Minute,
+		DemoteInterval:  time.Hour,
+		NewTier:         "hot",
+
+		WarmBucketsPerTag: 1024,
+	}
+}
+
+// Load reads the settings from getenv (os.Getenv in production), starting
+// from Defaults.
+func Load(getenv func(string) string) (Settings, error) {
+	s := Defaults()
+	r := reader{getenv: getenv}
+	r.str("QUOTA_LISTEN", &s.Listen)
+	r.list("QUOTA_REDIS_ADDRS", &s.RedisAddrs)
+	r.str("QUOTA_REDIS_PASSWORD", &s.RedisPassword)
+	r.str("QUOTA_REDIS_KEY_PREFIX", &s.RedisKeyPrefix)
+	r.duration("QUOTA_REDIS_TIMEOUT", &s.RedisTimeout)
+	r.integer("QUOTA_REDIS_POOL_SIZE", &s.RedisPoolSize)
+	r.list("QUOTA_MYSQL_SHARDS", &s.MySQLShards)
+	r.str("QUOTA_RULES", &s.RulesPath)
+	r.str("QUOTA_ADMIN_TOKEN", &s.AdminToken)
+	r.str("QUOTA_CHECK_TOKEN", &s.CheckToken)
+	var fm string
+	if r.str("QUOTA_FAIL_MODE", &fm) {
+		s.FailMode = FailMode(fm)
+	}
+	r.integer("QUOTA_MAX_IN_FLIGHT", &s.MaxInFlight)
+	r.duration("QUOTA_TTL_JITTER", &s.TTLJitter)
+	r.integer("QUOTA_COALESCE", &s.Coalesce)
+	r.onOff("QUOTA_ANALYTICS", &s.Analytics)
+	r.duration("QUOTA_ANALYTICS_FLUSH", &s.AnalyticsFlush)
+	r.integer("QUOTA_ANALYTICS_BUFFER_MAX", &s.AnalyticsBufferMax)
+	r.integer("QUOTA_ANALYTICS_ROWS_PER_STATEMENT", &s.AnalyticsRowsPerStatement)
+	r.str("QUOTA_ROLLUP_SCHEDULE", &s.RollupSchedule)
+	r.onOff("QUOTA_TIERING", &s.Tiering)
+	r.str("QUOTA_MIGRATE_SCHEDULE", &s.MigrateSchedule)
+	r.float("QUOTA_HOT_THRESHOLD", &s.HotThreshold)
+	r.float("QUOTA_COLD_THRESHOLD", &s.ColdThreshold)
+	r.duration("QUOTA_PROMOTE_INTERVAL", &s.PromoteInterval)
+	r.duration("QUOTA_DEMOTE_INTERVAL", &s.DemoteInterval)
+	r.str("QUOTA_NEW_TIER", &s.NewTier)
+	r.integer("QUOTA_WARM_BUCKETS_PER_TAG", &s.WarmBucketsPerTag)
+	if r.err != nil {
+		return Settings{}, r.err
+	}
+	return s, s.Validate()
+}
+
+// Validate checks settings that Load cannot check field by field.
+func (s Settings) Validate() error {
+	host, _, err := net.SplitHostPort(s.Listen)
+	if err != nil {
+		return fmt.Errorf("QUOTA_LISTEN %q: want host:port", s.Listen)
+	}
+	if len(s.RedisAddrs) == 0 {
+		return errors.New("QUOTA_REDIS_ADDRS is empty: give at least one host:port")
+	}
+	for _, a := range s.RedisAddrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("QUOTA_REDIS_ADDRS: %q is not host:port", a)
+		}
+	}
+	if len(s.MySQLShards) == 0 {
+		return errors.New("QUOTA_MYSQL_SHARDS is empty: give at least one DSN")
+	}
+	if strings.ContainsAny(s.RedisKeyPrefix, "{}") {
+		return errors.New("QUOTA_REDIS_KEY_PREFIX must not contain { or }: they would break the cluster hash tag")
+	}
+	switch s.FailMode {
+	case FailOpen, FailClosed:
+	default:
+		return fmt.Errorf("QUOTA_FAIL_MODE %q: want open or closed", s.FailMode)
+	}
+	if s.RedisTimeout <= 0 || s.RedisTimeout > time.Minute {
+		return fmt.Errorf("QUOTA_REDIS_TIMEOUT %s: want between 1ms and 1m", s.RedisTimeout)
+	}
+	if s.RedisPoolSize < 1 || s.MaxInFlight < 1 {
+		return errors.New("QUOTA_REDIS_POOL_SIZE and QUOTA_MAX_IN_FLIGHT must be at least 1")
+	}
+	if s.Coalesce < 0 || s.Coalesce > 256 {
+		return fmt.Errorf("QUOTA_COALESCE %d: want 0 (off) to 256 senders", s.Coalesce)
+	}
+	if s.TTLJitter < 0 || s.TTLJitter > time.Hour {
+		return fmt.Errorf("QUOTA_TTL_JITTER %s: want between 0 and 1h", s.TTLJitter)
+	}
+	if s.AnalyticsFlush < 100*time.Millisecond || s.AnalyticsFlush > 10*time.Minute {
+		return fmt.Errorf("QUOTA_ANALYTICS_FLUSH %s: want between 100ms and 10m", s.AnalyticsFlush)
+	}
+	if s.AnalyticsBufferMax < 1000 {
+		return fmt.Errorf("QUOTA_ANALYTICS_BUFFER_MAX %d: want at least 1000 rows", s.AnalyticsBufferMax)
+	}
+	if s.AnalyticsRowsPerStatement < 1 || s.AnalyticsRowsPerStatement > 5000 {
+		return fmt.Errorf("QUOTA_ANALYTICS_ROWS_PER_STATEMENT %d: want between 1 and 5000", s.AnalyticsRowsPerStatement)
+	}
+	if _, err := cron.ParseStandard(s.RollupSchedule); err != nil {
+		return fmt.Errorf("QUOTA_ROLLUP_SCHEDULE %q: not a cron spec (e.g. \"*/10 * * * *\" or \"@every 10m\"): %v", s.RollupSchedule, err)
+	}
+	if _, err := cron.ParseStandard(s.MigrateSchedule); err != nil {
+		return fmt.Errorf("QUOTA_MIGRATE_SCHEDULE %q: not a cron spec (e.g. \"@daily\" or \"0 3 * * *\"): %v", s.MigrateSchedule, err)
+	}
+	if !(s.HotThreshold > 0) || s.HotThreshold > 1e9 {
+		return fmt.Errorf("QUOTA_HOT_THRESHOLD %g: want calls per hour above 0", s.HotThreshold)
+	}
+	if !(s.ColdThreshold >= 0) || s.ColdThreshold > s.HotThreshold {
+		return fmt.Errorf("QUOTA_COLD_THRESHOLD %g: want calls per hour between 0 and QUOTA_HOT_THRESHOLD (%g)", s.ColdThreshold, s.HotThreshold)
+	}
+	if s.PromoteInterval < 0 || s.DemoteInterval < 0 || (s.PromoteInterval > 0 && s.DemoteInterval > 0 && s.PromoteInterval >= s.DemoteInterval) {
+		return fmt.Errorf("QUOTA_PROMOTE_INTERVAL %s and QUOTA_DEMOTE_INTERVAL %s: want 0 (off) or promote < demote", s.PromoteInterval, s.DemoteInterval)
+	}
+	if s.WarmBucketsPerTag < 1 || s.WarmBucketsPerTag > 1<<16 {
+		return fmt.Errorf("QUOTA_WARM_BUCKETS_PER_TAG %d: want 1 to 65536 hashes per app", s.WarmBucketsPerTag)
+	}
+	switch s.NewTier {
+	case "hot", "warm", "cold":
+	default:
+		return fmt.Errorf("QUOTA_NEW_TIER %q: want hot, warm or cold", s.NewTier)
+	}
+	if s.AdminToken == "" && !isLoopback(host) {
+		return fmt.Errorf("QUOTA_LISTEN %s is not a loopback address: set QUOTA_ADMIN_TOKEN before exposing quotad", s.Listen)
+	}
+	if s.AdminToken != "" && len(s.AdminToken) < 16 {
+		return errors.New("QUOTA_ADMIN_TOKEN is shorter than 16 characters")
+	}
+	return nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// reader collects the first parse error so Load reads like a list.
+type reader struct {
+	getenv func(string) string
+	err    error
+}
+
+func (r *reader) str(name string, dst *string) bool {
+	v := strings.TrimSpace(r.getenv(name))
+	if v == "" {
+		return false
+	}
+	*dst = v
+	return true
+}
+
+func (r *reader) list(name string, dst *[]string) {
+	var v string
+	if !r.str(name, &v) {
+		return
+	}
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	*dst = out
+}
+
+func (r *reader) float(name string, dst *float64) {
+	var v string
+	if !r.str(name, &v) || r.err != nil {
+		return
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		r.err = fmt.Errorf("%s %q: want a number", name, v)
+		return
+	}
+	*dst = f
+}
+
+func (r *reader) onOff(name string, dst *bool) {
+	var v string
+	if !r.str(name, &v) || r.err != nil {
+		return
+	}
+	switch strings.ToLower(v) {
+	case "on", "true", "1":
+		*dst = true
+	case "off", "false", "0":
+		*dst = false
+	default:
+		r.err = fmt.Errorf("%s %q: want on or off", name, v)
+	}
+}
+
+func (r *reader) integer(name string, dst *int) {
+	var v string
+	if !r.str(name, &v) || r.err != nil {
+		return
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		r.err = fmt.Errorf("%s %q: want an integer", name, v)
+		return
+	}
+	*dst = n
+}
+
+func (r *reader) duration(name string, dst *time.Duration) {
+	var v string
+	if !r.str(name, &v) || r.err != nil {
+		return
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		r.err = fmt.Errorf("%s %q: want a duration like 250ms", name, v)
+		return
+	}
+	*dst = d
+}

@@ -1,0 +1,74 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quota-platform/quota/config"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestLoad_DefaultsWorkLocally(t *testing.T) {
+	t.Parallel()
+	s, err := config.Load(envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Listen != "127.0.0.1:8080" || s.FailMode != config.FailOpen || len(s.MySQLShards) != 2 || s.RedisAddrs[0] != "127.0.0.1:6379" {
+		t.Fatalf("defaults %+v", s)
+	}
+}
+
+func TestLoad_ReadsTheEnvironment(t *testing.T) {
+	t.Parallel()
+	s, err := config.Load(envOf(map[string]string{
+		"QUOTA_LISTEN":        "0.0.0.0:9000",
+		"QUOTA_ADMIN_TOKEN":   "a-long-enough-admin-token",
+		"QUOTA_REDIS_ADDRS":   "10.0.0.1:7000, 10.0.0.2:7000 ,",
+		"QUOTA_FAIL_MODE":     "closed",
+		"QUOTA_REDIS_TIMEOUT": "80ms",
+		"QUOTA_MYSQL_SHARDS":  "u:p@tcp(db1:3306)/q0",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.RedisAddrs) != 2 || s.RedisAddrs[1] != "10.0.0.2:7000" || s.FailMode != config.FailClosed ||
+		s.RedisTimeout != 80*time.Millisecond || len(s.MySQLShards) != 1 {
+		t.Fatalf("%+v", s)
+	}
+}
+
+func TestLoad_InvalidSettingsGiveOneClearLine(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"QUOTA_FAIL_MODE": "sometimes"}, "QUOTA_FAIL_MODE"},
+		{map[string]string{"QUOTA_LISTEN": "8080"}, "QUOTA_LISTEN"},
+		{map[string]string{"QUOTA_LISTEN": "0.0.0.0:8080"}, "QUOTA_ADMIN_TOKEN"},
+		{map[string]string{"QUOTA_ADMIN_TOKEN": "short"}, "QUOTA_ADMIN_TOKEN"},
+		{map[string]string{"QUOTA_REDIS_ADDRS": "nohost"}, "QUOTA_REDIS_ADDRS"},
+		{map[string]string{"QUOTA_REDIS_KEY_PREFIX": "a{b}"}, "QUOTA_REDIS_KEY_PREFIX"},
+		{map[string]string{"QUOTA_REDIS_TIMEOUT": "soon"}, "QUOTA_REDIS_TIMEOUT"},
+		{map[string]string{"QUOTA_REDIS_TIMEOUT": "0s"}, "QUOTA_REDIS_TIMEOUT"},
+		{map[string]string{"QUOTA_REDIS_POOL_SIZE": "many"}, "QUOTA_REDIS_POOL_SIZE"},
+		{map[string]string{"QUOTA_MAX_IN_FLIGHT": "0"}, "QUOTA_MAX_IN_FLIGHT"},
+		{map[string]string{"QUOTA_TTL_JITTER": "2h"}, "QUOTA_TTL_JITTER"},
+		{map[string]string{"QUOTA_ANALYTICS": "maybe"}, "QUOTA_ANALYTICS"},
+	}
+	for _, tc := range cases {
+		_, err := config.Load(envOf(tc.env))
+		if err == nil {
+			t.Errorf("%v accepted", tc.env)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%v: error %q should be one line naming %s", tc.env, err, tc.want)
+		}
+	}
+}

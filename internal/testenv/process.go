@@ -1,0 +1,90 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// RedisProcess is a throwaway redis-server of a test's own, so a test can
+// kill it and start it again without touching the shared one.
+type RedisProcess struct {
+	t    testing.TB
+	Port int
+	cmd  *exec.Cmd
+}
+
+// Addr is host:port of the process.
+func (p *RedisProcess) Addr() string { return "127.0.0.1:" + strconv.Itoa(p.Port) }
+
+// StartRedis starts redis-server on a free port; it is killed when the test ends.
+func StartRedis(t testing.TB) *RedisProcess {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redis-server not installed: %v (run deploy/ensure-services.sh)", err)
+	}
+	p := &RedisProcess{t: t, Port: FreePort(t)}
+	p.Start()
+	t.Cleanup(p.Kill)
+	return p
+}
+
+// Start (re)starts the server on its port and waits until it answers.
+func (p *RedisProcess) Start() {
+	p.t.Helper()
+	p.cmd = exec.Command("redis-server", "--port", strconv.Itoa(p.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning")
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatalf("start redis-server: %v", err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	defer rdb.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if rdb.Ping(context.Background()).Err() == nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	p.t.Fatalf("redis-server on %s did not answer", p.Addr())
+}
+
+// Kill stops the server at once (SIGKILL) and waits for it to exit.
+func (p *RedisProcess) Kill() {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return
+	}
+	_ = p.cmd.Process.Kill()
+	_ = p.cmd.Wait()
+	p.cmd = nil
+}
+
+// Signal sends sig to the server, e.g. SIGSTOP and SIGCONT to make it hang
+// and resume with its sockets left open.
+func (p *RedisProcess) Signal(sig os.Signal) error {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return fmt.Errorf("%s: not running", p)
+	}
+	return p.cmd.Process.Signal(sig)
+}
+
+// String describes the process.
+func (p *RedisProcess) String() string { return fmt.Sprintf("redis-server@%s", p.Addr()) }

@@ -1,0 +1,279 @@
+// Package limiter answers "may this call go through?": it finds the rules
+// that apply to a call, turns them into counter cells, and has the tier store
+// decide them all-or-nothing.
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
+)
+
+// Dim is one dimension of a call: a name and its value.
+type Dim struct {
+	Name, Value string
+}
+
+// Request is one limit check.
+type Request struct {
+	Dims   []Dim
+	Cost   int64
+	DryRun bool
+	Report bool
+}
+
+// Lookup returns the value of dimension name.
+func (r *Request) Lookup(name string) (string, bool) {
+	for i := range r.Dims {
+		if r.Dims[i].Name == name {
+			return r.Dims[i].Value, true
+		}
+	}
+	return "", false
+}
+
+// Entry is the answer of one limit of one rule.
+type Entry struct {
+	Rule       string
+	Window     time.Duration
+	Limit      int64
+	Remaining  int64
+	ResetAfter time.Duration
+	RetryAfter time.Duration
+	Tier       tiers.Tier
+	Allowed    bool
+	Shadow     bool
+}
+
+// Decision is the answer to one Request.
+type Decision struct {
+	Allowed bool
+	Entries []Entry
+}
+
+// Limiter decides checks. It is safe for concurrent use; rules are replaced
+// atomically with SetRules.
+type Limiter struct {
+	store tiers.Store
+	clock clock.Clock
+	rules atomic.Pointer[compiledSet]
+}
+
+// New returns a Limiter deciding with store under rules set.
+func New(store tiers.Store, clk clock.Clock, set *rules.Set) (*Limiter, error) {
+	l := &Limiter{store: store, clock: clk}
+	if err := l.SetRules(set); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Rules returns the rules in force.
+func (l *Limiter) Rules() *rules.Set { return l.rules.Load().set }
+
+// CheckRules reports whether set could be put in force with SetRules.
+func (l *Limiter) CheckRules(set *rules.Set) error {
+	_, err := compile(set)
+	return err
+}
+
+// SetRules replaces the rules in force. Checks already running finish under
+// the old rules.
+func (l *Limiter) SetRules(set *rules.Set) error {
+	c, err := compile(set)
+	if err != nil {
+		return err
+	}
+	l.rules.Store(c)
+	return nil
+}
+
+// compiledRule is a rule prepared for the check path.
+type compiledRule struct {
+	rule    *rules.Rule
+	limits  []rules.Limit
+	tagDim  int // index in rule.Dimensions of app_id, or -1
+	userDim int // index in rule.Dimensions of user_id, or -1
+}
+
+type compiledSet struct {
+	set   *rules.Set
+	rules []compiledRule
+}
+
+func compile(set *rules.Set) (*compiledSet, error) {
+	c := &compiledSet{set: set, rules: make([]compiledRule, len(set.Rules))}
+	for i := range set.Rules {
+		r := &set.Rules[i]
+		if !tiers.SupportsAlgorithm(r.Algorithm) {
+			return nil, fmt.Errorf("rule %q: algorithm %s is not available in this build", r.Name, r.Algorithm)
+		}
+		cr := compiledRule{rule: r, limits: r.EffectiveLimits(), tagDim: -1, userDim: -1}
+		for j, d := range r.Dimensions {
+			switch d {
+			case "app_id":
+				cr.tagDim = j
+			case "user_id":
+				cr.userDim = j
+			}
+		}
+		c.rules[i] = cr
+	}
+	return c, nil
+}
+
+// Check decides one request.
+func (l *Limiter) Check(ctx context.Context, req *Request) (Decision, error) {
+	ds, err := l.CheckBatch(ctx, []*Request{req})
+	if err != nil {
+		return Decision{}, err
+	}
+	return ds[0], nil
+}
+
+// CheckBatch decides requests in order, each as if sent alone, in one trip
+// to the store.
+func (l *Limiter) CheckBatch(ctx context.Context, reqs []*Request) ([]Decision, error) {
+	set := l.rules.Load()
+	now := l.clock.Now()
+	ops := make([]*tiers.Op, len(reqs))
+	owners := make([][]entryOwner, len(reqs))
+	for i, req := range reqs {
+		ops[i], owners[i] = buildOp(set, req, now)
+	}
+	var pending []*tiers.Op
+	for _, op := range ops {
+		if len(op.Cells) > 0 {
+			pending = append(pending, op)
+		}
+	}
+	if len(pending) > 0 {
+		if err := l.store.Check(ctx, now, pending); err != nil {
+			return nil, fmt.Errorf("check: %w", err)
+		}
+	}
+	out := make([]Decision, len(reqs))
+	for i, op := range ops {
+		out[i] = decision(op, owners[i])
+	}
+	return out, nil
+}
+
+// entryOwner says which rule and limit a cell belongs to.
+type entryOwner struct {
+	rule  *rules.Rule
+	limit rules.Limit
+}
+
+func buildOp(set *compiledSet, req *Request, now time.Time) (*tiers.Op, []entryOwner) {
+	op := &tiers.Op{Cost: req.Cost, Mode: tiers.Enforce}
+	switch {
+	case req.Report:
+		op.Mode = tiers.Report
+	case req.DryRun:
+		op.Mode = tiers.DryRun
+	}
+	var owners []entryOwner
+	var values [rules.MaxDimensions]string
+	for i := range set.rules {
+		cr := &set.rules[i]
+		if !cr.rule.Applies(req.Lookup) {
+			continue
+		}
+		vals := values[:len(cr.rule.Dimensions)]
+		for j, d := range cr.rule.Dimensions {
+			vals[j], _ = req.Lookup(d)
+		}
+		id := tiers.IdentityOf(cr.rule.Name, vals)
+		tag := tiers.TagOfIdentity(id)
+		if cr.tagDim >= 0 {
+			tag = tiers.TagOf(vals[cr.tagDim])
+		}
+		shardKey := tiers.ShardKeyOfIdentity(id)
+		if cr.tagDim >= 0 {
+			user := ""
+			if cr.userDim >= 0 {
+				user = vals[cr.userDim]
+			}
+			shardKey = tiers.ShardKeyOf(vals[cr.tagDim], user)
+		}
+		for _, lim := range cr.limits {
+			w := time.Duration(lim.Window)
+			var key tiers.CounterKey
+			if cr.rule.Algorithm == rules.FixedWindow {
+				// Derived from the cell id, so a mover finds it (tiers.FixedKeyOf).
+				key = tiers.FixedKeyOf(tiers.CellIDOf(id, w), now.UnixMilli()/w.Milliseconds())
+			} else {
+				key = tiers.CounterKeyOf(cr.rule.Name, vals, int64(w/time.Second), 0)
+			}
+			op.Cells = append(op.Cells, tiers.Cell{
+				Algorithm: cr.rule.Algorithm,
+				Limit:     lim.Limit,
+				Window:    w,
+				Shadow:    cr.rule.Shadow,
+				Identity:  id,
+				Key:       key,
+				Tag:       tag,
+				ShardKey:  shardKey,
+			})
+			owners = append(owners, entryOwner{rule: cr.rule, limit: lim})
+		}
+	}
+	op.Out = make([]tiers.Outcome, len(op.Cells))
+	return op, owners
+}
+
+func decision(op *tiers.Op, owners []entryOwner) Decision {
+	d := Decision{Allowed: op.Allowed(), Entries: make([]Entry, len(op.Cells))}
+	for i := range op.Cells {
+		o := op.Out[i]
+		d.Entries[i] = Entry{
+			Rule:       owners[i].rule.Name,
+			Window:     time.Duration(owners[i].limit.Window),
+			Limit:      owners[i].limit.Limit,
+			Remaining:  o.Remaining,
+			ResetAfter: o.ResetAfter,
+			RetryAfter: o.RetryAfter,
+			Tier:       o.Tier,
+			Allowed:    o.Allowed,
+			Shadow:     op.Cells[i].Shadow,
+		}
+	}
+	return d
+}
+
+// MostRestrictive returns the index of the entry with the least remaining
+// (ties: the soonest reset), or -1 when there are none.
+func (d *Decision) MostRestrictive() int {
+	best := -1
+	for i := range d.Entries {
+		e := &d.Entries[i]
+		if best < 0 {
+			best = i
+			continue
+		}
+		b := &d.Entries[best]
+		if e.Remaining < b.Remaining || (e.Remaining == b.Remaining && e.ResetAfter < b.ResetAfter) {
+			best = i
+		}
+	}
+	return best
+}
+
+// RetryAfter is how long a denied caller should wait: the longest wait among
+// the entries that denied.
+func (d *Decision) RetryAfter() time.Duration {
+	var r time.Duration
+	for i := range d.Entries {
+		e := &d.Entries[i]
+		if !e.Allowed && !e.Shadow && e.RetryAfter > r {
+			r = e.RetryAfter
+		}
+	}
+	return r
+}

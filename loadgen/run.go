@@ -1,0 +1,517 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// LateThreshold is how far behind its intended time an open-loop send may
+// start before it counts as late.
+const LateThreshold = time.Millisecond
+
+// errorBackoff is the pause a closed-loop worker takes after a transport
+// error, so a dead server is not hammered with dials in a tight loop.
+const errorBackoff = 10 * time.Millisecond
+
+// flushEvery is how often a worker hands its latency histogram to the
+// reporter: twice per progress line, so each line has fresh percentiles.
+const flushEvery = 500 * time.Millisecond
+
+// Run sends load as cfg says until cfg.Duration has passed or ctx is
+// cancelled (then no new request starts; those in flight finish), and
+// returns the merged result.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	endpoint := cfg.endpoint()
+	var opened atomic.Int64
+	dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}
+	tr := &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dialer.DialContext(ctx, network, addr)
+			if err == nil {
+				opened.Add(1)
+			}
+			return c, err
+		},
+		MaxIdleConns:        cfg.Connections,
+		MaxIdleConnsPerHost: cfg.Connections,
+		MaxConnsPerHost:     cfg.Connections,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+		TLSHandshakeTimeout: cfg.Timeout,
+	}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{
+		Transport:     tr,
+		Timeout:       cfg.Timeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+
+	header := http.Header{"Content-Type": {"application/json"}}
+	if cfg.Token != "" {
+		header["Authorization"] = []string{"Bearer " + cfg.Token}
+	}
+
+	rep := newReporter(cfg.Progress, cfg.Connections, cfg.Mode() == "open")
+	start := time.Now()
+	sh := &shared{
+		cfg:      &cfg,
+		endpoint: endpoint,
+		header:   header,
+		client:   client,
+		rep:      rep,
+		done:     ctx.Done(),
+		start:    start,
+		end:      start.Add(cfg.Duration),
+		perCheck: cfg.ChecksPerRequest(),
+	}
+	if cfg.Rate > 0 {
+		sh.interval = float64(time.Second) / cfg.Rate
+	}
+	workers := make([]*worker, cfg.Connections)
+	for i := range workers {
+		workers[i] = newWorker(sh, i)
+	}
+	rep.workers = workers
+	rep.start = start
+	repDone := make(chan struct{})
+	go func() { rep.loop(); close(repDone) }()
+
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Go(w.run)
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(rep.stop)
+	<-repDone
+
+	// The reporter has merged every histogram workers handed over; what is
+	// left in the workers' current histograms is merged here.
+	hist := rep.cum
+	res := &Result{
+		Mode:         cfg.Mode(),
+		URL:          endpoint,
+		Seconds:      round(elapsed.Seconds(), 3),
+		ErrorsByKind: map[string]int64{},
+		Connections:  cfg.Connections,
+		ConnsOpened:  opened.Load(),
+		Rate:         cfg.Rate,
+		Dist:         cfg.Keys.Dist,
+		Batch:        cfg.Batch,
+		Identities:   cfg.Keys.Identities,
+		Seed:         cfg.Seed,
+		LateMs:       float64(LateThreshold) / float64(time.Millisecond),
+	}
+	if cfg.Keys.Dist == DistZipf {
+		res.ZipfS = cfg.Keys.ZipfS
+	}
+	for _, w := range workers {
+		if w.hist != nil {
+			hist.Merge(w.hist)
+		}
+		res.Requests += w.requests.Load()
+		res.Checks += w.checks.Load()
+		res.Allowed += w.allowed.Load()
+		res.Denied += w.denied.Load()
+		res.Errors += w.errors.Load()
+		res.ErrorChecks += w.errorChecks
+		res.Unenforced += w.unenforced
+		res.Late += w.late.Load()
+		for k, n := range w.kinds {
+			res.ErrorsByKind[k] += n
+		}
+		for code, n := range w.statuses {
+			res.ErrorsByKind["http_"+strconv.Itoa(code)] += n
+		}
+	}
+	if s := elapsed.Seconds(); s > 0 {
+		res.RPS = round(float64(res.Requests)/s, 1)
+		res.ChecksPerSec = round(float64(res.Checks)/s, 1)
+	}
+	res.Histogram = hist
+	res.setLatencies(Summarize(hist))
+	return res, nil
+}
+
+// shared is the read-only state of a run, plus the open-loop ticket counter.
+type shared struct {
+	cfg      *Config
+	endpoint string
+	header   http.Header
+	client   *http.Client
+	rep      *reporter
+	done     <-chan struct{}
+	start    time.Time
+	end      time.Time
+	perCheck int
+	interval float64 // open loop: ns between intended sends; 0: closed loop
+
+	_      [64]byte // keep the ticket counter off the read-mostly fields' line
+	ticket atomic.Int64
+}
+
+// worker is one goroutine with its own connection, key source, request,
+// buffers, counters and histogram. Only the reporter reads its atomic
+// counters while it runs; everything else is read after it has finished.
+type worker struct {
+	sh   *shared
+	keys *KeySource
+	hist *hdrhistogram.Histogram
+
+	buf  []byte        // request body, reused
+	br   *bytes.Reader // reader over buf
+	body io.ReadCloser // io.NopCloser(br): net/http sends it with the headers
+	req  *http.Request // reused while requests succeed
+	resp bytes.Buffer  // batch answers are read into it
+
+	requests, checks, allowed, denied, errors, late atomic.Int64
+
+	errorChecks, unenforced int64
+	kinds                   map[string]int64
+	statuses                map[int]int64
+
+	_ [64]byte // no false sharing between neighbouring workers
+}
+
+func newWorker(sh *shared, i int) *worker {
+	w := &worker{
+		sh:       sh,
+		keys:     NewKeySource(sh.cfg.Keys, sh.cfg.Seed, uint64(i)),
+		hist:     NewHistogram(),
+		kinds:    map[string]int64{},
+		statuses: map[int]int64{},
+	}
+	w.resetRequest()
+	return w
+}
+
+// resetRequest gives the worker a fresh request, body buffer and reader.
+// It runs at start and after any failed exchange, after which net/http may
+// still hold the old body (it can close or even read a request body after
+// RoundTrip returns when the exchange failed).
+func (w *worker) resetRequest() {
+	w.buf = make([]byte, 0, 128+96*w.sh.perCheck)
+	w.br = bytes.NewReader(nil)
+	w.body = io.NopCloser(w.br)
+	req, err := http.NewRequest(http.MethodPost, w.sh.endpoint, nil)
+	if err != nil {
+		panic(err) // the URL was validated
+	}
+	req.Header = w.sh.header.Clone()
+	w.req = req
+}
+
+func (w *worker) run() {
+	if w.sh.interval > 0 {
+		w.runOpen()
+	} else {
+		w.runClosed()
+	}
+	w.hist = w.sh.rep.flushFinal(w.hist)
+}
+
+func (w *worker) stopped() bool {
+	select {
+	case <-w.sh.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (w *worker) runClosed() {
+	nextFlush := w.sh.start.Add(flushEvery)
+	for !w.stopped() {
+		now := time.Now()
+		if !now.Before(w.sh.end) {
+			return
+		}
+		ok := w.do(now)
+		if now.After(nextFlush) {
+			w.hist = w.sh.rep.flush(w.hist)
+			nextFlush = now.Add(flushEvery)
+		}
+		if !ok {
+			time.Sleep(errorBackoff)
+		}
+	}
+}
+
+func (w *worker) runOpen() {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	nextFlush := w.sh.start.Add(flushEvery)
+	for !w.stopped() {
+		seq := w.sh.ticket.Add(1) - 1
+		intended := w.sh.start.Add(time.Duration(float64(seq) * w.sh.interval))
+		if !intended.Before(w.sh.end) {
+			return
+		}
+		if wait := time.Until(intended); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-w.sh.done:
+				return
+			}
+		}
+		now := time.Now()
+		if now.Sub(intended) > LateThreshold {
+			w.late.Add(1)
+		}
+		w.do(intended)
+		if now.After(nextFlush) {
+			w.hist = w.sh.rep.flush(w.hist)
+			nextFlush = now.Add(flushEvery)
+		}
+	}
+}
+
+// do sends one request, records its latency from t0 and counts its outcome.
+// It reports whether the exchange completed (any HTTP status).
+func (w *worker) do(t0 time.Time) bool {
+	n := w.sh.perCheck
+	if w.sh.cfg.Batch > 0 {
+		w.buf = AppendBatch(w.buf[:0], w.keys, n)
+	} else {
+		w.buf = AppendCheck(w.buf[:0], w.keys.Next())
+	}
+	w.br.Reset(w.buf)
+	w.req.Body = w.body
+	w.req.ContentLength = int64(len(w.buf))
+
+	resp, err := w.sh.client.Do(w.req)
+	if err != nil {
+		recordLatency(w.hist, time.Since(t0))
+		w.fail(classify(err), 0)
+		w.resetRequest()
+		return false
+	}
+	var allowed, denied int
+	kind, status := "", 0
+	switch {
+	case resp.StatusCode == http.StatusOK && w.sh.cfg.Batch > 0:
+		w.resp.Reset()
+		_, err = w.resp.ReadFrom(resp.Body)
+		if err == nil {
+			var results int
+			var ok bool
+			allowed, denied, results, ok = scanBatch(w.resp.Bytes())
+			if !ok || results != n {
+				kind = "bad_batch_response"
+			}
+		}
+	case resp.StatusCode == http.StatusOK:
+		_, err = io.Copy(io.Discard, resp.Body)
+		allowed = n
+	case resp.StatusCode == http.StatusTooManyRequests:
+		_, err = io.Copy(io.Discard, resp.Body)
+		denied = n
+	default:
+		_, err = io.Copy(io.Discard, resp.Body)
+		status = resp.StatusCode
+	}
+	resp.Body.Close()
+	recordLatency(w.hist, time.Since(t0))
+	switch {
+	case err != nil:
+		w.fail("body_"+classify(err), 0)
+		w.resetRequest()
+		return true
+	case status != 0:
+		// The server may have answered without reading the whole body;
+		// net/http can then still be sending it, so do not reuse it.
+		w.fail("", status)
+		w.resetRequest()
+		return true
+	case kind != "":
+		w.fail(kind, 0)
+		return true
+	}
+	w.requests.Add(1)
+	w.checks.Add(int64(n))
+	if allowed > 0 {
+		w.allowed.Add(int64(allowed))
+	}
+	if denied > 0 {
+		w.denied.Add(int64(denied))
+	}
+	if v := resp.Header["Quota-Enforced"]; len(v) > 0 && strings.EqualFold(v[0], "false") {
+		w.unenforced += int64(n)
+	}
+	return true
+}
+
+// fail counts a failed request: by kind, or by HTTP status when status != 0.
+func (w *worker) fail(kind string, status int) {
+	n := int64(w.sh.perCheck)
+	w.requests.Add(1)
+	w.checks.Add(n)
+	w.errors.Add(1)
+	w.errorChecks += n
+	if status != 0 {
+		w.statuses[status]++
+	} else {
+		w.kinds[kind]++
+	}
+}
+
+// classify names a transport error.
+func classify(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "conn_refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return "conn_reset"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "eof"
+	default:
+		return "transport"
+	}
+}
+
+// reporter merges the histograms workers hand over about once a second
+// (so workers never share one, and no lock guards the hot path), and
+// prints the progress line.
+type reporter struct {
+	out     io.Writer
+	open    bool
+	in      chan *hdrhistogram.Histogram
+	free    chan *hdrhistogram.Histogram
+	stop    chan struct{}
+	cum     *hdrhistogram.Histogram
+	workers []*worker
+	start   time.Time
+	last    time.Time // of the previous progress line
+	lastReq int64     // requests at the previous progress line
+}
+
+func newReporter(out io.Writer, workers int, open bool) *reporter {
+	return &reporter{
+		out:  out,
+		open: open,
+		in:   make(chan *hdrhistogram.Histogram, workers),
+		free: make(chan *hdrhistogram.Histogram, workers),
+		stop: make(chan struct{}),
+		cum:  NewHistogram(),
+	}
+}
+
+// flush hands h to the reporter if it can take it now and returns the
+// histogram to record into next: a recycled empty one, or h itself when the
+// reporter is busy (its values then go with the next flush).
+func (r *reporter) flush(h *hdrhistogram.Histogram) *hdrhistogram.Histogram {
+	if h.TotalCount() == 0 {
+		return h
+	}
+	select {
+	case r.in <- h:
+	default:
+		return h
+	}
+	select {
+	case h = <-r.free:
+		return h
+	default:
+		return NewHistogram()
+	}
+}
+
+// flushFinal is the worker's last flush. It returns nil when the reporter
+// took h, and h when it could not, for Run to merge.
+func (r *reporter) flushFinal(h *hdrhistogram.Histogram) *hdrhistogram.Histogram {
+	if h.TotalCount() == 0 {
+		return nil
+	}
+	select {
+	case r.in <- h:
+		return nil
+	default:
+		return h
+	}
+}
+
+func (r *reporter) merge(h *hdrhistogram.Histogram) {
+	r.cum.Merge(h)
+	h.Reset()
+	select {
+	case r.free <- h:
+	default:
+	}
+}
+
+func (r *reporter) loop() {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case h := <-r.in:
+			r.merge(h)
+		case now := <-tick.C:
+			r.progress(now)
+		case <-r.stop:
+			for {
+				select {
+				case h := <-r.in:
+					r.merge(h)
+				default:
+					if r.out != nil {
+						r.progress(time.Now()) // the final figures
+						fmt.Fprintln(r.out)
+					}
+					return
+				}
+			}
+		}
+	}
+}
+
+// progress rewrites the progress line: elapsed time, req/s since the last
+// line, requests so far, cumulative p99, errors (and late sends).
+func (r *reporter) progress(now time.Time) {
+	if r.out == nil {
+		return
+	}
+	var req, errs, late int64
+	for _, w := range r.workers {
+		req += w.requests.Load()
+		errs += w.errors.Load()
+		late += w.late.Load()
+	}
+	if r.last.IsZero() {
+		r.last = r.start
+	}
+	rate := 0.0
+	if dt := now.Sub(r.last).Seconds(); dt > 0 {
+		rate = float64(req-r.lastReq) / dt
+	}
+	r.lastReq, r.last = req, now
+	lateText := ""
+	if r.open {
+		lateText = fmt.Sprintf("  late %d", late)
+	}
+	fmt.Fprintf(r.out, "\r%6.1fs  %9.0f req/s  %10d requests  p99 %8.3f ms  errors %d%s   ",
+		now.Sub(r.start).Seconds(), rate, req, usToMs(r.cum.ValueAtQuantile(99)), errs, lateText)
+}

@@ -1,0 +1,144 @@
+package migrate
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
+)
+
+// t0 is the tests' clock: inside an hour, far from its end.
+var t0 = time.Date(2026, 5, 4, 10, 20, 0, 0, time.UTC)
+
+type env struct {
+	router *tiers.Router
+	mover  *Mover
+	hot    *tiers.HotMover
+	warm   *tiers.WarmStore
+	cold   *tiers.ColdStore
+	now    time.Time
+}
+
+// newEnv builds the three tiers (Redis prefix and two shard DBs of the
+// test's own), a router and a mover.
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	rdb, prefix := testenv.Redis(t)
+	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second})
+	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix, BucketsPerTag: 4})
+	cold := tiers.NewColdStore(testenv.MySQLShards(t, 2), tiers.ColdOptions{})
+	e := &env{router: tiers.NewRouter(hot, warm, cold), warm: warm, cold: cold, now: t0}
+	e.hot = &tiers.HotMover{Hot: e.router.Hot(), Warm: warm, Now: func() time.Time { return e.now }}
+	e.mover = &Mover{RDB: rdb, Prefix: prefix, Hot: e.hot, Warm: warm, Cold: cold, LeaseTTL: 5 * time.Second}
+	return e
+}
+
+type cellSpec struct {
+	rule, app, user string
+	limit           int64
+	window          time.Duration
+}
+
+func newCell(limit int64) cellSpec {
+	return cellSpec{rule: "r" + testenv.RandomHex(3), app: "app-" + testenv.RandomHex(3), user: "u-" + testenv.RandomHex(4), limit: limit, window: time.Hour}
+}
+
+func (c cellSpec) at(now time.Time) tiers.Cell {
+	id := tiers.IdentityOf(c.rule, []string{c.app, c.user})
+	return tiers.Cell{
+		Algorithm: rules.FixedWindow,
+		Limit:     c.limit,
+		Window:    c.window,
+		Identity:  id,
+		Key:       tiers.FixedKeyOf(tiers.CellIDOf(id, c.window), now.UnixMilli()/c.window.Milliseconds()),
+		Tag:       tiers.TagOf(c.app),
+		ShardKey:  tiers.ShardKeyOf(c.app, c.user),
+	}
+}
+
+func (c cellSpec) ref() tiers.Ref { cell := c.at(t0); return tiers.RefOf(&cell) }
+
+func refsOf(cs ...cellSpec) []tiers.Ref {
+	out := make([]tiers.Ref, len(cs))
+	for i, c := range cs {
+		out[i] = c.ref()
+	}
+	return out
+}
+
+// check sends one op over cells through the router.
+func (e *env) check(t testing.TB, mode tiers.Mode, cs ...cellSpec) *tiers.Op {
+	t.Helper()
+	op := &tiers.Op{Cost: 1, Mode: mode}
+	for _, c := range cs {
+		op.Cells = append(op.Cells, c.at(e.now))
+	}
+	if err := e.router.Check(context.Background(), e.now, []*tiers.Op{op}); err != nil {
+		t.Errorf("check: %v", err)
+		return nil
+	}
+	return op
+}
+
+// tierOf is where the directory says c lives ("" while frozen).
+func (e *env) tierOf(t testing.TB, c cellSpec) tiers.Tier {
+	t.Helper()
+	ts, err := e.mover.TierOf(context.Background(), refsOf(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ts[0]
+}
+
+// count reads c's count for the current window from the tier that holds it.
+func (e *env) count(t testing.TB, c cellSpec) int64 {
+	t.Helper()
+	ctx := context.Background()
+	refs := refsOf(c)
+	var recs []tiers.Record
+	var err error
+	switch e.tierOf(t, c) {
+	case tiers.Hot:
+		recs, err = e.hot.Export(ctx, refs)
+	case tiers.Warm:
+		recs, err = e.warm.Export(ctx, refs)
+	case tiers.Cold:
+		recs, err = e.cold.Export(ctx, refs)
+	default:
+		t.Fatalf("cell %s is frozen", c.rule)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range recs {
+		if r.Index() == e.now.Unix()/int64(c.window/time.Second) {
+			return r.Count
+		}
+	}
+	return 0
+}
+
+func (e *env) move(t testing.TB, from, to tiers.Tier, cs ...cellSpec) {
+	t.Helper()
+	res, err := e.mover.MoveCells(context.Background(), refsOf(cs...), from, to)
+	if err != nil {
+		t.Fatalf("move %s>%s: %v", from, to, err)
+	}
+	if len(res.Moved) != len(cs) {
+		t.Fatalf("move %s>%s: moved %d of %d", from, to, len(res.Moved), len(cs))
+	}
+}
+
+// path moves cells from hot to tier along hot>warm>cold.
+func (e *env) place(t testing.TB, tier tiers.Tier, cs ...cellSpec) {
+	t.Helper()
+	switch tier {
+	case tiers.Warm:
+		e.move(t, tiers.Hot, tiers.Warm, cs...)
+	case tiers.Cold:
+		e.move(t, tiers.Hot, tiers.Cold, cs...)
+	}
+}

@@ -1,0 +1,502 @@
+// Package migrate moves fixed-window cells between the hot, warm and cold
+// tiers (PROTOCOL.md): MoveCells moves one batch under leases with a
+// journal, Repair rolls forward the moves a crashed worker left, and the
+// Worker decides what to move (scheduled cycles and on-call promotions).
+package migrate
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/tiers"
+)
+
+// Step is a step of a move, in order (PROTOCOL.md).
+type Step int
+
+// The steps.
+const (
+	StepJournal Step = iota + 1 // the batch is written to the journal
+	StepFreeze                  // the sources are frozen (directory "moving")
+	StepCopy                    // the frozen state is copied to the destination
+	StepSwitch                  // the directory names the destination
+	StepDelete                  // the sources are deleted
+	StepDone                    // the journal entries are removed
+)
+
+func (s Step) String() string {
+	return [...]string{"?", "journal", "freeze", "copy", "switch", "delete", "done"}[min(int(s), 6)]
+}
+
+// Mover moves batches of cells. Its fields are set once, before use.
+type Mover struct {
+	RDB    redis.UniversalClient
+	Prefix string // of the journal and lease keys (the service's key prefix)
+	Hot    *tiers.HotMover
+	Warm   *tiers.WarmStore
+	Cold   *tiers.ColdStore // nil: moves to or from cold fail
+	// LeaseTTL bounds how long a crashed worker's cells stay locked; a
+	// batch must finish within it. 0: 30 s.
+	LeaseTTL time.Duration
+	// AfterStep, when set (tests), runs after each step; an error stops
+	// the move there, as a crash would (leases and journal are left).
+	AfterStep func(step Step) error
+	Metrics   *Metrics
+}
+
+// ErrLeased is reported (joined) for cells another worker is moving.
+var ErrLeased = errors.New("cell is leased by another worker")
+
+func (m *Mover) journalKey() string { return m.Prefix + "mig:journal" }
+
+func (m *Mover) leaseKey(r *tiers.Ref) string {
+	id := r.ID()
+	return m.Prefix + "mig:lease:" + hex.EncodeToString(id[:])
+}
+
+func (m *Mover) leaseTTL() time.Duration {
+	if m.LeaseTTL > 0 {
+		return m.LeaseTTL
+	}
+	return 30 * time.Second
+}
+
+// EncodeRef is a Ref as a journal field and cell_activity.ref: identity, tag, shard key, window.
+func EncodeRef(r *tiers.Ref) string {
+	b := make([]byte, 0, 16+3+8+binary.MaxVarintLen64)
+	b = append(b, r.Identity[:]...)
+	b = append(b, r.Tag[:]...)
+	b = binary.BigEndian.AppendUint64(b, r.ShardKey)
+	b = binary.AppendUvarint(b, uint64(r.Window/time.Second))
+	return string(b)
+}
+
+func DecodeRef(s string) (tiers.Ref, error) {
+	var r tiers.Ref
+	if len(s) < 28 {
+		return r, fmt.Errorf("journal field of %d bytes", len(s))
+	}
+	copy(r.Identity[:], s[:16])
+	copy(r.Tag[:], s[16:19])
+	r.ShardKey = binary.BigEndian.Uint64([]byte(s[19:27]))
+	w, n := binary.Uvarint([]byte(s[27:]))
+	if n <= 0 {
+		return r, errors.New("journal field: bad window")
+	}
+	r.Window = time.Duration(w) * time.Second
+	return r, nil
+}
+
+func (m *Mover) step(s Step) error {
+	if m.AfterStep != nil {
+		if err := m.AfterStep(s); err != nil {
+			return fmt.Errorf("move stopped after %s: %w", s, err)
+		}
+	}
+	return nil
+}
+
+var releaseScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
+// lease takes the lease of every ref it can; it returns the refs taken and
+// a release function.
+func (m *Mover) lease(ctx context.Context, refs []tiers.Ref) ([]tiers.Ref, func(), error) {
+	token := fmt.Sprintf("%d-%s", time.Now().UnixNano(), hex.EncodeToString([]byte(EncodeRef(&refs[0]))[:8]))
+	pipe := m.RDB.Pipeline()
+	cmds := make([]*redis.BoolCmd, len(refs))
+	for i := range refs {
+		cmds[i] = pipe.SetNX(ctx, m.leaseKey(&refs[i]), token, m.leaseTTL())
+	}
+	_, _ = pipe.Exec(ctx)
+	var got []tiers.Ref
+	var err error
+	for i, c := range cmds {
+		ok, e := c.Result()
+		if e != nil {
+			err = e
+			continue
+		}
+		if ok {
+			got = append(got, refs[i])
+		}
+	}
+	release := func() {
+		if len(got) == 0 {
+			return
+		}
+		ctx := context.WithoutCancel(ctx)
+		p := m.RDB.Pipeline()
+		for i := range got {
+			releaseScript.Eval(ctx, p, []string{m.leaseKey(&got[i])}, token)
+		}
+		_, _ = p.Exec(ctx)
+	}
+	if err != nil {
+		release()
+		return nil, nil, fmt.Errorf("lease: %w", err)
+	}
+	return got, release, nil
+}
+
+// Result says what MoveCells did.
+type Result struct {
+	Moved   []tiers.Ref // now in the destination (moved by this call)
+	Skipped int         // leased by another worker, or not in the source tier
+}
+
+// state of a cell as its directory value says, relative to a move S->D.
+type state int
+
+const (
+	stSource   state = iota // still in S: to freeze
+	stFrozen                // frozen in S: copy and switch
+	stSwitched              // the directory names D: delete S
+	stOther                 // in neither: not this move's business
+)
+
+// classify places a cell from its directory value v and whether the cold
+// tier has a row for it (consulted only when v is empty).
+func classify(v string, row bool, from, to tiers.Tier) state {
+	cur := tierOf(v, row)
+	switch {
+	case cur == from:
+		return stSource
+	case cur == to:
+		return stSwitched
+	case cur == "" && (from == tiers.Warm) == (v != tiers.DirMoving):
+		// frozen: a Moved record out of warm, "M" out of hot or cold
+		return stFrozen
+	}
+	return stOther
+}
+
+// tierOf is the tier a directory value names ("" while frozen). An empty
+// value is cold with a cold row, else hot (a cell the router has not marked
+// yet: checked before tiering, or never).
+func tierOf(v string, row bool) tiers.Tier {
+	rec, isRec := tiers.IsWarmRecord(v)
+	switch {
+	case v == tiers.DirHot:
+		return tiers.Hot
+	case v == "" && row:
+		return tiers.Cold
+	case v == "":
+		return tiers.Hot
+	case isRec && !rec.Moved:
+		return tiers.Warm
+	}
+	return ""
+}
+
+// dir reads the directory values of refs and, for the empty ones, whether
+// the cold tier has a row.
+func (m *Mover) dir(ctx context.Context, refs []tiers.Ref) ([]string, []bool, error) {
+	raws, err := m.Warm.DirRaw(ctx, refs)
+	if err != nil {
+		return nil, nil, err
+	}
+	rows := make([]bool, len(refs))
+	if m.Cold == nil {
+		return raws, rows, nil
+	}
+	var ask []tiers.Ref
+	var at []int
+	for i, v := range raws {
+		if v == "" {
+			ask = append(ask, refs[i])
+			at = append(at, i)
+		}
+	}
+	if len(ask) > 0 {
+		ex, err := m.Cold.Exists(ctx, ask)
+		if err != nil {
+			return nil, nil, err
+		}
+		for k, i := range at {
+			rows[i] = ex[k]
+		}
+	}
+	return raws, rows, nil
+}
+
+// MoveCells moves refs from one tier to another (PROTOCOL.md): lease,
+// journal, freeze, copy, switch, delete, one batched round of each for the
+// whole batch. Cells another worker holds, or that are not in from, are
+// skipped. It is safe to call again with the same refs after any failure:
+// it continues each cell from the step its directory shows.
+func (m *Mover) MoveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier) (Result, error) {
+	var res Result
+	if from == to || len(refs) == 0 {
+		return res, nil
+	}
+	if (from == tiers.Cold || to == tiers.Cold) && m.Cold == nil {
+		return res, errors.New("migrate: no cold store")
+	}
+	got, release, err := m.lease(ctx, refs)
+	if err != nil {
+		m.Metrics.failed()
+		return res, err
+	}
+	res.Skipped = len(refs) - len(got)
+	if len(got) == 0 {
+		return res, nil
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			release()
+		}
+	}()
+	moved, err := m.move(ctx, got, from, to)
+	if err != nil {
+		if errors.Is(err, errStopped) {
+			stopped = true // a simulated crash keeps its leases
+		}
+		m.Metrics.failed()
+		return res, err
+	}
+	res.Moved = moved
+	res.Skipped += len(got) - len(moved)
+	m.Metrics.moved(from, to, len(moved))
+	return res, nil
+}
+
+var errStopped = errors.New("stopped by test hook")
+
+func (m *Mover) move(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier) ([]tiers.Ref, error) {
+	stop := func(s Step) error {
+		if err := m.step(s); err != nil {
+			return fmt.Errorf("%w: %w", errStopped, err)
+		}
+		return nil
+	}
+	dir := string(from) + ">" + string(to)
+	// Journal first: from here on a crash is repaired by Repair.
+	vals := make([]any, 0, 2*len(refs))
+	for i := range refs {
+		vals = append(vals, EncodeRef(&refs[i]), dir)
+	}
+	if err := m.RDB.HSet(ctx, m.journalKey(), vals...).Err(); err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	if err := stop(StepJournal); err != nil {
+		return nil, err
+	}
+	raws, rows, err := m.dir(ctx, refs)
+	if err != nil {
+		return nil, err
+	}
+	var toFreeze, active, done []tiers.Ref
+	for i, v := range raws {
+		switch classify(v, rows[i], from, to) {
+		case stSource:
+			toFreeze = append(toFreeze, refs[i])
+			active = append(active, refs[i])
+		case stFrozen:
+			active = append(active, refs[i])
+		case stSwitched:
+			done = append(done, refs[i])
+		default:
+			// In neither tier (a third one, or frozen by another move):
+			// not this move's business; its journal entry goes.
+		}
+	}
+	// Freeze.
+	switch from {
+	case tiers.Hot:
+		ok, err := m.Hot.Freeze(ctx, toFreeze)
+		if err != nil {
+			return nil, err
+		}
+		for i, b := range ok {
+			if !b {
+				return nil, fmt.Errorf("freeze: cell %x changed tier under its lease", toFreeze[i].ID())
+			}
+		}
+	case tiers.Warm:
+		if _, err := m.Warm.Freeze(ctx, toFreeze); err != nil {
+			return nil, err
+		}
+	case tiers.Cold:
+		swaps := make([]tiers.DirSwap, len(toFreeze))
+		for i := range toFreeze {
+			swaps[i] = tiers.DirSwap{Ref: toFreeze[i], Old: "", New: tiers.DirMoving}
+		}
+		if err := m.cas(ctx, swaps); err != nil {
+			return nil, err
+		}
+		// Every run freezes the rows again: a crash may have come between
+		// the directory and the rows.
+		if err := m.Cold.Freeze(ctx, active); err != nil {
+			return nil, err
+		}
+	}
+	if err := stop(StepFreeze); err != nil {
+		return nil, err
+	}
+	// Copy the frozen state.
+	frozen, err := m.Warm.DirRaw(ctx, active)
+	if err != nil {
+		return nil, err
+	}
+	var recs []tiers.Record
+	switch from {
+	case tiers.Hot:
+		recs, err = m.Hot.Export(ctx, active)
+	case tiers.Warm:
+		for i, v := range frozen {
+			if r, ok := tiers.IsWarmRecord(v); ok {
+				r.Ref = active[i]
+				recs = append(recs, r)
+			}
+		}
+	case tiers.Cold:
+		recs, err = m.Cold.Export(ctx, active)
+	}
+	if err != nil {
+		return nil, err
+	}
+	byID := map[tiers.CellID]*tiers.Record{}
+	for i := range recs {
+		recs[i].Moved = false
+		byID[recs[i].ID()] = &recs[i]
+	}
+	now := time.Now()
+	if m.Hot.Now != nil {
+		now = m.Hot.Now()
+	}
+	nowS := now.Unix()
+	// A cell with no record gets an empty one in warm and cold: the
+	// directory (warm) and routed checks (cold) need it to exist.
+	full := make([]tiers.Record, len(active))
+	for i := range active {
+		if r, ok := byID[active[i].ID()]; ok {
+			full[i] = *r
+		} else {
+			full[i] = tiers.Record{Ref: active[i], Last: nowS, First: nowS}
+		}
+	}
+	switch to {
+	case tiers.Hot:
+		err = m.Hot.Import(ctx, full)
+	case tiers.Cold:
+		err = m.Cold.Import(ctx, full)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := stop(StepCopy); err != nil {
+		return nil, err
+	}
+	// Switch.
+	swaps := make([]tiers.DirSwap, len(active))
+	for i := range active {
+		sw := tiers.DirSwap{Ref: active[i], Old: frozen[i]}
+		switch to {
+		case tiers.Hot:
+			sw.New = tiers.DirHot
+		case tiers.Warm:
+			if sw.New, err = tiers.EncodeDirRecord(&full[i]); err != nil {
+				return nil, err
+			}
+		}
+		swaps[i] = sw
+	}
+	if err := m.cas(ctx, swaps); err != nil {
+		return nil, err
+	}
+	if err := stop(StepSwitch); err != nil {
+		return nil, err
+	}
+	// Delete the sources.
+	del := append(append([]tiers.Ref(nil), active...), done...)
+	switch from {
+	case tiers.Hot:
+		err = m.Hot.Delete(ctx, del)
+	case tiers.Cold:
+		err = m.Cold.Delete(ctx, del)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := stop(StepDelete); err != nil {
+		return nil, err
+	}
+	fields := make([]string, len(refs))
+	for i := range refs {
+		fields[i] = EncodeRef(&refs[i])
+	}
+	if err := m.RDB.HDel(ctx, m.journalKey(), fields...).Err(); err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	return append(active, done...), nil
+}
+
+// cas runs directory compare-and-sets that must all succeed: under the
+// lease nothing else changes a cell's directory.
+func (m *Mover) cas(ctx context.Context, swaps []tiers.DirSwap) error {
+	ok, err := m.Warm.DirCAS(ctx, swaps)
+	if err != nil {
+		return err
+	}
+	for i, b := range ok {
+		if !b {
+			return fmt.Errorf("directory of cell %x changed under its lease", swaps[i].ID())
+		}
+	}
+	return nil
+}
+
+// Repair rolls forward every move in the journal whose lease has lapsed
+// (a crashed worker's); moves still leased are left to their worker. It
+// returns how many cells it finished and how many it left.
+func (m *Mover) Repair(ctx context.Context) (repaired, left int, err error) {
+	all, err := m.RDB.HGetAll(ctx, m.journalKey()).Result()
+	if err != nil {
+		return 0, 0, fmt.Errorf("journal: %w", err)
+	}
+	groups := map[string][]tiers.Ref{}
+	for f, v := range all {
+		r, err := DecodeRef(f)
+		if err != nil {
+			return repaired, left, err
+		}
+		groups[v] = append(groups[v], r)
+	}
+	var errs []error
+	for dir, refs := range groups {
+		from, to, ok := strings.Cut(dir, ">")
+		if !ok {
+			errs = append(errs, fmt.Errorf("journal: bad direction %q", dir))
+			continue
+		}
+		res, err := m.MoveCells(ctx, refs, tiers.Tier(from), tiers.Tier(to))
+		repaired += len(res.Moved)
+		left += res.Skipped
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return repaired, left, errors.Join(errs...)
+}
+
+// TierOf returns the tier the directory names for each ref, "" while a move
+// has it frozen.
+func (m *Mover) TierOf(ctx context.Context, refs []tiers.Ref) ([]tiers.Tier, error) {
+	raws, rows, err := m.dir(ctx, refs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]tiers.Tier, len(refs))
+	for i, v := range raws {
+		out[i] = tierOf(v, rows[i])
+	}
+	return out, nil
+}

@@ -1,0 +1,344 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quota-platform/quota/tiers"
+)
+
+var allTiers = []tiers.Tier{tiers.Hot, tiers.Warm, tiers.Cold}
+
+// Limit N gives exactly N allowed calls, in each tier, through the router,
+// and Outcome.Tier names the tier.
+func TestRouterExactInEachTier(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, tier := range allTiers {
+		t.Run(string(tier), func(t *testing.T) {
+			t.Parallel()
+			c := newCell(7)
+			e.place(t, tier, c)
+			if got := e.tierOf(t, c); got != tier {
+				t.Fatalf("tier %q, want %q", got, tier)
+			}
+			allowed := 0
+			for range 12 {
+				op := e.check(t, tiers.Enforce, c)
+				if op == nil {
+					t.FailNow()
+				}
+				if op.Out[0].Tier != tier {
+					t.Fatalf("outcome tier %q, want %q", op.Out[0].Tier, tier)
+				}
+				if op.Allowed() {
+					allowed++
+				}
+			}
+			if allowed != 7 || e.count(t, c) != 7 {
+				t.Fatalf("allowed %d, count %d, want 7 and 7", allowed, e.count(t, c))
+			}
+		})
+	}
+}
+
+// One op over cells in three tiers is all-or-nothing: the tightest limit
+// decides, and denied ops count nowhere.
+func TestRouterMixedOpAllOrNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	h, w, c := newCell(9), newCell(4), newCell(6)
+	w.app, c.app = h.app, h.app // one tag: one script call on a cluster too
+	e.place(t, tiers.Warm, w)
+	e.place(t, tiers.Cold, c)
+	allowed := 0
+	for range 10 {
+		op := e.check(t, tiers.Enforce, h, w, c)
+		if op.Allowed() {
+			allowed++
+		}
+		if got := fmt.Sprint(op.Out[0].Tier, op.Out[1].Tier, op.Out[2].Tier); got != "hotwarmcold" {
+			t.Fatalf("tiers %s", got)
+		}
+	}
+	if allowed != 4 {
+		t.Fatalf("allowed %d, want 4", allowed)
+	}
+	for _, x := range []cellSpec{h, w, c} {
+		if n := e.count(t, x); n != 4 {
+			t.Fatalf("cell %s count %d, want 4", x.rule, n)
+		}
+	}
+	// Report counts everywhere; a dry run nowhere.
+	e.check(t, tiers.Report, h, w, c)
+	e.check(t, tiers.DryRun, h, w, c)
+	for _, x := range []cellSpec{h, w, c} {
+		if n := e.count(t, x); n != 5 {
+			t.Fatalf("cell %s count %d, want 5", x.rule, n)
+		}
+	}
+}
+
+// Moves keep the count, every direction.
+func TestMoveKeepsCount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := newCell(100)
+	want := int64(0)
+	path := []tiers.Tier{tiers.Warm, tiers.Cold, tiers.Hot, tiers.Cold, tiers.Warm, tiers.Hot}
+	from := tiers.Hot
+	for _, to := range path {
+		for range 3 {
+			e.check(t, tiers.Enforce, c)
+			want++
+		}
+		e.move(t, from, to, c)
+		if got := e.tierOf(t, c); got != to {
+			t.Fatalf("%s>%s: tier %q", from, to, got)
+		}
+		if n := e.count(t, c); n != want {
+			t.Fatalf("%s>%s: count %d, want %d", from, to, n, want)
+		}
+		from = to
+	}
+}
+
+// 32 goroutines call two cells in one op while a loop moves both
+// hot>warm>cold>hot again and again: the saturated cell allows exactly its
+// limit, and each final count equals what was allowed.
+func TestMoveRace(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a, b := newCell(300), newCell(1_000_000)
+	b.app = a.app
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var moves atomic.Int64
+	moveErr := make(chan error, 1)
+	go func() {
+		defer close(moveErr)
+		cycle := []tiers.Tier{tiers.Hot, tiers.Warm, tiers.Cold, tiers.Hot, tiers.Cold, tiers.Warm}
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			from, to := cycle[i%len(cycle)], cycle[(i+1)%len(cycle)]
+			res, err := e.mover.MoveCells(context.Background(), refsOf(a, b), from, to)
+			if err != nil || len(res.Moved) != 2 {
+				moveErr <- fmt.Errorf("move %s>%s: %v (moved %d)", from, to, err, len(res.Moved))
+				return
+			}
+			moves.Add(1)
+		}
+	}()
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				if op := e.check(t, tiers.Enforce, a, b); op != nil && op.Allowed() {
+					allowed.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	if err := <-moveErr; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d moves during 640 checks", moves.Load())
+	if moves.Load() < 6 {
+		t.Errorf("only %d moves ran during the checks", moves.Load())
+	}
+	if n := allowed.Load(); n != 300 {
+		t.Fatalf("allowed %d, want 300", n)
+	}
+	if ca, cb := e.count(t, a), e.count(t, b); ca != 300 || cb != 300 {
+		t.Fatalf("final counts %d, %d; want 300, 300", ca, cb)
+	}
+}
+
+// A move stopped after each step (a crash) is finished by Repair: the
+// counts are intact and the cell is routable and exact.
+func TestMoveCrashThenRepair(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, from := range allTiers {
+		for _, to := range allTiers {
+			if from == to {
+				continue
+			}
+			for step := StepJournal; step <= StepDelete; step++ {
+				t.Run(fmt.Sprintf("%s>%s/after-%s", from, to, step), func(t *testing.T) {
+					t.Parallel()
+					c := newCell(10)
+					e.place(t, from, c)
+					for range 4 {
+						e.check(t, tiers.Enforce, c)
+					}
+					crashing := *e.mover
+					crashing.LeaseTTL = 300 * time.Millisecond
+					crashing.AfterStep = func(s Step) error {
+						if s == step {
+							return errors.New("crash")
+						}
+						return nil
+					}
+					if _, err := crashing.MoveCells(context.Background(), refsOf(c), from, to); err == nil {
+						t.Fatal("the crashing move succeeded")
+					}
+					// Repair waits for the dead worker's lease.
+					deadline := time.Now().Add(5 * time.Second)
+					for {
+						n, left, err := e.mover.Repair(context.Background())
+						if err != nil {
+							t.Fatal(err)
+						}
+						if n > 0 && left == 0 || time.Now().After(deadline) {
+							break
+						}
+						time.Sleep(50 * time.Millisecond)
+					}
+					if got := e.tierOf(t, c); got != to {
+						t.Fatalf("after repair: tier %q, want %q", got, to)
+					}
+					if n := e.count(t, c); n != 4 {
+						t.Fatalf("after repair: count %d, want 4", n)
+					}
+					allowed := 0
+					for range 10 {
+						if op := e.check(t, tiers.Enforce, c); op != nil && op.Allowed() {
+							allowed++
+						}
+					}
+					if allowed != 6 {
+						t.Fatalf("after repair: %d more allowed, want 6", allowed)
+					}
+				})
+			}
+		}
+	}
+}
+
+// Two workers moving the same cells at once: each cell moves once, the
+// counts are intact.
+func TestTwoWorkers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var cs []cellSpec
+	for i := range 40 {
+		c := newCell(50)
+		cs = append(cs, c)
+		for range i % 5 {
+			e.check(t, tiers.Enforce, c)
+		}
+	}
+	other := *e.mover
+	for _, hop := range [][2]tiers.Tier{{tiers.Hot, tiers.Warm}, {tiers.Warm, tiers.Cold}, {tiers.Cold, tiers.Hot}} {
+		var wg sync.WaitGroup
+		results := make([]Result, 2)
+		errs := make([]error, 2)
+		for w, m := range []*Mover{e.mover, &other} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[w], errs[w] = m.MoveCells(context.Background(), refsOf(cs...), hop[0], hop[1])
+			}()
+		}
+		wg.Wait()
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatal(errs)
+		}
+		seen := map[tiers.CellID]int{}
+		for _, r := range results {
+			for _, ref := range r.Moved {
+				seen[ref.ID()]++
+			}
+		}
+		for _, c := range cs {
+			if n := seen[c.ref().ID()]; n != 1 {
+				// A cell may also be skipped by both when one worker
+				// finished before the other asked: then it counts once
+				// as moved and once as "already switched".
+				if n == 0 || n > 2 {
+					t.Fatalf("%s>%s: cell moved %d times", hop[0], hop[1], n)
+				}
+			}
+		}
+		for i, c := range cs {
+			if got := e.tierOf(t, c); got != hop[1] {
+				t.Fatalf("tier %q, want %q", got, hop[1])
+			}
+			if n := e.count(t, c); n != int64(i%5) {
+				t.Fatalf("%s>%s: count %d, want %d", hop[0], hop[1], n, i%5)
+			}
+		}
+	}
+}
+
+// A new cell starts in the router's NewTier; a cold cell costs no Redis
+// memory: its directory field is gone after the move.
+func TestNewTierAndColdCostsNoRedis(t *testing.T) {
+	t.Parallel()
+	for _, tier := range allTiers {
+		t.Run(string(tier), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.router.NewTier = tier
+			c := newCell(3)
+			allowed := 0
+			for range 5 {
+				op := e.check(t, tiers.Enforce, c)
+				if op.Out[0].Tier != tier {
+					t.Fatalf("outcome tier %q, want %q", op.Out[0].Tier, tier)
+				}
+				if op.Allowed() {
+					allowed++
+				}
+			}
+			if allowed != 3 || e.tierOf(t, c) != tier || e.count(t, c) != 3 {
+				t.Fatalf("allowed %d, tier %q, count %d", allowed, e.tierOf(t, c), e.count(t, c))
+			}
+		})
+	}
+	e := newEnv(t)
+	c := newCell(3)
+	e.check(t, tiers.Enforce, c)
+	e.move(t, tiers.Hot, tiers.Cold, c)
+	raws, err := e.warm.DirRaw(context.Background(), refsOf(c))
+	if err != nil || raws[0] != "" {
+		t.Fatalf("cold cell's directory field %q (%v), want none", raws[0], err)
+	}
+	hotKeys, err := e.hot.Export(context.Background(), refsOf(c))
+	if err != nil || len(hotKeys) != 0 {
+		t.Fatalf("cold cell still has hot keys: %v %v", hotKeys, err)
+	}
+}
+
+// quotad's mover has no injected clock (HotMover.Now nil): moves use the
+// real time.
+func TestMoveWithRealClock(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.now = time.Now()
+	e.hot.Now = nil
+	c := newCell(10)
+	for range 4 {
+		e.check(t, tiers.Enforce, c)
+	}
+	for _, hop := range [][2]tiers.Tier{{tiers.Hot, tiers.Cold}, {tiers.Cold, tiers.Warm}, {tiers.Warm, tiers.Hot}} {
+		e.move(t, hop[0], hop[1], c)
+		if n := e.count(t, c); n != 4 {
+			t.Fatalf("%s>%s: count %d, want 4", hop[0], hop[1], n)
+		}
+	}
+}

@@ -1,0 +1,157 @@
+package migrate
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/tiers"
+)
+
+// TierUsage is one tier's share.
+type TierUsage struct {
+	Identities int64 `json:"identities"`
+	Bytes      int64 `json:"bytes"`
+}
+
+// TierStats is the answer of GET /v1/admin/tiers.
+type TierStats struct {
+	Hot    TierUsage `json:"hot"`
+	Warm   TierUsage `json:"warm"`
+	Cold   TierUsage `json:"cold"`
+	Moving int64     `json:"moving"`
+	Method string    `json:"method"`
+}
+
+const statsSample = 256
+
+// Stats counts cells per tier and estimates their bytes. Hot: cells
+// marked "H" in the directory; bytes = counter keys found by SCAN
+// (prefix{tag}<16 bytes>, every algorithm) x mean MEMORY USAGE of up to 256
+// sampled keys, plus the markers' share of the warm buckets. Warm: every
+// bucket hash is read (HGETALL, pipelined) and its fields classified;
+// bucket bytes = buckets x mean MEMORY USAGE of sampled buckets, split
+// between warm records and hot markers by their share of field+value
+// bytes. Cold: rows (COUNT(*) below 100,000 rows a shard, else
+// information_schema's TABLE_ROWS estimate) and DATA_LENGTH + INDEX_LENGTH
+// of cold_cells, summed over the shards; cold cells cost Redis nothing.
+// It reads every key under the prefix: an admin tool, not for a hot loop.
+func (m *Mover) Stats(ctx context.Context) (TierStats, error) {
+	st := TierStats{Method: "hot/warm: directory fields counted, MEMORY USAGE sampled (256 keys of each kind); cold: rows and information_schema data+index length"}
+	hotLen := len(m.Prefix) + 8 + 16
+	warmLen := len(m.Prefix) + 8 + 3
+	var hotSample, warmSample []string
+	var buckets []string
+	var hotKeys int64
+	iter := m.RDB.Scan(ctx, 0, m.Prefix+"{*", 5000).Iterator()
+	for iter.Next(ctx) {
+		k := iter.Val()
+		switch {
+		case len(k) == hotLen:
+			hotKeys++
+			if len(hotSample) < statsSample {
+				hotSample = append(hotSample, k)
+			}
+		case len(k) == warmLen && k[len(m.Prefix)+8] == 'w':
+			buckets = append(buckets, k)
+			if len(warmSample) < statsSample {
+				warmSample = append(warmSample, k)
+			}
+		case len(k) == hotLen+1 && strings.HasSuffix(k, "~"):
+			st.Moving++
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return st, fmt.Errorf("tier stats: %w", err)
+	}
+	hotMean, err := m.meanUsage(ctx, hotSample)
+	if err != nil {
+		return st, err
+	}
+	st.Hot.Bytes = int64(hotMean * float64(hotKeys))
+	var recBytes, markBytes int64
+	for i := 0; i < len(buckets); i += 200 {
+		part := buckets[i:min(i+200, len(buckets))]
+		pipe := m.RDB.Pipeline()
+		cmds := make([]*redis.MapStringStringCmd, len(part))
+		for j, k := range part {
+			cmds[j] = pipe.HGetAll(ctx, k)
+		}
+		_, _ = pipe.Exec(ctx)
+		for _, c := range cmds {
+			fields, err := c.Result()
+			if err != nil {
+				return st, fmt.Errorf("tier stats: %w", err)
+			}
+			for f, v := range fields {
+				switch v {
+				case tiers.DirHot:
+					st.Hot.Identities++
+					markBytes += int64(len(f) + len(v))
+				case tiers.DirMoving:
+					st.Moving++
+					markBytes += int64(len(f) + len(v))
+				default:
+					st.Warm.Identities++
+					recBytes += int64(len(f) + len(v))
+				}
+			}
+		}
+	}
+	warmMean, err := m.meanUsage(ctx, warmSample)
+	if err != nil {
+		return st, err
+	}
+	total := warmMean * float64(len(buckets))
+	if recBytes+markBytes > 0 {
+		st.Warm.Bytes = int64(total * float64(recBytes) / float64(recBytes+markBytes))
+		st.Hot.Bytes += int64(total) - st.Warm.Bytes
+	}
+	if m.Cold != nil {
+		for sh, db := range m.Cold.DBs() {
+			var size, rows int64
+			if err := db.QueryRowContext(ctx, "SELECT COALESCE(DATA_LENGTH + INDEX_LENGTH, 0), COALESCE(TABLE_ROWS, 0) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'cold_cells'").Scan(&size, &rows); err != nil {
+				return st, fmt.Errorf("tier stats shard %d: %w", sh, err)
+			}
+			if rows < 100_000 {
+				// Small tables: exact (TABLE_ROWS is an estimate).
+				if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM cold_cells").Scan(&rows); err != nil {
+					return st, fmt.Errorf("tier stats shard %d: %w", sh, err)
+				}
+			}
+			st.Cold.Identities += rows
+			st.Cold.Bytes += size
+		}
+	}
+	return st, nil
+}
+
+func (m *Mover) meanUsage(ctx context.Context, keys []string) (float64, error) {
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	pipe := m.RDB.Pipeline()
+	cmds := make([]*redis.IntCmd, len(keys))
+	for i, k := range keys {
+		cmds[i] = pipe.MemoryUsage(ctx, k, 0)
+	}
+	_, _ = pipe.Exec(ctx)
+	var sum, n int64
+	for _, c := range cmds {
+		v, err := c.Result()
+		if err == redis.Nil {
+			continue // expired meanwhile
+		}
+		if err != nil {
+			return 0, fmt.Errorf("tier stats: %w", err)
+		}
+		sum += v
+		n++
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	return float64(sum) / float64(n), nil
+}

@@ -1,0 +1,364 @@
+package migrate
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/quota-platform/quota/tiers"
+)
+
+// Config is the migration policy.
+type Config struct {
+	Schedule      string  // cron spec of the scheduled cycle (UTC), e.g. "@daily"
+	HotThreshold  float64 // mean calls per hour at or above which a cell is hot
+	ColdThreshold float64 // mean calls per hour below which a cell is cold
+	// On call: a warm cell whose mean interval between its last 50 calls
+	// is at most PromoteInterval moves to hot at once (a cold one to warm);
+	// a warm cell whose mean interval is at least DemoteInterval moves to
+	// cold. 0 disables either.
+	PromoteInterval time.Duration
+	DemoteInterval  time.Duration
+	BatchSize       int // cells per scan chunk and move batch; 0: 1000
+	// RepairEvery is how often the worker looks for moves a crashed
+	// worker left (their cells wait frozen until then); 0: 5 s.
+	RepairEvery  time.Duration
+	HorizonHours int // history kept per cell; 0: 168 (7 days)
+}
+
+// Worker runs migration cycles and on-call moves.
+type Worker struct {
+	Mover    *Mover
+	Activity *Activity // flushed before each cycle (may be nil)
+	DBs      []*sql.DB // the shards holding cell_activity
+	Config   Config
+	Now      func() time.Time
+	Log      *slog.Logger
+
+	cycle  sync.Mutex
+	mu     sync.Mutex
+	queued map[tiers.CellID]bool
+	queue  chan onCall
+}
+
+type onCall struct {
+	ref      tiers.Ref
+	from, to tiers.Tier // to "" = decide from the cold record
+}
+
+// CycleReport is what one cycle did.
+type CycleReport struct {
+	Scanned  int            `json:"scanned"`
+	Moved    map[string]int `json:"moved"` // "hot>warm": cells
+	Skipped  int            `json:"skipped"`
+	Repaired int            `json:"repaired"`
+	Failures int            `json:"failures"`
+	Errors   []string       `json:"errors,omitempty"`
+	Duration string         `json:"duration"`
+}
+
+func (w *Worker) now() time.Time {
+	if w.Now != nil {
+		return w.Now()
+	}
+	return time.Now()
+}
+
+func (w *Worker) repairEvery() time.Duration {
+	if w.Config.RepairEvery > 0 {
+		return w.Config.RepairEvery
+	}
+	return 5 * time.Second
+}
+
+func (w *Worker) batch() int {
+	if w.Config.BatchSize > 0 {
+		return w.Config.BatchSize
+	}
+	return 1000
+}
+
+// Target is the tier a cell with the given mean calls per hour belongs in.
+func (c *Config) Target(perHour float64) tiers.Tier {
+	switch {
+	case perHour >= c.HotThreshold:
+		return tiers.Hot
+	case perHour < c.ColdThreshold:
+		return tiers.Cold
+	}
+	return tiers.Warm
+}
+
+// RunCycle runs one scheduled cycle now: repair, flush the activity, then
+// scan cell_activity shard by shard in key order, batch by batch, moving
+// each batch's cells whose tier differs from their target.
+func (w *Worker) RunCycle(ctx context.Context) (CycleReport, error) {
+	w.cycle.Lock()
+	defer w.cycle.Unlock()
+	start := time.Now()
+	rep := CycleReport{Moved: map[string]int{}}
+	var errs []error
+	fail := func(err error) {
+		rep.Failures++
+		rep.Errors = append(rep.Errors, err.Error())
+		errs = append(errs, err)
+	}
+	n, _, err := w.Mover.Repair(ctx)
+	rep.Repaired = n
+	if err != nil {
+		fail(err)
+	}
+	if w.Activity != nil {
+		if err := w.Activity.Flush(ctx); err != nil {
+			fail(err)
+		}
+	}
+	hour := w.now().Unix() / 3600
+	horizon := int64(w.Config.HorizonHours)
+	if horizon <= 0 {
+		horizon = 168
+	}
+	for sh, db := range w.DBs {
+		after := []byte{}
+		for {
+			rows, err := db.QueryContext(ctx, "SELECT k, ref, since, calls FROM cell_activity WHERE k > ? ORDER BY k LIMIT ?", after, w.batch())
+			if err != nil {
+				fail(fmt.Errorf("activity scan shard %d: %w", sh, err))
+				break
+			}
+			var refs []tiers.Ref
+			var rates []float64
+			var last []byte
+			for rows.Next() {
+				var k, ref []byte
+				var since, calls int64
+				if err := rows.Scan(&k, &ref, &since, &calls); err != nil {
+					fail(err)
+					break
+				}
+				last = k
+				r, err := DecodeRef(string(ref))
+				if err != nil {
+					fail(err)
+					continue
+				}
+				refs = append(refs, r)
+				rates = append(rates, float64(calls)/float64(max(hour-since, 1)))
+			}
+			rows.Close()
+			if len(last) == 0 {
+				break
+			}
+			rep.Scanned += len(refs)
+			w.moveBatch(ctx, refs, rates, &rep, fail)
+			// Bound the history: rows older than the horizon keep their mean.
+			if _, err := db.ExecContext(ctx, "UPDATE cell_activity SET calls = calls * ? DIV GREATEST(? - since, 1), since = ? - ? WHERE k > ? AND k <= ? AND ? - since > ?",
+				horizon, hour, hour, horizon, after, last, hour, horizon); err != nil {
+				fail(fmt.Errorf("activity rescale shard %d: %w", sh, err))
+			}
+			after = last
+		}
+	}
+	rep.Duration = time.Since(start).Round(time.Millisecond).String()
+	return rep, errors.Join(errs...)
+}
+
+func (w *Worker) moveBatch(ctx context.Context, refs []tiers.Ref, rates []float64, rep *CycleReport, fail func(error)) {
+	cur, err := w.Mover.TierOf(ctx, refs)
+	if err != nil {
+		fail(err)
+		return
+	}
+	type dir struct{ from, to tiers.Tier }
+	groups := map[dir][]tiers.Ref{}
+	var order []dir
+	for i := range refs {
+		to := w.Config.Target(rates[i])
+		if cur[i] == "" || cur[i] == to {
+			continue
+		}
+		d := dir{cur[i], to}
+		if _, ok := groups[d]; !ok {
+			order = append(order, d)
+		}
+		groups[d] = append(groups[d], refs[i])
+	}
+	for _, d := range order {
+		res, err := w.Mover.MoveCells(ctx, groups[d], d.from, d.to)
+		if err != nil {
+			fail(err)
+		}
+		rep.Moved[string(d.from)+">"+string(d.to)] += len(res.Moved)
+		rep.Skipped += res.Skipped
+	}
+}
+
+// Observe is the router's on-call hook (tiers.Router.Observe): it queues a
+// move, never blocking the check, when a warm cell's mean interval crosses
+// a threshold, and queues every cold cell seen for a look at its record.
+func (w *Worker) Observe(tier tiers.Tier, ref tiers.Ref, rec *tiers.Record) {
+	c := onCall{ref: ref, from: tier}
+	switch tier {
+	case tiers.Warm:
+		if rec == nil || rec.Samples < 3 {
+			return
+		}
+		iv := time.Duration(rec.MeanInterval) * time.Second
+		switch {
+		case w.Config.PromoteInterval > 0 && iv <= w.Config.PromoteInterval:
+			c.to = tiers.Hot
+		case w.Config.DemoteInterval > 0 && iv >= w.Config.DemoteInterval:
+			c.to = tiers.Cold
+		default:
+			return
+		}
+	case tiers.Cold:
+		if w.Config.PromoteInterval <= 0 {
+			return
+		}
+	default:
+		return
+	}
+	id := ref.ID()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.queue == nil || w.queued[id] {
+		return
+	}
+	select {
+	case w.queue <- c:
+		w.queued[id] = true
+	default: // full: the scheduled cycle will see the cell
+	}
+}
+
+// Start runs the scheduled cycle on Config.Schedule and the on-call mover
+// until Stop. It returns an error for a bad schedule.
+func (w *Worker) Start(ctx context.Context) (stop func(), err error) {
+	sched, err := cron.ParseStandard(w.Config.Schedule)
+	if err != nil {
+		return nil, fmt.Errorf("migration schedule %q: %w", w.Config.Schedule, err)
+	}
+	w.mu.Lock()
+	w.queue = make(chan onCall, 10_000)
+	w.queued = map[tiers.CellID]bool{}
+	w.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	c := cron.New(cron.WithLocation(time.UTC))
+	c.Schedule(sched, cron.FuncJob(func() {
+		rep, err := w.RunCycle(ctx)
+		w.log().Info("migration cycle", "scanned", rep.Scanned, "moved", rep.Moved, "skipped", rep.Skipped, "repaired", rep.Repaired, "failures", rep.Failures, "duration", rep.Duration, "err", err)
+	}))
+	c.Start()
+	done := make(chan struct{}, 2)
+	go func() {
+		defer func() { done <- struct{}{} }()
+		w.onCallLoop(ctx)
+	}()
+	// A crashed worker's cells stay frozen (checks on them wait, then
+	// fail over to the fail mode) until a repair: look every RepairEvery.
+	go func() {
+		defer func() { done <- struct{}{} }()
+		t := time.NewTicker(w.repairEvery())
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if n, _, err := w.Mover.Repair(ctx); err != nil || n > 0 {
+					w.log().Info("migration repair", "repaired", n, "err", err)
+				}
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-c.Stop().Done()
+		<-done
+		<-done
+	}, nil
+}
+
+func (w *Worker) log() *slog.Logger {
+	if w.Log != nil {
+		return w.Log
+	}
+	return slog.Default()
+}
+
+// onCallLoop moves queued cells in batches of what has queued up.
+func (w *Worker) onCallLoop(ctx context.Context) {
+	for {
+		var batch []onCall
+		select {
+		case <-ctx.Done():
+			return
+		case c := <-w.queue:
+			batch = append(batch, c)
+		}
+	drain:
+		for len(batch) < w.batch() {
+			select {
+			case c := <-w.queue:
+				batch = append(batch, c)
+			default:
+				break drain
+			}
+		}
+		w.runOnCall(ctx, batch)
+		w.mu.Lock()
+		for _, c := range batch {
+			delete(w.queued, c.ref.ID())
+		}
+		w.mu.Unlock()
+	}
+}
+
+func (w *Worker) runOnCall(ctx context.Context, batch []onCall) {
+	type dir struct{ from, to tiers.Tier }
+	groups := map[dir][]tiers.Ref{}
+	var cold []tiers.Ref
+	for _, c := range batch {
+		if c.to == "" {
+			cold = append(cold, c.ref)
+			continue
+		}
+		groups[dir{c.from, c.to}] = append(groups[dir{c.from, c.to}], c.ref)
+	}
+	if len(cold) > 0 && w.Mover.Cold != nil {
+		recs, err := w.Mover.Cold.Export(ctx, cold)
+		if err != nil {
+			w.log().Warn("on-call migration", "err", err)
+		}
+		for _, r := range recs {
+			if r.Samples >= 3 && time.Duration(r.MeanInterval)*time.Second <= w.Config.PromoteInterval {
+				d := dir{tiers.Cold, tiers.Warm}
+				groups[d] = append(groups[d], r.Ref)
+			}
+		}
+	}
+	for d, refs := range groups {
+		if _, err := w.Mover.MoveCells(ctx, refs, d.from, d.to); err != nil {
+			w.log().Warn("on-call migration", "from", d.from, "to", d.to, "cells", len(refs), "err", err)
+		}
+	}
+}
+
+// Admin adapts a Worker to the admin endpoints (api.TiersAdmin).
+type Admin struct{ W *Worker }
+
+// TierStats returns Mover.Stats.
+func (a Admin) TierStats(ctx context.Context) (any, error) { return a.W.Mover.Stats(ctx) }
+
+// Migrate runs a cycle; its report is answered even when some batch failed.
+func (a Admin) Migrate(ctx context.Context) (any, error) {
+	rep, err := a.W.RunCycle(ctx)
+	return rep, err
+}

@@ -1,0 +1,88 @@
+package migrate
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/quota-platform/quota/tiers"
+)
+
+// newWorkerEnv is newEnv with activity counting and a worker whose
+// activity lives on the cold shards.
+func newWorkerEnv(t *testing.T) (*env, *Worker) {
+	t.Helper()
+	e := newEnv(t)
+	dbs := e.cold.DBs()
+	act := &Activity{DBs: dbs, Now: func() time.Time { return e.now }}
+	e.router.Calls = act.Observe
+	w := &Worker{
+		Mover: e.mover, Activity: act, DBs: dbs, Now: func() time.Time { return e.now },
+		Config: Config{Schedule: "@daily", HotThreshold: 20, ColdThreshold: 2, PromoteInterval: 10 * time.Second, DemoteInterval: time.Hour, BatchSize: 3},
+	}
+	return e, w
+}
+
+// A cycle moves each cell by its mean calls per hour, in batches, and a
+// second cycle moves nothing.
+func TestCycle(t *testing.T) {
+	t.Parallel()
+	e, w := newWorkerEnv(t)
+	busy, some, rare := newCell(1000), newCell(1000), newCell(1000)
+	e.place(t, tiers.Cold, busy)
+	e.place(t, tiers.Warm, rare)
+	calls := map[*cellSpec]int{&busy: 50, &some: 10, &rare: 1}
+	for c, n := range calls {
+		for range n {
+			e.check(t, tiers.Enforce, *c)
+		}
+	}
+	// Two hours later: 25, 5 and 0.5 calls an hour.
+	e.now = e.now.Add(2 * time.Hour)
+	rep, err := w.RunCycle(context.Background())
+	if err != nil {
+		t.Fatal(err, rep.Errors)
+	}
+	t.Logf("%+v", rep)
+	for c, want := range map[*cellSpec]tiers.Tier{&busy: tiers.Hot, &some: tiers.Warm, &rare: tiers.Cold} {
+		if got := e.tierOf(t, *c); got != want {
+			t.Errorf("cell with %d calls: tier %q, want %q", calls[c], got, want)
+		}
+	}
+	if rep.Moved["cold>hot"] != 1 || rep.Moved["hot>warm"] != 1 || rep.Moved["warm>cold"] != 1 || rep.Scanned != 3 {
+		t.Errorf("report %+v", rep)
+	}
+	rep, err = w.RunCycle(context.Background())
+	if err != nil || len(rep.Moved) != 0 {
+		t.Fatalf("second cycle: %+v %v", rep, err)
+	}
+}
+
+// On call: a warm cell called often is promoted to hot at once, off the
+// check path.
+func TestOnCallPromotion(t *testing.T) {
+	t.Parallel()
+	e, w := newWorkerEnv(t)
+	e.router.Observe = w.Observe
+	stop, err := w.Start(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	c := newCell(1000)
+	e.place(t, tiers.Warm, c)
+	for range 6 {
+		e.now = e.now.Add(2 * time.Second)
+		e.check(t, tiers.Enforce, c)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for e.tierOf(t, c) != tiers.Hot {
+		if time.Now().After(deadline) {
+			t.Fatalf("not promoted: tier %q", e.tierOf(t, c))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := e.count(t, c); n != 6 {
+		t.Fatalf("count %d after promotion, want 6", n)
+	}
+}

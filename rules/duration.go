@@ -1,0 +1,83 @@
+package rules
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Duration is a window length written as "1s", "5m", "1h", "24h" or "7d".
+type Duration time.Duration
+
+// ParseDuration accepts Go duration syntax plus a "d" (24h) suffix.
+func ParseDuration(s string) (Duration, error) {
+	if n, ok := strings.CutSuffix(s, "d"); ok {
+		days, err := strconv.ParseInt(n, 10, 64)
+		if err != nil || days < 0 || days > 100000 {
+			return 0, fmt.Errorf("invalid duration %q", s)
+		}
+		return Duration(time.Duration(days) * 24 * time.Hour), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf("invalid duration %q", s)
+	}
+	return Duration(d), nil
+}
+
+// String writes the duration in the largest whole unit: "1h", "90s", "2d".
+func (d Duration) String() string {
+	td := time.Duration(d)
+	switch {
+	case td == 0:
+		return "0s"
+	case td%(24*time.Hour) == 0 && td >= 48*time.Hour:
+		return strconv.FormatInt(int64(td/(24*time.Hour)), 10) + "d"
+	case td%time.Hour == 0:
+		return strconv.FormatInt(int64(td/time.Hour), 10) + "h"
+	case td%time.Minute == 0:
+		return strconv.FormatInt(int64(td/time.Minute), 10) + "m"
+	case td%time.Second == 0:
+		return strconv.FormatInt(int64(td/time.Second), 10) + "s"
+	default:
+		return td.String()
+	}
+}
+
+// UnmarshalYAML reads a duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	var s string
+	if err := n.Decode(&s); err != nil {
+		return fmt.Errorf("line %d: window must be a duration like \"1h\"", n.Line)
+	}
+	v, err := ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	*d = v
+	return nil
+}
+
+// MarshalYAML writes the duration string.
+func (d Duration) MarshalYAML() (any, error) { return d.String(), nil }
+
+// UnmarshalJSON reads a duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("window must be a duration string like \"1h\"")
+	}
+	v, err := ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = v
+	return nil
+}
+
+// MarshalJSON writes the duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }

@@ -1,0 +1,85 @@
+package tiers_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/tiers"
+)
+
+// flakyStore is a Store double for the breaker only: it stands in for "a
+// store that fails", which is what the breaker reacts to; the stores
+// themselves are tested against real Redis / MariaDB.
+type flakyStore struct {
+	down  bool
+	calls int
+}
+
+func (f *flakyStore) Tier() tiers.Tier { return tiers.Hot }
+func (f *flakyStore) Check(context.Context, time.Time, []*tiers.Op) error {
+	f.calls++
+	if f.down {
+		return fmt.Errorf("dial: %w", tiers.ErrUnavailable)
+	}
+	return nil
+}
+
+func TestBreaker_OpensAfterFailuresAndRecoversThroughAProbe(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	store := &flakyStore{down: true}
+	b := tiers.NewBreaker(store, clk, 3, 100*time.Millisecond)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if err := b.Check(ctx, clk.Now(), nil); !errors.Is(err, tiers.ErrUnavailable) {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if !b.Open() {
+		t.Fatal("not open after 3 failures")
+	}
+	if err := b.Check(ctx, clk.Now(), nil); !errors.Is(err, tiers.ErrCircuitOpen) || store.calls != 3 {
+		t.Fatalf("open circuit should refuse without calling the store: %v (calls %d)", err, store.calls)
+	}
+	clk.Advance(100 * time.Millisecond)
+	if err := b.Check(ctx, clk.Now(), nil); !errors.Is(err, tiers.ErrUnavailable) || errors.Is(err, tiers.ErrCircuitOpen) || store.calls != 4 {
+		t.Fatalf("after the cooldown one probe goes through: %v (calls %d)", err, store.calls)
+	}
+	if !b.Open() {
+		t.Fatal("a failed probe should reopen the circuit")
+	}
+	store.down = false
+	clk.Advance(100 * time.Millisecond)
+	if err := b.Check(ctx, clk.Now(), nil); err != nil {
+		t.Fatalf("probe with the store back: %v", err)
+	}
+	if b.Open() {
+		t.Fatal("a successful probe should close the circuit")
+	}
+	if err := b.Check(ctx, clk.Now(), nil); err != nil || store.calls != 6 {
+		t.Fatalf("closed circuit: %v (calls %d)", err, store.calls)
+	}
+}
+
+func TestBreaker_NonAvailabilityErrorsDoNotOpenIt(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	b := tiers.NewBreaker(errStore{}, clk, 1, time.Second)
+	for i := 0; i < 5; i++ {
+		_ = b.Check(context.Background(), clk.Now(), nil)
+	}
+	if b.Open() {
+		t.Fatal("a script error is not an outage")
+	}
+}
+
+type errStore struct{}
+
+func (errStore) Tier() tiers.Tier { return tiers.Hot }
+func (errStore) Check(context.Context, time.Time, []*tiers.Op) error {
+	return errors.New("ERR script error")
+}

@@ -1,0 +1,540 @@
+package tiers
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/rules"
+)
+
+// The conformance suite: one table of cases, run against every tier's Store
+// (hot on Redis keys, warm on Redis hashes, cold on two MariaDB shard
+// databases), so that the three cannot drift apart in behaviour. Every case
+// uses identities of its own, so cases run in parallel on shared stores.
+// Time is injected: Store.Check takes `now`.
+
+// confT0 is 250 ms into an hour (2026-03-02T10:00:00.250Z): hourly windows
+// reset 3,599,750 ms later, minute windows 59,750 ms later.
+var confT0 = time.Date(2026, 3, 2, 10, 0, 0, 250_000_000, time.UTC)
+
+// confEnv is one store under test.
+type confEnv struct {
+	name  string
+	store Store
+	mover Mover      // nil: the tier does not move records yet (hot: phase 2)
+	cold  *ColdStore // set for the cold tier
+}
+
+// confCell is a cell identity as a test names it; at(now) makes the Cell of
+// the window holding now (the hot tier's key changes with the window).
+type confCell struct {
+	rule   string
+	vals   []string
+	limit  int64
+	window time.Duration
+	shadow bool
+	app    string
+	user   string
+}
+
+func newConfCell(limit int64, window time.Duration) confCell {
+	app, user := "app-"+testenv.RandomHex(4), "user-"+testenv.RandomHex(4)
+	return confCell{
+		rule:   "conf_" + testenv.RandomHex(4),
+		vals:   []string{app, user, "iface.get"},
+		limit:  limit,
+		window: window,
+		app:    app,
+		user:   user,
+	}
+}
+
+func (c confCell) at(now time.Time) Cell {
+	w := c.window.Milliseconds()
+	return Cell{
+		Algorithm: rules.FixedWindow,
+		Limit:     c.limit,
+		Window:    c.window,
+		Shadow:    c.shadow,
+		Identity:  IdentityOf(c.rule, c.vals),
+		Key:       FixedKeyOf(CellIDOf(IdentityOf(c.rule, c.vals), c.window), now.UnixMilli()/w),
+		Tag:       TagOf(c.app),
+		ShardKey:  ShardKeyOf(c.app, c.user),
+	}
+}
+
+func (c confCell) ref() Ref { cell := c.at(confT0); return RefOf(&cell) }
+
+// op builds an op over cells at now.
+func confOp(now time.Time, cost int64, mode Mode, cells ...confCell) *Op {
+	op := &Op{Cost: cost, Mode: mode}
+	for _, c := range cells {
+		op.Cells = append(op.Cells, c.at(now))
+	}
+	return op
+}
+
+// check runs one op and fails the test on an error.
+func (e *confEnv) check(t *testing.T, now time.Time, cost int64, mode Mode, cells ...confCell) *Op {
+	t.Helper()
+	op := confOp(now, cost, mode, cells...)
+	if err := e.store.Check(context.Background(), now, []*Op{op}); err != nil {
+		t.Fatalf("%s: check: %v", e.name, err)
+	}
+	for i := range op.Out {
+		if op.Out[i].Tier != e.store.Tier() {
+			t.Fatalf("%s: outcome tier %q", e.name, op.Out[i].Tier)
+		}
+	}
+	return op
+}
+
+// want asserts one cell's outcome.
+func want(t *testing.T, what string, o Outcome, allowed bool, remaining int64, reset time.Duration) {
+	t.Helper()
+	var retry time.Duration
+	if !allowed {
+		retry = reset
+	}
+	if o.Allowed != allowed || o.Remaining != remaining || o.ResetAfter != reset || o.RetryAfter != retry {
+		t.Fatalf("%s: got allowed=%v remaining=%d reset=%s retry=%s, want allowed=%v remaining=%d reset=%s retry=%s",
+			what, o.Allowed, o.Remaining, o.ResetAfter, o.RetryAfter, allowed, remaining, reset, retry)
+	}
+}
+
+// count returns the cell's count in the current window, by Export where
+// the tier moves records, else by a dry run (which cannot see past the limit).
+func (e *confEnv) count(t *testing.T, now time.Time, c confCell) int64 {
+	t.Helper()
+	if e.mover != nil {
+		recs, err := e.mover.Export(context.Background(), []Ref{c.ref()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(recs) == 0 || recs[0].Index() != now.UnixMilli()/c.window.Milliseconds() {
+			return 0
+		}
+		return recs[0].Count
+	}
+	op := e.check(t, now, 1, DryRun, c)
+	return c.limit - op.Out[0].Remaining - boolInt(op.Out[0].Allowed)
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+const hour = time.Hour
+
+var confCases = []struct {
+	name string
+	fn   func(t *testing.T, e *confEnv, all []*confEnv)
+}{
+	{"exact_limit", func(t *testing.T, e *confEnv, _ []*confEnv) {
+		c := newConfCell(5, hour)
+		for i := range 8 {
+			now := confT0.Add(time.Duration(i) * time.Millisecond)
+			op := e.check(t, now, 1, Enforce, c)
+			reset := hour - 250*time.Millisecond - time.Duration(i)*time.Millisecond
+			if i < 5 {
+				want(t, fmt.Sprint("call ", i), op.Out[0], true, int64(4-i), reset)
+			} else {
+				want(t, fmt.Sprint("call ", i), op.Out[0], false, 0, reset)
+			}
+			if op.Committed != (i < 5) || op.Allowed() != (i < 5) {
+				t.Fatalf("call %d: committed %v allowed %v", i, op.Committed, op.Allowed())
+			}
+		}
+		if n := e.count(t, confT0, c); n != 5 {
+			t.Fatalf("count %d, want 5", n)
+		}
+	}},
+	{"cost", func(t *testing.T, e *confEnv, _ []*confEnv) {
+		c := newConfCell(10, hour)
+		reset := hour - 250*time.Millisecond
+		want(t, "4", e.check(t, confT0, 4, Enforce, c).Out[0], true, 6, reset)
+		want(t, "4 more", e.check(t, confT0, 4, Enforce, c).Out[0], true, 2, reset)
+		want(t, "4 over", e.check(t, confT0, 4, Enforce, c).Out[0], false, 2, reset)
+		want(t, "2 fits", e.check(t, confT0, 2, Enforce, c).Out[0], true, 0, reset)
+		big := newConfCell(10, hour)
+		want(t, "cost over limit", e.check(t, confT0, 11, Enforce, big).Out[0], false, 10, reset)
+		if n := e.count(t, confT0, big); n != 0 {
+			t.Fatalf("a denied call counted %d", n)
+		}
+	}},
+	{"dry_run", func(t *testing.T, e *confEnv, _ []*confEnv) {
+		c := newConfCell(3, hour)
+		reset := hour - 250*time.Millisecond
+		op := e.check(t, confT0, 1, DryRun, c)
+		want(t, "dry run", op.Out[0], true, 2, reset)
+		if op.Committed {
+			t.Fatal("a dry run committed")
+		}
+		for range 3 {
+			e.check(t, confT0, 1, Enforce, c)
+		}
+		want(t, "dry run exhausted", e.check(t, confT0, 1, DryRun, c).Out[0], false, 0, reset)
+		want(t, "enforce exhausted", e.check(t, confT0, 1, Enforce, c).Out[0], false, 0, reset)
+		if n := e.count(t, confT0, c); n != 3 {
+			t.Fatalf("count %d, want 3", n)
+		}
+	}},
+	{"report", func(t *testing.T, e *confEnv, _ []*confEnv) {
+		c := newConfCell(2, hour)
+		reset := hour - 250*time.Millisecond
+		op := e.check(t, confT0, 3, Report, c)
+		want(t, "report over limit", op.Out[0], false, 0, reset)
+		if !op.Allowed() || !op.Committed {
+			t.Fatalf("report: allowed %v committed %v, want both", op.Allowed(), op.Committed)
+		}
+		want(t, "enforce after report", e.check(t, confT0, 1, Enforce, c).Out[0], false, 0, reset)
+		e.check(t, confT0, 1, Report, c)
+		if e.mover != nil {
+			if n := e.count(t, confT0, c); n != 4 {
+				t.Fatalf("count %d, want 4 (reports count past the limit)", n)
+			}
+		}
+	}},
+	{"shadow", func(t *testing.T, e *confEnv, _ []*confEnv) {
+		sh := newConfCell(1, hour)
+		sh.shadow = true
+		c := newConfCell(10, hour)
+		reset := hour - 250*time.Millisecond
+		for i := range 3 {
+			op := e.check(t, confT0, 1, Enforce, sh, c)
+			if !op.Allowed() || !op.Committed {
+				t.Fatalf("call %d: a shadow cell denied", i)
+			}
+			want(t, "shadow", op.Out[0], i == 0, 0, reset)
+			want(t, "normal", op.Out[1], true, int64(9-i), reset)
+		}
+		if e.mover != nil {
+			if n := e.count(t, confT0, sh); n != 3 {
+				t.Fatalf("shadow count %d, want 3", n)
+			}
+		}
+	}},
+	{"refund", func(t *testing.T, e *confEnv, _ []*confEnv) {
+		c := newConfCell(5, hour)
+		reset := hour - 250*time.Millisecond
+		want(t, "3", e.check(t, confT0, 3, Enforce, c).Out[0], true, 2, reset)
+		// The refund answers the state after it, as for a call not counted.
+		want(t, "refund 2", e.check(t, confT0, 2, Refund, c).Out[0], true, 4, reset)
+		want(t, "4 fits again", e.check(t, confT0, 4, Enforce, c).Out[0], true, 0, reset)
+		if n := e.count(t, confT0, c); n != 5 {
+			t.Fatalf("count %d, want 5", n)
+		}
+	}},
+	{"window_rollover", func(t *testing.T, e *confEnv, _ []*confEnv) {
+		c := newConfCell(2, time.Minute)
+		reset := time.Minute - 250*time.Millisecond
+		e.check(t, confT0, 1, Enforce, c)
+		e.check(t, confT0, 1, Enforce, c)
+		want(t, "exhausted", e.check(t, confT0, 1, Enforce, c).Out[0], false, 0, reset)
+		late := confT0.Add(59700 * time.Millisecond) // 10:00:59.950
+		want(t, "end of window", e.check(t, late, 1, Enforce, c).Out[0], false, 0, 50*time.Millisecond)
+		next := confT0.Add(time.Minute) // 10:01:00.250
+		want(t, "next window", e.check(t, next, 1, Enforce, c).Out[0], true, 1, reset)
+		if n := e.count(t, next, c); n != 1 {
+			t.Fatalf("count in the new window %d, want 1", n)
+		}
+		skip := confT0.Add(3 * time.Minute) // several windows later
+		want(t, "windows later", e.check(t, skip, 2, Enforce, c).Out[0], true, 0, reset)
+	}},
+	{"all_or_nothing", func(t *testing.T, e *confEnv, _ []*confEnv) {
+		a, b, c := newConfCell(5, hour), newConfCell(2, hour), newConfCell(10, time.Minute)
+		if e.cold != nil {
+			a, b, c = spreadShards(t, e.cold, a, b, c)
+		}
+		for i := range 2 {
+			if op := e.check(t, confT0, 1, Enforce, a, b, c); !op.Committed {
+				t.Fatalf("call %d denied", i)
+			}
+		}
+		op := e.check(t, confT0, 1, Enforce, a, b, c)
+		if op.Committed || op.Allowed() {
+			t.Fatal("third call allowed past b's limit")
+		}
+		want(t, "a", op.Out[0], true, 3, hour-250*time.Millisecond)
+		want(t, "b", op.Out[1], false, 0, hour-250*time.Millisecond)
+		want(t, "c", op.Out[2], true, 8, time.Minute-250*time.Millisecond)
+		for _, x := range []struct {
+			c confCell
+			n int64
+		}{{a, 2}, {b, 2}, {c, 2}} {
+			if n := e.count(t, confT0, x.c); n != x.n {
+				t.Fatalf("count %d, want %d: a denied check counted", n, x.n)
+			}
+		}
+	}},
+	{"batch_in_order", func(t *testing.T, e *confEnv, _ []*confEnv) {
+		c, d := newConfCell(3, hour), newConfCell(100, hour)
+		modes := []Mode{Enforce, DryRun, Enforce, Enforce, DryRun, Enforce, Report}
+		var ops []*Op
+		for _, m := range modes {
+			ops = append(ops, confOp(confT0, 1, m, c, d))
+		}
+		if err := e.store.Check(context.Background(), confT0, ops); err != nil {
+			t.Fatal(err)
+		}
+		wantAllowed := []bool{true, true, true, true, false, false, true}
+		for i, op := range ops {
+			if op.Allowed() != wantAllowed[i] {
+				t.Fatalf("op %d (%v): allowed %v, want %v", i, modes[i], op.Allowed(), wantAllowed[i])
+			}
+		}
+		if n := e.count(t, confT0, d); n != 4 {
+			t.Fatalf("second cell count %d, want 4", n)
+		}
+	}},
+	{"concurrency", func(t *testing.T, e *confEnv, _ []*confEnv) {
+		const limit, goroutines, calls = 40, 32, 4
+		c := newConfCell(limit, hour)
+		big := newConfCell(1000, hour)
+		if e.cold != nil {
+			c, big = spreadShards2(t, e.cold, c, big)
+		}
+		var allowed atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, goroutines*calls)
+		for g := range goroutines {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range calls {
+					now := confT0.Add(time.Duration(g*calls+i) * time.Millisecond)
+					op := confOp(now, 1, Enforce, c, big)
+					if err := e.store.Check(context.Background(), now, []*Op{op}); err != nil {
+						errs <- err
+						return
+					}
+					if op.Committed {
+						allowed.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatalf("concurrent check: %v", err)
+		}
+		if n := allowed.Load(); n != limit {
+			t.Fatalf("%d allowed, want exactly %d", n, limit)
+		}
+		now := confT0.Add(time.Second)
+		if n := e.count(t, now, c); n != limit {
+			t.Fatalf("count %d, want %d", n, limit)
+		}
+		if n := e.count(t, now, big); n != limit {
+			t.Fatalf("second cell count %d, want %d (all or nothing)", n, limit)
+		}
+	}},
+	{"move_round_trip", func(t *testing.T, e *confEnv, all []*confEnv) {
+		if e.mover == nil {
+			t.Skipf("%s: Export/Import/Delete come with phase 2 (the hot key must become derivable from the cell id)", e.name)
+		}
+		ctx := context.Background()
+		for _, dst := range all {
+			if dst.mover == nil || dst == e {
+				continue
+			}
+			c := newConfCell(10, hour)
+			for i := range 7 {
+				e.check(t, confT0.Add(time.Duration(i)*time.Minute), 1, Enforce, c)
+			}
+			missing := newConfCell(10, hour)
+			recs, err := e.mover.Export(ctx, []Ref{missing.ref(), c.ref()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(recs) != 1 || recs[0].Count != 7 || recs[0].Ref != c.ref() || recs[0].Samples != 6 || recs[0].MeanInterval != 60 {
+				t.Fatalf("export: %+v", recs)
+			}
+			// Copy, twice (idempotent), then an older copy (ignored).
+			for range 2 {
+				if err := dst.mover.Import(ctx, recs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			older := recs[0]
+			older.Last -= 3600
+			older.Count = 1
+			if err := dst.mover.Import(ctx, []Record{older}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := dst.mover.Export(ctx, []Ref{c.ref()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 1 || got[0] != recs[0] {
+				t.Fatalf("%s -> %s: imported %+v, exported %+v", e.name, dst.name, recs[0], got)
+			}
+			if err := e.mover.Delete(ctx, []Ref{c.ref(), missing.ref()}); err != nil {
+				t.Fatal(err)
+			}
+			if left, err := e.mover.Export(ctx, []Ref{c.ref()}); err != nil || len(left) != 0 {
+				t.Fatalf("after delete: %v %v", left, err)
+			}
+			// The destination goes on from the moved count.
+			now := confT0.Add(10 * time.Minute)
+			reset := hour - 10*time.Minute - 250*time.Millisecond
+			want(t, "after move", dst.check(t, now, 3, Enforce, c).Out[0], true, 0, reset)
+			want(t, "after move, full", dst.check(t, now, 1, Enforce, c).Out[0], false, 0, reset)
+			if err := dst.mover.Delete(ctx, []Ref{c.ref()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}},
+	{"model_differential", func(t *testing.T, e *confEnv, _ []*confEnv) {
+		confDifferential(t, e, uint64(time.Now().UnixNano()), 150)
+	}},
+}
+
+// spreadShards rerolls users until a, b and c do not all share a cold shard.
+func spreadShards(t *testing.T, s *ColdStore, a, b, c confCell) (confCell, confCell, confCell) {
+	for range 100 {
+		ra, rb, rc := a.ref(), b.ref(), c.ref()
+		if sa := s.ShardOf(&ra); sa != s.ShardOf(&rb) || sa != s.ShardOf(&rc) {
+			return a, b, c
+		}
+		b = newConfCell(b.limit, b.window)
+	}
+	t.Fatal("could not spread cells over shards")
+	return a, b, c
+}
+
+func spreadShards2(t *testing.T, s *ColdStore, a, b confCell) (confCell, confCell) {
+	a, b, _ = spreadShards(t, s, a, b, b)
+	return a, b
+}
+
+// confDifferential runs a random sequence of ops over a few cells through
+// the store and through FixedWindowModel (model.go, the reference the hot
+// script is held to) and requires every answer to agree.
+func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	var cells []confCell
+	models := map[string]Model{}
+	for range 3 {
+		w := []time.Duration{time.Minute, 2 * time.Minute, hour}[rng.IntN(3)]
+		c := newConfCell(int64(1+rng.IntN(8)), w)
+		c.shadow = rng.IntN(4) == 0
+		cells = append(cells, c)
+		m, err := NewModel(rules.FixedWindow, c.limit, c.window)
+		if err != nil {
+			t.Fatal(err)
+		}
+		models[c.rule] = m
+	}
+	now := confT0
+	var log []string
+	for step := range steps {
+		now = now.Add(time.Duration(rng.IntN(20_000)) * time.Millisecond)
+		var pick []confCell
+		for _, c := range cells {
+			if rng.IntN(3) > 0 {
+				pick = append(pick, c)
+			}
+		}
+		if len(pick) == 0 {
+			pick = cells[:1]
+		}
+		mode := []Mode{Enforce, Enforce, Enforce, DryRun, Report}[rng.IntN(5)]
+		cost := int64(1 + rng.IntN(3))
+		op := e.check(t, now, cost, mode, pick...)
+		var mcs []ModelCell
+		for _, c := range pick {
+			mcs = append(mcs, ModelCell{Model: models[c.rule], Shadow: c.shadow})
+		}
+		wantOut, wantCommit := CheckModels(now, cost, mode, mcs)
+		log = append(log, fmt.Sprintf("step %d: +%s cost %d mode %d cells %d", step, now.Sub(confT0), cost, mode, len(pick)))
+		for i := range wantOut {
+			got := op.Out[i]
+			got.Tier = Hot
+			if got != wantOut[i] {
+				t.Fatalf("seed %d: %s: cell %d: got %+v, model %+v\n%v", seed, e.name, i, op.Out[i], wantOut[i], log)
+			}
+		}
+		if op.Committed != wantCommit {
+			t.Fatalf("seed %d: %s: committed %v, model %v\n%v", seed, e.name, op.Committed, wantCommit, log)
+		}
+		// Now and then give a counted op back, as a split check would.
+		if op.Committed && mode == Enforce && rng.IntN(6) == 0 {
+			e.check(t, now, cost, Refund, pick...)
+			for _, c := range pick {
+				models[c.rule].(*FixedWindowModel).Commit(now.UnixMilli(), -cost)
+			}
+		}
+	}
+}
+
+// conformanceEnvs builds the three stores on the test Redis and two fresh
+// shard databases.
+func conformanceEnvs(t *testing.T) []*confEnv {
+	rdb, prefix := testenv.Redis(t)
+	hot := NewHotStore(rdb, HotOptions{Prefix: prefix + "h:"})
+	// Few buckets, so the cells of the suite share hashes.
+	warm := NewWarmStore(rdb, WarmOptions{Prefix: prefix + "w:", BucketsPerTag: 4})
+	cold := NewColdStore(testenv.MySQLShards(t, 2), ColdOptions{})
+	return []*confEnv{
+		{name: "hot", store: hot},
+		{name: "warm", store: warm, mover: warm},
+		{name: "cold", store: cold, mover: cold, cold: cold},
+	}
+}
+
+func TestConformance(t *testing.T) {
+	envs := conformanceEnvs(t)
+	for _, e := range envs {
+		t.Run(e.name, func(t *testing.T) {
+			t.Parallel()
+			for _, c := range confCases {
+				t.Run(c.name, func(t *testing.T) {
+					t.Parallel()
+					c.fn(t, e, envs)
+				})
+			}
+		})
+	}
+}
+
+// TestConformance_StoresAgreeOnOneSequence runs one random sequence through
+// all three stores at once and requires identical answers from each.
+func TestConformance_StoresAgreeOnOneSequence(t *testing.T) {
+	envs := conformanceEnvs(t)
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 11))
+	cells := []confCell{newConfCell(4, time.Minute), newConfCell(9, hour), newConfCell(2, 2*time.Minute)}
+	cells[2].shadow = true
+	now := confT0
+	for step := range 120 {
+		now = now.Add(time.Duration(rng.IntN(15_000)) * time.Millisecond)
+		mode := []Mode{Enforce, Enforce, DryRun, Report}[rng.IntN(4)]
+		cost := int64(1 + rng.IntN(2))
+		pick := cells[:1+rng.IntN(3)]
+		var first *Op
+		for _, e := range envs {
+			op := e.check(t, now, cost, mode, pick...)
+			for i := range op.Out {
+				op.Out[i].Tier = ""
+			}
+			if first == nil {
+				first = op
+				continue
+			}
+			if fmt.Sprint(op.Out, op.Committed) != fmt.Sprint(first.Out, first.Committed) {
+				t.Fatalf("seed %d step %d: %s answered %v %v, hot %v %v", seed, step, e.name, op.Out, op.Committed, first.Out, first.Committed)
+			}
+		}
+	}
+}

@@ -1,0 +1,438 @@
+package tiers
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/rules"
+)
+
+//go:embed hot_check.lua
+var hotCheckSource string
+
+// algorithmCodes are the algorithm numbers of hot_check.lua's ARGV.
+var algorithmCodes = map[rules.Algorithm]int{
+	rules.FixedWindow:   1,
+	rules.SlidingWindow: 2,
+	rules.TokenBucket:   3,
+	rules.SlidingLog:    4,
+	rules.MinInterval:   5,
+}
+
+// SupportsAlgorithm reports whether the hot tier can count a rule's algorithm.
+func SupportsAlgorithm(a rules.Algorithm) bool { _, ok := algorithmCodes[a]; return ok }
+
+// HotStore keeps every counter as its own Redis key ("expanded"):
+//
+//	key   = prefix + "{" + hex(tag, 3 bytes) + "}" + CounterKey (16 raw bytes)
+//	value = the count, an integer string; TTL = until the window ends + jitter
+//
+// so a counter costs one small string key (~26 bytes of name plus Redis'
+// per-key overhead). One check is one EVALSHA of hot_check.lua. That is the
+// fixed window; the other algorithms keep one key per (identity, window)
+// in the forms hot_check.lua describes: a hash of multi-level buckets
+// (sliding_window), "tokens:last" (token_bucket), a ring of call times
+// (sliding_log), "next:prev" (min_interval), each expiring once it could
+// no longer change an answer.
+type HotStore struct {
+	rdb         redis.UniversalClient
+	script      *redis.Script
+	prefix      string
+	jitter      time.Duration
+	splitBySlot bool
+	// dir, when set (a Router's hot store), is where fixed-window cells
+	// look up their tier: each such cell carries its warm bucket field, and
+	// the script answers "not here" for a cell found elsewhere.
+	dir *WarmStore
+}
+
+// HotOptions configures a HotStore.
+type HotOptions struct {
+	Prefix string        // prepended to every key, e.g. "q:"
+	Jitter time.Duration // random 0..Jitter added to each new key's TTL
+	// SplitBySlot sends the cells of one check as one script call per hash
+	// tag. It is forced on for a Redis Cluster client (a multi-key script
+	// must stay in one slot); on a single Redis one call holds every cell.
+	SplitBySlot bool
+}
+
+// NewHotStore returns a hot store over rdb.
+func NewHotStore(rdb redis.UniversalClient, o HotOptions) *HotStore {
+	_, cluster := rdb.(*redis.ClusterClient)
+	return &HotStore{
+		rdb:         rdb,
+		script:      redis.NewScript(hotCheckSource),
+		prefix:      o.Prefix,
+		jitter:      o.Jitter,
+		splitBySlot: o.SplitBySlot || cluster,
+	}
+}
+
+// Tier returns Hot.
+func (s *HotStore) Tier() Tier { return Hot }
+
+// Load makes sure the script is cached in Redis so that checks go by EVALSHA
+// from the first call. A missing script (Redis restarted) is still handled:
+// go-redis falls back to EVAL on NOSCRIPT.
+func (s *HotStore) Load(ctx context.Context) error {
+	if err := s.script.Load(ctx, s.rdb).Err(); err != nil {
+		return fmt.Errorf("hot load script: %w", wrapUnavailable(err))
+	}
+	return nil
+}
+
+// Key returns the Redis key of a cell.
+func (s *HotStore) Key(c *Cell) string {
+	var b [64]byte
+	k := append(b[:0], s.prefix...)
+	k = append(k, '{')
+	k = appendHex(k, c.Tag[:])
+	k = append(k, '}')
+	k = append(k, c.Key[:]...)
+	return string(k)
+}
+
+func appendHex(b, src []byte) []byte {
+	const digits = "0123456789abcdef"
+	for _, c := range src {
+		b = append(b, digits[c>>4], digits[c&15])
+	}
+	return b
+}
+
+// call is one script invocation: a slice of one op's cells.
+type call struct {
+	op    *Op
+	cells []int // indexes into op.Cells
+	cmd   *redis.Cmd
+}
+
+// Check decides ops in one pipeline (one round trip). A check whose cells
+// span several hash tags on a cluster is split per tag: those parts are
+// decided separately and, if one denies while another counted, the counted
+// parts are refunded, so the check still counts all or nothing.
+//
+// Ops are decided in order, each as if sent alone: an op that is split
+// ends a round trip, so that its refund (if any) is made before the ops
+// after it are decided. Ops that are not split share one round trip.
+func (s *HotStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
+	if !s.splitBySlot {
+		return s.check(ctx, now, ops)
+	}
+	start := 0
+	for i, op := range ops {
+		if i == len(ops)-1 || !sameTag(op.Cells) {
+			if err := s.check(ctx, now, ops[start:i+1]); err != nil {
+				return err
+			}
+			start = i + 1
+		}
+	}
+	return nil
+}
+
+func (s *HotStore) check(ctx context.Context, now time.Time, ops []*Op) error {
+	calls := s.plan(ops)
+	if err := s.run(ctx, now, calls); err != nil {
+		return err
+	}
+	var refunds []call
+	for _, op := range ops {
+		op.Committed = op.Mode != DryRun && op.Allowed()
+		if op.Mode == Enforce && !op.Committed {
+			refunds = append(refunds, s.partsToRefund(op, calls)...)
+		}
+	}
+	if len(refunds) > 0 {
+		return s.refund(ctx, now, refunds)
+	}
+	return nil
+}
+
+func (s *HotStore) plan(ops []*Op) []call {
+	calls := make([]call, 0, len(ops))
+	for _, op := range ops {
+		if len(op.Out) != len(op.Cells) {
+			op.Out = make([]Outcome, len(op.Cells))
+		}
+		if !s.splitBySlot || sameTag(op.Cells) {
+			calls = append(calls, call{op: op})
+			continue
+		}
+		byTag := map[Tag][]int{}
+		var order []Tag
+		for i := range op.Cells {
+			t := op.Cells[i].Tag
+			if _, ok := byTag[t]; !ok {
+				order = append(order, t)
+			}
+			byTag[t] = append(byTag[t], i)
+		}
+		for _, t := range order {
+			calls = append(calls, call{op: op, cells: byTag[t]})
+		}
+	}
+	return calls
+}
+
+func sameTag(cells []Cell) bool {
+	for i := 1; i < len(cells); i++ {
+		if cells[i].Tag != cells[0].Tag {
+			return false
+		}
+	}
+	return true
+}
+
+// each calls fn with the index of every op cell in c (all when c.cells is nil).
+func (c *call) each(fn func(i int)) {
+	if c.cells == nil {
+		for i := range c.op.Cells {
+			fn(i)
+		}
+		return
+	}
+	for _, i := range c.cells {
+		fn(i)
+	}
+}
+
+func (s *HotStore) args(c *call, now time.Time, mode Mode) ([]string, []any) {
+	n := len(c.op.Cells)
+	if c.cells != nil {
+		n = len(c.cells)
+	}
+	keys := make([]string, 0, n)
+	args := make([]any, 0, 3+5*n)
+	args = append(args, now.UnixMilli(), c.op.Cost, int(mode))
+	var dirArgs []any
+	var dirKeys []string
+	pos := 0
+	c.each(func(i int) {
+		cell := &c.op.Cells[i]
+		pos++
+		if s.dir != nil && cell.Algorithm == rules.FixedWindow {
+			l := s.dir.locate(cell.Identity, cell.Window, cell.Tag)
+			dirKeys = append(dirKeys, l.key)
+			dirArgs = append(dirArgs, pos, l.field)
+		}
+	})
+	c.each(func(i int) {
+		cell := &c.op.Cells[i]
+		keys = append(keys, s.Key(cell))
+		var jitter int64
+		if s.jitter > 0 {
+			jitter = rand.Int64N(s.jitter.Milliseconds() + 1)
+		}
+		shadow := 0
+		if cell.Shadow {
+			shadow = 1
+		}
+		args = append(args, algorithmCodes[cell.Algorithm], cell.Limit, cell.Window.Milliseconds(), jitter, shadow)
+	})
+	if len(dirKeys) > 0 {
+		args[2] = int(mode) + 16
+		keys = append(keys, dirKeys...)
+		args = append(args, dirArgs...)
+		args = append(args, len(dirKeys))
+	}
+	return keys, args
+}
+
+func (s *HotStore) run(ctx context.Context, now time.Time, calls []call) error {
+	for i := range calls {
+		for _, c := range calls[i].op.Cells {
+			if !SupportsAlgorithm(c.Algorithm) {
+				return fmt.Errorf("hot check: algorithm %q not supported", c.Algorithm)
+			}
+		}
+	}
+	if len(calls) == 1 {
+		keys, args := s.args(&calls[0], now, calls[0].op.Mode)
+		calls[0].cmd = s.script.Run(ctx, s.rdb, keys, args...)
+	} else if err := s.runPipelined(ctx, now, calls, true); err != nil {
+		return err
+	}
+	for i := range calls {
+		if err := s.decode(&calls[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runPipelined sends every call by EVALSHA in one pipeline; if Redis lost
+// the script (restart, SCRIPT FLUSH) it loads it and tries once more.
+func (s *HotStore) runPipelined(ctx context.Context, now time.Time, calls []call, retry bool) error {
+	pipe := s.rdb.Pipeline()
+	for i := range calls {
+		keys, args := s.args(&calls[i], now, calls[i].op.Mode)
+		calls[i].cmd = s.script.EvalSha(ctx, pipe, keys, args...)
+	}
+	_, err := pipe.Exec(ctx)
+	if err != nil && retry && isNoScript(err) {
+		if err := s.Load(ctx); err != nil {
+			return err
+		}
+		return s.runPipelined(ctx, now, calls, false)
+	}
+	return nil // per-command errors are read in decode
+}
+
+func isNoScript(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOSCRIPT")
+}
+
+// replyInts converts a script reply to integers; a string in it (a warm
+// record of a directory answer) is returned in raws at its index.
+func replyInts(cmd *redis.Cmd) ([]int64, map[int]string, error) {
+	vals, err := cmd.Slice()
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]int64, len(vals))
+	var raws map[int]string
+	for i, v := range vals {
+		switch x := v.(type) {
+		case int64:
+			out[i] = x
+		case string:
+			if raws == nil {
+				raws = map[int]string{}
+			}
+			raws[i] = x
+		default:
+			return nil, nil, fmt.Errorf("unexpected reply value %T", v)
+		}
+	}
+	return out, raws, nil
+}
+
+// committed reports whether the script call counted its (hot) cells.
+func (c *call) committed() bool {
+	res, _, err := replyInts(c.cmd)
+	return err == nil && len(res) > 0 && res[len(res)-1] == 1
+}
+
+func (s *HotStore) decode(c *call) error {
+	res, raws, err := replyInts(c.cmd)
+	if err != nil {
+		return fmt.Errorf("hot check: %w", wrapUnavailable(err))
+	}
+	j := 0
+	var bad error
+	c.each(func(i int) {
+		if bad != nil {
+			return
+		}
+		if len(res) < 4*j+4 {
+			bad = fmt.Errorf("hot check: short reply (%d values)", len(res))
+			return
+		}
+		r := res[4*j : 4*j+4]
+		if r[0] < 0 {
+			// Directory answer: the cell lives elsewhere.
+			if c.op.route == nil {
+				c.op.route = make([]route, len(c.op.Cells))
+			}
+			c.op.route[i] = route{where: int8(-r[0]), raw: raws[4*j+1]}
+			c.op.Out[i] = Outcome{}
+			j++
+			return
+		}
+		c.op.Out[i] = Outcome{
+			Allowed:    r[0] == 1,
+			Remaining:  r[1],
+			ResetAfter: time.Duration(r[2]) * time.Millisecond,
+			RetryAfter: time.Duration(r[3]) * time.Millisecond,
+			Tier:       Hot,
+		}
+		j++
+	})
+	return bad
+}
+
+// partsToRefund returns the parts of a split op that counted although the op
+// as a whole was denied.
+func (s *HotStore) partsToRefund(op *Op, calls []call) []call {
+	var out []call
+	for i := range calls {
+		c := &calls[i]
+		if c.op != op || c.cells == nil {
+			continue
+		}
+		if c.committed() {
+			out = append(out, call{op: op, cells: c.cells})
+		}
+	}
+	return out
+}
+
+// refund gives back what the parts in calls counted. The script answers each
+// refunded cell's state after the refund, which becomes the cell's
+// remaining, reset and retry: the op counted nothing, so they describe the
+// state now, as for any denied check. Each cell keeps its decision.
+func (s *HotStore) refund(ctx context.Context, now time.Time, calls []call) error {
+	pipe := s.rdb.Pipeline()
+	for i := range calls {
+		keys, args := s.args(&calls[i], now, Refund)
+		calls[i].cmd = s.script.Eval(ctx, pipe, keys, args...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("hot refund: %w", wrapUnavailable(err))
+	}
+	for i := range calls {
+		c := &calls[i]
+		allowed := make([]bool, 0, len(c.cells))
+		c.each(func(j int) { allowed = append(allowed, c.op.Out[j].Allowed) })
+		if err := s.decode(c); err != nil {
+			return fmt.Errorf("hot refund: %w", err)
+		}
+		k := 0
+		c.each(func(j int) {
+			o := &c.op.Out[j]
+			o.Allowed = allowed[k]
+			if o.Allowed {
+				o.RetryAfter = 0
+			}
+			k++
+		})
+	}
+	return nil
+}
+
+// wrapUnavailable marks failures that mean Redis could not answer (network,
+// timeout, a node loading or failing over) as ErrUnavailable, so the caller
+// applies the fail mode; other Redis error replies stay plain errors.
+func wrapUnavailable(err error) error {
+	var re redis.Error
+	if errors.As(err, &re) && !transient(re.Error()) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+func transient(msg string) bool {
+	for _, p := range []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Ping reports whether Redis answers.
+func (s *HotStore) Ping(ctx context.Context) error {
+	if err := s.rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis ping: %w", err)
+	}
+	return nil
+}

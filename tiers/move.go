@@ -1,0 +1,424 @@
+package tiers
+
+import (
+	"context"
+	"database/sql"
+	_ "embed"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// This file holds the tier-side steps of a move (package migrate drives
+// them; migrate/PROTOCOL.md explains the protocol): the hot tier's Mover,
+// freezing a cell in its source tier, and reading and switching the
+// directory.
+//
+// The directory of a fixed-window cell is its warm bucket field
+// (WarmStore.Locate), in the same hash slot as the cell's hot keys:
+//
+//	"H"                       hot
+//	a warm record             warm (Moved set: frozen by a move out of warm)
+//	"M"                       frozen by a move out of hot or cold
+//	no field                  cold if the cold tier has a row, else new
+//
+// A cold cell costs no Redis memory. The hot script reads the field only
+// when the cell's hot key does not exist; a new cell's first check asks
+// the cold tier (one primary-key lookup) and then marks it "H" (Router).
+
+// Directory markers.
+const (
+	DirHot    = "H"
+	DirMoving = "M"
+)
+
+//go:embed hot_freeze.lua
+var hotFreezeSource string
+
+var hotFreezeScript = redis.NewScript(hotFreezeSource)
+
+// HotMover is the hot tier's Mover for fixed-window cells, whose counter
+// keys are FixedKeyOf(cell id, window index). Its clock says which window
+// is current (the checks' clock, injected in tests).
+type HotMover struct {
+	Hot  *HotStore
+	Warm *WarmStore // its buckets are the directory
+	Now  func() time.Time
+}
+
+// Tier returns Hot.
+func (m *HotMover) Tier() Tier { return Hot }
+
+func (m *HotMover) now() time.Time {
+	if m.Now != nil {
+		return m.Now()
+	}
+	return time.Now()
+}
+
+// keys returns the live keys of a ref's counters for this window and the next.
+func (m *HotMover) keys(r *Ref, now time.Time) (cur, next string, idx int64) {
+	w := r.Window.Milliseconds()
+	idx = now.UnixMilli() / w
+	id := r.ID()
+	c := Cell{Tag: r.Tag, Key: FixedKeyOf(id, idx)}
+	cur = m.Hot.Key(&c)
+	c.Key = FixedKeyOf(id, idx+1)
+	next = m.Hot.Key(&c)
+	return cur, next, idx
+}
+
+// Export returns the counts of refs' current (or next) window, preferring
+// the frozen keys a Freeze left (the final copy of a move).
+func (m *HotMover) Export(ctx context.Context, refs []Ref) ([]Record, error) {
+	now := m.now()
+	pipe := m.Hot.rdb.Pipeline()
+	cmds := make([][4]*redis.StringCmd, len(refs))
+	idxs := make([]int64, len(refs))
+	for i := range refs {
+		cur, next, idx := m.keys(&refs[i], now)
+		idxs[i] = idx
+		cmds[i] = [4]*redis.StringCmd{pipe.Get(ctx, next+"~"), pipe.Get(ctx, cur+"~"), pipe.Get(ctx, next), pipe.Get(ctx, cur)}
+	}
+	if len(refs) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+			return nil, fmt.Errorf("hot export: %w", wrapUnavailable(err))
+		}
+	}
+	nowS := recordFloorDiv(now.UnixMilli(), 1000)
+	var out []Record
+	for i := range refs {
+		wS := int64(refs[i].Window / time.Second)
+		for k, c := range cmds[i] {
+			v, err := c.Result()
+			if err == redis.Nil {
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("hot export: %w", wrapUnavailable(err))
+			}
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("hot export: counter %q: %w", v, err)
+			}
+			idx := idxs[i]
+			if k%2 == 0 {
+				idx++
+			}
+			// Last: a second inside the count's window (Record).
+			last := min(max(nowS, idx*wS), idx*wS+wS-1)
+			out = append(out, Record{Ref: refs[i], Count: max(n, 0), Last: last, First: last})
+			break
+		}
+	}
+	return out, nil
+}
+
+// Import creates the live counter of each record of the current (or a
+// later) window that counted anything, unless it exists: a key that exists
+// was made by an earlier import of the same move and has counted calls
+// since, so it wins. Records of past windows count nothing now.
+func (m *HotMover) Import(ctx context.Context, recs []Record) error {
+	now := m.now()
+	nowMs := now.UnixMilli()
+	pipe := m.Hot.rdb.Pipeline()
+	n := 0
+	for i := range recs {
+		r := &recs[i]
+		w := r.Window.Milliseconds()
+		idx := r.Index()
+		if r.Count <= 0 || idx < nowMs/w {
+			continue
+		}
+		c := Cell{Tag: r.Tag, Key: FixedKeyOf(r.ID(), idx)}
+		ttl := (idx+1)*w - nowMs
+		if m.Hot.jitter > 0 {
+			ttl += rand.Int64N(m.Hot.jitter.Milliseconds() + 1)
+		}
+		pipe.SetNX(ctx, m.Hot.Key(&c), r.Count, time.Duration(ttl)*time.Millisecond)
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("hot import: %w", wrapUnavailable(err))
+	}
+	return nil
+}
+
+// Delete removes refs' counters of this window and the next, live and frozen.
+func (m *HotMover) Delete(ctx context.Context, refs []Ref) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	now := m.now()
+	var keys []string
+	for i := range refs {
+		cur, next, _ := m.keys(&refs[i], now)
+		keys = append(keys, cur, next, cur+"~", next+"~")
+	}
+	pipe := m.Hot.rdb.Pipeline()
+	for _, k := range keys {
+		pipe.Del(ctx, k) // one key per DEL: keys of several slots
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("hot delete: %w", wrapUnavailable(err))
+	}
+	return nil
+}
+
+// Freeze freezes hot cells for a move (hot_freeze.lua), in one call on a
+// single Redis (one per cell on a cluster). It reports per ref whether the
+// cell is frozen (false: its directory does not say hot).
+func (m *HotMover) Freeze(ctx context.Context, refs []Ref) ([]bool, error) {
+	now := m.now()
+	type part struct {
+		keys []string
+		args []any
+	}
+	var parts []part
+	for i := range refs {
+		if i == 0 || m.Warm.cluster {
+			parts = append(parts, part{})
+		}
+		p := &parts[len(parts)-1]
+		l := m.Warm.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
+		cur, next, _ := m.keys(&refs[i], now)
+		b := len(p.keys)
+		p.keys = append(p.keys, l.key, cur, next)
+		p.args = append(p.args, b+1, l.field, b+2, b+3)
+	}
+	pipe := m.Hot.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(parts))
+	for i := range parts {
+		cmds[i] = hotFreezeScript.Eval(ctx, pipe, parts[i].keys, parts[i].args...)
+	}
+	if len(parts) > 0 {
+		_, _ = pipe.Exec(ctx)
+	}
+	var out []bool
+	for _, c := range cmds {
+		res, err := c.Int64Slice()
+		if err != nil {
+			return nil, fmt.Errorf("hot freeze: %w", wrapUnavailable(err))
+		}
+		for _, v := range res {
+			out = append(out, v == 1)
+		}
+	}
+	return out, nil
+}
+
+// readRaw is read without decoding: directory markers are not records.
+func (s *WarmStore) readRaw(ctx context.Context, locs []warmLoc) ([]string, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(locs))
+	for i, l := range locs {
+		cmds[i] = pipe.HGet(ctx, l.key, l.field)
+	}
+	if len(locs) > 0 {
+		_, _ = pipe.Exec(ctx)
+	}
+	out := make([]string, len(locs))
+	for i, c := range cmds {
+		v, err := c.Result()
+		if err == redis.Nil {
+			continue
+		}
+		if err != nil {
+			return nil, wrapUnavailable(err)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// DirSwap is one compare-and-set of a directory field.
+type DirSwap struct {
+	Ref
+	Old, New string // "" = absent
+}
+
+// DirCAS sets each field to New where it holds Old (one compare-and-set per
+// field, in one pipeline) and reports which did.
+func (s *WarmStore) DirCAS(ctx context.Context, swaps []DirSwap) ([]bool, error) {
+	calls := make([]warmCAS, len(swaps))
+	for i := range swaps {
+		l := s.locate(swaps[i].Identity, swaps[i].Window, swaps[i].Tag)
+		calls[i].add(l, swaps[i].Old, swaps[i].New)
+	}
+	ok, err := s.runCAS(ctx, calls)
+	if err != nil {
+		return nil, fmt.Errorf("directory switch: %w", err)
+	}
+	return ok, nil
+}
+
+// DirRaw returns the raw directory values of refs ("" = none).
+func (s *WarmStore) DirRaw(ctx context.Context, refs []Ref) ([]string, error) {
+	locs := make([]warmLoc, len(refs))
+	for i := range refs {
+		locs[i] = s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
+	}
+	out, err := s.readRaw(ctx, locs)
+	if err != nil {
+		return nil, fmt.Errorf("directory read: %w", err)
+	}
+	return out, nil
+}
+
+// IsWarmRecord reports whether a directory value is a warm record (not a
+// marker, not empty) and decodes it.
+func IsWarmRecord(v string) (Record, bool) {
+	if v == "" || v == DirMoving || v == DirHot {
+		return Record{}, false
+	}
+	r, err := DecodeWarmValue([]byte(v))
+	return r, err == nil
+}
+
+// EncodeDirRecord is the directory value of a warm cell holding r.
+func EncodeDirRecord(r *Record) (string, error) {
+	v, err := EncodeWarmValue(r)
+	return string(v), err
+}
+
+// Freeze sets Moved on the cold rows of refs (one locking transaction per
+// shard and chunk): a check routed to cold before the directory said
+// "moving" then finds them frozen (ErrMoved) instead of counting after the
+// final copy. Missing rows stay missing (a routed check requires its row).
+func (s *ColdStore) Freeze(ctx context.Context, refs []Ref) error {
+	by, err := s.refsByShard(refs)
+	if err != nil {
+		return err
+	}
+	for sh, idx := range by {
+		if len(idx) == 0 {
+			continue
+		}
+		ids := make([]CellID, len(idx))
+		for j, i := range idx {
+			ids[j] = refs[i].ID()
+		}
+		for attempt := 1; ; attempt++ {
+			err := s.freezeShard(ctx, sh, ids)
+			if retry, err := s.again(ctx, err, attempt); !retry {
+				if err != nil {
+					return fmt.Errorf("cold freeze shard %d: %w", sh, err)
+				}
+				break
+			}
+		}
+	}
+	return nil
+}
+
+func (s *ColdStore) freezeShard(ctx context.Context, sh int, ids []CellID) error {
+	tx, err := s.dbs[sh].BeginTx(ctx, nil)
+	if err != nil {
+		return coldUnavailable(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	rows := map[CellID]*coldRow{}
+	if err := selectCold(ctx, tx, ids, true, rows); err != nil {
+		return err
+	}
+	var write []CellID
+	for id, r := range rows {
+		if r.state.present && !r.state.rec.Moved {
+			r.state.rec.Moved = true
+			write = append(write, id)
+		}
+	}
+	if len(write) == 0 {
+		return nil
+	}
+	if err := writeCold(ctx, tx, write, rows); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return coldUnavailable(err)
+	}
+	return nil
+}
+
+// Freeze sets Moved on the warm records of refs (compare-and-set, retried
+// on conflict); it reports per ref whether the record is frozen (false:
+// the field holds no warm record).
+func (s *WarmStore) Freeze(ctx context.Context, refs []Ref) ([]bool, error) {
+	out := make([]bool, len(refs))
+	for attempt := 1; ; attempt++ {
+		raws, err := s.DirRaw(ctx, refs)
+		if err != nil {
+			return nil, err
+		}
+		var swaps []DirSwap
+		for i, v := range raws {
+			r, ok := IsWarmRecord(v)
+			out[i] = ok
+			if !ok || r.Moved {
+				continue
+			}
+			r.Moved = true
+			nv, err := EncodeDirRecord(&r)
+			if err != nil {
+				return nil, err
+			}
+			swaps = append(swaps, DirSwap{Ref: refs[i], Old: v, New: nv})
+		}
+		ok, err := s.DirCAS(ctx, swaps)
+		if err != nil {
+			return nil, err
+		}
+		lost := false
+		for _, b := range ok {
+			lost = lost || !b
+		}
+		if !lost {
+			return out, nil
+		}
+		if attempt >= s.maxAttempts {
+			return nil, fmt.Errorf("warm freeze: %w", ErrContention)
+		}
+		if err := tierBackoff(ctx, attempt); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// DBs returns the shard databases, in shard order.
+func (s *ColdStore) DBs() []*sql.DB { return s.dbs }
+
+// Client returns the store's Redis client.
+func (s *HotStore) Client() redis.UniversalClient { return s.rdb }
+
+// Exists reports, per ref, whether the cold tier has a row for it: one
+// SELECT per shard and chunk, no locks.
+func (s *ColdStore) Exists(ctx context.Context, refs []Ref) ([]bool, error) {
+	out := make([]bool, len(refs))
+	by, err := s.refsByShard(refs)
+	if err != nil {
+		return nil, err
+	}
+	for sh, idx := range by {
+		for chunk := range slices.Chunk(idx, coldChunk) {
+			ids := make([]CellID, len(chunk))
+			for j, i := range chunk {
+				ids[j] = refs[i].ID()
+			}
+			rows := map[CellID]*coldRow{}
+			if err := selectCold(ctx, s.dbs[sh], ids, false, rows); err != nil {
+				return nil, fmt.Errorf("cold lookup shard %d: %w", sh, err)
+			}
+			for j, i := range chunk {
+				_, out[i] = rows[ids[j]]
+			}
+		}
+	}
+	return out, nil
+}

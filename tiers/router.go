@@ -1,0 +1,333 @@
+package tiers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/quota-platform/quota/rules"
+)
+
+// Router is the Store the service checks against when tiering is on: it
+// decides every op over the hot, warm and cold tiers, wherever each cell
+// lives.
+//
+// Every op goes first through the hot script, which carries, for each
+// fixed-window cell, the cell's directory field (its warm bucket field,
+// move.go). A cell whose hot key exists is counted there with no lookup,
+// and so is one whose field says "H"; the script reports the others as warm
+// (with the record), moving, or unknown (no field: cold when the cold tier
+// has a row, else new: the router places it in NewTier, once),
+// and decides and counts the hot cells as a part of their own. The warm
+// and cold parts are then decided by those stores (with Op.MustExist: a
+// record that vanished since the lookup has moved). The op is allowed only
+// if every part allowed; the parts that counted are refunded (same now, the
+// refund itself routed) when another part denied or failed - the rule the
+// hot store applies to a check split over hash slots. A cell that is moving
+// (or a part that fails with ErrMoved) gives back what the op counted and
+// sends the whole op again after a short backoff, up to MaxAttempts.
+//
+// Ops with every cell hot cost one round trip, as with the hot store alone.
+// An op with warm cells costs two, with cold cells one round trip and one
+// MySQL transaction per shard more. The directory is the truth: nothing is
+// cached in process.
+type Router struct {
+	hot         *HotStore
+	warm        *WarmStore
+	cold        *ColdStore
+	maxAttempts int
+	// Observe, when set, is called after each op with the cells found
+	// in warm or cold and their records as the hot script saw them (warm)
+	// or nil (cold): the on-call migration's input. It must not block.
+	Observe func(tier Tier, ref Ref, rec *Record)
+	// NewTier is where a cell never seen before is placed ("" or Hot:
+	// hot; Warm; Cold). Cold needs a cold store.
+	NewTier Tier
+	// Calls, when set, is called once per op with the refs of its
+	// fixed-window cells (the scheduled migration's activity count). It
+	// must not block.
+	Calls func(refs []Ref)
+}
+
+// NewRouter returns a router over the three stores (cold may be nil: then a
+// cell found cold is an error). The hot store's options are kept.
+func NewRouter(hot *HotStore, warm *WarmStore, cold *ColdStore) *Router {
+	h := *hot
+	h.dir = warm
+	return &Router{hot: &h, warm: warm, cold: cold, maxAttempts: 400}
+}
+
+// Tier returns Hot: the router answers for the service's default tier.
+func (r *Router) Tier() Tier { return Hot }
+
+// Hot returns the router's hot store (it carries the directory).
+func (r *Router) Hot() *HotStore { return r.hot }
+
+// Check decides ops in order, one hot-script pipeline for the batch, then
+// the warm and cold parts of the ops that have any.
+func (r *Router) Check(ctx context.Context, now time.Time, ops []*Op) error {
+	for _, op := range ops {
+		op.route = nil
+		op.Out = make([]Outcome, len(op.Cells))
+	}
+	calls := r.hot.plan(ops)
+	if err := r.hot.run(ctx, now, calls); err != nil {
+		return err
+	}
+	byOp := map[*Op][]call{}
+	for _, c := range calls {
+		byOp[c.op] = append(byOp[c.op], c)
+	}
+	for _, op := range ops {
+		err := r.finish(ctx, now, op, byOp[op])
+		if errors.Is(err, ErrMoved) {
+			err = r.checkOp(ctx, now, op, 2)
+		}
+		if err != nil {
+			return err
+		}
+		if r.Calls != nil && op.Mode != Refund {
+			var refs []Ref
+			for i := range op.Cells {
+				if op.Cells[i].Algorithm == rules.FixedWindow {
+					refs = append(refs, RefOf(&op.Cells[i]))
+				}
+			}
+			if len(refs) > 0 {
+				r.Calls(refs)
+			}
+		}
+	}
+	return nil
+}
+
+// checkOp sends op alone, again until no part finds a cell moving.
+func (r *Router) checkOp(ctx context.Context, now time.Time, op *Op, attempt int) error {
+	for ; ; attempt++ {
+		if attempt > r.maxAttempts {
+			return fmt.Errorf("router: %w: %w (%d attempts)", ErrUnavailable, ErrMoved, r.maxAttempts)
+		}
+		if attempt > 1 {
+			if err := routerBackoff(ctx, attempt); err != nil {
+				return fmt.Errorf("router: %w", err)
+			}
+		}
+		op.route = nil
+		op.Out = make([]Outcome, len(op.Cells))
+		calls := r.hot.plan([]*Op{op})
+		if err := r.hot.run(ctx, now, calls); err != nil {
+			return err
+		}
+		err := r.finish(ctx, now, op, calls)
+		if !errors.Is(err, ErrMoved) {
+			return err
+		}
+	}
+}
+
+// routerBackoff waits for a move's frozen moment to pass: jittered, from
+// 0.5 ms doubling to 20 ms.
+func routerBackoff(ctx context.Context, attempt int) error {
+	d := min(500*time.Microsecond<<min(attempt-2, 6), 20*time.Millisecond)
+	t := time.NewTimer(d/2 + time.Duration(int64(d)/2*int64(attempt%7)/7))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// finish completes op after its hot-script calls: decides its warm and cold
+// parts, sets Committed and refunds what counted when the op is denied.
+// It returns an error wrapping ErrMoved when the op must be sent again
+// (having then given back everything it counted).
+func (r *Router) finish(ctx context.Context, now time.Time, op *Op, calls []call) error {
+	// counted: the indexes of cells whose part counted the cost.
+	var counted []int
+	for i := range calls {
+		c := &calls[i]
+		if !c.committed() {
+			continue
+		}
+		c.each(func(j int) {
+			if op.route == nil || op.route[j].where == routeHot {
+				counted = append(counted, j)
+			}
+		})
+	}
+	undo := func(cause error) error {
+		if len(counted) == 0 || op.Mode == Refund {
+			return cause
+		}
+		if err := r.refundCells(ctx, now, op, counted); err != nil {
+			// Not ErrMoved: the op must not be sent again over a count
+			// that could not be given back.
+			return fmt.Errorf("router: %v; refund failed, counts %d too high: %w", cause, op.Cost, err)
+		}
+		return cause
+	}
+	if op.route != nil {
+		var warmIdx, coldIdx, unknownIdx []int
+		moving := false
+		for i, rt := range op.route {
+			switch rt.where {
+			case routeWarm:
+				warmIdx = append(warmIdx, i)
+			case routeUnknown:
+				unknownIdx = append(unknownIdx, i)
+			case routeMoving:
+				moving = true
+			}
+		}
+		if moving {
+			return undo(fmt.Errorf("router: %w", ErrMoved))
+		}
+		if len(unknownIdx) > 0 {
+			// No hot key, no directory field: cold if the cold tier has
+			// a row, else a new cell, which is given its tier now.
+			fresh, err := r.sortUnknown(ctx, now, op, unknownIdx, &coldIdx)
+			if err != nil {
+				return undo(err)
+			}
+			if fresh {
+				return undo(fmt.Errorf("router: new cells: %w", ErrMoved))
+			}
+		}
+		parts := []struct {
+			idx   []int
+			store Store
+			tier  Tier
+		}{{warmIdx, r.warm, Warm}, {coldIdx, r.cold, Cold}}
+		for _, p := range parts {
+			if len(p.idx) == 0 {
+				continue
+			}
+			if p.tier == Cold && r.cold == nil {
+				return undo(errors.New("router: a cell is cold but no cold store is configured"))
+			}
+			sub := &Op{Cost: op.Cost, Mode: op.Mode, MustExist: true, Cells: pick(op.Cells, p.idx)}
+			if err := p.store.Check(ctx, now, []*Op{sub}); err != nil {
+				return undo(err)
+			}
+			for k, i := range p.idx {
+				op.Out[i] = sub.Out[k]
+			}
+			if sub.Committed {
+				counted = append(counted, p.idx...)
+			}
+			if r.Observe != nil {
+				for _, i := range p.idx {
+					ref := RefOf(&op.Cells[i])
+					var rec *Record
+					if p.tier == Warm {
+						if rv, ok := IsWarmRecord(op.route[i].raw); ok {
+							rec = &rv
+						}
+					}
+					r.Observe(p.tier, ref, rec)
+				}
+			}
+		}
+	}
+	if op.Mode == Refund {
+		op.Committed = false
+		return nil
+	}
+	allowed := op.Allowed()
+	op.Committed = op.Mode != DryRun && allowed
+	if op.Mode == Enforce && !allowed && len(counted) > 0 {
+		if err := r.refundCells(ctx, now, op, counted); err != nil {
+			return fmt.Errorf("router refund: %w", err)
+		}
+	}
+	return nil
+}
+
+// sortUnknown adds the cells at idx that have a cold row to coldIdx and
+// places the others (new cells) in NewTier; it reports whether it placed
+// any (the op is then sent again).
+func (r *Router) sortUnknown(ctx context.Context, now time.Time, op *Op, idx []int, coldIdx *[]int) (bool, error) {
+	refs := make([]Ref, len(idx))
+	for k, i := range idx {
+		refs[k] = RefOf(&op.Cells[i])
+	}
+	exists := make([]bool, len(idx))
+	if r.cold != nil {
+		var err error
+		if exists, err = r.cold.Exists(ctx, refs); err != nil {
+			return false, err
+		}
+	}
+	var fresh []Ref
+	for k, i := range idx {
+		if exists[k] {
+			*coldIdx = append(*coldIdx, i)
+		} else {
+			fresh = append(fresh, refs[k])
+		}
+	}
+	if len(fresh) == 0 {
+		return false, nil
+	}
+	nowS := now.Unix()
+	switch {
+	case r.NewTier == Cold && r.cold != nil:
+		recs := make([]Record, len(fresh))
+		for k := range fresh {
+			recs[k] = Record{Ref: fresh[k], Last: nowS, First: nowS}
+		}
+		if err := r.cold.Import(ctx, recs); err != nil {
+			return false, err
+		}
+	default:
+		swaps := make([]DirSwap, len(fresh))
+		for k := range fresh {
+			swaps[k] = DirSwap{Ref: fresh[k], New: DirHot}
+			if r.NewTier == Warm {
+				v, err := EncodeDirRecord(&Record{Ref: fresh[k], Last: nowS, First: nowS})
+				if err != nil {
+					return false, err
+				}
+				swaps[k].New = v
+			}
+		}
+		// A lost compare-and-set means another check (or a move) placed
+		// the cell meanwhile: fine either way.
+		if _, err := r.warm.DirCAS(ctx, swaps); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// refundCells gives back op's cost in the cells at idx, routed like any op
+// (a cell may have moved since it counted: its count moved with it). The
+// cells' outcomes then describe the state after the refund; each keeps its
+// decision.
+func (r *Router) refundCells(ctx context.Context, now time.Time, op *Op, idx []int) error {
+	ctx = context.WithoutCancel(ctx)
+	rop := &Op{Cost: op.Cost, Mode: Refund, Cells: pick(op.Cells, idx)}
+	if err := r.checkOp(ctx, now, rop, 1); err != nil {
+		return err
+	}
+	for k, i := range idx {
+		o := rop.Out[k]
+		o.Allowed = op.Out[i].Allowed
+		if o.Allowed {
+			o.RetryAfter = 0
+		}
+		op.Out[i] = o
+	}
+	return nil
+}
+
+func pick(cells []Cell, idx []int) []Cell {
+	out := make([]Cell, len(idx))
+	for k, i := range idx {
+		out[k] = cells[i]
+	}
+	return out
+}

@@ -1,0 +1,113 @@
+// Package tiers stores limit counters. Three tiers implement one Store
+// interface: hot (expanded Redis keys), warm (compressed Redis hashes) and
+// cold (sharded MySQL); a check gives the same answer whichever holds it.
+package tiers
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/quota-platform/quota/rules"
+)
+
+// Tier names where a counter lives.
+type Tier string
+
+// The tiers.
+const (
+	Hot  Tier = "hot"
+	Warm Tier = "warm"
+	Cold Tier = "cold"
+)
+
+// Mode says what a check does with its cost.
+type Mode uint8
+
+// The modes. Their values are part of the Lua scripts' ARGV.
+const (
+	Enforce Mode = iota // count the cost only if every non-shadow cell allows it
+	DryRun              // decide, count nothing
+	Report              // count the cost unconditionally, never deny
+	Refund              // give back a cost counted earlier (compensation)
+)
+
+// Cell is one limit of one rule for one identity: the unit a store decides.
+type Cell struct {
+	Algorithm rules.Algorithm
+	Limit     int64
+	Window    time.Duration
+	Shadow    bool // counted and reported, never denies
+	Identity  Identity
+	Key       CounterKey
+	Tag       Tag
+	// ShardKey places the cell in a cold-tier shard: ShardKeyOf(app_id,
+	// user_id) (app_id alone for rules without user_id). Zero means "derive
+	// it from Identity" (rules with neither dimension).
+	ShardKey uint64
+}
+
+// Outcome is a store's answer for one cell.
+type Outcome struct {
+	Allowed    bool
+	Remaining  int64
+	ResetAfter time.Duration // fixed/token/min_interval: until back to the full limit; sliding: until the oldest counted call leaves the window
+	RetryAfter time.Duration // until a denied call of the same cost could pass; 0 when allowed
+	Tier       Tier
+}
+
+// Op is one check against a store: its cells, cost and mode in, one
+// Outcome per cell and whether anything was counted out.
+type Op struct {
+	Cost      int64
+	Mode      Mode
+	Cells     []Cell
+	Out       []Outcome // len(Cells), filled by the store
+	Committed bool      // the cost was counted in every cell
+	// MustExist (set by the Router on the parts it sends to warm and cold)
+	// makes a cell without a record fail with ErrMoved instead of starting
+	// one: the directory said the record was there, so it has moved since.
+	MustExist bool
+
+	route []route // per cell, where the hot script found it (Router); nil: all hot
+}
+
+// route is where the hot script's directory lookup found a cell.
+type route struct {
+	where int8   // routeHot, routeWarm, routeMoving, routeUnknown
+	raw   string // the warm record, for routeWarm
+}
+
+// The values of route.where (the negated codes of hot_check.lua's reply).
+const (
+	routeHot     = 0
+	routeWarm    = 1
+	routeMoving  = 2
+	routeUnknown = 4 // cold or new: the cold tier says which
+)
+
+// Allowed reports whether the op's call may go through: every non-shadow
+// cell allowed it, or the op was a report.
+func (o *Op) Allowed() bool {
+	if o.Mode == Report {
+		return true
+	}
+	for i := range o.Out {
+		if !o.Out[i].Allowed && !o.Cells[i].Shadow {
+			return false
+		}
+	}
+	return true
+}
+
+// Store decides ops against one tier. Ops are decided in order, each as if
+// sent alone; within an op, cells are all-or-nothing: in Enforce mode the
+// cost is counted in every cell or in none.
+type Store interface {
+	Tier() Tier
+	Check(ctx context.Context, now time.Time, ops []*Op) error
+}
+
+// ErrUnavailable wraps errors that mean the store could not be reached, as
+// opposed to a bad request.
+var ErrUnavailable = errors.New("store unavailable")

@@ -1,0 +1,576 @@
+package tiers
+
+import (
+	"context"
+	_ "embed"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/rules"
+)
+
+//go:embed warm_cas.lua
+var warmCASSource string
+
+// WarmStore keeps fixed-window cells compressed in Redis hashes, many cells
+// per hash, so that a cell costs tens of bytes instead of a key:
+//
+//	key   = prefix + "{" + hex(tag) + "}w" + bucket (2 bytes, big-endian)
+//	field = CellID[8:8+FieldBytes] (8 raw bytes by default)
+//	value = snappy(record) (warmrecord.go), 9-10 bytes
+//
+// The bucket is CellID[0:4] mod BucketsPerTag: buckets of one tag share the
+// tag's hash slot, so the cells of one check (which share the app's tag)
+// are compared-and-set by one script even on a Redis Cluster. Cells whose
+// tag is their own identity's (rules without app_id) would each get a tag,
+// and so a bucket, of their own; they are pooled instead into 2^PoolBits
+// tags taken from the identity's first bits. (Such cells are recognised by
+// Tag == TagOfIdentity(Identity); an app tag equal to that by chance, odds
+// 2^-24 a cell, is pooled too: harmless, the mapping is deterministic, but
+// on a Redis Cluster its checks fail until phase 2 splits checks by slot.)
+//
+// Buckets must stay listpack-encoded (hash-max-listpack-entries, 128 in the
+// shipped redis.conf; hash-max-listpack-value 64 is never reached), which
+// is what makes a cell cost ~25 bytes instead of ~50-100: size
+// BucketsPerTag with WarmBucketsFor so that a bucket holds ~80 cells on
+// average. Bucket sizes are Poisson: at a mean of 80 a bucket passes 128
+// with odds ~1e-7 (it then only costs more memory); the memory benchmark
+// found 80 cheapest per cell (fewer cells leave more allocator slack per
+// cell, more cells overflow).
+//
+// Two cells collide when they share tag, bucket and field: a field of
+// FieldBytes*8 bits among the ~80 cells of a bucket gives ~40*N/2^(8*F)
+// expected colliding pairs over N warm cells: 2.2e-18*N for 8 bytes
+// (2e-8 at 10 billion cells), 1.4e-13*N for 6 (1.4e-4 at a billion). A
+// colliding pair would share one record.
+//
+// A check reads its cells' records (HMGET, one pipeline for the batch),
+// decides in Go, and writes through warm_cas.lua, which writes every cell of
+// an op only if none changed since the read; a lost race is retried (up to
+// MaxAttempts, with jittered exponential backoff). No lock is held across
+// round trips. A denied call and a dry run are read-only: one round trip.
+type WarmStore struct {
+	rdb         redis.UniversalClient
+	cas         *redis.Script
+	prefix      string
+	buckets     uint32
+	fieldBytes  int
+	poolMask    uint32
+	maxAttempts int
+	cluster     bool
+	// beforeCAS, when set (tests), runs between the read and the
+	// compare-and-set of every attempt.
+	beforeCAS func(attempt int)
+}
+
+// WarmOptions configures a WarmStore.
+type WarmOptions struct {
+	Prefix        string // prepended to every key, e.g. "q:"
+	BucketsPerTag int    // hashes per tag, 1..65536; 0: DefaultWarmBucketsPerTag
+	// PoolBits is how many leading bits of the identity pick the pooled tag
+	// of a cell whose rule has no app_id, 0..24; 0: 12 (4096 pools). 24
+	// keeps such cells in their own tag.
+	PoolBits int
+	// FieldBytes is the width of a hash field, 6..8; 0: 8. Each byte less
+	// saves ~1.1 bytes a cell and multiplies the collision odds by 256
+	// (see WarmStore).
+	FieldBytes  int
+	MaxAttempts int // compare-and-set attempts per check before ErrContention; 0: 32
+}
+
+// DefaultWarmBucketsPerTag suits apps with ~80,000 warm cells each.
+const DefaultWarmBucketsPerTag = 1024
+
+// warmFill is the mean number of cells per bucket WarmBucketsFor aims at.
+const warmFill = 80
+
+// WarmBucketsFor returns the buckets per tag for an expected number of warm
+// cells per tag (per app), aiming at warmFill cells per bucket.
+func WarmBucketsFor(expectedCellsPerTag int) int {
+	return min(max((expectedCellsPerTag+warmFill-1)/warmFill, 1), 1<<16)
+}
+
+// NewWarmStore returns a warm store over rdb.
+func NewWarmStore(rdb redis.UniversalClient, o WarmOptions) *WarmStore {
+	_, cluster := rdb.(*redis.ClusterClient)
+	b := o.BucketsPerTag
+	if b <= 0 {
+		b = DefaultWarmBucketsPerTag
+	}
+	b = min(b, 1<<16)
+	p := o.PoolBits
+	if p <= 0 {
+		p = 12
+	}
+	p = min(p, 24)
+	a := o.MaxAttempts
+	if a <= 0 {
+		a = 32
+	}
+	f := o.FieldBytes
+	if f <= 0 {
+		f = 8
+	}
+	f = min(max(f, 6), 8)
+	return &WarmStore{
+		rdb:         rdb,
+		cas:         redis.NewScript(warmCASSource),
+		prefix:      o.Prefix,
+		buckets:     uint32(b),
+		fieldBytes:  f,
+		poolMask:    (1<<24 - 1) &^ (1<<(24-p) - 1),
+		maxAttempts: a,
+		cluster:     cluster,
+	}
+}
+
+// Tier returns Warm.
+func (s *WarmStore) Tier() Tier { return Warm }
+
+// Load caches the compare-and-set script in Redis.
+func (s *WarmStore) Load(ctx context.Context) error {
+	if err := s.cas.Load(ctx, s.rdb).Err(); err != nil {
+		return fmt.Errorf("warm load script: %w", wrapUnavailable(err))
+	}
+	return nil
+}
+
+// warmLoc is where one cell's record lives.
+type warmLoc struct {
+	key   string
+	field string
+}
+
+// tagOf is the tag of the hash that holds a cell: its own, or its pool's.
+func (s *WarmStore) tagOf(id Identity, tag Tag) Tag {
+	if tag != TagOfIdentity(id) {
+		return tag
+	}
+	v := (uint32(id[0])<<16 | uint32(id[1])<<8 | uint32(id[2])) & s.poolMask
+	return Tag{byte(v >> 16), byte(v >> 8), byte(v)}
+}
+
+// Locate returns the hash key and field of a cell's record.
+func (s *WarmStore) Locate(r *Ref) (key, field string) {
+	l := s.locate(r.Identity, r.Window, r.Tag)
+	return l.key, l.field
+}
+
+func (s *WarmStore) locate(id Identity, window time.Duration, tag Tag) warmLoc {
+	cid := CellIDOf(id, window)
+	t := s.tagOf(id, tag)
+	b := binary.BigEndian.Uint32(cid[0:4]) % s.buckets
+	const hexdigits = "0123456789abcdef"
+	var buf [64]byte
+	k := append(buf[:0], s.prefix...)
+	k = append(k, '{')
+	for _, c := range t {
+		k = append(k, hexdigits[c>>4], hexdigits[c&15])
+	}
+	k = append(k, '}', 'w', byte(b>>8), byte(b))
+	return warmLoc{key: string(k), field: string(cid[8 : 8+s.fieldBytes])}
+}
+
+// warmEntry is one record as read, then as the ops of an attempt leave it.
+type warmEntry struct {
+	raw    string // the stored value ("" = none); after a deciding op, its new value
+	state  recState
+	marker bool // raw is a directory marker, not a record
+}
+
+// read fetches the records at locs with one HMGET per hash, in one pipeline.
+func (s *WarmStore) read(ctx context.Context, locs []warmLoc) (map[warmLoc]*warmEntry, error) {
+	out := make(map[warmLoc]*warmEntry, len(locs))
+	byKey := map[string][]string{}
+	var keys []string
+	for _, l := range locs {
+		if _, ok := out[l]; ok {
+			continue
+		}
+		out[l] = &warmEntry{}
+		if _, ok := byKey[l.key]; !ok {
+			keys = append(keys, l.key)
+		}
+		byKey[l.key] = append(byKey[l.key], l.field)
+	}
+	if len(keys) == 0 {
+		return out, nil
+	}
+	cmds := make([]*redis.SliceCmd, len(keys))
+	if len(keys) == 1 {
+		cmds[0] = s.rdb.HMGet(ctx, keys[0], byKey[keys[0]]...)
+	} else {
+		pipe := s.rdb.Pipeline()
+		for i, k := range keys {
+			cmds[i] = pipe.HMGet(ctx, k, byKey[k]...)
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per command
+	}
+	for i, k := range keys {
+		vals, err := cmds[i].Result()
+		if err != nil {
+			return nil, fmt.Errorf("warm read: %w", wrapUnavailable(err))
+		}
+		for j, f := range byKey[k] {
+			str, ok := vals[j].(string)
+			if !ok {
+				continue // nil: no record
+			}
+			if str == DirMoving || str == DirHot {
+				// A directory marker (move.go): the cell is not warm; a
+				// check that finds it fails with ErrMoved.
+				e := out[warmLoc{key: k, field: f}]
+				e.raw = str
+				e.state = recState{rec: Record{Moved: true}, present: true}
+				e.marker = true
+				continue
+			}
+			rec, err := DecodeWarmValue([]byte(str))
+			if err != nil {
+				return nil, fmt.Errorf("warm read %q field %x: %w", k, f, err)
+			}
+			e := out[warmLoc{key: k, field: f}]
+			e.raw = str
+			e.state = recState{rec: rec, present: true}
+		}
+	}
+	return out, nil
+}
+
+// warmCAS is one call of warm_cas.lua.
+type warmCAS struct {
+	keys []string
+	args []any
+}
+
+// add appends a record's expected and new value, deduplicating the keys.
+func (c *warmCAS) add(l warmLoc, old, new string) {
+	ki := -1
+	for i, k := range c.keys {
+		if k == l.key {
+			ki = i
+			break
+		}
+	}
+	if ki < 0 {
+		c.keys = append(c.keys, l.key)
+		ki = len(c.keys) - 1
+	}
+	c.args = append(c.args, ki+1, l.field, old, new)
+}
+
+// runCAS runs the calls in one pipeline and reports which succeeded.
+func (s *WarmStore) runCAS(ctx context.Context, calls []warmCAS) ([]bool, error) {
+	if len(calls) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.Cmd, len(calls))
+	if len(calls) == 1 {
+		cmds[0] = s.cas.Run(ctx, s.rdb, calls[0].keys, calls[0].args...)
+	} else {
+		pipe := s.rdb.Pipeline()
+		for i := range calls {
+			cmds[i] = s.cas.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+		}
+		_, _ = pipe.Exec(ctx) // errors are read per command
+		for i := range calls {
+			// A script missing from Redis' cache (restart, SCRIPT FLUSH)
+			// did not run: run just that call again, loading the script.
+			if err := cmds[i].Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+				cmds[i] = s.cas.Run(ctx, s.rdb, calls[i].keys, calls[i].args...)
+			}
+		}
+	}
+	ok := make([]bool, len(calls))
+	for i, c := range cmds {
+		v, err := c.Int64()
+		if err != nil {
+			// The outcome of this write is unknown (it may have been
+			// applied): report, never retry it.
+			return nil, fmt.Errorf("warm compare-and-set: %w", wrapUnavailable(err))
+		}
+		ok[i] = v == 1
+	}
+	return ok, nil
+}
+
+// tierBackoff sleeps before attempt (2, 3, ...): full jitter over 50 µs * 2^n,
+// capped at 5 ms.
+func tierBackoff(ctx context.Context, attempt int) error {
+	d := min(50*time.Microsecond<<min(attempt, 10), 5*time.Millisecond)
+	t := time.NewTimer(d/2 + rand.N(d/2+1))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// warmPlan is where an op's cells live and, in an attempt, its write.
+type warmPlan struct {
+	locs []warmLoc
+	cas  int // index of the op's call in the attempt, -1 if it wrote nothing
+}
+
+// Check decides ops in order, each as if sent alone, all or nothing per op.
+// A batch costs one pipeline of reads and, when anything counts, one
+// pipeline of compare-and-sets. An op that loses a race is decided again on
+// fresh reads, and so is every later op of the batch that read what it
+// would have written.
+func (s *WarmStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
+	plans := make([]warmPlan, len(ops))
+	var all []warmLoc
+	for i, op := range ops {
+		p := &plans[i]
+		p.locs = make([]warmLoc, len(op.Cells))
+		for j := range op.Cells {
+			c := &op.Cells[j]
+			if _, err := fixedWindowSeconds(c); err != nil {
+				return fmt.Errorf("warm check: %w", err)
+			}
+			p.locs[j] = s.locate(c.Identity, c.Window, c.Tag)
+			if s.cluster && j > 0 && s.tagOf(c.Identity, c.Tag) != s.tagOf(op.Cells[0].Identity, op.Cells[0].Tag) {
+				return errors.New("warm check: on a Redis Cluster the cells of one check must share a tag")
+			}
+		}
+		all = append(all, p.locs...)
+	}
+	pending := make([]int, len(ops))
+	for i := range pending {
+		pending[i] = i
+	}
+	locs := all
+	for attempt := 1; ; attempt++ {
+		entries, err := s.read(ctx, locs)
+		if err != nil {
+			return err
+		}
+		var calls []warmCAS
+		for _, i := range pending {
+			if err := s.decide(ops[i], now, &plans[i], entries, &calls); err != nil {
+				return err
+			}
+		}
+		if s.beforeCAS != nil {
+			s.beforeCAS(attempt)
+		}
+		ok, err := s.runCAS(ctx, calls)
+		if err != nil {
+			return err
+		}
+		var next []int
+		dirty := map[warmLoc]bool{}
+		locs = locs[:0:0]
+		for _, i := range pending {
+			p := &plans[i]
+			redo := p.cas >= 0 && !ok[p.cas]
+			if p.cas < 0 {
+				for _, l := range p.locs {
+					redo = redo || dirty[l]
+				}
+			}
+			if redo {
+				next = append(next, i)
+				for _, l := range p.locs {
+					dirty[l] = true
+				}
+				locs = append(locs, p.locs...)
+			}
+		}
+		if len(next) == 0 {
+			return nil
+		}
+		if attempt >= s.maxAttempts {
+			return fmt.Errorf("warm check: %w (%d attempts)", ErrContention, attempt)
+		}
+		if err := tierBackoff(ctx, attempt); err != nil {
+			return fmt.Errorf("warm check: %w", err)
+		}
+		pending = next
+	}
+}
+
+// decide decides one op on entries and, when it writes, adds its call.
+func (s *WarmStore) decide(op *Op, now time.Time, p *warmPlan, entries map[warmLoc]*warmEntry, calls *[]warmCAS) error {
+	p.cas = -1
+	var stBuf [8]*recState
+	var oldBuf [8]string
+	st, olds := stBuf[:0], oldBuf[:0]
+	for _, l := range p.locs {
+		e := entries[l]
+		st = append(st, &e.state)
+		olds = append(olds, e.raw)
+	}
+	changed, err := decideFixed(op, now, st, Warm)
+	if err != nil || !changed {
+		return err
+	}
+	var c warmCAS
+	for j, l := range p.locs {
+		e := entries[l]
+		if j > 0 && containsLoc(p.locs[:j], l) {
+			continue // a cell named twice: one compare-and-set of its final value
+		}
+		val, err := EncodeWarmValue(&e.state.rec)
+		if err != nil {
+			return fmt.Errorf("warm check: %w", err)
+		}
+		e.raw = string(val)
+		c.add(l, olds[j], e.raw)
+	}
+	p.cas = len(*calls)
+	*calls = append(*calls, c)
+	return nil
+}
+
+func containsLoc(ls []warmLoc, l warmLoc) bool {
+	for _, x := range ls {
+		if x == l {
+			return true
+		}
+	}
+	return false
+}
+
+// Export returns the records of refs (Mover).
+func (s *WarmStore) Export(ctx context.Context, refs []Ref) ([]Record, error) {
+	locs := make([]warmLoc, len(refs))
+	for i := range refs {
+		locs[i] = s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
+	}
+	entries, err := s.read(ctx, locs)
+	if err != nil {
+		return nil, fmt.Errorf("warm export: %w", err)
+	}
+	var out []Record
+	for i := range refs {
+		if e := entries[locs[i]]; e.state.present && !e.marker {
+			r := e.state.rec
+			r.Ref = refs[i]
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// Import writes recs where no newer record is held (Mover): one
+// compare-and-set per hash, in one pipeline, retried for the hashes that
+// changed meanwhile. Of several records for one cell, the newest is
+// imported.
+func (s *WarmStore) Import(ctx context.Context, recs []Record) error {
+	type item struct {
+		loc warmLoc
+		rec *Record
+		val string
+	}
+	index := map[warmLoc]int{}
+	var items []item
+	for i := range recs {
+		r := &recs[i]
+		if _, err := fixedWindowSeconds(&Cell{Algorithm: rules.FixedWindow, Window: r.Window}); err != nil {
+			return fmt.Errorf("warm import: %w", err)
+		}
+		v, err := EncodeWarmValue(r)
+		if err != nil {
+			return fmt.Errorf("warm import: %w", err)
+		}
+		l := s.locate(r.Identity, r.Window, r.Tag)
+		if j, dup := index[l]; dup {
+			if r.NewerThan(items[j].rec) {
+				items[j] = item{loc: l, rec: r, val: string(v)}
+			}
+			continue
+		}
+		index[l] = len(items)
+		items = append(items, item{loc: l, rec: r, val: string(v)})
+	}
+	pending := make([]int, len(items))
+	for i := range pending {
+		pending[i] = i
+	}
+	for attempt := 1; ; attempt++ {
+		locs := make([]warmLoc, len(pending))
+		for j, i := range pending {
+			locs[j] = items[i].loc
+		}
+		entries, err := s.read(ctx, locs)
+		if err != nil {
+			return fmt.Errorf("warm import: %w", err)
+		}
+		byKey := map[string]int{}
+		var calls []warmCAS
+		var members [][]int
+		for _, i := range pending {
+			it := &items[i]
+			e := entries[it.loc]
+			if e.marker {
+				continue // the directory says the cell is not warm: leave it
+			}
+			if e.state.present && !it.rec.NewerThan(&e.state.rec) {
+				continue
+			}
+			ci, ok := byKey[it.loc.key]
+			if !ok {
+				ci = len(calls)
+				byKey[it.loc.key] = ci
+				calls = append(calls, warmCAS{})
+				members = append(members, nil)
+			}
+			calls[ci].add(it.loc, e.raw, it.val)
+			members[ci] = append(members[ci], i)
+		}
+		ok, err := s.runCAS(ctx, calls)
+		if err != nil {
+			return fmt.Errorf("warm import: %w", err)
+		}
+		var next []int
+		for ci := range calls {
+			if !ok[ci] {
+				next = append(next, members[ci]...)
+			}
+		}
+		if len(next) == 0 {
+			return nil
+		}
+		if attempt >= s.maxAttempts {
+			return fmt.Errorf("warm import: %w (%d attempts)", ErrContention, attempt)
+		}
+		if err := tierBackoff(ctx, attempt); err != nil {
+			return fmt.Errorf("warm import: %w", err)
+		}
+		pending = next
+	}
+}
+
+// Delete removes the records of refs (Mover): one HDEL per hash, in one
+// pipeline.
+func (s *WarmStore) Delete(ctx context.Context, refs []Ref) error {
+	byKey := map[string][]string{}
+	var keys []string
+	for i := range refs {
+		l := s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
+		if _, ok := byKey[l.key]; !ok {
+			keys = append(keys, l.key)
+		}
+		byKey[l.key] = append(byKey[l.key], l.field)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	pipe := s.rdb.Pipeline()
+	for _, k := range keys {
+		pipe.HDel(ctx, k, byKey[k]...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return fmt.Errorf("warm delete: %w", wrapUnavailable(err))
+	}
+	return nil
+}

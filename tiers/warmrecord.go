@@ -1,0 +1,334 @@
+package tiers
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+	"time"
+
+	"github.com/golang/snappy"
+
+	"github.com/quota-platform/quota/rules"
+)
+
+// The record codec of the warm and cold tiers, and the fixed-window rules
+// both apply to a record. The warm tier stores snappy.Encode(raw) as a hash
+// value; the cold tier stores raw itself (MySQL gains nothing from snappy's
+// two bytes of framing on a record this small).
+//
+// raw, version 1 (7 bytes for a fresh record, 8 for a typical warm one):
+//
+//	offset 0  uint32 little-endian:
+//	            bit 31      0 (a set bit is a future format; version 1 rejects it)
+//	            bit 30      moved: frozen by a move in progress
+//	            bits 0..29  Last - 2024-01-01T00:00:00Z, seconds (until 2058-01-10)
+//	then      uvarint Count                 (1 byte up to 127)
+//	then      uvarint MeanInterval, seconds (1 byte up to 2 min, 2 up to 4.5 h)
+//	then      1 byte: age class << 5 | Samples (0..31, saturating)
+//
+// nothing after. The age class is 0 when Last - First is under a day, else
+// c = 1..7 for an age of [2^(c-1), 2^c) days (7: 64 days or more); a decoded
+// First is the latest time its class allows. There is no window index:
+// rule windows are whole seconds, so floor(Last / window) is exact.
+//
+// Every byte counts (a warm cell costs ~11 bytes of field and value
+// overhead before its record): see the memory benchmark in
+// cmd/quotabench-memory.
+
+const (
+	recordEpoch     = 1_704_067_200 // 2024-01-01T00:00:00Z
+	recordLastBits  = 30
+	recordMaxLast   = recordEpoch + 1<<recordLastBits - 1
+	recordMovedBit  = 1 << 30
+	recordFutureBit = 1 << 31
+	recordMaxSample = 31
+	recordMaxRaw    = 4 + 2*binary.MaxVarintLen64 + 1
+	// recordEWMASpan is N of the "mean of the last N calls" the interval
+	// mean follows: alpha = 2/(N+1) once there are more than (N+1)/2 samples.
+	recordEWMASpan = 50
+)
+
+// ErrRecordCorrupt means stored bytes are not a record.
+var ErrRecordCorrupt = errors.New("corrupt record")
+
+// errRecordTime means a time the record cannot hold (before 2024 or after 2058).
+var errRecordTime = fmt.Errorf("time outside %s .. %s",
+	time.Unix(recordEpoch, 0).UTC().Format(time.DateOnly), time.Unix(recordMaxLast, 0).UTC().Format(time.DateOnly))
+
+// appendRecordRaw appends the raw encoding of r (its Ref is not encoded).
+func appendRecordRaw(b []byte, r *Record) ([]byte, error) {
+	if r.Last < recordEpoch || r.Last > recordMaxLast {
+		return b, fmt.Errorf("record last %d: %w", r.Last, errRecordTime)
+	}
+	if r.Count < 0 || r.MeanInterval < 0 || r.MeanInterval > 1<<recordLastBits || r.Samples > recordMaxSample {
+		return b, fmt.Errorf("record out of range: count %d, mean interval %d, samples %d", r.Count, r.MeanInterval, r.Samples)
+	}
+	h := uint32(r.Last - recordEpoch)
+	if r.Moved {
+		h |= recordMovedBit
+	}
+	b = binary.LittleEndian.AppendUint32(b, h)
+	b = binary.AppendUvarint(b, uint64(r.Count))
+	b = binary.AppendUvarint(b, uint64(r.MeanInterval))
+	var class int
+	if r.First < r.Last {
+		class = min(bits.Len64(uint64((r.Last-r.First)/86400)), 7)
+	}
+	return append(b, byte(class<<5)|r.Samples), nil
+}
+
+// ageClassDays is the least age, in days, of an age class.
+func ageClassDays(class int) int64 {
+	if class == 0 {
+		return 0
+	}
+	return 1 << (class - 1)
+}
+
+// parseRecordRaw decodes a raw record (Ref left zero).
+func parseRecordRaw(b []byte) (Record, error) {
+	var r Record
+	if len(b) < 7 {
+		return r, fmt.Errorf("%w: %d bytes", ErrRecordCorrupt, len(b))
+	}
+	h := binary.LittleEndian.Uint32(b)
+	if h&recordFutureBit != 0 {
+		return r, fmt.Errorf("%w: unknown format (header %#08x)", ErrRecordCorrupt, h)
+	}
+	r.Moved = h&recordMovedBit != 0
+	r.Last = recordEpoch + int64(h&(1<<recordLastBits-1))
+	p := b[4 : len(b)-1]
+	var vals [2]uint64
+	for i := range vals {
+		v, n := binary.Uvarint(p)
+		if n <= 0 {
+			return Record{}, fmt.Errorf("%w: bad varint %d", ErrRecordCorrupt, i)
+		}
+		vals[i] = v
+		p = p[n:]
+	}
+	if len(p) != 0 {
+		return Record{}, fmt.Errorf("%w: %d trailing bytes", ErrRecordCorrupt, len(p))
+	}
+	if vals[0] > 1<<62 || vals[1] > 1<<recordLastBits {
+		return Record{}, fmt.Errorf("%w: value out of range", ErrRecordCorrupt)
+	}
+	last := b[len(b)-1]
+	r.Count = int64(vals[0])
+	r.MeanInterval = int64(vals[1])
+	r.Samples = last & recordMaxSample
+	r.First = r.Last - ageClassDays(int(last>>5))*86400
+	return r, nil
+}
+
+// EncodeWarmValue returns the warm-tier hash value of r: its raw encoding,
+// snappy-compressed.
+func EncodeWarmValue(r *Record) ([]byte, error) {
+	var buf [recordMaxRaw]byte
+	raw, err := appendRecordRaw(buf[:0], r)
+	if err != nil {
+		return nil, err
+	}
+	return snappy.Encode(nil, raw), nil
+}
+
+// DecodeWarmValue decodes a warm-tier hash value. Any bytes that are not
+// one give an error wrapping ErrRecordCorrupt, never a panic.
+func DecodeWarmValue(b []byte) (Record, error) {
+	n, err := snappy.DecodedLen(b)
+	if err != nil {
+		return Record{}, fmt.Errorf("%w: %w", ErrRecordCorrupt, err)
+	}
+	if n > recordMaxRaw {
+		return Record{}, fmt.Errorf("%w: %d bytes decoded", ErrRecordCorrupt, n)
+	}
+	var buf [recordMaxRaw]byte
+	raw, err := snappy.Decode(buf[:], b)
+	if err != nil {
+		return Record{}, fmt.Errorf("%w: %w", ErrRecordCorrupt, err)
+	}
+	return parseRecordRaw(raw)
+}
+
+// observe adds one call interval (seconds) to the interval mean: alpha =
+// 1/n for the n-th interval while that is above 2/51 (an exact running
+// mean of the first 25), then 2/51. Each step is rounded away from the old
+// mean, so the mean always moves toward the sample and never sticks short
+// of it through integer rounding.
+func (r *Record) observe(interval int64) {
+	n := int64(r.Samples) + 1
+	if r.Samples < recordMaxSample {
+		r.Samples++
+	}
+	num, den := int64(1), n
+	if 2*n > recordEWMASpan+1 {
+		num, den = 2, recordEWMASpan+1
+	}
+	d := interval - r.MeanInterval
+	step := (abs64(d)*num + den - 1) / den
+	if d < 0 {
+		step = -step
+	}
+	r.MeanInterval = min(max(r.MeanInterval+step, 0), 1<<recordLastBits)
+}
+
+func abs64(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func recordFloorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+// recState is one cell's record while a batch of ops is decided against it.
+type recState struct {
+	rec     Record
+	present bool
+}
+
+// used is the count of the window of nowS. A record of a later window than
+// now's (a caller whose clock is a little behind the last writer's) is
+// counted as current: the call is counted in the record's window.
+func (s *recState) used(wS, nowS int64) int64 {
+	if s.present && recordFloorDiv(s.rec.Last, wS) >= nowS/wS {
+		return s.rec.Count
+	}
+	return 0
+}
+
+// count counts a call of cost at nowS.
+func (s *recState) count(ref *Ref, wS, nowS, cost int64) {
+	if !s.present {
+		s.rec = Record{Ref: *ref, Count: cost, Last: nowS, First: nowS}
+		s.present = true
+		return
+	}
+	used := s.used(wS, nowS)
+	r := &s.rec
+	var interval int64
+	if nowS > r.Last {
+		interval = nowS - r.Last
+		r.Last = nowS
+	}
+	r.observe(interval)
+	r.Count = used + cost
+}
+
+// refund gives back cost counted earlier in the window of nowS (never below
+// zero); it reports whether the record changed. The call statistics keep
+// the call: it was made.
+func (s *recState) refund(wS, nowS, cost int64) bool {
+	used := s.used(wS, nowS)
+	if used == 0 {
+		return false
+	}
+	s.rec.Count = max(used-cost, 0)
+	return true
+}
+
+// fixedWindowSeconds validates a fixed-window cell and returns its window in seconds.
+func fixedWindowSeconds(c *Cell) (int64, error) {
+	if c.Algorithm != rules.FixedWindow {
+		return 0, fmt.Errorf("algorithm %q is not tiered (only %s)", c.Algorithm, rules.FixedWindow)
+	}
+	if c.Window < time.Second || c.Window%time.Second != 0 {
+		return 0, fmt.Errorf("window %s is not a whole number of seconds", c.Window)
+	}
+	return int64(c.Window / time.Second), nil
+}
+
+// decideFixed decides op at now against st (one state per cell, shared
+// between cells naming the same record), fills op.Out and op.Committed, and
+// updates st when the op counts (or refunds). It reports whether any state
+// changed. The semantics are hot_check.lua's and FixedWindowModel's: every
+// cell peeks; the op counts in every cell when mode is Report, or Enforce
+// and every non-shadow cell allows; each cell answers the state after the
+// call when counted (or, in a dry run where every non-shadow cell allows,
+// would be), else the state now.
+func decideFixed(op *Op, now time.Time, st []*recState, tier Tier) (bool, error) {
+	nowMs := now.UnixMilli()
+	nowS := recordFloorDiv(nowMs, 1000)
+	if nowS < recordEpoch || nowS > recordMaxLast {
+		return false, fmt.Errorf("%s check at %s: %w", tier, now.UTC().Format(time.RFC3339), errRecordTime)
+	}
+	if op.Cost < 1 {
+		return false, fmt.Errorf("%s check: cost %d < 1", tier, op.Cost)
+	}
+	if len(op.Out) != len(op.Cells) {
+		op.Out = make([]Outcome, len(op.Cells))
+	}
+	var usedBuf [8]int64
+	used := usedBuf[:0]
+	all := true
+	for i := range op.Cells {
+		c := &op.Cells[i]
+		wS, err := fixedWindowSeconds(c)
+		if err != nil {
+			return false, fmt.Errorf("%s check: %w", tier, err)
+		}
+		if st[i].present && st[i].rec.Moved || op.MustExist && !st[i].present {
+			return false, fmt.Errorf("%s check: %w", tier, ErrMoved)
+		}
+		u := st[i].used(wS, nowS)
+		used = append(used, u)
+		if u+op.Cost > c.Limit && !c.Shadow {
+			all = false
+		}
+	}
+	reset := func(c *Cell) int64 { w := c.Window.Milliseconds(); return w - nowMs%w }
+	if op.Mode == Refund {
+		changed := false
+		for i := range op.Cells {
+			c := &op.Cells[i]
+			wS := int64(c.Window / time.Second)
+			if st[i].refund(wS, nowS, op.Cost) {
+				changed = true
+			}
+			u := st[i].used(wS, nowS)
+			op.Out[i] = recordOutcome(u+op.Cost <= c.Limit, c.Limit-u, reset(c), tier)
+		}
+		op.Committed = false
+		return changed, nil
+	}
+	commit := op.Mode == Report || (op.Mode == Enforce && all)
+	post := commit || (op.Mode == DryRun && all)
+	for i := range op.Cells {
+		c := &op.Cells[i]
+		u := used[i]
+		allowed := u+op.Cost <= c.Limit
+		if post {
+			u += op.Cost
+		}
+		op.Out[i] = recordOutcome(allowed, c.Limit-u, reset(c), tier)
+	}
+	if commit {
+		for i := range op.Cells {
+			c := &op.Cells[i]
+			ref := RefOf(c)
+			st[i].count(&ref, int64(c.Window/time.Second), nowS, op.Cost)
+		}
+	}
+	op.Committed = commit
+	return commit && len(op.Cells) > 0, nil
+}
+
+func recordOutcome(allowed bool, remaining, resetMs int64, tier Tier) Outcome {
+	o := Outcome{
+		Allowed:    allowed,
+		Remaining:  max(remaining, 0),
+		ResetAfter: time.Duration(resetMs) * time.Millisecond,
+		Tier:       tier,
+	}
+	if !allowed {
+		o.RetryAfter = o.ResetAfter
+	}
+	return o
+}
