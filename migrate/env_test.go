@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
@@ -19,7 +20,7 @@ type env struct {
 	hot    *tiers.HotMover
 	warm   *tiers.WarmStore
 	cold   *tiers.ColdStore
-	now    time.Time
+	clock  *clock.Fake // the tests' time; the worker's goroutines read it too
 }
 
 // newEnv builds the three tiers (Redis prefix and two shard DBs of the
@@ -30,8 +31,8 @@ func newEnv(t *testing.T) *env {
 	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second})
 	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix, BucketsPerTag: 4})
 	cold := tiers.NewColdStore(testenv.MySQLShards(t, 2), tiers.ColdOptions{})
-	e := &env{router: tiers.NewRouter(hot, warm, cold), warm: warm, cold: cold, now: t0}
-	e.hot = &tiers.HotMover{Hot: e.router.Hot(), Warm: warm, Now: func() time.Time { return e.now }}
+	e := &env{router: tiers.NewRouter(hot, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0)}
+	e.hot = &tiers.HotMover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}
 	e.mover = &Mover{RDB: rdb, Prefix: prefix, Hot: e.hot, Warm: warm, Cold: cold, LeaseTTL: 5 * time.Second}
 	return e
 }
@@ -74,9 +75,9 @@ func (e *env) check(t testing.TB, mode tiers.Mode, cs ...cellSpec) *tiers.Op {
 	t.Helper()
 	op := &tiers.Op{Cost: 1, Mode: mode}
 	for _, c := range cs {
-		op.Cells = append(op.Cells, c.at(e.now))
+		op.Cells = append(op.Cells, c.at(e.clock.Now()))
 	}
-	if err := e.router.Check(context.Background(), e.now, []*tiers.Op{op}); err != nil {
+	if err := e.router.Check(context.Background(), e.clock.Now(), []*tiers.Op{op}); err != nil {
 		t.Errorf("check: %v", err)
 		return nil
 	}
@@ -114,7 +115,7 @@ func (e *env) count(t testing.TB, c cellSpec) int64 {
 		t.Fatal(err)
 	}
 	for _, r := range recs {
-		if r.Index() == e.now.Unix()/int64(c.window/time.Second) {
+		if r.Index() == e.clock.Now().Unix()/int64(c.window/time.Second) {
 			return r.Count
 		}
 	}

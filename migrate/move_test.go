@@ -329,7 +329,7 @@ func TestNewTierAndColdCostsNoRedis(t *testing.T) {
 func TestMoveWithRealClock(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.now = time.Now()
+	e.clock.Set(time.Now())
 	e.hot.Now = nil
 	c := newCell(10)
 	for range 4 {

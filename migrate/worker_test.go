@@ -14,10 +14,10 @@ func newWorkerEnv(t *testing.T) (*env, *Worker) {
 	t.Helper()
 	e := newEnv(t)
 	dbs := e.cold.DBs()
-	act := &Activity{DBs: dbs, Now: func() time.Time { return e.now }}
+	act := &Activity{DBs: dbs, Now: e.clock.Now}
 	e.router.Calls = act.Observe
 	w := &Worker{
-		Mover: e.mover, Activity: act, DBs: dbs, Now: func() time.Time { return e.now },
+		Mover: e.mover, Activity: act, DBs: dbs, Now: e.clock.Now,
 		Config: Config{Schedule: "@daily", HotThreshold: 20, ColdThreshold: 2, PromoteInterval: 10 * time.Second, DemoteInterval: time.Hour, BatchSize: 3},
 	}
 	return e, w
@@ -38,7 +38,7 @@ func TestCycle(t *testing.T) {
 		}
 	}
 	// Two hours later: 25, 5 and 0.5 calls an hour.
-	e.now = e.now.Add(2 * time.Hour)
+	e.clock.Advance(2 * time.Hour)
 	rep, err := w.RunCycle(context.Background())
 	if err != nil {
 		t.Fatal(err, rep.Errors)
@@ -72,7 +72,7 @@ func TestOnCallPromotion(t *testing.T) {
 	c := newCell(1000)
 	e.place(t, tiers.Warm, c)
 	for range 6 {
-		e.now = e.now.Add(2 * time.Second)
+		e.clock.Advance(2 * time.Second)
 		e.check(t, tiers.Enforce, c)
 	}
 	deadline := time.Now().Add(5 * time.Second)

@@ -352,6 +352,11 @@ func (s *ColdStore) freezeShard(ctx context.Context, sh int, ids []CellID) error
 // the field holds no warm record).
 func (s *WarmStore) Freeze(ctx context.Context, refs []Ref) ([]bool, error) {
 	out := make([]bool, len(refs))
+	locs := make([]warmLoc, len(refs))
+	for i := range refs {
+		locs[i] = s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
+	}
+	defer s.locks.lock(locs)()
 	for attempt := 1; ; attempt++ {
 		raws, err := s.DirRaw(ctx, refs)
 		if err != nil {

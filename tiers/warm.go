@@ -54,7 +54,9 @@ var warmCASSource string
 // decides in Go, and writes through warm_cas.lua, which writes every cell of
 // an op only if none changed since the read; a lost race is retried (up to
 // MaxAttempts, with jittered exponential backoff). No lock is held across
-// round trips. A denied call and a dry run are read-only: one round trip.
+// round trips; within one process, checks on a cell queue on an in-process
+// stripe lock instead (warm_locks.go), so retries are for races between
+// instances. A denied call and a dry run are read-only: one round trip.
 type WarmStore struct {
 	rdb         redis.UniversalClient
 	cas         *redis.Script
@@ -64,6 +66,7 @@ type WarmStore struct {
 	poolMask    uint32
 	maxAttempts int
 	cluster     bool
+	locks       *warmLocks
 	// beforeCAS, when set (tests), runs between the read and the
 	// compare-and-set of every attempt.
 	beforeCAS func(attempt int)
@@ -127,6 +130,7 @@ func NewWarmStore(rdb redis.UniversalClient, o WarmOptions) *WarmStore {
 		poolMask:    (1<<24 - 1) &^ (1<<(24-p) - 1),
 		maxAttempts: a,
 		cluster:     cluster,
+		locks:       newWarmLocks(),
 	}
 }
 
@@ -343,6 +347,7 @@ func (s *WarmStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 		}
 		all = append(all, p.locs...)
 	}
+	defer s.locks.lock(all)()
 	pending := make([]int, len(ops))
 	for i := range pending {
 		pending[i] = i
@@ -492,6 +497,11 @@ func (s *WarmStore) Import(ctx context.Context, recs []Record) error {
 		index[l] = len(items)
 		items = append(items, item{loc: l, rec: r, val: string(v)})
 	}
+	all := make([]warmLoc, len(items))
+	for i := range items {
+		all[i] = items[i].loc
+	}
+	defer s.locks.lock(all)()
 	pending := make([]int, len(items))
 	for i := range pending {
 		pending[i] = i

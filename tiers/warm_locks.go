@@ -1,0 +1,48 @@
+package tiers
+
+import (
+	"hash/maphash"
+	"slices"
+	"sync"
+)
+
+// warmStripes is the number of in-process locks warm records hash onto.
+const warmStripes = 4096
+
+// warmLocks serialises, within this process, the read-decide-write of warm
+// records that hash to one stripe. Concurrent checks on one warm cell then
+// queue on a mutex instead of losing compare-and-sets to each other: with
+// 32 callers on one cell, optimistic retries alone could exhaust
+// MaxAttempts. Other processes still race through the compare-and-set,
+// which stays the only guarantee of atomicity; these locks only make it
+// rarely fail. A holder waits on Redis and never on another stripe, and
+// stripes are taken in ascending order, so holders cannot deadlock.
+type warmLocks struct {
+	seed    maphash.Seed
+	stripes [warmStripes]sync.Mutex
+}
+
+func newWarmLocks() *warmLocks { return &warmLocks{seed: maphash.MakeSeed()} }
+
+// lock takes the stripes of locs and returns the function that releases
+// them.
+func (w *warmLocks) lock(locs []warmLoc) (unlock func()) {
+	idx := make([]uint16, 0, len(locs))
+	for _, l := range locs {
+		var h maphash.Hash
+		h.SetSeed(w.seed)
+		h.WriteString(l.key)
+		h.WriteString(l.field)
+		idx = append(idx, uint16(h.Sum64()%warmStripes))
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	for _, i := range idx {
+		w.stripes[i].Lock()
+	}
+	return func() {
+		for _, i := range idx {
+			w.stripes[i].Unlock()
+		}
+	}
+}
