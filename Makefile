@@ -39,6 +39,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCheck$$' -fuzztime $(FUZZTIME) ./api/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME) ./api/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseYAML$$' -fuzztime $(FUZZTIME) ./rules/
+	$(GO) test -run '^$$' -fuzz '^FuzzWarmRecordDecode$$' -fuzztime $(FUZZTIME) ./tiers/
 
 lint:
 	gofmt -l . | (! grep .)
