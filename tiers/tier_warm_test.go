@@ -58,8 +58,8 @@ func TestWarm_BucketsStayListpacksUnderStockConfig(t *testing.T) {
 			t.Fatalf("hash %q of %d fields is %s", k, n, enc)
 		}
 		for f, v := range rdb.HGetAll(ctx, k).Val() {
-			if len(f) != 8 || len(v) != 10 { // 8 raw bytes + 2 of snappy
-				t.Fatalf("field %d bytes, value %d bytes; want 8 and 10", len(f), len(v))
+			if len(f) != 7 || len(v) != 10 { // the default field width; 8 raw bytes + 2 of snappy
+				t.Fatalf("field %d bytes, value %d bytes; want 7 and 10", len(f), len(v))
 			}
 		}
 	}
@@ -75,7 +75,7 @@ func TestWarm_CellsWithoutAppArePooled(t *testing.T) {
 		c.Tag = TagOfIdentity(c.Identity) // a rule without app_id
 		ref := RefOf(&c)
 		k, f := s.Locate(&ref)
-		if len(k) != len(prefix)+len("{abcdef}w")+2 || len(f) != 8 {
+		if len(k) != len(prefix)+len("{abcdef}w")+2 || len(f) != 7 {
 			t.Fatalf("key %q field %x", k, f)
 		}
 		keys[k] = true
