@@ -39,6 +39,7 @@ type Settings struct {
 	MaxInFlight    int           // QUOTA_MAX_IN_FLIGHT: concurrent requests before a fast 503
 	TTLJitter      time.Duration // QUOTA_TTL_JITTER: random extra TTL so keys of a window do not expire together
 	Coalesce       int           // QUOTA_COALESCE: checks batched into one Redis pipeline by this many senders; 0 = off
+	PprofListen    string        // QUOTA_PPROF_LISTEN: loopback host:port of net/http/pprof; "" (default) = off
 
 	// Analytics (package analytics).
 	Analytics                 bool          // QUOTA_ANALYTICS: on (default) or off
@@ -123,6 +124,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.integer("QUOTA_MAX_IN_FLIGHT", &s.MaxInFlight)
 	r.duration("QUOTA_TTL_JITTER", &s.TTLJitter)
 	r.integer("QUOTA_COALESCE", &s.Coalesce)
+	r.str("QUOTA_PPROF_LISTEN", &s.PprofListen)
 	r.onOff("QUOTA_ANALYTICS", &s.Analytics)
 	r.duration("QUOTA_ANALYTICS_FLUSH", &s.AnalyticsFlush)
 	r.integer("QUOTA_ANALYTICS_BUFFER_MAX", &s.AnalyticsBufferMax)
@@ -210,6 +212,14 @@ func (s Settings) Validate() error {
 	case "hot", "warm", "cold":
 	default:
 		return fmt.Errorf("QUOTA_NEW_TIER %q: want hot, warm or cold", s.NewTier)
+	}
+	if s.PprofListen != "" {
+		// Profiles expose internals and cost CPU, and the endpoint has no
+		// authentication: loopback only (reach it over SSH).
+		h, _, err := net.SplitHostPort(s.PprofListen)
+		if err != nil || !isLoopback(h) {
+			return fmt.Errorf("QUOTA_PPROF_LISTEN %q: want a loopback host:port, e.g. 127.0.0.1:6060", s.PprofListen)
+		}
 	}
 	if s.AdminToken == "" && !isLoopback(host) {
 		return fmt.Errorf("QUOTA_LISTEN %s is not a loopback address: set QUOTA_ADMIN_TOKEN before exposing quotad", s.Listen)

@@ -60,6 +60,8 @@ func TestLoad_InvalidSettingsGiveOneClearLine(t *testing.T) {
 		{map[string]string{"QUOTA_MAX_IN_FLIGHT": "0"}, "QUOTA_MAX_IN_FLIGHT"},
 		{map[string]string{"QUOTA_TTL_JITTER": "2h"}, "QUOTA_TTL_JITTER"},
 		{map[string]string{"QUOTA_ANALYTICS": "maybe"}, "QUOTA_ANALYTICS"},
+		{map[string]string{"QUOTA_PPROF_LISTEN": "0.0.0.0:6060"}, "QUOTA_PPROF_LISTEN"},
+		{map[string]string{"QUOTA_PPROF_LISTEN": "6060"}, "QUOTA_PPROF_LISTEN"},
 	}
 	for _, tc := range cases {
 		_, err := config.Load(envOf(tc.env))

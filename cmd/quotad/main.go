@@ -188,6 +188,13 @@ func serve() error {
 		Tiers:        tiersAdmin,
 	})
 	go reloadOnHangup(ctx, s.RulesPath, lim, m, log)
+	if s.PprofListen != "" {
+		go func() {
+			if err := servePprof(ctx, s.PprofListen, log); err != nil {
+				log.Error("pprof stopped", "err", err)
+			}
+		}()
+	}
 	err = listenAndServe(ctx, s, srv, log)
 	// No check runs any more: write what analytics still holds.
 	stopAnalytics()
