@@ -30,6 +30,11 @@ test: services
 bench: schema
 	bash deploy/bench.sh
 
+# What analytics costs the check path: off vs on, interleaved (BENCHMARKS.md).
+.PHONY: bench-analytics
+bench-analytics: schema
+	bash deploy/bench-analytics-ab.sh
+
 # The same workload through each algorithm (BENCHMARKS.md).
 bench-algorithms: schema
 	bash deploy/bench-algorithms.sh
