@@ -42,26 +42,40 @@ type harness struct {
 	reg    *prometheus.Registry
 }
 
-type harnessOption func(*config.Settings, *tiers.HotOptions, *redis.UniversalClient)
+// harnessConfig is what a harnessOption may change before the server is built.
+type harnessConfig struct {
+	settings config.Settings
+	hot      tiers.HotOptions
+	client   redis.UniversalClient
+	ready    []api.ReadinessCheck // after the harness's own redis check
+}
+
+type harnessOption func(*harnessConfig)
 
 func failMode(m config.FailMode) harnessOption {
-	return func(s *config.Settings, _ *tiers.HotOptions, _ *redis.UniversalClient) { s.FailMode = m }
+	return func(c *harnessConfig) { c.settings.FailMode = m }
 }
 
 func splitBySlot() harnessOption {
-	return func(_ *config.Settings, o *tiers.HotOptions, _ *redis.UniversalClient) { o.SplitBySlot = true }
+	return func(c *harnessConfig) { c.hot.SplitBySlot = true }
 }
 
 func settings(fn func(*config.Settings)) harnessOption {
-	return func(s *config.Settings, _ *tiers.HotOptions, _ *redis.UniversalClient) { fn(s) }
+	return func(c *harnessConfig) { fn(&c.settings) }
 }
 
 func keyPrefix(p string) harnessOption {
-	return func(_ *config.Settings, o *tiers.HotOptions, _ *redis.UniversalClient) { o.Prefix = p }
+	return func(c *harnessConfig) { c.hot.Prefix = p }
 }
 
-func redisClient(c redis.UniversalClient) harnessOption {
-	return func(_ *config.Settings, _ *tiers.HotOptions, r *redis.UniversalClient) { *r = c }
+func redisClient(rc redis.UniversalClient) harnessOption {
+	return func(c *harnessConfig) { c.client = rc }
+}
+
+// readiness adds a readiness check to GET /readyz (e.g. one that blocks,
+// to hold an in-flight slot with work in progress).
+func readiness(rc api.ReadinessCheck) harnessOption {
+	return func(c *harnessConfig) { c.ready = append(c.ready, rc) }
 }
 
 func newHarness(t *testing.T, rulesYAML string, opts ...harnessOption) *harness {
@@ -71,14 +85,13 @@ func newHarness(t *testing.T, rulesYAML string, opts ...harnessOption) *harness 
 	if err != nil {
 		t.Fatalf("rules: %v", err)
 	}
-	s := config.Defaults()
-	s.AdminToken = adminToken
-	s.Coalesce = 0
-	ho := tiers.HotOptions{Prefix: prefix, Jitter: time.Second}
-	var client redis.UniversalClient = rdb
+	hc := harnessConfig{settings: config.Defaults(), hot: tiers.HotOptions{Prefix: prefix, Jitter: time.Second}, client: rdb}
+	hc.settings.AdminToken = adminToken
+	hc.settings.Coalesce = 0
 	for _, o := range opts {
-		o(&s, &ho, &client)
+		o(&hc)
 	}
+	s, ho, client := hc.settings, hc.hot, hc.client
 	clk := clock.NewFake(start)
 	hot := tiers.NewHotStore(client, ho)
 	lim, err := limiter.New(hot, clk, set)
@@ -98,7 +111,7 @@ func newHarness(t *testing.T, rulesYAML string, opts ...harnessOption) *harness 
 		Checks:   checks,
 		Metrics:  metrics.New(reg),
 		Gatherer: reg,
-		Ready:    []api.ReadinessCheck{{Name: "redis", Check: hot.Ping}},
+		Ready:    append([]api.ReadinessCheck{{Name: "redis", Check: hot.Ping}}, hc.ready...),
 	}))
 	t.Cleanup(srv.Close)
 	return &harness{t: t, srv: srv, clk: clk, rdb: rdb, prefix: prefix, lim: lim, reg: reg}

@@ -75,6 +75,7 @@ type Server struct {
 	deps     Deps
 	echo     *echo.Echo
 	bufs     sync.Pool
+	bodies   sync.Pool // *bufferedBody, for checks read before their slot
 	inFlight chan struct{}
 	// undecidedLog limits "check undecided" log lines to one a second.
 	undecidedLog logThrottle
@@ -90,6 +91,7 @@ func New(d Deps) *Server {
 	}
 	s := &Server{deps: d, echo: echo.New(), inFlight: make(chan struct{}, d.Settings.MaxInFlight)}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
+	s.bodies.New = func() any { return &bufferedBody{b: make([]byte, 0, 4096)} }
 	e := s.echo
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
@@ -191,7 +193,9 @@ func allowFor(path string) string {
 }
 
 // limitInFlight answers a fast 503 beyond QUOTA_MAX_IN_FLIGHT concurrent
-// requests, rather than queueing until everything times out.
+// requests, rather than queueing until everything times out. A check's
+// body is read before its slot is taken (bufferBody): a client trickling a
+// body holds a connection, not a slot.
 func (s *Server) limitInFlight(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		// Liveness and metrics answer even when overloaded: a liveness probe
@@ -199,6 +203,9 @@ func (s *Server) limitInFlight(next echo.HandlerFunc) echo.HandlerFunc {
 		// needed, and /metrics is how the overload is seen.
 		if p := c.Request().URL.Path; p == "/healthz" || p == "/metrics" {
 			return next(c)
+		}
+		if readsBodyFirst(c) {
+			defer s.bufferBody(c.Request())()
 		}
 		select {
 		case s.inFlight <- struct{}{}:
@@ -212,6 +219,75 @@ func (s *Server) limitInFlight(next echo.HandlerFunc) echo.HandlerFunc {
 			s.deps.Metrics.InFlight.Dec()
 		}()
 		return next(c)
+	}
+}
+
+// readsBodyFirst reports whether c is a check, whose body is read before
+// its in-flight slot is taken.
+func readsBodyFirst(c echo.Context) bool {
+	if c.Request().Method != http.MethodPost {
+		return false
+	}
+	p := c.Path()
+	return p == "/v1/check" || p == "/v1/check/batch"
+}
+
+// bufferedBody is a request body read in full (at most MaxBody+1 bytes)
+// before the handler ran: it replays those bytes, then the read's outcome
+// (io.EOF, or the error that cut the read).
+type bufferedBody struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (bb *bufferedBody) Read(p []byte) (int, error) {
+	if bb.off == len(bb.b) {
+		if bb.err != nil {
+			return 0, bb.err
+		}
+		return 0, io.EOF
+	}
+	n := copy(p, bb.b[bb.off:])
+	bb.off += n
+	return n, nil
+}
+
+// Close does nothing: net/http closes the connection's own body.
+func (bb *bufferedBody) Close() error { return nil }
+
+// bufferBody reads r's body into a pooled buffer and puts it back in its
+// place, so the handler reads what it would have read (and answers 413, 415
+// or 400 as before, in its own order); it returns the function that gives
+// the buffer back. A body announced over MaxBody is left unread: the
+// handler answers 413 without reading it.
+func (s *Server) bufferBody(r *http.Request) (release func()) {
+	if r.ContentLength > MaxBody {
+		return func() {}
+	}
+	bb := s.bodies.Get().(*bufferedBody)
+	bb.b, bb.err = readLimited(bb.b[:0], r.Body)
+	bb.off = 0
+	r.Body = bb
+	return func() { bb.err = nil; s.bodies.Put(bb) }
+}
+
+// readLimited appends to buf what r yields, up to MaxBody+1 bytes; the
+// error is nil at the end of the body or at the limit.
+func readLimited(buf []byte, r io.Reader) ([]byte, error) {
+	lr := io.LimitReader(r, MaxBody+1)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := lr.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
 	}
 }
 
@@ -248,30 +324,28 @@ func (s *Server) readBody(c echo.Context) ([]byte, func(), error) {
 	if r.ContentLength > MaxBody {
 		return nil, nil, newError(http.StatusRequestEntityTooLarge, "body_too_large", "request body is over 64 KiB")
 	}
-	bp := s.bufs.Get().(*[]byte)
-	release := func() { *bp = (*bp)[:0]; s.bufs.Put(bp) }
-	buf := (*bp)[:0]
-	lr := io.LimitReader(r.Body, MaxBody+1)
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := lr.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			release()
-			return nil, nil, newError(http.StatusBadRequest, "unreadable_body", "could not read the request body")
-		}
+	buf, release, err := s.bodyBytes(r)
+	if err != nil {
+		release()
+		return nil, nil, newError(http.StatusBadRequest, "unreadable_body", "could not read the request body")
 	}
-	*bp = buf
 	if len(buf) > MaxBody {
 		release()
 		return nil, nil, newError(http.StatusRequestEntityTooLarge, "body_too_large", "request body is over 64 KiB")
 	}
 	return buf, release, nil
+}
+
+// bodyBytes is r's body (at most MaxBody+1 bytes): the bytes bufferBody
+// read already, or read now into a pooled buffer given back by release.
+func (s *Server) bodyBytes(r *http.Request) ([]byte, func(), error) {
+	if bb, ok := r.Body.(*bufferedBody); ok {
+		return bb.b, func() {}, bb.err
+	}
+	bp := s.bufs.Get().(*[]byte)
+	buf, err := readLimited((*bp)[:0], r.Body)
+	*bp = buf
+	return buf, func() { *bp = (*bp)[:0]; s.bufs.Put(bp) }, err
 }
 
 // bearer returns the token of an `Authorization: Bearer …` header.

@@ -123,8 +123,9 @@ func TestHardening_SlowlorisHeadersAreCutOff(t *testing.T) {
 		n, cut.Load(), time.Duration(slowest.Load()).Round(time.Millisecond), worst.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 }
 
-// A body trickled a byte every half second is cut off by ReadTimeout (10 s
-// for the whole request) and frees its in-flight slot.
+// A body trickled a byte every half second holds no in-flight slot while it
+// arrives (the slot is taken once a check's body is read) and is cut off by
+// ReadTimeout (10 s for the whole request).
 func TestHardening_SlowBodyIsCutOff(t *testing.T) {
 	q := startPlain(t)
 	fig := newFigures(t)
@@ -132,7 +133,17 @@ func TestHardening_SlowBodyIsCutOff(t *testing.T) {
 	// counts itself, 0 if it is exempt from the in-flight cap).
 	base := q.Metric("quota_http_in_flight")
 	c := dial(t, q)
-	_, _ = io.WriteString(c, "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+	_, _ = io.WriteString(c, "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n")
+	sent := time.Now()
+	_ = c.SetReadDeadline(sent.Add(5 * time.Second))
+	// net/http answers 100 Continue when the body is first read: from then
+	// on quotad is reading this body.
+	const cont = "HTTP/1.1 100 Continue\r\n\r\n"
+	buf := make([]byte, len(cont))
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != cont {
+		t.Fatalf("want %q, got %q %v", cont, buf, err)
+	}
+	_, _ = io.WriteString(c, "{")
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
@@ -149,15 +160,14 @@ func TestHardening_SlowBodyIsCutOff(t *testing.T) {
 			}
 		}
 	}()
-	if err := PollUntil(5*time.Second, 50*time.Millisecond, func() error {
-		if v := q.Metric("quota_http_in_flight"); v < base+1 {
-			return fmt.Errorf("in flight %v", v)
+	for range 10 {
+		if v := q.Metric("quota_http_in_flight"); v != base {
+			t.Fatalf("a body still arriving holds an in-flight slot: in flight %v, %v when idle", v, base)
 		}
-		return nil
-	}); err != nil {
-		t.Fatalf("the slow body never got in flight: %v", err)
+		time.Sleep(100 * time.Millisecond)
 	}
-	d, answer, closed := closedWithin(c, 14*time.Second)
+	_, answer, closed := closedWithin(c, 14*time.Second)
+	d := time.Since(sent)
 	if !closed {
 		t.Fatalf("a slow body was still being read after %s", d)
 	}
