@@ -313,6 +313,62 @@ func TestUniquesSurviveRedisLossAndMergeOverDays(t *testing.T) {
 	}
 }
 
+// A shutdown persists every touched HyperLogLog: 1,010 of them (10 apps ×
+// 100 interfaces, and the 10 apps) go out in a handful of multi-row
+// statements, not one per key, and each comes back intact after Redis loses
+// them all, merged with what an earlier persist had saved.
+func TestFinalPersistBatchesHyperLogLogs(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2, nil)
+	ctx := context.Background()
+	const apps, ifaces = 10, 100
+	users := func(a, f int) int { return 1 + (a*ifaces+f)%40 }
+	for a := 0; a < apps; a++ {
+		for f := 0; f < ifaces; f++ {
+			for u := 0; u < users(a, f); u++ {
+				e.rec.Record(fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), fmt.Sprintf("u%d", u), true)
+			}
+		}
+	}
+	e.flush() // persists the app-level keys (due at the first flush)
+	// One more user on every interface after the app-level persist.
+	for a := 0; a < apps; a++ {
+		for f := 0; f < ifaces; f++ {
+			e.rec.Record(fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), "late", true)
+		}
+	}
+	if err := e.rec.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	statements := e.metric("quota_analytics_statements_total", "table", "usage_uniques")
+	rows := e.metric("quota_analytics_rows_written_total", "table", "usage_uniques")
+	t.Logf("usage_uniques: %v statements, %v rows", statements, rows)
+	// 10 app keys in the first flush (≤ 1 statement per shard); 1,010 keys at
+	// shutdown: ≤ ceil(keys on the shard / 200) per shard.
+	if statements > 2+(apps*ifaces+apps)/200+2 {
+		t.Fatalf("%v statements for %d keys", statements, apps*ifaces+2*apps)
+	}
+	testenv.DeletePrefix(ctx, e.rdb, e.prefix) // Redis loses everything
+	e.rec = e.open(nil)
+	for _, c := range [][2]int{{0, 0}, {3, 17}, {9, 99}} {
+		a, f := c[0], c[1]
+		got, err := e.rec.InterfaceDay(ctx, fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), day(t0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := int64(users(a, f) + 1); got.UniqueUsers != want {
+			t.Errorf("app%d if%d: %d unique users after Redis lost the key, want %d", a, f, got.UniqueUsers, want)
+		}
+	}
+	got, err := e.rec.AppDay(ctx, "app3", day(t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.UniqueUsers != 41 { // u0..u39 and "late"
+		t.Errorf("app3: %d unique users, want 41", got.UniqueUsers)
+	}
+}
+
 // 200,000 calls over 100 (app, interface) pairs in 10 flushes write a
 // number of statements bounded by flushes × pairs / rows-per-statement.
 func TestWritesBoundedByPairsNotCalls(t *testing.T) {

@@ -5,6 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -76,66 +79,163 @@ func (r *Recorder) loadRegisters(ctx context.Context, k hllKey) ([]byte, int64, 
 	return regs, n, err
 }
 
+// persistChunk is how many HyperLogLogs one persisting step reads from
+// MySQL (one SELECT), reads and merges in Redis (one pipeline) and saves
+// (one multi-row upsert): a dense HLL is 12 KB, so a statement stays near
+// 2.4 MB, under MySQL's default 16 MB max_allowed_packet.
+const persistChunk = 200
+
 // persistHLL saves the registers of the touched HyperLogLogs to MySQL: the
 // app-level keys of every day, interface-level keys once their day is over
 // (all of them when final). The saved registers are first merged back into
 // Redis, so a key that Redis lost (and that has been re-created since with
-// fewer users) never overwrites a fuller saved copy.
+// fewer users) never overwrites a fuller saved copy. Keys go in chunks, a
+// few round trips each, so that a shutdown persisting tens of thousands of
+// keys fits its time budget; a shard that fails keeps its keys for the
+// next run and does not stop the others.
 func (r *Recorder) persistHLL(ctx context.Context, final bool) error {
 	today := DayOf(r.clk.Now())
-	var keys []hllKey
+	byShard := make([][]hllKey, len(r.shards))
 	for k := range r.touched {
 		if final || k.scope == scopeApp || k.day < today {
-			keys = append(keys, k)
+			i := ShardIndex(k.app, len(r.shards))
+			byShard[i] = append(byShard[i], k)
 		}
 	}
-	for _, k := range keys {
-		if err := r.persistOne(ctx, k); err != nil {
-			return err
+	var errs []error
+	for i, keys := range byShard {
+		for chunk := range slices.Chunk(keys, persistChunk) {
+			if err := r.persistKeys(ctx, r.shards[i].db, chunk); err != nil {
+				errs = append(errs, fmt.Errorf("shard %d: %w", i, err))
+				break
+			}
+			r.mu.Lock()
+			for _, k := range chunk {
+				delete(r.touched, k)
+			}
+			r.mu.Unlock()
 		}
-		r.mu.Lock()
-		delete(r.touched, k)
-		r.mu.Unlock()
 	}
+	return errors.Join(errs...)
+}
+
+// persistKeys saves the registers of keys, all on the shard db.
+func (r *Recorder) persistKeys(ctx context.Context, db *sql.DB, keys []hllKey) error {
+	saved, err := loadRegistersOf(ctx, db, keys)
+	if err != nil {
+		return fmt.Errorf("usage_uniques read: %w", err)
+	}
+	regs, counts, err := r.mergeAndRead(ctx, keys, saved)
+	if err != nil {
+		return err
+	}
+	var q strings.Builder
+	q.WriteString("INSERT INTO usage_uniques (app_id, day, scope, interface_id, unique_users, registers) VALUES ")
+	args := make([]any, 0, 6*len(keys))
+	n := 0
+	for i, k := range keys {
+		if regs[i] == nil {
+			continue // nothing in Redis, nothing saved: no user that day
+		}
+		if n > 0 {
+			q.WriteByte(',')
+		}
+		q.WriteString("(?, ?, ?, ?, ?, ?)")
+		args = append(args, k.app, k.day.String(), k.scope, k.iface, counts[i], regs[i])
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	q.WriteString(" ON DUPLICATE KEY UPDATE unique_users = VALUES(unique_users), registers = VALUES(registers)")
+	r.met.statements.WithLabelValues("usage_uniques").Inc()
+	if _, err := db.ExecContext(ctx, q.String(), args...); err != nil {
+		return fmt.Errorf("usage_uniques: %w", err)
+	}
+	r.met.rowsWritten.WithLabelValues("usage_uniques").Add(float64(n))
 	return nil
 }
 
-func (r *Recorder) persistOne(ctx context.Context, k hllKey) error {
-	saved, _, err := r.loadRegisters(ctx, k)
-	if err != nil {
-		return err
+// mergeAndRead merges the saved registers into Redis and reads each key's
+// registers and count back, in one pipeline. regs[i] is nil when Redis has
+// no such key.
+func (r *Recorder) mergeAndRead(ctx context.Context, keys []hllKey, saved map[hllKey][]byte) ([][]byte, []int64, error) {
+	pipe := r.rdb.Pipeline()
+	gets := make([]*redis.StringCmd, len(keys))
+	cnts := make([]*redis.IntCmd, len(keys))
+	for i, k := range keys {
+		rk := k.redisKey(r.opt.KeyPrefix)
+		if regs := saved[k]; regs != nil {
+			tmp := rk + ":merge" // same {tag}: same cluster slot as rk
+			pipe.Set(ctx, tmp, regs, r.opt.HLLTTL)
+			pipe.PFMerge(ctx, rk, tmp)
+			pipe.Del(ctx, tmp)
+			pipe.Expire(ctx, rk, r.opt.HLLTTL)
+		}
+		gets[i] = pipe.Get(ctx, rk)
+		cnts[i] = pipe.PFCount(ctx, rk)
 	}
-	rk := k.redisKey(r.opt.KeyPrefix)
-	pipe := r.rdb.TxPipeline()
-	if saved != nil {
-		tmp := rk + ":merge"
-		pipe.Set(ctx, tmp, saved, r.opt.HLLTTL)
-		pipe.PFMerge(ctx, rk, tmp)
-		pipe.Del(ctx, tmp)
-		pipe.Expire(ctx, rk, r.opt.HLLTTL)
-	}
-	get := pipe.Get(ctx, rk)
-	cnt := pipe.PFCount(ctx, rk)
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return err
+		return nil, nil, fmt.Errorf("redis HLL read: %w", err)
 	}
-	regs, err := get.Bytes()
-	if errors.Is(err, redis.Nil) {
-		return nil // nothing in Redis, nothing saved: no user that day
+	regs := make([][]byte, len(keys))
+	counts := make([]int64, len(keys))
+	for i := range keys {
+		b, err := gets[i].Bytes()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("redis HLL read: %w", err)
+		}
+		regs[i], counts[i] = b, cnts[i].Val()
 	}
+	return regs, counts, nil
+}
+
+// loadRegistersOf reads the saved registers of keys (all on db) with one
+// SELECT; keys without a saved row are absent from the map.
+func loadRegistersOf(ctx context.Context, db *sql.DB, keys []hllKey) (map[hllKey][]byte, error) {
+	var q strings.Builder
+	q.WriteString("SELECT app_id, day, scope, interface_id, registers FROM usage_uniques WHERE ")
+	args := make([]any, 0, 4*len(keys))
+	for i, k := range keys {
+		if i > 0 {
+			q.WriteString(" OR ")
+		}
+		q.WriteString("(app_id = ? AND day = ? AND scope = ? AND interface_id = ?)")
+		args = append(args, k.app, k.day.String(), k.scope, k.iface)
+	}
+	rows, err := db.QueryContext(ctx, q.String(), args...)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	db := r.shards[ShardIndex(k.app, len(r.shards))].db
-	_, err = db.ExecContext(ctx, `INSERT INTO usage_uniques (app_id, day, scope, interface_id, unique_users, registers)
-VALUES (?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE unique_users = VALUES(unique_users), registers = VALUES(registers)`,
-		k.app, k.day.String(), k.scope, k.iface, cnt.Val(), regs)
-	r.met.statements.WithLabelValues("usage_uniques").Inc()
-	if err != nil {
-		return fmt.Errorf("usage_uniques: %w", err)
+	defer rows.Close()
+	out := make(map[hllKey][]byte, len(keys))
+	for rows.Next() {
+		var k hllKey
+		var day string
+		var regs []byte
+		if err := rows.Scan(&k.app, &day, &k.scope, &k.iface, &regs); err != nil {
+			return nil, err
+		}
+		d, err := parseSQLDay(day)
+		if err != nil {
+			return nil, err
+		}
+		k.day = d
+		out[k] = regs
 	}
-	r.met.rowsWritten.WithLabelValues("usage_uniques").Inc()
-	return nil
+	return out, rows.Err()
+}
+
+// parseSQLDay reads a DATE column as the driver returns it: "YYYY-MM-DD"
+// without parseTime, an RFC 3339 time with it.
+func parseSQLDay(s string) (Day, error) {
+	if len(s) > len(time.DateOnly) {
+		s = s[:len(time.DateOnly)]
+	}
+	return ParseDay(s)
 }
 
 // uniqueCount is the number of distinct users over the union of keys (all of
