@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -27,11 +28,7 @@ func (r *Recorder) flush(ctx context.Context, final bool) error {
 	if err := r.pfaddPending(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("redis PFADD: %w", err))
 	}
-	for i := range r.shards {
-		if err := r.writeShard(ctx, i); err != nil {
-			errs = append(errs, fmt.Errorf("mysql shard %d: %w", i, err))
-		}
-	}
+	errs = append(errs, r.writeShards(ctx)...)
 	now := r.clk.Now()
 	if final || now.Sub(r.lastPersist) >= r.opt.PersistEvery {
 		if err := r.persistHLL(ctx, final); err != nil {
@@ -122,6 +119,25 @@ func (r *Recorder) addUser(k hllKey, user string) {
 	}
 	set[user] = struct{}{}
 	r.touched[k] = struct{}{}
+}
+
+// writeShards writes every shard's pending rows, the shards at once: a
+// flush takes as long as its slowest shard, not their sum, and a shard that
+// hangs until its timeout does not hold the others' rows back.
+func (r *Recorder) writeShards(ctx context.Context) []error {
+	errs := make([]error, len(r.shards))
+	var wg sync.WaitGroup
+	for i := range r.shards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.writeShard(ctx, i); err != nil {
+				errs[i] = fmt.Errorf("mysql shard %d: %w", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return slices.DeleteFunc(errs, func(err error) bool { return err == nil })
 }
 
 // writeShard resolves the shard's uncertain batches, then writes its pending

@@ -28,6 +28,7 @@ type Settings struct {
 	Listen         string        // QUOTA_LISTEN
 	RedisAddrs     []string      // QUOTA_REDIS_ADDRS; several mean Redis Cluster
 	RedisPassword  string        // QUOTA_REDIS_PASSWORD
+	RedisDB        int           // QUOTA_REDIS_DB: logical database of a single Redis (0..15); must be 0 on a cluster
 	RedisKeyPrefix string        // QUOTA_REDIS_KEY_PREFIX; keeps deployments (and tests) apart on one Redis
 	RedisTimeout   time.Duration // QUOTA_REDIS_TIMEOUT: dial, read and write timeout of one Redis call
 	RedisPoolSize  int           // QUOTA_REDIS_POOL_SIZE
@@ -110,6 +111,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.str("QUOTA_LISTEN", &s.Listen)
 	r.list("QUOTA_REDIS_ADDRS", &s.RedisAddrs)
 	r.str("QUOTA_REDIS_PASSWORD", &s.RedisPassword)
+	r.integer("QUOTA_REDIS_DB", &s.RedisDB)
 	r.str("QUOTA_REDIS_KEY_PREFIX", &s.RedisKeyPrefix)
 	r.duration("QUOTA_REDIS_TIMEOUT", &s.RedisTimeout)
 	r.integer("QUOTA_REDIS_POOL_SIZE", &s.RedisPoolSize)
@@ -157,6 +159,9 @@ func (s Settings) Validate() error {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return fmt.Errorf("QUOTA_REDIS_ADDRS: %q is not host:port", a)
 		}
+	}
+	if s.RedisDB < 0 || s.RedisDB > 15 || (s.RedisDB != 0 && len(s.RedisAddrs) > 1) {
+		return fmt.Errorf("QUOTA_REDIS_DB %d: want 0 to 15, and 0 on a Redis Cluster (several QUOTA_REDIS_ADDRS)", s.RedisDB)
 	}
 	if len(s.MySQLShards) == 0 {
 		return errors.New("QUOTA_MYSQL_SHARDS is empty: give at least one DSN")

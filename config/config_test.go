@@ -61,6 +61,8 @@ func TestLoad_InvalidSettingsGiveOneClearLine(t *testing.T) {
 		{map[string]string{"QUOTA_TTL_JITTER": "2h"}, "QUOTA_TTL_JITTER"},
 		{map[string]string{"QUOTA_ANALYTICS": "maybe"}, "QUOTA_ANALYTICS"},
 		{map[string]string{"QUOTA_PPROF_LISTEN": "0.0.0.0:6060"}, "QUOTA_PPROF_LISTEN"},
+		{map[string]string{"QUOTA_REDIS_DB": "16"}, "QUOTA_REDIS_DB"},
+		{map[string]string{"QUOTA_REDIS_DB": "2", "QUOTA_REDIS_ADDRS": "10.0.0.1:7000,10.0.0.2:7000"}, "QUOTA_REDIS_DB"},
 		{map[string]string{"QUOTA_PPROF_LISTEN": "6060"}, "QUOTA_PPROF_LISTEN"},
 	}
 	for _, tc := range cases {

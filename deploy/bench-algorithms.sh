@@ -14,8 +14,12 @@ LISTEN=${BENCH_LISTEN:-127.0.0.1:18085}
 mkdir -p bench-out
 out=bench-out/algorithms.txt
 : > "$out"
+source deploy/bench-redis-db.sh
 pid=""
-cleanup() { if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi; }
+cleanup() {
+  if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  bench_db_cleanup
+}
 trap cleanup EXIT
 
 for algo in fixed_window sliding_window token_bucket sliding_log min_interval; do
@@ -26,7 +30,7 @@ rules:
   - {name: app_user_iface_hourly, dimensions: [app_id, user_id, interface_id], limit: 1000, window: 1h, algorithm: $algo}
 YAML
   prefix="benchalgo:$algo:$RANDOM:"
-  QUOTA_LISTEN=$LISTEN QUOTA_RULES=$rules QUOTA_REDIS_KEY_PREFIX=$prefix QUOTA_ANALYTICS=off \
+  QUOTA_LISTEN=$LISTEN QUOTA_REDIS_DB=$BENCH_QUOTAD_REDIS_DB QUOTA_RULES=$rules QUOTA_REDIS_KEY_PREFIX=$prefix QUOTA_ANALYTICS=off \
     "$QUOTAD_BIN" serve > "bench-out/quotad-$algo.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 100); do
@@ -36,7 +40,7 @@ YAML
   "$QUOTABENCH_BIN" -url "http://$LISTEN" -c "$CONNS" -d "$DURATION" -apps 1000 -users 100000 -ifaces 50 -ips 100000 \
     -progress=false -json "bench-out/algo-$algo.json" > /dev/null
   kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""
-  rm -f "$rules"  # its keys expire within the hour (TTL = window + jitter)
+  rm -f "$rules"
   python3 - "$algo" "bench-out/algo-$algo.json" <<'PY' | tee -a "$out"
 import json, sys
 a, j = sys.argv[1], json.load(open(sys.argv[2]))

@@ -9,12 +9,14 @@
 # Usage (after make build): ROUNDS=3 D=30s bash deploy/bench-analytics-ab.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source deploy/bench-redis-db.sh
+trap bench_db_cleanup EXIT
 D=${D:-20s}; ROUNDS=${ROUNDS:-3}
 RP=$(pgrep -x redis-server | head -1); MP=$(pgrep -x mariadbd | head -1)
 cpu() { awk '{print $14+$15}' /proc/$1/stat; }
 for r in $(seq 1 $ROUNDS); do
  for mode in off on; do
-  env QUOTA_LISTEN=${AB_LISTEN:-127.0.0.1:18090} QUOTA_REDIS_KEY_PREFIX=ab$RANDOM: QUOTA_ANALYTICS=$mode bin/quotad > "${TMPDIR:-/tmp}/ab-quotad.log" 2>&1 &
+  env QUOTA_REDIS_DB=$BENCH_QUOTAD_REDIS_DB QUOTA_LISTEN=${AB_LISTEN:-127.0.0.1:18090} QUOTA_REDIS_KEY_PREFIX=ab$RANDOM: QUOTA_ANALYTICS=$mode bin/quotad > "${TMPDIR:-/tmp}/ab-quotad.log" 2>&1 &
   QP=$!
   until curl -sf ${AB_LISTEN:-127.0.0.1:18090}/readyz >/dev/null; do sleep 0.2; done
   q0=$(cpu $QP); r0=$(cpu $RP); m0=$(cpu $MP); l0=$(cut -d' ' -f1 /proc/loadavg)

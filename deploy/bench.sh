@@ -21,7 +21,8 @@
 #                      15); flushed afterwards if it was empty before, else only
 #                      its counter:* keys are deleted
 #   READY_TIMEOUT      seconds to wait for /readyz    (default 30)
-# quotad gets QUOTA_LISTEN=$BENCH_LISTEN and QUOTA_REDIS_KEY_PREFIX=bench:;
+# quotad gets QUOTA_LISTEN=$BENCH_LISTEN, QUOTA_REDIS_KEY_PREFIX=bench: and
+# QUOTA_REDIS_DB=$BENCH_QUOTAD_REDIS_DB (14; deploy/bench-redis-db.sh);
 # every other setting is its default (or what the environment already says).
 #
 # Writes $BENCH_OUT/quotabench.json, quotabench.txt, quotad.log,
@@ -82,6 +83,8 @@ port_in_use() {
 	(exec 3<>"/dev/tcp/$LISTEN_HOST/$LISTEN_PORT") 2>/dev/null
 }
 
+# shellcheck source=deploy/bench-redis-db.sh
+source "$(dirname "$0")/bench-redis-db.sh"
 QUOTAD_PID=""
 stop_quotad() {
 	[[ -n $QUOTAD_PID ]] || return 0
@@ -98,6 +101,7 @@ stop_quotad() {
 	fi
 	wait "$QUOTAD_PID" 2>/dev/null || true
 	QUOTAD_PID=""
+	bench_db_cleanup
 }
 trap stop_quotad EXIT
 trap 'exit 130' INT
@@ -114,7 +118,7 @@ if port_in_use; then
 fi
 
 echo "bench: starting $QUOTAD_BIN on $LISTEN"
-QUOTA_LISTEN=$LISTEN QUOTA_REDIS_KEY_PREFIX=bench: "$QUOTAD_BIN" >"$QUOTAD_LOG" 2>&1 &
+QUOTA_LISTEN=$LISTEN QUOTA_REDIS_DB=$BENCH_QUOTAD_REDIS_DB QUOTA_REDIS_KEY_PREFIX=bench: "$QUOTAD_BIN" >"$QUOTAD_LOG" 2>&1 &
 QUOTAD_PID=$!
 
 deadline=$((SECONDS + READY_TIMEOUT))
