@@ -488,6 +488,56 @@ func TestPendingRowsBounded(t *testing.T) {
 	}
 }
 
+// A shard that hangs (a table locked by another session) does not hold back
+// the rows of the other shard: they are written in the same flush, and the
+// hung shard's rows follow, once, when it answers again.
+func TestFlushWritesShardsIndependently(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2, nil)
+	apps := [2]string{}
+	for i := 0; apps[0] == "" || apps[1] == ""; i++ {
+		a := fmt.Sprintf("app%d", i)
+		if apps[analytics.ShardIndex(a, 2)] == "" {
+			apps[analytics.ShardIndex(a, 2)] = a
+		}
+	}
+	ctx := context.Background()
+	lock, err := e.dbs[0].Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if _, err := lock.ExecContext(ctx, "LOCK TABLES usage_series WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 50; i++ {
+		e.rec.Record(apps[0], "if", fmt.Sprintf("u%d", i), true)
+		e.rec.Record(apps[1], "if", fmt.Sprintf("u%d", i), true)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if err := e.rec.Flush(fctx); err == nil {
+		t.Fatal("the flush succeeded with shard 0 locked")
+	}
+	calls := func(shard int, app string) int64 {
+		var n sql.NullInt64
+		if err := e.dbs[shard].QueryRowContext(ctx, "SELECT SUM(calls) FROM usage_daily WHERE app_id = ?", app).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n.Int64
+	}
+	if got := calls(1, apps[1]); got != 50 {
+		t.Fatalf("shard 1 holds %d calls of %s while shard 0 hung, want 50", got, apps[1])
+	}
+	if _, err := lock.ExecContext(ctx, "UNLOCK TABLES"); err != nil {
+		t.Fatal(err)
+	}
+	e.flush()
+	if a, b := calls(0, apps[0]), calls(1, apps[1]); a != 50 || b != 50 {
+		t.Fatalf("after the shard answered: %d and %d calls, want 50 and 50", a, b)
+	}
+}
+
 // Close flushes: a new Recorder (a restarted quotad) shows every call.
 func TestCloseFlushesPending(t *testing.T) {
 	t.Parallel()
