@@ -84,6 +84,25 @@ func (e *env) check(t testing.TB, mode tiers.Mode, cs ...cellSpec) *tiers.Op {
 	return op
 }
 
+// checkBatch sends n ops over cells through the router in one Check, as
+// quotad's coalescer batches concurrent checks.
+func (e *env) checkBatch(t testing.TB, mode tiers.Mode, n int, cs ...cellSpec) []*tiers.Op {
+	t.Helper()
+	now := e.clock.Now()
+	ops := make([]*tiers.Op, n)
+	for i := range ops {
+		ops[i] = &tiers.Op{Cost: 1, Mode: mode}
+		for _, c := range cs {
+			ops[i].Cells = append(ops[i].Cells, c.at(now))
+		}
+	}
+	if err := e.router.Check(context.Background(), now, ops); err != nil {
+		t.Errorf("check: %v", err)
+		return nil
+	}
+	return ops
+}
+
 // tierOf is where the directory says c lives ("" while frozen).
 func (e *env) tierOf(t testing.TB, c cellSpec) tiers.Tier {
 	t.Helper()

@@ -108,11 +108,25 @@ func TestMoveKeepsCount(t *testing.T) {
 	}
 }
 
-// 32 goroutines call two cells in one op while a loop moves both
-// hot>warm>cold>hot again and again: the saturated cell allows exactly its
-// limit, and each final count equals what was allowed.
+// 32 goroutines call two cells while a loop moves both
+// hot>warm>cold>hot again and again, one op per check or in batches of
+// several (the router then decides their cold parts as one group): the
+// saturated cell allows exactly its limit, and each final count equals
+// what was allowed.
 func TestMoveRace(t *testing.T) {
 	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		batch int
+	}{{"one op per check", 1}, {"four ops per check", 4}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			moveRace(t, tc.batch)
+		})
+	}
+}
+
+func moveRace(t *testing.T, batch int) {
 	e := newEnv(t)
 	a, b := newCell(300), newCell(1_000_000)
 	b.app = a.app
@@ -143,9 +157,11 @@ func TestMoveRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range 20 {
-				if op := e.check(t, tiers.Enforce, a, b); op != nil && op.Allowed() {
-					allowed.Add(1)
+			for range 20 / batch {
+				for _, op := range e.checkBatch(t, tiers.Enforce, batch, a, b) {
+					if op.Allowed() {
+						allowed.Add(1)
+					}
 				}
 			}
 		}()

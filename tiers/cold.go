@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -20,17 +19,23 @@ import (
 //	cold_cells(k BINARY(16) PRIMARY KEY, r VARBINARY(40))
 //	k = CellID, r = the raw record of warmrecord.go (7-10 bytes)
 //
-// A cell's shard is JumpShard(ShardKey, N). A check is, per shard it
-// touches, one short transaction: SELECT ... FOR UPDATE of its rows, then
-// (when it counts) one multi-row INSERT ... ON DUPLICATE KEY UPDATE of the
-// locked rows, then COMMIT. A cell's first call reserves its row first
-// (INSERT IGNORE of an empty record, outside the transaction), so checks
-// only ever lock existing rows: no gap locks, no insert deadlocks.
-// Shards are locked in ascending order, so two checks never wait on each
-// other in a cycle across shards. Every shard is decided before any
-// commits; if a commit fails after others succeeded, those are refunded
-// (evaluate, commit, compensate). A deadlock retries the whole op. Dry
-// runs read without locks. Only placeholders reach the SQL text.
+// A cell's shard is JumpShard(ShardKey, N). One Check call is decided as a
+// group (group commit, cold_group.go): per shard its ops touch, one short
+// transaction for all of them: one SELECT ... FOR UPDATE of their rows in
+// key order, then each op decided in turn on those rows as if sent alone
+// (all or nothing per op), then one multi-row INSERT ... ON DUPLICATE KEY
+// UPDATE of the rows that changed, then one COMMIT (one fsync). The router
+// hands it the cold parts of a whole coalesced batch, so N concurrent
+// checks on a shard cost one transaction, not N. A cell's first call
+// reserves its row first (INSERT IGNORE of an empty record, outside the
+// transaction), so checks only ever lock existing rows: no gap locks, no
+// insert deadlocks. Shards are locked in ascending order, so two checks
+// never wait on each other in a cycle across shards. Every shard is decided
+// before any commits; if a commit fails after others succeeded, the ops
+// with a part in a shard that did not commit fail and what they counted in
+// the others is refunded (evaluate, commit, compensate). A deadlock retries
+// the whole group. Dry runs alone read without locks. Only placeholders
+// reach the SQL text.
 //
 // DSNs should set interpolateParams=true: the IN lists vary in length, so
 // server-side prepared statements would cost a round trip per statement.
@@ -109,79 +114,19 @@ func coldRetryable(err error) bool {
 	return errors.As(err, &me) && (me.Number == 1062 || me.Number == 1213 || me.Number == 1020)
 }
 
-// coldCell is one cell of an op: its id and shard.
-type coldCell struct {
-	id    CellID
-	shard int
-}
-
-// Check decides ops in order, each as if sent alone, all or nothing per op.
-func (s *ColdStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
-	for _, op := range ops {
-		if err := s.checkOp(ctx, now, op); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (s *ColdStore) plan(op *Op) ([]coldCell, []int, error) {
-	for i := range op.Cells {
-		if _, err := fixedWindowSeconds(&op.Cells[i]); err != nil {
-			return nil, nil, fmt.Errorf("cold check: %w", err)
-		}
-	}
-	if len(s.dbs) == 0 {
-		return nil, nil, errors.New("cold check: no shard databases")
-	}
-	cells := make([]coldCell, len(op.Cells))
-	var shards []int
-	for i := range op.Cells {
-		c := &op.Cells[i]
-		ref := RefOf(c)
-		cells[i] = coldCell{id: ref.ID(), shard: s.ShardOf(&ref)}
-		if !slices.Contains(shards, cells[i].shard) {
-			shards = append(shards, cells[i].shard)
-		}
-	}
-	slices.Sort(shards)
-	return cells, shards, nil
-}
-
-// coldRow is one row as read (exists, raw) and its record as the op
-// leaves it (state). A row with an empty r is reserved: it holds no record
-// yet (see tryOp).
+// coldRow is one row as read (exists, raw) and its record as the ops
+// leave it (state). A row with an empty r is reserved: it holds no record
+// yet (see tryGroup). bad is why its record could not be parsed: the ops
+// on the row fail with it.
 type coldRow struct {
 	exists bool
 	raw    []byte
 	state  recState
+	bad    error
 }
 
 // errColdReserved asks for another attempt after rows were reserved.
 var errColdReserved = errors.New("cold rows reserved")
-
-func (s *ColdStore) checkOp(ctx context.Context, now time.Time, op *Op) error {
-	cells, shards, err := s.plan(op)
-	if err != nil {
-		return err
-	}
-	if op.Mode == DryRun {
-		rows := map[CellID]*coldRow{}
-		for _, sh := range shards {
-			if err := selectCold(ctx, s.dbs[sh], idsOfShard(cells, sh), false, rows); err != nil {
-				return fmt.Errorf("cold check shard %d: %w", sh, err)
-			}
-		}
-		_, err := decideCold(op, now, cells, rows)
-		return err
-	}
-	for attempt := 1; ; attempt++ {
-		err := s.tryOp(ctx, now, op, cells, shards)
-		if retry, err := s.again(ctx, err, attempt); !retry {
-			return err
-		}
-	}
-}
 
 // again reports whether an attempt that ended with err is to be tried
 // again: after reserving rows at once, after a deadlock or an insert race
@@ -201,134 +146,6 @@ func (s *ColdStore) again(ctx context.Context, err error, attempt int) (bool, er
 		}
 	}
 	return true, nil
-}
-
-func idsOfShard(cells []coldCell, shard int) []CellID {
-	var ids []CellID
-	for _, c := range cells {
-		if c.shard == shard && !slices.Contains(ids, c.id) {
-			ids = append(ids, c.id)
-		}
-	}
-	return ids
-}
-
-func decideCold(op *Op, now time.Time, cells []coldCell, rows map[CellID]*coldRow) (bool, error) {
-	var stBuf [8]*recState
-	st := stBuf[:0]
-	for _, c := range cells {
-		r, ok := rows[c.id]
-		if !ok {
-			r = &coldRow{}
-			rows[c.id] = r
-		}
-		st = append(st, &r.state)
-	}
-	return decideFixed(op, now, st, Cold)
-}
-
-// tryOp is one attempt at a counting op: lock, decide, write, commit.
-func (s *ColdStore) tryOp(ctx context.Context, now time.Time, op *Op, cells []coldCell, shards []int) (err error) {
-	txs := make([]*sql.Tx, len(shards))
-	committed := 0
-	defer func() {
-		for _, tx := range txs[committed:] {
-			if tx != nil {
-				_ = tx.Rollback()
-			}
-		}
-	}()
-	rows := map[CellID]*coldRow{}
-	for i, sh := range shards {
-		tx, err := s.dbs[sh].BeginTx(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("cold check shard %d: begin: %w", sh, coldUnavailable(err))
-		}
-		txs[i] = tx
-		if err := selectCold(ctx, tx, idsOfShard(cells, sh), true, rows); err != nil {
-			return fmt.Errorf("cold check shard %d: %w", sh, err)
-		}
-	}
-	changed, err := decideCold(op, now, cells, rows)
-	if err != nil || !changed {
-		return err
-	}
-	// A cell without a row has nothing to lock: under REPEATABLE READ its
-	// SELECT ... FOR UPDATE took a gap lock, and concurrent first calls
-	// inserting into one gap deadlock each other. So a first call reserves
-	// the missing rows (an empty r) outside any transaction, then starts
-	// over: checks then lock existing rows only, in key order, shard by
-	// shard. (A reservation racing a check can still deadlock, rarely;
-	// InnoDB picks a victim and that op is tried again.)
-	var missing bool
-	for _, c := range cells {
-		missing = missing || !rows[c.id].exists
-	}
-	if missing {
-		for i := range txs {
-			_ = txs[i].Rollback()
-		}
-		for _, sh := range shards {
-			var ids []CellID
-			for _, id := range idsOfShard(cells, sh) {
-				if !rows[id].exists {
-					ids = append(ids, id)
-				}
-			}
-			if _, err := reserveCold(ctx, s.dbs[sh], ids, nil); err != nil {
-				return fmt.Errorf("cold check shard %d: %w", sh, err)
-			}
-		}
-		return errColdReserved
-	}
-	for i, sh := range shards {
-		if err := writeCold(ctx, txs[i], idsOfShard(cells, sh), rows); err != nil {
-			return fmt.Errorf("cold check shard %d: %w", sh, err)
-		}
-	}
-	for i, sh := range shards {
-		var cerr error
-		if s.beforeCommit != nil {
-			cerr = s.beforeCommit(sh, i)
-		}
-		if cerr == nil {
-			cerr = txs[i].Commit()
-		}
-		// This shard is finished either way (a failed COMMIT may or may
-		// not have committed); the ones after it are rolled back now.
-		committed = i + 1
-		if cerr != nil {
-			// Rolling back releases the locks of this shard when its
-			// commit never ran; after a failed COMMIT it is a no-op.
-			for _, tx := range txs[i:] {
-				_ = tx.Rollback()
-			}
-			committed = len(txs)
-			// Not retried: %v keeps a MySQL error from looking retryable.
-			cerr = fmt.Errorf("cold check shard %d: commit: %w: %w: %v", sh, ErrUnavailable, ErrColdUnavailable, cerr)
-			if i > 0 {
-				cerr = errors.Join(cerr, s.compensate(ctx, now, op, cells, shards[:i]))
-			}
-			return cerr
-		}
-	}
-	return nil
-}
-
-// compensate gives back what op counted in the given, committed shards
-// after a later shard's commit failed.
-func (s *ColdStore) compensate(ctx context.Context, now time.Time, op *Op, cells []coldCell, shards []int) error {
-	ctx = context.WithoutCancel(ctx)
-	refund := &Op{Cost: op.Cost, Mode: Refund}
-	for i, c := range cells {
-		if slices.Contains(shards, c.shard) {
-			refund.Cells = append(refund.Cells, op.Cells[i])
-		}
-	}
-	if err := s.checkOp(ctx, now, refund); err != nil {
-		return fmt.Errorf("cold compensation of shards %v failed, their counts are %d too high: %w", shards, op.Cost, err)
-	}
-	return nil
 }
 
 // coldQueryer is a *sql.DB or a *sql.Tx.
@@ -353,8 +170,23 @@ func coldPlaceholders(n, k int) string {
 	return b.String()
 }
 
-// selectCold reads the rows of ids into rows (FOR UPDATE when lock).
+// selectCold reads the rows of ids into rows (FOR UPDATE when lock); a
+// row whose record cannot be parsed fails it.
 func selectCold(ctx context.Context, q coldQueryer, ids []CellID, lock bool, rows map[CellID]*coldRow) error {
+	if err := readCold(ctx, q, ids, lock, rows); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if r, ok := rows[id]; ok && r.bad != nil {
+			return r.bad
+		}
+	}
+	return nil
+}
+
+// readCold reads the rows of ids into rows (FOR UPDATE when lock); a row
+// whose record cannot be parsed is kept with its error in bad.
+func readCold(ctx context.Context, q coldQueryer, ids []CellID, lock bool, rows map[CellID]*coldRow) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -385,9 +217,10 @@ func selectCold(ctx context.Context, q coldQueryer, ids []CellID, lock bool, row
 		if len(r) > 0 {
 			rec, err := parseRecordRaw(r)
 			if err != nil {
-				return fmt.Errorf("cold row %x: %w", k, err)
+				row.bad = fmt.Errorf("cold row %x: %w", k, err)
+			} else {
+				row.state = recState{rec: rec, present: true}
 			}
-			row.state = recState{rec: rec, present: true}
 		}
 		rows[id] = row
 	}
@@ -405,7 +238,7 @@ func writeCold(ctx context.Context, q coldQueryer, ids []CellID, rows map[CellID
 	var ins, upd []any
 	for _, id := range ids {
 		r := rows[id]
-		if !r.state.present {
+		if r == nil || !r.state.present {
 			continue
 		}
 		raw, err := appendRecordRaw(nil, &r.state.rec)

@@ -65,7 +65,8 @@ func (r *Router) Tier() Tier { return Hot }
 func (r *Router) Hot() *HotStore { return r.hot }
 
 // Check decides ops in order, one hot-script pipeline for the batch, then
-// the warm and cold parts of the ops that have any.
+// the warm and cold parts of the ops that have any: the cold parts of a
+// run of ops without warm cells together (finishRun), the others op by op.
 func (r *Router) Check(ctx context.Context, now time.Time, ops []*Op) error {
 	for _, op := range ops {
 		op.route = nil
@@ -79,27 +80,43 @@ func (r *Router) Check(ctx context.Context, now time.Time, ops []*Op) error {
 	for _, c := range calls {
 		byOp[c.op] = append(byOp[c.op], c)
 	}
-	for _, op := range ops {
-		err := r.finish(ctx, now, op, byOp[op])
-		if errors.Is(err, ErrMoved) {
-			err = r.checkOp(ctx, now, op, 2)
-		}
+	for i := 0; i < len(ops); {
+		n, err := r.finishRun(ctx, now, ops[i:], byOp)
 		if err != nil {
 			return err
 		}
-		if r.Calls != nil && op.Mode != Refund {
-			var refs []Ref
-			for i := range op.Cells {
-				if op.Cells[i].Algorithm == rules.FixedWindow {
-					refs = append(refs, RefOf(&op.Cells[i]))
-				}
-			}
-			if len(refs) > 0 {
-				r.Calls(refs)
-			}
-		}
+		i += n
 	}
 	return nil
+}
+
+// finishOne finishes op alone, sending it again while it finds a cell
+// moving.
+func (r *Router) finishOne(ctx context.Context, now time.Time, op *Op, calls []call) error {
+	err := r.finish(ctx, now, op, calls)
+	if errors.Is(err, ErrMoved) {
+		err = r.checkOp(ctx, now, op, 2)
+	}
+	if err == nil {
+		r.called(op)
+	}
+	return err
+}
+
+// called reports op's fixed-window cells to Calls.
+func (r *Router) called(op *Op) {
+	if r.Calls == nil || op.Mode == Refund {
+		return
+	}
+	var refs []Ref
+	for i := range op.Cells {
+		if op.Cells[i].Algorithm == rules.FixedWindow {
+			refs = append(refs, RefOf(&op.Cells[i]))
+		}
+	}
+	if len(refs) > 0 {
+		r.Calls(refs)
+	}
 }
 
 // checkOp sends op alone, again until no part finds a cell moving.
@@ -145,7 +162,17 @@ func routerBackoff(ctx context.Context, attempt int) error {
 // It returns an error wrapping ErrMoved when the op must be sent again
 // (having then given back everything it counted).
 func (r *Router) finish(ctx context.Context, now time.Time, op *Op, calls []call) error {
-	// counted: the indexes of cells whose part counted the cost.
+	counted := hotCounted(op, calls)
+	if op.route != nil {
+		if err := r.decideParts(ctx, now, op, &counted); err != nil {
+			return r.undo(ctx, now, op, counted, err)
+		}
+	}
+	return r.conclude(ctx, now, op, counted)
+}
+
+// hotCounted returns the indexes of op's hot cells whose part counted.
+func hotCounted(op *Op, calls []call) []int {
 	var counted []int
 	for i := range calls {
 		c := &calls[i]
@@ -158,80 +185,105 @@ func (r *Router) finish(ctx context.Context, now time.Time, op *Op, calls []call
 			}
 		})
 	}
-	undo := func(cause error) error {
-		if len(counted) == 0 || op.Mode == Refund {
-			return cause
-		}
-		if err := r.refundCells(ctx, now, op, counted); err != nil {
-			// Not ErrMoved: the op must not be sent again over a count
-			// that could not be given back.
-			return fmt.Errorf("router: %v; refund failed, counts %d too high: %w", cause, op.Cost, err)
-		}
+	return counted
+}
+
+// undo gives back what op counted (the cells at counted) after cause and
+// returns cause, or the refund's failure.
+func (r *Router) undo(ctx context.Context, now time.Time, op *Op, counted []int, cause error) error {
+	if len(counted) == 0 || op.Mode == Refund {
 		return cause
 	}
-	if op.route != nil {
-		var warmIdx, coldIdx, unknownIdx []int
-		moving := false
-		for i, rt := range op.route {
-			switch rt.where {
-			case routeWarm:
-				warmIdx = append(warmIdx, i)
-			case routeUnknown:
-				unknownIdx = append(unknownIdx, i)
-			case routeMoving:
-				moving = true
-			}
-		}
-		if moving {
-			return undo(fmt.Errorf("router: %w", ErrMoved))
-		}
-		if len(unknownIdx) > 0 {
-			// No hot key, no directory field: cold if the cold tier has
-			// a row, else a new cell, which is given its tier now.
-			fresh, err := r.sortUnknown(ctx, now, op, unknownIdx, &coldIdx)
-			if err != nil {
-				return undo(err)
-			}
-			if fresh {
-				return undo(fmt.Errorf("router: new cells: %w", ErrMoved))
-			}
-		}
-		parts := []struct {
-			idx   []int
-			store Store
-			tier  Tier
-		}{{warmIdx, r.warm, Warm}, {coldIdx, r.cold, Cold}}
-		for _, p := range parts {
-			if len(p.idx) == 0 {
-				continue
-			}
-			if p.tier == Cold && r.cold == nil {
-				return undo(errors.New("router: a cell is cold but no cold store is configured"))
-			}
-			sub := &Op{Cost: op.Cost, Mode: op.Mode, MustExist: true, Cells: pick(op.Cells, p.idx)}
-			if err := p.store.Check(ctx, now, []*Op{sub}); err != nil {
-				return undo(err)
-			}
-			for k, i := range p.idx {
-				op.Out[i] = sub.Out[k]
-			}
-			if sub.Committed {
-				counted = append(counted, p.idx...)
-			}
-			if r.Observe != nil {
-				for _, i := range p.idx {
-					ref := RefOf(&op.Cells[i])
-					var rec *Record
-					if p.tier == Warm {
-						if rv, ok := IsWarmRecord(op.route[i].raw); ok {
-							rec = &rv
-						}
-					}
-					r.Observe(p.tier, ref, rec)
-				}
-			}
+	if err := r.refundCells(ctx, now, op, counted); err != nil {
+		// Not ErrMoved: the op must not be sent again over a count
+		// that could not be given back.
+		return fmt.Errorf("router: %v; refund failed, counts %d too high: %w", cause, op.Cost, err)
+	}
+	return cause
+}
+
+// decideParts decides op's warm and cold parts, adding the cells that
+// counted to counted.
+func (r *Router) decideParts(ctx context.Context, now time.Time, op *Op, counted *[]int) error {
+	var warmIdx, coldIdx, unknownIdx []int
+	for i, rt := range op.route {
+		switch rt.where {
+		case routeWarm:
+			warmIdx = append(warmIdx, i)
+		case routeUnknown:
+			unknownIdx = append(unknownIdx, i)
+		case routeMoving:
+			return fmt.Errorf("router: %w", ErrMoved)
 		}
 	}
+	if len(unknownIdx) > 0 {
+		// No hot key, no directory field: cold if the cold tier has
+		// a row, else a new cell, which is given its tier now.
+		fresh, err := r.sortUnknown(ctx, now, op, unknownIdx, &coldIdx)
+		if err != nil {
+			return err
+		}
+		if fresh {
+			return fmt.Errorf("router: new cells: %w", ErrMoved)
+		}
+	}
+	if len(warmIdx) > 0 {
+		if err := r.decidePart(ctx, now, op, warmIdx, r.warm, Warm, counted); err != nil {
+			return err
+		}
+	}
+	if len(coldIdx) > 0 {
+		if r.cold == nil {
+			return errors.New("router: a cell is cold but no cold store is configured")
+		}
+		return r.decidePart(ctx, now, op, coldIdx, r.cold, Cold, counted)
+	}
+	return nil
+}
+
+// decidePart sends op's cells at idx to store as one op.
+func (r *Router) decidePart(ctx context.Context, now time.Time, op *Op, idx []int, store Store, tier Tier, counted *[]int) error {
+	sub := partOp(op, idx)
+	if err := store.Check(ctx, now, []*Op{sub}); err != nil {
+		return err
+	}
+	*counted = r.applyPart(op, idx, sub, tier, *counted)
+	return nil
+}
+
+// partOp is the op a tier decides for op's cells at idx: the directory
+// said they are there, so they must exist.
+func partOp(op *Op, idx []int) *Op {
+	return &Op{Cost: op.Cost, Mode: op.Mode, MustExist: true, Cells: pick(op.Cells, idx)}
+}
+
+// applyPart copies a decided part's outcomes into op, reports its cells to
+// Observe, and returns counted with idx added when the part counted.
+func (r *Router) applyPart(op *Op, idx []int, sub *Op, tier Tier, counted []int) []int {
+	for k, i := range idx {
+		op.Out[i] = sub.Out[k]
+	}
+	if sub.Committed {
+		counted = append(counted, idx...)
+	}
+	if r.Observe != nil {
+		for _, i := range idx {
+			ref := RefOf(&op.Cells[i])
+			var rec *Record
+			if tier == Warm {
+				if rv, ok := IsWarmRecord(op.route[i].raw); ok {
+					rec = &rv
+				}
+			}
+			r.Observe(tier, ref, rec)
+		}
+	}
+	return counted
+}
+
+// conclude sets op.Committed once every part is decided and refunds what
+// counted when the op is denied.
+func (r *Router) conclude(ctx context.Context, now time.Time, op *Op, counted []int) error {
 	if op.Mode == Refund {
 		op.Committed = false
 		return nil

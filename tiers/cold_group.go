@@ -1,0 +1,374 @@
+package tiers
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Group commit of cold checks: all ops of one Check call are decided in one
+// transaction per shard they touch (see ColdStore).
+
+// coldCell is one cell of an op: its id and shard.
+type coldCell struct {
+	id    CellID
+	shard int
+}
+
+// coldGroup is the plan of one Check call.
+type coldGroup struct {
+	ops    []*Op
+	cells  [][]coldCell // per op; nil for an op that failed planning
+	shards []int        // the shards touched, ascending
+	ids    [][]CellID   // per entry of shards: its distinct ids, ascending
+	lock   bool         // some op counts or refunds: rows are locked
+}
+
+// Check decides ops in order, each as if sent alone, all or nothing per op,
+// as one group (one transaction per shard touched). Every op is decided;
+// an op that fails (ErrMoved, a corrupt row, a shard down) counts nothing,
+// and Check returns the first op's error.
+func (s *ColdStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
+	for _, err := range s.checkEach(ctx, now, ops) {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkEach decides ops as one group and returns each op's error.
+func (s *ColdStore) checkEach(ctx context.Context, now time.Time, ops []*Op) []error {
+	errs := make([]error, len(ops))
+	g := s.planGroup(ops, errs)
+	if len(g.shards) == 0 {
+		return errs
+	}
+	if !g.lock {
+		s.readGroup(ctx, now, g, errs)
+		return errs
+	}
+	for attempt := 1; ; attempt++ {
+		res, err := s.tryGroup(ctx, now, g)
+		var ce *coldCommitError
+		if errors.As(err, &ce) {
+			s.commitFailed(ctx, now, g, res, ce, errs)
+			return errs
+		}
+		if retry, err := s.again(ctx, err, attempt); retry {
+			continue
+		} else if err != nil {
+			failAll(ops, errs, err)
+			return errs
+		}
+		for i := range errs {
+			errs[i] = cmpOr(errs[i], res[i])
+		}
+		return errs
+	}
+}
+
+// failAll gives err to every op of a group that has no error yet.
+func failAll(ops []*Op, errs []error, err error) {
+	for i := range errs {
+		if errs[i] == nil {
+			errs[i] = err
+			ops[i].Committed = false
+		}
+	}
+}
+
+// planGroup maps the cells of ops to ids and shards; an op with a cell
+// the cold tier cannot hold gets its error in errs.
+func (s *ColdStore) planGroup(ops []*Op, errs []error) *coldGroup {
+	g := &coldGroup{ops: ops, cells: make([][]coldCell, len(ops))}
+	byShard := map[int][]CellID{}
+	for i, op := range ops {
+		op.Committed = false
+		cells, err := s.planOp(op)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		g.cells[i] = cells
+		g.lock = g.lock || op.Mode != DryRun
+		for _, c := range cells {
+			byShard[c.shard] = append(byShard[c.shard], c.id)
+		}
+	}
+	for sh := range byShard {
+		g.shards = append(g.shards, sh)
+	}
+	slices.Sort(g.shards)
+	for _, sh := range g.shards {
+		ids := byShard[sh]
+		slices.SortFunc(ids, func(a, b CellID) int { return bytes.Compare(a[:], b[:]) })
+		g.ids = append(g.ids, slices.Compact(ids))
+	}
+	return g
+}
+
+// planOp returns the cells of one op with their shards.
+func (s *ColdStore) planOp(op *Op) ([]coldCell, error) {
+	for i := range op.Cells {
+		if _, err := fixedWindowSeconds(&op.Cells[i]); err != nil {
+			return nil, fmt.Errorf("cold check: %w", err)
+		}
+	}
+	if len(s.dbs) == 0 {
+		return nil, errors.New("cold check: no shard databases")
+	}
+	cells := make([]coldCell, len(op.Cells))
+	for i := range op.Cells {
+		ref := RefOf(&op.Cells[i])
+		cells[i] = coldCell{id: ref.ID(), shard: s.ShardOf(&ref)}
+	}
+	return cells, nil
+}
+
+// readGroup decides a group of dry runs on rows read without locks.
+func (s *ColdStore) readGroup(ctx context.Context, now time.Time, g *coldGroup, errs []error) {
+	rows := map[CellID]*coldRow{}
+	for k, sh := range g.shards {
+		if err := readChunks(ctx, s.dbs[sh], g.ids[k], false, rows); err != nil {
+			failAll(g.ops, errs, fmt.Errorf("cold check shard %d: %w", sh, err))
+			return
+		}
+	}
+	res, _ := decideGroup(now, g, rows)
+	for i := range errs {
+		errs[i] = cmpOr(errs[i], res[i])
+	}
+}
+
+// cmpOr returns a unless it is nil, else b.
+func cmpOr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// readChunks reads ids (ascending) in statements of at most coldChunk ids,
+// so locks are taken in key order.
+func readChunks(ctx context.Context, q coldQueryer, ids []CellID, lock bool, rows map[CellID]*coldRow) error {
+	for part := range slices.Chunk(ids, coldChunk) {
+		if err := readCold(ctx, q, part, lock, rows); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decideGroup decides the planned ops in order on rows, each seeing the
+// rows as the ops before it left them. It returns each op's error (an op
+// that fails changes nothing) and whether any row changed.
+func decideGroup(now time.Time, g *coldGroup, rows map[CellID]*coldRow) ([]error, bool) {
+	res := make([]error, len(g.ops))
+	changed := false
+	for i, op := range g.ops {
+		if g.cells[i] == nil {
+			continue
+		}
+		c, err := decideCold(op, now, g.cells[i], rows)
+		if err != nil {
+			op.Committed = false
+			res[i] = err
+		}
+		changed = changed || c
+	}
+	return res, changed
+}
+
+// decideCold decides one op on rows (a missing row is an empty one).
+func decideCold(op *Op, now time.Time, cells []coldCell, rows map[CellID]*coldRow) (bool, error) {
+	var stBuf [8]*recState
+	st := stBuf[:0]
+	for _, c := range cells {
+		r, ok := rows[c.id]
+		if !ok {
+			r = &coldRow{}
+			rows[c.id] = r
+		}
+		if r.bad != nil {
+			return false, r.bad
+		}
+		st = append(st, &r.state)
+	}
+	return decideFixed(op, now, st, Cold)
+}
+
+// coldCommitError is a COMMIT that failed on g.shards[at]: the shards
+// before it committed, the others rolled back.
+type coldCommitError struct {
+	at  int
+	err error
+}
+
+func (e *coldCommitError) Error() string { return e.err.Error() }
+func (e *coldCommitError) Unwrap() error { return e.err }
+
+// tryGroup is one attempt at a group that counts: lock, decide, write,
+// commit. It returns each op's decision error, or the error of the attempt
+// (a *coldCommitError when a commit failed).
+func (s *ColdStore) tryGroup(ctx context.Context, now time.Time, g *coldGroup) (res []error, err error) {
+	txs := make([]*sql.Tx, len(g.shards))
+	defer func() {
+		for _, tx := range txs {
+			if tx != nil {
+				_ = tx.Rollback() // a no-op after a commit
+			}
+		}
+	}()
+	rows := map[CellID]*coldRow{}
+	for k, sh := range g.shards {
+		tx, err := s.dbs[sh].BeginTx(ctx, nil)
+		if err != nil {
+			return nil, fmt.Errorf("cold check shard %d: begin: %w", sh, coldUnavailable(err))
+		}
+		txs[k] = tx
+		if err := readChunks(ctx, tx, g.ids[k], true, rows); err != nil {
+			return nil, fmt.Errorf("cold check shard %d: %w", sh, err)
+		}
+	}
+	res, changed := decideGroup(now, g, rows)
+	if !changed {
+		return res, nil
+	}
+	if err := s.reserveMissing(ctx, g, rows, txs); err != nil {
+		return nil, err
+	}
+	for k, sh := range g.shards {
+		for part := range slices.Chunk(g.ids[k], coldChunk) {
+			if err := writeCold(ctx, txs[k], part, rows); err != nil {
+				return nil, fmt.Errorf("cold check shard %d: %w", sh, err)
+			}
+		}
+	}
+	return res, s.commitAll(g, txs)
+}
+
+// reserveMissing: a counted cell without a row has nothing to lock (under
+// REPEATABLE READ its SELECT ... FOR UPDATE took a gap lock, and concurrent
+// first calls inserting into one gap deadlock each other). So the missing
+// rows are reserved (an empty r) outside any transaction, after rolling
+// back, and errColdReserved asks for another attempt: checks then lock
+// existing rows only, in key order, shard by shard. (A reservation racing
+// a check can still deadlock, rarely; InnoDB picks a victim and the group
+// is tried again.) It returns nil when no row is missing.
+func (s *ColdStore) reserveMissing(ctx context.Context, g *coldGroup, rows map[CellID]*coldRow, txs []*sql.Tx) error {
+	missing := make([][]CellID, len(g.shards))
+	found := false
+	for k := range g.shards {
+		for _, id := range g.ids[k] {
+			if r := rows[id]; r != nil && !r.exists && r.state.present {
+				missing[k] = append(missing[k], id)
+				found = true
+			}
+		}
+	}
+	if !found {
+		return nil
+	}
+	for _, tx := range txs {
+		_ = tx.Rollback()
+	}
+	for k, sh := range g.shards {
+		for part := range slices.Chunk(missing[k], coldChunk) {
+			if _, err := reserveCold(ctx, s.dbs[sh], part, nil); err != nil {
+				return fmt.Errorf("cold check shard %d: %w", sh, err)
+			}
+		}
+	}
+	return errColdReserved
+}
+
+// commitAll commits the shards in order; the first failure stops it (the
+// transactions after it are rolled back by the caller).
+func (s *ColdStore) commitAll(g *coldGroup, txs []*sql.Tx) error {
+	for k, sh := range g.shards {
+		var err error
+		if s.beforeCommit != nil {
+			err = s.beforeCommit(sh, k)
+		}
+		if err == nil {
+			err = txs[k].Commit()
+		}
+		if err != nil {
+			// Rolling back releases the locks of this shard when its
+			// commit never ran; after a failed COMMIT it is a no-op.
+			_ = txs[k].Rollback()
+			// Not retried: %v keeps a MySQL error from looking retryable.
+			return &coldCommitError{at: k, err: fmt.Errorf("cold check shard %d: commit: %w: %w: %v", sh, ErrUnavailable, ErrColdUnavailable, err)}
+		}
+	}
+	return nil
+}
+
+// commitFailed settles a group whose commit failed at ce.at: an op with a
+// cell in a shard that did not commit fails with ce, and what it counted
+// in the shards that did is refunded (one compensating group); the other
+// ops stand as decided (res).
+func (s *ColdStore) commitFailed(ctx context.Context, now time.Time, g *coldGroup, res []error, ce *coldCommitError, errs []error) {
+	lost := g.shards[ce.at:]
+	var refunds []*Op
+	var owners []int
+	for i, op := range g.ops {
+		if errs[i] != nil {
+			continue
+		}
+		if res[i] != nil {
+			errs[i] = res[i]
+			continue
+		}
+		if !touches(g.cells[i], lost) {
+			continue
+		}
+		errs[i] = ce
+		if op.Committed {
+			if r := refundCommitted(op, g.cells[i], lost); r != nil {
+				refunds = append(refunds, r)
+				owners = append(owners, i)
+			}
+		}
+		op.Committed = false
+	}
+	if len(refunds) == 0 {
+		return
+	}
+	for k, err := range s.checkEach(context.WithoutCancel(ctx), now, refunds) {
+		if err != nil {
+			i := owners[k]
+			errs[i] = errors.Join(errs[i], fmt.Errorf("cold compensation failed, counts %d too high: %w", g.ops[i].Cost, err))
+		}
+	}
+}
+
+// touches reports whether any of cells is on one of shards.
+func touches(cells []coldCell, shards []int) bool {
+	for _, c := range cells {
+		if slices.Contains(shards, c.shard) {
+			return true
+		}
+	}
+	return false
+}
+
+// refundCommitted is the refund of op's cost in its cells outside lost
+// (the shards that committed), nil when it has none.
+func refundCommitted(op *Op, cells []coldCell, lost []int) *Op {
+	refund := &Op{Cost: op.Cost, Mode: Refund}
+	for i, c := range cells {
+		if !slices.Contains(lost, c.shard) {
+			refund.Cells = append(refund.Cells, op.Cells[i])
+		}
+	}
+	if len(refund.Cells) == 0 {
+		return nil
+	}
+	return refund
+}

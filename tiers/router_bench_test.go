@@ -1,0 +1,60 @@
+package tiers
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quota-platform/quota/internal/testenv"
+)
+
+// BenchmarkRouter_ColdBatches: the router's cost per check when every cell
+// is cold, with checks arriving the way quotad's coalescer hands them over
+// (4 senders, batches of 16 ops of two cells each, the default rules'
+// shape). ns/op is per check. Run with -benchtime=Nx, N a multiple of 64.
+func BenchmarkRouter_ColdBatches(b *testing.B) {
+	const batch = 16
+	ctx := context.Background()
+	cold := NewColdStore(testenv.MySQLShards(b, 2), ColdOptions{})
+	rdb := tierBenchRedis(b)
+	r := NewRouter(NewHotStore(rdb, HotOptions{Prefix: "h:"}), NewWarmStore(rdb, WarmOptions{Prefix: "w:", BucketsPerTag: 64}), cold)
+	cells := tierBenchCells(4096)
+	now := time.Now()
+	var recs []Record
+	for _, c := range cells {
+		for _, cc := range c {
+			recs = append(recs, Record{Ref: cc.ref(), First: now.Unix(), Last: now.Unix()})
+		}
+	}
+	if err := cold.Import(ctx, recs); err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	b.SetParallelism(2) // 4 senders on 2 CPUs, like QUOTA_COALESCE=4
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ops := make([]*Op, 0, batch)
+		send := func() {
+			if err := r.Check(ctx, now, ops); err != nil {
+				b.Error(err)
+			}
+			for _, op := range ops {
+				if !op.Committed || op.Out[0].Tier != Cold {
+					b.Errorf("op not counted in cold: %+v", op.Out)
+				}
+			}
+			ops = ops[:0]
+		}
+		for pb.Next() {
+			c := cells[next.Add(1)%int64(len(cells))]
+			ops = append(ops, confOp(now, 1, Enforce, c[0], c[1]))
+			if len(ops) == batch {
+				send()
+			}
+		}
+		if len(ops) > 0 {
+			send()
+		}
+	})
+}

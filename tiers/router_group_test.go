@@ -1,0 +1,149 @@
+package tiers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/quota-platform/quota/internal/testenv"
+)
+
+// The router hands the cold parts of a batch to the cold tier as one group:
+// one transaction per shard for the batch, each op still decided as if
+// sent alone, in order.
+
+// newGroupRouter is a router over the test Redis (a prefix of its own) and
+// two fresh shard databases.
+func newGroupRouter(t *testing.T) (*Router, *ColdStore) {
+	t.Helper()
+	rdb, prefix := testenv.Redis(t)
+	hot := NewHotStore(rdb, HotOptions{Prefix: prefix})
+	warm := NewWarmStore(rdb, WarmOptions{Prefix: prefix, BucketsPerTag: 4})
+	cold := NewColdStore(testenv.MySQLShards(t, 2), ColdOptions{})
+	return NewRouter(hot, warm, cold), cold
+}
+
+// makeCold gives cells an empty cold record: with no directory field, the
+// router finds them cold.
+func makeCold(t *testing.T, cold *ColdStore, cells ...confCell) {
+	t.Helper()
+	var recs []Record
+	for _, c := range cells {
+		recs = append(recs, Record{Ref: c.ref(), First: confT0.Unix(), Last: confT0.Unix()})
+	}
+	if err := cold.Import(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// routerCheck sends ops through r in one Check.
+func routerCheck(t *testing.T, r *Router, ops ...*Op) {
+	t.Helper()
+	if err := r.Check(context.Background(), confT0, ops); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRouter_ColdPartsOfABatchCommitOncePerShard(t *testing.T) {
+	t.Parallel()
+	r, cold := newGroupRouter(t)
+	var ops []*Op
+	for i := range 20 {
+		a, b := cellOnShard(t, cold, 0, 10), cellOnShard(t, cold, 1, 10)
+		makeCold(t, cold, a, b)
+		ops = append(ops, confOp(confT0, 1, Enforce, a, b))
+		if i%5 == 0 { // a hot op now and then stays in the run
+			h := newConfCell(10, time.Hour)
+			routerCheck(t, r, confOp(confT0, 1, DryRun, h)) // places it hot
+			ops = append(ops, confOp(confT0, 1, Enforce, h))
+		}
+	}
+	commits := countCommits(cold)
+	routerCheck(t, r, ops...)
+	for i, op := range ops {
+		if !op.Committed || op.Out[0].Remaining != 9 {
+			t.Fatalf("op %d: committed %v outcomes %+v", i, op.Committed, op.Out)
+		}
+	}
+	if n := commits.Load(); n != 2 {
+		t.Fatalf("%d cold commits for a batch of 20 cold ops over 2 shards, want 2", n)
+	}
+}
+
+func TestRouter_BatchIsDecidedInOrderAroundOpsThatGoAlone(t *testing.T) {
+	t.Parallel()
+	r, cold := newGroupRouter(t)
+	c, full, fresh := newConfCell(2, time.Hour), newConfCell(1, time.Hour), newConfCell(10, time.Hour)
+	makeCold(t, cold, c)
+	routerCheck(t, r, confOp(confT0, 1, Enforce, full)) // hot, at its limit
+	steps := []struct {
+		name    string
+		mode    Mode
+		cells   []confCell
+		allowed bool
+	}{
+		{"cold", Enforce, []confCell{c}, true},
+		// Denied by its hot part: its cold part must not be seen by the
+		// next op (it goes alone: counted, then refunded).
+		{"hot denies", Enforce, []confCell{full, c}, false},
+		{"cold after a denied op", Enforce, []confCell{c}, true},
+		// A new cell: placed, then the op is sent again, alone.
+		{"new cell", Enforce, []confCell{fresh, c}, false},
+		{"cold at its limit", Enforce, []confCell{c}, false},
+		{"dry run", DryRun, []confCell{c}, false},
+	}
+	var ops []*Op
+	for _, st := range steps {
+		ops = append(ops, confOp(confT0, 1, st.mode, st.cells...))
+	}
+	routerCheck(t, r, ops...)
+	for i, st := range steps {
+		if ops[i].Allowed() != st.allowed {
+			t.Errorf("%s: allowed %v, want %v (%+v)", st.name, ops[i].Allowed(), st.allowed, ops[i].Out)
+		}
+	}
+	for _, w := range []struct {
+		name string
+		c    confCell
+		tier Tier
+		used int64
+	}{{"cold cell", c, Cold, 2}, {"full hot cell", full, Hot, 1}, {"new cell", fresh, Hot, 0}} {
+		if used, tier := usedOf(t, r, w.c); used != w.used || tier != w.tier {
+			t.Errorf("%s after the batch: %d used in %s, want %d in %s", w.name, used, tier, w.used, w.tier)
+		}
+	}
+}
+
+// usedOf is c's count and tier as a dry run through r sees them.
+func usedOf(t *testing.T, r *Router, c confCell) (int64, Tier) {
+	t.Helper()
+	op := confOp(confT0, 1, DryRun, c)
+	routerCheck(t, r, op)
+	return c.limit - op.Out[0].Remaining - boolInt(op.Out[0].Allowed), op.Out[0].Tier
+}
+
+func TestRouter_GroupedOpDeniedInColdGivesBackItsHotPart(t *testing.T) {
+	t.Parallel()
+	r, cold := newGroupRouter(t)
+	h, c, other := newConfCell(10, time.Hour), newConfCell(1, time.Hour), newConfCell(10, time.Hour)
+	makeCold(t, cold, c, other)
+	routerCheck(t, r, confOp(confT0, 1, DryRun, h)) // places h hot
+	routerCheck(t, r, confOp(confT0, 1, Enforce, c))
+	ops := []*Op{
+		confOp(confT0, 1, Enforce, h, c), // cold denies: h's count is given back
+		confOp(confT0, 1, Enforce, other),
+	}
+	routerCheck(t, r, ops...)
+	if ops[0].Allowed() || ops[0].Committed || !ops[1].Committed {
+		t.Fatalf("allowed %v committed %v / %v, want denied, then counted", ops[0].Allowed(), ops[0].Committed, ops[1].Committed)
+	}
+	for _, w := range []struct {
+		name string
+		c    confCell
+		used int64
+	}{{"hot part given back", h, 0}, {"cold cell", c, 1}, {"other op", other, 1}} {
+		if used, _ := usedOf(t, r, w.c); used != w.used {
+			t.Errorf("%s: %d used, want %d", w.name, used, w.used)
+		}
+	}
+}
