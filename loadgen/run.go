@@ -148,6 +148,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.Histogram = hist
 	res.setLatencies(Summarize(hist))
+	res.Tiers = tierStats(workers)
 	return res, nil
 }
 
@@ -187,6 +188,7 @@ type worker struct {
 	errorChecks, unenforced int64
 	kinds                   map[string]int64
 	statuses                map[int]int64
+	tiers                   tierHists // single checks' latency per tier class
 
 	_ [64]byte // no false sharing between neighbouring workers
 }
@@ -198,6 +200,7 @@ func newWorker(sh *shared, i int) *worker {
 		hist:     NewHistogram(),
 		kinds:    map[string]int64{},
 		statuses: map[int]int64{},
+		tiers:    tierHists{},
 	}
 	w.resetRequest()
 	return w
@@ -320,18 +323,22 @@ func (w *worker) do(t0 time.Time) bool {
 				kind = "bad_batch_response"
 			}
 		}
-	case resp.StatusCode == http.StatusOK:
-		_, err = io.Copy(io.Discard, resp.Body)
-		allowed = n
-	case resp.StatusCode == http.StatusTooManyRequests:
-		_, err = io.Copy(io.Discard, resp.Body)
-		denied = n
+	case resp.StatusCode == http.StatusOK, resp.StatusCode == http.StatusTooManyRequests:
+		// Read, not discarded: the answer names each rule's tier.
+		w.resp.Reset()
+		_, err = w.resp.ReadFrom(resp.Body)
+		if resp.StatusCode == http.StatusOK {
+			allowed = n
+		} else {
+			denied = n
+		}
 	default:
 		_, err = io.Copy(io.Discard, resp.Body)
 		status = resp.StatusCode
 	}
 	resp.Body.Close()
-	recordLatency(w.hist, time.Since(t0))
+	took := time.Since(t0)
+	recordLatency(w.hist, took)
 	switch {
 	case err != nil:
 		w.fail("body_"+classify(err), 0)
@@ -349,6 +356,9 @@ func (w *worker) do(t0 time.Time) bool {
 	}
 	w.requests.Add(1)
 	w.checks.Add(int64(n))
+	if w.sh.cfg.Batch == 0 {
+		w.tiers.record(tierClass(w.resp.Bytes()), took)
+	}
 	if allowed > 0 {
 		w.allowed.Add(int64(allowed))
 	}

@@ -110,6 +110,9 @@ type Result struct {
 	Batch        int              `json:"batch"`
 	Identities   uint64           `json:"identities"`
 	Seed         uint64           `json:"seed"`
+	// Tiers: single checks answered, by the slowest storage tier their
+	// answer names (empty when answers name none, and in batch mode).
+	Tiers map[string]TierStat `json:"tiers,omitempty"`
 
 	// Histogram holds every request's latency in µs, failed ones included
 	// (measured from the intended send time in open-loop mode).
@@ -173,6 +176,7 @@ func (r *Result) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "  latency ms   p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  (mean %.3f)\n",
 		r.P50Ms, r.P90Ms, r.P99Ms, r.P999Ms, r.MaxMs, r.MeanMs)
+	writeTiers(&b, r.Tiers)
 	fmt.Fprintf(&b, "  connections  %d opened for %d workers\n", r.ConnsOpened, r.Connections)
 	_, err := io.WriteString(w, b.String())
 	return err
