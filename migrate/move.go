@@ -42,8 +42,10 @@ type Mover struct {
 	Hot    *tiers.HotMover
 	Warm   *tiers.WarmStore
 	Cold   *tiers.ColdStore // nil: moves to or from cold fail
-	// LeaseTTL bounds how long a crashed worker's cells stay locked; a
-	// batch must finish within it. 0: 30 s.
+	// LeaseTTL bounds how long a crashed worker's cells stay frozen
+	// before another worker's Repair finishes their move; the worker
+	// renews its leases every LeaseTTL/4 while a batch runs, so a batch
+	// may take longer. 0: 10 s.
 	LeaseTTL time.Duration
 	// AfterStep, when set (tests), runs after each step; an error stops
 	// the move there, as a crash would (leases and journal are left).
@@ -65,7 +67,7 @@ func (m *Mover) leaseTTL() time.Duration {
 	if m.LeaseTTL > 0 {
 		return m.LeaseTTL
 	}
-	return 30 * time.Second
+	return 10 * time.Second
 }
 
 // EncodeRef is a Ref as a journal field and cell_activity.ref: identity, tag, shard key, window.
@@ -103,19 +105,32 @@ func (m *Mover) step(s Step) error {
 	return nil
 }
 
-var releaseScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+var (
+	releaseScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+	renewScript   = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`)
+)
 
-// lease takes the lease of every ref it can; it returns the refs taken and
-// a release function.
-func (m *Mover) lease(ctx context.Context, refs []tiers.Ref) ([]tiers.Ref, func(), error) {
-	token := fmt.Sprintf("%d-%s", time.Now().UnixNano(), hex.EncodeToString([]byte(EncodeRef(&refs[0]))[:8]))
+// leases are the cells one MoveCells holds, kept alive until released or
+// abandoned.
+type leases struct {
+	m     *Mover
+	token string
+	refs  []tiers.Ref
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// lease takes the lease of every ref it can and renews them every
+// LeaseTTL/4 until release or abandon.
+func (m *Mover) lease(ctx context.Context, refs []tiers.Ref) (*leases, error) {
+	l := &leases{m: m, token: fmt.Sprintf("%d-%s", time.Now().UnixNano(), hex.EncodeToString([]byte(EncodeRef(&refs[0]))[:8])),
+		stop: make(chan struct{}), done: make(chan struct{})}
 	pipe := m.RDB.Pipeline()
 	cmds := make([]*redis.BoolCmd, len(refs))
 	for i := range refs {
-		cmds[i] = pipe.SetNX(ctx, m.leaseKey(&refs[i]), token, m.leaseTTL())
+		cmds[i] = pipe.SetNX(ctx, m.leaseKey(&refs[i]), l.token, m.leaseTTL())
 	}
 	_, _ = pipe.Exec(ctx)
-	var got []tiers.Ref
 	var err error
 	for i, c := range cmds {
 		ok, e := c.Result()
@@ -124,25 +139,61 @@ func (m *Mover) lease(ctx context.Context, refs []tiers.Ref) ([]tiers.Ref, func(
 			continue
 		}
 		if ok {
-			got = append(got, refs[i])
+			l.refs = append(l.refs, refs[i])
 		}
 	}
-	release := func() {
-		if len(got) == 0 {
+	go l.keep(context.WithoutCancel(ctx))
+	if err != nil {
+		l.release()
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	return l, nil
+}
+
+// keep renews the leases until stopped. A renewal that fails (Redis down)
+// is tried again at the next tick; the lease lasts LeaseTTL from the last
+// success.
+func (l *leases) keep(ctx context.Context) {
+	defer close(l.done)
+	if len(l.refs) == 0 {
+		return
+	}
+	ttl := l.m.leaseTTL()
+	t := time.NewTicker(ttl / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
 			return
+		case <-t.C:
 		}
-		ctx := context.WithoutCancel(ctx)
-		p := m.RDB.Pipeline()
-		for i := range got {
-			releaseScript.Eval(ctx, p, []string{m.leaseKey(&got[i])}, token)
+		p := l.m.RDB.Pipeline()
+		for i := range l.refs {
+			renewScript.Eval(ctx, p, []string{l.m.leaseKey(&l.refs[i])}, l.token, ttl.Milliseconds())
 		}
 		_, _ = p.Exec(ctx)
 	}
-	if err != nil {
-		release()
-		return nil, nil, fmt.Errorf("lease: %w", err)
+}
+
+// abandon stops renewing and leaves the leases to expire, as a crash would.
+func (l *leases) abandon() {
+	close(l.stop)
+	<-l.done
+}
+
+// release stops renewing and deletes the leases that are still this
+// worker's.
+func (l *leases) release() {
+	l.abandon()
+	if len(l.refs) == 0 {
+		return
 	}
-	return got, release, nil
+	ctx := context.Background()
+	p := l.m.RDB.Pipeline()
+	for i := range l.refs {
+		releaseScript.Eval(ctx, p, []string{l.m.leaseKey(&l.refs[i])}, l.token)
+	}
+	_, _ = p.Exec(ctx)
 }
 
 // Result says what MoveCells did.
@@ -239,26 +290,27 @@ func (m *Mover) MoveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 	if (from == tiers.Cold || to == tiers.Cold) && m.Cold == nil {
 		return res, errors.New("migrate: no cold store")
 	}
-	got, release, err := m.lease(ctx, refs)
+	held, err := m.lease(ctx, refs)
 	if err != nil {
 		m.Metrics.failed()
 		return res, err
 	}
+	got := held.refs
 	res.Skipped = len(refs) - len(got)
+	stopped := false
+	defer func() {
+		if stopped {
+			held.abandon() // a simulated crash keeps its leases
+		} else {
+			held.release()
+		}
+	}()
 	if len(got) == 0 {
 		return res, nil
 	}
-	stopped := false
-	defer func() {
-		if !stopped {
-			release()
-		}
-	}()
 	moved, err := m.move(ctx, got, from, to)
 	if err != nil {
-		if errors.Is(err, errStopped) {
-			stopped = true // a simulated crash keeps its leases
-		}
+		stopped = errors.Is(err, errStopped)
 		m.Metrics.failed()
 		return res, err
 	}

@@ -358,3 +358,54 @@ func TestMoveWithRealClock(t *testing.T) {
 		}
 	}
 }
+
+// A batch that runs longer than LeaseTTL keeps its cells: the worker renews
+// its leases while it works, so a second worker (or a Repair) skips them
+// instead of moving the same cells at the same time.
+func TestMove_LeasesOutliveTheirTTLWhileTheBatchRuns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cells := []cellSpec{newCell(50), newCell(50)}
+	for _, c := range cells {
+		e.check(t, tiers.Enforce, c)
+	}
+	slow := *e.mover
+	slow.LeaseTTL = 200 * time.Millisecond
+	inFreeze := make(chan struct{})
+	release := make(chan struct{})
+	slow.AfterStep = func(s Step) error {
+		if s == StepFreeze {
+			close(inFreeze)
+			<-release // the batch stalls for 4 lease lifetimes
+		}
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		res, err := slow.MoveCells(context.Background(), refsOf(cells...), tiers.Hot, tiers.Warm)
+		if err == nil && len(res.Moved) != len(cells) {
+			err = fmt.Errorf("moved %d of %d", len(res.Moved), len(cells))
+		}
+		done <- err
+	}()
+	<-inFreeze
+	time.Sleep(4 * slow.LeaseTTL)
+	other := *e.mover
+	other.LeaseTTL = slow.LeaseTTL
+	res, err := other.MoveCells(context.Background(), refsOf(cells...), tiers.Hot, tiers.Cold)
+	close(release)
+	if err != nil || len(res.Moved) != 0 || res.Skipped != len(cells) {
+		t.Fatalf("a second worker during the stalled batch: moved %d, skipped %d, err %v; want 0 moved", len(res.Moved), res.Skipped, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cells {
+		if got := e.tierOf(t, c); got != tiers.Warm {
+			t.Fatalf("tier %q, want warm", got)
+		}
+		if n := e.count(t, c); n != 1 {
+			t.Fatalf("count %d, want 1", n)
+		}
+	}
+}

@@ -27,7 +27,8 @@ type Config struct {
 	DemoteInterval  time.Duration
 	BatchSize       int // cells per scan chunk and move batch; 0: 1000
 	// RepairEvery is how often the worker looks for moves a crashed
-	// worker left (their cells wait frozen until then); 0: 5 s.
+	// worker left (their cells wait frozen until then, and their lease
+	// has lapsed); 0: 1 s (one HGETALL of the journal).
 	RepairEvery  time.Duration
 	HorizonHours int // history kept per cell; 0: 168 (7 days)
 }
@@ -74,7 +75,7 @@ func (w *Worker) repairEvery() time.Duration {
 	if w.Config.RepairEvery > 0 {
 		return w.Config.RepairEvery
 	}
-	return 5 * time.Second
+	return time.Second
 }
 
 func (w *Worker) batch() int {
