@@ -37,8 +37,9 @@ import (
 // the whole group. Dry runs alone read without locks. Only placeholders
 // reach the SQL text.
 //
-// DSNs should set interpolateParams=true: the IN lists vary in length, so
-// server-side prepared statements would cost a round trip per statement.
+// DSNs should set interpolateParams=true (quotad adds it): the IN lists
+// vary in length, so server-side prepared statements would cost a round
+// trip per statement.
 type ColdStore struct {
 	dbs         []*sql.DB
 	maxAttempts int

@@ -45,7 +45,11 @@ func (s *ColdStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 func (s *ColdStore) checkEach(ctx context.Context, now time.Time, ops []*Op) []error {
 	errs := make([]error, len(ops))
 	g := s.planGroup(ops, errs)
-	if len(g.shards) == 0 {
+	if len(g.shards) == 0 { // no cells: nothing to read
+		res, _ := decideGroup(now, g, map[CellID]*coldRow{})
+		for i := range errs {
+			errs[i] = cmpOr(errs[i], res[i])
+		}
 		return errs
 	}
 	if !g.lock {

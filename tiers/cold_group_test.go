@@ -189,3 +189,16 @@ func TestColdGroup_CommitFailureFailsTheOpsOnThatShardAndRefundsTheirOtherParts(
 		}
 	}
 }
+
+func TestColdGroup_AnOpWithoutCellsIsDecidedWithoutTouchingMySQL(t *testing.T) {
+	t.Parallel()
+	s := NewColdStore(testenv.MySQLShards(t, 1), ColdOptions{})
+	commits := countCommits(s)
+	op := &Op{Cost: 1, Mode: Enforce}
+	if err := s.Check(context.Background(), confT0, []*Op{op}); err != nil || !op.Committed {
+		t.Fatalf("err %v committed %v, want nil and true (nothing denies)", err, op.Committed)
+	}
+	if n := commits.Load(); n != 0 {
+		t.Fatalf("%d commits, want 0", n)
+	}
+}

@@ -29,8 +29,10 @@ import (
 // sends the whole op again after a short backoff, up to MaxAttempts.
 //
 // Ops with every cell hot cost one round trip, as with the hot store alone.
-// An op with warm cells costs two, with cold cells one round trip and one
-// MySQL transaction per shard more. The directory is the truth: nothing is
+// An op with warm cells costs two. Cold cells cost a row lookup and a
+// MySQL transaction per shard, shared by the ops of a batch (group commit,
+// router_group.go): a batch of N cold checks costs one lookup and one
+// transaction per shard, not N. The directory is the truth: nothing is
 // cached in process.
 type Router struct {
 	hot         *HotStore
