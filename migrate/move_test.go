@@ -409,3 +409,35 @@ func TestMove_LeasesOutliveTheirTTLWhileTheBatchRuns(t *testing.T) {
 		}
 	}
 }
+
+// A check on a cell that a crashed move left frozen waits at most the
+// router's MovedWait, then fails as unavailable (the fail mode answers),
+// instead of holding its caller until the lease lapses.
+func TestRouter_FrozenCellWaitsAtMostMovedWait(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.router.MovedWait = 300 * time.Millisecond
+	c := newCell(10)
+	e.check(t, tiers.Enforce, c)
+	crashing := *e.mover
+	crashing.LeaseTTL = time.Minute // the dead worker's lease outlives the test
+	crashing.AfterStep = func(s Step) error {
+		if s == StepFreeze {
+			return errors.New("crash")
+		}
+		return nil
+	}
+	if _, err := crashing.MoveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Cold); err == nil {
+		t.Fatal("the crashing move succeeded")
+	}
+	op := &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{c.at(e.clock.Now())}}
+	start := time.Now()
+	err := e.router.Check(context.Background(), e.clock.Now(), []*tiers.Op{op})
+	took := time.Since(start)
+	if !errors.Is(err, tiers.ErrUnavailable) {
+		t.Fatalf("check on a frozen cell: %v, want ErrUnavailable", err)
+	}
+	if took < 300*time.Millisecond || took > time.Second {
+		t.Fatalf("check on a frozen cell answered after %s, want 300 ms to 1 s", took)
+	}
+}

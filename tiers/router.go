@@ -26,7 +26,7 @@ import (
 // refund itself routed) when another part denied or failed - the rule the
 // hot store applies to a check split over hash slots. A cell that is moving
 // (or a part that fails with ErrMoved) gives back what the op counted and
-// sends the whole op again after a short backoff, up to MaxAttempts.
+// sends the whole op again after a short backoff, for at most MovedWait.
 //
 // Ops with every cell hot cost one round trip, as with the hot store alone.
 // An op with warm cells costs two. Cold cells cost a row lookup and a
@@ -50,6 +50,20 @@ type Router struct {
 	// fixed-window cells (the scheduled migration's activity count). It
 	// must not block.
 	Calls func(refs []Ref)
+	// MovedWait bounds how long an op waits for cells frozen by a move
+	// before it fails with ErrUnavailable (and the fail mode answers). A
+	// move freezes a batch for milliseconds; a crashed mover's cells stay
+	// frozen until its lease lapses and a Repair finishes the move (~10 s),
+	// and a caller held that long would hold its connection and in-flight
+	// slot. 0: 2 s.
+	MovedWait time.Duration
+}
+
+func (r *Router) movedWait() time.Duration {
+	if r.MovedWait > 0 {
+		return r.MovedWait
+	}
+	return 2 * time.Second
 }
 
 // NewRouter returns a router over the three stores (cold may be nil: then a
@@ -123,9 +137,10 @@ func (r *Router) called(op *Op) {
 
 // checkOp sends op alone, again until no part finds a cell moving.
 func (r *Router) checkOp(ctx context.Context, now time.Time, op *Op, attempt int) error {
+	start := time.Now()
 	for ; ; attempt++ {
-		if attempt > r.maxAttempts {
-			return fmt.Errorf("router: %w: %w (%d attempts)", ErrUnavailable, ErrMoved, r.maxAttempts)
+		if attempt > r.maxAttempts || time.Since(start) > r.movedWait() {
+			return fmt.Errorf("router: %w: %w (%d attempts in %s)", ErrUnavailable, ErrMoved, attempt-1, time.Since(start).Round(time.Millisecond))
 		}
 		if attempt > 1 {
 			if err := routerBackoff(ctx, attempt); err != nil {
