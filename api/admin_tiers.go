@@ -3,9 +3,15 @@ package api
 import (
 	"context"
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 )
+
+// migrateWriteTimeout replaces the server's WriteTimeout (10 s in quotad)
+// for POST /v1/admin/migrate: a cycle over many cells takes longer, and the
+// connection must not be cut before its report is written.
+const migrateWriteTimeout = 30 * time.Minute
 
 // TiersAdmin is the migration worker as the admin endpoints see it
 // (migrate.Admin in quotad).
@@ -43,6 +49,9 @@ func (s *Server) getTiers(c echo.Context) error {
 func (s *Server) postMigrate(c echo.Context) error {
 	if s.deps.Tiers == nil {
 		return s.tiersOff()
+	}
+	if err := http.NewResponseController(c.Response()).SetWriteDeadline(time.Now().Add(migrateWriteTimeout)); err != nil {
+		s.deps.Log.Warn("migration cycle: cannot extend the write deadline; a long cycle's answer may be cut", "err", err)
 	}
 	rep, err := s.deps.Tiers.Migrate(c.Request().Context())
 	if err != nil && rep == nil {
