@@ -77,14 +77,21 @@ func (r *Recorder) swapLive() {
 			sk := seriesKey{app: k.app, iface: k.iface, t: k.min}
 			dk := dailyKey{app: k.app, iface: k.iface, day: day}
 			uk := userKey{app: k.app, user: k.user, iface: k.iface, day: day}
+			// Each pending row is looked up once: these maps hold a
+			// flush's worth of rows and every probe is a cache miss.
+			ps, pd := p.series[sk], p.daily[dk]
+			var pu *Counts
+			if k.user != "" {
+				pu = p.users[uk]
+			}
 			grow := 0
-			if p.series[sk] == nil {
+			if ps == nil {
 				grow++
 			}
-			if p.daily[dk] == nil {
+			if pd == nil {
 				grow++
 			}
-			if k.user != "" && p.users[uk] == nil {
+			if k.user != "" && pu == nil {
 				grow++
 			}
 			if grow > 0 && held[si]+grow > r.opt.MaxPendingRows {
@@ -92,10 +99,10 @@ func (r *Recorder) swapLive() {
 				continue
 			}
 			held[si] += grow
-			addTo(p.series, sk, *c)
-			addTo(p.daily, dk, *c)
+			addAt(p.series, sk, ps, *c)
+			addAt(p.daily, dk, pd, *c)
 			if k.user != "" {
-				addTo(p.users, uk, *c)
+				addAt(p.users, uk, pu, *c)
 				r.addUser(hllKey{app: k.app, scope: scopeApp, day: day}, k.user)
 				r.addUser(hllKey{app: k.app, iface: k.iface, scope: scopeIface, day: day}, k.user)
 			}
@@ -183,7 +190,9 @@ func (r *Recorder) writeShard(ctx context.Context, i int) error {
 		// the batch id up before writing these rows again.
 		sh.uncertain = append(sh.uncertain, &batch{id: id, rows: p})
 	}
-	sh.pending = newRowset()
+	// The next flush will likely hold as many rows: size its maps now
+	// rather than grow them from empty, rehashing all the way.
+	sh.pending = newRowsetSized(len(p.series), len(p.daily), len(p.users))
 	r.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("commit: %w", err)

@@ -119,11 +119,27 @@ type rowset struct {
 	users  map[userKey]*Counts
 }
 
-func newRowset() *rowset {
-	return &rowset{series: map[seriesKey]*Counts{}, daily: map[dailyKey]*Counts{}, users: map[userKey]*Counts{}}
+func newRowset() *rowset { return newRowsetSized(0, 0, 0) }
+
+// newRowsetSized returns an empty rowset with room for the given numbers of
+// rows.
+func newRowsetSized(series, daily, users int) *rowset {
+	return &rowset{series: make(map[seriesKey]*Counts, series), daily: make(map[dailyKey]*Counts, daily),
+		users: make(map[userKey]*Counts, users)}
 }
 
 func (r *rowset) len() int { return len(r.series) + len(r.daily) + len(r.users) }
+
+// addAt adds c to the row at k, whose current value (nil: none) the caller
+// has already looked up.
+func addAt[K comparable](m map[K]*Counts, k K, cur *Counts, c Counts) {
+	if cur != nil {
+		cur.add(c)
+		return
+	}
+	cc := c
+	m[k] = &cc
+}
 
 func addTo[K comparable](m map[K]*Counts, k K, c Counts) {
 	if p := m[k]; p != nil {
