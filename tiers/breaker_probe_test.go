@@ -49,6 +49,11 @@ func TestBreaker_WithProbe_ClosesOnlyWhenTheProbeSucceeds(t *testing.T) {
 	if store.calls != 3 || probes.Load() != 1 {
 		t.Fatalf("store calls %d, probes %d: the probe must stand in for a call", store.calls, probes.Load())
 	}
+	// The probe's result is recorded just after it returns (done is sent
+	// from its defer): wait for it rather than race it.
+	for deadline := time.Now().Add(5 * time.Second); !b.Open() && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if !b.Open() {
 		t.Fatal("a failed probe must keep the circuit open for another cooldown")
 	}
@@ -61,12 +66,16 @@ func TestBreaker_WithProbe_ClosesOnlyWhenTheProbeSucceeds(t *testing.T) {
 	clk.Advance(100 * time.Millisecond)
 	_ = b.Check(ctx, clk.Now(), nil)
 	<-done
-	deadline := time.Now().Add(5 * time.Second)
-	for b.Open() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond) // the probe's result is recorded just after it returns
+	// The probe's result is recorded just after it returns; until then a
+	// call is refused without a store call or a new probe.
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if err = b.Check(ctx, clk.Now(), nil); !errors.Is(err, tiers.ErrCircuitOpen) {
+			break
+		}
 	}
-	if err := b.Check(ctx, clk.Now(), nil); err != nil || store.calls != 4 {
-		t.Fatalf("after a successful probe calls go through: %v (store calls %d)", err, store.calls)
+	if err != nil || store.calls != 4 || probes.Load() != 2 {
+		t.Fatalf("after a successful probe calls go through: %v (store calls %d, probes %d)", err, store.calls, probes.Load())
 	}
 }
 
