@@ -370,7 +370,7 @@ func TestMove_LeasesOutliveTheirTTLWhileTheBatchRuns(t *testing.T) {
 		e.check(t, tiers.Enforce, c)
 	}
 	slow := *e.mover
-	slow.LeaseTTL = 200 * time.Millisecond
+	slow.LeaseTTL = 500 * time.Millisecond
 	inFreeze := make(chan struct{})
 	release := make(chan struct{})
 	slow.AfterStep = func(s Step) error {
@@ -437,7 +437,7 @@ func TestRouter_FrozenCellWaitsAtMostMovedWait(t *testing.T) {
 	if !errors.Is(err, tiers.ErrUnavailable) {
 		t.Fatalf("check on a frozen cell: %v, want ErrUnavailable", err)
 	}
-	if took < 300*time.Millisecond || took > time.Second {
-		t.Fatalf("check on a frozen cell answered after %s, want 300 ms to 1 s", took)
+	if took < 300*time.Millisecond || took > 2500*time.Millisecond {
+		t.Fatalf("check on a frozen cell answered after %s, want 300 ms to 2.5 s (not the ~6 s of 400 retries)", took)
 	}
 }
