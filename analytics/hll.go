@@ -65,20 +65,6 @@ func (r *Recorder) pfaddPending(ctx context.Context) error {
 	return nil
 }
 
-// loadRegisters reads the saved registers of k (nil when none).
-func (r *Recorder) loadRegisters(ctx context.Context, k hllKey) ([]byte, int64, error) {
-	db := r.shards[ShardIndex(k.app, len(r.shards))].db
-	var regs []byte
-	var n int64
-	err := db.QueryRowContext(ctx,
-		"SELECT registers, unique_users FROM usage_uniques WHERE app_id = ? AND day = ? AND scope = ? AND interface_id = ?",
-		k.app, k.day.String(), k.scope, k.iface).Scan(&regs, &n)
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, 0, nil
-	}
-	return regs, n, err
-}
-
 // persistChunk is how many HyperLogLogs one persisting step reads from
 // MySQL (one SELECT), reads and merges in Redis (one pipeline) and saves
 // (one multi-row upsert): a dense HLL is 12 KB, so a statement stays near
@@ -159,13 +145,13 @@ func (r *Recorder) persistKeys(ctx context.Context, db *sql.DB, keys []hllKey) e
 // mergeAndRead merges the saved registers into Redis and reads each key's
 // registers and count back, in one pipeline. regs[i] is nil when Redis has
 // no such key.
-func (r *Recorder) mergeAndRead(ctx context.Context, keys []hllKey, saved map[hllKey][]byte) ([][]byte, []int64, error) {
+func (r *Recorder) mergeAndRead(ctx context.Context, keys []hllKey, saved map[hllKey]savedHLL) ([][]byte, []int64, error) {
 	pipe := r.rdb.Pipeline()
 	gets := make([]*redis.StringCmd, len(keys))
 	cnts := make([]*redis.IntCmd, len(keys))
 	for i, k := range keys {
 		rk := k.redisKey(r.opt.KeyPrefix)
-		if regs := saved[k]; regs != nil {
+		if regs := saved[k].regs; regs != nil {
 			tmp := rk + ":merge" // same {tag}: same cluster slot as rk
 			pipe.Set(ctx, tmp, regs, r.opt.HLLTTL)
 			pipe.PFMerge(ctx, rk, tmp)
@@ -193,11 +179,27 @@ func (r *Recorder) mergeAndRead(ctx context.Context, keys []hllKey, saved map[hl
 	return regs, counts, nil
 }
 
-// loadRegistersOf reads the saved registers of keys (all on db) with one
-// SELECT; keys without a saved row are absent from the map.
-func loadRegistersOf(ctx context.Context, db *sql.DB, keys []hllKey) (map[hllKey][]byte, error) {
+// savedHLL is a HyperLogLog as usage_uniques keeps it.
+type savedHLL struct {
+	regs  []byte // the Redis HLL value
+	users int64  // its count when saved
+}
+
+// loadRegistersOf reads the saved registers of keys (all on db), one
+// SELECT per persistChunk keys; keys without a saved row are absent.
+func loadRegistersOf(ctx context.Context, db *sql.DB, keys []hllKey) (map[hllKey]savedHLL, error) {
+	out := make(map[hllKey]savedHLL, len(keys))
+	for chunk := range slices.Chunk(keys, persistChunk) {
+		if err := loadRegisterChunk(ctx, db, chunk, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func loadRegisterChunk(ctx context.Context, db *sql.DB, keys []hllKey, out map[hllKey]savedHLL) error {
 	var q strings.Builder
-	q.WriteString("SELECT app_id, day, scope, interface_id, registers FROM usage_uniques WHERE ")
+	q.WriteString("SELECT app_id, day, scope, interface_id, registers, unique_users FROM usage_uniques WHERE ")
 	args := make([]any, 0, 4*len(keys))
 	for i, k := range keys {
 		if i > 0 {
@@ -208,25 +210,22 @@ func loadRegistersOf(ctx context.Context, db *sql.DB, keys []hllKey) (map[hllKey
 	}
 	rows, err := db.QueryContext(ctx, q.String(), args...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rows.Close()
-	out := make(map[hllKey][]byte, len(keys))
 	for rows.Next() {
 		var k hllKey
 		var day string
-		var regs []byte
-		if err := rows.Scan(&k.app, &day, &k.scope, &k.iface, &regs); err != nil {
-			return nil, err
+		var h savedHLL
+		if err := rows.Scan(&k.app, &day, &k.scope, &k.iface, &h.regs, &h.users); err != nil {
+			return err
 		}
-		d, err := parseSQLDay(day)
-		if err != nil {
-			return nil, err
+		if k.day, err = parseSQLDay(day); err != nil {
+			return err
 		}
-		k.day = d
-		out[k] = regs
+		out[k] = h
 	}
-	return out, rows.Err()
+	return rows.Err()
 }
 
 // parseSQLDay reads a DATE column as the driver returns it: "YYYY-MM-DD"
@@ -239,22 +238,22 @@ func parseSQLDay(s string) (Day, error) {
 }
 
 // uniqueCount is the number of distinct users over the union of keys (all of
-// one app): Redis's live registers, the saved ones (for keys Redis no longer
+// one app, so of one shard): Redis's live registers, the saved ones (for keys Redis no longer
 // has) and extra users not yet added. Without Redis it falls back to the
 // largest saved count.
 func (r *Recorder) uniqueCount(ctx context.Context, keys []hllKey, extra map[hllKey][]string) (int64, error) {
 	if len(keys) == 0 {
 		return 0, nil
 	}
+	found, err := loadRegistersOf(ctx, r.shards[ShardIndex(keys[0].app, len(r.shards))].db, keys)
+	if err != nil {
+		return 0, err
+	}
 	var fallback int64
 	saved := make([][]byte, len(keys))
 	for i, k := range keys {
-		regs, n, err := r.loadRegisters(ctx, k)
-		if err != nil {
-			return 0, err
-		}
-		saved[i] = regs
-		fallback = max(fallback, n)
+		saved[i] = found[k].regs
+		fallback = max(fallback, found[k].users)
 	}
 	pipe := r.rdb.TxPipeline()
 	count := make([]string, 0, 2*len(keys))

@@ -141,14 +141,7 @@ func addAt[K comparable](m map[K]*Counts, k K, cur *Counts, c Counts) {
 	m[k] = &cc
 }
 
-func addTo[K comparable](m map[K]*Counts, k K, c Counts) {
-	if p := m[k]; p != nil {
-		p.add(c)
-		return
-	}
-	cc := c
-	m[k] = &cc
-}
+func addTo[K comparable](m map[K]*Counts, k K, c Counts) { addAt(m, k, m[k], c) }
 
 func (r *rowset) merge(o *rowset) {
 	for k, c := range o.series {
