@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -47,9 +48,7 @@ func (s *ColdStore) checkEach(ctx context.Context, now time.Time, ops []*Op) []e
 	g := s.planGroup(ops, errs)
 	if len(g.shards) == 0 { // no cells: nothing to read
 		res, _ := decideGroup(now, g, map[CellID]*coldRow{})
-		for i := range errs {
-			errs[i] = cmpOr(errs[i], res[i])
-		}
+		keepFirst(errs, res)
 		return errs
 	}
 	if !g.lock {
@@ -69,9 +68,7 @@ func (s *ColdStore) checkEach(ctx context.Context, now time.Time, ops []*Op) []e
 			failAll(ops, errs, err)
 			return errs
 		}
-		for i := range errs {
-			errs[i] = cmpOr(errs[i], res[i])
-		}
+		keepFirst(errs, res)
 		return errs
 	}
 }
@@ -144,17 +141,14 @@ func (s *ColdStore) readGroup(ctx context.Context, now time.Time, g *coldGroup, 
 		}
 	}
 	res, _ := decideGroup(now, g, rows)
-	for i := range errs {
-		errs[i] = cmpOr(errs[i], res[i])
-	}
+	keepFirst(errs, res)
 }
 
-// cmpOr returns a unless it is nil, else b.
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
+// keepFirst gives each op without an error yet its error in res.
+func keepFirst(errs, res []error) {
+	for i := range errs {
+		errs[i] = cmp.Or(errs[i], res[i])
 	}
-	return b
 }
 
 // readChunks reads ids (ascending) in statements of at most coldChunk ids,

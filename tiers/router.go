@@ -35,10 +35,9 @@ import (
 // transaction per shard, not N. The directory is the truth: nothing is
 // cached in process.
 type Router struct {
-	hot         *HotStore
-	warm        *WarmStore
-	cold        *ColdStore
-	maxAttempts int
+	hot  *HotStore
+	warm *WarmStore
+	cold *ColdStore
 	// Observe, when set, is called after each op with the cells found
 	// in warm or cold and their records as the hot script saw them (warm)
 	// or nil (cold): the on-call migration's input. It must not block.
@@ -71,7 +70,7 @@ func (r *Router) movedWait() time.Duration {
 func NewRouter(hot *HotStore, warm *WarmStore, cold *ColdStore) *Router {
 	h := *hot
 	h.dir = warm
-	return &Router{hot: &h, warm: warm, cold: cold, maxAttempts: 400}
+	return &Router{hot: &h, warm: warm, cold: cold}
 }
 
 // Tier returns Hot: the router answers for the service's default tier.
@@ -106,10 +105,15 @@ func (r *Router) Check(ctx context.Context, now time.Time, ops []*Op) error {
 	return nil
 }
 
-// finishOne finishes op alone, sending it again while it finds a cell
-// moving.
+// finishOne finishes op alone.
 func (r *Router) finishOne(ctx context.Context, now time.Time, op *Op, calls []call) error {
-	err := r.finish(ctx, now, op, calls)
+	return r.settle(ctx, now, op, r.finish(ctx, now, op, calls))
+}
+
+// settle ends op's first attempt, which ended with err: an op that found a
+// cell moving is sent again alone (checkOp), and a decided op is reported
+// to Calls.
+func (r *Router) settle(ctx context.Context, now time.Time, op *Op, err error) error {
 	if errors.Is(err, ErrMoved) {
 		err = r.checkOp(ctx, now, op, 2)
 	}
@@ -135,11 +139,12 @@ func (r *Router) called(op *Op) {
 	}
 }
 
-// checkOp sends op alone, again until no part finds a cell moving.
+// checkOp sends op alone, again until no part finds a cell moving or
+// MovedWait has passed.
 func (r *Router) checkOp(ctx context.Context, now time.Time, op *Op, attempt int) error {
 	start := time.Now()
 	for ; ; attempt++ {
-		if attempt > r.maxAttempts || time.Since(start) > r.movedWait() {
+		if time.Since(start) > r.movedWait() {
 			return fmt.Errorf("router: %w: %w (%d attempts in %s)", ErrUnavailable, ErrMoved, attempt-1, time.Since(start).Round(time.Millisecond))
 		}
 		if attempt > 1 {

@@ -1,6 +1,7 @@
 package tiers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"time"
@@ -95,13 +96,7 @@ func (r *Router) finishGroup(ctx context.Context, now time.Time, ops []*Op, byOp
 		} else {
 			err = r.undo(ctx, now, op, counted[i], err)
 		}
-		if errors.Is(err, ErrMoved) {
-			err = r.checkOp(ctx, now, op, 2)
-		}
-		if err == nil {
-			r.called(op)
-		}
-		first = cmpOr(first, err)
+		first = cmp.Or(first, r.settle(ctx, now, op, err))
 	}
 	return n, first
 }
