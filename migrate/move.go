@@ -6,6 +6,7 @@ package migrate
 
 import (
 	"context"
+	_ "embed"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -106,8 +107,12 @@ func (m *Mover) step(s Step) error {
 }
 
 var (
-	releaseScript = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
-	renewScript   = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`)
+	//go:embed lease_release.lua
+	releaseSource string
+	//go:embed lease_renew.lua
+	renewSource   string
+	releaseScript = redis.NewScript(releaseSource)
+	renewScript   = redis.NewScript(renewSource)
 )
 
 // leases are the cells one MoveCells holds, kept alive until released or
