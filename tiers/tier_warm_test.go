@@ -3,6 +3,7 @@ package tiers
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -203,5 +204,37 @@ func TestWarmCold_RejectOtherAlgorithmsAndOldTimes(t *testing.T) {
 	old := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
 	if err := s.Check(context.Background(), old, []*Op{confOp(old, 1, Enforce, c)}); err == nil {
 		t.Error("warm counted at a time its record cannot hold")
+	}
+}
+
+// Concurrent checks on one warm cell in one process queue on the cell's
+// in-process lock instead of losing compare-and-sets to each other: even
+// with 2 attempts each, 32 goroutines all count, exactly.
+func TestWarm_ConcurrentChecksOnOneCellInOneProcessAllCount(t *testing.T) {
+	t.Parallel()
+	s, _, _ := newWarm(t, WarmOptions{MaxAttempts: 2})
+	ctx := context.Background()
+	c := newConfCell(10_000, time.Hour)
+	var wg sync.WaitGroup
+	errs := make(chan error, 32*10)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("check: %v", err)
+	}
+	recs, err := s.Export(ctx, []Ref{c.ref()})
+	if err != nil || len(recs) != 1 || recs[0].Count != 320 {
+		t.Fatalf("count: %+v %v, want 320", recs, err)
 	}
 }
