@@ -62,3 +62,13 @@ func TestRun_TalliesSingleChecksByTier(t *testing.T) {
 		t.Fatalf("no tier lines in:\n%s", b.String())
 	}
 }
+
+func TestTierClass_AllocatesNothing(t *testing.T) {
+	body := []byte(`{"allowed":true,"rules":[{"rule":"a","tier":"hot"},{"rule":"b","tier":"cold"}]}`)
+	if n := testing.AllocsPerRun(100, func() { _ = tierClass(body) }); n != 0 {
+		t.Fatalf("tierClass allocates %v times per call", n)
+	}
+	if got := tierClass(body); got != "cold" {
+		t.Fatalf("class %q, want cold", got)
+	}
+}
