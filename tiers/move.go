@@ -356,7 +356,8 @@ func (s *WarmStore) Freeze(ctx context.Context, refs []Ref) ([]bool, error) {
 	for i := range refs {
 		locs[i] = s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
 	}
-	defer s.locks.lock(locs)()
+	var stripes [16]uint16
+	defer s.locks.unlock(s.locks.lock(locs, stripes[:0]))
 	for attempt := 1; ; attempt++ {
 		raws, err := s.DirRaw(ctx, refs)
 		if err != nil {

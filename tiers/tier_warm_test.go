@@ -238,3 +238,15 @@ func TestWarm_ConcurrentChecksOnOneCellInOneProcessAllCount(t *testing.T) {
 		t.Fatalf("count: %+v %v, want 320", recs, err)
 	}
 }
+
+func TestWarmLocks_AllocateNothingForAFewCells(t *testing.T) {
+	w := newWarmLocks()
+	locs := []warmLoc{{key: "q:{abcdef}w\x00\x01", field: "1234567"}, {key: "q:{abcdef}w\x00\x02", field: "7654321"}}
+	n := testing.AllocsPerRun(100, func() {
+		var buf [16]uint16
+		w.unlock(w.lock(locs, buf[:0]))
+	})
+	if n != 0 {
+		t.Fatalf("lock+unlock of 2 cells allocates %v times", n)
+	}
+}

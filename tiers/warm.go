@@ -350,7 +350,8 @@ func (s *WarmStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 		}
 		all = append(all, p.locs...)
 	}
-	defer s.locks.lock(all)()
+	var stripes [16]uint16
+	defer s.locks.unlock(s.locks.lock(all, stripes[:0]))
 	pending := make([]int, len(ops))
 	for i := range pending {
 		pending[i] = i
@@ -504,7 +505,8 @@ func (s *WarmStore) Import(ctx context.Context, recs []Record) error {
 	for i := range items {
 		all[i] = items[i].loc
 	}
-	defer s.locks.lock(all)()
+	var stripes [16]uint16
+	defer s.locks.unlock(s.locks.lock(all, stripes[:0]))
 	pending := make([]int, len(items))
 	for i := range pending {
 		pending[i] = i

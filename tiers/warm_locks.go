@@ -24,10 +24,11 @@ type warmLocks struct {
 
 func newWarmLocks() *warmLocks { return &warmLocks{seed: maphash.MakeSeed()} }
 
-// lock takes the stripes of locs and returns the function that releases
-// them.
-func (w *warmLocks) lock(locs []warmLoc) (unlock func()) {
-	idx := make([]uint16, 0, len(locs))
+// lock takes the stripes of locs, in ascending order, and returns them
+// for unlock. buf is where they are listed (a caller's stack array keeps a
+// check free of allocations).
+func (w *warmLocks) lock(locs []warmLoc, buf []uint16) []uint16 {
+	idx := buf[:0]
 	for _, l := range locs {
 		var h maphash.Hash
 		h.SetSeed(w.seed)
@@ -40,9 +41,12 @@ func (w *warmLocks) lock(locs []warmLoc) (unlock func()) {
 	for _, i := range idx {
 		w.stripes[i].Lock()
 	}
-	return func() {
-		for _, i := range idx {
-			w.stripes[i].Unlock()
-		}
+	return idx
+}
+
+// unlock releases the stripes lock returned.
+func (w *warmLocks) unlock(idx []uint16) {
+	for _, i := range idx {
+		w.stripes[i].Unlock()
 	}
 }
