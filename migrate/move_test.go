@@ -157,7 +157,9 @@ func moveRace(t *testing.T, batch int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for range 20 / batch {
+			// At least 20 checks each, and on until the mover has made
+			// a few moves (bounded), so the race is always exercised.
+			for i := 0; i < 20/batch || moves.Load() < 6 && i < 500; i++ {
 				for _, op := range e.checkBatch(t, tiers.Enforce, batch, a, b) {
 					if op.Allowed() {
 						allowed.Add(1)
@@ -171,7 +173,7 @@ func moveRace(t *testing.T, batch int) {
 	if err := <-moveErr; err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%d moves during 640 checks", moves.Load())
+	t.Logf("%d moves during the checks", moves.Load())
 	if moves.Load() < 6 {
 		t.Errorf("only %d moves ran during the checks", moves.Load())
 	}

@@ -147,3 +147,34 @@ func TestRouter_GroupedOpDeniedInColdGivesBackItsHotPart(t *testing.T) {
 		}
 	}
 }
+
+// A refund that meets a cell frozen by a move is sent again until the move
+// ends; what it had already given back elsewhere must not be given back
+// again on each attempt.
+func TestRouter_RefundRetriedOverAFrozenCellRefundsTheOthersOnce(t *testing.T) {
+	t.Parallel()
+	r, _ := newGroupRouter(t)
+	r.MovedWait = 300 * time.Millisecond
+	a, b := newConfCell(100, time.Hour), newConfCell(100, time.Hour)
+	routerCheck(t, r, confOp(confT0, 1, DryRun, a, b)) // places both hot
+	for range 10 {
+		routerCheck(t, r, confOp(confT0, 1, Enforce, a, b))
+	}
+	mover := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+	ctx := context.Background()
+	if _, err := mover.Freeze(ctx, []Ref{b.ref()}); err != nil {
+		t.Fatal(err)
+	}
+	op := confOp(confT0, 1, Enforce, a, b)
+	op.Out = make([]Outcome, 2)
+	if err := r.refundCells(ctx, confT0, op, []int{0, 1}); err == nil {
+		t.Fatal("the refund of a frozen cell succeeded")
+	}
+	recs, err := mover.Export(ctx, []Ref{a.ref()})
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("export: %v %v", recs, err)
+	}
+	if recs[0].Count != 9 {
+		t.Fatalf("hot cell holds %d after one refund of 1 from 10, want 9", recs[0].Count)
+	}
+}
