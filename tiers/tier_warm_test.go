@@ -209,20 +209,26 @@ func TestWarmCold_RejectOtherAlgorithmsAndOldTimes(t *testing.T) {
 
 // Concurrent checks on one warm cell in one process queue on the cell's
 // in-process lock instead of losing compare-and-sets to each other: even
-// with 2 attempts each, 32 goroutines all count, exactly.
+// with 2 attempts each, 32 goroutines all count, exactly, also through a
+// WithClient copy of the store.
 func TestWarm_ConcurrentChecksOnOneCellInOneProcessAllCount(t *testing.T) {
 	t.Parallel()
-	s, _, _ := newWarm(t, WarmOptions{MaxAttempts: 2})
+	s, rdb, _ := newWarm(t, WarmOptions{MaxAttempts: 2})
+	// Half the callers go through a copy on another client (as quotad's
+	// mover does): it shares the locks.
+	other := redis.NewClient(rdb.Options())
+	t.Cleanup(func() { other.Close() })
+	stores := []*WarmStore{s, s.WithClient(other)}
 	ctx := context.Background()
 	c := newConfCell(10_000, time.Hour)
 	var wg sync.WaitGroup
 	errs := make(chan error, 32*10)
-	for range 32 {
+	for g := range 32 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for range 10 {
-				if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); err != nil {
+				if err := stores[g%2].Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); err != nil {
 					errs <- err
 				}
 			}

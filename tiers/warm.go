@@ -137,6 +137,16 @@ func NewWarmStore(rdb redis.UniversalClient, o WarmOptions) *WarmStore {
 	}
 }
 
+// WithClient returns the store over another client (one with longer
+// timeouts, for moves) that shares s's in-process cell locks, so that what
+// it writes in this process queues with s's checks instead of racing them.
+func (s *WarmStore) WithClient(rdb redis.UniversalClient) *WarmStore {
+	c := *s
+	c.rdb = rdb
+	_, c.cluster = rdb.(*redis.ClusterClient)
+	return &c
+}
+
 // Tier returns Warm.
 func (s *WarmStore) Tier() Tier { return Warm }
 

@@ -37,7 +37,7 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 	ms.RedisTimeout, ms.RedisPoolSize = 10*time.Second, 8
 	mrdb := newRedis(ms)
 	mhot := tiers.NewHotStore(mrdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter})
-	mwarm := tiers.NewWarmStore(mrdb, wo)
+	mwarm := warm.WithClient(mrdb) // shares the checks' cell locks
 	mover := &migrate.Mover{
 		RDB: mrdb, Prefix: s.RedisKeyPrefix, Warm: mwarm, Cold: cold,
 		Hot:     &tiers.HotMover{Hot: mhot, Warm: mwarm},
