@@ -15,6 +15,7 @@
 #   BENCH_OUT          output directory               (default bench-out)
 #   BENCH_LISTEN       quotad's QUOTA_LISTEN          (default 127.0.0.1:18080)
 #   BENCH_TOKEN        sent by quotabench as a bearer token, if set
+#   BENCH_CLIENT       quotabench -client: raw (its default) or nethttp, if set
 #   BENCH_MAX_ERROR_PCT  fail when more than this % of requests erred (default 1)
 #   REDIS_HOST, REDIS_PORT  Redis for redis-benchmark (default 127.0.0.1:6379)
 #   BENCH_REDIS_DB     database redis-benchmark writes its INCR keys to (default
@@ -143,6 +144,9 @@ bench_args=(-url "$BASE_URL" -c "$CONNECTIONS" -d "$DURATION"
 	-json "$OUT_DIR/quotabench.json")
 if [[ -n ${BENCH_TOKEN:-} ]]; then
 	bench_args+=(-token "$BENCH_TOKEN")
+fi
+if [[ -n ${BENCH_CLIENT:-} ]]; then
+	bench_args+=(-client "$BENCH_CLIENT")
 fi
 echo "bench: $QUOTABENCH_BIN ${bench_args[*]}"
 "$QUOTABENCH_BIN" "${bench_args[@]}" | tee "$OUT_DIR/quotabench.txt"

@@ -25,6 +25,7 @@ type Config struct {
 	Batch       int           // >0: send /v1/check/batch with Batch checks per request
 	Seed        uint64        // seeds the key draws
 	Timeout     time.Duration // per-request timeout
+	Client      string        // ClientRaw (default) or ClientNetHTTP
 	JSONPath    string        // where the JSON summary goes ("-": stdout); empty: none
 	Progress    io.Writer     // where the live progress line goes; nil: none
 }
@@ -45,7 +46,27 @@ func DefaultConfig() Config {
 		},
 		Seed:    1,
 		Timeout: 10 * time.Second,
+		Client:  ClientRaw,
 	}
+}
+
+// The HTTP clients a run can use (-client).
+const (
+	// ClientRaw is loadgen's own HTTP/1.1 keep-alive client (rawclient.go):
+	// one connection per worker, request bytes built once, no allocation
+	// per request. Plain http:// only.
+	ClientRaw = "raw"
+	// ClientNetHTTP is net/http's Client, which costs more CPU per request
+	// (the client earlier figures in BENCHMARKS.md were taken with).
+	ClientNetHTTP = "nethttp"
+)
+
+// clientKind is c.Client, with "" meaning the default.
+func (c *Config) clientKind() string {
+	if c.Client == "" {
+		return ClientRaw
+	}
+	return c.Client
 }
 
 // Mode is "closed" (a fixed number of connections, each sending as fast as
@@ -94,6 +115,15 @@ func (c *Config) Validate() error {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("invalid -url %q: want http://host:port", c.URL)
 	}
+	switch c.clientKind() {
+	case ClientRaw:
+		if u.Scheme != "http" {
+			return fmt.Errorf("invalid -url %q: -client %s speaks plain http only (use -client %s for https)", c.URL, ClientRaw, ClientNetHTTP)
+		}
+	case ClientNetHTTP:
+	default:
+		return fmt.Errorf("invalid -client %q: want %s or %s", c.Client, ClientRaw, ClientNetHTTP)
+	}
 	return c.Keys.Validate()
 }
 
@@ -128,6 +158,7 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.IntVar(&cfg.Batch, "batch", 0, "send /v1/check/batch with K checks per request (0: /v1/check)")
 	fs.Int64Var(&seed, "seed", int64(cfg.Seed), "random seed of the key draws")
 	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "per-request timeout")
+	fs.StringVar(&cfg.Client, "client", cfg.Client, "HTTP client: "+ClientRaw+" (loadgen's minimal HTTP/1.1 keep-alive client, plain http only) or "+ClientNetHTTP+" (net/http, costs the machine more CPU per request)")
 	fs.StringVar(&cfg.JSONPath, "json", "", "also write the summary as JSON to `FILE` (\"-\": stdout, the text summary then goes to stderr)")
 	fs.BoolVar(&progress, "progress", true, "print a live progress line on stderr every second")
 

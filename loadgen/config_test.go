@@ -19,7 +19,8 @@ func TestParseFlags(t *testing.T) {
 		{"defaults", nil, "", func(t *testing.T, c Config) {
 			if c.Connections != 64 || c.Duration != 20*time.Second || c.Rate != 0 || c.Mode() != "closed" ||
 				c.Keys.Apps != 1000 || c.Keys.Users != 100000 || c.Keys.IPs != 100000 || c.Keys.Ifaces != 50 ||
-				c.Keys.Dist != DistUniform || c.URL != "http://127.0.0.1:8080" || c.Progress == nil {
+				c.Keys.Dist != DistUniform || c.URL != "http://127.0.0.1:8080" || c.Progress == nil ||
+				c.Client != ClientRaw {
 				t.Errorf("defaults: %+v", c)
 			}
 		}},
@@ -34,6 +35,18 @@ func TestParseFlags(t *testing.T) {
 					t.Errorf("parsed %+v", c)
 				}
 			}},
+		{"net/http client", []string{"-client", "nethttp"}, "", func(t *testing.T, c Config) {
+			if c.Client != ClientNetHTTP {
+				t.Errorf("client %q", c.Client)
+			}
+		}},
+		{"https with the net/http client", []string{"-client", "nethttp", "-url", "https://quota.example:8443"}, "", func(t *testing.T, c Config) {
+			if c.Client != ClientNetHTTP || c.endpoint() != "https://quota.example:8443/v1/check" {
+				t.Errorf("parsed %+v", c)
+			}
+		}},
+		{"https with the raw client", []string{"-url", "https://quota.example:8443"}, "-client raw speaks plain http only", nil},
+		{"unknown client", []string{"-client", "curl"}, "invalid -client \"curl\"", nil},
 		{"zero connections", []string{"-c", "0"}, "invalid -c 0", nil},
 		{"negative connections", []string{"-c", "-3"}, "invalid -c", nil},
 		{"zero duration", []string{"-d", "0s"}, "invalid -d", nil},

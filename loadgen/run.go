@@ -37,54 +37,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	endpoint := cfg.endpoint()
-	var opened atomic.Int64
-	dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}
-	tr := &http.Transport{
-		Proxy: nil,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := dialer.DialContext(ctx, network, addr)
-			if err == nil {
-				opened.Add(1)
-			}
-			return c, err
-		},
-		MaxIdleConns:        cfg.Connections,
-		MaxIdleConnsPerHost: cfg.Connections,
-		MaxConnsPerHost:     cfg.Connections,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-		ForceAttemptHTTP2:   false,
-		TLSHandshakeTimeout: cfg.Timeout,
-	}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{
-		Transport:     tr,
-		Timeout:       cfg.Timeout,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-
-	header := http.Header{"Content-Type": {"application/json"}}
-	if cfg.Token != "" {
-		header["Authorization"] = []string{"Bearer " + cfg.Token}
-	}
-
 	rep := newReporter(cfg.Progress, cfg.Connections, cfg.Mode() == "open")
-	start := time.Now()
-	sh := &shared{
-		cfg:      &cfg,
-		endpoint: endpoint,
-		header:   header,
-		client:   client,
-		rep:      rep,
-		done:     ctx.Done(),
-		start:    start,
-		end:      start.Add(cfg.Duration),
-		perCheck: cfg.ChecksPerRequest(),
+	var opened atomic.Int64
+	sh, closeIdle, err := newShared(ctx, &cfg, rep, &opened)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Rate > 0 {
-		sh.interval = float64(time.Second) / cfg.Rate
-	}
+	defer closeIdle()
+	start := sh.start
 	workers := make([]*worker, cfg.Connections)
 	for i := range workers {
 		workers[i] = newWorker(sh, i)
@@ -108,7 +68,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	hist := rep.cum
 	res := &Result{
 		Mode:         cfg.Mode(),
-		URL:          endpoint,
+		Client:       cfg.clientKind(),
+		URL:          sh.endpoint,
 		Seconds:      round(elapsed.Seconds(), 3),
 		ErrorsByKind: map[string]int64{},
 		Connections:  cfg.Connections,
@@ -124,6 +85,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.ZipfS = cfg.Keys.ZipfS
 	}
 	for _, w := range workers {
+		if w.raw != nil {
+			w.raw.close()
+		}
 		if w.hist != nil {
 			hist.Merge(w.hist)
 		}
@@ -148,16 +112,79 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.Histogram = hist
 	res.setLatencies(Summarize(hist))
+	if cpu := processCPU(); cpu > 0 {
+		res.CPUSeconds = round(cpu.Seconds(), 3)
+		if res.Requests > 0 {
+			res.CPUPerRequestUs = round(float64(cpu.Microseconds())/float64(res.Requests), 2)
+		}
+	}
 	res.Tiers = tierStats(workers)
 	return res, nil
+}
+
+// newShared builds a run's shared state, starting now, with the client
+// cfg names; opened counts the connections dialled. closeIdle closes the
+// net/http client's idle connections (the raw clients' connections are
+// the workers').
+func newShared(ctx context.Context, cfg *Config, rep *reporter, opened *atomic.Int64) (sh *shared, closeIdle func(), err error) {
+	sh = &shared{
+		cfg:      cfg,
+		endpoint: cfg.endpoint(),
+		rep:      rep,
+		done:     ctx.Done(),
+		perCheck: cfg.ChecksPerRequest(),
+	}
+	closeIdle = func() {}
+	if cfg.clientKind() == ClientRaw {
+		sh.raw, err = newRawTarget(sh.endpoint, cfg.Token, cfg.Timeout, opened)
+		if err != nil {
+			return nil, nil, err
+		}
+	} else {
+		dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second}
+		tr := &http.Transport{
+			Proxy: nil,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				c, err := dialer.DialContext(ctx, network, addr)
+				if err == nil {
+					opened.Add(1)
+				}
+				return c, err
+			},
+			MaxIdleConns:        cfg.Connections,
+			MaxIdleConnsPerHost: cfg.Connections,
+			MaxConnsPerHost:     cfg.Connections,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true,
+			ForceAttemptHTTP2:   false,
+			TLSHandshakeTimeout: cfg.Timeout,
+		}
+		closeIdle = tr.CloseIdleConnections
+		sh.client = &http.Client{
+			Transport:     tr,
+			Timeout:       cfg.Timeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+		sh.header = http.Header{"Content-Type": {"application/json"}}
+		if cfg.Token != "" {
+			sh.header["Authorization"] = []string{"Bearer " + cfg.Token}
+		}
+	}
+	sh.start = time.Now()
+	sh.end = sh.start.Add(cfg.Duration)
+	if cfg.Rate > 0 {
+		sh.interval = float64(time.Second) / cfg.Rate
+	}
+	return sh, closeIdle, nil
 }
 
 // shared is the read-only state of a run, plus the open-loop ticket counter.
 type shared struct {
 	cfg      *Config
 	endpoint string
-	header   http.Header
-	client   *http.Client
+	raw      *rawTarget   // -client raw; else:
+	header   http.Header  // -client nethttp
+	client   *http.Client // -client nethttp
 	rep      *reporter
 	done     <-chan struct{}
 	start    time.Time
@@ -177,11 +204,14 @@ type worker struct {
 	keys *KeySource
 	hist *hdrhistogram.Histogram
 
-	buf  []byte        // request body, reused
+	buf []byte   // request body, reused
+	raw *rawConn // -client raw: the connection and its buffers
+
+	// -client nethttp:
 	br   *bytes.Reader // reader over buf
 	body io.ReadCloser // io.NopCloser(br): net/http sends it with the headers
 	req  *http.Request // reused while requests succeed
-	resp bytes.Buffer  // batch answers are read into it
+	resp bytes.Buffer  // answers are read into it
 
 	requests, checks, allowed, denied, errors, late atomic.Int64
 
@@ -202,7 +232,12 @@ func newWorker(sh *shared, i int) *worker {
 		statuses: map[int]int64{},
 		tiers:    tierHists{},
 	}
-	w.resetRequest()
+	if sh.raw != nil {
+		w.buf = make([]byte, 0, 128+96*sh.perCheck)
+		w.raw = newRawConn(sh.raw)
+	} else {
+		w.resetRequest()
+	}
 	return w
 }
 
@@ -290,7 +325,8 @@ func (w *worker) runOpen() {
 }
 
 // do sends one request, records its latency from t0 and counts its outcome.
-// It reports whether the exchange completed (any HTTP status).
+// It reports whether the exchange completed (any HTTP status, or an error
+// only while reading the body).
 func (w *worker) do(t0 time.Time) bool {
 	n := w.sh.perCheck
 	if w.sh.cfg.Batch > 0 {
@@ -298,66 +334,49 @@ func (w *worker) do(t0 time.Time) bool {
 	} else {
 		w.buf = AppendCheck(w.buf[:0], w.keys.Next())
 	}
-	w.br.Reset(w.buf)
-	w.req.Body = w.body
-	w.req.ContentLength = int64(len(w.buf))
-
-	resp, err := w.sh.client.Do(w.req)
+	var (
+		a      rawAnswer
+		inBody bool
+		err    error
+	)
+	if w.raw != nil {
+		a, inBody, err = w.raw.roundTrip(w.buf)
+	} else {
+		a, inBody, err = w.roundTripNetHTTP()
+	}
+	took := time.Since(t0)
+	recordLatency(w.hist, took)
 	if err != nil {
-		recordLatency(w.hist, time.Since(t0))
+		if inBody {
+			w.fail("body_"+classify(err), 0)
+			return true
+		}
 		w.fail(classify(err), 0)
-		w.resetRequest()
 		return false
 	}
 	var allowed, denied int
-	kind, status := "", 0
 	switch {
-	case resp.StatusCode == http.StatusOK && w.sh.cfg.Batch > 0:
-		w.resp.Reset()
-		_, err = w.resp.ReadFrom(resp.Body)
-		if err == nil {
-			var results int
-			var ok bool
-			allowed, denied, results, ok = scanBatch(w.resp.Bytes())
-			if !ok || results != n {
-				kind = "bad_batch_response"
-			}
+	case a.status == http.StatusOK && w.sh.cfg.Batch > 0:
+		var results int
+		var ok bool
+		allowed, denied, results, ok = scanBatch(a.body)
+		if !ok || results != n {
+			w.fail("bad_batch_response", 0)
+			return true
 		}
-	case resp.StatusCode == http.StatusOK, resp.StatusCode == http.StatusTooManyRequests:
-		// Read, not discarded: the answer names each rule's tier.
-		w.resp.Reset()
-		_, err = w.resp.ReadFrom(resp.Body)
-		if resp.StatusCode == http.StatusOK {
-			allowed = n
-		} else {
-			denied = n
-		}
+	case a.status == http.StatusOK:
+		allowed = n
+	case a.status == http.StatusTooManyRequests:
+		denied = n
 	default:
-		_, err = io.Copy(io.Discard, resp.Body)
-		status = resp.StatusCode
-	}
-	resp.Body.Close()
-	took := time.Since(t0)
-	recordLatency(w.hist, took)
-	switch {
-	case err != nil:
-		w.fail("body_"+classify(err), 0)
-		w.resetRequest()
-		return true
-	case status != 0:
-		// The server may have answered without reading the whole body;
-		// net/http can then still be sending it, so do not reuse it.
-		w.fail("", status)
-		w.resetRequest()
-		return true
-	case kind != "":
-		w.fail(kind, 0)
+		w.fail("", a.status)
 		return true
 	}
 	w.requests.Add(1)
 	w.checks.Add(int64(n))
 	if w.sh.cfg.Batch == 0 {
-		w.tiers.record(tierClass(w.resp.Bytes()), took)
+		// The answer names each rule's tier.
+		w.tiers.record(tierClass(a.body), took)
 	}
 	if allowed > 0 {
 		w.allowed.Add(int64(allowed))
@@ -365,10 +384,45 @@ func (w *worker) do(t0 time.Time) bool {
 	if denied > 0 {
 		w.denied.Add(int64(denied))
 	}
-	if v := resp.Header["Quota-Enforced"]; len(v) > 0 && strings.EqualFold(v[0], "false") {
+	if a.unenforced {
 		w.unenforced += int64(n)
 	}
 	return true
+}
+
+// roundTripNetHTTP is roundTrip (rawclient.go) through net/http's client.
+// Answers of 200 and 429 are read into w.resp; others are discarded.
+func (w *worker) roundTripNetHTTP() (a rawAnswer, inBody bool, err error) {
+	w.br.Reset(w.buf)
+	w.req.Body = w.body
+	w.req.ContentLength = int64(len(w.buf))
+	resp, err := w.sh.client.Do(w.req)
+	if err != nil {
+		w.resetRequest()
+		return a, false, err
+	}
+	a.status = resp.StatusCode
+	w.resp.Reset()
+	if a.status == http.StatusOK || a.status == http.StatusTooManyRequests {
+		_, err = w.resp.ReadFrom(resp.Body)
+		a.body = w.resp.Bytes()
+		if v := resp.Header["Quota-Enforced"]; len(v) > 0 && strings.EqualFold(v[0], "false") {
+			a.unenforced = true
+		}
+	} else {
+		_, err = io.Copy(io.Discard, resp.Body)
+	}
+	resp.Body.Close()
+	switch {
+	case err != nil:
+		w.resetRequest()
+		return a, true, err
+	case a.status != http.StatusOK && a.status != http.StatusTooManyRequests:
+		// The server may have answered without reading the whole body;
+		// net/http can then still be sending it, so do not reuse it.
+		w.resetRequest()
+	}
+	return a, false, nil
 }
 
 // fail counts a failed request: by kind, or by HTTP status when status != 0.
@@ -388,7 +442,10 @@ func (w *worker) fail(kind string, status int) {
 // classify names a transport error.
 func classify(err error) string {
 	var ne net.Error
+	var me *malformedError
 	switch {
+	case errors.As(err, &me):
+		return "malformed_response"
 	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return "timeout"
 	case errors.Is(err, syscall.ECONNREFUSED):
@@ -397,6 +454,9 @@ func classify(err error) string {
 		return "conn_reset"
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return "eof"
+	case strings.Contains(err.Error(), "malformed HTTP"):
+		// net/http's "malformed HTTP response", "malformed HTTP status code"…
+		return "malformed_response"
 	default:
 		return "transport"
 	}

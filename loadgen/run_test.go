@@ -40,9 +40,25 @@ func (c *tally) badRequest(w http.ResponseWriter, note string) {
 	w.WriteHeader(http.StatusBadRequest)
 }
 
-func testConfig(url string) Config {
+// clients are the HTTP clients every Run test runs with.
+var clients = []string{ClientRaw, ClientNetHTTP}
+
+// eachClient runs f as a parallel subtest per client.
+func eachClient(t *testing.T, f func(t *testing.T, client string)) {
+	t.Helper()
+	t.Parallel()
+	for _, client := range clients {
+		t.Run(client, func(t *testing.T) {
+			t.Parallel()
+			f(t, client)
+		})
+	}
+}
+
+func testConfig(url, client string) Config {
 	cfg := DefaultConfig()
 	cfg.URL = url
+	cfg.Client = client
 	cfg.Connections = 4
 	cfg.Duration = 300 * time.Millisecond
 	cfg.Timeout = 5 * time.Second
@@ -123,76 +139,83 @@ func assertConsistent(t *testing.T, res *Result) {
 }
 
 func TestRunClosedLoopCountsAddUp(t *testing.T) {
-	t.Parallel()
-	var c tally
-	srv := checkServer(t, &c, "s3cret")
-	cfg := testConfig(srv.URL)
-	cfg.Token = "s3cret"
-	var progress bytes.Buffer
-	cfg.Progress = &progress
-	cfg.Duration = 1200 * time.Millisecond
-	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.bad != 0 {
-		t.Fatalf("server saw %d malformed requests (last: %s)", c.bad, c.badNote)
-	}
-	if res.Requests == 0 || res.Requests != c.requests || res.Checks != res.Requests {
-		t.Errorf("client counted %d requests (%d checks), server %d", res.Requests, res.Checks, c.requests)
-	}
-	if res.Allowed != c.ok || res.Denied != c.denied || res.Errors != c.failed ||
-		res.ErrorsByKind["http_500"] != c.failed || res.Unenforced != c.unenf {
-		t.Errorf("client allowed/denied/errors/unenforced %d/%d/%d(%v)/%d, server %d/%d/%d/%d",
-			res.Allowed, res.Denied, res.Errors, res.ErrorsByKind, res.Unenforced, c.ok, c.denied, c.failed, c.unenf)
-	}
-	if c.failed == 0 || c.denied == 0 || c.ok == 0 || c.unenf == 0 {
-		t.Errorf("the run was too short to see every answer: %+v", &c)
-	}
-	// net/http may now and then replace a connection; one per request
-	// would mean keep-alive is broken.
-	if res.ConnsOpened < 1 || res.ConnsOpened > 2*int64(cfg.Connections) {
-		t.Errorf("opened %d connections for %d workers: keep-alive broken?", res.ConnsOpened, cfg.Connections)
-	}
-	if res.Mode != "closed" || res.Late != 0 || res.P50Ms <= 0 || res.MaxMs < res.P99Ms || res.P99Ms < res.P50Ms {
-		t.Errorf("result %+v", res)
-	}
-	if !bytes.Contains(progress.Bytes(), []byte("\r")) || !bytes.Contains(progress.Bytes(), []byte("req/s")) {
-		t.Errorf("no progress line in %q", progress.String())
-	}
-	assertConsistent(t, res)
+	eachClient(t, func(t *testing.T, client string) {
+		var c tally
+		srv := checkServer(t, &c, "s3cret")
+		cfg := testConfig(srv.URL, client)
+		cfg.Token = "s3cret"
+		var progress bytes.Buffer
+		cfg.Progress = &progress
+		cfg.Duration = 1200 * time.Millisecond
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.bad != 0 {
+			t.Fatalf("server saw %d malformed requests (last: %s)", c.bad, c.badNote)
+		}
+		if res.Requests == 0 || res.Requests != c.requests || res.Checks != res.Requests {
+			t.Errorf("client counted %d requests (%d checks), server %d", res.Requests, res.Checks, c.requests)
+		}
+		if res.Allowed != c.ok || res.Denied != c.denied || res.Errors != c.failed ||
+			res.ErrorsByKind["http_500"] != c.failed || res.Unenforced != c.unenf {
+			t.Errorf("client allowed/denied/errors/unenforced %d/%d/%d(%v)/%d, server %d/%d/%d/%d",
+				res.Allowed, res.Denied, res.Errors, res.ErrorsByKind, res.Unenforced, c.ok, c.denied, c.failed, c.unenf)
+		}
+		if c.failed == 0 || c.denied == 0 || c.ok == 0 || c.unenf == 0 {
+			t.Errorf("the run was too short to see every answer: %+v", &c)
+		}
+		// net/http may now and then replace a connection; one per request
+		// would mean keep-alive is broken. The raw client keeps its own
+		// connection through 429s and 500s.
+		if res.ConnsOpened < 1 || res.ConnsOpened > 2*int64(cfg.Connections) ||
+			(client == ClientRaw && res.ConnsOpened != int64(cfg.Connections)) {
+			t.Errorf("opened %d connections for %d workers: keep-alive broken?", res.ConnsOpened, cfg.Connections)
+		}
+		if res.Client != client {
+			t.Errorf("result names client %q, ran %q", res.Client, client)
+		}
+		if res.Mode != "closed" || res.Late != 0 || res.P50Ms <= 0 || res.MaxMs < res.P99Ms || res.P99Ms < res.P50Ms {
+			t.Errorf("result %+v", res)
+		}
+		if !bytes.Contains(progress.Bytes(), []byte("\r")) || !bytes.Contains(progress.Bytes(), []byte("req/s")) {
+			t.Errorf("no progress line in %q", progress.String())
+		}
+		assertConsistent(t, res)
+	})
 }
 
 func TestRunOpenLoopSendsExactlyRateTimesDuration(t *testing.T) {
-	t.Parallel()
-	var c tally
-	srv := checkServer(t, &c, "")
-	cfg := testConfig(srv.URL)
-	cfg.Rate = 400
-	cfg.Duration = 500 * time.Millisecond
-	cfg.Keys.Identities = 10_000_000
-	start := time.Now()
-	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took < 450*time.Millisecond {
-		t.Errorf("200 sends at 400/s took only %s", took)
-	}
-	if c.bad != 0 {
-		t.Fatalf("server saw %d malformed requests (last: %s)", c.bad, c.badNote)
-	}
-	if res.Requests != 200 || c.requests != 200 {
-		t.Errorf("sent %d requests (server saw %d), want 400/s * 0.5 s = 200", res.Requests, c.requests)
-	}
-	if res.Allowed != c.ok || res.Denied != c.denied || res.Errors != c.failed || res.Unenforced != c.unenf {
-		t.Errorf("client %d/%d/%d/%d, server %d/%d/%d/%d",
-			res.Allowed, res.Denied, res.Errors, res.Unenforced, c.ok, c.denied, c.failed, c.unenf)
-	}
-	if res.Mode != "open" || res.Late < 0 || res.Late > res.Requests || res.Rate != 400 {
-		t.Errorf("result %+v", res)
-	}
-	assertConsistent(t, res)
+	eachClient(t, func(t *testing.T, client string) {
+		var c tally
+		srv := checkServer(t, &c, "")
+		cfg := testConfig(srv.URL, client)
+		cfg.Rate = 400
+		cfg.Duration = 500 * time.Millisecond
+		cfg.Keys.Identities = 10_000_000
+		start := time.Now()
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took < 450*time.Millisecond {
+			t.Errorf("200 sends at 400/s took only %s", took)
+		}
+		if c.bad != 0 {
+			t.Fatalf("server saw %d malformed requests (last: %s)", c.bad, c.badNote)
+		}
+		if res.Requests != 200 || c.requests != 200 {
+			t.Errorf("sent %d requests (server saw %d), want 400/s * 0.5 s = 200", res.Requests, c.requests)
+		}
+		if res.Allowed != c.ok || res.Denied != c.denied || res.Errors != c.failed || res.Unenforced != c.unenf {
+			t.Errorf("client %d/%d/%d/%d, server %d/%d/%d/%d",
+				res.Allowed, res.Denied, res.Errors, res.Unenforced, c.ok, c.denied, c.failed, c.unenf)
+		}
+		if res.Mode != "open" || res.Late < 0 || res.Late > res.Requests || res.Rate != 400 {
+			t.Errorf("result %+v", res)
+		}
+		assertConsistent(t, res)
+	})
 }
 
 // TestRunOpenLoopMeasuresFromIntendedTime: one connection to a server that
@@ -200,221 +223,220 @@ func TestRunOpenLoopSendsExactlyRateTimesDuration(t *testing.T) {
 // grow with the backlog (measured from the intended send times), and the
 // sends count as late.
 func TestRunOpenLoopMeasuresFromIntendedTime(t *testing.T) {
-	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		time.Sleep(20 * time.Millisecond)
-	}))
-	t.Cleanup(srv.Close)
-	cfg := testConfig(srv.URL)
-	cfg.Connections = 1
-	cfg.Rate = 200
-	cfg.Duration = 200 * time.Millisecond // 40 intended sends, ~0.8 s of work
-	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Requests != 40 || res.Allowed != 40 {
-		t.Fatalf("requests %d allowed %d, want 40", res.Requests, res.Allowed)
-	}
-	if res.Late < 30 {
-		t.Errorf("only %d of 40 sends late", res.Late)
-	}
-	// The last send was intended at 195 ms and finished after ~800 ms.
-	if res.MaxMs < 400 {
-		t.Errorf("max latency %.1f ms: not measured from the intended time", res.MaxMs)
-	}
-	assertConsistent(t, res)
-}
-
-func TestRunBatchCountsChecks(t *testing.T) {
-	t.Parallel()
-	const k = 10
-	var c tally
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/check/batch" {
-			c.badRequest(w, r.URL.Path)
-			return
-		}
-		var body struct {
-			Checks []map[string]string `json:"checks"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || len(body.Checks) != k {
-			c.badRequest(w, "body")
-			return
-		}
-		n := c.seq.Add(1)
-		if n%4 == 3 {
-			c.add(func(c *tally) { c.requests++; c.failed++ })
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		var out bytes.Buffer
-		out.WriteString(`{"results":[`)
-		var allowed int64
-		for i := range k {
-			if i > 0 {
-				out.WriteByte(',')
-			}
-			ok := (int(n)+i)%3 != 0
-			if ok {
-				allowed++
-			}
-			// the nested per-rule verdict says the opposite, to be ignored
-			out.WriteString(`{"allowed":` + strconv.FormatBool(ok) +
-				`,"rules":[{"rule":"r","limit":1,"remaining":0,"tier":"hot","allowed":` + strconv.FormatBool(!ok) + `}]}`)
-		}
-		out.WriteString(`]}`)
-		c.add(func(c *tally) {
-			c.requests++
-			c.ok++
-			c.checksAllowed += allowed
-			c.checksDenied += k - allowed
-		})
-		w.Write(out.Bytes())
-	}))
-	t.Cleanup(srv.Close)
-	cfg := testConfig(srv.URL)
-	cfg.Batch = k
-	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.bad != 0 {
-		t.Fatalf("server saw %d malformed requests (last: %s)", c.bad, c.badNote)
-	}
-	if res.Requests == 0 || res.Requests != c.requests || res.Checks != k*res.Requests {
-		t.Errorf("client %d requests / %d checks, server %d requests", res.Requests, res.Checks, c.requests)
-	}
-	if res.Allowed != c.checksAllowed || res.Denied != c.checksDenied ||
-		res.Errors != c.failed || res.ErrorChecks != k*c.failed || res.ErrorsByKind["http_503"] != c.failed {
-		t.Errorf("client allowed/denied/errors %d/%d/%d (%v), server %d/%d/%d",
-			res.Allowed, res.Denied, res.Errors, res.ErrorsByKind, c.checksAllowed, c.checksDenied, c.failed)
-	}
-	assertConsistent(t, res)
-}
-
-func TestRunBatchRejectsMalformedAnswers(t *testing.T) {
-	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		io.WriteString(w, `{"results":[{"allowed":true}]}`) // 1 result for 3 checks
-	}))
-	t.Cleanup(srv.Close)
-	cfg := testConfig(srv.URL)
-	cfg.Batch = 3
-	cfg.Duration = 100 * time.Millisecond
-	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Requests == 0 || res.Errors != res.Requests || res.ErrorsByKind["bad_batch_response"] != res.Requests || res.Allowed != 0 {
-		t.Errorf("result %+v", res)
-	}
-	assertConsistent(t, res)
-}
-
-func TestRunCountsTransportErrors(t *testing.T) {
-	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close() // nothing listens there now
-	cfg := testConfig("http://" + addr)
-	cfg.Connections = 2
-	cfg.Duration = 100 * time.Millisecond
-	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Requests == 0 || res.Errors != res.Requests || res.ErrorsByKind["conn_refused"] != res.Requests {
-		t.Errorf("result %+v", res)
-	}
-	assertConsistent(t, res)
-}
-
-func TestRunStopsOnCancel(t *testing.T) {
-	t.Parallel()
-	var c tally
-	srv := checkServer(t, &c, "")
-	for _, rate := range []float64{0, 1} {
-		cfg := testConfig(srv.URL)
-		cfg.Duration = time.Hour
-		cfg.Rate = rate
-		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		start := time.Now()
-		res, err := Run(ctx, cfg)
-		cancel()
+	eachClient(t, func(t *testing.T, client string) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			time.Sleep(20 * time.Millisecond)
+		}))
+		t.Cleanup(srv.Close)
+		cfg := testConfig(srv.URL, client)
+		cfg.Connections = 1
+		cfg.Rate = 200
+		cfg.Duration = 200 * time.Millisecond // 40 intended sends, ~0.8 s of work
+		res, err := Run(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if took := time.Since(start); took > 5*time.Second {
-			t.Errorf("rate %g: Run took %s after cancel", rate, took)
+		if res.Requests != 40 || res.Allowed != 40 {
+			t.Fatalf("requests %d allowed %d, want 40", res.Requests, res.Allowed)
 		}
-		if res.Requests == 0 {
-			t.Errorf("rate %g: no request sent", rate)
+		if res.Late < 30 {
+			t.Errorf("only %d of 40 sends late", res.Late)
+		}
+		// The last send was intended at 195 ms and finished after ~800 ms.
+		if res.MaxMs < 400 {
+			t.Errorf("max latency %.1f ms: not measured from the intended time", res.MaxMs)
 		}
 		assertConsistent(t, res)
-	}
+	})
+}
+
+func TestRunBatchCountsChecks(t *testing.T) {
+	eachClient(t, func(t *testing.T, client string) {
+		const k = 10
+		var c tally
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/v1/check/batch" {
+				c.badRequest(w, r.URL.Path)
+				return
+			}
+			var body struct {
+				Checks []map[string]string `json:"checks"`
+			}
+			if err := json.NewDecoder(r.Body).Decode(&body); err != nil || len(body.Checks) != k {
+				c.badRequest(w, "body")
+				return
+			}
+			n := c.seq.Add(1)
+			if n%4 == 3 {
+				c.add(func(c *tally) { c.requests++; c.failed++ })
+				w.WriteHeader(http.StatusServiceUnavailable)
+				return
+			}
+			var out bytes.Buffer
+			out.WriteString(`{"results":[`)
+			var allowed int64
+			for i := range k {
+				if i > 0 {
+					out.WriteByte(',')
+				}
+				ok := (int(n)+i)%3 != 0
+				if ok {
+					allowed++
+				}
+				// the nested per-rule verdict says the opposite, to be ignored
+				out.WriteString(`{"allowed":` + strconv.FormatBool(ok) +
+					`,"rules":[{"rule":"r","limit":1,"remaining":0,"tier":"hot","allowed":` + strconv.FormatBool(!ok) + `}]}`)
+			}
+			out.WriteString(`]}`)
+			c.add(func(c *tally) {
+				c.requests++
+				c.ok++
+				c.checksAllowed += allowed
+				c.checksDenied += k - allowed
+			})
+			w.Write(out.Bytes())
+		}))
+		t.Cleanup(srv.Close)
+		cfg := testConfig(srv.URL, client)
+		cfg.Batch = k
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.bad != 0 {
+			t.Fatalf("server saw %d malformed requests (last: %s)", c.bad, c.badNote)
+		}
+		if res.Requests == 0 || res.Requests != c.requests || res.Checks != k*res.Requests {
+			t.Errorf("client %d requests / %d checks, server %d requests", res.Requests, res.Checks, c.requests)
+		}
+		if res.Allowed != c.checksAllowed || res.Denied != c.checksDenied ||
+			res.Errors != c.failed || res.ErrorChecks != k*c.failed || res.ErrorsByKind["http_503"] != c.failed {
+			t.Errorf("client allowed/denied/errors %d/%d/%d (%v), server %d/%d/%d",
+				res.Allowed, res.Denied, res.Errors, res.ErrorsByKind, c.checksAllowed, c.checksDenied, c.failed)
+		}
+		assertConsistent(t, res)
+	})
+}
+
+func TestRunBatchRejectsMalformedAnswers(t *testing.T) {
+	eachClient(t, func(t *testing.T, client string) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			io.WriteString(w, `{"results":[{"allowed":true}]}`) // 1 result for 3 checks
+		}))
+		t.Cleanup(srv.Close)
+		cfg := testConfig(srv.URL, client)
+		cfg.Batch = 3
+		cfg.Duration = 100 * time.Millisecond
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Requests == 0 || res.Errors != res.Requests || res.ErrorsByKind["bad_batch_response"] != res.Requests || res.Allowed != 0 {
+			t.Errorf("result %+v", res)
+		}
+		assertConsistent(t, res)
+	})
+}
+
+func TestRunCountsTransportErrors(t *testing.T) {
+	eachClient(t, func(t *testing.T, client string) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := ln.Addr().String()
+		ln.Close() // nothing listens there now
+		cfg := testConfig("http://"+addr, client)
+		cfg.Connections = 2
+		cfg.Duration = 100 * time.Millisecond
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Requests == 0 || res.Errors != res.Requests || res.ErrorsByKind["conn_refused"] != res.Requests {
+			t.Errorf("result %+v", res)
+		}
+		assertConsistent(t, res)
+	})
+}
+
+func TestRunStopsOnCancel(t *testing.T) {
+	eachClient(t, func(t *testing.T, client string) {
+		var c tally
+		srv := checkServer(t, &c, "")
+		for _, rate := range []float64{0, 1} {
+			cfg := testConfig(srv.URL, client)
+			cfg.Duration = time.Hour
+			cfg.Rate = rate
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			start := time.Now()
+			res, err := Run(ctx, cfg)
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("rate %g: Run took %s after cancel", rate, took)
+			}
+			if res.Requests == 0 {
+				t.Errorf("rate %g: no request sent", rate)
+			}
+			assertConsistent(t, res)
+		}
+	})
 }
 
 func TestRunRejectsInvalidConfig(t *testing.T) {
-	t.Parallel()
-	cfg := testConfig("http://127.0.0.1:1")
-	cfg.Connections = 0
-	if _, err := Run(context.Background(), cfg); err == nil {
-		t.Error("Run accepted -c 0")
-	}
+	eachClient(t, func(t *testing.T, client string) {
+		cfg := testConfig("http://127.0.0.1:1", client)
+		cfg.Connections = 0
+		if _, err := Run(context.Background(), cfg); err == nil {
+			t.Error("Run accepted -c 0")
+		}
+	})
 }
 
-// BenchmarkWorkerDo measures the client side of one exchange against a
-// trivial server: its allocations are the generator's per-request cost.
+// BenchmarkWorkerDo measures the client side of one exchange, per
+// client, against tinyServer (rawclient_test.go), which allocates nothing
+// per request: the allocations reported are the generator's own.
 func BenchmarkWorkerDo(b *testing.B) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		io.WriteString(w, `{"allowed":true,"rules":[]}`)
-	}))
-	defer srv.Close()
-	cfg := testConfig(srv.URL)
-	cfg.Connections = 1
-	tr := &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}
-	defer tr.CloseIdleConnections()
-	sh := &shared{
-		cfg: &cfg, endpoint: cfg.endpoint(), header: http.Header{"Content-Type": {"application/json"}},
-		client: &http.Client{Transport: tr, Timeout: cfg.Timeout}, rep: newReporter(nil, 1, false),
-		done: make(chan struct{}), start: time.Now(), end: time.Now().Add(time.Hour), perCheck: 1,
-	}
-	w := newWorker(sh, 0)
-	b.ReportAllocs()
-	for b.Loop() {
-		w.do(time.Now())
-	}
-	if w.allowed.Load() != w.requests.Load() {
-		b.Fatalf("%d of %d allowed", w.allowed.Load(), w.requests.Load())
+	addr := tinyServer(b, tinyAnswer)
+	for _, client := range clients {
+		b.Run(client, func(b *testing.B) {
+			w := testWorker(b, "http://"+addr, client, 0)
+			b.ReportAllocs()
+			for b.Loop() {
+				w.do(time.Now())
+			}
+			if w.allowed.Load() != w.requests.Load() {
+				b.Fatalf("%d of %d allowed (errors %v %v)", w.allowed.Load(), w.requests.Load(), w.kinds, w.statuses)
+			}
+		})
 	}
 }
 
 func TestRunCountsTimeouts(t *testing.T) {
-	t.Parallel()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		time.Sleep(150 * time.Millisecond) // past the client's 30 ms timeout
-	}))
-	t.Cleanup(srv.Close)
-	cfg := testConfig(srv.URL)
-	cfg.Connections = 2
-	cfg.Duration = 200 * time.Millisecond
-	cfg.Timeout = 30 * time.Millisecond
-	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Requests == 0 || res.ErrorsByKind["timeout"] != res.Requests || res.Allowed != 0 {
-		t.Errorf("result %+v", res)
-	}
-	assertConsistent(t, res)
+	eachClient(t, func(t *testing.T, client string) {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			time.Sleep(150 * time.Millisecond) // past the client's 30 ms timeout
+		}))
+		t.Cleanup(srv.Close)
+		cfg := testConfig(srv.URL, client)
+		cfg.Connections = 2
+		cfg.Duration = 200 * time.Millisecond
+		cfg.Timeout = 30 * time.Millisecond
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Requests == 0 || res.ErrorsByKind["timeout"] != res.Requests || res.Allowed != 0 {
+			t.Errorf("result %+v", res)
+		}
+		assertConsistent(t, res)
+	})
 }
 
 func TestClassify(t *testing.T) {
@@ -430,6 +452,9 @@ func TestClassify(t *testing.T) {
 		{&url.Error{Op: "Post", URL: "http://x", Err: io.EOF}, "eof"},
 		{io.ErrUnexpectedEOF, "eof"},
 		{errors.New("tls: bad certificate"), "transport"},
+		{errBadStatusLine, "malformed_response"},
+		{fmt.Errorf("read head: %w", errBadChunk), "malformed_response"},
+		{&url.Error{Op: "Post", URL: "http://x", Err: errors.New(`net/http: HTTP/1.x transport connection broken: malformed HTTP status code "2xx"`)}, "malformed_response"},
 	}
 	for _, tc := range cases {
 		if got := classify(tc.err); got != tc.want {

@@ -82,6 +82,7 @@ func MergeHistograms(hs ...*hdrhistogram.Histogram) (*hdrhistogram.Histogram, in
 // Allowed+Denied+ErrorChecks == Checks and Errors == sum(ErrorsByKind).
 type Result struct {
 	Mode         string           `json:"mode"`
+	Client       string           `json:"client"` // ClientRaw or ClientNetHTTP
 	URL          string           `json:"url"`
 	Requests     int64            `json:"requests"`
 	Checks       int64            `json:"checks"`
@@ -110,6 +111,12 @@ type Result struct {
 	Batch        int              `json:"batch"`
 	Identities   uint64           `json:"identities"`
 	Seed         uint64           `json:"seed"`
+	// CPUSeconds is the user+system CPU time quotabench's process used up
+	// to the end of the run (getrusage), CPUPerRequestUs that per request:
+	// the load generator's own cost, taken from the cores it shares with
+	// the server under test. Zero where not measured.
+	CPUSeconds      float64 `json:"cpu_seconds"`
+	CPUPerRequestUs float64 `json:"cpu_us_per_request"`
 	// Tiers: single checks answered, by the slowest storage tier their
 	// answer names (empty when answers name none, and in batch mode).
 	Tiers map[string]TierStat `json:"tiers,omitempty"`
@@ -177,7 +184,10 @@ func (r *Result) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "  latency ms   p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  (mean %.3f)\n",
 		r.P50Ms, r.P90Ms, r.P99Ms, r.P999Ms, r.MaxMs, r.MeanMs)
 	writeTiers(&b, r.Tiers)
-	fmt.Fprintf(&b, "  connections  %d opened for %d workers\n", r.ConnsOpened, r.Connections)
+	fmt.Fprintf(&b, "  connections  %d opened for %d workers, client %s\n", r.ConnsOpened, r.Connections, r.Client)
+	if r.CPUSeconds > 0 {
+		fmt.Fprintf(&b, "  own cpu      %.3f s user+sys, %.1f µs per request\n", r.CPUSeconds, r.CPUPerRequestUs)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -31,36 +31,37 @@ func TestTierClass_IsTheSlowestTierTheAnswerNames(t *testing.T) {
 }
 
 func TestRun_TalliesSingleChecksByTier(t *testing.T) {
-	t.Parallel()
-	var n atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// Every third answer names a cold rule, the others hot ones only.
-		tier := "hot"
-		if n.Add(1)%3 == 0 {
-			tier = "cold"
+	eachClient(t, func(t *testing.T, client string) {
+		var n atomic.Int64
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// Every third answer names a cold rule, the others hot ones only.
+			tier := "hot"
+			if n.Add(1)%3 == 0 {
+				tier = "cold"
+			}
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"allowed":true,"rules":[{"rule":"a","tier":"hot","allowed":true},{"rule":"b","tier":"` + tier + `","allowed":true}]}`))
+		}))
+		t.Cleanup(srv.Close)
+		res, err := Run(context.Background(), testConfig(srv.URL, client))
+		if err != nil {
+			t.Fatal(err)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write([]byte(`{"allowed":true,"rules":[{"rule":"a","tier":"hot","allowed":true},{"rule":"b","tier":"` + tier + `","allowed":true}]}`))
-	}))
-	t.Cleanup(srv.Close)
-	res, err := Run(context.Background(), testConfig(srv.URL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hot, cold := res.Tiers["hot"], res.Tiers["cold"]
-	if hot.Requests+cold.Requests != res.Requests || res.Requests != n.Load() {
-		t.Fatalf("tiers %+v do not add up to %d requests (server saw %d)", res.Tiers, res.Requests, n.Load())
-	}
-	if third := n.Load() / 3; cold.Requests != third || cold.P99Ms <= 0 || hot.P50Ms <= 0 {
-		t.Fatalf("cold %+v, want %d requests with latencies; hot %+v", cold, third, hot)
-	}
-	var b strings.Builder
-	if err := res.WriteText(&b); err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(b.String(), "tier hot") || !strings.Contains(b.String(), "tier cold") {
-		t.Fatalf("no tier lines in:\n%s", b.String())
-	}
+		hot, cold := res.Tiers["hot"], res.Tiers["cold"]
+		if hot.Requests+cold.Requests != res.Requests || res.Requests != n.Load() {
+			t.Fatalf("tiers %+v do not add up to %d requests (server saw %d)", res.Tiers, res.Requests, n.Load())
+		}
+		if third := n.Load() / 3; cold.Requests != third || cold.P99Ms <= 0 || hot.P50Ms <= 0 {
+			t.Fatalf("cold %+v, want %d requests with latencies; hot %+v", cold, third, hot)
+		}
+		var b strings.Builder
+		if err := res.WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), "tier hot") || !strings.Contains(b.String(), "tier cold") {
+			t.Fatalf("no tier lines in:\n%s", b.String())
+		}
+	})
 }
 
 func TestTierClass_AllocatesNothing(t *testing.T) {

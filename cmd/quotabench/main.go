@@ -1,7 +1,9 @@
 // Command quotabench is a load generator for quotad: it sends
 // POST /v1/check (or /v1/check/batch with -batch) from -c connections,
 // closed loop or at a fixed -rate, and prints a latency and outcome summary.
-// Run it with -h for the flags.
+// It speaks HTTP/1.1 through loadgen's own minimal keep-alive client, which
+// takes little of the CPU the server under test shares; -client nethttp
+// uses net/http's client instead. Run it with -h for the flags.
 package main
 
 import (
