@@ -3,9 +3,11 @@ package analytics_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,11 +110,14 @@ type expect struct {
 	iface map[[2]string]analytics.Counts
 	user  map[[3]string]analytics.Counts // app, user, iface
 	users map[string]map[string]bool
+	// ifaceUsers are the distinct users of each app and interface.
+	ifaceUsers map[[2]string]map[string]bool
 }
 
 func recordMix(e *env) expect {
 	x := expect{app: map[string]analytics.Counts{}, iface: map[[2]string]analytics.Counts{},
-		user: map[[3]string]analytics.Counts{}, users: map[string]map[string]bool{}}
+		user: map[[3]string]analytics.Counts{}, users: map[string]map[string]bool{},
+		ifaceUsers: map[[2]string]map[string]bool{}}
 	apps := []string{"alpha", "beta", "gamma:with|odd chars"}
 	ifaces := []string{"users.get", "orders.list", ""}
 	for m := 0; m < 5; m++ { // five minutes
@@ -143,6 +148,10 @@ func recordMix(e *env) expect {
 							x.users[a] = map[string]bool{}
 						}
 						x.users[a][user] = true
+						if x.ifaceUsers[[2]string{a, it}] == nil {
+							x.ifaceUsers[[2]string{a, it}] = map[string]bool{}
+						}
+						x.ifaceUsers[[2]string{a, it}][user] = true
 					}
 				}
 			}
@@ -177,8 +186,9 @@ func checkMix(t *testing.T, e *env, x expect, when string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Counts != want {
-			t.Errorf("%s: interface %q = %+v, want %+v", when, k, got.Counts, want)
+		if got.Counts != want || got.UniqueUsers != int64(len(x.ifaceUsers[k])) {
+			t.Errorf("%s: interface %q = %+v unique %d, want %+v unique %d", when, k, got.Counts, got.UniqueUsers,
+				want, len(x.ifaceUsers[k]))
 		}
 	}
 	for k, want := range x.user {
@@ -722,5 +732,75 @@ func TestShardIndexStable(t *testing.T) {
 	}
 	if analytics.ShardIndex("anything", 1) != 0 {
 		t.Fatal("one shard")
+	}
+}
+
+// failPFADD makes pipelines that hold a PFADD fail while on is set: Redis
+// unreachable for the flush's distinct-user adds only.
+type failPFADD struct{ on *atomic.Bool }
+
+func (failPFADD) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (failPFADD) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h failPFADD) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if h.on.Load() && c.Name() == "pfadd" {
+				return errors.New("injected: redis unreachable")
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func TestDistinctUsersWaitForRedisAndAreAddedOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, nil)
+	var failing atomic.Bool
+	failing.Store(true)
+	e.rdb.AddHook(failPFADD{on: &failing})
+	ctx := context.Background()
+	// 2,500 users spans several PFADDs of one key; each user calls twice,
+	// in two minutes, so the queue holds repeats.
+	for m := 0; m < 2; m++ {
+		for u := 0; u < 2500; u++ {
+			e.rec.Record("a", "i1", fmt.Sprintf("u%d", u), true)
+		}
+		for u := 0; u < 30; u++ {
+			e.rec.Record("a", "i2", fmt.Sprintf("u%d", u), true)
+			e.rec.Record("b", "i2", fmt.Sprintf("v%d", u%10), true)
+		}
+		e.clk.Advance(time.Minute)
+	}
+	if err := e.rec.Flush(ctx); err == nil {
+		t.Fatal("flush with Redis failing returned no error")
+	}
+	failing.Store(false)
+	e.flush()
+	e.flush() // nothing left to add
+	appA, err := e.rec.AppDay(ctx, "a", day(t0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if appA.Calls != 2*2530 || math.Abs(float64(appA.UniqueUsers)-2500)/2500 > 0.02 {
+		t.Fatalf("app a: %d calls, %d unique users; want %d calls, 2500 ± 2%% users", appA.Calls, appA.UniqueUsers, 2*2530)
+	}
+	for _, c := range []struct {
+		app, iface string
+		users      int64
+	}{{"a", "i1", 2500}, {"a", "i2", 30}, {"b", "i2", 10}} {
+		got, err := e.rec.InterfaceDay(ctx, c.app, c.iface, day(t0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if math.Abs(float64(got.UniqueUsers-c.users))/float64(c.users) > 0.02 {
+			t.Errorf("%s/%s: %d unique users, want %d ± 2%%", c.app, c.iface, got.UniqueUsers, c.users)
+		}
+	}
+	u, err := e.rec.UserDay(ctx, "a", "u7", day(t0))
+	if err != nil || u.Calls != 4 {
+		t.Fatalf("user u7 of a: %d calls (%v), want 4 (2 minutes × 2 interfaces)", u.Calls, err)
+	}
+	if n := e.metric("quota_analytics_flush_errors_total"); n != 1 {
+		t.Fatalf("flush errors %v, want 1", n)
 	}
 }

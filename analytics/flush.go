@@ -45,7 +45,7 @@ func (r *Recorder) flush(ctx context.Context, final bool) error {
 }
 
 // swapLive empties the live maps into the shards' pending rows and the
-// pending distinct users, under mu so that readers see each call once.
+// queue of distinct-user adds, under mu so that readers see each call once.
 func (r *Recorder) swapLive() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -57,33 +57,29 @@ func (r *Recorder) swapLive() {
 			held[i] += b.rows.len()
 		}
 	}
-	var dropped int64
+	var dropped, droppedAdds int64
 	for i := range r.live {
 		l := &r.live[i]
 		l.mu.Lock()
-		m := l.m
-		if len(m) == 0 {
+		if len(l.m) == 0 {
 			// Keep the map, and do not range over it: Record may write it
 			// as soon as the lock is released.
 			l.mu.Unlock()
 			continue
 		}
-		l.m = make(map[liveKey]*Counts, len(m))
+		m, counts := l.take()
 		l.mu.Unlock()
-		for k, c := range m {
-			si := ShardIndex(k.app, n)
+		for k, ci := range m {
+			c := counts[ci]
+			appHash := FNV1a64(k.app)
+			si := int(appHash % uint64(n)) // ShardIndex
 			p := r.shards[si].pending
 			day := Day(floorDiv(k.min, 86400))
 			sk := seriesKey{app: k.app, iface: k.iface, t: k.min}
 			dk := dailyKey{app: k.app, iface: k.iface, day: day}
-			uk := userKey{app: k.app, user: k.user, iface: k.iface, day: day}
 			// Each pending row is looked up once: these maps hold a
 			// flush's worth of rows and every probe is a cache miss.
 			ps, pd := p.series[sk], p.daily[dk]
-			var pu *Counts
-			if k.user != "" {
-				pu = p.users[uk]
-			}
 			grow := 0
 			if ps == nil {
 				grow++
@@ -91,22 +87,33 @@ func (r *Recorder) swapLive() {
 			if pd == nil {
 				grow++
 			}
-			if k.user != "" && pu == nil {
-				grow++
+			if k.user != "" {
+				grow++ // a user row is appended, never looked up
 			}
 			if grow > 0 && held[si]+grow > r.opt.MaxPendingRows {
 				dropped += c.Calls
 				continue
 			}
 			held[si] += grow
-			addAt(p.series, sk, ps, *c)
-			addAt(p.daily, dk, pd, *c)
-			if k.user != "" {
-				addAt(p.users, uk, pu, *c)
-				r.addUser(hllKey{app: k.app, scope: scopeApp, day: day}, k.user)
-				r.addUser(hllKey{app: k.app, iface: k.iface, scope: scopeIface, day: day}, k.user)
+			addAt(p.series, sk, ps, c)
+			addAt(p.daily, dk, pd, c)
+			if k.user == "" {
+				continue
 			}
+			p.users = append(p.users, newUserRow(userKey{app: k.app, user: k.user, iface: k.iface, day: day}, c))
+			if len(r.hllQueue) >= r.opt.MaxPendingRows {
+				droppedAdds++
+				continue
+			}
+			r.hllQueue = append(r.hllQueue, userAdd{group: groupOf(appHash, day, k.iface), app: k.app, iface: k.iface,
+				user: k.user, day: day})
 		}
+	}
+	// Sorted here, under mu, because readers scan the queue: pfaddPending
+	// then walks it in runs of one key.
+	slices.SortFunc(r.hllQueue, compareUserAdds)
+	if droppedAdds > 0 {
+		r.met.droppedAdds.Add(float64(droppedAdds))
 	}
 	if dropped > 0 {
 		r.met.dropped.Add(float64(dropped))
@@ -116,16 +123,6 @@ func (r *Recorder) swapLive() {
 				"dropped_calls", dropped, "max_rows", r.opt.MaxPendingRows)
 		}
 	}
-}
-
-func (r *Recorder) addUser(k hllKey, user string) {
-	set := r.hllPending[k]
-	if set == nil {
-		set = map[string]struct{}{}
-		r.hllPending[k] = set
-	}
-	set[user] = struct{}{}
-	r.touched[k] = struct{}{}
 }
 
 // writeShards writes every shard's pending rows, the shards at once: a
@@ -192,7 +189,7 @@ func (r *Recorder) writeShard(ctx context.Context, i int) error {
 	}
 	// The next flush will likely hold as many rows: size its maps now
 	// rather than grow them from empty, rehashing all the way.
-	sh.pending = newRowsetSized(len(p.series), len(p.daily), len(p.users))
+	sh.pending = newRowsetSized(len(p.series), len(p.daily), cap(p.users))
 	r.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("commit: %w", err)
@@ -213,10 +210,15 @@ const (
 
 func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset) (map[string]int, error) {
 	written := map[string]int{}
-	// Rows go in primary-key order so that concurrent writers (other
-	// quotad instances) lock them in the same order and do not deadlock.
+	// Rows go in an order every writer shares (primary-key order here, and
+	// rowset.sortedUsers's for the user rows) so that concurrent writers
+	// (other quotad instances) lock them in the same order and do not
+	// deadlock.
 	series := sortedKeys(p.series, func(a, b seriesKey) int {
-		return cmp.Or(strings.Compare(a.app, b.app), cmp.Compare(a.t, b.t), strings.Compare(a.iface, b.iface))
+		if c := strings.Compare(a.app, b.app); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(a.t, b.t), strings.Compare(a.iface, b.iface))
 	})
 	err := r.insert(ctx, tx, "usage_series", seriesCols, 7, len(series), func(args []any, i int) []any {
 		k := series[i]
@@ -228,30 +230,47 @@ func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset) (map[st
 	}
 	written["usage_series"] = len(series)
 	daily := sortedKeys(p.daily, func(a, b dailyKey) int {
-		return cmp.Or(strings.Compare(a.app, b.app), cmp.Compare(a.day, b.day), strings.Compare(a.iface, b.iface))
+		if c := strings.Compare(a.app, b.app); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(a.day, b.day), strings.Compare(a.iface, b.iface))
 	})
+	var days dayStrings
 	err = r.insert(ctx, tx, "usage_daily", dailyCols, 6, len(daily), func(args []any, i int) []any {
 		k := daily[i]
 		c := p.daily[k]
-		return append(args, k.app, k.day.String(), k.iface, c.Calls, c.Allowed, c.Denied)
+		return append(args, k.app, days.of(k.day), k.iface, c.Calls, c.Allowed, c.Denied)
 	})
 	if err != nil {
 		return nil, err
 	}
 	written["usage_daily"] = len(daily)
-	users := sortedKeys(p.users, func(a, b userKey) int {
-		return cmp.Or(strings.Compare(a.app, b.app), strings.Compare(a.user, b.user), cmp.Compare(a.day, b.day), strings.Compare(a.iface, b.iface))
-	})
+	r.mu.Lock() // readers range over p.users
+	users := p.sortedUsers()
+	r.mu.Unlock()
 	err = r.insert(ctx, tx, "usage_user_daily", userCols, 7, len(users), func(args []any, i int) []any {
-		k := users[i]
-		c := p.users[k]
-		return append(args, k.app, k.user, k.day.String(), k.iface, c.Calls, c.Allowed, c.Denied)
+		u := &users[i]
+		return append(args, u.app, u.user, days.of(u.day), u.iface, u.Calls, u.Allowed, u.Denied)
 	})
 	if err != nil {
 		return nil, err
 	}
 	written["usage_user_daily"] = len(users)
 	return written, nil
+}
+
+// dayStrings formats days as MySQL DATE text, remembering the last one (a
+// flush's rows are nearly all of one day).
+type dayStrings struct {
+	day Day
+	s   string
+}
+
+func (d *dayStrings) of(day Day) string {
+	if d.s == "" || d.day != day {
+		d.day, d.s = day, day.String()
+	}
+	return d.s
 }
 
 func sortedKeys[K comparable](m map[K]*Counts, cmpf func(a, b K) int) []K {

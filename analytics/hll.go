@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -17,52 +18,99 @@ const (
 	pipelineChunk = 2000 // commands per pipeline round trip
 )
 
-// pfaddPending adds the pending distinct users to their HyperLogLogs, in
-// pipelines. PFADD is idempotent, so a pipeline that failed half-way is
-// simply sent again.
+// userAdd is a user to add to the distinct-user HyperLogLogs of its app and
+// of its app's interface on day.
+type userAdd struct {
+	// group puts the adds of one HyperLogLog next to each other when the
+	// queue is sorted by it: a hash of the app and day in the high 40
+	// bits, of the interface in the low 24. Sorting by one integer is
+	// several times cheaper than by the strings; a collision only splits a
+	// run into more PFADDs (runs compare the strings).
+	group            uint64
+	app, iface, user string
+	day              Day
+}
+
+func groupOf(appHash uint64, day Day, iface string) uint64 {
+	const ifaceBits = 24
+	ad := (appHash ^ uint64(day)*0x9E3779B97F4A7C15) << ifaceBits
+	return ad | FNV1a64(iface)&(1<<ifaceBits-1)
+}
+
+func compareUserAdds(a, b userAdd) int { return cmp.Compare(a.group, b.group) }
+
+// pfaddPending sends the queued distinct users (sorted by swapLive) to
+// their HyperLogLogs, in pipelines of whole runs of one app-day. PFADD is idempotent,
+// so a pipeline that failed half-way is simply sent again; the app-days sent
+// before it leave the queue.
 func (r *Recorder) pfaddPending(ctx context.Context) error {
-	if len(r.hllPending) == 0 {
-		return nil
-	}
-	keys := make([]hllKey, 0, len(r.hllPending))
-	for k := range r.hllPending {
-		keys = append(keys, k)
-	}
-	ttl := r.opt.HLLTTL
-	for lo := 0; lo < len(keys); {
-		pipe := r.rdb.Pipeline()
+	q := r.hllQueue
+	args := make([]any, 0, pfaddChunk)
+	pfadd := func(pipe redis.Pipeliner, k hllKey, adds []userAdd) int {
+		rk := k.redisKey(r.opt.KeyPrefix)
 		cmds := 0
-		hi := lo
-		for ; hi < len(keys) && cmds < pipelineChunk; hi++ {
-			k := keys[hi]
-			rk := k.redisKey(r.opt.KeyPrefix)
-			args := make([]any, 0, min(pfaddChunk, len(r.hllPending[k])))
-			for u := range r.hllPending[k] {
-				args = append(args, u)
-				if len(args) == pfaddChunk {
-					pipe.PFAdd(ctx, rk, args...)
-					cmds++
-					args = args[:0]
-				}
-			}
-			if len(args) > 0 {
-				pipe.PFAdd(ctx, rk, args...)
+		args = args[:0]
+		for i := range adds {
+			args = append(args, adds[i].user)
+			if len(args) == pfaddChunk {
+				pipe.PFAdd(ctx, rk, args...) // go-redis copies args
 				cmds++
+				args = args[:0]
 			}
-			pipe.Expire(ctx, rk, ttl)
+		}
+		if len(args) > 0 {
+			pipe.PFAdd(ctx, rk, args...)
 			cmds++
 		}
+		pipe.Expire(ctx, rk, r.opt.HLLTTL)
+		r.touched[k] = struct{}{}
+		return cmds + 1
+	}
+	sent := 0
+	for sent < len(q) {
+		pipe := r.rdb.Pipeline()
+		cmds, hi := 0, sent
+		for hi < len(q) && cmds < pipelineChunk {
+			end := runEnd(q, hi, func(a, b *userAdd) bool { return a.group>>24 == b.group>>24 && a.app == b.app && a.day == b.day })
+			// The app-day's users, repeats included (PFADD takes them).
+			cmds += pfadd(pipe, hllKey{app: q[hi].app, scope: scopeApp, day: q[hi].day}, q[hi:end])
+			for lo := hi; lo < end; {
+				iend := runEnd(q[:end], lo, func(a, b *userAdd) bool { return a.group == b.group && a.iface == b.iface })
+				cmds += pfadd(pipe, hllKey{app: q[lo].app, iface: q[lo].iface, scope: scopeIface, day: q[lo].day}, q[lo:iend])
+				lo = iend
+			}
+			hi = end
+		}
 		if _, err := pipe.Exec(ctx); err != nil {
+			r.dropQueued(sent)
 			return err
 		}
-		r.mu.Lock()
-		for _, k := range keys[lo:hi] {
-			delete(r.hllPending, k)
-		}
-		r.mu.Unlock()
-		lo = hi
+		sent = hi
 	}
+	r.dropQueued(sent)
 	return nil
+}
+
+// runEnd is the end of the run of q's elements from i that same says are
+// alike.
+func runEnd(q []userAdd, i int, same func(a, b *userAdd) bool) int {
+	j := i + 1
+	for j < len(q) && same(&q[i], &q[j]) {
+		j++
+	}
+	return j
+}
+
+// dropQueued removes the first n queued adds, which Redis has.
+func (r *Recorder) dropQueued(n int) {
+	if n == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rest := copy(r.hllQueue, r.hllQueue[n:])
+	clear(r.hllQueue[rest:]) // no strings kept alive past their use
+	r.hllQueue = r.hllQueue[:rest]
 }
 
 // persistChunk is how many HyperLogLogs one persisting step reads from

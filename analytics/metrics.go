@@ -7,6 +7,7 @@ type collectors struct {
 	statements   *prometheus.CounterVec // table
 	flushSeconds prometheus.Histogram
 	dropped      prometheus.Counter
+	droppedAdds  prometheus.Counter
 	flushErrors  prometheus.Counter
 	pendingRows  prometheus.Gauge
 }
@@ -30,6 +31,10 @@ func newCollectors(reg prometheus.Registerer) *collectors {
 			Name: "quota_analytics_dropped_total",
 			Help: "Calls not counted in analytics because the pending rows reached QUOTA_ANALYTICS_BUFFER_MAX.",
 		}),
+		droppedAdds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "quota_analytics_unique_adds_dropped_total",
+			Help: "Distinct-user adds not sent to Redis because QUOTA_ANALYTICS_BUFFER_MAX of them were already waiting (Redis unreachable?).",
+		}),
 		flushErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "quota_analytics_flush_errors_total",
 			Help: "Analytics flushes that left rows pending (MySQL or Redis failed); they are retried.",
@@ -40,7 +45,7 @@ func newCollectors(reg prometheus.Registerer) *collectors {
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(c.rowsWritten, c.statements, c.flushSeconds, c.dropped, c.flushErrors, c.pendingRows)
+		reg.MustRegister(c.rowsWritten, c.statements, c.flushSeconds, c.dropped, c.droppedAdds, c.flushErrors, c.pendingRows)
 	}
 	return c
 }

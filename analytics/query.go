@@ -58,9 +58,9 @@ func (r *Recorder) scanLive(app string, f func(k liveKey, c Counts)) {
 	for i := range r.live {
 		l := &r.live[i]
 		l.mu.Lock()
-		for k, c := range l.m {
+		for k, i := range l.m {
 			if k.app == app {
-				f(k, *c)
+				f(k, l.counts[i])
 			}
 		}
 		l.mu.Unlock()
@@ -79,10 +79,17 @@ func (r *Recorder) rowsets(app string) []*rowset {
 
 func (r *Recorder) db(app string) *dbShard { return r.shards[ShardIndex(app, len(r.shards))] }
 
-// pendingUsers lists the users of key k not yet in Redis (caller holds r.mu).
-func (r *Recorder) pendingUsers(k hllKey, extra map[hllKey][]string) {
-	for u := range r.hllPending[k] {
-		extra[k] = append(extra[k], u)
+// pendingUsers adds to extra the users not yet in Redis of key k, or of
+// the app-scope keys of k.app from k.day to last (caller holds r.mu).
+func (r *Recorder) pendingUsers(k hllKey, last Day, extra map[hllKey][]string) {
+	for i := range r.hllQueue {
+		a := &r.hllQueue[i]
+		if a.app != k.app || a.day < k.day || a.day > last || (k.scope == scopeIface && a.iface != k.iface) {
+			continue
+		}
+		dk := k
+		dk.day = a.day
+		extra[dk] = append(extra[dk], a.user)
 	}
 }
 
@@ -130,7 +137,7 @@ func (r *Recorder) AppDay(ctx context.Context, app string, day Day) (AppDayStats
 				extra[appKey] = append(extra[appKey], k.user)
 			}
 		})
-		r.pendingUsers(appKey, extra)
+		r.pendingUsers(appKey, appKey.day, extra)
 		return nil
 	}()
 	if err != nil {
@@ -180,7 +187,7 @@ func (r *Recorder) InterfaceDay(ctx context.Context, app, iface string, day Day)
 				}
 			}
 		})
-		r.pendingUsers(key, extra)
+		r.pendingUsers(key, key.day, extra)
 		return nil
 	}()
 	if err != nil {
@@ -215,9 +222,9 @@ func (r *Recorder) UserDay(ctx context.Context, app, user string, day Day) (User
 		return out, err
 	}
 	for _, rs := range r.rowsets(app) {
-		for k, c := range rs.users {
-			if k.app == app && k.user == user && k.day == day {
-				addTo(ifaces, k.iface, *c)
+		for i := range rs.users {
+			if u := &rs.users[i]; u.app == app && u.user == user && u.day == day {
+				addTo(ifaces, u.iface, u.Counts)
 			}
 		}
 	}
@@ -331,10 +338,9 @@ func (r *Recorder) Uniques(ctx context.Context, app string, from, to Day) (int64
 	extra := map[hllKey][]string{}
 	r.mu.RLock()
 	for d := from; d <= to; d++ {
-		k := hllKey{app: app, scope: scopeApp, day: d}
-		keys = append(keys, k)
-		r.pendingUsers(k, extra)
+		keys = append(keys, hllKey{app: app, scope: scopeApp, day: d})
 	}
+	r.pendingUsers(hllKey{app: app, scope: scopeApp, day: from}, to, extra)
 	r.scanLive(app, func(k liveKey, _ Counts) {
 		d := Day(floorDiv(k.min, 86400))
 		if k.user != "" && d >= from && d <= to {

@@ -75,10 +75,23 @@ type liveKey struct {
 	min              int64 // Unix seconds of the minute's start
 }
 
+// liveShard is one of the live aggregate maps. The map holds an index into
+// counts rather than a *Counts, so a new row costs no allocation of its own
+// and the collector has one pointer-free array to skip, not a small object
+// per row.
 type liveShard struct {
-	mu sync.Mutex
-	m  map[liveKey]*Counts
-	_  [40]byte // keep neighbouring shards' mutexes off one cache line
+	mu     sync.Mutex
+	m      map[liveKey]int32
+	counts []Counts
+	_      [24]byte // keep neighbouring shards' mutexes off one cache line
+}
+
+// take empties the shard and returns what it held (caller holds mu).
+func (l *liveShard) take() (map[liveKey]int32, []Counts) {
+	m, c := l.m, l.counts
+	l.m = make(map[liveKey]int32, len(m))
+	l.counts = make([]Counts, 0, cap(c))
+	return m, c
 }
 
 // Recorder records usage and answers questions about it. It is safe for
@@ -96,12 +109,12 @@ type Recorder struct {
 
 	// mu orders readers (stats queries: DB, then memory) against the
 	// flusher's moves of rows between memory and MySQL, so a row is seen
-	// exactly once. Only the flusher (holding flushing) writes shards,
-	// hllPending and touched, and only with mu held.
+	// exactly once. Only the flusher (holding flushing) writes shards and
+	// hllQueue, and only with mu held; touched is the flusher's alone.
 	mu          sync.RWMutex
 	flushing    sync.Mutex
 	shards      []*dbShard
-	hllPending  map[hllKey]map[string]struct{}
+	hllQueue    []userAdd // distinct-user adds not yet sent to Redis
 	touched     map[hllKey]struct{}
 	lastPersist time.Time
 	lastDropLog time.Time
@@ -157,22 +170,21 @@ func New(o Options) (*Recorder, error) {
 		n <<= 1
 	}
 	r := &Recorder{
-		opt:        o,
-		clk:        o.Clock,
-		log:        o.Log,
-		rdb:        o.Redis,
-		met:        newCollectors(o.Registerer),
-		seed:       maphash.MakeSeed(),
-		live:       make([]liveShard, n),
-		mask:       uint64(n - 1),
-		maxPer:     max(1, o.MaxPendingRows/n),
-		hllPending: map[hllKey]map[string]struct{}{},
-		touched:    map[hllKey]struct{}{},
-		stop:       make(chan struct{}),
-		done:       make(chan struct{}),
+		opt:     o,
+		clk:     o.Clock,
+		log:     o.Log,
+		rdb:     o.Redis,
+		met:     newCollectors(o.Registerer),
+		seed:    maphash.MakeSeed(),
+		live:    make([]liveShard, n),
+		mask:    uint64(n - 1),
+		maxPer:  max(1, o.MaxPendingRows/n),
+		touched: map[hllKey]struct{}{},
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	for i := range r.live {
-		r.live[i].m = map[liveKey]*Counts{}
+		r.live[i].m = map[liveKey]int32{}
 	}
 	for _, db := range o.DBs {
 		r.shards = append(r.shards, &dbShard{db: db, pending: newRowset()})
@@ -188,16 +200,18 @@ func (r *Recorder) Record(appID, interfaceID, userID string, allowed bool) {
 	k := liveKey{app: appID, iface: interfaceID, user: userID, min: floorDiv(now, 60) * 60}
 	s := &r.live[maphash.Comparable(r.seed, k)&r.mask]
 	s.mu.Lock()
-	c := s.m[k]
-	if c == nil {
+	i, ok := s.m[k]
+	if !ok {
 		if len(s.m) >= r.maxPer {
 			s.mu.Unlock()
 			r.met.dropped.Inc()
 			return
 		}
-		c = &Counts{}
-		s.m[k] = c
+		i = int32(len(s.counts))
+		s.counts = append(s.counts, Counts{})
+		s.m[k] = i
 	}
+	c := &s.counts[i]
 	c.Calls++
 	if allowed {
 		c.Allowed++

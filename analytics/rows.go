@@ -1,7 +1,9 @@
 package analytics
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -112,11 +114,57 @@ type userKey struct {
 	day              Day
 }
 
+// userRow is a per-user figure to add to usage_user_daily.
+type userRow struct {
+	order uint64 // orderOf(userKey): the write order
+	userKey
+	Counts
+}
+
+func newUserRow(k userKey, c Counts) userRow {
+	return userRow{order: orderOf(&k), userKey: k, Counts: c}
+}
+
+// orderOf is a hash of the row's key, the same in every quotad: writers
+// upsert user rows in this order, one order they all share, so that two
+// instances' transactions do not lock the same rows in opposite orders and
+// deadlock. (Primary-key order would do too, but sorting a flush's hundreds
+// of thousands of rows by their strings costs several times more.)
+func orderOf(k *userKey) uint64 {
+	return FNV1a64(k.app) ^ FNV1a64(k.user)*31 ^ FNV1a64(k.iface)*961 ^ uint64(k.day)*0x9E3779B97F4A7C15
+}
+
+// compareUserRows orders rows by orderOf, then (for the rare equal hashes)
+// by key.
+func compareUserRows(a, b *userRow) int {
+	if c := cmp.Compare(a.order, b.order); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.app, b.app); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.user, b.user); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.day, b.day); c != 0 {
+		return c
+	}
+	return strings.Compare(a.iface, b.iface)
+}
+
 // rowset is a set of rows to add to the three tables.
+//
+// The per-user rows are the many (with uniform traffic nearly one per call)
+// and are only ever appended, summed and written, so they are a list, not a
+// map: a flush appends each live aggregate, and the write sorts the list
+// into its write order (orderOf), which it needs anyway, and sums equal
+// neighbours (the same user and interface in two minutes of a flush, or a
+// row carried over from a failed flush). len counts such duplicates, so the
+// pending bound errs on the safe side.
 type rowset struct {
 	series map[seriesKey]*Counts
 	daily  map[dailyKey]*Counts
-	users  map[userKey]*Counts
+	users  []userRow
 }
 
 func newRowset() *rowset { return newRowsetSized(0, 0, 0) }
@@ -125,10 +173,27 @@ func newRowset() *rowset { return newRowsetSized(0, 0, 0) }
 // rows.
 func newRowsetSized(series, daily, users int) *rowset {
 	return &rowset{series: make(map[seriesKey]*Counts, series), daily: make(map[dailyKey]*Counts, daily),
-		users: make(map[userKey]*Counts, users)}
+		users: make([]userRow, 0, users)}
 }
 
 func (r *rowset) len() int { return len(r.series) + len(r.daily) + len(r.users) }
+
+// sortedUsers sorts the user rows into write order and sums rows of equal
+// keys, in place, and returns them.
+func (r *rowset) sortedUsers() []userRow {
+	slices.SortFunc(r.users, func(a, b userRow) int { return compareUserRows(&a, &b) })
+	out := r.users[:0]
+	for i := range r.users {
+		if n := len(out); n > 0 && out[n-1].userKey == r.users[i].userKey {
+			out[n-1].Counts.add(r.users[i].Counts)
+			continue
+		}
+		out = append(out, r.users[i])
+	}
+	clear(r.users[len(out):]) // drop the merged rows' strings
+	r.users = out
+	return out
+}
 
 // addAt adds c to the row at k, whose current value (nil: none) the caller
 // has already looked up.
@@ -150,9 +215,7 @@ func (r *rowset) merge(o *rowset) {
 	for k, c := range o.daily {
 		addTo(r.daily, k, *c)
 	}
-	for k, c := range o.users {
-		addTo(r.users, k, *c)
-	}
+	r.users = append(r.users, o.users...)
 }
 
 // hllKey names one daily distinct-user HyperLogLog.
