@@ -12,9 +12,11 @@ import (
 	"github.com/quota-platform/quota/limiter"
 )
 
-// BatchChecker decides requests in order, each as if sent alone.
+// BatchChecker decides requests in order, each as if sent alone, and hands
+// each answer over as soon as it is decided (limiter.Limiter.CheckBatchEach):
+// deliver is called once per request, from the calling goroutine.
 type BatchChecker interface {
-	CheckBatch(ctx context.Context, reqs []*limiter.Request) ([]limiter.Decision, error)
+	CheckBatchEach(ctx context.Context, reqs []*limiter.Request, deliver func(i int, d limiter.Decision, err error))
 }
 
 type result struct {
@@ -83,6 +85,13 @@ func (c *Coalescer) work() {
 	defer c.wg.Done()
 	batch := make([]*pending, 0, c.maxBatch)
 	reqs := make([]*limiter.Request, 0, c.maxBatch)
+	// Each caller is answered as soon as its own check is decided, not
+	// when the batch is: a check the hot tier decides alone does not wait
+	// for another's MySQL transaction. One func for the worker's life (it
+	// reads batch as it is when called), not one per batch or request.
+	deliver := func(i int, d limiter.Decision, err error) {
+		batch[i].done <- result{d: d, err: err}
+	}
 	for first := range c.queue {
 		batch = append(batch[:0], first)
 	fill:
@@ -103,13 +112,6 @@ func (c *Coalescer) work() {
 		}
 		// The batch is not tied to any one caller's context: one client
 		// hanging up must not fail the others. Store timeouts bound it.
-		ds, err := c.next.CheckBatch(context.Background(), reqs)
-		for i, p := range batch {
-			if err != nil {
-				p.done <- result{err: err}
-			} else {
-				p.done <- result{d: ds[i]}
-			}
-		}
+		c.next.CheckBatchEach(context.Background(), reqs, deliver)
 	}
 }

@@ -6,6 +6,7 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -137,8 +138,33 @@ func (l *Limiter) Check(ctx context.Context, req *Request) (Decision, error) {
 }
 
 // CheckBatch decides requests in order, each as if sent alone, in one trip
-// to the store.
+// to the store. If any request could not be decided it returns that error
+// (the first request's that failed) and no decisions.
 func (l *Limiter) CheckBatch(ctx context.Context, reqs []*Request) ([]Decision, error) {
+	out := make([]Decision, len(reqs))
+	var err error
+	failed := len(reqs)
+	l.CheckBatchEach(ctx, reqs, func(i int, d Decision, e error) {
+		out[i] = d
+		if e != nil && i < failed {
+			failed, err = i, e
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// CheckBatchEach decides requests as CheckBatch does, in order, each as if
+// sent alone, in one trip to the store, and calls deliver(i, d, err) exactly
+// once for each request i as soon as that request is decided (a check the
+// hot tier decides alone does not wait for another's cold transaction;
+// tiers.EachChecker). err is that request's own: another failing does not
+// fail it. Calls come from the calling goroutine, not necessarily in index
+// order, and CheckBatchEach returns after the last; deliver must not block
+// long. reqs are read only before the first call.
+func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver func(i int, d Decision, err error)) {
 	set := l.rules.Load()
 	now := l.clock.Now()
 	ops := make([]*tiers.Op, len(reqs))
@@ -146,22 +172,36 @@ func (l *Limiter) CheckBatch(ctx context.Context, reqs []*Request) ([]Decision, 
 	for i, req := range reqs {
 		ops[i], owners[i] = buildOp(set, req, now)
 	}
-	var pending []*tiers.Op
-	for _, op := range ops {
-		if len(op.Cells) > 0 {
-			pending = append(pending, op)
+	// pending are the ops with cells; at[k] is pending[k]'s request (nil
+	// when every op has cells: then k itself).
+	pending, at := ops, []int(nil)
+	if slices.ContainsFunc(ops, func(op *tiers.Op) bool { return len(op.Cells) == 0 }) {
+		pending, at = nil, []int{}
+		for i, op := range ops {
+			if len(op.Cells) > 0 {
+				pending, at = append(pending, op), append(at, i)
+			}
 		}
 	}
-	if len(pending) > 0 {
-		if err := l.store.Check(ctx, now, pending); err != nil {
-			return nil, fmt.Errorf("check: %w", err)
-		}
-	}
-	out := make([]Decision, len(reqs))
 	for i, op := range ops {
-		out[i] = decision(op, owners[i])
+		if len(op.Cells) == 0 {
+			deliver(i, decision(op, owners[i]), nil)
+		}
 	}
-	return out, nil
+	if len(pending) == 0 {
+		return
+	}
+	_ = tiers.CheckEach(ctx, l.store, now, pending, func(k int, err error) {
+		i := k
+		if at != nil {
+			i = at[k]
+		}
+		if err != nil {
+			deliver(i, Decision{}, fmt.Errorf("check: %w", err))
+			return
+		}
+		deliver(i, decision(ops[i], owners[i]), nil)
+	})
 }
 
 // entryOwner says which rule and limit a cell belongs to.

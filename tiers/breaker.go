@@ -82,6 +82,23 @@ func (b *Breaker) Check(ctx context.Context, now time.Time, ops []*Op) error {
 	return err
 }
 
+// CheckEach passes ops to the wrapped store unless the circuit is open,
+// reporting each op as that store decides it (see EachChecker; a store that
+// is not one reports them all at the end). The breaker records the first
+// error, as for Check.
+func (b *Breaker) CheckEach(ctx context.Context, now time.Time, ops []*Op, done func(i int, err error)) error {
+	probe, err := b.admit()
+	if err != nil {
+		for i := range ops {
+			done(i, err)
+		}
+		return err
+	}
+	err = CheckEach(ctx, b.Store, now, ops, done)
+	b.record(err, probe)
+	return err
+}
+
 // admit says whether a call may go to the store, and whether it is the probe.
 func (b *Breaker) admit() (probe bool, err error) {
 	b.mu.Lock()

@@ -1,6 +1,7 @@
 package tiers
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -82,27 +83,60 @@ func (r *Router) Hot() *HotStore { return r.hot }
 // Check decides ops in order, one hot-script pipeline for the batch, then
 // the warm and cold parts of the ops that have any: the cold parts of a
 // run of ops without warm cells together (finishRun), the others op by op.
+// Every op is finished, even after another failed; Check returns the first
+// error (CheckEach).
 func (r *Router) Check(ctx context.Context, now time.Time, ops []*Op) error {
+	return r.CheckEach(ctx, now, ops, func(int, error) {})
+}
+
+// CheckEach is Check reporting each op to done as soon as it is decided
+// (EachChecker): after the hot pipeline, first every op the hot script
+// decided alone (all its cells hot), then the others as Check finishes
+// them. If the hot pipeline fails, every op gets its error.
+//
+// Answering an all-hot op before the warm and cold parts of the ops sent
+// before it keeps each op decided as if sent alone, in order: what it
+// answers was fixed by the hot script, which ran every op's hot part in
+// order before any warm or cold part (router_group.go). What is left of it
+// (Calls; for a denied op split over hash slots, the refund of the slots
+// that counted) changes no other op's answer: no warm or cold part reads a
+// hot cell, and an op sent again later (a cell moving or new) only finds
+// earlier that the denied op counted nothing, as when each is sent alone.
+// Finishing it earlier changes when its caller hears the answer, not the
+// answer.
+func (r *Router) CheckEach(ctx context.Context, now time.Time, ops []*Op, done func(i int, err error)) error {
 	for _, op := range ops {
 		op.route = nil
 		op.Out = make([]Outcome, len(op.Cells))
 	}
 	calls := r.hot.plan(ops)
 	if err := r.hot.run(ctx, now, calls); err != nil {
+		for i := range ops {
+			done(i, err)
+		}
 		return err
 	}
-	byOp := map[*Op][]call{}
+	byOp := make(map[*Op][]call, len(ops))
 	for _, c := range calls {
 		byOp[c.op] = append(byOp[c.op], c)
 	}
-	for i := 0; i < len(ops); {
-		n, err := r.finishRun(ctx, now, ops[i:], byOp)
-		if err != nil {
-			return err
-		}
-		i += n
+	var first error
+	report := func(i int, err error) {
+		first = cmp.Or(first, err)
+		done(i, err)
 	}
-	return nil
+	var rest []int // the ops with a cell outside hot, in order
+	for i, op := range ops {
+		if op.route != nil {
+			rest = append(rest, i)
+			continue
+		}
+		report(i, r.finishOne(ctx, now, op, byOp[op]))
+	}
+	for k := 0; k < len(rest); {
+		k += r.finishRun(ctx, now, ops, rest[k:], byOp, report)
+	}
+	return first
 }
 
 // finishOne finishes op alone.

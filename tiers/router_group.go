@@ -1,9 +1,7 @@
 package tiers
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"time"
 )
 
@@ -19,19 +17,27 @@ import (
 // go alone, as before: an op with a warm or moving cell, one with a cell
 // never seen before (it is placed, then sent again), and an Enforce op
 // whose hot part already denied (its cold part counts and is refunded, so
-// a later op of the run could see that count).
+// a later op of the run could see that count). Ops with every cell hot
+// are not in runs: they are finished, and answered, before any run
+// (Router.CheckEach says why that keeps the order); so a run is the
+// consecutive ops with a cell outside hot, all-hot ops between them left
+// out.
 
-// finishRun finishes ops[0] alone, or the run of ops from ops[0] whose cold
-// parts can be decided together, and returns how many ops it finished.
-func (r *Router) finishRun(ctx context.Context, now time.Time, ops []*Op, byOp map[*Op][]call) (int, error) {
+// finishRun finishes ops[idx[0]] alone, or the run of ops from there
+// (ops at idx, in order) whose cold parts can be decided together,
+// reports each op it finished (report(i, err), i its index in ops) as soon
+// as it is, and returns how many of idx it finished.
+func (r *Router) finishRun(ctx context.Context, now time.Time, ops []*Op, idx []int, byOp map[*Op][]call, report func(i int, err error)) int {
 	n := 0
-	for n < len(ops) && groupable(ops[n]) {
+	for n < len(idx) && groupable(ops[idx[n]]) {
 		n++
 	}
 	if n < 2 {
-		return 1, r.finishOne(ctx, now, ops[0], byOp[ops[0]])
+		op := ops[idx[0]]
+		report(idx[0], r.finishOne(ctx, now, op, byOp[op]))
+		return 1
 	}
-	return r.finishGroup(ctx, now, ops[:n], byOp)
+	return r.finishGroup(ctx, now, ops, idx[:n], byOp, report)
 }
 
 // groupable reports whether op can be finished in a group: no cell of it
@@ -64,41 +70,41 @@ func hotDenied(op *Op) bool {
 	return false
 }
 
-// finishGroup finishes a run of groupable ops, up to the first that has a
-// cell never seen before (that one goes alone next), and returns how many
-// it finished. An op that fails gives back what it counted; the first
-// error is returned once every op of the group is finished.
-func (r *Router) finishGroup(ctx context.Context, now time.Time, ops []*Op, byOp map[*Op][]call) (int, error) {
-	counted := make([][]int, len(ops))
-	for i, op := range ops {
-		counted[i] = hotCounted(op, byOp[op])
+// finishGroup finishes a run of groupable ops (ops at idx), up to the
+// first that has a cell never seen before (that one goes alone next),
+// reports each as it is finished, and returns how many it finished. An op
+// that fails gives back what it counted and gets its own error; the others
+// get their decisions.
+func (r *Router) finishGroup(ctx context.Context, now time.Time, ops []*Op, idx []int, byOp map[*Op][]call, report func(i int, err error)) int {
+	group := make([]*Op, len(idx))
+	counted := make([][]int, len(idx))
+	for k, i := range idx {
+		group[k] = ops[i]
+		counted[k] = hotCounted(ops[i], byOp[ops[i]])
 	}
-	coldIdx, n, err := r.locateCold(ctx, ops)
+	coldIdx, n, err := r.locateCold(ctx, group)
 	if err != nil {
-		failed := []error{err}
-		for i, op := range ops {
-			if uerr := r.undo(ctx, now, op, counted[i], err); uerr != err {
-				failed = append(failed, uerr)
-			}
+		for k, op := range group {
+			report(idx[k], r.undo(ctx, now, op, counted[k], err))
 		}
-		return len(ops), errors.Join(failed...)
+		return len(idx)
 	}
 	if n == 0 {
-		return 1, r.finishOne(ctx, now, ops[0], byOp[ops[0]])
+		report(idx[0], r.finishOne(ctx, now, group[0], byOp[group[0]]))
+		return 1
 	}
-	ops = ops[:n]
-	errs := r.decideColdGroup(ctx, now, ops, coldIdx, counted)
-	var first error
-	for i, op := range ops {
-		err := errs[i]
+	group = group[:n]
+	errs := r.decideColdGroup(ctx, now, group, coldIdx, counted)
+	for k, op := range group {
+		err := errs[k]
 		if err == nil {
-			err = r.conclude(ctx, now, op, counted[i])
+			err = r.conclude(ctx, now, op, counted[k])
 		} else {
-			err = r.undo(ctx, now, op, counted[i], err)
+			err = r.undo(ctx, now, op, counted[k], err)
 		}
-		first = cmp.Or(first, r.settle(ctx, now, op, err))
+		report(idx[k], r.settle(ctx, now, op, err))
 	}
-	return n, first
+	return n
 }
 
 // locateCold looks up, in one query per shard, which of the ops' cells

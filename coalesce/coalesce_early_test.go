@@ -1,0 +1,180 @@
+package coalesce
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+	"time"
+
+	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/limiter"
+	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
+)
+
+// A caller whose check the hot tier decides alone is answered as soon as
+// the hot script has run, while another check of the same batch still
+// waits for its cold row (held by an open MySQL transaction).
+func TestCoalescer_HotCheckIsAnsweredWhileAColdCheckOfItsBatchWaitsForItsRow(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	dbs := testenv.MySQLShards(t, 1)
+	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix})
+	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix, BucketsPerTag: 4})
+	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
+	set, err := rules.NewSet([]rules.Rule{{
+		Name: "per_user", Dimensions: []string{"user_id"}, Limit: 10,
+		Window: rules.Duration(time.Hour), Algorithm: rules.FixedWindow,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two routers over the same stores: one places new cells hot, the
+	// other cold; checks then find each cell where it was placed.
+	newLimiter := func(newTier tiers.Tier) *limiter.Limiter {
+		r := tiers.NewRouter(hot, warm, cold)
+		r.NewTier = newTier
+		l, err := limiter.New(tiers.NewBreaker(r, clock.Real{}, 3, 100*time.Millisecond), clock.Real{}, set)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	hotLim, coldLim := newLimiter(tiers.Hot), newLimiter(tiers.Cold)
+	ctx := context.Background()
+	req := func(user string) *limiter.Request {
+		return &limiter.Request{Cost: 1, Dims: []limiter.Dim{{Name: "user_id", Value: user}}}
+	}
+	check := func(l *limiter.Limiter, user string) {
+		t.Helper()
+		if d, err := l.Check(ctx, req(user)); err != nil || !d.Allowed {
+			t.Fatalf("%s: %+v %v", user, d, err)
+		}
+	}
+	// rowKeys is the keys of the cold rows (one per user placed cold).
+	rowKeys := func() map[string]bool {
+		t.Helper()
+		rows, err := dbs[0].QueryContext(ctx, "SELECT k FROM cold_cells")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		keys := map[string]bool{}
+		for rows.Next() {
+			var k []byte
+			if err := rows.Scan(&k); err != nil {
+				t.Fatal(err)
+			}
+			keys[string(k)] = true
+		}
+		return keys
+	}
+	check(hotLim, "h")
+	check(coldLim, "a")
+	before := rowKeys()
+	check(coldLim, "b")
+	var keyA, keyB string
+	for k := range rowKeys() {
+		if before[k] {
+			keyA = k
+		} else {
+			keyB = k
+		}
+	}
+	if len(before) != 1 || keyB == "" {
+		t.Fatalf("cold rows %d then %q: users a and b not placed cold", len(before), keyB)
+	}
+	lockRow := func(key string) *sql.Tx {
+		t.Helper()
+		tx, err := dbs[0].BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tx.Rollback() })
+		if _, err := tx.ExecContext(ctx, "SELECT r FROM cold_cells WHERE k = ? FOR UPDATE", []byte(key)); err != nil {
+			t.Fatal(err)
+		}
+		return tx
+	}
+	// Closed after the rows are released (cleanups run last first): its
+	// worker may still wait for b's row when the test fails.
+	c := New(coldLim, 1, 64)
+	t.Cleanup(c.Close)
+	txA, txB := lockRow(keyA), lockRow(keyB)
+	type answer struct {
+		d   limiter.Decision
+		err error
+	}
+	ask := func(user string) chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			d, err := c.Check(ctx, req(user))
+			ch <- answer{d, err}
+		}()
+		return ch
+	}
+	queued := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); len(c.queue) != n; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d checks queued, want %d", len(c.queue), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// The worker takes a's check alone and waits for a's row; b's cold
+	// check and h's hot one queue behind it and go as the next batch, b
+	// first, once a's row is free.
+	gotA := ask("a")
+	waitingForRow(t, dbs[0])
+	gotB := ask("b")
+	queued(1)
+	gotH := ask("h")
+	queued(2)
+	if err := txA.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-gotA; a.err != nil || !a.d.Allowed {
+		t.Fatalf("a: %+v %v", a.d, a.err)
+	}
+	select {
+	case h := <-gotH:
+		if h.err != nil || !h.d.Allowed || h.d.Entries[0].Remaining != 8 || h.d.Entries[0].Tier != tiers.Hot {
+			t.Fatalf("h: %+v %v, want allowed from hot with 8 remaining", h.d, h.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hot check was not answered while the cold check of its batch waited for its row")
+	}
+	select {
+	case b := <-gotB:
+		t.Fatalf("b answered while its row was locked: %+v %v", b.d, b.err)
+	default:
+	}
+	if err := txB.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if b := <-gotB; b.err != nil || !b.d.Allowed || b.d.Entries[0].Remaining != 8 || b.d.Entries[0].Tier != tiers.Cold {
+		t.Fatalf("b: %+v %v, want allowed from cold with 8 remaining", b.d, b.err)
+	}
+}
+
+// waitingForRow waits until a statement locking rows of db's cold cells is
+// running (blocked: the test holds them).
+func waitingForRow(t *testing.T, db *sql.DB) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		var n int
+		err := db.QueryRow("SELECT COUNT(*) FROM information_schema.PROCESSLIST" +
+			" WHERE DB = DATABASE() AND INFO LIKE '%cold_cells%FOR UPDATE%' AND INFO NOT LIKE '%PROCESSLIST%'").Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no check waits for a locked cold row")
+		}
+	}
+}
