@@ -157,15 +157,39 @@ func (s *Server) count(d *limiter.Decision) {
 	}
 }
 
+// setRateLimitHeaders sets the RateLimit-* and Retry-After headers. They
+// are written into the header map under their canonical keys, all values
+// cut from one string and their slices from one array: two allocations per
+// answer instead of two per header (this runs on every check).
 func setRateLimitHeaders(h http.Header, d *limiter.Decision) {
+	var keys [4]string
+	var ends [4]int
+	var buf [80]byte
+	b, n := buf[:0], 0
+	add := func(key string, v int64) {
+		b = strconv.AppendInt(b, v, 10)
+		keys[n], ends[n] = key, len(b)
+		n++
+	}
 	if i := d.MostRestrictive(); i >= 0 {
 		e := &d.Entries[i]
-		h.Set("RateLimit-Limit", strconv.FormatInt(e.Limit, 10))
-		h.Set("RateLimit-Remaining", strconv.FormatInt(e.Remaining, 10))
-		h.Set("RateLimit-Reset", strconv.FormatInt(ceilSeconds(e.ResetAfter), 10))
+		add("Ratelimit-Limit", e.Limit) // textproto's canonical forms
+		add("Ratelimit-Remaining", e.Remaining)
+		add("Ratelimit-Reset", ceilSeconds(e.ResetAfter))
 	}
 	if !d.Allowed {
-		h.Set("Retry-After", strconv.FormatInt(max(1, ceilSeconds(d.RetryAfter())), 10))
+		add("Retry-After", max(1, ceilSeconds(d.RetryAfter())))
+	}
+	if n == 0 {
+		return
+	}
+	text := string(b)
+	vals := make([]string, n)
+	start := 0
+	for j := range n {
+		vals[j] = text[start:ends[j]]
+		h[keys[j]] = vals[j : j+1 : j+1]
+		start = ends[j]
 	}
 }
 
@@ -209,8 +233,12 @@ func appendDecision(b []byte, d *limiter.Decision) []byte {
 	return append(b, "]}"...)
 }
 
+// jsonContentType is the Content-Type header's value, shared by every answer
+// (cap 1: an Add by anyone else copies it rather than writing into it).
+var jsonContentType = []string{echo.MIMEApplicationJSON}[:1:1]
+
 func writeJSON(c echo.Context, status int, b []byte) error {
-	c.Response().Header().Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+	c.Response().Header()[echo.HeaderContentType] = jsonContentType
 	c.Response().WriteHeader(status)
 	_, err := c.Response().Write(b)
 	return err
