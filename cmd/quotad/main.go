@@ -125,11 +125,10 @@ func newRedis(s config.Settings) redis.UniversalClient {
 		WriteTimeout: s.RedisTimeout,
 		PoolTimeout:  s.RedisTimeout,
 		PoolSize:     s.RedisPoolSize,
-		// No idle connections kept warm: each one lost in an outage is
-		// re-dialled at once, and every failed dial counts towards go-redis'
-		// dial gate (PoolSize failures stop dialling, then one try a second),
-		// which would hold enforcement off for up to a second after Redis
-		// returns (faults/redis_test.go).
+		// Failed dials must not trip go-redis' dial gate (redisdial.go).
+		Dialer: redisDialer(s.RedisTimeout),
+		// No idle connections kept warm: each one lost in an outage would
+		// be re-dialled at once, for nothing.
 		MinIdleConns: 0,
 		// One dial attempt per call: with Redis down a check fails within one
 		// timeout and the fail mode answers, instead of five retries.
