@@ -313,7 +313,7 @@ func (m *Mover) MoveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 	if len(got) == 0 {
 		return res, nil
 	}
-	moved, err := m.move(ctx, got, from, to)
+	moved, err := m.move(ctx, held, from, to)
 	if err != nil {
 		stopped = errors.Is(err, errStopped)
 		m.Metrics.failed()
@@ -327,7 +327,17 @@ func (m *Mover) MoveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 
 var errStopped = errors.New("stopped by test hook")
 
-func (m *Mover) move(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier) ([]tiers.Ref, error) {
+// move runs the steps for the cells held leases. Before each step that
+// changes anything it drops the cells whose lease is no longer this
+// worker's: a worker that stalled past its lease (a long GC pause, SIGSTOP,
+// a hung network) may wake up after another worker's Repair has finished
+// the move and the cell has counted calls, or moved again, since; its
+// steps would then copy stale state over the new, or delete live counters.
+// (A stall in the moment between that check and the step is not covered;
+// the switch is a compare-and-set from the frozen state, which such a
+// worker cannot win.)
+func (m *Mover) move(ctx context.Context, held *leases, from, to tiers.Tier) ([]tiers.Ref, error) {
+	refs := held.refs
 	stop := func(s Step) error {
 		if err := m.step(s); err != nil {
 			return fmt.Errorf("%w: %w", errStopped, err)
@@ -365,6 +375,12 @@ func (m *Mover) move(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier)
 			// not this move's business; its journal entry goes.
 		}
 	}
+	if toFreeze, err = held.owned(ctx, toFreeze); err != nil {
+		return nil, err
+	}
+	if active, err = held.owned(ctx, active); err != nil {
+		return nil, err
+	}
 	// Freeze.
 	switch from {
 	case tiers.Hot:
@@ -398,11 +414,15 @@ func (m *Mover) move(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier)
 	if err := stop(StepFreeze); err != nil {
 		return nil, err
 	}
-	// Copy the frozen state.
+	// Copy the frozen state, of the cells still frozen by this move.
+	if active, err = held.owned(ctx, active); err != nil {
+		return nil, err
+	}
 	frozen, err := m.Warm.DirRaw(ctx, active)
 	if err != nil {
 		return nil, err
 	}
+	active, frozen = stillFrozen(active, frozen, from)
 	var recs []tiers.Record
 	switch from {
 	case tiers.Hot:
@@ -453,6 +473,11 @@ func (m *Mover) move(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier)
 		return nil, err
 	}
 	// Switch.
+	if kept, err := held.owned(ctx, active); err != nil {
+		return nil, err
+	} else if len(kept) != len(active) {
+		return nil, fmt.Errorf("switch: %d of %d cells' leases lapsed during the copy", len(active)-len(kept), len(active))
+	}
 	swaps := make([]tiers.DirSwap, len(active))
 	for i := range active {
 		sw := tiers.DirSwap{Ref: active[i], Old: frozen[i]}
@@ -473,7 +498,10 @@ func (m *Mover) move(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier)
 		return nil, err
 	}
 	// Delete the sources.
-	del := append(append([]tiers.Ref(nil), active...), done...)
+	del, err := held.owned(ctx, append(append([]tiers.Ref(nil), active...), done...))
+	if err != nil {
+		return nil, err
+	}
 	switch from {
 	case tiers.Hot:
 		err = m.Hot.Delete(ctx, del)
@@ -494,6 +522,49 @@ func (m *Mover) move(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier)
 		return nil, fmt.Errorf("journal: %w", err)
 	}
 	return append(active, done...), nil
+}
+
+// stillFrozen keeps the cells (and their directory values) that are frozen
+// by a move out of from: "M" out of hot or cold, a warm record marked Moved
+// out of warm. Any other value means the move is over (another worker's
+// Repair finished it) and this worker has nothing left to do for the cell.
+func stillFrozen(refs []tiers.Ref, dir []string, from tiers.Tier) ([]tiers.Ref, []string) {
+	var keptRefs []tiers.Ref
+	var keptDir []string
+	for i, v := range dir {
+		frozen := v == tiers.DirMoving
+		if from == tiers.Warm {
+			r, ok := tiers.IsWarmRecord(v)
+			frozen = ok && r.Moved
+		}
+		if frozen {
+			keptRefs = append(keptRefs, refs[i])
+			keptDir = append(keptDir, v)
+		}
+	}
+	return keptRefs, keptDir
+}
+
+// owned returns the refs whose lease this worker still holds.
+func (l *leases) owned(ctx context.Context, refs []tiers.Ref) ([]tiers.Ref, error) {
+	if len(refs) == 0 {
+		return refs, nil
+	}
+	pipe := l.m.RDB.Pipeline()
+	cmds := make([]*redis.StringCmd, len(refs))
+	for i := range refs {
+		cmds[i] = pipe.Get(ctx, l.m.leaseKey(&refs[i]))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("lease check: %w", err)
+	}
+	var out []tiers.Ref
+	for i, c := range cmds {
+		if v, err := c.Result(); err == nil && v == l.token {
+			out = append(out, refs[i])
+		}
+	}
+	return out, nil
 }
 
 // cas runs directory compare-and-sets that must all succeed: under the
