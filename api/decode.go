@@ -255,6 +255,10 @@ func (p *parser) dim(req *limiter.Request, name string) error {
 	if len(req.Dims) >= MaxDimsPerReq {
 		return badInput("invalid_dimension", "at most %d dimensions per check", MaxDimsPerReq)
 	}
+	if req.Dims == nil {
+		// Room for a typical check's dimensions at once, not 1, 2, 4.
+		req.Dims = make([]limiter.Dim, 0, 6)
+	}
 	req.Dims = append(req.Dims, limiter.Dim{Name: name, Value: v})
 	return nil
 }

@@ -128,13 +128,18 @@ func compile(set *rules.Set) (*compiledSet, error) {
 	return c, nil
 }
 
-// Check decides one request.
+// Check decides one request. (CheckBatch would do, at the cost of the
+// batch's slices and callbacks on a path that runs once per check when
+// checks are not coalesced.)
 func (l *Limiter) Check(ctx context.Context, req *Request) (Decision, error) {
-	ds, err := l.CheckBatch(ctx, []*Request{req})
-	if err != nil {
-		return Decision{}, err
+	now := l.clock.Now()
+	op, owners := buildOp(l.rules.Load(), req, now)
+	if len(op.Cells) > 0 {
+		if err := l.store.Check(ctx, now, []*tiers.Op{op}); err != nil {
+			return Decision{}, fmt.Errorf("check: %w", err)
+		}
 	}
-	return ds[0], nil
+	return decision(op, owners), nil
 }
 
 // CheckBatch decides requests in order, each as if sent alone, in one trip
@@ -210,15 +215,30 @@ type entryOwner struct {
 	limit rules.Limit
 }
 
+// inlineCells is how many cells an op holds before its slices grow: the
+// default rules give a check 2 (one per matching rule and limit).
+const inlineCells = 4
+
+// opBuf is an op with room for inlineCells cells, outcomes and owners, so
+// a check's op costs one allocation instead of one per slice growth.
+type opBuf struct {
+	op     tiers.Op
+	cells  [inlineCells]tiers.Cell
+	out    [inlineCells]tiers.Outcome
+	owners [inlineCells]entryOwner
+}
+
 func buildOp(set *compiledSet, req *Request, now time.Time) (*tiers.Op, []entryOwner) {
-	op := &tiers.Op{Cost: req.Cost, Mode: tiers.Enforce}
+	buf := &opBuf{op: tiers.Op{Cost: req.Cost, Mode: tiers.Enforce}}
+	op := &buf.op
+	op.Cells = buf.cells[:0]
 	switch {
 	case req.Report:
 		op.Mode = tiers.Report
 	case req.DryRun:
 		op.Mode = tiers.DryRun
 	}
-	var owners []entryOwner
+	owners := buf.owners[:0]
 	var values [rules.MaxDimensions]string
 	for i := range set.rules {
 		cr := &set.rules[i]
@@ -264,7 +284,11 @@ func buildOp(set *compiledSet, req *Request, now time.Time) (*tiers.Op, []entryO
 			owners = append(owners, entryOwner{rule: cr.rule, limit: lim})
 		}
 	}
-	op.Out = make([]tiers.Outcome, len(op.Cells))
+	if len(op.Cells) <= inlineCells {
+		op.Out = buf.out[:len(op.Cells)]
+	} else {
+		op.Out = make([]tiers.Outcome, len(op.Cells))
+	}
 	return op, owners
 }
 
