@@ -7,6 +7,8 @@
 # load on a shared machine disturbs far less than req/s. The redis/mysql
 # ticks are of the whole servers (other users included).
 # Usage (after make build): ROUNDS=3 D=30s bash deploy/bench-analytics-ab.sh
+# AB_KEYS replaces quotabench's key flags (default: the uniform keys of make
+# bench), e.g. AB_KEYS="-dist zipf -identities 1000000" for a skewed load.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source deploy/bench-redis-db.sh
@@ -20,7 +22,7 @@ for r in $(seq 1 $ROUNDS); do
   QP=$!
   until curl -sf ${AB_LISTEN:-127.0.0.1:18090}/readyz >/dev/null; do sleep 0.2; done
   q0=$(cpu $QP); r0=$(cpu $RP); m0=$(cpu $MP); l0=$(cut -d' ' -f1 /proc/loadavg)
-  out=$(bin/quotabench -url http://${AB_LISTEN:-127.0.0.1:18090} -c 64 -d $D -apps 1000 -users 100000 -ifaces 50 -ips 100000 -json "${TMPDIR:-/tmp}/ab.json" 2>&1)
+  out=$(bin/quotabench -url http://${AB_LISTEN:-127.0.0.1:18090} -c 64 -d $D ${AB_KEYS:--apps 1000 -users 100000 -ifaces 50 -ips 100000} -json "${TMPDIR:-/tmp}/ab.json" 2>&1)
   q1=$(cpu $QP); r1=$(cpu $RP); m1=$(cpu $MP)
   kill -TERM $QP; wait $QP 2>/dev/null
   echo "$out" | grep -E "^\s+(requests|latency)" | tr -s ' ' | tr '\n' ' '
