@@ -251,11 +251,23 @@ func (r *Router) undo(ctx context.Context, now time.Time, op *Op, counted []int,
 		return cause
 	}
 	if err := r.refundCells(ctx, now, op, counted); err != nil {
-		// Not ErrMoved: the op must not be sent again over a count
-		// that could not be given back.
-		return fmt.Errorf("router: %v; refund failed, counts %d too high: %w", cause, op.Cost, err)
+		return refundFailed{fmt.Errorf("router: %v; refund failed, counts %d too high: %w", cause, op.Cost, err)}
 	}
 	return cause
+}
+
+// refundFailed is the error of an op whose refund failed. It is never
+// ErrMoved, even when the refund failed on a cell that stayed frozen past
+// MovedWait (whose error is): an op whose count could not be given back
+// must not be sent again, or it would count twice. It is everything else
+// its cause is (ErrUnavailable, so the fail mode answers; ErrColdUnavailable,
+// which the breaker does not count).
+type refundFailed struct{ err error }
+
+func (e refundFailed) Error() string { return e.err.Error() }
+
+func (e refundFailed) Is(target error) bool {
+	return !errors.Is(target, ErrMoved) && errors.Is(e.err, target)
 }
 
 // decideParts decides op's warm and cold parts, adding the cells that

@@ -2,6 +2,8 @@ package tiers
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -176,5 +178,35 @@ func TestRouter_RefundRetriedOverAFrozenCellRefundsTheOthersOnce(t *testing.T) {
 	}
 	if recs[0].Count != 9 {
 		t.Fatalf("hot cell holds %d after one refund of 1 from 10, want 9", recs[0].Count)
+	}
+}
+
+// An op whose refund fails on a cell frozen past MovedWait must not be sent
+// again (settle resends ops that failed with ErrMoved): its count was not
+// given back, so a resend would count it twice. The fail mode answers it.
+func TestRouter_FailedRefundIsNeverSentAgain(t *testing.T) {
+	t.Parallel()
+	r, _ := newGroupRouter(t)
+	r.MovedWait = 100 * time.Millisecond
+	a, b := newConfCell(100, time.Hour), newConfCell(100, time.Hour)
+	routerCheck(t, r, confOp(confT0, 1, DryRun, a, b)) // places both hot
+	routerCheck(t, r, confOp(confT0, 1, Enforce, a, b))
+	mover := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+	ctx := context.Background()
+	if _, err := mover.Freeze(ctx, []Ref{b.ref()}); err != nil {
+		t.Fatal(err)
+	}
+	op := confOp(confT0, 1, Enforce, a, b)
+	op.Out = make([]Outcome, 2)
+	cause := fmt.Errorf("cold part: %w", ErrMoved)
+	err := r.undo(ctx, confT0, op, []int{0, 1}, cause)
+	if err == nil {
+		t.Fatal("the refund of a frozen cell succeeded")
+	}
+	if errors.Is(err, ErrMoved) {
+		t.Fatalf("a failed refund's error is ErrMoved (the op would be sent again and count twice): %v", err)
+	}
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("a failed refund's error is not ErrUnavailable (the fail mode would not answer): %v", err)
 	}
 }
