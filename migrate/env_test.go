@@ -162,3 +162,24 @@ func (e *env) place(t testing.TB, tier tiers.Tier, cs ...cellSpec) {
 		e.move(t, tiers.Hot, tiers.Cold, cs...)
 	}
 }
+
+// expectCell fails t unless c is in tier with count n, and exactly
+// limit-n of 10 more checks are allowed (the cell is routable and exact).
+func (e *env) expectCell(t *testing.T, when string, c cellSpec, tier tiers.Tier, n int64) {
+	t.Helper()
+	if got := e.tierOf(t, c); got != tier {
+		t.Fatalf("%s: tier %q, want %q", when, got, tier)
+	}
+	if got := e.count(t, c); got != n {
+		t.Fatalf("%s: count %d, want %d", when, got, n)
+	}
+	allowed := int64(0)
+	for range 10 {
+		if op := e.check(t, tiers.Enforce, c); op != nil && op.Allowed() {
+			allowed++
+		}
+	}
+	if want := min(10, c.limit-n); allowed != want {
+		t.Fatalf("%s: %d more allowed, want %d", when, allowed, want)
+	}
+}

@@ -226,21 +226,7 @@ func TestMoveCrashThenRepair(t *testing.T) {
 						}
 						time.Sleep(50 * time.Millisecond)
 					}
-					if got := e.tierOf(t, c); got != to {
-						t.Fatalf("after repair: tier %q, want %q", got, to)
-					}
-					if n := e.count(t, c); n != 4 {
-						t.Fatalf("after repair: count %d, want 4", n)
-					}
-					allowed := 0
-					for range 10 {
-						if op := e.check(t, tiers.Enforce, c); op != nil && op.Allowed() {
-							allowed++
-						}
-					}
-					if allowed != 6 {
-						t.Fatalf("after repair: %d more allowed, want 6", allowed)
-					}
+					e.expectCell(t, "after repair", c, to, 4)
 				})
 			}
 		}

@@ -79,21 +79,7 @@ func TestMove_StalledWorkerResumingAfterRepairLosesNoCount(t *testing.T) {
 							t.Logf("the stale worker's move ended with: %v", err)
 						}
 						e.repair(t) // whatever the stale worker left
-						if got := e.tierOf(t, c); got != final {
-							t.Fatalf("after the stale worker: tier %q, want %q", got, final)
-						}
-						if n := e.count(t, c); n != 7 {
-							t.Fatalf("after the stale worker: count %d, want 7", n)
-						}
-						allowed := 0
-						for range 10 {
-							if op := e.check(t, tiers.Enforce, c); op != nil && op.Allowed() {
-								allowed++
-							}
-						}
-						if allowed != 3 {
-							t.Fatalf("after the stale worker: %d more allowed, want 3", allowed)
-						}
+						e.expectCell(t, "after the stale worker", c, final, 7)
 					})
 				}
 			}
