@@ -16,8 +16,13 @@ import (
 // A caller whose check the hot tier decides alone is answered as soon as
 // the hot script has run, while another check of the same batch still
 // waits for its cold row (held by an open MySQL transaction).
-func TestCoalescer_HotCheckIsAnsweredWhileAColdCheckOfItsBatchWaitsForItsRow(t *testing.T) {
-	t.Parallel()
+// coldAndHot makes a limiter over a router whose new cells go cold, with
+// users "a" and "b" placed cold and "h" hot (one call each), and returns
+// it, the shard, the cold rows' keys of a and b, a request maker and a
+// row locker.
+func coldAndHot(t *testing.T) (coldLim *limiter.Limiter, db *sql.DB, keyA, keyB string,
+	req func(user string) *limiter.Request, lockRow func(key string) *sql.Tx) {
+	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	dbs := testenv.MySQLShards(t, 1)
 	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix})
@@ -41,9 +46,10 @@ func TestCoalescer_HotCheckIsAnsweredWhileAColdCheckOfItsBatchWaitsForItsRow(t *
 		}
 		return l
 	}
-	hotLim, coldLim := newLimiter(tiers.Hot), newLimiter(tiers.Cold)
+	hotLim := newLimiter(tiers.Hot)
+	coldLim = newLimiter(tiers.Cold)
 	ctx := context.Background()
-	req := func(user string) *limiter.Request {
+	req = func(user string) *limiter.Request {
 		return &limiter.Request{Cost: 1, Dims: []limiter.Dim{{Name: "user_id", Value: user}}}
 	}
 	check := func(l *limiter.Limiter, user string) {
@@ -74,7 +80,6 @@ func TestCoalescer_HotCheckIsAnsweredWhileAColdCheckOfItsBatchWaitsForItsRow(t *
 	check(coldLim, "a")
 	before := rowKeys()
 	check(coldLim, "b")
-	var keyA, keyB string
 	for k := range rowKeys() {
 		if before[k] {
 			keyA = k
@@ -85,7 +90,7 @@ func TestCoalescer_HotCheckIsAnsweredWhileAColdCheckOfItsBatchWaitsForItsRow(t *
 	if len(before) != 1 || keyB == "" {
 		t.Fatalf("cold rows %d then %q: users a and b not placed cold", len(before), keyB)
 	}
-	lockRow := func(key string) *sql.Tx {
+	lockRow = func(key string) *sql.Tx {
 		t.Helper()
 		tx, err := dbs[0].BeginTx(ctx, nil)
 		if err != nil {
@@ -97,9 +102,17 @@ func TestCoalescer_HotCheckIsAnsweredWhileAColdCheckOfItsBatchWaitsForItsRow(t *
 		}
 		return tx
 	}
+	return coldLim, dbs[0], keyA, keyB, req, lockRow
+}
+
+func TestCoalescer_HotCheckIsAnsweredWhileAColdCheckOfItsBatchWaitsForItsRow(t *testing.T) {
+	t.Parallel()
+	coldLim, db, keyA, keyB, req, lockRow := coldAndHot(t)
+	ctx := context.Background()
 	// Closed after the rows are released (cleanups run last first): its
 	// worker may still wait for b's row when the test fails.
-	c := New(coldLim, 1, 64)
+	// No hand-off: the worker stays with its batch, so b and h queue behind a.
+	c := NewWithHandOff(coldLim, 1, 64, 0, 0)
 	t.Cleanup(c.Close)
 	txA, txB := lockRow(keyA), lockRow(keyB)
 	type answer struct {
@@ -127,7 +140,7 @@ func TestCoalescer_HotCheckIsAnsweredWhileAColdCheckOfItsBatchWaitsForItsRow(t *
 	// check and h's hot one queue behind it and go as the next batch, b
 	// first, once a's row is free.
 	gotA := ask("a")
-	waitingForRow(t, dbs[0])
+	waitingForRow(t, db)
 	gotB := ask("b")
 	queued(1)
 	gotH := ask("h")
@@ -176,5 +189,52 @@ func waitingForRow(t *testing.T, db *sql.DB) {
 		if time.Now().After(deadline) {
 			t.Fatal("no check waits for a locked cold row")
 		}
+	}
+}
+
+// A worker whose batch waits for a cold row hands it off after its
+// hand-off wait and takes the next batch: a hot check sent after it is
+// answered while the row is still locked (with one worker that stayed, it
+// would wait for the row).
+func TestCoalescer_HotCheckDoesNotQueueBehindAnotherBatchsColdRow(t *testing.T) {
+	t.Parallel()
+	coldLim, db, keyA, _, req, lockRow := coldAndHot(t)
+	ctx := context.Background()
+	c := NewWithHandOff(coldLim, 1, 64, 2*time.Millisecond, 4)
+	t.Cleanup(c.Close)
+	txA := lockRow(keyA)
+	type answer struct {
+		d   limiter.Decision
+		err error
+	}
+	ask := func(user string) chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			d, err := c.Check(ctx, req(user))
+			ch <- answer{d, err}
+		}()
+		return ch
+	}
+	gotA := ask("a")
+	waitingForRow(t, db)
+	gotH := ask("h")
+	select {
+	case h := <-gotH:
+		if h.err != nil || !h.d.Allowed || h.d.Entries[0].Tier != tiers.Hot {
+			t.Fatalf("h: %+v %v, want allowed from hot", h.d, h.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the hot check waited for another batch's locked cold row")
+	}
+	select {
+	case a := <-gotA:
+		t.Fatalf("a answered while its row was locked: %+v %v", a.d, a.err)
+	default:
+	}
+	if err := txA.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if a := <-gotA; a.err != nil || !a.d.Allowed || a.d.Entries[0].Tier != tiers.Cold {
+		t.Fatalf("a: %+v %v, want allowed from cold", a.d, a.err)
 	}
 }

@@ -39,7 +39,7 @@ type Settings struct {
 	FailMode       FailMode      // QUOTA_FAIL_MODE
 	MaxInFlight    int           // QUOTA_MAX_IN_FLIGHT: concurrent requests before a fast 503
 	TTLJitter      time.Duration // QUOTA_TTL_JITTER: random extra TTL so keys of a window do not expire together
-	Coalesce       int           // QUOTA_COALESCE: checks batched into one Redis pipeline by this many senders; 0 = off (default 4, TieringCoalesce with tiering on)
+	Coalesce       int           // QUOTA_COALESCE: checks batched into one Redis pipeline by this many senders; 0 = off
 	PprofListen    string        // QUOTA_PPROF_LISTEN: loopback host:port of net/http/pprof; "" (default) = off
 
 	// Analytics (package analytics).
@@ -105,14 +105,6 @@ func Defaults() Settings {
 
 // Load reads the settings from getenv (os.Getenv in production), starting
 // from Defaults.
-// TieringCoalesce is QUOTA_COALESCE's default with QUOTA_TIERING=on. A
-// sender stays with its batch until the batch's cold checks have their
-// MySQL transactions, so with cold cells 4 senders leave hot checks queued
-// behind them (BENCHMARKS.md: hot p99 1.9 → 4.1 ms after a migration cycle
-// with 4, → 2.6 ms with 32); without tiering more senders only make smaller
-// pipelines (~10 % more CPU per check at 32).
-const TieringCoalesce = 32
-
 func Load(getenv func(string) string) (Settings, error) {
 	s := Defaults()
 	r := reader{getenv: getenv}
@@ -141,9 +133,6 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.integer("QUOTA_ANALYTICS_ROWS_PER_STATEMENT", &s.AnalyticsRowsPerStatement)
 	r.str("QUOTA_ROLLUP_SCHEDULE", &s.RollupSchedule)
 	r.onOff("QUOTA_TIERING", &s.Tiering)
-	if s.Tiering && getenv("QUOTA_COALESCE") == "" {
-		s.Coalesce = TieringCoalesce
-	}
 	r.str("QUOTA_MIGRATE_SCHEDULE", &s.MigrateSchedule)
 	r.float("QUOTA_HOT_THRESHOLD", &s.HotThreshold)
 	r.float("QUOTA_COLD_THRESHOLD", &s.ColdThreshold)

@@ -76,24 +76,3 @@ func TestLoad_InvalidSettingsGiveOneClearLine(t *testing.T) {
 		}
 	}
 }
-
-func TestLoad_TieringRaisesTheDefaultCoalesceOnly(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		env  map[string]string
-		want int
-	}{
-		{map[string]string{}, 4},
-		{map[string]string{"QUOTA_TIERING": "on"}, config.TieringCoalesce},
-		{map[string]string{"QUOTA_TIERING": "on", "QUOTA_COALESCE": "4"}, 4},
-		{map[string]string{"QUOTA_TIERING": "on", "QUOTA_COALESCE": "0"}, 0},
-	} {
-		s, err := config.Load(func(k string) string { return c.env[k] })
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s.Coalesce != c.want {
-			t.Errorf("%v: Coalesce %d, want %d", c.env, s.Coalesce, c.want)
-		}
-	}
-}

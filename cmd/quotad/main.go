@@ -192,7 +192,14 @@ func serve() error {
 	}
 	var checks api.SingleChecker = lim
 	if s.Coalesce > 0 {
-		co := coalesce.New(lim, s.Coalesce, 256)
+		handOff, background := time.Duration(0), 0
+		if s.Tiering {
+			// Cold checks hold a batch for their MySQL transactions: a
+			// sender hands such a batch off rather than keep hot checks
+			// queued behind it.
+			handOff, background = coalesce.DefaultHandOff, coalesce.DefaultBackground*s.Coalesce
+		}
+		co := coalesce.NewWithHandOff(lim, s.Coalesce, 256, handOff, background)
 		defer co.Close()
 		checks = co
 	}
