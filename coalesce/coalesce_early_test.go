@@ -108,25 +108,13 @@ func coldAndHot(t *testing.T) (coldLim *limiter.Limiter, db *sql.DB, keyA, keyB 
 func TestCoalescer_HotCheckIsAnsweredWhileAColdCheckOfItsBatchWaitsForItsRow(t *testing.T) {
 	t.Parallel()
 	coldLim, db, keyA, keyB, req, lockRow := coldAndHot(t)
-	ctx := context.Background()
 	// Closed after the rows are released (cleanups run last first): its
 	// worker may still wait for b's row when the test fails.
 	// No hand-off: the worker stays with its batch, so b and h queue behind a.
 	c := NewWithHandOff(coldLim, 1, 64, 0, 0)
 	t.Cleanup(c.Close)
 	txA, txB := lockRow(keyA), lockRow(keyB)
-	type answer struct {
-		d   limiter.Decision
-		err error
-	}
-	ask := func(user string) chan answer {
-		ch := make(chan answer, 1)
-		go func() {
-			d, err := c.Check(ctx, req(user))
-			ch <- answer{d, err}
-		}()
-		return ch
-	}
+	ask := asker(c, req)
 	queued := func(n int) {
 		t.Helper()
 		for deadline := time.Now().Add(5 * time.Second); len(c.queue) != n; {
@@ -199,22 +187,10 @@ func waitingForRow(t *testing.T, db *sql.DB) {
 func TestCoalescer_HotCheckDoesNotQueueBehindAnotherBatchsColdRow(t *testing.T) {
 	t.Parallel()
 	coldLim, db, keyA, _, req, lockRow := coldAndHot(t)
-	ctx := context.Background()
 	c := NewWithHandOff(coldLim, 1, 64, 2*time.Millisecond, 4)
 	t.Cleanup(c.Close)
 	txA := lockRow(keyA)
-	type answer struct {
-		d   limiter.Decision
-		err error
-	}
-	ask := func(user string) chan answer {
-		ch := make(chan answer, 1)
-		go func() {
-			d, err := c.Check(ctx, req(user))
-			ch <- answer{d, err}
-		}()
-		return ch
-	}
+	ask := asker(c, req)
 	gotA := ask("a")
 	waitingForRow(t, db)
 	gotH := ask("h")
@@ -236,5 +212,23 @@ func TestCoalescer_HotCheckDoesNotQueueBehindAnotherBatchsColdRow(t *testing.T) 
 	}
 	if a := <-gotA; a.err != nil || !a.d.Allowed || a.d.Entries[0].Tier != tiers.Cold {
 		t.Fatalf("a: %+v %v, want allowed from cold", a.d, a.err)
+	}
+}
+
+type answer struct {
+	d   limiter.Decision
+	err error
+}
+
+// asker returns a func that sends a user's check through c in a goroutine
+// of its own and hands back the channel its answer will arrive on.
+func asker(c *Coalescer, req func(user string) *limiter.Request) func(user string) chan answer {
+	return func(user string) chan answer {
+		ch := make(chan answer, 1)
+		go func() {
+			d, err := c.Check(context.Background(), req(user))
+			ch <- answer{d, err}
+		}()
+		return ch
 	}
 }

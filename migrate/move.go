@@ -375,12 +375,11 @@ func (m *Mover) move(ctx context.Context, held *leases, from, to tiers.Tier) ([]
 			// not this move's business; its journal entry goes.
 		}
 	}
-	if toFreeze, err = held.owned(ctx, toFreeze); err != nil {
-		return nil, err
-	}
+	// One lease check for the step: toFreeze is a part of active.
 	if active, err = held.owned(ctx, active); err != nil {
 		return nil, err
 	}
+	toFreeze = within(toFreeze, active)
 	// Freeze.
 	switch from {
 	case tiers.Hot:
@@ -543,6 +542,21 @@ func stillFrozen(refs []tiers.Ref, dir []string, from tiers.Tier) ([]tiers.Ref, 
 		}
 	}
 	return keptRefs, keptDir
+}
+
+// within returns the refs of part that are also in of.
+func within(part, of []tiers.Ref) []tiers.Ref {
+	in := make(map[tiers.CellID]bool, len(of))
+	for i := range of {
+		in[of[i].ID()] = true
+	}
+	var out []tiers.Ref
+	for i := range part {
+		if in[part[i].ID()] {
+			out = append(out, part[i])
+		}
+	}
+	return out
 }
 
 // owned returns the refs whose lease this worker still holds.

@@ -155,24 +155,13 @@ func TestRouter_GroupedOpDeniedInColdGivesBackItsHotPart(t *testing.T) {
 // again on each attempt.
 func TestRouter_RefundRetriedOverAFrozenCellRefundsTheOthersOnce(t *testing.T) {
 	t.Parallel()
-	r, _ := newGroupRouter(t)
-	r.MovedWait = 300 * time.Millisecond
-	a, b := newConfCell(100, time.Hour), newConfCell(100, time.Hour)
-	routerCheck(t, r, confOp(confT0, 1, DryRun, a, b)) // places both hot
-	for range 10 {
-		routerCheck(t, r, confOp(confT0, 1, Enforce, a, b))
-	}
-	mover := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+	r, mover, op := opOverAFrozenCell(t, 300*time.Millisecond, 10)
 	ctx := context.Background()
-	if _, err := mover.Freeze(ctx, []Ref{b.ref()}); err != nil {
-		t.Fatal(err)
-	}
-	op := confOp(confT0, 1, Enforce, a, b)
-	op.Out = make([]Outcome, 2)
+	a := op.Cells[0]
 	if err := r.refundCells(ctx, confT0, op, []int{0, 1}); err == nil {
 		t.Fatal("the refund of a frozen cell succeeded")
 	}
-	recs, err := mover.Export(ctx, []Ref{a.ref()})
+	recs, err := mover.Export(ctx, []Ref{RefOf(&a)})
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("export: %v %v", recs, err)
 	}
@@ -186,18 +175,8 @@ func TestRouter_RefundRetriedOverAFrozenCellRefundsTheOthersOnce(t *testing.T) {
 // given back, so a resend would count it twice. The fail mode answers it.
 func TestRouter_FailedRefundIsNeverSentAgain(t *testing.T) {
 	t.Parallel()
-	r, _ := newGroupRouter(t)
-	r.MovedWait = 100 * time.Millisecond
-	a, b := newConfCell(100, time.Hour), newConfCell(100, time.Hour)
-	routerCheck(t, r, confOp(confT0, 1, DryRun, a, b)) // places both hot
-	routerCheck(t, r, confOp(confT0, 1, Enforce, a, b))
-	mover := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+	r, _, op := opOverAFrozenCell(t, 100*time.Millisecond, 1)
 	ctx := context.Background()
-	if _, err := mover.Freeze(ctx, []Ref{b.ref()}); err != nil {
-		t.Fatal(err)
-	}
-	op := confOp(confT0, 1, Enforce, a, b)
-	op.Out = make([]Outcome, 2)
 	cause := fmt.Errorf("cold part: %w", ErrMoved)
 	err := r.undo(ctx, confT0, op, []int{0, 1}, cause)
 	if err == nil {
@@ -209,4 +188,25 @@ func TestRouter_FailedRefundIsNeverSentAgain(t *testing.T) {
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("a failed refund's error is not ErrUnavailable (the fail mode would not answer): %v", err)
 	}
+}
+
+// opOverAFrozenCell places two hot cells a and b, counts n calls on both,
+// freezes b (as a move out of hot does) and returns the router (with
+// movedWait), the mover, and an Enforce op over a and b ready to decide.
+func opOverAFrozenCell(t *testing.T, movedWait time.Duration, n int) (*Router, *HotMover, *Op) {
+	t.Helper()
+	r, _ := newGroupRouter(t)
+	r.MovedWait = movedWait
+	a, b := newConfCell(100, time.Hour), newConfCell(100, time.Hour)
+	routerCheck(t, r, confOp(confT0, 1, DryRun, a, b)) // places both hot
+	for range n {
+		routerCheck(t, r, confOp(confT0, 1, Enforce, a, b))
+	}
+	mover := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+	if _, err := mover.Freeze(context.Background(), []Ref{b.ref()}); err != nil {
+		t.Fatal(err)
+	}
+	op := confOp(confT0, 1, Enforce, a, b)
+	op.Out = make([]Outcome, 2)
+	return r, mover, op
 }
