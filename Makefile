@@ -89,3 +89,12 @@ BENCH_MEMORY_N ?= 1000000
 bench-memory: services
 	@mkdir -p bench-out
 	set -o pipefail; $(GO) run ./cmd/quotabench-memory -n $(BENCH_MEMORY_N) | tee bench-out/memory.txt
+
+# Issue 4's Zipf migration benchmark: fill, replay, one `quotactl migrate`,
+# replay right after and settled, on a private redis-server (port 16391) and
+# fresh quota_zipf_* databases (dropped afterwards); ZIPF_* knobs and any
+# QUOTA_* passed to quotad (deploy/bench-zipf-cycle.sh). ~10 minutes at 10 M
+# identities; figures in bench-out/zipf-cycle/summary.txt.
+.PHONY: bench-zipf-cycle
+bench-zipf-cycle: services build
+	bash deploy/bench-zipf-cycle.sh
