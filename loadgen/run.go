@@ -90,6 +90,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		if w.hist != nil {
 			hist.Merge(w.hist)
+			rep.win.Merge(w.hist)
 		}
 		res.Requests += w.requests.Load()
 		res.Checks += w.checks.Load()
@@ -119,6 +120,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	res.Tiers = tierStats(workers)
+	rep.sample(time.Now()) // what the workers kept to the end
+	res.Timeline = rep.points
 	return res, nil
 }
 
@@ -472,6 +475,8 @@ type reporter struct {
 	free    chan *hdrhistogram.Histogram
 	stop    chan struct{}
 	cum     *hdrhistogram.Histogram
+	win     *hdrhistogram.Histogram // latencies handed over since the last tick
+	points  []TimelinePoint
 	workers []*worker
 	start   time.Time
 	last    time.Time // of the previous progress line
@@ -486,6 +491,7 @@ func newReporter(out io.Writer, workers int, open bool) *reporter {
 		free: make(chan *hdrhistogram.Histogram, workers),
 		stop: make(chan struct{}),
 		cum:  NewHistogram(),
+		win:  NewHistogram(),
 	}
 }
 
@@ -525,6 +531,7 @@ func (r *reporter) flushFinal(h *hdrhistogram.Histogram) *hdrhistogram.Histogram
 
 func (r *reporter) merge(h *hdrhistogram.Histogram) {
 	r.cum.Merge(h)
+	r.win.Merge(h)
 	h.Reset()
 	select {
 	case r.free <- h:
@@ -540,6 +547,7 @@ func (r *reporter) loop() {
 		case h := <-r.in:
 			r.merge(h)
 		case now := <-tick.C:
+			r.sample(now)
 			r.progress(now)
 		case <-r.stop:
 			for {
@@ -547,6 +555,7 @@ func (r *reporter) loop() {
 				case h := <-r.in:
 					r.merge(h)
 				default:
+					r.sample(time.Now())
 					if r.out != nil {
 						r.progress(time.Now()) // the final figures
 						fmt.Fprintln(r.out)
@@ -556,6 +565,22 @@ func (r *reporter) loop() {
 			}
 		}
 	}
+}
+
+// sample closes the timeline's current point: the latencies handed over
+// since the previous one. Workers hand theirs over every flushEvery, so a
+// point's requests were answered up to that long before its second.
+func (r *reporter) sample(now time.Time) {
+	if r.win.TotalCount() == 0 {
+		return
+	}
+	l := Summarize(r.win)
+	r.points = append(r.points, TimelinePoint{
+		Second:   round(now.Sub(r.start).Seconds(), 1),
+		Requests: r.win.TotalCount(),
+		P50Ms:    l.P50, P99Ms: l.P99, MaxMs: l.Max,
+	})
+	r.win.Reset()
 }
 
 // progress rewrites the progress line: elapsed time, req/s since the last

@@ -136,6 +136,40 @@ func assertConsistent(t *testing.T, res *Result) {
 	if res.Histogram.TotalCount() != res.Requests {
 		t.Errorf("histogram holds %d latencies for %d requests", res.Histogram.TotalCount(), res.Requests)
 	}
+	var inTimeline int64
+	for i, p := range res.Timeline {
+		inTimeline += p.Requests
+		if i > 0 && p.Second < res.Timeline[i-1].Second {
+			t.Errorf("timeline goes back: %+v after %+v", p, res.Timeline[i-1])
+		}
+	}
+	if inTimeline != res.Requests {
+		t.Errorf("timeline points hold %d requests, the run %d", inTimeline, res.Requests)
+	}
+}
+
+// TestRunTimelineHasAPointAboutEverySecond: a run of 2.5 s has at least two
+// points, each with requests, the seconds rising.
+func TestRunTimelineHasAPointAboutEverySecond(t *testing.T) {
+	t.Parallel()
+	var c tally
+	srv := checkServer(t, &c, "")
+	cfg := testConfig(srv.URL, ClientRaw)
+	cfg.Rate = 200
+	cfg.Duration = 2500 * time.Millisecond
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Timeline) < 2 {
+		t.Fatalf("timeline %+v: want a point about every second of 2.5 s", res.Timeline)
+	}
+	for _, p := range res.Timeline {
+		if p.Requests <= 0 || p.P99Ms < p.P50Ms || p.MaxMs < p.P99Ms {
+			t.Errorf("point %+v", p)
+		}
+	}
+	assertConsistent(t, res)
 }
 
 func TestRunClosedLoopCountsAddUp(t *testing.T) {

@@ -120,10 +120,23 @@ type Result struct {
 	// Tiers: single checks answered, by the slowest storage tier their
 	// answer names (empty when answers name none, and in batch mode).
 	Tiers map[string]TierStat `json:"tiers,omitempty"`
+	// Timeline has a point about every second: when a latency rose (after
+	// a flush, a migration) and for how long.
+	Timeline []TimelinePoint `json:"timeline,omitempty"`
 
 	// Histogram holds every request's latency in µs, failed ones included
 	// (measured from the intended send time in open-loop mode).
 	Histogram *hdrhistogram.Histogram `json:"-"`
+}
+
+// TimelinePoint is the latencies the reporter received in about one second
+// of a run, ending Second seconds after the start.
+type TimelinePoint struct {
+	Second   float64 `json:"second"`
+	Requests int64   `json:"requests"`
+	P50Ms    float64 `json:"p50_ms"`
+	P99Ms    float64 `json:"p99_ms"`
+	MaxMs    float64 `json:"max_ms"`
 }
 
 func (r *Result) setLatencies(l Latencies) {

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# deploy/bench-ab.sh — compare quotad under a few settings on one machine:
+# for each round, for each variant, a fresh quotad started with the
+# variant's environment and driven by quotabench for D, so every variant sees
+# the same machine (variants interleaved, not run one after the other).
+#
+# Per run it prints quotabench's summary (req/s, latency percentiles, late
+# sends in open loop), the three seconds of the run with the highest p99
+# (p99 ms @ second, from quotabench's timeline: a flush shows there), and the CPU ticks (1/100 s) used during it: quotad's as
+# microseconds per check (ticks*10000/requests, a measure that other load on
+# a shared machine disturbs far less than req/s), and redis-server's and
+# mariadbd's as ticks (whole servers, other users included).
+#
+# Knobs (environment):
+#   AB_VARIANTS  variants separated by ';', each a space-separated list of
+#                VAR=value for quotad (default "QUOTA_ANALYTICS=off;QUOTA_ANALYTICS=on")
+#   AB_RATE      requests per second, open loop (default 0: closed loop, -c 64)
+#   AB_KEYS      quotabench key flags (default make bench's uniform keys)
+#   ROUNDS       rounds (default 3); D: duration of each run (default 20s)
+#   AB_LISTEN    quotad's address (default 127.0.0.1:18090)
+#   AB_OUT       folder for each run's quotabench JSON, its per-second
+#                timeline included (default bench-out/ab)
+# Usage (after make build), under the benchmark lock of a shared machine:
+#   flock /tmp/quota-bench.lock bash deploy/bench-ab.sh
+#   AB_RATE=4630 ROUNDS=2 bash deploy/bench-ab.sh          # the platform's peak
+#   AB_VARIANTS="GOGC=100;GOGC=400" bash deploy/bench-ab.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source deploy/bench-redis-db.sh
+trap bench_db_cleanup EXIT
+D=${D:-20s}; ROUNDS=${ROUNDS:-3}; RATE=${AB_RATE:-0}
+LISTEN=${AB_LISTEN:-127.0.0.1:18090}
+KEYS=${AB_KEYS:--apps 1000 -users 100000 -ifaces 50 -ips 100000}
+IFS=';' read -r -a variants <<< "${AB_VARIANTS:-QUOTA_ANALYTICS=off;QUOTA_ANALYTICS=on}"
+RP=$(pgrep -x redis-server | head -1); MP=$(pgrep -x mariadbd | head -1)
+cpu() { if [[ -n $1 ]]; then awk '{print $14+$15}' "/proc/$1/stat"; else echo 0; fi; }
+load=(-c 64)
+if [[ $RATE != 0 ]]; then load=(-rate "$RATE"); fi
+log=${TMPDIR:-/tmp}/ab-quotad.$$.log
+OUT=${AB_OUT:-bench-out/ab}
+mkdir -p "$OUT"
+for r in $(seq 1 "$ROUNDS"); do
+	i=0
+	for v in "${variants[@]}"; do
+		i=$((i + 1)); json="$OUT/round$r-variant$i.json"
+		# shellcheck disable=SC2086 # the variant is a list of VAR=value words
+		env QUOTA_REDIS_DB="$BENCH_QUOTAD_REDIS_DB" QUOTA_LISTEN="$LISTEN" QUOTA_REDIS_KEY_PREFIX="ab$RANDOM:" $v bin/quotad >"$log" 2>&1 &
+		QP=$!
+		until curl -sf "$LISTEN/readyz" >/dev/null; do
+			kill -0 $QP 2>/dev/null || { echo "quotad ($v) exited:" >&2; cat "$log" >&2; exit 1; }
+			sleep 0.2
+		done
+		q0=$(cpu $QP); r0=$(cpu "$RP"); m0=$(cpu "$MP"); l0=$(cut -d' ' -f1 /proc/loadavg)
+		# shellcheck disable=SC2086 # KEYS is a list of flags
+		out=$(bin/quotabench -url "http://$LISTEN" "${load[@]}" -d "$D" $KEYS -progress=false -json "$json" 2>&1)
+		q1=$(cpu $QP); r1=$(cpu "$RP"); m1=$(cpu "$MP")
+		kill -TERM $QP; wait $QP 2>/dev/null
+		n=$(echo "$out" | awk '$1 == "requests" {print $2; exit}')
+		echo "$out" | grep -E "^\s+(requests|latency|late)" | tr -s ' ' | tr '\n' ' '
+		worst=$(jq -r '[.timeline[]?] | sort_by(-.p99_ms) | .[:3] | map("\(.p99_ms)@\(.second)s") | join(" ")' "$json" 2>/dev/null)
+		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) mysql_ticks=$((m1 - m0))"
+	done
+done
+rm -f "$log"
