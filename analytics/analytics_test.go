@@ -804,3 +804,49 @@ func TestDistinctUsersWaitForRedisAndAreAddedOnce(t *testing.T) {
 		t.Fatalf("flush errors %v, want 1", n)
 	}
 }
+
+// A HyperLogLog's TTL is set when a flush first adds to it, and again only
+// an hour later: not with every flush (with uniform keys that was one EXPIRE
+// per PFADD).
+func TestDistinctUsers_TTLIsSetAgainHourlyNotEveryFlush(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, func(o *analytics.Options) { o.PersistEvery = 24 * time.Hour })
+	ctx := context.Background()
+	e.rec.Record("app", "iface", "u1", true)
+	e.flush()
+	keys, err := e.rdb.Keys(ctx, e.prefix+"hll:*").Result()
+	if err != nil || len(keys) != 2 {
+		t.Fatalf("HLL keys %v (%v), want the app's and the interface's", keys, err)
+	}
+	ttls := func() []time.Duration {
+		var out []time.Duration
+		for _, k := range keys {
+			out = append(out, e.rdb.TTL(ctx, k).Val())
+		}
+		return out
+	}
+	for _, ttl := range ttls() {
+		if ttl < 47*time.Hour {
+			t.Fatalf("TTLs %v after the first flush, want 48 h", ttls())
+		}
+	}
+	for _, k := range keys {
+		e.rdb.Expire(ctx, k, 100*time.Second)
+	}
+	e.clk.Advance(15 * time.Second)
+	e.rec.Record("app", "iface", "u2", true)
+	e.flush()
+	for _, ttl := range ttls() {
+		if ttl > 100*time.Second {
+			t.Fatalf("TTLs %v: the next flush set them again", ttls())
+		}
+	}
+	e.clk.Advance(time.Hour)
+	e.rec.Record("app", "iface", "u3", true)
+	e.flush()
+	for _, ttl := range ttls() {
+		if ttl < 47*time.Hour {
+			t.Fatalf("TTLs %v an hour later, want set again to 48 h", ttls())
+		}
+	}
+}

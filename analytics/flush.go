@@ -15,20 +15,20 @@ import (
 
 // flush moves the live aggregates to the pending rows, adds distinct users
 // to Redis and writes every shard's pending rows. final also persists every
-// touched HyperLogLog (Close).
-func (r *Recorder) flush(ctx context.Context, final bool) error {
+// touched HyperLogLog (Close). pace (nil: flat out) spreads the work.
+func (r *Recorder) flush(ctx context.Context, final bool, pace *pacer) error {
 	r.flushing.Lock()
 	defer r.flushing.Unlock()
 	start := time.Now()
 	defer func() { r.met.flushSeconds.Observe(time.Since(start).Seconds()) }()
 
-	r.swapLive()
+	r.swapLive(ctx, pace)
 
 	var errs []error
-	if err := r.pfaddPending(ctx); err != nil {
+	if err := r.pfaddPending(ctx, pace); err != nil {
 		errs = append(errs, fmt.Errorf("redis PFADD: %w", err))
 	}
-	errs = append(errs, r.writeShards(ctx)...)
+	errs = append(errs, r.writeShards(ctx, pace)...)
 	now := r.clk.Now()
 	if final || now.Sub(r.lastPersist) >= r.opt.PersistEvery {
 		if err := r.persistHLL(ctx, final); err != nil {
@@ -45,97 +45,115 @@ func (r *Recorder) flush(ctx context.Context, final bool) error {
 }
 
 // swapLive empties the live maps into the shards' pending rows and the
-// queue of distinct-user adds, under mu so that readers see each call once.
-func (r *Recorder) swapLive() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := len(r.shards)
-	held := make([]int, n)
+// queue of distinct-user adds. Each live map moves under mu, so that a
+// reader (who holds mu's read lock throughout) sees each call once: still
+// live or already pending. Between maps mu is free and the flusher rests.
+func (r *Recorder) swapLive(ctx context.Context, pace *pacer) {
+	// Only the flusher changes what the shards hold: no lock to count.
+	held := make([]int, len(r.shards))
 	for i, s := range r.shards {
 		held[i] = s.pending.len()
 		for _, b := range s.uncertain {
 			held[i] += b.rows.len()
 		}
 	}
-	var dropped, droppedAdds int64
+	var lost liveLoss
 	for i := range r.live {
 		l := &r.live[i]
+		r.mu.Lock()
 		l.mu.Lock()
 		if len(l.m) == 0 {
 			// Keep the map, and do not range over it: Record may write it
 			// as soon as the lock is released.
 			l.mu.Unlock()
+			r.mu.Unlock()
 			continue
 		}
 		m, counts := l.take()
 		l.mu.Unlock()
-		for k, ci := range m {
-			c := counts[ci]
-			appHash := FNV1a64(k.app)
-			si := int(appHash % uint64(n)) // ShardIndex
-			p := r.shards[si].pending
-			day := Day(floorDiv(k.min, 86400))
-			sk := seriesKey{app: k.app, iface: k.iface, t: k.min}
-			dk := dailyKey{app: k.app, iface: k.iface, day: day}
-			// Each pending row is looked up once: these maps hold a
-			// flush's worth of rows and every probe is a cache miss.
-			ps, pd := p.series[sk], p.daily[dk]
-			grow := 0
-			if ps == nil {
-				grow++
-			}
-			if pd == nil {
-				grow++
-			}
-			if k.user != "" {
-				grow++ // a user row is appended, never looked up
-			}
-			if grow > 0 && held[si]+grow > r.opt.MaxPendingRows {
-				dropped += c.Calls
-				continue
-			}
-			held[si] += grow
-			addAt(p.series, sk, ps, c)
-			addAt(p.daily, dk, pd, c)
-			if k.user == "" {
-				continue
-			}
-			p.users = append(p.users, newUserRow(userKey{app: k.app, user: k.user, iface: k.iface, day: day}, c))
-			if len(r.hllQueue) >= r.opt.MaxPendingRows {
-				droppedAdds++
-				continue
-			}
-			r.hllQueue = append(r.hllQueue, userAdd{group: groupOf(appHash, day, k.iface), app: k.app, iface: k.iface,
-				user: k.user, day: day})
-		}
+		r.fold(m, counts, held, &lost)
+		r.mu.Unlock()
+		pace.rest(ctx)
 	}
-	// Sorted here, under mu, because readers scan the queue: pfaddPending
-	// then walks it in runs of one key.
+	// Sorted under mu, because readers scan the queue: pfaddPending then
+	// walks it in runs of one key.
+	r.mu.Lock()
 	slices.SortFunc(r.hllQueue, compareUserAdds)
-	if droppedAdds > 0 {
-		r.met.droppedAdds.Add(float64(droppedAdds))
+	r.mu.Unlock()
+	if lost.adds > 0 {
+		r.met.droppedAdds.Add(float64(lost.adds))
 	}
-	if dropped > 0 {
-		r.met.dropped.Add(float64(dropped))
+	if lost.calls > 0 {
+		r.met.dropped.Add(float64(lost.calls))
 		if now := time.Now(); now.Sub(r.lastDropLog) > time.Minute {
 			r.lastDropLog = now
 			r.log.Error("analytics: pending rows at QUOTA_ANALYTICS_BUFFER_MAX; calls dropped (MySQL unreachable?)",
-				"dropped_calls", dropped, "max_rows", r.opt.MaxPendingRows)
+				"dropped_calls", lost.calls, "max_rows", r.opt.MaxPendingRows)
 		}
+	}
+}
+
+// liveLoss counts what a fold dropped at the bounds: calls whose rows did
+// not fit under MaxPendingRows, distinct-user adds past the queue's bound.
+type liveLoss struct{ calls, adds int64 }
+
+// fold adds one live map's counts to the shards' pending rows and the
+// distinct-user queue (caller holds mu). held is the rows each shard holds.
+func (r *Recorder) fold(m map[liveKey]int32, counts []Counts, held []int, lost *liveLoss) {
+	n := len(r.shards)
+	for k, ci := range m {
+		c := counts[ci]
+		appHash := FNV1a64(k.app)
+		si := int(appHash % uint64(n)) // ShardIndex
+		p := r.shards[si].pending
+		day := Day(floorDiv(k.min, 86400))
+		sk := seriesKey{app: k.app, iface: k.iface, t: k.min}
+		dk := dailyKey{app: k.app, iface: k.iface, day: day}
+		// Each pending row is looked up once: these maps hold a flush's
+		// worth of rows and every probe is a cache miss.
+		ps, pd := p.series[sk], p.daily[dk]
+		grow := 0
+		if ps == nil {
+			grow++
+		}
+		if pd == nil {
+			grow++
+		}
+		if k.user != "" {
+			grow++ // a user row is appended, never looked up
+		}
+		if grow > 0 && held[si]+grow > r.opt.MaxPendingRows {
+			lost.calls += c.Calls
+			continue
+		}
+		held[si] += grow
+		addAt(p.series, sk, ps, c)
+		addAt(p.daily, dk, pd, c)
+		if k.user == "" {
+			continue
+		}
+		p.users = append(p.users, newUserRow(userKey{app: k.app, user: k.user, iface: k.iface, day: day}, c))
+		if len(r.hllQueue) >= r.opt.MaxPendingRows {
+			lost.adds++
+			continue
+		}
+		r.hllQueue = append(r.hllQueue, userAdd{group: groupOf(appHash, day, k.iface), app: k.app, iface: k.iface,
+			user: k.user, day: day})
 	}
 }
 
 // writeShards writes every shard's pending rows, the shards at once: a
 // flush takes as long as its slowest shard, not their sum, and a shard that
 // hangs until its timeout does not hold the others' rows back.
-func (r *Recorder) writeShards(ctx context.Context) []error {
+func (r *Recorder) writeShards(ctx context.Context, pace *pacer) []error {
 	errs := make([]error, len(r.shards))
 	var wg sync.WaitGroup
 	for i := range r.shards {
 		wg.Add(1)
+		shardPace := pace.share(len(r.shards))
 		go func() {
 			defer wg.Done()
-			if err := r.writeShard(ctx, i); err != nil {
+			if err := r.writeShard(ctx, i, shardPace); err != nil {
 				errs[i] = fmt.Errorf("mysql shard %d: %w", i, err)
 			}
 		}()
@@ -145,8 +163,8 @@ func (r *Recorder) writeShards(ctx context.Context) []error {
 }
 
 // writeShard resolves the shard's uncertain batches, then writes its pending
-// rows in one transaction.
-func (r *Recorder) writeShard(ctx context.Context, i int) error {
+// rows in one transaction, resting between statements as pace says.
+func (r *Recorder) writeShard(ctx context.Context, i int, pace *pacer) error {
 	sh := r.shards[i]
 	for len(sh.uncertain) > 0 {
 		b := sh.uncertain[0]
@@ -172,7 +190,7 @@ func (r *Recorder) writeShard(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
-	written, err := r.writeRows(ctx, tx, p)
+	written, err := r.writeRows(ctx, tx, p, pace)
 	if err == nil {
 		_, err = tx.ExecContext(ctx, "INSERT INTO analytics_batches (batch_id) VALUES (?)", id[:])
 	}
@@ -208,7 +226,7 @@ const (
 	addCounts  = " ON DUPLICATE KEY UPDATE calls = calls + VALUES(calls), allowed = allowed + VALUES(allowed), denied = denied + VALUES(denied)"
 )
 
-func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset) (map[string]int, error) {
+func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, pace *pacer) (map[string]int, error) {
 	written := map[string]int{}
 	// Rows go in an order every writer shares (primary-key order here, and
 	// rowset.sortedUsers's for the user rows) so that concurrent writers
@@ -220,7 +238,7 @@ func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset) (map[st
 		}
 		return cmp.Or(cmp.Compare(a.t, b.t), strings.Compare(a.iface, b.iface))
 	})
-	err := r.insert(ctx, tx, "usage_series", seriesCols, 7, len(series), func(args []any, i int) []any {
+	err := r.insert(ctx, tx, pace, "usage_series", seriesCols, 7, len(series), func(args []any, i int) []any {
 		k := series[i]
 		c := p.series[k]
 		return append(args, k.app, int64(Res1m), k.t, k.iface, c.Calls, c.Allowed, c.Denied)
@@ -236,7 +254,7 @@ func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset) (map[st
 		return cmp.Or(cmp.Compare(a.day, b.day), strings.Compare(a.iface, b.iface))
 	})
 	var days dayStrings
-	err = r.insert(ctx, tx, "usage_daily", dailyCols, 6, len(daily), func(args []any, i int) []any {
+	err = r.insert(ctx, tx, pace, "usage_daily", dailyCols, 6, len(daily), func(args []any, i int) []any {
 		k := daily[i]
 		c := p.daily[k]
 		return append(args, k.app, days.of(k.day), k.iface, c.Calls, c.Allowed, c.Denied)
@@ -248,7 +266,7 @@ func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset) (map[st
 	r.mu.Lock() // readers range over p.users
 	users := p.sortedUsers()
 	r.mu.Unlock()
-	err = r.insert(ctx, tx, "usage_user_daily", userCols, 7, len(users), func(args []any, i int) []any {
+	err = r.insert(ctx, tx, pace, "usage_user_daily", userCols, 7, len(users), func(args []any, i int) []any {
 		u := &users[i]
 		return append(args, u.app, u.user, days.of(u.day), u.iface, u.Calls, u.Allowed, u.Denied)
 	})
@@ -282,9 +300,10 @@ func sortedKeys[K comparable](m map[K]*Counts, cmpf func(a, b K) int) []K {
 	return ks
 }
 
-// insert writes n rows in statements of at most RowsPerStatement rows; the
-// full-size statement is prepared once per transaction.
-func (r *Recorder) insert(ctx context.Context, tx *sql.Tx, table, cols string, ncols, n int, row func(args []any, i int) []any) error {
+// insert writes n rows in statements of at most RowsPerStatement rows,
+// resting after each as pace says; the full-size statement is prepared once
+// per transaction.
+func (r *Recorder) insert(ctx context.Context, tx *sql.Tx, pace *pacer, table, cols string, ncols, n int, row func(args []any, i int) []any) error {
 	if n == 0 {
 		return nil
 	}
@@ -317,6 +336,7 @@ func (r *Recorder) insert(ctx context.Context, tx *sql.Tx, table, cols string, n
 		if err != nil {
 			return fmt.Errorf("%s: %w", table, err)
 		}
+		pace.rest(ctx)
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ import (
 
 const (
 	pfaddChunk    = 1000 // users per PFADD
-	pipelineChunk = 2000 // commands per pipeline round trip
+	pipelineChunk = 500  // commands per pipeline round trip (and pacing step)
 )
 
 // userAdd is a user to add to the distinct-user HyperLogLogs of its app and
@@ -40,12 +40,15 @@ func groupOf(appHash uint64, day Day, iface string) uint64 {
 func compareUserAdds(a, b userAdd) int { return cmp.Compare(a.group, b.group) }
 
 // pfaddPending sends the queued distinct users (sorted by swapLive) to
-// their HyperLogLogs, in pipelines of whole runs of one app-day. PFADD is idempotent,
-// so a pipeline that failed half-way is simply sent again; the app-days sent
-// before it leave the queue.
-func (r *Recorder) pfaddPending(ctx context.Context) error {
+// their HyperLogLogs, in pipelines of whole runs of one app-day, resting
+// after each as pace says. PFADD is idempotent, so a pipeline that failed
+// half-way is simply sent again; the app-days sent before it leave the
+// queue.
+func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 	q := r.hllQueue
+	now := r.clk.Now()
 	args := make([]any, 0, pfaddChunk)
+	var expiring []hllKey // keys whose TTL this pipeline sets
 	pfadd := func(pipe redis.Pipeliner, k hllKey, adds []userAdd) int {
 		rk := k.redisKey(r.opt.KeyPrefix)
 		cmds := 0
@@ -62,14 +65,22 @@ func (r *Recorder) pfaddPending(ctx context.Context) error {
 			pipe.PFAdd(ctx, rk, args...)
 			cmds++
 		}
-		pipe.Expire(ctx, rk, r.opt.HLLTTL)
-		r.touched[k] = struct{}{}
-		return cmds + 1
+		set, seen := r.touched[k]
+		if !seen {
+			r.touched[k] = time.Time{}
+		}
+		if now.Sub(set) >= r.expireEvery() {
+			pipe.Expire(ctx, rk, r.opt.HLLTTL)
+			expiring = append(expiring, k)
+			cmds++
+		}
+		return cmds
 	}
 	sent := 0
 	for sent < len(q) {
 		pipe := r.rdb.Pipeline()
 		cmds, hi := 0, sent
+		expiring = expiring[:0]
 		for hi < len(q) && cmds < pipelineChunk {
 			end := runEnd(q, hi, func(a, b *userAdd) bool { return a.group>>24 == b.group>>24 && a.app == b.app && a.day == b.day })
 			// The app-day's users, repeats included (PFADD takes them).
@@ -85,11 +96,23 @@ func (r *Recorder) pfaddPending(ctx context.Context) error {
 			r.dropQueued(sent)
 			return err
 		}
+		for _, k := range expiring {
+			r.touched[k] = now
+		}
 		sent = hi
+		pace.rest(ctx)
 	}
 	r.dropQueued(sent)
 	return nil
 }
+
+// expireEvery is how often a HyperLogLog's TTL is set again while it is
+// being added to. Once per key would do while Redis keeps its data; again
+// every hour (or quarter of the TTL) bounds how long a key that Redis lost
+// and PFADD re-created lives without one. Every flush would send as many
+// EXPIREs as PFADDs (with uniform keys, nearly one of each per interface
+// a flush).
+func (r *Recorder) expireEvery() time.Duration { return min(time.Hour, r.opt.HLLTTL/4) }
 
 // runEnd is the end of the run of q's elements from i that same says are
 // alike.

@@ -40,6 +40,11 @@ type Options struct {
 	Clock     clock.Clock           // default clock.Real{}
 	// FlushEvery is the period of Run's flushes (default 15 s).
 	FlushEvery time.Duration
+	// FlushDuty is the share of wall time Run's flushes work, resting in
+	// between, until half of FlushEvery has passed (default
+	// DefaultFlushDuty; 1: flat out). It keeps a flush from taking the
+	// cores that the check path shares with Redis and MySQL.
+	FlushDuty float64
 	// MaxPendingRows bounds the rows held in memory while MySQL cannot be
 	// written (default 2,000,000); calls past it are dropped and counted.
 	MaxPendingRows int
@@ -114,8 +119,8 @@ type Recorder struct {
 	mu          sync.RWMutex
 	flushing    sync.Mutex
 	shards      []*dbShard
-	hllQueue    []userAdd // distinct-user adds not yet sent to Redis
-	touched     map[hllKey]struct{}
+	hllQueue    []userAdd            // distinct-user adds not yet sent to Redis
+	touched     map[hllKey]time.Time // keys added to since persisted: when their TTL was set (zero: not yet)
 	lastPersist time.Time
 	lastDropLog time.Time
 
@@ -150,6 +155,9 @@ func New(o Options) (*Recorder, error) {
 	if o.FlushEvery <= 0 {
 		o.FlushEvery = 15 * time.Second
 	}
+	if o.FlushDuty <= 0 {
+		o.FlushDuty = DefaultFlushDuty
+	}
 	if o.MaxPendingRows <= 0 {
 		o.MaxPendingRows = 2_000_000
 	}
@@ -179,7 +187,7 @@ func New(o Options) (*Recorder, error) {
 		live:    make([]liveShard, n),
 		mask:    uint64(n - 1),
 		maxPer:  max(1, o.MaxPendingRows/n),
-		touched: map[hllKey]struct{}{},
+		touched: map[hllKey]time.Time{},
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -240,7 +248,8 @@ func (r *Recorder) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		fctx, cancel := context.WithTimeout(ctx, max(r.opt.FlushEvery, 30*time.Second))
-		if err := r.Flush(fctx); err != nil {
+		pace := newPacer(r.opt.FlushDuty, time.Now().Add(r.opt.FlushEvery/2))
+		if err := r.flush(fctx, false, pace); err != nil {
 			r.log.Warn("analytics flush failed; rows kept for the next flush", "err", err)
 		}
 		cancel()
@@ -258,11 +267,11 @@ func (r *Recorder) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return r.flush(ctx, true)
+	return r.flush(ctx, true, nil)
 }
 
-// Flush writes every pending aggregate now.
-func (r *Recorder) Flush(ctx context.Context) error { return r.flush(ctx, false) }
+// Flush writes every pending aggregate now, flat out (Run paces its own).
+func (r *Recorder) Flush(ctx context.Context) error { return r.flush(ctx, false, nil) }
 
 func floorDiv(a, b int64) int64 {
 	q := a / b

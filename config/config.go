@@ -47,6 +47,7 @@ type Settings struct {
 	AnalyticsFlush            time.Duration // QUOTA_ANALYTICS_FLUSH: period of the MySQL flush (15s)
 	AnalyticsBufferMax        int           // QUOTA_ANALYTICS_BUFFER_MAX: rows held while MySQL is unreachable
 	AnalyticsRowsPerStatement int           // QUOTA_ANALYTICS_ROWS_PER_STATEMENT: rows of one multi-row upsert
+	AnalyticsFlushDuty        float64       // QUOTA_ANALYTICS_FLUSH_DUTY: share of wall time a flush works, resting in between (0.25; 1 = flat out)
 	RollupSchedule            string        // QUOTA_ROLLUP_SCHEDULE: cron spec of the curve rollup job (UTC)
 
 	// Storage tiers and migration (package migrate).
@@ -85,6 +86,7 @@ func Defaults() Settings {
 		Analytics:                 true,
 		AnalyticsFlush:            15 * time.Second,
 		AnalyticsBufferMax:        2_000_000,
+		AnalyticsFlushDuty:        0.25, // analytics.DefaultFlushDuty
 		AnalyticsRowsPerStatement: 500,
 		RollupSchedule:            "*/10 * * * *",
 
@@ -131,6 +133,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.duration("QUOTA_ANALYTICS_FLUSH", &s.AnalyticsFlush)
 	r.integer("QUOTA_ANALYTICS_BUFFER_MAX", &s.AnalyticsBufferMax)
 	r.integer("QUOTA_ANALYTICS_ROWS_PER_STATEMENT", &s.AnalyticsRowsPerStatement)
+	r.float("QUOTA_ANALYTICS_FLUSH_DUTY", &s.AnalyticsFlushDuty)
 	r.str("QUOTA_ROLLUP_SCHEDULE", &s.RollupSchedule)
 	r.onOff("QUOTA_TIERING", &s.Tiering)
 	r.str("QUOTA_MIGRATE_SCHEDULE", &s.MigrateSchedule)
@@ -194,6 +197,9 @@ func (s Settings) Validate() error {
 	}
 	if s.AnalyticsRowsPerStatement < 1 || s.AnalyticsRowsPerStatement > 5000 {
 		return fmt.Errorf("QUOTA_ANALYTICS_ROWS_PER_STATEMENT %d: want between 1 and 5000", s.AnalyticsRowsPerStatement)
+	}
+	if !(s.AnalyticsFlushDuty >= 0.01 && s.AnalyticsFlushDuty <= 1) {
+		return fmt.Errorf("QUOTA_ANALYTICS_FLUSH_DUTY %g: want between 0.01 and 1", s.AnalyticsFlushDuty)
 	}
 	if _, err := cron.ParseStandard(s.RollupSchedule); err != nil {
 		return fmt.Errorf("QUOTA_ROLLUP_SCHEDULE %q: not a cron spec (e.g. \"*/10 * * * *\" or \"@every 10m\"): %v", s.RollupSchedule, err)

@@ -249,6 +249,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 		FlushEvery:       s.AnalyticsFlush,
 		MaxPendingRows:   s.AnalyticsBufferMax,
 		RowsPerStatement: s.AnalyticsRowsPerStatement,
+		FlushDuty:        s.AnalyticsFlushDuty,
 		Registerer:       reg,
 		Log:              log,
 	})

@@ -1,0 +1,78 @@
+package analytics
+
+import (
+	"context"
+	"time"
+)
+
+// DefaultFlushDuty is the share of wall time a periodic flush works while it
+// is within its budget (Options.FlushDuty).
+const DefaultFlushDuty = 0.25
+
+// pacer spreads a periodic flush's work over time. Where the check path
+// shares its cores with Redis and MySQL (a small deployment, and every
+// benchmark of this project), a flush run flat out takes them for a second
+// or more — the fold of the live maps, tens of thousands of PFADDs, upserts
+// of as many rows — and the checks arriving meanwhile wait: p99 went from
+// 3–5 ms to 20–35 ms in the seconds after each flush at 4,630 checks/s
+// (BENCHMARKS.md, Analytics). Paced, the flusher rests after each step
+// (1/duty − 1) times as long as the step took, so it works at most duty of
+// the time, until the budget (a deadline, half the flush interval) is spent;
+// from then on it runs flat out, so a slow flush never runs into the next.
+//
+// It measures real time, not the Recorder's clock: it shares real cores.
+// A nil *pacer never rests (explicit Flush and Close).
+type pacer struct {
+	duty     float64
+	deadline time.Time
+	last     time.Time // end of the previous rest: the current step's start
+	now      func() time.Time
+	sleep    func(ctx context.Context, d time.Duration)
+}
+
+// newPacer paces until deadline at duty (0 < duty < 1); otherwise it returns
+// nil, which never rests.
+func newPacer(duty float64, deadline time.Time) *pacer {
+	if duty <= 0 || duty >= 1 {
+		return nil
+	}
+	return &pacer{duty: duty, deadline: deadline, last: time.Now(), now: time.Now, sleep: sleepCtx}
+}
+
+// share is a pacer for one of n flushers working at once (the shards'
+// writers), each at 1/n of p's duty so that together they keep to it.
+func (p *pacer) share(n int) *pacer {
+	if p == nil {
+		return nil
+	}
+	q := *p
+	q.duty = p.duty / float64(max(n, 1))
+	q.last = q.now()
+	return &q
+}
+
+// rest ends a step: it sleeps in proportion to the step's length, never past
+// the deadline, and returns early when ctx is done.
+func (p *pacer) rest(ctx context.Context) {
+	if p == nil {
+		return
+	}
+	now := p.now()
+	if left := p.deadline.Sub(now); left > 0 {
+		d := time.Duration(float64(now.Sub(p.last)) * (1/p.duty - 1))
+		p.sleep(ctx, min(d, left))
+	}
+	p.last = p.now()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

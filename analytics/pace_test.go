@@ -1,0 +1,58 @@
+package analytics
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+)
+
+// fakePacer paces on a fake time line: sleeping moves it on.
+func fakePacer(duty float64, budget time.Duration) (*pacer, *time.Time, *[]time.Duration) {
+	now := time.Unix(0, 0)
+	var slept []time.Duration
+	p := &pacer{duty: duty, deadline: now.Add(budget), last: now,
+		now:   func() time.Time { return now },
+		sleep: func(_ context.Context, d time.Duration) { slept = append(slept, d); now = now.Add(d) },
+	}
+	return p, &now, &slept
+}
+
+func TestPacer_RestsInProportionToEachStepUntilTheDeadline(t *testing.T) {
+	t.Parallel()
+	p, now, slept := fakePacer(0.25, 10*time.Second)
+	step := func(d time.Duration) {
+		*now = now.Add(d)
+		p.rest(context.Background())
+	}
+	step(time.Second)     // works a quarter of the time: rests 3 s (at 4 s)
+	step(2 * time.Second) // 6 s of rest would pass the deadline: 4 s (at 10 s)
+	step(time.Second)     // past the deadline: flat out
+	step(time.Second)
+	if want := []time.Duration{3 * time.Second, 4 * time.Second}; !slices.Equal(*slept, want) {
+		t.Errorf("rests %v, want %v", *slept, want)
+	}
+}
+
+func TestPacer_SharedByTwoWritersEachWorksHalfTheDuty(t *testing.T) {
+	t.Parallel()
+	p, now, slept := fakePacer(0.25, time.Minute)
+	q := p.share(2)
+	*now = now.Add(100 * time.Millisecond)
+	q.rest(context.Background())
+	if want := []time.Duration{700 * time.Millisecond}; !slices.Equal(*slept, want) {
+		t.Errorf("rests %v, want %v (duty 0.125)", *slept, want)
+	}
+}
+
+func TestPacer_FlatOutWhenNotPaced(t *testing.T) {
+	t.Parallel()
+	if p := newPacer(1, time.Now().Add(time.Hour)); p != nil {
+		t.Errorf("duty 1 made a pacer %+v", p)
+	}
+	var p *pacer
+	p.rest(context.Background()) // nil: returns at once
+	if p.share(4) != nil {
+		t.Error("a nil pacer's share paces")
+	}
+}
