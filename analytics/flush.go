@@ -228,10 +228,9 @@ const (
 
 func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, pace *pacer) (map[string]int, error) {
 	written := map[string]int{}
-	// Rows go in an order every writer shares (primary-key order here, and
-	// rowset.sortedUsers's for the user rows) so that concurrent writers
-	// (other quotad instances) lock them in the same order and do not
-	// deadlock.
+	// Rows go in primary-key order (here, and compareUserRows for the user
+	// rows): concurrent writers (other quotad instances) lock them in the
+	// same order and do not deadlock, and each B-tree page is visited once.
 	series := sortedKeys(p.series, func(a, b seriesKey) int {
 		if c := strings.Compare(a.app, b.app); c != 0 {
 			return c

@@ -116,37 +116,49 @@ type userKey struct {
 
 // userRow is a per-user figure to add to usage_user_daily.
 type userRow struct {
-	order uint64 // orderOf(userKey): the write order
 	userKey
 	Counts
+	appHead, userHead uint64 // the first 8 bytes of app and user (prefix8): a cheap start to compareUserRows
 }
 
 func newUserRow(k userKey, c Counts) userRow {
-	return userRow{order: orderOf(&k), userKey: k, Counts: c}
+	return userRow{userKey: k, Counts: c, appHead: prefix8(k.app), userHead: prefix8(k.user)}
 }
 
-// orderOf is a hash of the row's key, the same in every quotad: writers
-// upsert user rows in this order, one order they all share, so that two
-// instances' transactions do not lock the same rows in opposite orders and
-// deadlock. (Primary-key order would do too, but sorting a flush's hundreds
-// of thousands of rows by their strings costs several times more.)
-func orderOf(k *userKey) uint64 {
-	return FNV1a64(k.app) ^ FNV1a64(k.user)*31 ^ FNV1a64(k.iface)*961 ^ uint64(k.day)*0x9E3779B97F4A7C15
+// prefix8 is s's first 8 bytes as a big-endian integer (zero-padded): two
+// strings whose prefix8 differ compare as those integers do.
+func prefix8(s string) uint64 {
+	var v uint64
+	for i := 0; i < 8; i++ {
+		v <<= 8
+		if i < len(s) {
+			v |= uint64(s[i])
+		}
+	}
+	return v
 }
 
-// compareUserRows orders rows by orderOf, then (for the rare equal hashes)
-// by key.
+// compareUserRows orders rows as usage_user_daily's primary key (day,
+// app_id, user_id, interface_id; VARBINARY compares bytes as
+// strings.Compare does). Writers upsert in this order: every quotad the
+// same, so that two instances' transactions never lock rows in opposite
+// orders (no deadlock), and a flush's rows reach the B-tree's pages in
+// order, each page once, which is what keeps the upserts cheap once the
+// table outgrows MySQL's buffer pool (RELIABILITY.md, soak).
 func compareUserRows(a, b *userRow) int {
-	if c := cmp.Compare(a.order, b.order); c != 0 {
+	if c := cmp.Compare(a.day, b.day); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.appHead, b.appHead); c != 0 {
 		return c
 	}
 	if c := strings.Compare(a.app, b.app); c != 0 {
 		return c
 	}
-	if c := strings.Compare(a.user, b.user); c != 0 {
+	if c := cmp.Compare(a.userHead, b.userHead); c != 0 {
 		return c
 	}
-	if c := cmp.Compare(a.day, b.day); c != 0 {
+	if c := strings.Compare(a.user, b.user); c != 0 {
 		return c
 	}
 	return strings.Compare(a.iface, b.iface)
@@ -157,7 +169,7 @@ func compareUserRows(a, b *userRow) int {
 // The per-user rows are the many (with uniform traffic nearly one per call)
 // and are only ever appended, summed and written, so they are a list, not a
 // map: a flush appends each live aggregate, and the write sorts the list
-// into its write order (orderOf), which it needs anyway, and sums equal
+// into its write order (compareUserRows), which it needs anyway, and sums equal
 // neighbours (the same user and interface in two minutes of a flush, or a
 // row carried over from a failed flush). len counts such duplicates, so the
 // pending bound errs on the safe side.

@@ -1,0 +1,69 @@
+package analytics
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/quota-platform/quota/internal/testenv"
+)
+
+// orderCases are keys whose order trips a careless prefix comparison: equal
+// 8-byte heads, a prefix of another, a NUL after a prefix, bytes >= 0x80.
+func orderCases() []userKey {
+	var ks []userKey
+	for _, day := range []Day{20415, 20416} {
+		for _, app := range []string{"app-1", "app-10", "app-1\x00", "abcdefgh", "abcdefgh1", "abcdefgg\xff", "\xe4\xbd\xa0"} {
+			for _, user := range []string{"user-1234", "user-123", "user-12345678", "u", "\xff\xfe", "user-1234\x00"} {
+				for _, iface := range []string{"b.get", "a.get", "a.ge"} {
+					ks = append(ks, userKey{app: app, user: user, iface: iface, day: day})
+				}
+			}
+		}
+	}
+	return ks
+}
+
+// The write order of the per-user rows is the table's primary-key order,
+// as MariaDB itself sorts it: writers that share it cannot deadlock, and a
+// flush visits each B-tree page once.
+func TestUserRowsAreWrittenInThePrimaryKeyOrderOfMySQL(t *testing.T) {
+	t.Parallel()
+	db := testenv.MySQLShards(t, 1)[0]
+	ctx := context.Background()
+	keys := orderCases()
+	rows := make([]userRow, len(keys))
+	for i, k := range keys {
+		// Inserted in an order unrelated to the key's.
+		rows[(i*7919)%len(keys)] = newUserRow(k, Counts{Calls: 1})
+	}
+	for _, r := range rows {
+		if _, err := db.ExecContext(ctx, "INSERT INTO usage_user_daily (app_id, user_id, day, interface_id, calls) VALUES (?, ?, ?, ?, 1)",
+			r.app, r.user, r.day.String(), r.iface); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.SortFunc(rows, func(a, b userRow) int { return compareUserRows(&a, &b) })
+	res, err := db.QueryContext(ctx, "SELECT app_id, user_id, day, interface_id FROM usage_user_daily ORDER BY day, app_id, user_id, interface_id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	i := 0
+	for ; res.Next(); i++ {
+		var k userKey
+		var day string
+		if err := res.Scan(&k.app, &k.user, &day, &k.iface); err != nil {
+			t.Fatal(err)
+		}
+		if k.day, err = parseSQLDay(day); err != nil {
+			t.Fatal(err)
+		}
+		if i < len(rows) && rows[i].userKey != k {
+			t.Fatalf("row %d: MySQL's order has %+q, the write order %+q", i, []string{k.app, k.user, k.day.String(), k.iface}, []string{rows[i].app, rows[i].user, rows[i].day.String(), rows[i].iface})
+		}
+	}
+	if err := res.Err(); err != nil || i != len(rows) {
+		t.Fatalf("read %d rows of %d (%v)", i, len(rows), err)
+	}
+}
