@@ -13,7 +13,9 @@
 #
 # Knobs (environment):
 #   AB_VARIANTS  variants separated by ';', each a space-separated list of
-#                VAR=value for quotad (default "QUOTA_ANALYTICS=off;QUOTA_ANALYTICS=on")
+#                VAR=value for quotad (default "QUOTA_ANALYTICS=off;QUOTA_ANALYTICS=on");
+#                BIN=path in a variant runs that quotad binary instead of
+#                bin/quotad (old against new: build the old one elsewhere)
 #   AB_RATE      requests per second, open loop (default 0: closed loop, -c 64)
 #   AB_KEYS      quotabench key flags (default make bench's uniform keys)
 #   ROUNDS       rounds (default 3); D: duration of each run (default 20s)
@@ -43,8 +45,11 @@ for r in $(seq 1 "$ROUNDS"); do
 	i=0
 	for v in "${variants[@]}"; do
 		i=$((i + 1)); json="$OUT/round$r-variant$i.json"
-		# shellcheck disable=SC2086 # the variant is a list of VAR=value words
-		env QUOTA_REDIS_DB="$BENCH_QUOTAD_REDIS_DB" QUOTA_LISTEN="$LISTEN" QUOTA_REDIS_KEY_PREFIX="ab$RANDOM:" $v bin/quotad >"$log" 2>&1 &
+		bin=bin/quotad vars=()
+		for w in $v; do
+			if [[ $w == BIN=* ]]; then bin=${w#BIN=}; else vars+=("$w"); fi
+		done
+		env QUOTA_REDIS_DB="$BENCH_QUOTAD_REDIS_DB" QUOTA_LISTEN="$LISTEN" QUOTA_REDIS_KEY_PREFIX="ab$RANDOM:" "${vars[@]}" "$bin" >"$log" 2>&1 &
 		QP=$!
 		until curl -sf "$LISTEN/readyz" >/dev/null; do
 			kill -0 $QP 2>/dev/null || { echo "quotad ($v) exited:" >&2; cat "$log" >&2; exit 1; }
