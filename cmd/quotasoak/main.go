@@ -2,7 +2,7 @@
 // a private redis-server on a spare port, two fresh shard databases on the
 // local MariaDB and quotad, measures the maximum throughput (closed loop,
 // -probe-d at -c connections), then sends an open-loop load at -frac of it
-// for -d, sampling quotad's /metrics every -sample. It passes when, after
+// (or at -rate, to compare two builds at one rate) for -d, sampling quotad's /metrics every -sample. It passes when, after
 // -warmup, RSS grew by less than -max-rss-growth, the goroutine count stayed
 // within -max-goroutine-change, and no request got a 5xx or a transport
 // error; it prints a summary and writes <out>/soak.json, soak.txt and
@@ -41,7 +41,7 @@ type options struct {
 	quotad, redisServer, out, mysqlBase string
 	duration, warmup, probe, sample     time.Duration
 	conns, openConns                    int
-	frac, maxRSSGrowth, maxGoroutines   float64
+	frac, rate, maxRSSGrowth, maxGoroutines float64
 	dist                                string
 	zipfS                               float64
 	identities                          uint64
@@ -73,6 +73,7 @@ func run() int {
 	flag.IntVar(&o.conns, "c", 64, "connections of the closed-loop run")
 	flag.IntVar(&o.openConns, "open-c", 256, "workers (connections) of the open loop: enough that a slow answer does not hold back the sends due after it")
 	flag.Float64Var(&o.frac, "frac", 0.7, "soak rate as a fraction of the measured maximum")
+	flag.Float64Var(&o.rate, "rate", envFloat("SOAK_RATE"), "soak rate in req/s instead of -frac of the maximum, e.g. to compare two builds at one rate (env SOAK_RATE)")
 	flag.StringVar(&o.dist, "dist", envOr("SOAK_DIST", loadgen.DistUniform), "key distribution of both runs: uniform or zipf (env SOAK_DIST)")
 	flag.Float64Var(&o.zipfS, "zipf-s", 1.1, "zipf exponent")
 	flag.Uint64Var(&o.identities, "identities", 0, "draw (app, user, interface) from this many identities (0: each dimension independently), as quotabench -identities")
@@ -251,8 +252,11 @@ func soak(ctx context.Context, o options) (*Report, error) {
 
 	// 2. The soak, open loop, with /metrics sampled alongside.
 	rep.TargetRate = math.Round(peak.RPS * o.frac)
+	if o.rate > 0 {
+		rep.TargetRate = o.rate
+	}
 	cfg.Rate, cfg.Duration, cfg.Seed, cfg.Connections = rep.TargetRate, o.duration, 2, o.openConns
-	logln("soak: open loop at %.0f req/s (%.0f%% of max) for %s, /metrics every %s", cfg.Rate, 100*o.frac, o.duration, o.sample)
+	logln("soak: open loop at %.0f req/s (%.0f%% of max) for %s, /metrics every %s", cfg.Rate, 100*cfg.Rate/peak.RPS, o.duration, o.sample)
 	start := time.Now()
 	samplerDone := make(chan struct{})
 	go func() {
@@ -679,4 +683,19 @@ func round(x float64, d int) float64 {
 
 func logln(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "quotasoak: "+format+"\n", args...)
+}
+
+// envFloat is the number in environment variable k (0 when unset); a value
+// that is not a non-negative number stops the program (exit status 2).
+func envFloat(k string) float64 {
+	v := os.Getenv(k)
+	if v == "" {
+		return 0
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f >= 0) || math.IsInf(f, 0) {
+		fmt.Fprintf(os.Stderr, "quotasoak: %s %q: want a rate in req/s, e.g. 10000\n", k, v)
+		os.Exit(2)
+	}
+	return f
 }
