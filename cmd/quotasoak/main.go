@@ -38,13 +38,13 @@ import (
 )
 
 type options struct {
-	quotad, redisServer, out, mysqlBase string
-	duration, warmup, probe, sample     time.Duration
-	conns, openConns                    int
+	quotad, redisServer, out, mysqlBase     string
+	duration, warmup, probe, sample         time.Duration
+	conns, openConns                        int
 	frac, rate, maxRSSGrowth, maxGoroutines float64
-	dist                                string
-	zipfS                               float64
-	identities                          uint64
+	dist                                    string
+	zipfS                                   float64
+	identities                              uint64
 }
 
 func main() {
