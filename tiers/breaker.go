@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -23,8 +24,8 @@ var ErrColdUnavailable = errors.New("cold shard unavailable")
 
 // Breaker wraps a Store so that when its backend is down checks fail at
 // once instead of each waiting out a timeout: after Failures consecutive
-// unavailability errors it opens for Cooldown, then lets one probe through
-// at a time until one succeeds. It never affects decisions, only how fast an
+// unavailability errors — or at once on one that is a timeout — it opens
+// for Cooldown, then lets one probe through at a time until one succeeds. It never affects decisions, only how fast an
 // unreachable store is reported.
 type Breaker struct {
 	Store
@@ -146,9 +147,22 @@ func (b *Breaker) record(err error, probe bool) {
 		return
 	}
 	b.streak++
-	if b.streak >= b.failures || probe {
+	if b.streak >= b.failures || probe || timedOut(err) {
 		b.openUntil = b.clock.Now().Add(b.cooldown)
 	}
+}
+
+// timedOut reports an unavailability error that is the backend's timeout: it
+// took a whole QUOTA_REDIS_TIMEOUT and did not answer, a hang rather than a
+// refusal. The breaker opens on the first: a coalesced batch is one
+// failure however many checks it holds, and a worker that had to wait for
+// two more such failures sent the whole queue into the hang again, so
+// checks waited two or three timeouts instead of one (RELIABILITY.md). A
+// caller's own deadline (context.DeadlineExceeded, also a net.Error
+// timeout) says nothing about the backend and does not count.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout() && !errors.Is(err, context.DeadlineExceeded)
 }
 
 // Open reports whether the circuit is refusing calls now.

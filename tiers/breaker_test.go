@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,4 +85,41 @@ type errStore struct{}
 func (errStore) Tier() tiers.Tier { return tiers.Hot }
 func (errStore) Check(context.Context, time.Time, []*tiers.Op) error {
 	return errors.New("ERR script error")
+}
+
+// timeoutStore fails as a hung Redis does: after a timeout of its own.
+type timeoutStore struct{ err error }
+
+func (timeoutStore) Tier() tiers.Tier { return tiers.Hot }
+func (s timeoutStore) Check(context.Context, time.Time, []*tiers.Op) error {
+	return fmt.Errorf("%w: %w", tiers.ErrUnavailable, s.err)
+}
+
+// One backend timeout opens the circuit at once (a hang costs the checks
+// queued behind it one timeout, not three); a caller's own deadline does
+// not count as one.
+func TestBreaker_OpensOnTheFirstBackendTimeout(t *testing.T) {
+	t.Parallel()
+	ioTimeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	for _, tc := range []struct {
+		name string
+		err  error
+		open bool
+	}{
+		{"read timeout", ioTimeout, true},
+		{"caller's deadline", context.DeadlineExceeded, false},
+		{"refused", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+			b := tiers.NewBreaker(timeoutStore{tc.err}, clk, 3, 100*time.Millisecond)
+			if err := b.Check(context.Background(), clk.Now(), nil); !errors.Is(err, tiers.ErrUnavailable) {
+				t.Fatalf("check: %v", err)
+			}
+			if b.Open() != tc.open {
+				t.Errorf("open after one %s: %v, want %v", tc.name, b.Open(), tc.open)
+			}
+		})
+	}
 }
