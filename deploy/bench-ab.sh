@@ -9,7 +9,10 @@
 # (p99 ms @ second, from quotabench's timeline: a flush shows there), and the CPU ticks (1/100 s) used during it: quotad's as
 # microseconds per check (ticks*10000/requests, a measure that other load on
 # a shared machine disturbs far less than req/s), and redis-server's and
-# mariadbd's as ticks (whole servers, other users included).
+# mariadbd's as ticks (whole servers, other users included); then, "to
+# exit", quotad's CPU seconds over its whole life and the servers' ticks
+# until it exited, which include work left when the load stopped (a paced
+# analytics flush, the final flush on SIGTERM).
 #
 # Knobs (environment):
 #   AB_VARIANTS  variants separated by ';', each a space-separated list of
@@ -49,21 +52,28 @@ for r in $(seq 1 "$ROUNDS"); do
 		for w in $v; do
 			if [[ $w == BIN=* ]]; then bin=${w#BIN=}; else vars+=("$w"); fi
 		done
-		env QUOTA_REDIS_DB="$BENCH_QUOTAD_REDIS_DB" QUOTA_LISTEN="$LISTEN" QUOTA_REDIS_KEY_PREFIX="ab$RANDOM:" "${vars[@]}" "$bin" >"$log" 2>&1 &
-		QP=$!
+		/usr/bin/time -f '%U %S' -o "$log.time" env QUOTA_REDIS_DB="$BENCH_QUOTAD_REDIS_DB" QUOTA_LISTEN="$LISTEN" \
+			QUOTA_REDIS_KEY_PREFIX="ab$RANDOM:" "${vars[@]}" "$bin" >"$log" 2>&1 &
+		TP=$!
 		until curl -sf "$LISTEN/readyz" >/dev/null; do
-			kill -0 $QP 2>/dev/null || { echo "quotad ($v) exited:" >&2; cat "$log" >&2; exit 1; }
+			kill -0 $TP 2>/dev/null || { echo "quotad ($v) exited:" >&2; cat "$log" >&2; exit 1; }
 			sleep 0.2
 		done
-		q0=$(cpu $QP); r0=$(cpu "$RP"); m0=$(cpu "$MP"); l0=$(cut -d' ' -f1 /proc/loadavg)
+		QP=$(pgrep -P $TP -x "$(basename "$bin")")
+		q0=$(cpu "$QP"); r0=$(cpu "$RP"); m0=$(cpu "$MP"); l0=$(cut -d' ' -f1 /proc/loadavg)
 		# shellcheck disable=SC2086 # KEYS is a list of flags
 		out=$(bin/quotabench -url "http://$LISTEN" "${load[@]}" -d "$D" $KEYS -progress=false -json "$json" 2>&1)
-		q1=$(cpu $QP); r1=$(cpu "$RP"); m1=$(cpu "$MP")
-		kill -TERM $QP; wait $QP 2>/dev/null
+		q1=$(cpu "$QP"); r1=$(cpu "$RP"); m1=$(cpu "$MP")
+		kill -TERM "$QP"; wait "$TP" 2>/dev/null
+		# quotad's whole life, its final flush included, and the servers'
+		# ticks until it exited: a flush still running when the load stopped
+		# (a paced one) is counted here, not in the per-check figure.
+		r2=$(cpu "$RP"); m2=$(cpu "$MP")
+		qlife=$(awk '{printf "%.2f", $1 + $2}' "$log.time")
 		n=$(echo "$out" | awk '$1 == "requests" {print $2; exit}')
 		echo "$out" | grep -E "^\s+(requests|latency|late)" | tr -s ' ' | tr '\n' ' '
 		worst=$(jq -r '[.timeline[]?] | sort_by(-.p99_ms) | .[:3] | map("\(.p99_ms)@\(.second)s") | join(" ")' "$json" 2>/dev/null)
-		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) mysql_ticks=$((m1 - m0))"
+		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) mysql_ticks=$((m1 - m0)) | to exit: quotad_cpu_s=$qlife redis_ticks=$((r2 - r0)) mysql_ticks=$((m2 - m0))"
 	done
 done
-rm -f "$log"
+rm -f "$log" "$log.time"
