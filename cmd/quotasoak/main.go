@@ -2,8 +2,9 @@
 // a private redis-server on a spare port, two fresh shard databases on the
 // local MariaDB and quotad, measures the maximum throughput (closed loop,
 // -probe-d at -c connections), then sends an open-loop load at -frac of it
-// (or at -rate, to compare two builds at one rate) for -d, sampling quotad's /metrics every -sample. It passes when, after
-// -warmup, RSS grew by less than -max-rss-growth, the goroutine count stayed
+// (or at -rate, to compare two builds at one rate) for -d, sampling
+// quotad's /metrics every -sample. It passes when, after -warmup, RSS grew
+// by less than -max-rss-growth, the goroutine count stayed
 // within -max-goroutine-change, and no request got a 5xx or a transport
 // error; it prints a summary and writes <out>/soak.json, soak.txt and
 // soak-quotad.log. Exit status 0 pass, 1 fail, 2 bad usage or set-up.
