@@ -2,9 +2,14 @@ package analytics_test
 
 import (
 	"context"
+	"database/sql"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/analytics"
 	"github.com/quota-platform/quota/clock"
@@ -57,4 +62,68 @@ func names(prefix string, n int) []string {
 		out[i] = prefix + strconv.Itoa(i)
 	}
 	return out
+}
+
+// BenchmarkPendingRowHeap is what a call costs in memory while MySQL cannot
+// be written, which sizes QUOTA_ANALYTICS_BUFFER_MAX: b.N uniform calls
+// (every one a new per-user row, as in make bench) recorded and folded into
+// pending rows by flushes that fail (MySQL and Redis both unreachable), then
+// the live heap after a GC, against before, over the pending rows reported.
+// Run it with a large -benchtime, e.g. 200000x: the figures are heap-B/row
+// (all pending rows: per-user, series and daily) and heap-B/call.
+func BenchmarkPendingRowHeap(b *testing.B) {
+	db, err := sql.Open("mysql", "quota:quota@tcp(127.0.0.1:1)/none?timeout=50ms")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 50 * time.Millisecond, MaxRetries: -1, DialerRetries: 1})
+	defer rdb.Close()
+	reg := prometheus.NewRegistry()
+	rec, err := analytics.New(analytics.Options{DBs: []*sql.DB{db}, Redis: rdb, Clock: clock.NewFake(t0), Registerer: reg,
+		MaxPendingRows: 10_000_000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	apps, users, ifaces := names("app-", 1000), names("user-", 100_000), names("iface.", 50)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	b.ResetTimer()
+	var x uint64 = 88172645463325252
+	for i := range b.N {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		rec.Record(apps[x%1000], ifaces[(x>>10)%50], users[(x>>20)%100_000], true)
+		if (i+1)%50_000 == 0 {
+			_ = rec.Flush(context.Background()) // fails: the rows stay pending
+		}
+	}
+	_ = rec.Flush(context.Background())
+	b.StopTimer()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	rows := gauge(b, reg, "quota_analytics_pending_rows")
+	if rows == 0 {
+		b.Fatal("no pending rows: did the flush reach a database?")
+	}
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/rows, "heap-B/row")
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(b.N), "heap-B/call")
+	b.ReportMetric(rows, "rows")
+	runtime.KeepAlive(rec)
+}
+
+func gauge(b *testing.B, reg *prometheus.Registry, name string) float64 {
+	mfs, err := reg.Gather()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	b.Fatalf("no gauge %s", name)
+	return 0
 }
