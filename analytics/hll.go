@@ -109,9 +109,9 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 // expireEvery is how often a HyperLogLog's TTL is set again while it is
 // being added to. Once per key would do while Redis keeps its data; again
 // every hour (or quarter of the TTL) bounds how long a key that Redis lost
-// and PFADD re-created lives without one. Every flush would send as many
-// EXPIREs as PFADDs (with uniform keys, nearly one of each per interface
-// a flush).
+// and PFADD re-created lives without one. An EXPIRE with every flush
+// doubled the commands: with uniform keys nearly every interface's key
+// gets one PFADD a flush.
 func (r *Recorder) expireEvery() time.Duration { return min(time.Hour, r.opt.HLLTTL/4) }
 
 // runEnd is the end of the run of q's elements from i that same says are

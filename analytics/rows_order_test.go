@@ -43,7 +43,10 @@ func TestUserRowsAreWrittenInThePrimaryKeyOrderOfMySQL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	slices.SortFunc(rows, func(a, b userRow) int { return compareUserRows(&a, &b) })
+	// The order the flush writes them in (rowset.sortedUsers).
+	rs := newRowset()
+	rs.users = slices.Clone(rows)
+	rows = rs.sortedUsers()
 	res, err := db.QueryContext(ctx, "SELECT app_id, user_id, day, interface_id FROM usage_user_daily ORDER BY day, app_id, user_id, interface_id")
 	if err != nil {
 		t.Fatal(err)

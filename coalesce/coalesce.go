@@ -190,7 +190,7 @@ func (c *Coalescer) work() {
 		for _, p := range r.batch {
 			r.reqs = append(r.reqs, p.req)
 		}
-		if c.handOff > 0 && cap(c.background) > 0 {
+		if c.handsOff() {
 			go r.exec()
 		} else {
 			r.exec() // no hand-off: no goroutine either
@@ -199,10 +199,14 @@ func (c *Coalescer) work() {
 	}
 }
 
+// handsOff reports whether a worker may leave a slow batch to finish on
+// its own (then every batch runs in a goroutine of its own).
+func (c *Coalescer) handsOff() bool { return c.handOff > 0 && cap(c.background) > 0 }
+
 // await waits for r, or hands it off after handOff when a background slot
 // is free (then it returns at once).
 func (c *Coalescer) await(r *run, timer *time.Timer) {
-	if c.handOff > 0 && cap(c.background) > 0 {
+	if c.handsOff() {
 		timer.Reset(c.handOff)
 		select {
 		case <-r.done:

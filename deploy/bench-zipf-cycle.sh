@@ -135,24 +135,8 @@ REDIS_PID=""
 BENCH_PID=""
 DBS_CREATED=""
 
-# stop_pid PID NAME SECONDS: SIGTERM, wait up to SECONDS, then SIGKILL.
-stop_pid() {
-	local pid=$1 name=$2 secs=$3 i
-	kill -0 "$pid" 2>/dev/null || {
-		wait "$pid" 2>/dev/null || true
-		return 0
-	}
-	kill -TERM "$pid" 2>/dev/null || true
-	for ((i = 0; i < secs * 10; i++)); do
-		kill -0 "$pid" 2>/dev/null || break
-		sleep 0.1
-	done
-	if kill -0 "$pid" 2>/dev/null; then
-		echo "bench-zipf-cycle: $name (pid $pid) did not stop within ${secs}s of SIGTERM; killing it" >&2
-		kill -KILL "$pid" 2>/dev/null || true
-	fi
-	wait "$pid" 2>/dev/null || true
-}
+# shellcheck source=deploy/stop-pid.sh
+source "$(dirname "$0")/stop-pid.sh"
 
 cleanup() {
 	local rc=$?

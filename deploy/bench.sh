@@ -86,21 +86,12 @@ port_in_use() {
 
 # shellcheck source=deploy/bench-redis-db.sh
 source "$(dirname "$0")/bench-redis-db.sh"
+# shellcheck source=deploy/stop-pid.sh
+source "$(dirname "$0")/stop-pid.sh"
 QUOTAD_PID=""
 stop_quotad() {
 	[[ -n $QUOTAD_PID ]] || return 0
-	if kill -0 "$QUOTAD_PID" 2>/dev/null; then
-		kill -TERM "$QUOTAD_PID" 2>/dev/null || true
-		for _ in $(seq 1 100); do
-			kill -0 "$QUOTAD_PID" 2>/dev/null || break
-			sleep 0.1
-		done
-		if kill -0 "$QUOTAD_PID" 2>/dev/null; then
-			echo "bench: quotad did not stop within 10 s of SIGTERM; killing it" >&2
-			kill -KILL "$QUOTAD_PID" 2>/dev/null || true
-		fi
-	fi
-	wait "$QUOTAD_PID" 2>/dev/null || true
+	stop_pid "$QUOTAD_PID" quotad 10
 	QUOTAD_PID=""
 	bench_db_cleanup
 }

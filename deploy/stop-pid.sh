@@ -1,0 +1,21 @@
+# shellcheck shell=bash
+# deploy/stop-pid.sh — sourced by the bench scripts.
+# stop_pid PID NAME SECONDS: SIGTERM, wait up to SECONDS for the process to
+# exit (quotad flushes analytics on SIGTERM), then SIGKILL; reaps it.
+stop_pid() {
+	local pid=$1 name=$2 secs=$3 i
+	kill -0 "$pid" 2>/dev/null || {
+		wait "$pid" 2>/dev/null || true
+		return 0
+	}
+	kill -TERM "$pid" 2>/dev/null || true
+	for ((i = 0; i < secs * 10; i++)); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		echo "$(basename "$0"): $name (pid $pid) did not stop within ${secs}s of SIGTERM; killing it" >&2
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	wait "$pid" 2>/dev/null || true
+}
