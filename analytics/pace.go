@@ -21,22 +21,25 @@ const DefaultFlushDuty = 0.25
 // from then on it runs flat out, so a slow flush never runs into the next.
 //
 // It measures real time, not the Recorder's clock: it shares real cores.
-// A nil *pacer never rests (explicit Flush and Close).
+// A nil *pacer never rests (explicit Flush and Close), nor does one whose
+// hurry channel is closed (Close while a paced flush runs: shutdown must
+// not wait out the rests).
 type pacer struct {
 	duty     float64
 	deadline time.Time
 	last     time.Time // end of the previous rest: the current step's start
+	hurry    <-chan struct{}
 	now      func() time.Time
-	sleep    func(ctx context.Context, d time.Duration)
+	sleep    func(ctx context.Context, hurry <-chan struct{}, d time.Duration)
 }
 
-// newPacer paces until deadline at duty (0 < duty < 1); otherwise it returns
-// nil, which never rests.
-func newPacer(duty float64, deadline time.Time) *pacer {
+// newPacer paces until deadline at duty (0 < duty < 1) or until hurry is
+// closed; otherwise it returns nil, which never rests.
+func newPacer(duty float64, deadline time.Time, hurry <-chan struct{}) *pacer {
 	if duty <= 0 || duty >= 1 {
 		return nil
 	}
-	return &pacer{duty: duty, deadline: deadline, last: time.Now(), now: time.Now, sleep: sleepCtx}
+	return &pacer{duty: duty, deadline: deadline, hurry: hurry, last: time.Now(), now: time.Now, sleep: sleepCtx}
 }
 
 // share is a pacer for one of n flushers working at once (the shards'
@@ -60,12 +63,13 @@ func (p *pacer) rest(ctx context.Context) {
 	now := p.now()
 	if left := p.deadline.Sub(now); left > 0 {
 		d := time.Duration(float64(now.Sub(p.last)) * (1/p.duty - 1))
-		p.sleep(ctx, min(d, left))
+		p.sleep(ctx, p.hurry, min(d, left))
 	}
 	p.last = p.now()
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) {
+// sleepCtx sleeps d, or less if ctx is done or hurry is closed.
+func sleepCtx(ctx context.Context, hurry <-chan struct{}, d time.Duration) {
 	if d <= 0 {
 		return
 	}
@@ -74,5 +78,6 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	select {
 	case <-t.C:
 	case <-ctx.Done():
+	case <-hurry:
 	}
 }

@@ -12,8 +12,11 @@ func fakePacer(duty float64, budget time.Duration) (*pacer, *time.Time, *[]time.
 	now := time.Unix(0, 0)
 	var slept []time.Duration
 	p := &pacer{duty: duty, deadline: now.Add(budget), last: now,
-		now:   func() time.Time { return now },
-		sleep: func(_ context.Context, d time.Duration) { slept = append(slept, d); now = now.Add(d) },
+		now: func() time.Time { return now },
+		sleep: func(_ context.Context, _ <-chan struct{}, d time.Duration) {
+			slept = append(slept, d)
+			now = now.Add(d)
+		},
 	}
 	return p, &now, &slept
 }
@@ -47,12 +50,28 @@ func TestPacer_SharedByTwoWritersEachWorksHalfTheDuty(t *testing.T) {
 
 func TestPacer_FlatOutWhenNotPaced(t *testing.T) {
 	t.Parallel()
-	if p := newPacer(1, time.Now().Add(time.Hour)); p != nil {
+	if p := newPacer(1, time.Now().Add(time.Hour), nil); p != nil {
 		t.Errorf("duty 1 made a pacer %+v", p)
 	}
 	var p *pacer
 	p.rest(context.Background()) // nil: returns at once
 	if p.share(4) != nil {
 		t.Error("a nil pacer's share paces")
+	}
+}
+
+// Close hurries a paced flush: a rest of an hour ends at once.
+func TestPacer_ClosedHurryEndsTheRestAtOnce(t *testing.T) {
+	t.Parallel()
+	hurry := make(chan struct{})
+	p := newPacer(0.01, time.Now().Add(time.Hour), hurry)
+	p.last = time.Now().Add(-time.Minute) // a step of a minute: 99 minutes' rest
+	close(hurry)
+	done := make(chan struct{})
+	go func() { p.rest(context.Background()); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the rest went on after hurry was closed")
 	}
 }

@@ -248,7 +248,7 @@ func (r *Recorder) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		fctx, cancel := context.WithTimeout(ctx, max(r.opt.FlushEvery, 30*time.Second))
-		pace := newPacer(r.opt.FlushDuty, time.Now().Add(r.opt.FlushEvery/2))
+		pace := newPacer(r.opt.FlushDuty, time.Now().Add(r.opt.FlushEvery/2), r.stop)
 		if err := r.flush(fctx, false, pace); err != nil {
 			r.log.Warn("analytics flush failed; rows kept for the next flush", "err", err)
 		}
