@@ -92,7 +92,7 @@ QUOTAD_PID=""
 stop_quotad() {
 	[[ -n $QUOTAD_PID ]] || return 0
 	# quotad flushes analytics on SIGTERM: after 20 s of uniform keys that
-	# took 10.0 s here (21:41), within quotad's own 30 s shutdown budget.
+	# took 10.0 s here (21:41); quotad gives its final flush 30 s.
 	stop_pid "$QUOTAD_PID" quotad 30
 	QUOTAD_PID=""
 	bench_db_cleanup
