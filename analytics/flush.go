@@ -103,12 +103,15 @@ func (r *Recorder) fold(m map[liveKey]int32, counts []Counts, held []int, lost *
 	n := len(r.shards)
 	for k, ci := range m {
 		c := counts[ci]
-		appHash := FNV1a64(k.app)
+		// app and iface are substrings of the id: the pending rows keep
+		// the id's one object alive, not the request's strings.
+		app, iface, user := k.id.split()
+		appHash := FNV1a64(app)
 		si := int(appHash % uint64(n)) // ShardIndex
 		p := r.shards[si].pending
 		day := Day(floorDiv(k.min, 86400))
-		sk := seriesKey{app: k.app, iface: k.iface, t: k.min}
-		dk := dailyKey{app: k.app, iface: k.iface, day: day}
+		sk := seriesKey{app: app, iface: iface, t: k.min}
+		dk := dailyKey{app: app, iface: iface, day: day}
 		// Each pending row is looked up once: these maps hold a flush's
 		// worth of rows and every probe is a cache miss.
 		ps, pd := p.series[sk], p.daily[dk]
@@ -119,7 +122,7 @@ func (r *Recorder) fold(m map[liveKey]int32, counts []Counts, held []int, lost *
 		if pd == nil {
 			grow++
 		}
-		if k.user != "" {
+		if user != "" {
 			grow++ // a user row is appended, never looked up
 		}
 		if grow > 0 && held[si]+grow > r.opt.MaxPendingRows {
@@ -129,16 +132,15 @@ func (r *Recorder) fold(m map[liveKey]int32, counts []Counts, held []int, lost *
 		held[si] += grow
 		addAt(p.series, sk, ps, c)
 		addAt(p.daily, dk, pd, c)
-		if k.user == "" {
+		if user == "" {
 			continue
 		}
-		p.users = append(p.users, newUserRow(userKey{app: k.app, user: k.user, iface: k.iface, day: day}, c))
+		p.users = append(p.users, newUserRow(userKey{id: k.id, day: day}, c))
 		if len(r.hllQueue) >= r.opt.MaxPendingRows {
 			lost.adds++
 			continue
 		}
-		r.hllQueue = append(r.hllQueue, userAdd{group: groupOf(appHash, day, k.iface), app: k.app, iface: k.iface,
-			user: k.user, day: day})
+		r.hllQueue = append(r.hllQueue, userAdd{group: groupOf(appHash, day, iface), id: k.id, day: day})
 	}
 }
 
@@ -267,7 +269,8 @@ func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, pace *p
 	r.mu.Unlock()
 	err = r.insert(ctx, tx, pace, "usage_user_daily", userCols, 7, len(users), func(args []any, i int) []any {
 		u := &users[i]
-		return append(args, u.app, u.user, days.of(u.day), u.iface, u.Calls, u.Allowed, u.Denied)
+		app, iface, user := u.id.split()
+		return append(args, app, user, days.of(u.day), iface, u.Calls, u.Allowed, u.Denied)
 	})
 	if err != nil {
 		return nil, err

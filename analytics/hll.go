@@ -26,9 +26,9 @@ type userAdd struct {
 	// bits, of the interface in the low 24. Sorting by one integer is
 	// several times cheaper than by the strings; a collision only splits a
 	// run into more PFADDs (runs compare the strings).
-	group            uint64
-	app, iface, user string
-	day              Day
+	group uint64
+	id    rowID // app, interface and user
+	day   Day
 }
 
 func groupOf(appHash uint64, day Day, iface string) uint64 {
@@ -54,7 +54,7 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 		cmds := 0
 		args = args[:0]
 		for i := range adds {
-			args = append(args, adds[i].user)
+			args = append(args, adds[i].id.user())
 			if len(args) == pfaddChunk {
 				pipe.PFAdd(ctx, rk, args...) // go-redis copies args
 				cmds++
@@ -82,12 +82,14 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 		cmds, hi := 0, sent
 		expiring = expiring[:0]
 		for hi < len(q) && cmds < pipelineChunk {
-			end := runEnd(q, hi, func(a, b *userAdd) bool { return a.group>>24 == b.group>>24 && a.app == b.app && a.day == b.day })
+			end := runEnd(q, hi, func(a, b *userAdd) bool {
+				return a.group>>24 == b.group>>24 && a.id.app() == b.id.app() && a.day == b.day
+			})
 			// The app-day's users, repeats included (PFADD takes them).
-			cmds += pfadd(pipe, hllKey{app: q[hi].app, scope: scopeApp, day: q[hi].day}, q[hi:end])
+			cmds += pfadd(pipe, hllKey{app: q[hi].id.app(), scope: scopeApp, day: q[hi].day}, q[hi:end])
 			for lo := hi; lo < end; {
-				iend := runEnd(q[:end], lo, func(a, b *userAdd) bool { return a.group == b.group && a.iface == b.iface })
-				cmds += pfadd(pipe, hllKey{app: q[lo].app, iface: q[lo].iface, scope: scopeIface, day: q[lo].day}, q[lo:iend])
+				iend := runEnd(q[:end], lo, func(a, b *userAdd) bool { return a.group == b.group && a.id.iface() == b.id.iface() })
+				cmds += pfadd(pipe, hllKey{app: q[lo].id.app(), iface: q[lo].id.iface(), scope: scopeIface, day: q[lo].day}, q[lo:iend])
 				lo = iend
 			}
 			hi = end

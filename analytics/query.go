@@ -59,7 +59,7 @@ func (r *Recorder) scanLive(app string, f func(k liveKey, c Counts)) {
 		l := &r.live[i]
 		l.mu.Lock()
 		for k, i := range l.m {
-			if k.app == app {
+			if k.id.app() == app {
 				f(k, l.counts[i])
 			}
 		}
@@ -84,12 +84,12 @@ func (r *Recorder) db(app string) *dbShard { return r.shards[ShardIndex(app, len
 func (r *Recorder) pendingUsers(k hllKey, last Day, extra map[hllKey][]string) {
 	for i := range r.hllQueue {
 		a := &r.hllQueue[i]
-		if a.app != k.app || a.day < k.day || a.day > last || (k.scope == scopeIface && a.iface != k.iface) {
+		if a.id.app() != k.app || a.day < k.day || a.day > last || (k.scope == scopeIface && a.id.iface() != k.iface) {
 			continue
 		}
 		dk := k
 		dk.day = a.day
-		extra[dk] = append(extra[dk], a.user)
+		extra[dk] = append(extra[dk], a.id.user())
 	}
 }
 
@@ -131,10 +131,11 @@ func (r *Recorder) AppDay(ctx context.Context, app string, day Day) (AppDayStats
 			if Day(floorDiv(k.min, 86400)) != day {
 				return
 			}
-			addTo(ifaces, k.iface, c)
-			if _, ok := seen[k.user]; !ok && k.user != "" {
-				seen[k.user] = struct{}{}
-				extra[appKey] = append(extra[appKey], k.user)
+			_, iface, user := k.id.split()
+			addTo(ifaces, iface, c)
+			if _, ok := seen[user]; !ok && user != "" {
+				seen[user] = struct{}{}
+				extra[appKey] = append(extra[appKey], user)
 			}
 		})
 		r.pendingUsers(appKey, appKey.day, extra)
@@ -180,10 +181,10 @@ func (r *Recorder) InterfaceDay(ctx context.Context, app, iface string, day Day)
 			}
 		}
 		r.scanLive(app, func(k liveKey, c Counts) {
-			if k.iface == iface && Day(floorDiv(k.min, 86400)) == day {
+			if k.id.iface() == iface && Day(floorDiv(k.min, 86400)) == day {
 				out.Counts.add(c)
-				if k.user != "" {
-					extra[key] = append(extra[key], k.user)
+				if user := k.id.user(); user != "" {
+					extra[key] = append(extra[key], user)
 				}
 			}
 		})
@@ -223,14 +224,16 @@ func (r *Recorder) UserDay(ctx context.Context, app, user string, day Day) (User
 	}
 	for _, rs := range r.rowsets(app) {
 		for i := range rs.users {
-			if u := &rs.users[i]; u.app == app && u.user == user && u.day == day {
-				addTo(ifaces, u.iface, u.Counts)
+			if u := &rs.users[i]; u.day == day {
+				if a, f, us := u.id.split(); a == app && us == user {
+					addTo(ifaces, f, u.Counts)
+				}
 			}
 		}
 	}
 	r.scanLive(app, func(k liveKey, c Counts) {
-		if k.user == user && Day(floorDiv(k.min, 86400)) == day {
-			addTo(ifaces, k.iface, c)
+		if _, f, us := k.id.split(); us == user && Day(floorDiv(k.min, 86400)) == day {
+			addTo(ifaces, f, c)
 		}
 	})
 	for iface, c := range ifaces {
@@ -321,7 +324,7 @@ func (r *Recorder) Series(ctx context.Context, q SeriesQuery) ([]Point, error) {
 		}
 	}
 	r.scanLive(q.App, func(k liveKey, c Counts) {
-		if !q.ByInterface || k.iface == q.Interface {
+		if !q.ByInterface || k.id.iface() == q.Interface {
 			add(k.min, c)
 		}
 	})
@@ -343,9 +346,9 @@ func (r *Recorder) Uniques(ctx context.Context, app string, from, to Day) (int64
 	r.pendingUsers(hllKey{app: app, scope: scopeApp, day: from}, to, extra)
 	r.scanLive(app, func(k liveKey, _ Counts) {
 		d := Day(floorDiv(k.min, 86400))
-		if k.user != "" && d >= from && d <= to {
+		if user := k.id.user(); user != "" && d >= from && d <= to {
 			hk := hllKey{app: app, scope: scopeApp, day: d}
-			extra[hk] = append(extra[hk], k.user)
+			extra[hk] = append(extra[hk], user)
 		}
 	})
 	r.mu.RUnlock()
@@ -387,7 +390,7 @@ func (r *Recorder) Apps(ctx context.Context, limit int) ([]string, error) {
 		l := &r.live[i]
 		l.mu.Lock()
 		for k := range l.m {
-			set[k.app] = struct{}{}
+			set[k.id.app()] = struct{}{}
 		}
 		l.mu.Unlock()
 	}

@@ -76,8 +76,8 @@ func (c *Counts) add(o Counts) {
 }
 
 type liveKey struct {
-	app, iface, user string
-	min              int64 // Unix seconds of the minute's start
+	id  rowID // a copy of the call's app, interface and user (not the request's strings)
+	min int64 // Unix seconds of the minute's start
 }
 
 // liveShard is one of the live aggregate maps. The map holds an index into
@@ -204,11 +204,17 @@ func New(o Options) (*Recorder, error) {
 // Record adds one decided call. It never blocks on I/O: it takes one of
 // many small locks for a map update.
 func (r *Recorder) Record(appID, interfaceID, userID string, allowed bool) {
-	now := r.clk.Now().Unix()
-	k := liveKey{app: appID, iface: interfaceID, user: userID, min: floorDiv(now, 60) * 60}
-	s := &r.live[maphash.Comparable(r.seed, k)&r.mask]
+	m := floorDiv(r.clk.Now().Unix(), 60) * 60
+	// The row's id is built on the stack (IDs longer than the buffer spill
+	// to the heap) and the map is indexed with the literal
+	// liveKey{rowID(id), …}, which the compiler looks up without copying
+	// id to a string: a call to an existing row allocates nothing, a new
+	// row allocates its id string once.
+	var buf [192]byte
+	id := appendRowID(buf[:0], appID, interfaceID, userID)
+	s := &r.live[maphash.Bytes(r.seed, id)&r.mask]
 	s.mu.Lock()
-	i, ok := s.m[k]
+	i, ok := s.m[liveKey{id: rowID(id), min: m}]
 	if !ok {
 		if len(s.m) >= r.maxPer {
 			s.mu.Unlock()
@@ -217,7 +223,7 @@ func (r *Recorder) Record(appID, interfaceID, userID string, allowed bool) {
 		}
 		i = int32(len(s.counts))
 		s.counts = append(s.counts, Counts{})
-		s.m[k] = i
+		s.m[liveKey{id: rowID(id), min: m}] = i
 	}
 	c := &s.counts[i]
 	c.Calls++

@@ -110,8 +110,8 @@ type dailyKey struct {
 }
 
 type userKey struct {
-	app, user, iface string
-	day              Day
+	id  rowID // app, interface and user
+	day Day
 }
 
 // userRow is a per-user figure to add to usage_user_daily.
@@ -122,7 +122,7 @@ type userRow struct {
 }
 
 func newUserRow(k userKey, c Counts) userRow {
-	return userRow{userKey: k, Counts: c, appHead: prefix8(k.app), userHead: prefix8(k.user)}
+	return userRow{userKey: k, Counts: c, appHead: prefix8(k.id.app()), userHead: prefix8(k.id.user())}
 }
 
 // prefix8 is s's first 8 bytes as a big-endian integer (zero-padded): two
@@ -152,16 +152,18 @@ func compareUserRows(a, b *userRow) int {
 	if c := cmp.Compare(a.appHead, b.appHead); c != 0 {
 		return c
 	}
-	if c := strings.Compare(a.app, b.app); c != 0 {
+	aApp, aIface, aUser := a.id.split()
+	bApp, bIface, bUser := b.id.split()
+	if c := strings.Compare(aApp, bApp); c != 0 {
 		return c
 	}
 	if c := cmp.Compare(a.userHead, b.userHead); c != 0 {
 		return c
 	}
-	if c := strings.Compare(a.user, b.user); c != 0 {
+	if c := strings.Compare(aUser, bUser); c != 0 {
 		return c
 	}
-	return strings.Compare(a.iface, b.iface)
+	return strings.Compare(aIface, bIface)
 }
 
 // rowset is a set of rows to add to the three tables.
@@ -202,7 +204,7 @@ func (r *rowset) sortedUsers() []userRow {
 		}
 		out = append(out, r.users[i])
 	}
-	clear(r.users[len(out):]) // drop the merged rows' strings
+	clear(r.users[len(out):]) // drop the merged rows' ids
 	r.users = out
 	return out
 }

@@ -16,7 +16,7 @@ func orderCases() []userKey {
 		for _, app := range []string{"app-1", "app-10", "app-1\x00", "abcdefgh", "abcdefgh1", "abcdefgg\xff", "\xe4\xbd\xa0"} {
 			for _, user := range []string{"user-1234", "user-123", "user-12345678", "u", "\xff\xfe", "user-1234\x00"} {
 				for _, iface := range []string{"b.get", "a.get", "a.ge"} {
-					ks = append(ks, userKey{app: app, user: user, iface: iface, day: day})
+					ks = append(ks, userKey{id: makeRowID(app, iface, user), day: day})
 				}
 			}
 		}
@@ -39,7 +39,7 @@ func TestUserRowsAreWrittenInThePrimaryKeyOrderOfMySQL(t *testing.T) {
 	}
 	for _, r := range rows {
 		if _, err := db.ExecContext(ctx, "INSERT INTO usage_user_daily (app_id, user_id, day, interface_id, calls) VALUES (?, ?, ?, ?, 1)",
-			r.app, r.user, r.day.String(), r.iface); err != nil {
+			r.id.app(), r.id.user(), r.day.String(), r.id.iface()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -54,16 +54,16 @@ func TestUserRowsAreWrittenInThePrimaryKeyOrderOfMySQL(t *testing.T) {
 	defer res.Close()
 	i := 0
 	for ; res.Next(); i++ {
-		var k userKey
-		var day string
-		if err := res.Scan(&k.app, &k.user, &day, &k.iface); err != nil {
+		var app, user, iface, day string
+		if err := res.Scan(&app, &user, &day, &iface); err != nil {
 			t.Fatal(err)
 		}
+		k := userKey{id: makeRowID(app, iface, user)}
 		if k.day, err = parseSQLDay(day); err != nil {
 			t.Fatal(err)
 		}
 		if i < len(rows) && rows[i].userKey != k {
-			t.Fatalf("row %d: MySQL's order has %+q, the write order %+q", i, []string{k.app, k.user, k.day.String(), k.iface}, []string{rows[i].app, rows[i].user, rows[i].day.String(), rows[i].iface})
+			t.Fatalf("row %d: MySQL's order has %+q, the write order %+q", i, []string{app, user, k.day.String(), iface}, []string{rows[i].id.app(), rows[i].id.user(), rows[i].day.String(), rows[i].id.iface()})
 		}
 	}
 	if err := res.Err(); err != nil || i != len(rows) {
