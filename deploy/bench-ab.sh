@@ -9,7 +9,10 @@
 # (p99 ms @ second, from quotabench's timeline: a flush shows there), and the CPU ticks (1/100 s) used during it: quotad's as
 # microseconds per check (ticks*10000/requests, a measure that other load on
 # a shared machine disturbs far less than req/s), and redis-server's and
-# mariadbd's as ticks (whole servers, other users included); then, "to
+# mariadbd's as ticks (whole servers, other users included), and Redis'
+# own microseconds per EVALSHA (INFO commandstats, reset before the run;
+# the Redis is shared, so other users' scripts count too) and how busy the
+# whole machine was (every core, /proc/stat); then, "to
 # exit", quotad's CPU seconds over its whole life and the servers' ticks
 # until it exited, which include work left when the load stopped (a paced
 # analytics flush, the final flush on SIGTERM).
@@ -39,6 +42,8 @@ KEYS=${AB_KEYS:--apps 1000 -users 100000 -ifaces 50 -ips 100000}
 IFS=';' read -r -a variants <<< "${AB_VARIANTS:-QUOTA_ANALYTICS=off;QUOTA_ANALYTICS=on}"
 RP=$(pgrep -x redis-server | head -1); MP=$(pgrep -x mariadbd | head -1)
 cpu() { if [[ -n $1 ]]; then awk '{print $14+$15}' "/proc/$1/stat"; else echo 0; fi; }
+# busy and total ticks of the whole machine (every core), from /proc/stat
+machine() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
 load=(-c 64)
 if [[ $RATE != 0 ]]; then load=(-rate "$RATE"); fi
 log=${TMPDIR:-/tmp}/ab-quotad.$$.log
@@ -61,10 +66,20 @@ for r in $(seq 1 "$ROUNDS"); do
 		done
 		QP=$(pgrep -P $TP -x "$(basename "$bin")")
 		q0=$(cpu "$QP"); r0=$(cpu "$RP"); m0=$(cpu "$MP"); l0=$(cut -d' ' -f1 /proc/loadavg)
+		redis-cli -h "${REDIS_HOST:-127.0.0.1}" -p "${REDIS_PORT:-6379}" CONFIG RESETSTAT >/dev/null
+		read -r b0 t0 < <(machine)
 		# shellcheck disable=SC2086 # KEYS is a list of flags
 		out=$(bin/quotabench -url "http://$LISTEN" "${load[@]}" -d "$D" $KEYS -progress=false -json "$json" 2>&1)
 		q1=$(cpu "$QP"); r1=$(cpu "$RP"); m1=$(cpu "$MP")
+		read -r b1 t1 < <(machine)
+		# Redis' own time per script call (nested commands included).
+		evalsha=$(redis-cli -h "${REDIS_HOST:-127.0.0.1}" -p "${REDIS_PORT:-6379}" INFO commandstats |
+			awk -F'[=,]' '/^cmdstat_evalsha:/ {print $6}')
 		kill -TERM "$QP"; wait "$TP" 2>/dev/null
+		# Each run starts on an empty database: millions of keys left by the
+		# runs before make Redis' GETs and SETs slower (a bigger dict, more
+		# cache misses), which would favour whichever variant runs first.
+		if [[ $bench_db_size_before == 0 ]]; then bench_db_cli FLUSHDB >/dev/null; fi
 		# quotad's whole life, its final flush included, and the servers'
 		# ticks until it exited: a flush still running when the load stopped
 		# (a paced one) is counted here, not in the per-check figure.
@@ -73,7 +88,7 @@ for r in $(seq 1 "$ROUNDS"); do
 		n=$(echo "$out" | awk '$1 == "requests" {print $2; exit}')
 		echo "$out" | grep -E "^\s+(requests|latency|late)" | tr -s ' ' | tr '\n' ' '
 		worst=$(jq -r '[.timeline[]?] | sort_by(-.p99_ms) | .[:3] | map("\(.p99_ms)@\(.second)s") | join(" ")' "$json" 2>/dev/null)
-		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) mysql_ticks=$((m1 - m0)) | to exit: quotad_cpu_s=$qlife redis_ticks=$((r2 - r0)) mysql_ticks=$((m2 - m0))"
+		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) evalsha_us=${evalsha:-?} machine_busy_pct=$(((b1 - b0) * 100 / (t1 > t0 ? t1 - t0 : 1))) mysql_ticks=$((m1 - m0)) | to exit: quotad_cpu_s=$qlife redis_ticks=$((r2 - r0)) mysql_ticks=$((m2 - m0))"
 	done
 done
 rm -f "$log" "$log.time"
