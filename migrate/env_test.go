@@ -37,6 +37,19 @@ func newEnv(t *testing.T) *env {
 	return e
 }
 
+// ownJournal returns a copy of e whose mover keeps its journal and leases
+// under a prefix of its own: parallel subtests that run Repair over a
+// shared journal would otherwise roll forward (and lease, for a moment)
+// each other's cells, and a move the test expects to make would find its
+// cell leased and skip it.
+func (e *env) ownJournal() *env {
+	own := *e
+	m := *e.mover
+	m.Prefix += "j" + testenv.RandomHex(4) + ":"
+	own.mover = &m
+	return &own
+}
+
 type cellSpec struct {
 	rule, app, user string
 	limit           int64

@@ -288,6 +288,17 @@ func (m *Mover) dir(ctx context.Context, refs []tiers.Ref) ([]string, []bool, er
 // skipped. It is safe to call again with the same refs after any failure:
 // it continues each cell from the step its directory shows.
 func (m *Mover) MoveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier) (Result, error) {
+	return m.moveCells(ctx, refs, from, to, false)
+}
+
+// moveCells is MoveCells; with journaled (Repair) it moves only the cells
+// whose journal entry still reads from>to once it holds their lease.
+// Repair's snapshot of the journal may be stale by then: the move may have
+// been finished (by its worker or another Repair) and even reversed since,
+// and rolling it forward again would move a cell nobody asked to move. The
+// check is sound under the lease: only a lease holder writes or removes a
+// cell's journal entry.
+func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier, journaled bool) (Result, error) {
 	var res Result
 	if from == to || len(refs) == 0 {
 		return res, nil
@@ -310,10 +321,17 @@ func (m *Mover) MoveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 			held.release()
 		}
 	}()
+	if journaled && len(got) > 0 {
+		// Cells whose move is over are neither moved nor skipped here.
+		if got, err = m.stillJournaled(ctx, got, from, to); err != nil {
+			m.Metrics.failed()
+			return res, err
+		}
+	}
 	if len(got) == 0 {
 		return res, nil
 	}
-	moved, err := m.move(ctx, held, from, to)
+	moved, err := m.move(ctx, held, got, from, to)
 	if err != nil {
 		stopped = errors.Is(err, errStopped)
 		m.Metrics.failed()
@@ -336,8 +354,7 @@ var errStopped = errors.New("stopped by test hook")
 // (A stall in the moment between that check and the step is not covered;
 // the switch is a compare-and-set from the frozen state, which such a
 // worker cannot win.)
-func (m *Mover) move(ctx context.Context, held *leases, from, to tiers.Tier) ([]tiers.Ref, error) {
-	refs := held.refs
+func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, to tiers.Tier) ([]tiers.Ref, error) {
 	stop := func(s Step) error {
 		if err := m.step(s); err != nil {
 			return fmt.Errorf("%w: %w", errStopped, err)
@@ -523,6 +540,26 @@ func (m *Mover) move(ctx context.Context, held *leases, from, to tiers.Tier) ([]
 	return append(active, done...), nil
 }
 
+// stillJournaled returns the refs whose journal entry reads from>to.
+func (m *Mover) stillJournaled(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier) ([]tiers.Ref, error) {
+	fields := make([]string, len(refs))
+	for i := range refs {
+		fields[i] = EncodeRef(&refs[i])
+	}
+	vals, err := m.RDB.HMGet(ctx, m.journalKey(), fields...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	dir := string(from) + ">" + string(to)
+	var out []tiers.Ref
+	for i, v := range vals {
+		if s, ok := v.(string); ok && s == dir {
+			out = append(out, refs[i])
+		}
+	}
+	return out, nil
+}
+
 // stillFrozen keeps the cells (and their directory values) that are frozen
 // by a move out of from: "M" out of hot or cold, a warm record marked Moved
 // out of warm. Any other value means the move is over (another worker's
@@ -619,7 +656,7 @@ func (m *Mover) Repair(ctx context.Context) (repaired, left int, err error) {
 			errs = append(errs, fmt.Errorf("journal: bad direction %q", dir))
 			continue
 		}
-		res, err := m.MoveCells(ctx, refs, tiers.Tier(from), tiers.Tier(to))
+		res, err := m.moveCells(ctx, refs, tiers.Tier(from), tiers.Tier(to), true)
 		repaired += len(res.Moved)
 		left += res.Skipped
 		if err != nil {

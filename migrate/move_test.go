@@ -198,6 +198,7 @@ func TestMoveCrashThenRepair(t *testing.T) {
 			for step := StepJournal; step <= StepDelete; step++ {
 				t.Run(fmt.Sprintf("%s>%s/after-%s", from, to, step), func(t *testing.T) {
 					t.Parallel()
+					e := e.ownJournal()
 					c := newCell(10)
 					e.place(t, from, c)
 					for range 4 {

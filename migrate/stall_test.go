@@ -32,6 +32,7 @@ func TestMove_StalledWorkerResumingAfterRepairLosesNoCount(t *testing.T) {
 					}
 					t.Run(name, func(t *testing.T) {
 						t.Parallel()
+						e := e.ownJournal()
 						c := newCell(10)
 						e.place(t, from, c)
 						for range 4 {
@@ -51,7 +52,11 @@ func TestMove_StalledWorkerResumingAfterRepairLosesNoCount(t *testing.T) {
 							_, err := slow.MoveCells(context.Background(), refsOf(c), from, to)
 							moved <- err
 						}()
-						<-stalled
+						select {
+						case <-stalled:
+						case err := <-moved:
+							t.Fatalf("the move to stall ended before its step %s: %v", step, err)
+						}
 						// The lease lapses while the worker sleeps (its renewals
 						// stall with it).
 						ref := refsOf(c)[0]
@@ -103,5 +108,55 @@ func (e *env) repair(t *testing.T) {
 			t.Fatalf("journal still holds %d cells after 5 s of repair", left)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Repair reads the journal, then leases the cells it found. By then a
+// cell's move may be over (finished by its worker or another Repair) and
+// even reversed; a Repair that rolled its stale snapshot forward would
+// move a cell nobody asked to move (and, for that moment, hold a lease a
+// real move then skipped on). Under the lease it moves only the cells
+// whose journal entry still reads its direction.
+func TestRepair_StaleJournalSnapshotMovesNothing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	cases := []struct {
+		name  string
+		entry string // the cell's journal entry when Repair leases it; "" none
+	}{
+		{"move-finished", ""},
+		{"other-direction-journaled", "warm>hot"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := e.ownJournal()
+			c := newCell(10)
+			for range 3 {
+				e.check(t, tiers.Enforce, c)
+			}
+			ref := c.ref()
+			if tc.entry != "" {
+				if err := e.mover.RDB.HSet(context.Background(), e.mover.journalKey(), EncodeRef(&ref), tc.entry).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// What Repair does with a snapshot that read "hot>warm".
+			res, err := e.mover.moveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Warm, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Moved) != 0 || res.Skipped != 0 {
+				t.Fatalf("moved %d, skipped %d; want 0 and 0", len(res.Moved), res.Skipped)
+			}
+			got, err := e.mover.RDB.HGet(context.Background(), e.mover.journalKey(), EncodeRef(&ref)).Result()
+			if err != nil && tc.entry != "" || got != tc.entry {
+				t.Fatalf("journal entry %q (%v), want %q", got, err, tc.entry)
+			}
+			if n, err := e.mover.RDB.Exists(context.Background(), e.mover.leaseKey(&ref)).Result(); err != nil || n != 0 {
+				t.Fatalf("lease left behind (%d, %v)", n, err)
+			}
+			e.expectCell(t, "after the stale repair", c, tiers.Hot, 3)
+		})
 	}
 }
