@@ -16,6 +16,9 @@
 # -zipf-s 1.1 -identities $ZIPF_IDENTITIES -rate $ZIPF_RATE):
 #   fill     every cell new, placed hot               ($ZIPF_FILL)
 #   before   replay, all hot: the "before" latency     ($ZIPF_BEFORE)
+#   again    the same replay once more, still before the cycle: how much
+#            two identical phases differ, against which "after" is read
+#                                                      ($ZIPF_AGAIN; 0 skips it)
 #   (Redis used_memory, quotactl tiers; one `quotactl migrate`; quotactl tiers
 #    polled until nothing is moving; used_memory and quotactl tiers again)
 #   after    replay right after the cycle              ($ZIPF_AFTER)
@@ -37,7 +40,7 @@
 #   ZIPF_IDENTITIES   quotabench -identities              (default 10000000)
 #   ZIPF_RATE         quotabench -rate, req/s             (default 1500)
 #   ZIPF_FILL, ZIPF_BEFORE, ZIPF_AFTER, ZIPF_SETTLED
-#                     phase durations (quotabench -d)     (4m, 2m, 2m, 1m)
+#   ZIPF_AGAIN        phase durations (quotabench -d)     (4m, 2m, 2m, 1m, 2m)
 #   ZIPF_REDIS_PORT   private redis-server's port         (default 16391)
 #   ZIPF_LISTEN_PORT  quotad's port on 127.0.0.1          (default 18091)
 #   MYSQL_PORT        the local MariaDB's TCP port        (default 3306)
@@ -76,6 +79,7 @@ FILL=${ZIPF_FILL:-4m}
 BEFORE=${ZIPF_BEFORE:-2m}
 AFTER=${ZIPF_AFTER:-2m}
 SETTLED=${ZIPF_SETTLED:-1m}
+AGAIN=${ZIPF_AGAIN:-2m}
 REDIS_PORT=${ZIPF_REDIS_PORT:-16391}
 LISTEN_PORT=${ZIPF_LISTEN_PORT:-18091}
 MYSQL_PORT=${MYSQL_PORT:-3306}
@@ -289,6 +293,12 @@ ctl() { "$QUOTACTL_BIN" --url "$BASE_URL" --token "$ADMIN_TOKEN" "$@"; }
 
 phase fill "$FILL"
 phase before "$BEFORE"
+PHASES="fill before"
+if [[ $AGAIN != 0 ]]; then
+	phase again "$AGAIN"
+	PHASES+=" again"
+fi
+PHASES+=" after settled"
 
 MEM_BEFORE=$(used_memory)
 ctl tiers >"$OUT_DIR/tiers-before.txt" || die "quotactl tiers failed"
@@ -350,13 +360,13 @@ passed=$(env | grep -E '^(QUOTA_|GOGC=|GOMEMLIMIT=|GOMAXPROCS=)' |
 
 {
 	echo "zipf cycle benchmark, $STARTED, $(nproc 2>/dev/null || echo '?') cores, commit $commit"
-	echo "quotabench -identities $N -dist zipf -zipf-s 1.1 -rate $RATE; fill $FILL, before $BEFORE, after $AFTER, settled $SETTLED"
+	echo "quotabench -identities $N -dist zipf -zipf-s 1.1 -rate $RATE; fill $FILL, before $BEFORE, again $AGAIN, after $AFTER, settled $SETTLED"
 	echo "quotad: QUOTA_TIERING=on QUOTA_ANALYTICS=off QUOTA_COLD_THRESHOLD=$COLD_THRESHOLD; from the environment: ${passed:-nothing}"
 	echo "load average: $LOAD_START at the start, $LOAD_CYCLE after the cycle, $LOAD_END at the end"
 	echo
 	printf '%-8s %-17s %9s %9s %7s %9s  %-5s %18s %9s %9s\n' \
 		phase time requests 'req/s' errors 'p99 ms' tier 'share' 'p50 ms' 'p99 ms'
-	for name in fill before after settled; do
+	for name in $PHASES; do
 		json_rows "$OUT_DIR/$name.json" | awk -v name="$name" -v time="${PHASE_TIME[$name]}" '
 			$1 == "R" { req = $2; rps = $3; err = $4; p99 = $6; next }
 			$1 == "T" {
