@@ -406,10 +406,12 @@ func TestWritesBoundedByPairsNotCalls(t *testing.T) {
 	ceil := func(a, b int) int { return (a + b - 1) / b }
 	maxSeries := flushes * (ceil(2*pairs, rowsPer) + shards)
 	maxDaily := flushes * (ceil(pairs, rowsPer) + shards)
-	maxUsers := flushes * (ceil(pairs*users, rowsPer) + shards)
+	// Per-user figures: one chunk per app and flush (≤ 200 entries an app
+	// here, so one part each), not one row per (user, interface).
+	maxUsers := flushes * (ceil(apps, rowsPer) + shards)
 	gotSeries := e.metric("quota_analytics_statements_total", "table", "usage_series")
 	gotDaily := e.metric("quota_analytics_statements_total", "table", "usage_daily")
-	gotUsers := e.metric("quota_analytics_statements_total", "table", "usage_user_daily")
+	gotUsers := e.metric("quota_analytics_statements_total", "table", "usage_user_chunks")
 	rows := e.metric("quota_analytics_rows_written_total")
 	t.Logf("%d calls, %d pairs, %d flushes: statements series=%v daily=%v users=%v, rows=%v",
 		calls, pairs, flushes, gotSeries, gotDaily, gotUsers, rows)
@@ -437,11 +439,11 @@ func TestFailedFlushRetriesWithoutDoubleCount(t *testing.T) {
 	for i := 0; i < 1000; i++ {
 		e.rec.Record("app", fmt.Sprintf("if%d", i%7), fmt.Sprintf("u%d", i%13), i%3 != 0)
 	}
-	if _, err := e.dbs[0].Exec("RENAME TABLE usage_user_daily TO usage_user_daily_gone"); err != nil {
+	if _, err := e.dbs[0].Exec("RENAME TABLE usage_user_chunks TO usage_user_chunks_gone"); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.rec.Flush(ctx); err == nil {
-		t.Fatal("flush succeeded without usage_user_daily")
+		t.Fatal("flush succeeded without usage_user_chunks")
 	}
 	var n int
 	_ = e.dbs[0].QueryRow("SELECT COUNT(*) FROM usage_series").Scan(&n)
@@ -455,7 +457,7 @@ func TestFailedFlushRetriesWithoutDoubleCount(t *testing.T) {
 	for i := 0; i < 500; i++ {
 		e.rec.Record("app", "if0", "u0", true)
 	}
-	if _, err := e.dbs[0].Exec("RENAME TABLE usage_user_daily_gone TO usage_user_daily"); err != nil {
+	if _, err := e.dbs[0].Exec("RENAME TABLE usage_user_chunks_gone TO usage_user_chunks"); err != nil {
 		t.Fatal(err)
 	}
 	e.flush()

@@ -192,7 +192,7 @@ func (r *Recorder) writeShard(ctx context.Context, i int, pace *pacer) error {
 	if err != nil {
 		return err
 	}
-	written, err := r.writeRows(ctx, tx, p, pace)
+	written, err := r.writeRows(ctx, tx, p, id, pace)
 	if err == nil {
 		_, err = tx.ExecContext(ctx, "INSERT INTO analytics_batches (batch_id) VALUES (?)", id[:])
 	}
@@ -225,10 +225,11 @@ const (
 	seriesCols = "app_id, res, t, interface_id, calls, allowed, denied"
 	dailyCols  = "app_id, day, interface_id, calls, allowed, denied"
 	userCols   = "app_id, user_id, day, interface_id, calls, allowed, denied"
+	chunkCols  = "day, app_id, part, batch_id, seq, level, entries, body"
 	addCounts  = " ON DUPLICATE KEY UPDATE calls = calls + VALUES(calls), allowed = allowed + VALUES(allowed), denied = denied + VALUES(denied)"
 )
 
-func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, pace *pacer) (map[string]int, error) {
+func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, batchID [16]byte, pace *pacer) (map[string]int, error) {
 	written := map[string]int{}
 	// Rows go in primary-key order (here, and compareUserRows for the user
 	// rows): concurrent writers (other quotad instances) lock them in the
@@ -267,16 +268,42 @@ func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, pace *p
 	r.mu.Lock() // readers range over p.users
 	users := p.sortedUsers()
 	r.mu.Unlock()
-	err = r.insert(ctx, tx, pace, "usage_user_daily", userCols, 7, len(users), func(args []any, i int) []any {
-		u := &users[i]
-		app, iface, user := u.id.split()
-		return append(args, app, user, days.of(u.day), iface, u.Calls, u.Allowed, u.Denied)
-	})
-	if err != nil {
+	chunks := userChunks(users, chunkMaxRaw)
+	if err := r.insertChunks(ctx, tx, pace, batchID, chunks); err != nil {
 		return nil, err
 	}
-	written["usage_user_daily"] = len(users)
+	written["usage_user_chunks"] = len(chunks)
 	return written, nil
+}
+
+// chunkStatementBytes bounds the chunk bodies of one INSERT (the statement
+// must stay below max_allowed_packet, 16 MiB by default, after escaping).
+const chunkStatementBytes = 4 << 20
+
+// insertChunks writes chunks in statements of at most RowsPerStatement
+// chunks and chunkStatementBytes of bodies.
+func (r *Recorder) insertChunks(ctx context.Context, tx *sql.Tx, pace *pacer, batchID [16]byte, chunks []userChunk) error {
+	var days dayStrings
+	args := make([]any, 0, 8*min(len(chunks), r.opt.RowsPerStatement))
+	for lo := 0; lo < len(chunks); {
+		hi, size := lo, 0
+		args = args[:0]
+		for hi < len(chunks) && hi-lo < r.opt.RowsPerStatement && (hi == lo || size+len(chunks[hi].body) <= chunkStatementBytes) {
+			c := &chunks[hi]
+			args = append(args, days.of(c.day), c.app, c.part, batchID[:], c.seq, c.level, c.entries, c.body)
+			size += len(c.body)
+			hi++
+		}
+		r.met.statements.WithLabelValues("usage_user_chunks").Inc()
+		q := "INSERT INTO usage_user_chunks (" + chunkCols + ") VALUES " +
+			strings.TrimSuffix(strings.Repeat("(?,?,?,?,?,?,?,?),", hi-lo), ",")
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("usage_user_chunks: %w", err)
+		}
+		pace.rest(ctx)
+		lo = hi
+	}
+	return nil
 }
 
 // dayStrings formats days as MySQL DATE text, remembering the last one (a

@@ -189,3 +189,50 @@ func BenchmarkPendingRowGC(b *testing.B) {
 	b.ReportMetric(rows, "rows")
 	runtime.KeepAlive(rec)
 }
+
+// BenchmarkUserDayFromChunks is one user's stats query on today for an app
+// whose per-user figures are in chunks: a day of 16 hours at 15 s flushes,
+// merged by Rollup every 40 flushes (its 10-minute schedule), each flush
+// holding callsPerFlush calls of users spread over 100,000 and 10
+// interfaces. It reports the chunks a query reads (rows) besides ns/op.
+func BenchmarkUserDayFromChunks(b *testing.B) {
+	const flushes, callsPerFlush = 16 * 240, 300
+	dbs := testenv.MySQLShards(b, 1)
+	rdb, prefix := testenv.Redis(b)
+	clk := clock.NewFake(time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC))
+	rec, err := analytics.New(analytics.Options{DBs: dbs, Redis: rdb, KeyPrefix: prefix, Clock: clk})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	users, ifaces := names("user-", 100_000), names("iface.", 10)
+	var x uint64 = 88172645463325252
+	for f := range flushes {
+		for range callsPerFlush {
+			x ^= x << 13
+			x ^= x >> 7
+			x ^= x << 17
+			rec.Record("app", ifaces[x%10], users[(x>>8)%100_000], true)
+		}
+		clk.Advance(15 * time.Second)
+		if err := rec.Flush(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if (f+1)%40 == 0 {
+			if _, err := rec.Rollup(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var chunks int
+	if err := dbs[0].QueryRow("SELECT COUNT(*) FROM usage_user_chunks").Scan(&chunks); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(chunks), "chunks-in-day")
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := rec.UserDay(ctx, "app", users[i%100_000], analytics.DayOf(clk.Now())); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

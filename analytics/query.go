@@ -204,22 +204,7 @@ func (r *Recorder) UserDay(ctx context.Context, app, user string, day Day) (User
 	ifaces := map[string]*Counts{}
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	rows, err := r.db(app).db.QueryContext(ctx,
-		"SELECT interface_id, calls, allowed, denied FROM usage_user_daily WHERE app_id = ? AND user_id = ? AND day = ?",
-		app, user, day.String())
-	if err != nil {
-		return out, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var iface string
-		var c Counts
-		if err := rows.Scan(&iface, &c.Calls, &c.Allowed, &c.Denied); err != nil {
-			return out, err
-		}
-		addTo(ifaces, iface, c)
-	}
-	if err := rows.Err(); err != nil {
+	if err := r.userDayStored(ctx, app, user, day, ifaces); err != nil {
 		return out, err
 	}
 	for _, rs := range r.rowsets(app) {
@@ -403,4 +388,44 @@ func (r *Recorder) Apps(ctx context.Context, limit int) ([]string, error) {
 		out = out[:limit]
 	}
 	return out, nil
+}
+
+// userDayStored adds user's stored figures for day to ifaces: the rows of
+// usage_user_daily and the entries of the chunks not yet folded into them
+// (userchunk.go). One statement, so one snapshot: a fold that commits
+// meanwhile moves entries from chunks to rows, and two statements could
+// see them in neither or in both.
+func (r *Recorder) userDayStored(ctx context.Context, app, user string, day Day, ifaces map[string]*Counts) error {
+	parts := partsOf(user)
+	d := day.String()
+	rows, err := r.db(app).db.QueryContext(ctx,
+		`SELECT interface_id, calls, allowed, denied, NULL FROM usage_user_daily WHERE app_id = ? AND user_id = ? AND day = ?
+UNION ALL
+SELECT '', 0, 0, 0, body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND part IN (?, ?, ?, ?)`,
+		app, user, d, d, app, parts[0], parts[1], parts[2], parts[3])
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var iface string
+		var c Counts
+		var body []byte
+		if err := rows.Scan(&iface, &c.Calls, &c.Allowed, &c.Denied, &body); err != nil {
+			return err
+		}
+		if body == nil {
+			addTo(ifaces, iface, c)
+			continue
+		}
+		err := eachUserEntry(body, func(u, f string, c Counts) {
+			if u == user {
+				addTo(ifaces, f, c)
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("usage_user_chunks of %s on %s: %w", app, d, err)
+		}
+	}
+	return rows.Err()
 }

@@ -24,8 +24,10 @@ var rollSteps = []rollStep{
 
 // RollupResult says what one Rollup did.
 type RollupResult struct {
-	Periods int   // transactions that moved points
-	Moved   int64 // fine points folded into coarse ones (and deleted)
+	Periods    int   // transactions that moved points
+	Moved      int64 // fine points folded into coarse ones (and deleted)
+	UserRows   int64 // usage_user_daily rows upserted from finished days' chunks
+	UserMerges int   // apps whose flush chunks of today were merged
 }
 
 // Rollup folds curve points past their resolution's retention into the
@@ -34,7 +36,9 @@ type RollupResult struct {
 // crash never counts a call twice or loses it, and a second run finds
 // nothing left to move. Runs of several quotad instances are serialised per
 // shard by a named lock. It also persists the registers of finished days'
-// distinct-user counts and forgets flush batch ids older than two days.
+// distinct-user counts, folds finished days' per-user chunks into
+// usage_user_daily rows and merges today's (userfold.go), and forgets
+// flush batch ids older than two days.
 func (r *Recorder) Rollup(ctx context.Context) (RollupResult, error) {
 	var total RollupResult
 	now := r.clk.Now()
@@ -43,6 +47,8 @@ func (r *Recorder) Rollup(ctx context.Context) (RollupResult, error) {
 		res, err := r.rollupShard(ctx, sh.db, now)
 		total.Periods += res.Periods
 		total.Moved += res.Moved
+		total.UserRows += res.UserRows
+		total.UserMerges += res.UserMerges
 		if err != nil {
 			errs = append(errs, fmt.Errorf("shard %d: %w", i, err))
 		}
@@ -102,6 +108,15 @@ func (r *Recorder) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (
 			res.Periods++
 			res.Moved += n
 		}
+	}
+	today := Day(floorDiv(now.Unix(), 86400))
+	n, err := r.foldUserChunks(ctx, conn, today)
+	res.UserRows += n
+	if err != nil {
+		return res, err
+	}
+	if res.UserMerges, err = r.mergeTodayChunks(ctx, conn, today); err != nil {
+		return res, err
 	}
 	_, err = conn.ExecContext(ctx, "DELETE FROM analytics_batches WHERE created_at < NOW() - INTERVAL 2 DAY")
 	return res, err

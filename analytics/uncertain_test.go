@@ -44,7 +44,7 @@ func TestUncertainCommitResolvedByBatchID(t *testing.T) {
 	lost := &batch{id: [16]byte{4, 5, 6}, rows: mk(3)}
 	// The committed one's rows are in MySQL already.
 	tx, _ := dbs[0].Begin()
-	if _, err := r.writeRows(ctx, tx, committed.rows, nil); err != nil {
+	if _, err := r.writeRows(ctx, tx, committed.rows, committed.id, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec("INSERT INTO analytics_batches (batch_id) VALUES (?)", committed.id[:]); err != nil {

@@ -259,21 +259,28 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 	}
 	go rec.Run(context.Background()) // ended by rec.Close
 	cr := cron.New(cron.WithLocation(time.UTC))
+	// Shutdown cancels a running rollup rather than wait for it: the fold of
+	// a finished day's per-user figures can take minutes, and a cancelled
+	// one loses nothing (each part is one transaction; the next run resumes).
+	jobs, cancelJobs := context.WithCancel(context.Background())
 	if _, err := cr.AddFunc(s.RollupSchedule, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		ctx, cancel := context.WithTimeout(jobs, 10*time.Minute)
 		defer cancel()
 		res, err := rec.Rollup(ctx)
 		if err != nil {
 			log.Error("analytics rollup failed; the next run resumes it", "err", err)
 			return
 		}
-		log.Info("analytics rollup", "periods", res.Periods, "points_moved", res.Moved)
+		log.Info("analytics rollup", "periods", res.Periods, "points_moved", res.Moved,
+			"user_rows_folded", res.UserRows, "user_chunk_merges", res.UserMerges)
 	}); err != nil {
+		cancelJobs()
 		ardb.Close()
 		return nil, nil, fmt.Errorf("QUOTA_ROLLUP_SCHEDULE: %w", err)
 	}
 	cr.Start()
 	stop := func() {
+		cancelJobs()
 		<-cr.Stop().Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

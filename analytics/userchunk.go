@@ -1,0 +1,172 @@
+package analytics
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/golang/snappy"
+)
+
+// Per-user figures (DESIGN.md: per app, user, day and interface) are the
+// many rows of analytics: with keys spread like make bench's, nearly every
+// call is a new one, and an InnoDB upsert costs MariaDB ~7 µs of CPU per
+// row, on the cores the check path uses. So a flush does not upsert them
+// one by one: it writes them as a few compressed chunks per (day, app)
+// into usage_user_chunks (sql/006_user_chunks.sql), and Rollup folds a
+// day's chunks into usage_user_daily rows once the day is over, one row per
+// (user, interface) for the whole day instead of one per flush it was seen
+// in. Queries read both.
+//
+// A chunk holds the entries of one partition of the app's users: all of
+// them when the flush saw few (partBits 0), else one of 4, 16 or 64 parts
+// by a hash of the user, so that a query for one user of a busy app reads
+// a part of its chunks, not all of them.
+//
+// Chunk body: snappy(entry...), each entry
+//
+//	uvarint len(user) user uvarint len(iface) iface uvarint calls uvarint allowed uvarint denied
+//
+// in the order of usage_user_daily's primary key (user, interface).
+
+// chunkMaxRaw bounds a chunk's entries before compression, so that a
+// chunk stays far below MySQL's max_allowed_packet (16 MiB by default).
+const chunkMaxRaw = 1 << 20
+
+// partCap is the entries per chunk above which a (day, app)'s users of one
+// flush are split into more parts.
+const partCap = 512
+
+// partBitsFor is the number of hash bits that split n entries of a (day,
+// app) into parts of at most ~partCap entries: 0, 2, 4 or 6.
+func partBitsFor(n int) uint {
+	bits := uint(0)
+	for bits < 6 && n > partCap<<bits {
+		bits += 2
+	}
+	return bits
+}
+
+// partOf is the part column of user's chunk when split with bits hash
+// bits: bits<<8 | the user's part index.
+func partOf(user string, bits uint) uint16 {
+	return uint16(bits<<8) | uint16(FNV1a64(user)&(1<<bits-1))
+}
+
+// partsOf are the part values a chunk holding user may have: one for each
+// split a flush may have used.
+func partsOf(user string) [4]uint16 {
+	return [4]uint16{partOf(user, 0), partOf(user, 2), partOf(user, 4), partOf(user, 6)}
+}
+
+func appendUserEntry(b []byte, user, iface string, c Counts) []byte {
+	b = binary.AppendUvarint(b, uint64(len(user)))
+	b = append(b, user...)
+	b = binary.AppendUvarint(b, uint64(len(iface)))
+	b = append(b, iface...)
+	b = binary.AppendUvarint(b, uint64(c.Calls))
+	b = binary.AppendUvarint(b, uint64(c.Allowed))
+	return binary.AppendUvarint(b, uint64(c.Denied))
+}
+
+var errBadChunk = errors.New("corrupt user chunk")
+
+// eachUserEntry decodes a chunk body and calls fn for each entry; user and
+// iface are substrings of one string per chunk (fn may keep them).
+func eachUserEntry(body []byte, fn func(user, iface string, c Counts)) error {
+	raw, err := snappy.Decode(nil, body)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errBadChunk, err)
+	}
+	s := string(raw)
+	for i := 0; i < len(s); {
+		user, n := chunkString(s[i:])
+		if n <= 0 {
+			return errBadChunk
+		}
+		i += n
+		iface, n := chunkString(s[i:])
+		if n <= 0 {
+			return errBadChunk
+		}
+		i += n
+		var v [3]uint64
+		for k := range v {
+			x, n := binary.Uvarint([]byte(s[i:min(i+binary.MaxVarintLen64, len(s))]))
+			if n <= 0 || x > 1<<62 {
+				return errBadChunk
+			}
+			v[k] = x
+			i += n
+		}
+		fn(user, iface, Counts{Calls: int64(v[0]), Allowed: int64(v[1]), Denied: int64(v[2])})
+	}
+	return nil
+}
+
+// chunkString reads a uvarint length and that many bytes; n <= 0: malformed.
+func chunkString(s string) (string, int) {
+	l, n := binary.Uvarint([]byte(s[:min(binary.MaxVarintLen64, len(s))]))
+	if n <= 0 || l > uint64(len(s)-n) {
+		return "", 0
+	}
+	return s[n : n+int(l)], n + int(l)
+}
+
+// userChunk is one usage_user_chunks row to write.
+type userChunk struct {
+	day     Day
+	app     string
+	part    uint16
+	seq     uint32 // in its batch: a part longer than chunkMaxRaw takes several
+	level   uint8  // 0: a flush's; 1: a merge of a day's level-0 chunks (userfold.go)
+	entries int
+	body    []byte // compressed
+}
+
+// userChunks turns user rows sorted by compareUserRows (summed) into the
+// chunks of one flush, each of about maxRaw bytes at most before
+// compression (chunkMaxRaw).
+func userChunks(rows []userRow, maxRaw int) []userChunk {
+	var out []userChunk
+	for lo := 0; lo < len(rows); {
+		app := rows[lo].id.app()
+		hi := lo + 1
+		for hi < len(rows) && rows[hi].day == rows[lo].day && rows[hi].id.app() == app {
+			hi++
+		}
+		out = appendAppChunks(out, rows[lo:hi], maxRaw)
+		lo = hi
+	}
+	return out
+}
+
+// appendAppChunks appends the chunks of one (day, app)'s rows.
+func appendAppChunks(out []userChunk, rows []userRow, maxRaw int) []userChunk {
+	bits := partBitsFor(len(rows))
+	raws := make([][]byte, 1<<bits)
+	counts := make([]int, 1<<bits)
+	seqs := make([]uint32, 1<<bits)
+	day, app := rows[0].day, rows[0].id.app()
+	emit := func(p int) {
+		out = append(out, userChunk{day: day, app: app, part: uint16(bits<<8) | uint16(p), seq: seqs[p],
+			entries: counts[p], body: snappy.Encode(nil, raws[p])})
+		seqs[p]++
+		raws[p], counts[p] = raws[p][:0], 0
+	}
+	for i := range rows {
+		_, iface, user := rows[i].id.split()
+		p := int(partOf(user, bits) & 0xff)
+		raws[p] = appendUserEntry(raws[p], user, iface, rows[i].Counts)
+		counts[p]++
+		if len(raws[p]) >= maxRaw {
+			emit(p)
+		}
+	}
+	for p := range raws {
+		if counts[p] > 0 {
+			emit(p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,207 @@
+package analytics_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/quota-platform/quota/analytics"
+)
+
+// userTruth is what each user's stats must say: day → app → user →
+// interface → counts.
+type userTruth map[analytics.Day]map[string]map[string]map[string]analytics.Counts
+
+func (u userTruth) add(d analytics.Day, app, user, iface string, allowed bool) {
+	if u[d] == nil {
+		u[d] = map[string]map[string]map[string]analytics.Counts{}
+	}
+	if u[d][app] == nil {
+		u[d][app] = map[string]map[string]analytics.Counts{}
+	}
+	if u[d][app][user] == nil {
+		u[d][app][user] = map[string]analytics.Counts{}
+	}
+	c := u[d][app][user][iface]
+	c.Calls++
+	if allowed {
+		c.Allowed++
+	} else {
+		c.Denied++
+	}
+	u[d][app][user][iface] = c
+}
+
+// check compares every user's UserDay with the truth.
+func (u userTruth) check(t *testing.T, e *env, when string) {
+	t.Helper()
+	for d, apps := range u {
+		for app, users := range apps {
+			for user, want := range users {
+				got, err := e.rec.UserDay(context.Background(), app, user, d)
+				if err != nil {
+					t.Fatalf("%s: UserDay(%s, %s, %s): %v", when, app, user, d, err)
+				}
+				gotIf := map[string]analytics.Counts{}
+				for _, ic := range got.Interfaces {
+					gotIf[ic.InterfaceID] = ic.Counts
+				}
+				if fmt.Sprint(gotIf) != fmt.Sprint(want) {
+					t.Fatalf("%s: %s/%s on %s = %v, want %v", when, app, user, d, gotIf, want)
+				}
+			}
+		}
+	}
+}
+
+// count sums a COUNT(*)-like query over the shards.
+func (e *env) count(t *testing.T, q string, args ...any) int64 {
+	t.Helper()
+	var total int64
+	for _, db := range e.dbs {
+		var n int64
+		if err := db.QueryRow(q, args...).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		total += n
+	}
+	return total
+}
+
+// A flush writes per-user figures as chunks; once their day is over,
+// Rollup folds them into usage_user_daily rows, one per (user, interface)
+// for the day, and deletes them. Every user's stats are the same before and
+// after, today's chunks stay, and a second Rollup changes nothing.
+func TestUserFigures_FoldedIntoRowsOnceTheDayIsOver(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2, nil)
+	ctx := context.Background()
+	truth := userTruth{}
+	record := func(app, iface, user string, allowed bool) {
+		e.rec.Record(app, iface, user, allowed)
+		truth.add(day(e.clk.Now()), app, user, iface, allowed)
+	}
+	// Day 1, two flushes: "busy" sees 3,000 users in the first (its chunks
+	// split into parts), and half of them again in the second, so their
+	// figures sit in two chunks; "quiet" a few users on two interfaces.
+	for i := range 3000 {
+		record("busy", "a", fmt.Sprintf("user-%d", i), true)
+	}
+	for i := range 10 {
+		record("quiet", "a", fmt.Sprintf("u%d", i), true)
+		record("quiet", "b", fmt.Sprintf("u%d", i), i%2 == 0)
+	}
+	e.flush()
+	e.clk.Advance(time.Minute)
+	for i := range 1500 {
+		record("busy", "a", fmt.Sprintf("user-%d", i), i%3 != 0)
+		record("busy", "b", fmt.Sprintf("user-%d", i*2), true)
+	}
+	e.flush()
+	// Day 2 (today once the clock moves on): a little more.
+	e.clk.Advance(24 * time.Hour)
+	record("quiet", "a", "u1", true)
+	record("busy", "a", "user-7", false)
+	e.flush()
+	day1, day2 := day(t0).String(), day(e.clk.Now()).String()
+
+	if n := e.count(t, "SELECT COUNT(*) FROM usage_user_daily"); n != 0 {
+		t.Fatalf("%d usage_user_daily rows before any fold, want 0 (flushes write chunks)", n)
+	}
+	if n := e.count(t, "SELECT COUNT(*) FROM usage_user_chunks WHERE day = ? AND app_id = 'busy' AND part >> 8 > 0", day1); n == 0 {
+		t.Fatal("the busy app's chunks were not split into parts")
+	}
+	truth.check(t, e, "before the fold")
+
+	res, err := e.rec.Rollup(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := int64(0)
+	for _, users := range truth[day(t0)] {
+		for _, ifaces := range users {
+			want += int64(len(ifaces))
+		}
+	}
+	if res.UserRows != want {
+		t.Fatalf("fold upserted %d rows, want %d (one per user and interface of day 1)", res.UserRows, want)
+	}
+	if n := e.count(t, "SELECT COUNT(*) FROM usage_user_chunks WHERE day = ?", day1); n != 0 {
+		t.Fatalf("%d chunks of the finished day left after the fold", n)
+	}
+	if n := e.count(t, "SELECT COUNT(*) FROM usage_user_chunks WHERE day = ?", day2); n == 0 {
+		t.Fatal("today's chunks were folded")
+	}
+	truth.check(t, e, "after the fold")
+
+	calls := e.count(t, "SELECT COALESCE(SUM(calls), 0) FROM usage_user_daily")
+	res, err = e.rec.Rollup(ctx)
+	if err != nil || res.UserRows != 0 {
+		t.Fatalf("second rollup: %d rows folded (%v), want 0", res.UserRows, err)
+	}
+	if again := e.count(t, "SELECT COALESCE(SUM(calls), 0) FROM usage_user_daily"); again != calls {
+		t.Fatalf("a second rollup changed usage_user_daily's calls from %d to %d", calls, again)
+	}
+	truth.check(t, e, "after a second rollup")
+}
+
+// As the day goes on, Rollup merges an app's flush chunks (one per flush,
+// each with all of the app's users of that flush) into fewer level-1
+// chunks split by user, once it has mergeMinChunks (32) of them, so a
+// user's query reads a few chunks rather than the whole day's. Every
+// user's stats stay exact through the merge and the fold that follows.
+func TestUserChunks_TodaysFlushChunksMergedAsTheDayGoesOn(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, nil)
+	ctx := context.Background()
+	truth := userTruth{}
+	record := func(app, iface, user string, allowed bool) {
+		e.rec.Record(app, iface, user, allowed)
+		truth.add(day(e.clk.Now()), app, user, iface, allowed)
+	}
+	for f := range 40 {
+		for i := range 30 {
+			record("many", fmt.Sprintf("if%d", i%3), fmt.Sprintf("u%d", (f*7+i)%200), i%4 != 0)
+		}
+		if f < 5 {
+			record("few", "if", "u", true)
+		}
+		e.flush()
+		e.clk.Advance(15 * time.Second)
+	}
+	level := func(app string, l int) int64 {
+		return e.count(t, "SELECT COUNT(*) FROM usage_user_chunks WHERE app_id = ? AND level = ?", app, l)
+	}
+	if n := level("many", 0); n != 40 {
+		t.Fatalf("%d flush chunks of app many, want 40", n)
+	}
+	truth.check(t, e, "before the merge")
+	res, err := e.rec.Rollup(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.UserMerges != 1 || level("many", 0) != 0 || level("many", 1) == 0 || level("few", 0) != 5 {
+		t.Fatalf("merged %d apps; many: %d flush chunks, %d merged; few: %d flush chunks; want 1; 0, some; 5",
+			res.UserMerges, level("many", 0), level("many", 1), level("few", 0))
+	}
+	truth.check(t, e, "after the merge")
+
+	for i := range 10 {
+		record("many", "if0", fmt.Sprintf("u%d", i), true)
+	}
+	e.flush()
+	if res, err = e.rec.Rollup(ctx); err != nil || res.UserMerges != 0 {
+		t.Fatalf("one more flush chunk: merged %d apps (%v), want 0", res.UserMerges, err)
+	}
+	truth.check(t, e, "after a flush since the merge")
+
+	e.clk.Advance(24 * time.Hour)
+	if _, err = e.rec.Rollup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.count(t, "SELECT COUNT(*) FROM usage_user_chunks"); n != 0 {
+		t.Fatalf("%d chunks left after the day was folded", n)
+	}
+	truth.check(t, e, "after the fold")
+}
