@@ -28,7 +28,8 @@
 #   AB_LISTEN    quotad's address (default 127.0.0.1:18090)
 #   AB_OUT       folder for each run's quotabench JSON, its per-second
 #                timeline included (default bench-out/ab)
-# Usage (after make build), under the benchmark lock of a shared machine:
+# Usage (after make schema, which builds and applies sql/), under the
+# benchmark lock of a shared machine:
 #   flock /tmp/quota-bench.lock bash deploy/bench-ab.sh
 #   AB_RATE=4630 ROUNDS=2 bash deploy/bench-ab.sh          # the platform's peak
 #   AB_VARIANTS="GOGC=100;GOGC=400" bash deploy/bench-ab.sh
@@ -75,6 +76,8 @@ for r in $(seq 1 "$ROUNDS"); do
 		# Redis' own time per script call (nested commands included).
 		evalsha=$(redis-cli -h "${REDIS_HOST:-127.0.0.1}" -p "${REDIS_PORT:-6379}" INFO commandstats |
 			awk -F'[=,]' '/^cmdstat_evalsha:/ {print $6}')
+		# A flush that failed (no schema: run `make schema`) would make analytics look free.
+		flush_errors=$(curl -sf "$LISTEN/metrics" | awk '/^quota_analytics_flush_errors_total / {print $2}')
 		kill -TERM "$QP"; wait "$TP" 2>/dev/null
 		# Each run starts on an empty database: millions of keys left by the
 		# runs before make Redis' GETs and SETs slower (a bigger dict, more
@@ -88,7 +91,7 @@ for r in $(seq 1 "$ROUNDS"); do
 		n=$(echo "$out" | awk '$1 == "requests" {print $2; exit}')
 		echo "$out" | grep -E "^\s+(requests|latency|late)" | tr -s ' ' | tr '\n' ' '
 		worst=$(jq -r '[.timeline[]?] | sort_by(-.p99_ms) | .[:3] | map("\(.p99_ms)@\(.second)s") | join(" ")' "$json" 2>/dev/null)
-		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) evalsha_us=${evalsha:-?} machine_busy_pct=$(((b1 - b0) * 100 / (t1 > t0 ? t1 - t0 : 1))) mysql_ticks=$((m1 - m0)) | to exit: quotad_cpu_s=$qlife redis_ticks=$((r2 - r0)) mysql_ticks=$((m2 - m0))"
+		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) evalsha_us=${evalsha:-?} machine_busy_pct=$(((b1 - b0) * 100 / (t1 > t0 ? t1 - t0 : 1))) mysql_ticks=$((m1 - m0)) flush_errors=${flush_errors:-?} | to exit: quotad_cpu_s=$qlife redis_ticks=$((r2 - r0)) mysql_ticks=$((m2 - m0))"
 	done
 done
 rm -f "$log" "$log.time"
