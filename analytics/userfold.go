@@ -24,7 +24,7 @@ func (r *Recorder) foldUserChunks(ctx context.Context, conn *sql.Conn, today Day
 	pace := newPacer(r.opt.FlushDuty, time.Now().Add(time.Hour), nil)
 	// A cursor, so that a part that fails (a corrupt chunk) is reported
 	// and passed over, not tried again and again before the others.
-	day, app, part := "0000-00-00", "", -1
+	day, app, part := "1000-01-01", "", -1 // before any day
 	for {
 		var next []byte
 		err := conn.QueryRowContext(ctx, `SELECT DATE_FORMAT(day, '%Y-%m-%d'), app_id, part FROM usage_user_chunks
