@@ -140,11 +140,12 @@ func prefix8(s string) uint64 {
 
 // compareUserRows orders rows as usage_user_daily's primary key (day,
 // app_id, user_id, interface_id; VARBINARY compares bytes as
-// strings.Compare does). Writers upsert in this order: every quotad the
-// same, so that two instances' transactions never lock rows in opposite
-// orders (no deadlock), and a flush's rows reach the B-tree's pages in
-// order, each page once, which is what keeps the upserts cheap once the
-// table outgrows MySQL's buffer pool (RELIABILITY.md, soak).
+// strings.Compare does). A flush's chunks take each (day, app)'s rows in
+// this order, and the fold of a finished day (userfold.go) upserts them in
+// it: every quotad the same, so that two instances' transactions never
+// lock rows in opposite orders (no deadlock), and the rows reach the
+// B-tree's pages in order, each page once, which is what keeps the upserts
+// cheap once the table outgrows MySQL's buffer pool (RELIABILITY.md, soak).
 func compareUserRows(a, b *userRow) int {
 	if c := cmp.Compare(a.day, b.day); c != 0 {
 		return c

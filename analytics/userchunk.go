@@ -49,14 +49,15 @@ func partBitsFor(n int) uint {
 
 // partOf is the part column of user's chunk when split with bits hash
 // bits: bits<<8 | the user's part index.
-func partOf(user string, bits uint) uint16 {
-	return uint16(bits<<8) | uint16(FNV1a64(user)&(1<<bits-1))
-}
+func partOf(user string, bits uint) uint16 { return partOfHash(FNV1a64(user), bits) }
+
+func partOfHash(h uint64, bits uint) uint16 { return uint16(bits<<8) | uint16(h&(1<<bits-1)) }
 
 // partsOf are the part values a chunk holding user may have: one for each
-// split a flush may have used.
+// split a flush or a merge may have used.
 func partsOf(user string) [4]uint16 {
-	return [4]uint16{partOf(user, 0), partOf(user, 2), partOf(user, 4), partOf(user, 6)}
+	h := FNV1a64(user)
+	return [4]uint16{partOfHash(h, 0), partOfHash(h, 2), partOfHash(h, 4), partOfHash(h, 6)}
 }
 
 func appendUserEntry(b []byte, user, iface string, c Counts) []byte {
@@ -78,21 +79,21 @@ func eachUserEntry(body []byte, fn func(user, iface string, c Counts)) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errBadChunk, err)
 	}
-	s := string(raw)
-	for i := 0; i < len(s); {
-		user, n := chunkString(s[i:])
+	s := string(raw) // one string per chunk: the entries' substrings share it
+	for i := 0; i < len(raw); {
+		user, n := chunkString(raw[i:], s[i:])
 		if n <= 0 {
 			return errBadChunk
 		}
 		i += n
-		iface, n := chunkString(s[i:])
+		iface, n := chunkString(raw[i:], s[i:])
 		if n <= 0 {
 			return errBadChunk
 		}
 		i += n
 		var v [3]uint64
 		for k := range v {
-			x, n := binary.Uvarint([]byte(s[i:min(i+binary.MaxVarintLen64, len(s))]))
+			x, n := binary.Uvarint(raw[i:])
 			if n <= 0 || x > 1<<62 {
 				return errBadChunk
 			}
@@ -104,10 +105,11 @@ func eachUserEntry(body []byte, fn func(user, iface string, c Counts)) error {
 	return nil
 }
 
-// chunkString reads a uvarint length and that many bytes; n <= 0: malformed.
-func chunkString(s string) (string, int) {
-	l, n := binary.Uvarint([]byte(s[:min(binary.MaxVarintLen64, len(s))]))
-	if n <= 0 || l > uint64(len(s)-n) {
+// chunkString reads a uvarint length and that many bytes from b (s holds
+// the same bytes) and returns them as a substring of s; n <= 0: malformed.
+func chunkString(b []byte, s string) (string, int) {
+	l, n := binary.Uvarint(b)
+	if n <= 0 || l > uint64(len(b)-n) {
 		return "", 0
 	}
 	return s[n : n+int(l)], n + int(l)

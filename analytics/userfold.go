@@ -6,8 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 )
 
@@ -48,9 +46,6 @@ WHERE day < ? AND (day, app_id, part) > (?, ?, ?) ORDER BY day, app_id, part LIM
 	}
 }
 
-// userIface is a per-user row's key within one (day, app).
-type userIface struct{ user, iface string }
-
 // foldUserPart folds the chunks of one (day, app, part) in one transaction
 // and returns the rows it upserted.
 func (r *Recorder) foldUserPart(ctx context.Context, conn *sql.Conn, pace *pacer, day, app string, part uint16) (int, error) {
@@ -59,15 +54,14 @@ func (r *Recorder) foldUserPart(ctx context.Context, conn *sql.Conn, pace *pacer
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	sums, err := lockedUserSums(ctx, tx, "SELECT body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND part = ? FOR UPDATE", day, app, part)
+	rows, err := lockedUserRows(ctx, tx, app, "SELECT body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND part = ? FOR UPDATE", day, app, part)
 	if err != nil {
 		return 0, err
 	}
-	keys := sortedUserIfaces(sums)
-	err = r.insert(ctx, tx, pace, "usage_user_daily", userCols, 7, len(keys), func(args []any, i int) []any {
-		k := keys[i]
-		c := sums[k]
-		return append(args, app, k.user, day, k.iface, c.Calls, c.Allowed, c.Denied)
+	err = r.insert(ctx, tx, pace, "usage_user_daily", userCols, 7, len(rows), func(args []any, i int) []any {
+		u := &rows[i]
+		_, iface, user := u.id.split()
+		return append(args, app, user, day, iface, u.Calls, u.Allowed, u.Denied)
 	})
 	if err != nil {
 		return 0, err
@@ -78,8 +72,8 @@ func (r *Recorder) foldUserPart(ctx context.Context, conn *sql.Conn, pace *pacer
 	if err := tx.Commit(); err != nil {
 		return 0, err
 	}
-	r.met.rowsWritten.WithLabelValues("usage_user_daily").Add(float64(len(keys)))
-	return len(keys), nil
+	r.met.rowsWritten.WithLabelValues("usage_user_daily").Add(float64(len(rows)))
+	return len(rows), nil
 }
 
 // mergeMinChunks is the number of an app's flush chunks (level 0) of the
@@ -134,18 +128,14 @@ func (r *Recorder) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pac
 	}
 	defer func() { _ = tx.Rollback() }()
 	d := day.String()
-	sums, err := lockedUserSums(ctx, tx, "SELECT body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND level = 0 FOR UPDATE", d, app)
-	if err != nil || len(sums) == 0 {
+	rows, err := lockedUserRows(ctx, tx, app, "SELECT body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND level = 0 FOR UPDATE", d, app)
+	if err != nil || len(rows) == 0 {
 		return err
 	}
-	keys := sortedUserIfaces(sums)
-	urows := make([]userRow, len(keys))
-	var buf []byte
-	for i, k := range keys {
-		buf = appendRowID(buf[:0], app, k.iface, k.user)
-		urows[i] = newUserRow(userKey{id: rowID(string(buf)), day: day}, *sums[k])
+	for i := range rows {
+		rows[i].day = day
 	}
-	chunks := appendAppChunks(nil, urows, chunkMaxRaw)
+	chunks := appendAppChunks(nil, rows, chunkMaxRaw)
 	for i := range chunks {
 		chunks[i].level = 1
 	}
@@ -164,48 +154,33 @@ func (r *Recorder) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pac
 	return nil
 }
 
-// lockedUserSums reads and locks the chunks query selects (a flush writing
-// one of them meanwhile waits for the commit) and sums their entries per
-// (user, interface).
-func lockedUserSums(ctx context.Context, tx *sql.Tx, query string, args ...any) (map[userIface]*Counts, error) {
+// lockedUserRows reads and locks the chunks of app that query selects (a
+// flush writing one of them meanwhile waits for the commit) and returns
+// their entries as app's user rows, summed per (user, interface) and in
+// write order (rowset.sortedUsers); their day is left zero.
+func lockedUserRows(ctx context.Context, tx *sql.Tx, app, query string, args ...any) ([]userRow, error) {
 	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	sums := map[userIface]*Counts{}
+	var rs rowset
+	var buf []byte
 	for rows.Next() {
 		var body []byte
 		if err := rows.Scan(&body); err != nil {
 			return nil, err
 		}
 		err := eachUserEntry(body, func(user, iface string, c Counts) {
-			k := userIface{user, iface}
-			if s := sums[k]; s != nil {
-				s.add(c)
-			} else {
-				sums[k] = &c
-			}
+			buf = appendRowID(buf[:0], app, iface, user)
+			rs.users = append(rs.users, newUserRow(userKey{id: rowID(buf)}, c))
 		})
 		if err != nil {
 			return nil, err
 		}
 	}
-	return sums, rows.Err()
-}
-
-// sortedUserIfaces returns the keys of sums in usage_user_daily's key
-// order within a (day, app) (see compareUserRows).
-func sortedUserIfaces(sums map[userIface]*Counts) []userIface {
-	keys := make([]userIface, 0, len(sums))
-	for k := range sums {
-		keys = append(keys, k)
+	if err := rows.Err(); err != nil {
+		return nil, err
 	}
-	slices.SortFunc(keys, func(a, b userIface) int {
-		if c := strings.Compare(a.user, b.user); c != 0 {
-			return c
-		}
-		return strings.Compare(a.iface, b.iface)
-	})
-	return keys
+	return rs.sortedUsers(), nil
 }
