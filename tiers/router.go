@@ -46,10 +46,20 @@ type Router struct {
 	// NewTier is where a cell never seen before is placed ("" or Hot:
 	// hot; Warm; Cold). Cold needs a cold store.
 	NewTier Tier
+	// afterExists, when set (tests), runs between the cold-row lookup of
+	// cells that look new and their placement.
+	afterExists func()
 	// Calls, when set, is called once per op with the refs of its
 	// fixed-window cells (the scheduled migration's activity count). It
 	// must not block.
 	Calls func(refs []Ref)
+	// Locker, when set, keeps moves off a cell while the router places it
+	// as new (package migrate's Mover, whose move leases it takes). Without
+	// it a check that found a cell new could place it after the cell had
+	// meanwhile been placed, counted and moved to cold (whose directory
+	// field is absent, as a new cell's), hiding its cold count: tiering
+	// with a migration worker needs it (TestRouter_StaleNewCellIsNotPlaced).
+	Locker CellLocker
 	// MovedWait bounds how long an op waits for cells frozen by a move
 	// before it fails with ErrUnavailable (and the fail mode answers). A
 	// move freezes a batch for milliseconds; a crashed mover's cells stay
@@ -64,6 +74,14 @@ func (r *Router) movedWait() time.Duration {
 		return r.MovedWait
 	}
 	return 2 * time.Second
+}
+
+// CellLocker excludes moves of cells for a moment.
+type CellLocker interface {
+	// LockCells takes the lock of each ref it can (held[i]) and returns
+	// the function that releases them. A ref already locked (a move
+	// running on it) is not waited for.
+	LockCells(ctx context.Context, refs []Ref) (held []bool, unlock func(), err error)
 }
 
 // NewRouter returns a router over the three stores (cold may be nil: then a
@@ -392,6 +410,42 @@ func (r *Router) sortUnknown(ctx context.Context, now time.Time, op *Op, idx []i
 	if len(fresh) == 0 {
 		return false, nil
 	}
+	if r.afterExists != nil {
+		r.afterExists()
+	}
+	return true, r.placeNew(ctx, now, fresh)
+}
+
+// placeNew places cells that looked new (no hot key, no directory field,
+// no cold row) in NewTier. The look is stale by now: in the meantime the
+// cell may have been placed, counted and moved to cold, whose directory
+// field is absent too, so the placement's compare-and-set from "absent"
+// would succeed and hide the cold count. So the field and the cold row are
+// read again, and only a cell still new is placed; under the Locker no
+// move can come between that read and the placement. A cell the Locker
+// does not grant is being moved: the op, sent again, finds it frozen or
+// moved. This costs a cell's very first check two more lookups (a Redis
+// HGET, a MySQL primary-key SELECT) and, with the Locker, the lease's SET
+// and release.
+func (r *Router) placeNew(ctx context.Context, now time.Time, fresh []Ref) error {
+	if r.Locker != nil {
+		held, unlock, err := r.Locker.LockCells(ctx, fresh)
+		if err != nil {
+			return fmt.Errorf("router: lock new cells: %w", err)
+		}
+		defer unlock()
+		var locked []Ref
+		for k := range fresh {
+			if held[k] {
+				locked = append(locked, fresh[k])
+			}
+		}
+		fresh = locked
+	}
+	fresh, err := r.stillNew(ctx, fresh)
+	if err != nil || len(fresh) == 0 {
+		return err
+	}
 	nowS := now.Unix()
 	switch {
 	case r.NewTier == Cold && r.cold != nil:
@@ -400,7 +454,7 @@ func (r *Router) sortUnknown(ctx context.Context, now time.Time, op *Op, idx []i
 			recs[k] = Record{Ref: fresh[k], Last: nowS, First: nowS}
 		}
 		if err := r.cold.Import(ctx, recs); err != nil {
-			return false, err
+			return err
 		}
 	default:
 		swaps := make([]DirSwap, len(fresh))
@@ -409,7 +463,7 @@ func (r *Router) sortUnknown(ctx context.Context, now time.Time, op *Op, idx []i
 			if r.NewTier == Warm {
 				v, err := EncodeDirRecord(&Record{Ref: fresh[k], Last: nowS, First: nowS})
 				if err != nil {
-					return false, err
+					return err
 				}
 				swaps[k].New = v
 			}
@@ -417,10 +471,36 @@ func (r *Router) sortUnknown(ctx context.Context, now time.Time, op *Op, idx []i
 		// A lost compare-and-set means another check (or a move) placed
 		// the cell meanwhile: fine either way.
 		if _, err := r.warm.DirCAS(ctx, swaps); err != nil {
-			return false, err
+			return err
 		}
 	}
-	return true, nil
+	return nil
+}
+
+// stillNew returns the refs that are still new: no directory field (a
+// placement into cold, an import, has no compare-and-set of its own) and
+// no cold row.
+func (r *Router) stillNew(ctx context.Context, refs []Ref) ([]Ref, error) {
+	if len(refs) == 0 {
+		return refs, nil
+	}
+	raws, err := r.warm.DirRaw(ctx, refs)
+	if err != nil {
+		return nil, err
+	}
+	exists := make([]bool, len(refs))
+	if r.cold != nil {
+		if exists, err = r.cold.Exists(ctx, refs); err != nil {
+			return nil, err
+		}
+	}
+	var out []Ref
+	for k := range refs {
+		if raws[k] == "" && !exists[k] {
+			out = append(out, refs[k])
+		}
+	}
+	return out, nil
 }
 
 // refundCells gives back op's cost in the cells at idx, routed like any op

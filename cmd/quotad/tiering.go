@@ -43,6 +43,7 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 		Hot:     &tiers.HotMover{Hot: mhot, Warm: mwarm},
 		Metrics: migrate.NewMetrics(reg),
 	}
+	router.Locker = mover
 	act := &migrate.Activity{DBs: dbs}
 	router.Calls = act.Observe
 	w := &migrate.Worker{
