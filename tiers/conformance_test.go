@@ -126,13 +126,6 @@ func (e *confEnv) count(t *testing.T, now time.Time, c confCell) int64 {
 	return c.limit - op.Out[0].Remaining - boolInt(op.Out[0].Allowed)
 }
 
-func boolInt(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 const hour = time.Hour
 
 var confCases = []struct {

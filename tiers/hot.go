@@ -17,6 +17,9 @@ import (
 //go:embed hot_check.lua
 var hotCheckSource string
 
+//go:embed hot_fixed.lua
+var hotFixedSource string
+
 // algorithmCodes are the algorithm numbers of hot_check.lua's ARGV.
 var algorithmCodes = map[rules.Algorithm]int{
 	rules.FixedWindow:   1,
@@ -35,15 +38,17 @@ func SupportsAlgorithm(a rules.Algorithm) bool { _, ok := algorithmCodes[a]; ret
 //	value = the count, an integer string; TTL = until the window ends + jitter
 //
 // so a counter costs one small string key (~26 bytes of name plus Redis'
-// per-key overhead). One check is one EVALSHA of hot_check.lua. That is the
-// fixed window; the other algorithms keep one key per (identity, window)
-// in the forms hot_check.lua describes: a hash of multi-level buckets
+// per-key overhead). One check is one EVALSHA: of hot_fixed.lua when every
+// cell is a fixed window, else of hot_check.lua, which knows every
+// algorithm. That is the fixed window; the other algorithms keep one key per
+// (identity, window) in the forms hot_check.lua describes: a hash of multi-level buckets
 // (sliding_window), "tokens:last" (token_bucket), a ring of call times
 // (sliding_log), "next:prev" (min_interval), each expiring once it could
 // no longer change an answer.
 type HotStore struct {
 	rdb         redis.UniversalClient
-	script      *redis.Script
+	script      *redis.Script // hot_check.lua: every algorithm, refunds, the directory
+	fixed       *redis.Script // hot_fixed.lua: fixed-window cells only
 	prefix      string
 	jitter      time.Duration
 	splitBySlot bool
@@ -69,6 +74,7 @@ func NewHotStore(rdb redis.UniversalClient, o HotOptions) *HotStore {
 	return &HotStore{
 		rdb:         rdb,
 		script:      redis.NewScript(hotCheckSource),
+		fixed:       redis.NewScript(hotFixedSource),
 		prefix:      o.Prefix,
 		jitter:      o.Jitter,
 		splitBySlot: o.SplitBySlot || cluster,
@@ -78,12 +84,14 @@ func NewHotStore(rdb redis.UniversalClient, o HotOptions) *HotStore {
 // Tier returns Hot.
 func (s *HotStore) Tier() Tier { return Hot }
 
-// Load makes sure the script is cached in Redis so that checks go by EVALSHA
-// from the first call. A missing script (Redis restarted) is still handled:
-// go-redis falls back to EVAL on NOSCRIPT.
+// Load makes sure the scripts are cached in Redis so that checks go by
+// EVALSHA from the first call. A missing script (Redis restarted) is still
+// handled: checks load it again on NOSCRIPT.
 func (s *HotStore) Load(ctx context.Context) error {
-	if err := s.script.Load(ctx, s.rdb).Err(); err != nil {
-		return fmt.Errorf("hot load script: %w", wrapUnavailable(err))
+	for _, sc := range []*redis.Script{s.script, s.fixed} {
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("hot load script: %w", wrapUnavailable(err))
+		}
 	}
 	return nil
 }
@@ -112,6 +120,7 @@ type call struct {
 	op    *Op
 	cells []int // indexes into op.Cells
 	cmd   *redis.Cmd
+	fixed bool // sent to hot_fixed.lua (its reply is counts, not outcomes)
 }
 
 // Check decides ops in one pipeline (one round trip). A check whose cells
@@ -227,15 +236,7 @@ func (s *HotStore) args(c *call, now time.Time, mode Mode) ([]string, []any) {
 	c.each(func(i int) {
 		cell := &c.op.Cells[i]
 		keys = append(keys, s.Key(cell))
-		var jitter int64
-		if s.jitter > 0 {
-			jitter = rand.Int64N(s.jitter.Milliseconds() + 1)
-		}
-		shadow := 0
-		if cell.Shadow {
-			shadow = 1
-		}
-		args = append(args, algorithmCodes[cell.Algorithm], cell.Limit, cell.Window.Milliseconds(), jitter, shadow)
+		args = append(args, algorithmCodes[cell.Algorithm], cell.Limit, cell.Window.Milliseconds(), s.ttlJitter(), boolInt(cell.Shadow))
 	})
 	if len(dirKeys) > 0 {
 		args[2] = int(mode) + 16
@@ -255,17 +256,210 @@ func (s *HotStore) run(ctx context.Context, now time.Time, calls []call) error {
 		}
 	}
 	if len(calls) == 1 {
-		keys, args := s.args(&calls[0], now, calls[0].op.Mode)
-		calls[0].cmd = s.script.Run(ctx, s.rdb, keys, args...)
+		sc, keys, args := s.request(&calls[0], now)
+		calls[0].cmd = sc.Run(ctx, s.rdb, keys, args...)
 	} else if err := s.runPipelined(ctx, now, calls, true); err != nil {
 		return err
 	}
 	for i := range calls {
-		if err := s.decode(&calls[i]); err != nil {
+		c := &calls[i]
+		var err error
+		if c.fixed {
+			err = s.decodeFixed(c, now)
+		} else {
+			err = s.decode(c)
+		}
+		if err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// request chooses the script of a check's call and builds its keys and
+// arguments: hot_fixed.lua when every cell is a fixed window and the call
+// counts (not a refund), else hot_check.lua.
+func (s *HotStore) request(c *call, now time.Time) (*redis.Script, []string, []any) {
+	c.fixed = s.fixedOnly(c)
+	if c.fixed {
+		keys, args := s.fixedArgs(c, now)
+		return s.fixed, keys, args
+	}
+	keys, args := s.args(c, now, c.op.Mode)
+	return s.script, keys, args
+}
+
+// fixedOnly reports whether hot_fixed.lua can decide c.
+func (s *HotStore) fixedOnly(c *call) bool {
+	if c.op.Mode > Report {
+		return false
+	}
+	ok := true
+	c.each(func(i int) { ok = ok && c.op.Cells[i].Algorithm == rules.FixedWindow })
+	return ok && len(c.op.Cells) > 0
+}
+
+// fixedArgs builds hot_fixed.lua's keys and arguments (see its header).
+func (s *HotStore) fixedArgs(c *call, now time.Time) ([]string, []any) {
+	n := len(c.op.Cells)
+	if c.cells != nil {
+		n = len(c.cells)
+	}
+	dir := 0
+	nkeys := n
+	if s.dir != nil {
+		dir = 1
+		nkeys = 2 * n
+	}
+	keys := make([]string, n, nkeys)
+	args := make([]any, 0, 3+4*n)
+	args = append(args, c.op.Cost, int(c.op.Mode), dir)
+	ms := now.UnixMilli()
+	j := 0
+	c.each(func(i int) {
+		cell := &c.op.Cells[i]
+		keys[j] = s.Key(cell)
+		j++
+		ttl := untilWindowEnd(ms, cell.Window.Milliseconds()) + s.ttlJitter()
+		field := ""
+		if s.dir != nil {
+			l := s.dir.locate(cell.Identity, cell.Window, cell.Tag)
+			keys = append(keys, l.key)
+			field = l.field
+		}
+		args = append(args, cell.Limit, ttl, boolInt(cell.Shadow), field)
+	})
+	return keys, args
+}
+
+// ttlJitter is a random 0..Jitter in milliseconds, added to a new key's TTL.
+func (s *HotStore) ttlJitter() int64 {
+	if s.jitter <= 0 {
+		return 0
+	}
+	return rand.Int64N(s.jitter.Milliseconds() + 1)
+}
+
+// boolInt is 1 for true, 0 for false (the scripts' flags).
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// untilWindowEnd is the time in ms from ms to the end of its fixed window
+// of w ms: hot_check.lua's reset = window - now % window, with Lua's
+// floored % (now may be before the epoch in tests).
+func untilWindowEnd(ms, w int64) int64 {
+	m := ms % w
+	if m < 0 {
+		m += w
+	}
+	return w - m
+}
+
+// decodeFixed turns hot_fixed.lua's reply into outcomes with the integer
+// semantics of hot_check.lua's fixed_window: a cell allows when its count
+// plus the cost fits its limit; remaining is after the call when it was (or,
+// in a dry run, would have been) counted, else now; reset is the end of the
+// window; retry is the reset of a cell that denies. A cell the directory
+// places elsewhere gets its route, as decode gives it. The reply is walked
+// twice: whether every cell allows decides what each one reports.
+func (s *HotStore) decodeFixed(c *call, now time.Time) error {
+	vals, err := c.cmd.Slice()
+	if err != nil {
+		return fmt.Errorf("hot check: %w", wrapUnavailable(err))
+	}
+	op := c.op
+	all := true
+	j, err := walkFixedReply(c, vals, func(i int, used int64, rt *route) {
+		if rt != nil {
+			if op.route == nil {
+				op.route = make([]route, len(op.Cells))
+			}
+			op.route[i] = *rt
+			return
+		}
+		if cell := &op.Cells[i]; used+op.Cost > cell.Limit && !cell.Shadow {
+			all = false
+		}
+	})
+	if err != nil {
+		return err
+	}
+	commit, ok := replyInt(vals, j)
+	if !ok || j != len(vals)-1 {
+		return fmt.Errorf("hot check: reply of %d values, want the decision at %d", len(vals), j)
+	}
+	post := commit == 1 || (op.Mode == DryRun && all)
+	ms := now.UnixMilli()
+	_, _ = walkFixedReply(c, vals, func(i int, used int64, rt *route) {
+		if rt != nil {
+			op.Out[i] = Outcome{}
+			return
+		}
+		cell := &op.Cells[i]
+		allowed := used+op.Cost <= cell.Limit
+		if post {
+			used += op.Cost
+		}
+		reset := untilWindowEnd(ms, cell.Window.Milliseconds())
+		op.Out[i] = outcome(allowed, cell.Limit-used, reset, reset)
+	})
+	return nil
+}
+
+// walkFixedReply calls fn for each of c's cells, in order, with its value
+// in hot_fixed.lua's reply: the count (rt nil) or, for a cell the
+// directory places elsewhere, its route. It returns the index of the
+// reply's last value (the decision).
+func walkFixedReply(c *call, vals []any, fn func(i int, used int64, rt *route)) (int, error) {
+	j := 0
+	var bad error
+	c.each(func(i int) {
+		if bad != nil {
+			return
+		}
+		v, ok := replyInt(vals, j)
+		if !ok {
+			bad = fmt.Errorf("hot check: reply %v has no count at %d", vals, j)
+			return
+		}
+		j++
+		if v >= 0 {
+			fn(i, v, nil)
+			return
+		}
+		rt := route{where: int8(-v)}
+		if v == -1 {
+			if rt.raw, ok = replyString(vals, j); !ok {
+				bad = fmt.Errorf("hot check: reply %v has no warm record at %d", vals, j)
+				return
+			}
+			j++
+		}
+		fn(i, 0, &rt)
+	})
+	return j, bad
+}
+
+// replyString is the string at vals[i], if there is one.
+func replyString(vals []any, i int) (string, bool) {
+	if i >= len(vals) {
+		return "", false
+	}
+	v, ok := vals[i].(string)
+	return v, ok
+}
+
+// replyInt is the integer at vals[i], if there is one.
+func replyInt(vals []any, i int) (int64, bool) {
+	if i >= len(vals) {
+		return 0, false
+	}
+	v, ok := vals[i].(int64)
+	return v, ok
 }
 
 // runPipelined sends every call by EVALSHA in one pipeline; if Redis lost
@@ -273,8 +467,8 @@ func (s *HotStore) run(ctx context.Context, now time.Time, calls []call) error {
 func (s *HotStore) runPipelined(ctx context.Context, now time.Time, calls []call, retry bool) error {
 	pipe := s.rdb.Pipeline()
 	for i := range calls {
-		keys, args := s.args(&calls[i], now, calls[i].op.Mode)
-		calls[i].cmd = s.script.EvalSha(ctx, pipe, keys, args...)
+		sc, keys, args := s.request(&calls[i], now)
+		calls[i].cmd = sc.EvalSha(ctx, pipe, keys, args...)
 	}
 	_, err := pipe.Exec(ctx)
 	if err != nil && retry && isNoScript(err) {

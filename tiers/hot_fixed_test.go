@@ -1,0 +1,120 @@
+package tiers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/rules"
+)
+
+// The fast path's answers are held to the models by the differential and
+// conformance tests (every fixed-window-only scenario goes through it);
+// these tests pin down when it is taken and that it survives Redis losing
+// its scripts.
+
+// scriptsCached reports whether Redis holds each of s's two scripts.
+func scriptsCached(t *testing.T, rdb *redis.Client, s *HotStore) (general, fixed bool) {
+	t.Helper()
+	got, err := rdb.ScriptExists(context.Background(), s.script.Hash(), s.fixed.Hash()).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got[0], got[1]
+}
+
+// newPrivateHot is a hot store on a redis-server of the test's own, whose
+// scripts the test may flush.
+func newPrivateHot(t *testing.T) (*redis.Client, *HotStore) {
+	p := testenv.StartRedis(t)
+	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+	t.Cleanup(func() { rdb.Close() })
+	return rdb, NewHotStore(rdb, HotOptions{Prefix: "h:"})
+}
+
+func TestHot_FixedWindowOnlyChecksGoToTheFixedScript(t *testing.T) {
+	t.Parallel()
+	rdb, s := newPrivateHot(t)
+	ctx := context.Background()
+	a, b := newConfCell(5, time.Hour), newConfCell(5, time.Minute)
+
+	// Two fixed-window cells, one op and two ops (a pipeline), every mode
+	// but refund: only hot_fixed.lua is ever loaded.
+	for _, mode := range []Mode{Enforce, DryRun, Report} {
+		if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, mode, a, b)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, mode, a), confOp(confT0, 1, mode, b)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if general, fixed := scriptsCached(t, rdb, s); general || !fixed {
+		t.Fatalf("after fixed-window checks: general script cached %v, fixed %v; want only the fixed one", general, fixed)
+	}
+
+	// So do they with the directory of a Router's hot store (tiering on),
+	// whose cells are all new here: cold or new, not counted in hot.
+	rdb.ScriptFlush(ctx)
+	withDir := *s
+	withDir.dir = NewWarmStore(rdb, WarmOptions{Prefix: "w:"})
+	op := confOp(confT0, 1, Enforce, newConfCell(5, time.Hour), newConfCell(5, time.Minute))
+	if err := withDir.Check(ctx, confT0, []*Op{op}); err != nil {
+		t.Fatal(err)
+	}
+	if op.route == nil || op.route[0].where != routeUnknown || op.route[1].where != routeUnknown || op.Committed {
+		t.Fatalf("new cells with the directory: route %v, committed %v; want both cold or new, nothing counted", op.route, op.Committed)
+	}
+	if general, fixed := scriptsCached(t, rdb, s); general || !fixed {
+		t.Fatalf("after a check with the directory: general script cached %v, fixed %v; want only the fixed one", general, fixed)
+	}
+
+	// A token bucket cell among them takes the general script.
+	rdb.ScriptFlush(ctx)
+	mixed := confOp(confT0, 1, Enforce, a, newConfCell(5, time.Hour))
+	mixed.Cells[1].Algorithm = rules.TokenBucket
+	if err := s.Check(ctx, confT0, []*Op{mixed}); err != nil {
+		t.Fatal(err)
+	}
+	if general, fixed := scriptsCached(t, rdb, s); !general || fixed {
+		t.Fatalf("after a mixed check: general script cached %v, fixed %v; want only the general one", general, fixed)
+	}
+}
+
+// Redis forgets scripts on a restart or SCRIPT FLUSH: the single-call path
+// (EVALSHA, then EVAL on NOSCRIPT) and the pipelined path (load, then send
+// again) both recover, for each script, and count exactly.
+func TestHot_EachScriptSurvivesAScriptFlush(t *testing.T) {
+	t.Parallel()
+	rdb, s := newPrivateHot(t)
+	ctx := context.Background()
+	for _, algo := range []rules.Algorithm{rules.FixedWindow, rules.TokenBucket} {
+		a, b := newConfCell(3, time.Hour), newConfCell(3, time.Hour)
+		op := func(c confCell) *Op {
+			o := confOp(confT0, 1, Enforce, c)
+			o.Cells[0].Algorithm = algo
+			return o
+		}
+		for i := range 4 {
+			rdb.ScriptFlush(ctx)
+			single := []*Op{op(a)}
+			if err := s.Check(ctx, confT0, single); err != nil {
+				t.Fatalf("%s single, round %d: %v", algo, i, err)
+			}
+			rdb.ScriptFlush(ctx)
+			piped := []*Op{op(b), op(b)}
+			if err := s.Check(ctx, confT0, piped); err != nil {
+				t.Fatalf("%s pipelined, round %d: %v", algo, i, err)
+			}
+			if single[0].Committed != (i < 3) {
+				t.Errorf("%s single, round %d: committed %v", algo, i, single[0].Committed)
+			}
+			// b takes two a round: calls 1-3 fit its limit of 3, 4-8 do not.
+			if piped[0].Committed != (2*i < 3) || piped[1].Committed != (2*i+1 < 3) {
+				t.Errorf("%s pipelined, round %d: committed %v %v", algo, i, piped[0].Committed, piped[1].Committed)
+			}
+		}
+	}
+}
