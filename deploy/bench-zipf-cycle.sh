@@ -48,6 +48,9 @@
 #   QUOTAD_BIN, QUOTABENCH_BIN, QUOTACTL_BIN
 #                     binaries (default bin/quotad, bin/quotabench, bin/quotactl)
 #   READY_TIMEOUT     seconds to wait for /readyz         (default 30)
+#   QUOTA_PPROF_LISTEN set (e.g. 127.0.0.1:6062): quotad serves pprof there and
+#                     each phase saves a CPU profile, $BENCH_OUT/PHASE.cpu.pprof,
+#                     of ZIPF_PROFILE_SECONDS (default 30) from 10 s into it
 #   QUOTA_COLD_THRESHOLD  default 5 here (a run of minutes gives every cell a
 #                     call in the hour, so quotad's default 1 sends nothing cold)
 #   QUOTA_ADMIN_TOKEN quotad's admin token, also used by quotactl (default: a
@@ -88,6 +91,7 @@ QUOTAD_BIN=${QUOTAD_BIN:-bin/quotad}
 QUOTABENCH_BIN=${QUOTABENCH_BIN:-bin/quotabench}
 QUOTACTL_BIN=${QUOTACTL_BIN:-bin/quotactl}
 READY_TIMEOUT=${READY_TIMEOUT:-30}
+PROFILE_SECONDS=${ZIPF_PROFILE_SECONDS:-30}
 ADMIN_TOKEN=${QUOTA_ADMIN_TOKEN:-zipf-cycle-admin-token}
 COLD_THRESHOLD=${QUOTA_COLD_THRESHOLD:-5}
 DBS=(quota_zipf_0 quota_zipf_1)
@@ -281,8 +285,17 @@ phase() {
 	"$QUOTABENCH_BIN" -url "$BASE_URL" -progress=false -identities "$N" -dist zipf -zipf-s 1.1 \
 		-rate "$RATE" -d "$d" -json "$OUT_DIR/$name.json" >"$OUT_DIR/$name.txt" 2>&1 &
 	BENCH_PID=$!
+	local prof=""
+	if [[ -n ${QUOTA_PPROF_LISTEN:-} ]]; then
+		# A CPU profile of quotad over the phase's middle (ZIPF_PROFILE_SECONDS
+		# from 10 s in), for reading "after" against "again".
+		(sleep 10 && curl -s -o "$OUT_DIR/$name.cpu.pprof" \
+			"http://$QUOTA_PPROF_LISTEN/debug/pprof/profile?seconds=$PROFILE_SECONDS") &
+		prof=$!
+	fi
 	local rc=0
 	wait "$BENCH_PID" || rc=$?
+	[[ -z $prof ]] || wait "$prof" || say "phase $name: no CPU profile"
 	BENCH_PID=""
 	((rc == 0)) || die "quotabench failed in phase $name (exit status $rc; see $OUT_DIR/$name.txt)"
 	PHASE_TIME[$name]="$t0–$(date +%H:%M:%S)"
