@@ -433,7 +433,9 @@ func (r *Router) placeNew(ctx context.Context, now time.Time, fresh []Ref) error
 		if err != nil {
 			return fmt.Errorf("router: lock new cells: %w", err)
 		}
-		defer unlock()
+		// Released off the check's path: the lock's own expiry bounds a
+		// release that Redis does not answer.
+		defer func() { go unlock() }()
 		var locked []Ref
 		for k := range fresh {
 			if held[k] {
