@@ -433,9 +433,10 @@ func (r *Router) placeNew(ctx context.Context, now time.Time, fresh []Ref) error
 		if err != nil {
 			return fmt.Errorf("router: lock new cells: %w", err)
 		}
-		// Released off the check's path: the lock's own expiry bounds a
-		// release that Redis does not answer.
-		defer func() { go unlock() }()
+		// Released before the op is sent again: released later (off the
+		// check's path), a move right after the placement would find the
+		// cell still locked and skip it.
+		defer unlock()
 		var locked []Ref
 		for k := range fresh {
 			if held[k] {
