@@ -121,6 +121,10 @@ type call struct {
 	cells []int // indexes into op.Cells
 	cmd   *redis.Cmd
 	fixed bool // sent to hot_fixed.lua (its reply is counts, not outcomes)
+	// counted: the script counted the call's (hot) cells, the reply's
+	// last value, kept by decode so that the router need not convert
+	// the reply again.
+	counted bool
 }
 
 // Check decides ops in one pipeline (one round trip). A check whose cells
@@ -392,6 +396,7 @@ func (s *HotStore) decodeFixed(c *call, now time.Time) error {
 	if !ok || j != len(vals)-1 {
 		return fmt.Errorf("hot check: reply of %d values, want the decision at %d", len(vals), j)
 	}
+	c.counted = commit == 1
 	post := commit == 1 || (op.Mode == DryRun && all)
 	ms := now.UnixMilli()
 	_, _ = walkFixedReply(c, vals, func(i int, used int64, rt *route) {
@@ -510,17 +515,16 @@ func replyInts(cmd *redis.Cmd) ([]int64, map[int]string, error) {
 	return out, raws, nil
 }
 
-// committed reports whether the script call counted its (hot) cells.
-func (c *call) committed() bool {
-	res, _, err := replyInts(c.cmd)
-	return err == nil && len(res) > 0 && res[len(res)-1] == 1
-}
+// committed reports whether the script call counted its (hot) cells (set
+// when the reply was decoded).
+func (c *call) committed() bool { return c.counted }
 
 func (s *HotStore) decode(c *call) error {
 	res, raws, err := replyInts(c.cmd)
 	if err != nil {
 		return fmt.Errorf("hot check: %w", wrapUnavailable(err))
 	}
+	c.counted = len(res) > 0 && res[len(res)-1] == 1
 	j := 0
 	var bad error
 	c.each(func(i int) {
