@@ -295,9 +295,7 @@ func (r *Recorder) insertChunks(ctx context.Context, tx *sql.Tx, pace *pacer, ba
 			hi++
 		}
 		r.met.statements.WithLabelValues("usage_user_chunks").Inc()
-		q := "INSERT INTO usage_user_chunks (" + chunkCols + ") VALUES " +
-			strings.TrimSuffix(strings.Repeat("(?,?,?,?,?,?,?,?),", hi-lo), ",")
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+		if _, err := tx.ExecContext(ctx, valuesSQL("usage_user_chunks", chunkCols, 8, hi-lo, ""), args...); err != nil {
 			return fmt.Errorf("usage_user_chunks: %w", err)
 		}
 		pace.rest(ctx)
@@ -371,9 +369,15 @@ func (r *Recorder) insert(ctx context.Context, tx *sql.Tx, pace *pacer, table, c
 }
 
 func insertSQL(table, cols string, ncols, rows int) string {
+	return valuesSQL(table, cols, ncols, rows, addCounts)
+}
+
+// valuesSQL is "INSERT INTO table (cols) VALUES (?,…),… suffix" for rows
+// rows of ncols placeholders.
+func valuesSQL(table, cols string, ncols, rows int, suffix string) string {
 	var b strings.Builder
 	tuple := "(" + strings.TrimSuffix(strings.Repeat("?,", ncols), ",") + ")"
-	b.Grow(len(table) + len(cols) + rows*(len(tuple)+1) + len(addCounts) + 32)
+	b.Grow(len(table) + len(cols) + rows*(len(tuple)+1) + len(suffix) + 32)
 	b.WriteString("INSERT INTO ")
 	b.WriteString(table)
 	b.WriteString(" (")
@@ -385,7 +389,7 @@ func insertSQL(table, cols string, ncols, rows int) string {
 		}
 		b.WriteString(tuple)
 	}
-	b.WriteString(addCounts)
+	b.WriteString(suffix)
 	return b.String()
 }
 
