@@ -24,7 +24,9 @@ import (
 // transaction for all of them: one SELECT ... FOR UPDATE of their rows in
 // key order, then each op decided in turn on those rows as if sent alone
 // (all or nothing per op), then one multi-row INSERT ... ON DUPLICATE KEY
-// UPDATE of the rows that changed, then one COMMIT (one fsync). The router
+// UPDATE of the rows that changed, then one COMMIT (one fsync); two round
+// trips in all, as BEGIN and COMMIT ride with the statements next to them
+// (shardTx, cold_tx.go). The router
 // hands it the cold parts of a whole coalesced batch, so N concurrent
 // checks on a shard cost one transaction, not N. A cell's first call
 // reserves its row first (INSERT IGNORE of an empty record, outside the
@@ -37,9 +39,8 @@ import (
 // the whole group. Dry runs alone read without locks. Only placeholders
 // reach the SQL text.
 //
-// DSNs should set interpolateParams=true (quotad adds it): the IN lists
-// vary in length, so server-side prepared statements would cost a round
-// trip per statement.
+// Shard DSNs must set interpolateParams=true and multiStatements=true
+// (ShardDSN adds both).
 type ColdStore struct {
 	dbs         []*sql.DB
 	maxAttempts int
@@ -149,7 +150,7 @@ func (s *ColdStore) again(ctx context.Context, err error, attempt int) (bool, er
 	return true, nil
 }
 
-// coldQueryer is a *sql.DB or a *sql.Tx.
+// coldQueryer is a *sql.DB, *sql.Tx or *sql.Conn.
 type coldQueryer interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
@@ -191,14 +192,29 @@ func readCold(ctx context.Context, q coldQueryer, ids []CellID, lock bool, rows 
 	if len(ids) == 0 {
 		return nil
 	}
+	return queryCold(ctx, q, coldSelectSQL(len(ids), lock), coldIDArgs(ids), rows)
+}
+
+// coldSelectSQL is the SELECT of n rows by key.
+func coldSelectSQL(n int, lock bool) string {
+	query := "SELECT k, r FROM " + coldTable + " WHERE k IN (" + coldPlaceholders(n, 1) + ")"
+	if lock {
+		query += " FOR UPDATE"
+	}
+	return query
+}
+
+// coldIDArgs is ids as statement arguments.
+func coldIDArgs(ids []CellID) []any {
 	args := make([]any, len(ids))
 	for i := range ids {
 		args[i] = ids[i][:]
 	}
-	query := "SELECT k, r FROM " + coldTable + " WHERE k IN (" + coldPlaceholders(len(ids), 1) + ")"
-	if lock {
-		query += " FOR UPDATE"
-	}
+	return args
+}
+
+// queryCold runs query, whose result is (k, r) rows, and keeps them in rows.
+func queryCold(ctx context.Context, q coldQueryer, query string, args []any, rows map[CellID]*coldRow) error {
 	rs, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return coldUnavailable(err)
@@ -236,6 +252,21 @@ func readCold(ctx context.Context, q coldQueryer, ids []CellID, lock bool, rows 
 // the caller retries), existing ones - locked by this transaction - by an
 // INSERT ... ON DUPLICATE KEY UPDATE.
 func writeCold(ctx context.Context, q coldQueryer, ids []CellID, rows map[CellID]*coldRow) error {
+	stmts, args, err := coldWrites(ids, rows)
+	if err != nil {
+		return err
+	}
+	for i, st := range stmts {
+		if _, err := q.ExecContext(ctx, st, args[i]...); err != nil {
+			return coldUnavailable(err)
+		}
+	}
+	return nil
+}
+
+// coldWrites returns writeCold's statements (none, one or two) and the
+// arguments of each.
+func coldWrites(ids []CellID, rows map[CellID]*coldRow) ([]string, [][]any, error) {
 	var ins, upd []any
 	for _, id := range ids {
 		r := rows[id]
@@ -244,7 +275,7 @@ func writeCold(ctx context.Context, q coldQueryer, ids []CellID, rows map[CellID
 		}
 		raw, err := appendRecordRaw(nil, &r.state.rec)
 		if err != nil {
-			return err
+			return nil, nil, err
 		}
 		switch {
 		case !r.exists:
@@ -253,20 +284,18 @@ func writeCold(ctx context.Context, q coldQueryer, ids []CellID, rows map[CellID
 			upd = append(upd, id[:], raw)
 		}
 	}
+	var stmts []string
+	var args [][]any
 	if len(ins) > 0 {
-		q1 := "INSERT INTO " + coldTable + " (k, r) VALUES " + coldPlaceholders(len(ins)/2, 2)
-		if _, err := q.ExecContext(ctx, q1, ins...); err != nil {
-			return coldUnavailable(err)
-		}
+		stmts = append(stmts, "INSERT INTO "+coldTable+" (k, r) VALUES "+coldPlaceholders(len(ins)/2, 2))
+		args = append(args, ins)
 	}
 	if len(upd) > 0 {
-		q2 := "INSERT INTO " + coldTable + " (k, r) VALUES " + coldPlaceholders(len(upd)/2, 2) +
-			" ON DUPLICATE KEY UPDATE r = VALUES(r)"
-		if _, err := q.ExecContext(ctx, q2, upd...); err != nil {
-			return coldUnavailable(err)
-		}
+		stmts = append(stmts, "INSERT INTO "+coldTable+" (k, r) VALUES "+coldPlaceholders(len(upd)/2, 2)+
+			" ON DUPLICATE KEY UPDATE r = VALUES(r)")
+		args = append(args, upd)
 	}
-	return nil
+	return stmts, args, nil
 }
 
 // reserveCold creates the rows of ids that have none (autocommit), each

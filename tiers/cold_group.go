@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -210,26 +209,21 @@ type coldCommitError struct {
 func (e *coldCommitError) Error() string { return e.err.Error() }
 func (e *coldCommitError) Unwrap() error { return e.err }
 
-// tryGroup is one attempt at a group that counts: lock, decide, write,
-// commit. It returns each op's decision error, or the error of the attempt
-// (a *coldCommitError when a commit failed).
+// tryGroup is one attempt at a group that counts: lock, decide, write and
+// commit, each shard's transaction in two round trips (shardTx). It
+// returns each op's decision error, or the error of the attempt (a
+// *coldCommitError when a shard's write or commit failed).
 func (s *ColdStore) tryGroup(ctx context.Context, now time.Time, g *coldGroup) (res []error, err error) {
-	txs := make([]*sql.Tx, len(g.shards))
-	defer func() {
-		for _, tx := range txs {
-			if tx != nil {
-				_ = tx.Rollback() // a no-op after a commit
-			}
-		}
-	}()
+	txs := make([]*shardTx, len(g.shards))
+	defer endAll(ctx, txs)
 	rows := map[CellID]*coldRow{}
 	for k, sh := range g.shards {
-		tx, err := s.dbs[sh].BeginTx(ctx, nil)
+		tx, err := beginShardTx(ctx, s.dbs[sh])
 		if err != nil {
-			return nil, fmt.Errorf("cold check shard %d: begin: %w", sh, coldUnavailable(err))
+			return nil, fmt.Errorf("cold check shard %d: begin: %w", sh, err)
 		}
 		txs[k] = tx
-		if err := readChunks(ctx, tx, g.ids[k], true, rows); err != nil {
+		if err := tx.lock(ctx, g.ids[k], rows); err != nil {
 			return nil, fmt.Errorf("cold check shard %d: %w", sh, err)
 		}
 	}
@@ -240,14 +234,14 @@ func (s *ColdStore) tryGroup(ctx context.Context, now time.Time, g *coldGroup) (
 	if err := s.reserveMissing(ctx, g, rows, txs); err != nil {
 		return nil, err
 	}
-	for k, sh := range g.shards {
-		for part := range slices.Chunk(g.ids[k], coldChunk) {
-			if err := writeCold(ctx, txs[k], part, rows); err != nil {
-				return nil, fmt.Errorf("cold check shard %d: %w", sh, err)
-			}
-		}
+	return res, s.commitAll(ctx, g, txs, rows)
+}
+
+// endAll ends every shard's transaction still open (rolling it back).
+func endAll(ctx context.Context, txs []*shardTx) {
+	for _, tx := range txs {
+		tx.end(ctx)
 	}
-	return res, s.commitAll(g, txs)
 }
 
 // reserveMissing: a counted cell without a row has nothing to lock (under
@@ -258,7 +252,7 @@ func (s *ColdStore) tryGroup(ctx context.Context, now time.Time, g *coldGroup) (
 // existing rows only, in key order, shard by shard. (A reservation racing
 // a check can still deadlock, rarely; InnoDB picks a victim and the group
 // is tried again.) It returns nil when no row is missing.
-func (s *ColdStore) reserveMissing(ctx context.Context, g *coldGroup, rows map[CellID]*coldRow, txs []*sql.Tx) error {
+func (s *ColdStore) reserveMissing(ctx context.Context, g *coldGroup, rows map[CellID]*coldRow, txs []*shardTx) error {
 	missing := make([][]CellID, len(g.shards))
 	found := false
 	for k := range g.shards {
@@ -272,9 +266,7 @@ func (s *ColdStore) reserveMissing(ctx context.Context, g *coldGroup, rows map[C
 	if !found {
 		return nil
 	}
-	for _, tx := range txs {
-		_ = tx.Rollback()
-	}
+	endAll(ctx, txs)
 	for k, sh := range g.shards {
 		for part := range slices.Chunk(missing[k], coldChunk) {
 			if _, err := reserveCold(ctx, s.dbs[sh], part, nil); err != nil {
@@ -285,21 +277,23 @@ func (s *ColdStore) reserveMissing(ctx context.Context, g *coldGroup, rows map[C
 	return errColdReserved
 }
 
-// commitAll commits the shards in order; the first failure stops it (the
-// transactions after it are rolled back by the caller).
-func (s *ColdStore) commitAll(g *coldGroup, txs []*sql.Tx) error {
+// commitAll writes and commits the shards in order; the first failure
+// stops it (the transactions after it are rolled back by the caller). Every
+// row a write touches exists and is locked (reserveMissing), so a write
+// fails only as a commit can: the shard is unavailable.
+func (s *ColdStore) commitAll(ctx context.Context, g *coldGroup, txs []*shardTx, rows map[CellID]*coldRow) error {
 	for k, sh := range g.shards {
 		var err error
 		if s.beforeCommit != nil {
 			err = s.beforeCommit(sh, k)
 		}
 		if err == nil {
-			err = txs[k].Commit()
+			err = txs[k].commit(ctx, g.ids[k], rows)
 		}
 		if err != nil {
-			// Rolling back releases the locks of this shard when its
-			// commit never ran; after a failed COMMIT it is a no-op.
-			_ = txs[k].Rollback()
+			// Ending it releases the locks of this shard when its commit
+			// never ran.
+			txs[k].end(ctx)
 			// Not retried: %v keeps a MySQL error from looking retryable.
 			return &coldCommitError{at: k, err: fmt.Errorf("cold check shard %d: commit: %w: %w: %v", sh, ErrUnavailable, ErrColdUnavailable, err)}
 		}

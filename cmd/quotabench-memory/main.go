@@ -347,6 +347,7 @@ func coldTier(ctx context.Context, c *config) error {
 		return fmt.Errorf("-mysql: %w", err)
 	}
 	base.InterpolateParams = true
+	base.MultiStatements = true // as tiers.ShardDSN: the cold tier needs both
 	srvCfg := *base
 	srvCfg.DBName = ""
 	server, err := sql.Open("mysql", srvCfg.FormatDSN())

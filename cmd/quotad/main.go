@@ -12,11 +12,10 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
+	_ "github.com/go-sql-driver/mysql" // the "mysql" driver
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
@@ -60,7 +59,7 @@ func main() {
 func openShards(dsns []string) ([]*sql.DB, error) {
 	dbs := make([]*sql.DB, 0, len(dsns))
 	for i, dsn := range dsns {
-		dsn, err := interpolating(dsn)
+		dsn, err := tiers.ShardDSN(dsn)
 		if err != nil {
 			return nil, fmt.Errorf("QUOTA_MYSQL_SHARDS entry %d: %w", i, err)
 		}
@@ -74,23 +73,6 @@ func openShards(dsns []string) ([]*sql.DB, error) {
 		dbs = append(dbs, db)
 	}
 	return dbs, nil
-}
-
-// interpolating returns dsn with interpolateParams=true unless it sets
-// interpolateParams itself: without it, every statement with arguments is
-// a prepare, an execute and a close (three round trips instead of one),
-// and the cold tier's IN lists vary in length, so prepared statements are
-// not reused anyway.
-func interpolating(dsn string) (string, error) {
-	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		return "", err
-	}
-	if strings.Contains(dsn, "interpolateParams=") {
-		return dsn, nil
-	}
-	cfg.InterpolateParams = true
-	return cfg.FormatDSN(), nil
 }
 
 func migrateSchema() error {

@@ -1,0 +1,214 @@
+package tiers
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/quota-platform/quota/internal/testenv"
+)
+
+// roundTrips counts the statements and transaction commands a database/sql
+// pool sends to MariaDB, each one round trip (the DSN interpolates
+// arguments, so no prepares).
+type roundTrips struct {
+	driver.Connector
+	n *atomic.Int64
+}
+
+func (c roundTrips) Connect(ctx context.Context) (driver.Conn, error) {
+	conn, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return countedConn{Conn: conn, n: c.n}, nil
+}
+
+type countedConn struct {
+	driver.Conn
+	n *atomic.Int64
+}
+
+func (c countedConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
+	c.n.Add(1)
+	return c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
+}
+
+func (c countedConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
+	c.n.Add(1)
+	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
+}
+
+func (c countedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	c.n.Add(1)
+	tx, err := c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return countedTx{Tx: tx, n: c.n}, nil
+}
+
+type countedTx struct {
+	driver.Tx
+	n *atomic.Int64
+}
+
+func (t countedTx) Commit() error   { t.n.Add(1); return t.Tx.Commit() }
+func (t countedTx) Rollback() error { t.n.Add(1); return t.Tx.Rollback() }
+
+// countedShards returns pools on n fresh shard databases whose round trips
+// are counted in the returned counter.
+func countedShards(t *testing.T, n int) ([]*sql.DB, *atomic.Int64) {
+	t.Helper()
+	var count atomic.Int64
+	dbs := make([]*sql.DB, n)
+	for i, plain := range testenv.MySQLShards(t, n) {
+		var name string
+		if err := plain.QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		conn, err := mysql.NewConnector(testenv.MySQLConfig(t, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dbs[i] = sql.OpenDB(roundTrips{Connector: conn, n: &count})
+		t.Cleanup(func() { dbs[i].Close() })
+	}
+	return dbs, &count
+}
+
+func TestColdCheck_SendsEachShardsTransactionInTwoRoundTrips(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		shards []int // the shard of each cell of the op
+		cost   int64
+		mode   Mode
+		want   int64 // round trips
+		count  int64 // the first cell's count after (1 before)
+	}{
+		{"counted, one shard", []int{0, 0}, 1, Enforce, 2, 2},
+		{"counted, two shards", []int{0, 1}, 1, Enforce, 4, 2},
+		{"denied, one shard", []int{0}, 100, Enforce, 2, 1},
+		{"refund, one shard", []int{1}, 1, Refund, 2, 0},
+		{"dry run, two shards: reads only", []int{0, 1}, 1, DryRun, 2, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dbs, trips := countedShards(t, 2)
+			s := NewColdStore(dbs, ColdOptions{})
+			var cells []confCell
+			for _, sh := range tc.shards {
+				cells = append(cells, cellOnShard(t, s, sh, 10))
+			}
+			ctx := context.Background()
+			// Rows exist (a first call reserves them first).
+			if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, cells...)}); err != nil {
+				t.Fatal(err)
+			}
+			trips.Store(0)
+			op := confOp(confT0, tc.cost, tc.mode, cells...)
+			if err := s.Check(ctx, confT0, []*Op{op}); err != nil {
+				t.Fatal(err)
+			}
+			if n := trips.Load(); n != tc.want {
+				t.Fatalf("%d round trips, want %d", n, tc.want)
+			}
+			e := &confEnv{name: "cold", store: s, mover: s}
+			if n := e.count(t, confT0, cells[0]); n != tc.count {
+				t.Fatalf("count %d, want %d", n, tc.count)
+			}
+		})
+	}
+}
+
+// inTransaction reports whether the one connection of db has a
+// transaction open.
+func inTransaction(t *testing.T, db *sql.DB) bool {
+	t.Helper()
+	var open int
+	if err := db.QueryRow("SELECT @@in_transaction").Scan(&open); err != nil {
+		t.Fatal(err)
+	}
+	return open != 0
+}
+
+func TestColdCheck_FailedCommitHandsBackNoOpenTransaction(t *testing.T) {
+	t.Parallel()
+	dbs := testenv.MySQLShards(t, 1)
+	dbs[0].SetMaxOpenConns(1) // the check's connection is the one looked at after
+	s := NewColdStore(dbs, ColdOptions{})
+	ctx := context.Background()
+	c := newConfCell(10, time.Hour)
+	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); err != nil {
+		t.Fatal(err)
+	}
+	s.beforeCommit = func(int, int) error { return errors.New("injected: commit fails") }
+	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err %v, want ErrUnavailable", err)
+	}
+	if inTransaction(t, dbs[0]) {
+		t.Fatal("the pooled connection still has the failed check's transaction open")
+	}
+	s.beforeCommit = nil
+	e := &confEnv{name: "cold", store: s, mover: s}
+	if n := e.count(t, confT0, c); n != 1 {
+		t.Fatalf("count %d, want 1", n)
+	}
+}
+
+func TestColdCheck_ConnectionKilledBeforeCommitCountsNothingAndTheNextCheckWorks(t *testing.T) {
+	t.Parallel()
+	dbs := testenv.MySQLShards(t, 1)
+	var name string
+	if err := dbs[0].QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
+		t.Fatal(err)
+	}
+	admin, err := sql.Open("mysql", testenv.MySQLConfig(t, "").FormatDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { admin.Close() })
+	s := NewColdStore(dbs, ColdOptions{})
+	ctx := context.Background()
+	c := newConfCell(10, time.Hour)
+	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); err != nil {
+		t.Fatal(err)
+	}
+	killed := 0
+	s.beforeCommit = func(int, int) error {
+		// The check holds its row lock on one of the shard's connections.
+		rows, err := admin.Query("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ?", name)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				return err
+			}
+			if _, err := admin.Exec("KILL CONNECTION ?", id); err == nil {
+				killed++
+			}
+		}
+		return rows.Err()
+	}
+	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("err %v, want ErrUnavailable", err)
+	}
+	s.beforeCommit = nil
+	if killed == 0 {
+		t.Fatal("no connection killed: the test did not test anything")
+	}
+	op := confOp(confT0, 1, Enforce, c)
+	if err := s.Check(ctx, confT0, []*Op{op}); err != nil || !op.Committed || op.Out[0].Remaining != 8 {
+		t.Fatalf("next check: err %v committed %v outcomes %+v, want counted with 8 left", err, op.Committed, op.Out)
+	}
+}
