@@ -50,7 +50,7 @@ type Worker struct {
 
 type onCall struct {
 	ref      tiers.Ref
-	from, to tiers.Tier // to "" = decide from the cold record
+	from, to tiers.Tier // to "" = decide from the cold record (read then)
 }
 
 // CycleReport is what one cycle did.
@@ -202,7 +202,8 @@ func (w *Worker) moveBatch(ctx context.Context, refs []tiers.Ref, rates []float6
 
 // Observe is the router's on-call hook (tiers.Router.Observe): it queues a
 // move, never blocking the check, when a warm cell's mean interval crosses
-// a threshold, and queues every cold cell seen for a look at its record.
+// a threshold or a cold cell's drops to the promote interval. A cold cell
+// seen without its record is queued for a look at it.
 func (w *Worker) Observe(tier tiers.Tier, ref tiers.Ref, rec *tiers.Record) {
 	c := onCall{ref: ref, from: tier}
 	switch tier {
@@ -222,6 +223,12 @@ func (w *Worker) Observe(tier tiers.Tier, ref tiers.Ref, rec *tiers.Record) {
 	case tiers.Cold:
 		if w.Config.PromoteInterval <= 0 {
 			return
+		}
+		if rec != nil {
+			if !w.coldPromotes(rec) {
+				return
+			}
+			c.to = tiers.Warm
 		}
 	default:
 		return
@@ -338,10 +345,10 @@ func (w *Worker) runOnCall(ctx context.Context, batch []onCall) {
 		if err != nil {
 			w.log().Warn("on-call migration", "err", err)
 		}
-		for _, r := range recs {
-			if r.Samples >= 3 && time.Duration(r.MeanInterval)*time.Second <= w.Config.PromoteInterval {
+		for i := range recs {
+			if w.coldPromotes(&recs[i]) {
 				d := dir{tiers.Cold, tiers.Warm}
-				groups[d] = append(groups[d], r.Ref)
+				groups[d] = append(groups[d], recs[i].Ref)
 			}
 		}
 	}
@@ -350,6 +357,12 @@ func (w *Worker) runOnCall(ctx context.Context, batch []onCall) {
 			w.log().Warn("on-call migration", "from", d.from, "to", d.to, "cells", len(refs), "err", err)
 		}
 	}
+}
+
+// coldPromotes reports whether a cold cell's record says it is called often
+// enough to go warm at once.
+func (w *Worker) coldPromotes(rec *tiers.Record) bool {
+	return rec.Samples >= 3 && time.Duration(rec.MeanInterval)*time.Second <= w.Config.PromoteInterval
 }
 
 // Admin adapts a Worker to the admin endpoints (api.TiersAdmin).

@@ -196,7 +196,13 @@ func decideCold(op *Op, now time.Time, cells []coldCell, rows map[CellID]*coldRo
 		}
 		st = append(st, &r.state)
 	}
-	return decideFixed(op, now, st, Cold)
+	changed, err := decideFixed(op, now, st, Cold)
+	if err == nil && len(op.Records) == len(cells) {
+		for i := range st {
+			op.Records[i] = st[i].rec
+		}
+	}
+	return changed, err
 }
 
 // coldCommitError is a COMMIT that failed on g.shards[at]: the shards

@@ -41,7 +41,8 @@ type Router struct {
 	cold *ColdStore
 	// Observe, when set, is called after each op with the cells found
 	// in warm or cold and their records as the hot script saw them (warm)
-	// or nil (cold): the on-call migration's input. It must not block.
+	// or as the check left them (cold): the on-call migration's input. It
+	// must not block.
 	Observe func(tier Tier, ref Ref, rec *Record)
 	// NewTier is where a cell never seen before is placed ("" or Hot:
 	// hot; Warm; Cold). Cold needs a cold store.
@@ -329,7 +330,7 @@ func (r *Router) decideParts(ctx context.Context, now time.Time, op *Op, counted
 
 // decidePart sends op's cells at idx to store as one op.
 func (r *Router) decidePart(ctx context.Context, now time.Time, op *Op, idx []int, store Store, tier Tier, counted *[]int) error {
-	sub := partOp(op, idx)
+	sub := r.partOp(op, idx, tier)
 	if err := store.Check(ctx, now, []*Op{sub}); err != nil {
 		return err
 	}
@@ -338,9 +339,14 @@ func (r *Router) decidePart(ctx context.Context, now time.Time, op *Op, idx []in
 }
 
 // partOp is the op a tier decides for op's cells at idx: the directory
-// said they are there, so they must exist.
-func partOp(op *Op, idx []int) *Op {
-	return &Op{Cost: op.Cost, Mode: op.Mode, MustExist: true, Cells: pick(op.Cells, idx)}
+// said they are there, so they must exist. A cold part returns its records
+// when Observe wants them.
+func (r *Router) partOp(op *Op, idx []int, tier Tier) *Op {
+	sub := &Op{Cost: op.Cost, Mode: op.Mode, MustExist: true, Cells: pick(op.Cells, idx)}
+	if tier == Cold && r.Observe != nil {
+		sub.Records = make([]Record, len(idx))
+	}
+	return sub
 }
 
 // applyPart copies a decided part's outcomes into op, reports its cells to
@@ -353,13 +359,16 @@ func (r *Router) applyPart(op *Op, idx []int, sub *Op, tier Tier, counted []int)
 		counted = append(counted, idx...)
 	}
 	if r.Observe != nil {
-		for _, i := range idx {
+		for k, i := range idx {
 			ref := RefOf(&op.Cells[i])
 			var rec *Record
-			if tier == Warm {
+			switch {
+			case tier == Warm:
 				if rv, ok := IsWarmRecord(op.route[i].raw); ok {
 					rec = &rv
 				}
+			case tier == Cold && len(sub.Records) == len(idx):
+				rec = &sub.Records[k]
 			}
 			r.Observe(tier, ref, rec)
 		}

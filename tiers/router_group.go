@@ -151,7 +151,7 @@ func (r *Router) decideColdGroup(ctx context.Context, now time.Time, ops []*Op, 
 	var owner []int
 	for i, op := range ops {
 		if len(coldIdx[i]) > 0 {
-			subs = append(subs, partOp(op, coldIdx[i]))
+			subs = append(subs, r.partOp(op, coldIdx[i], Cold))
 			owner = append(owner, i)
 		}
 	}

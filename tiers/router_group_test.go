@@ -210,3 +210,45 @@ func opOverAFrozenCell(t *testing.T, movedWait time.Duration, n int) (*Router, *
 	op.Out = make([]Outcome, 2)
 	return r, mover, op
 }
+
+// The on-call migration decides a cold cell's promotion on the record its
+// check left, handed to Observe, instead of reading the row again.
+func TestRouter_ObserveGetsTheRecordAColdCheckLeft(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []int{1, 3} {
+		t.Run(fmt.Sprintf("batch of %d", batch), func(t *testing.T) {
+			t.Parallel()
+			r, cold := newGroupRouter(t)
+			cells := make([]confCell, batch)
+			for i := range cells {
+				cells[i] = newConfCell(10, time.Hour)
+			}
+			makeCold(t, cold, cells...)
+			seen := map[CellID]Record{}
+			r.Observe = func(tier Tier, ref Ref, rec *Record) {
+				if tier != Cold || rec == nil {
+					t.Errorf("observed %s record %v, want cold with its record", tier, rec)
+					return
+				}
+				seen[ref.ID()] = *rec
+			}
+			var now time.Time
+			for call := range 3 {
+				now = confT0.Add(time.Duration(call) * 10 * time.Second)
+				var ops []*Op
+				for _, c := range cells {
+					ops = append(ops, confOp(now, 2, Enforce, c))
+				}
+				if err := r.Check(context.Background(), now, ops); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, c := range cells {
+				rec, ok := seen[c.ref().ID()]
+				if !ok || rec.Count != 6 || rec.Last != now.Unix() || rec.Samples == 0 {
+					t.Fatalf("cell %d: observed %+v (seen %v), want the record after 3 calls of 2 (count 6, last %d, samples > 0)", i, rec, ok, now.Unix())
+				}
+			}
+		})
+	}
+}

@@ -68,6 +68,11 @@ type Op struct {
 	// makes a cell without a record fail with ErrMoved instead of starting
 	// one: the directory said the record was there, so it has moved since.
 	MustExist bool
+	// Records, when the caller makes it len(Cells) long, is filled by the
+	// cold store with each cell's record as the check left it: the Router
+	// hands it to Observe, so the on-call migration decides on the record
+	// the check read instead of reading it again.
+	Records []Record
 
 	route []route // per cell, where the hot script found it (Router); nil: all hot
 }
