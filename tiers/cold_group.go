@@ -240,7 +240,21 @@ func (s *ColdStore) tryGroup(ctx context.Context, now time.Time, g *coldGroup) (
 	if err := s.reserveMissing(ctx, g, rows, txs); err != nil {
 		return nil, err
 	}
-	return res, s.commitAll(ctx, g, txs, rows)
+	commits := make([]shardCommit, len(g.shards))
+	for k := range g.shards {
+		q, args, err := commitSQL(g.ids[k], rows)
+		if err != nil {
+			return nil, err
+		}
+		commits[k] = shardCommit{q, args}
+	}
+	return res, s.commitAll(ctx, g, txs, commits)
+}
+
+// shardCommit is a shard's writes and COMMIT, as one text (commitSQL).
+type shardCommit struct {
+	query string
+	args  []any
 }
 
 // endAll ends every shard's transaction still open (rolling it back).
@@ -287,14 +301,14 @@ func (s *ColdStore) reserveMissing(ctx context.Context, g *coldGroup, rows map[C
 // stops it (the transactions after it are rolled back by the caller). Every
 // row a write touches exists and is locked (reserveMissing), so a write
 // fails only as a commit can: the shard is unavailable.
-func (s *ColdStore) commitAll(ctx context.Context, g *coldGroup, txs []*shardTx, rows map[CellID]*coldRow) error {
+func (s *ColdStore) commitAll(ctx context.Context, g *coldGroup, txs []*shardTx, commits []shardCommit) error {
 	for k, sh := range g.shards {
 		var err error
 		if s.beforeCommit != nil {
 			err = s.beforeCommit(sh, k)
 		}
 		if err == nil {
-			err = txs[k].commit(ctx, g.ids[k], rows)
+			err = txs[k].commit(ctx, commits[k].query, commits[k].args)
 		}
 		if err != nil {
 			// Ending it releases the locks of this shard when its commit

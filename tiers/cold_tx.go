@@ -55,17 +55,15 @@ func (t *shardTx) lock(ctx context.Context, ids []CellID, rows map[CellID]*coldR
 	return nil
 }
 
-// commit writes the rows of ids that changed and commits, in one round
-// trip. An error means nothing of this shard was committed (or, when the
-// connection died on the COMMIT, that it cannot be known; as with a
-// *sql.Tx, the caller treats it as not committed).
-func (t *shardTx) commit(ctx context.Context, ids []CellID, rows map[CellID]*coldRow) error {
+// commitSQL is the text and arguments of a shard's second round trip: the
+// writes of the rows of ids that changed, then COMMIT.
+func commitSQL(ids []CellID, rows map[CellID]*coldRow) (string, []any, error) {
 	var b strings.Builder
 	var args []any
 	for part := range slices.Chunk(ids, coldChunk) {
 		stmts, sargs, err := coldWrites(part, rows)
 		if err != nil {
-			return err
+			return "", nil, err
 		}
 		for i, st := range stmts {
 			b.WriteString(st)
@@ -74,7 +72,15 @@ func (t *shardTx) commit(ctx context.Context, ids []CellID, rows map[CellID]*col
 		}
 	}
 	b.WriteString("COMMIT")
-	if _, err := t.conn.ExecContext(ctx, b.String(), args...); err != nil {
+	return b.String(), args, nil
+}
+
+// commit sends commitSQL's text in one round trip. An error means nothing
+// of this shard was committed (or, when the connection died on the COMMIT,
+// that it cannot be known; as with a *sql.Tx, the caller treats it as not
+// committed).
+func (t *shardTx) commit(ctx context.Context, query string, args []any) error {
+	if _, err := t.conn.ExecContext(ctx, query, args...); err != nil {
 		return coldUnavailable(err)
 	}
 	t.open = false
