@@ -135,7 +135,7 @@ func (r *Recorder) fold(m map[liveKey]int32, counts []Counts, held []int, lost *
 		if user == "" {
 			continue
 		}
-		p.users = append(p.users, newUserRow(userKey{id: k.id, day: day}, c))
+		p.addUser(app, newUserRow(userKey{id: k.id, day: day}, c))
 		if len(r.hllQueue) >= r.opt.MaxPendingRows {
 			lost.adds++
 			continue
@@ -207,9 +207,7 @@ func (r *Recorder) writeShard(ctx context.Context, i int, pace *pacer) error {
 		// the batch id up before writing these rows again.
 		sh.uncertain = append(sh.uncertain, &batch{id: id, rows: p})
 	}
-	// The next flush will likely hold as many rows: size its maps now
-	// rather than grow them from empty, rehashing all the way.
-	sh.pending = newRowsetSized(len(p.series), len(p.daily), cap(p.users))
+	sh.pending = p.next()
 	r.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("commit: %w", err)
@@ -231,8 +229,8 @@ const (
 
 func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, batchID [16]byte, pace *pacer) (map[string]int, error) {
 	written := map[string]int{}
-	// Rows go in primary-key order (here, and compareUserRows for the user
-	// rows): concurrent writers (other quotad instances) lock them in the
+	// Rows go in primary-key order (here, and rowset.userChunks for the
+	// user rows): concurrent writers (other quotad instances) lock them in the
 	// same order and do not deadlock, and each B-tree page is visited once.
 	series := sortedKeys(p.series, func(a, b seriesKey) int {
 		if c := strings.Compare(a.app, b.app); c != 0 {
@@ -265,10 +263,7 @@ func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, batchID
 		return nil, err
 	}
 	written["usage_daily"] = len(daily)
-	r.mu.Lock() // readers range over p.users
-	users := p.sortedUsers()
-	r.mu.Unlock()
-	chunks := userChunks(users, chunkMaxRaw)
+	chunks := p.userChunks(&r.mu, chunkMaxRaw)
 	if err := r.insertChunks(ctx, tx, pace, batchID, chunks); err != nil {
 		return nil, err
 	}

@@ -208,10 +208,10 @@ func (r *Recorder) UserDay(ctx context.Context, app, user string, day Day) (User
 		return out, err
 	}
 	for _, rs := range r.rowsets(app) {
-		for i := range rs.users {
-			if u := &rs.users[i]; u.day == day {
-				if a, f, us := u.id.split(); a == app && us == user {
-					addTo(ifaces, f, u.Counts)
+		if g := rs.users[appDay{app: app, day: day}]; g != nil {
+			for i := range g.rows {
+				if _, f, us := g.rows[i].id.split(); us == user {
+					addTo(ifaces, f, g.rows[i].Counts)
 				}
 			}
 		}

@@ -47,8 +47,7 @@ func BenchmarkRecordAndFold(b *testing.B) {
 			clk.Advance(15 * time.Second)
 			r.swapLive(b.Context(), nil)
 			for _, s := range r.shards { // as a written flush leaves them
-				p := s.pending
-				s.pending = newRowsetSized(len(p.series), len(p.daily), cap(p.users))
+				s.pending = s.pending.next()
 			}
 			r.dropQueued(len(r.hllQueue))
 		}

@@ -2,7 +2,6 @@ package analytics
 
 import (
 	"context"
-	"slices"
 	"testing"
 
 	"github.com/quota-platform/quota/internal/testenv"
@@ -43,10 +42,16 @@ func TestUserRowsAreWrittenInThePrimaryKeyOrderOfMySQL(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The order the flush writes them in (rowset.sortedUsers).
+	// The order the flush writes them in (rowset.userChunks).
 	rs := newRowset()
-	rs.users = slices.Clone(rows)
-	rows = rs.sortedUsers()
+	for _, r := range rows {
+		rs.addUser(r.id.app(), r)
+	}
+	rows = rows[:0]
+	for _, g := range rs.userGroups() {
+		rs.sortGroup(g)
+		rows = append(rows, g.rows...)
+	}
 	res, err := db.QueryContext(ctx, "SELECT app_id, user_id, day, interface_id FROM usage_user_daily ORDER BY day, app_id, user_id, interface_id")
 	if err != nil {
 		t.Fatal(err)

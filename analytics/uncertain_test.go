@@ -37,7 +37,7 @@ func TestUncertainCommitResolvedByBatchID(t *testing.T) {
 		c := Counts{Calls: n, Allowed: n}
 		addTo(rs.series, seriesKey{app: "app", iface: "if", t: clk.Now().Unix()}, c)
 		addTo(rs.daily, dailyKey{app: "app", iface: "if", day: day}, c)
-		rs.users = append(rs.users, newUserRow(userKey{id: makeRowID("app", "if", "u"), day: day}, c))
+		rs.addUser("app", newUserRow(userKey{id: makeRowID("app", "if", "u"), day: day}, c))
 		return rs
 	}
 	committed := &batch{id: [16]byte{1, 2, 3}, rows: mk(10)}

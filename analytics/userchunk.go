@@ -126,23 +126,6 @@ type userChunk struct {
 	body    []byte // compressed
 }
 
-// userChunks turns user rows sorted by compareUserRows (summed) into the
-// chunks of one flush, each of about maxRaw bytes at most before
-// compression (chunkMaxRaw).
-func userChunks(rows []userRow, maxRaw int) []userChunk {
-	var out []userChunk
-	for lo := 0; lo < len(rows); {
-		app := rows[lo].id.app()
-		hi := lo + 1
-		for hi < len(rows) && rows[hi].day == rows[lo].day && rows[hi].id.app() == app {
-			hi++
-		}
-		out = appendAppChunks(out, rows[lo:hi], maxRaw)
-		lo = hi
-	}
-	return out
-}
-
 // appendAppChunks appends the chunks of one (day, app)'s rows.
 func appendAppChunks(out []userChunk, rows []userRow, maxRaw int) []userChunk {
 	bits := partBitsFor(len(rows))

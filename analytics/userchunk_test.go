@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/golang/snappy"
@@ -86,11 +87,11 @@ func TestUserChunks_EachRowInOneChunkOfItsPart(t *testing.T) {
 				user += long
 			}
 			cnt := Counts{Calls: int64(i%5 + 1), Allowed: int64(i%5 + 1)}
-			rs.users = append(rs.users, newUserRow(userKey{id: makeRowID(c.app, "if", user), day: 20000}, cnt))
+			rs.addUser(c.app, newUserRow(userKey{id: makeRowID(c.app, "if", user), day: 20000}, cnt))
 			want[c.app+"/"+user] = cnt
 		}
 	}
-	chunks := userChunks(rs.sortedUsers(), maxRaw)
+	chunks := rs.userChunks(&sync.Mutex{}, maxRaw)
 	got := map[string]Counts{}
 	bits := map[string]uint{}
 	seqs := 0

@@ -157,14 +157,14 @@ func (r *Recorder) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pac
 // lockedUserRows reads and locks the chunks of app that query selects (a
 // flush writing one of them meanwhile waits for the commit) and returns
 // their entries as app's user rows, summed per (user, interface) and in
-// write order (rowset.sortedUsers); their day is left zero.
+// write order (sortGroupRows); their day is left zero.
 func lockedUserRows(ctx context.Context, tx *sql.Tx, app, query string, args ...any) ([]userRow, error) {
 	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var rs rowset
+	var out []userRow
 	var buf []byte
 	for rows.Next() {
 		var body []byte
@@ -173,7 +173,7 @@ func lockedUserRows(ctx context.Context, tx *sql.Tx, app, query string, args ...
 		}
 		err := eachUserEntry(body, func(user, iface string, c Counts) {
 			buf = appendRowID(buf[:0], app, iface, user)
-			rs.users = append(rs.users, newUserRow(userKey{id: rowID(buf)}, c))
+			out = append(out, newUserRow(userKey{id: rowID(buf)}, c))
 		})
 		if err != nil {
 			return nil, err
@@ -182,5 +182,5 @@ func lockedUserRows(ctx context.Context, tx *sql.Tx, app, query string, args ...
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	return rs.sortedUsers(), nil
+	return sortGroupRows(out), nil
 }
