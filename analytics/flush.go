@@ -110,18 +110,12 @@ func (r *Recorder) fold(m map[liveKey]int32, counts []Counts, held []int, lost *
 		si := int(appHash % uint64(n)) // ShardIndex
 		p := r.shards[si].pending
 		day := Day(floorDiv(k.min, 86400))
-		sk := seriesKey{app: app, iface: iface, t: k.min}
 		dk := dailyKey{app: app, iface: iface, day: day}
-		// Each pending row is looked up once: these maps hold a flush's
-		// worth of rows and every probe is a cache miss.
-		ps, pd := p.series[sk], p.daily[dk]
-		grow := 0
-		if ps == nil {
-			grow++
-		}
-		if pd == nil {
-			grow++
-		}
+		// One probe finds the day's row, its minutes and its app's user
+		// rows: this map holds a flush's worth of rows and every probe is
+		// a cache miss.
+		pd := p.daily[dk]
+		grow := pd.newRows(k.min)
 		if user != "" {
 			grow++ // a user row is appended, never looked up
 		}
@@ -130,12 +124,12 @@ func (r *Recorder) fold(m map[liveKey]int32, counts []Counts, held []int, lost *
 			continue
 		}
 		held[si] += grow
-		addAt(p.series, sk, ps, c)
-		addAt(p.daily, dk, pd, c)
+		d := p.ifaceDay(dk, pd)
+		p.add(d, k.min, c)
 		if user == "" {
 			continue
 		}
-		p.addUser(app, newUserRow(userKey{id: k.id, day: day}, c))
+		p.addUser(d.users, newUserRow(userKey{id: k.id, day: day}, c))
 		if len(r.hllQueue) >= r.opt.MaxPendingRows {
 			lost.adds++
 			continue
@@ -232,16 +226,10 @@ func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, batchID
 	// Rows go in primary-key order (here, and rowset.userChunks for the
 	// user rows): concurrent writers (other quotad instances) lock them in the
 	// same order and do not deadlock, and each B-tree page is visited once.
-	series := sortedKeys(p.series, func(a, b seriesKey) int {
-		if c := strings.Compare(a.app, b.app); c != 0 {
-			return c
-		}
-		return cmp.Or(cmp.Compare(a.t, b.t), strings.Compare(a.iface, b.iface))
-	})
+	series := p.seriesRows()
 	err := r.insert(ctx, tx, pace, "usage_series", seriesCols, 7, len(series), func(args []any, i int) []any {
-		k := series[i]
-		c := p.series[k]
-		return append(args, k.app, int64(Res1m), k.t, k.iface, c.Calls, c.Allowed, c.Denied)
+		s := &series[i]
+		return append(args, s.app, int64(Res1m), s.t, s.iface, s.Calls, s.Allowed, s.Denied)
 	})
 	if err != nil {
 		return nil, err
@@ -313,7 +301,7 @@ func (d *dayStrings) of(day Day) string {
 	return d.s
 }
 
-func sortedKeys[K comparable](m map[K]*Counts, cmpf func(a, b K) int) []K {
+func sortedKeys[K comparable, V any](m map[K]V, cmpf func(a, b K) int) []K {
 	ks := make([]K, 0, len(m))
 	for k := range m {
 		ks = append(ks, k)

@@ -120,9 +120,9 @@ func (r *Recorder) AppDay(ctx context.Context, app string, day Day) (AppDayStats
 			return err
 		}
 		for _, rs := range r.rowsets(app) {
-			for k, c := range rs.daily {
+			for k, d := range rs.daily {
 				if k.app == app && k.day == day {
-					addTo(ifaces, k.iface, *c)
+					addTo(ifaces, k.iface, d.Counts)
 				}
 			}
 		}
@@ -176,8 +176,8 @@ func (r *Recorder) InterfaceDay(ctx context.Context, app, iface string, day Day)
 		}
 		out.Counts = c
 		for _, rs := range r.rowsets(app) {
-			if p := rs.daily[dailyKey{app: app, iface: iface, day: day}]; p != nil {
-				out.Counts.add(*p)
+			if d := rs.daily[dailyKey{app: app, iface: iface, day: day}]; d != nil {
+				out.Counts.add(d.Counts)
 			}
 		}
 		r.scanLive(app, func(k liveKey, c Counts) {
@@ -302,9 +302,11 @@ func (r *Recorder) Series(ctx context.Context, q SeriesQuery) ([]Point, error) {
 		return nil, err
 	}
 	for _, rs := range r.rowsets(q.App) {
-		for k, c := range rs.series {
+		for k, d := range rs.daily {
 			if k.app == q.App && (!q.ByInterface || k.iface == q.Interface) {
-				add(k.t, *c)
+				for _, m := range d.mins {
+					add(m.t, m.Counts)
+				}
 			}
 		}
 	}

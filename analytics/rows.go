@@ -100,9 +100,11 @@ func (d Day) Time() time.Time { return time.Unix(int64(d)*86400, 0).UTC() }
 
 func (d Day) String() string { return d.Time().Format(time.DateOnly) }
 
-type seriesKey struct {
+// seriesRow is a usage_series row of a 1-minute point.
+type seriesRow struct {
 	app, iface string
 	t          int64 // minute start
+	Counts
 }
 
 type dailyKey struct {
@@ -208,23 +210,64 @@ type userGroup struct {
 // flush's rows and then the chunks took 1.14 s (BenchmarkRecordAndFlush,
 // 1.8 M calls, profiled). nUsers counts such duplicates, so the pending
 // bound errs on the safe side.
+//
+// The usage_daily and usage_series rows of one (app, interface, day) are
+// one ifaceDay, found with one map probe per live aggregate the flush
+// folds (these maps hold a flush's worth of rows and every probe is a
+// cache miss), which also leads to the (app, day)'s user rows.
 type rowset struct {
-	series map[seriesKey]*Counts
-	daily  map[dailyKey]*Counts
-	users  map[appDay]*userGroup
-	nUsers int
+	daily   map[dailyKey]*ifaceDay
+	users   map[appDay]*userGroup
+	nSeries int // minutes held in daily's ifaceDays
+	nUsers  int
+}
+
+// ifaceDay is the pending figures of one (app, interface, day): its
+// usage_daily row and its usage_series rows.
+type ifaceDay struct {
+	Counts
+	mins  []minuteCounts  // in the order first added: nearly always ascending
+	users *userGroup      // the (app, day)'s user rows
+	first [2]minuteCounts // mins' first backing array: a flush's calls fall in one or two minutes
+}
+
+// minuteCounts is a usage_series row of a 1-minute point.
+type minuteCounts struct {
+	t int64 // minute start
+	Counts
+}
+
+// minute is the row of minute t (nil: none). It looks from the newest:
+// a flush adds to the last minute or two.
+func (d *ifaceDay) minute(t int64) *Counts {
+	for i := len(d.mins) - 1; i >= 0; i-- {
+		if d.mins[i].t == t {
+			return &d.mins[i].Counts
+		}
+	}
+	return nil
+}
+
+// newRows is the rows a call of minute t adds to d (nil: none yet).
+func (d *ifaceDay) newRows(t int64) int {
+	switch {
+	case d == nil:
+		return 2 // daily and series
+	case d.minute(t) == nil:
+		return 1
+	}
+	return 0
 }
 
 func newRowset() *rowset {
-	return &rowset{series: map[seriesKey]*Counts{}, daily: map[dailyKey]*Counts{}, users: map[appDay]*userGroup{}}
+	return &rowset{daily: map[dailyKey]*ifaceDay{}, users: map[appDay]*userGroup{}}
 }
 
 // next returns an empty rowset with room for as many rows as r holds: the
 // next flush will likely hold as many, and growing the maps and lists from
 // empty would rehash and copy all the way.
 func (r *rowset) next() *rowset {
-	n := &rowset{series: make(map[seriesKey]*Counts, len(r.series)), daily: make(map[dailyKey]*Counts, len(r.daily)),
-		users: make(map[appDay]*userGroup, len(r.users))}
+	n := &rowset{daily: make(map[dailyKey]*ifaceDay, len(r.daily)), users: make(map[appDay]*userGroup, len(r.users))}
 	for k, g := range r.users {
 		if len(g.rows) > 0 {
 			n.users[k] = &userGroup{appDay: k, rows: make([]userRow, 0, len(g.rows)+len(g.rows)/4)}
@@ -233,16 +276,67 @@ func (r *rowset) next() *rowset {
 	return n
 }
 
-func (r *rowset) len() int { return len(r.series) + len(r.daily) + r.nUsers }
+func (r *rowset) len() int { return r.nSeries + len(r.daily) + r.nUsers }
 
-// addUser appends a user row of app.
-func (r *rowset) addUser(app string, row userRow) {
-	k := appDay{app: app, day: row.day}
+// ifaceDay returns k's row, which the caller has looked up (cur; nil:
+// none yet, and it is made).
+func (r *rowset) ifaceDay(k dailyKey, cur *ifaceDay) *ifaceDay {
+	if cur != nil {
+		return cur
+	}
+	d := &ifaceDay{users: r.group(appDay{app: k.app, day: k.day})}
+	d.mins = d.first[:0]
+	r.daily[k] = d
+	return d
+}
+
+// add adds c to d's day and to its minute t.
+func (r *rowset) add(d *ifaceDay, t int64, c Counts) {
+	d.Counts.add(c)
+	if m := d.minute(t); m != nil {
+		m.add(c)
+		return
+	}
+	d.mins = append(d.mins, minuteCounts{t: t, Counts: c})
+	r.nSeries++
+}
+
+// addCalls adds c to the rows of (app, iface) at minute t.
+func (r *rowset) addCalls(app, iface string, t int64, c Counts) {
+	k := dailyKey{app: app, iface: iface, day: Day(floorDiv(t, 86400))}
+	r.add(r.ifaceDay(k, r.daily[k]), t, c)
+}
+
+// seriesRows are the usage_series rows in primary-key order (app, t,
+// interface).
+func (r *rowset) seriesRows() []seriesRow {
+	out := make([]seriesRow, 0, r.nSeries)
+	for k, d := range r.daily {
+		for _, m := range d.mins {
+			out = append(out, seriesRow{app: k.app, iface: k.iface, t: m.t, Counts: m.Counts})
+		}
+	}
+	slices.SortFunc(out, func(a, b seriesRow) int {
+		if c := strings.Compare(a.app, b.app); c != 0 {
+			return c
+		}
+		return cmp.Or(cmp.Compare(a.t, b.t), strings.Compare(a.iface, b.iface))
+	})
+	return out
+}
+
+// group returns k's user rows, made if none.
+func (r *rowset) group(k appDay) *userGroup {
 	g := r.users[k]
 	if g == nil {
 		g = &userGroup{appDay: k}
 		r.users[k] = g
 	}
+	return g
+}
+
+// addUser appends a user row to g.
+func (r *rowset) addUser(g *userGroup, row userRow) {
 	g.rows = append(g.rows, row)
 	r.nUsers++
 }
@@ -282,29 +376,26 @@ func (r *rowset) userChunks(mu sync.Locker, maxRaw int) []userChunk {
 	return out
 }
 
-// addAt adds c to the row at k, whose current value (nil: none) the caller
-// has already looked up.
-func addAt[K comparable](m map[K]*Counts, k K, cur *Counts, c Counts) {
-	if cur != nil {
+// addTo adds c to the row at k.
+func addTo[K comparable](m map[K]*Counts, k K, c Counts) {
+	if cur := m[k]; cur != nil {
 		cur.add(c)
 		return
 	}
-	cc := c
-	m[k] = &cc
+	m[k] = &c
 }
 
-func addTo[K comparable](m map[K]*Counts, k K, c Counts) { addAt(m, k, m[k], c) }
-
 func (r *rowset) merge(o *rowset) {
-	for k, c := range o.series {
-		addTo(r.series, k, *c)
+	for k, od := range o.daily {
+		d := r.ifaceDay(k, r.daily[k])
+		for _, m := range od.mins {
+			r.add(d, m.t, m.Counts)
+		}
 	}
-	for k, c := range o.daily {
-		addTo(r.daily, k, *c)
-	}
-	for _, g := range o.users {
-		for _, row := range g.rows {
-			r.addUser(g.app, row)
+	for k, og := range o.users {
+		g := r.group(k)
+		for _, row := range og.rows {
+			r.addUser(g, row)
 		}
 	}
 }

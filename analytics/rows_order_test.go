@@ -45,7 +45,7 @@ func TestUserRowsAreWrittenInThePrimaryKeyOrderOfMySQL(t *testing.T) {
 	// The order the flush writes them in (rowset.userChunks).
 	rs := newRowset()
 	for _, r := range rows {
-		rs.addUser(r.id.app(), r)
+		rs.addUser(rs.group(appDay{app: r.id.app(), day: r.day}), r)
 	}
 	rows = rows[:0]
 	for _, g := range rs.userGroups() {

@@ -35,9 +35,8 @@ func TestUncertainCommitResolvedByBatchID(t *testing.T) {
 	mk := func(n int64) *rowset {
 		rs := newRowset()
 		c := Counts{Calls: n, Allowed: n}
-		addTo(rs.series, seriesKey{app: "app", iface: "if", t: clk.Now().Unix()}, c)
-		addTo(rs.daily, dailyKey{app: "app", iface: "if", day: day}, c)
-		rs.addUser("app", newUserRow(userKey{id: makeRowID("app", "if", "u"), day: day}, c))
+		rs.addCalls("app", "if", clk.Now().Unix(), c)
+		rs.addUser(rs.group(appDay{app: "app", day: day}), newUserRow(userKey{id: makeRowID("app", "if", "u"), day: day}, c))
 		return rs
 	}
 	committed := &batch{id: [16]byte{1, 2, 3}, rows: mk(10)}

@@ -87,7 +87,7 @@ func TestUserChunks_EachRowInOneChunkOfItsPart(t *testing.T) {
 				user += long
 			}
 			cnt := Counts{Calls: int64(i%5 + 1), Allowed: int64(i%5 + 1)}
-			rs.addUser(c.app, newUserRow(userKey{id: makeRowID(c.app, "if", user), day: 20000}, cnt))
+			rs.addUser(rs.group(appDay{app: c.app, day: 20000}), newUserRow(userKey{id: makeRowID(c.app, "if", user), day: 20000}, cnt))
 			want[c.app+"/"+user] = cnt
 		}
 	}
