@@ -62,17 +62,17 @@ func (r *Recorder) swapLive(ctx context.Context, pace *pacer) {
 		l := &r.live[i]
 		r.mu.Lock()
 		l.mu.Lock()
-		if len(l.m) == 0 {
-			// Keep the map, and do not range over it: Record may write it
-			// as soon as the lock is released.
+		if len(l.rows.keys) == 0 {
 			l.mu.Unlock()
 			r.mu.Unlock()
 			continue
 		}
-		m, counts := l.take()
+		rows := l.take(r.liveSpare[i])
 		l.mu.Unlock()
-		r.fold(m, counts, held, &lost)
+		r.fold(rows, held, &lost)
 		r.mu.Unlock()
+		clear(rows.keys) // the spare keeps no row ids alive
+		r.liveSpare[i] = rows
 		pace.rest(ctx)
 	}
 	// Sorted under mu, because readers scan the queue: pfaddPending then
@@ -99,10 +99,10 @@ type liveLoss struct{ calls, adds int64 }
 
 // fold adds one live map's counts to the shards' pending rows and the
 // distinct-user queue (caller holds mu). held is the rows each shard holds.
-func (r *Recorder) fold(m map[liveKey]int32, counts []Counts, held []int, lost *liveLoss) {
+func (r *Recorder) fold(rows liveRows, held []int, lost *liveLoss) {
 	n := len(r.shards)
-	for k, ci := range m {
-		c := counts[ci]
+	for i, k := range rows.keys {
+		c := rows.counts[i]
 		// app and iface are substrings of the id: the pending rows keep
 		// the id's one object alive, not the request's strings.
 		app, iface, user := k.id.split()

@@ -60,7 +60,7 @@ func (r *Recorder) scanLive(app string, f func(k liveKey, c Counts)) {
 		l.mu.Lock()
 		for k, i := range l.m {
 			if k.id.app() == app {
-				f(k, l.counts[i])
+				f(k, l.rows.counts[i])
 			}
 		}
 		l.mu.Unlock()

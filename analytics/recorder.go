@@ -81,36 +81,54 @@ type liveKey struct {
 }
 
 // liveShard is one of the live aggregate maps. The map holds an index into
-// counts rather than a *Counts, so a new row costs no allocation of its own
+// rows rather than a *Counts, so a new row costs no allocation of its own
 // and the collector has one pointer-free array to skip, not a small object
 // per row.
 type liveShard struct {
-	mu     sync.Mutex
-	m      map[liveKey]int32
-	counts []Counts
-	_      [24]byte // keep neighbouring shards' mutexes off one cache line
+	mu   sync.Mutex
+	m    map[liveKey]int32
+	rows liveRows
+	_    [64]byte // keep neighbouring shards' mutexes off one cache line
 }
 
-// take empties the shard and returns what it held (caller holds mu).
-func (l *liveShard) take() (map[liveKey]int32, []Counts) {
-	m, c := l.m, l.counts
-	l.m = make(map[liveKey]int32, len(m))
-	l.counts = make([]Counts, 0, cap(c))
-	return m, c
+// liveRows are a live shard's rows in the order Record added them:
+// keys[i]'s counts are counts[i]. The fold walks them in this order, not
+// the map's: the rows' ids were allocated in it too, so the walk reads
+// memory in sequence where the map's order missed the cache on every row.
+type liveRows struct {
+	keys   []liveKey
+	counts []Counts
+}
+
+// take empties the shard and returns its rows (caller holds mu). The map
+// is cleared, keeping its room for the next flush's rows, and spare (a
+// previous take's rows, or none) takes over as the shard's rows, so that
+// a flush allocates neither anew.
+func (l *liveShard) take(spare liveRows) liveRows {
+	rows := l.rows
+	clear(l.m)
+	if spare.keys == nil {
+		spare = liveRows{keys: make([]liveKey, 0, cap(rows.keys)), counts: make([]Counts, 0, cap(rows.counts))}
+	}
+	l.rows = liveRows{keys: spare.keys[:0], counts: spare.counts[:0]}
+	return rows
 }
 
 // Recorder records usage and answers questions about it. It is safe for
 // concurrent use.
 type Recorder struct {
-	opt    Options
-	clk    clock.Clock
-	log    *slog.Logger
-	rdb    redis.UniversalClient
-	met    *collectors
-	seed   maphash.Seed
-	live   []liveShard
-	mask   uint64
-	maxPer int // max live rows per live shard
+	opt  Options
+	clk  clock.Clock
+	log  *slog.Logger
+	rdb  redis.UniversalClient
+	met  *collectors
+	seed maphash.Seed
+	live []liveShard
+	mask uint64
+	// liveSpare[i] is the rows the flusher last took from live[i], empty,
+	// for its next take (the flusher's alone).
+	liveSpare []liveRows
+	maxPer    int // max live rows per live shard
 
 	// mu orders readers (stats queries: DB, then memory) against the
 	// flusher's moves of rows between memory and MySQL, so a row is seen
@@ -178,18 +196,19 @@ func New(o Options) (*Recorder, error) {
 		n <<= 1
 	}
 	r := &Recorder{
-		opt:     o,
-		clk:     o.Clock,
-		log:     o.Log,
-		rdb:     o.Redis,
-		met:     newCollectors(o.Registerer),
-		seed:    maphash.MakeSeed(),
-		live:    make([]liveShard, n),
-		mask:    uint64(n - 1),
-		maxPer:  max(1, o.MaxPendingRows/n),
-		touched: map[hllKey]time.Time{},
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
+		opt:       o,
+		clk:       o.Clock,
+		log:       o.Log,
+		rdb:       o.Redis,
+		met:       newCollectors(o.Registerer),
+		seed:      maphash.MakeSeed(),
+		live:      make([]liveShard, n),
+		liveSpare: make([]liveRows, n),
+		mask:      uint64(n - 1),
+		maxPer:    max(1, o.MaxPendingRows/n),
+		touched:   map[hllKey]time.Time{},
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
 	}
 	for i := range r.live {
 		r.live[i].m = map[liveKey]int32{}
@@ -221,11 +240,13 @@ func (r *Recorder) Record(appID, interfaceID, userID string, allowed bool) {
 			r.met.dropped.Inc()
 			return
 		}
-		i = int32(len(s.counts))
-		s.counts = append(s.counts, Counts{})
-		s.m[liveKey{id: rowID(id), min: m}] = i
+		k := liveKey{id: rowID(id), min: m} // allocates the id's string
+		i = int32(len(s.rows.counts))
+		s.rows.counts = append(s.rows.counts, Counts{})
+		s.rows.keys = append(s.rows.keys, k)
+		s.m[k] = i
 	}
-	c := &s.counts[i]
+	c := &s.rows.counts[i]
 	c.Calls++
 	if allowed {
 		c.Allowed++

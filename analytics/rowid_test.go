@@ -3,6 +3,8 @@ package analytics
 import (
 	"database/sql"
 	"encoding/binary"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -122,10 +124,54 @@ func TestRecordExistingRowDoesNotAllocate(t *testing.T) {
 	var c Counts
 	for i := range r.live {
 		for kk, ci := range r.live[i].m {
-			k, c = kk, r.live[i].counts[ci]
+			k, c = kk, r.live[i].rows.counts[ci]
+			if r.live[i].rows.keys[ci] != kk {
+				t.Errorf("row %d's key %+v, the map's %+v", ci, r.live[i].rows.keys[ci], kk)
+			}
 		}
 	}
 	if k.id.app() != app || k.id.iface() != iface || k.id.user() != user || c.Calls != 102 {
 		t.Errorf("live row %+q %+v", []string{k.id.app(), k.id.iface(), k.id.user()}, c)
+	}
+}
+
+// A live shard's rows come out of take in the order Record added them, the
+// shard is left empty, and the spare rows handed to take become the
+// shard's, so flushes reuse two sets of rows instead of allocating anew.
+func TestLiveShard_TakeReturnsRowsInOrderAndReusesTheSpare(t *testing.T) {
+	t.Parallel()
+	db, err := sql.Open("mysql", "nobody:x@tcp(127.0.0.1:1)/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer rdb.Close()
+	r, err := New(Options{DBs: []*sql.DB{db}, Redis: rdb, LiveShards: 1, Clock: clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := []string{"u9", "u1", "u5", "u1", "u3"}
+	l := &r.live[0]
+	var spare liveRows
+	for round := range 3 {
+		for _, u := range users {
+			r.Record("app", "if", u, true)
+		}
+		rows := l.take(spare)
+		var got []string
+		for i, k := range rows.keys {
+			got = append(got, k.id.user()+":"+strconv.FormatInt(rows.counts[i].Calls, 10))
+		}
+		if want := []string{"u9:1", "u1:2", "u5:1", "u3:1"}; !slices.Equal(got, want) {
+			t.Fatalf("round %d: took %v, want %v", round, got, want)
+		}
+		if len(l.m) != 0 || len(l.rows.keys) != 0 || len(l.rows.counts) != 0 {
+			t.Fatalf("round %d: the shard holds %d/%d/%d rows after take", round, len(l.m), len(l.rows.keys), len(l.rows.counts))
+		}
+		if spare.keys != nil && (&l.rows.keys[:1][0] != &spare.keys[:1][0] || &l.rows.counts[:1][0] != &spare.counts[:1][0]) {
+			t.Fatalf("round %d: the shard did not take over the spare rows", round)
+		}
+		spare = rows
 	}
 }
