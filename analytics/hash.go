@@ -14,12 +14,14 @@ func ShardIndex(appID string, shards int) int {
 }
 
 // FNV1a64 is the 64-bit FNV-1a hash of s.
-func FNV1a64(s string) uint64 {
-	const (
-		offset = 14695981039346656037
-		prime  = 1099511628211
-	)
-	h := uint64(offset)
+func FNV1a64(s string) uint64 { return fnv1a64Continue(fnvOffset, s) }
+
+const fnvOffset = 14695981039346656037
+
+// fnv1a64Continue is the FNV-1a hash of s appended to the bytes whose hash
+// is h (fnvOffset for none).
+func fnv1a64Continue(h uint64, s string) uint64 {
+	const prime = 1099511628211
 	for i := 0; i < len(s); i++ {
 		h ^= uint64(s[i])
 		h *= prime

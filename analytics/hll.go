@@ -48,13 +48,14 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 	q := r.hllQueue
 	now := r.clk.Now()
 	args := make([]any, 0, pfaddChunk)
+	var users stringArena
 	var expiring []hllKey // keys whose TTL this pipeline sets
 	pfadd := func(pipe redis.Pipeliner, k hllKey, adds []userAdd) int {
 		rk := k.redisKey(r.opt.KeyPrefix)
 		cmds := 0
 		args = args[:0]
 		for i := range adds {
-			args = append(args, adds[i].id.user())
+			args = append(args, users.ref(adds[i].id.user()))
 			if len(args) == pfaddChunk {
 				pipe.PFAdd(ctx, rk, args...) // go-redis copies args
 				cmds++
@@ -98,6 +99,7 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 			r.dropQueued(sent)
 			return err
 		}
+		users.reset()
 		for _, k := range expiring {
 			r.touched[k] = now
 		}
@@ -106,6 +108,29 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 	}
 	r.dropQueued(sent)
 	return nil
+}
+
+// stringArena holds strings for command arguments as *string, which go-redis
+// writes as the string: an any holding a *string needs no allocation of its
+// own, one holding a string does (one per user added, 16 bytes each).
+type stringArena struct{ buf []string }
+
+// ref stores s and returns a pointer to it as an argument. A full array is
+// left to the arguments that point into it, never grown (which would copy
+// it away from them).
+func (a *stringArena) ref(s string) any {
+	if len(a.buf) == cap(a.buf) {
+		a.buf = make([]string, 0, max(4096, 2*cap(a.buf)))
+	}
+	a.buf = append(a.buf, s)
+	return &a.buf[len(a.buf)-1]
+}
+
+// reset lets the last array be written again: the commands whose arguments
+// point into it have been sent.
+func (a *stringArena) reset() {
+	clear(a.buf)
+	a.buf = a.buf[:0]
 }
 
 // expireEvery is how often a HyperLogLog's TTL is set again while it is

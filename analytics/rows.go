@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -417,15 +418,29 @@ const (
 // + day + ":a" or ":i:" + hash of the interface. Hashes keep the key free of
 // separators from the values, and the {…} tag keeps one app's keys in one
 // cluster slot (needed by PFCOUNT and PFMERGE over several keys).
+// It is built by hand, not with fmt: a flush names tens of thousands.
 func (k hllKey) redisKey(prefix string) string {
-	var b strings.Builder
-	b.Grow(len(prefix) + 64)
-	b.WriteString(prefix)
-	fmt.Fprintf(&b, "hll:{%016x}:%d:", FNV1a64(k.app), int64(k.day))
+	b := make([]byte, 0, len(prefix)+80)
+	b = append(b, prefix...)
+	b = append(b, "hll:{"...)
+	b = appendHex16(b, FNV1a64(k.app))
+	b = append(b, "}:"...)
+	b = strconv.AppendInt(b, int64(k.day), 10)
 	if k.scope == scopeApp {
-		b.WriteString("a")
+		b = append(b, ":a"...)
 	} else {
-		fmt.Fprintf(&b, "i:%016x%016x", FNV1a64(k.iface), FNV1a64("\x00"+k.iface))
+		b = append(b, ":i:"...)
+		b = appendHex16(b, FNV1a64(k.iface))
+		b = appendHex16(b, fnv1a64Continue(fnv1a64Continue(fnvOffset, "\x00"), k.iface))
 	}
-	return b.String()
+	return string(b)
+}
+
+// appendHex16 appends x as 16 lower-case hex digits (%016x).
+func appendHex16(b []byte, x uint64) []byte {
+	const digits = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, digits[x>>uint(shift)&0xf])
+	}
+	return b
 }

@@ -1,0 +1,56 @@
+package analytics
+
+import (
+	"fmt"
+	"testing"
+)
+
+// The HyperLogLogs' Redis keys keep the format that earlier versions wrote
+// with fmt (keys of today already in Redis are added to again).
+func TestRedisKeyFormat(t *testing.T) {
+	t.Parallel()
+	viaFmt := func(prefix string, k hllKey) string {
+		s := prefix + fmt.Sprintf("hll:{%016x}:%d:", FNV1a64(k.app), int64(k.day))
+		if k.scope == scopeApp {
+			return s + "a"
+		}
+		return s + fmt.Sprintf("i:%016x%016x", FNV1a64(k.iface), FNV1a64("\x00"+k.iface))
+	}
+	cases := []struct {
+		prefix string
+		key    hllKey
+	}{
+		{"q:", hllKey{app: "app-1", scope: scopeApp, day: 20415}},
+		{"q:", hllKey{app: "app-1", iface: "users.get", scope: scopeIface, day: 20415}},
+		{"", hllKey{app: "", iface: "", scope: scopeIface, day: 0}},
+		{"t:1:", hllKey{app: "\xff\x00{}", iface: "\x00", scope: scopeIface, day: -3}},
+		{"q:", hllKey{app: "a", scope: scopeApp, day: 1 << 40}},
+	}
+	for _, c := range cases {
+		if got, want := c.key.redisKey(c.prefix), viaFmt(c.prefix, c.key); got != want {
+			t.Errorf("%+v: key %q, want %q", c.key, got, want)
+		}
+	}
+}
+
+// Arguments taken from a stringArena keep their strings while more are
+// taken (past the end of an array, too), until reset.
+func TestStringArena_ArgumentsKeepTheirStrings(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 4096, 4097, 20_000} {
+		var a stringArena
+		args := make([]any, n)
+		for i := range args {
+			args[i] = a.ref(fmt.Sprint("user-", i))
+		}
+		for i, arg := range args {
+			if p, ok := arg.(*string); !ok || *p != fmt.Sprint("user-", i) {
+				t.Fatalf("n=%d: argument %d is %v, want user-%d", n, i, arg, i)
+			}
+		}
+		a.reset()
+		if len(a.buf) != 0 {
+			t.Fatalf("n=%d: %d strings after reset", n, len(a.buf))
+		}
+	}
+}
