@@ -1,7 +1,6 @@
 package analytics
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -226,7 +225,8 @@ func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, batchID
 	// Rows go in primary-key order (here, and rowset.userChunks for the
 	// user rows): concurrent writers (other quotad instances) lock them in the
 	// same order and do not deadlock, and each B-tree page is visited once.
-	series := p.seriesRows()
+	daily := p.dailyRows()
+	series := seriesRows(daily)
 	err := r.insert(ctx, tx, pace, "usage_series", seriesCols, 7, len(series), func(args []any, i int) []any {
 		s := &series[i]
 		return append(args, s.app, int64(Res1m), s.t, s.iface, s.Calls, s.Allowed, s.Denied)
@@ -235,17 +235,10 @@ func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, batchID
 		return nil, err
 	}
 	written["usage_series"] = len(series)
-	daily := sortedKeys(p.daily, func(a, b dailyKey) int {
-		if c := strings.Compare(a.app, b.app); c != 0 {
-			return c
-		}
-		return cmp.Or(cmp.Compare(a.day, b.day), strings.Compare(a.iface, b.iface))
-	})
 	var days dayStrings
 	err = r.insert(ctx, tx, pace, "usage_daily", dailyCols, 6, len(daily), func(args []any, i int) []any {
-		k := daily[i]
-		c := p.daily[k]
-		return append(args, k.app, days.of(k.day), k.iface, c.Calls, c.Allowed, c.Denied)
+		d := &daily[i]
+		return append(args, d.app, days.of(d.day), d.iface, d.Calls, d.Allowed, d.Denied)
 	})
 	if err != nil {
 		return nil, err
@@ -299,15 +292,6 @@ func (d *dayStrings) of(day Day) string {
 		d.day, d.s = day, day.String()
 	}
 	return d.s
-}
-
-func sortedKeys[K comparable, V any](m map[K]V, cmpf func(a, b K) int) []K {
-	ks := make([]K, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.SortFunc(ks, cmpf)
-	return ks
 }
 
 // insert writes n rows in statements of at most RowsPerStatement rows,

@@ -308,21 +308,56 @@ func (r *rowset) addCalls(app, iface string, t int64, c Counts) {
 	r.add(r.ifaceDay(k, r.daily[k]), t, c)
 }
 
-// seriesRows are the usage_series rows in primary-key order (app, t,
-// interface).
-func (r *rowset) seriesRows() []seriesRow {
-	out := make([]seriesRow, 0, r.nSeries)
+// dailyRow is a usage_daily row to write: its key and its pending figures
+// (whose minutes are its usage_series rows).
+type dailyRow struct {
+	dailyKey
+	*ifaceDay
+}
+
+// dailyRows are the usage_daily rows in primary-key order (app, day,
+// interface), each with its figures, so that the write looks none up again.
+func (r *rowset) dailyRows() []dailyRow {
+	out := make([]dailyRow, 0, len(r.daily))
 	for k, d := range r.daily {
-		for _, m := range d.mins {
-			out = append(out, seriesRow{app: k.app, iface: k.iface, t: m.t, Counts: m.Counts})
-		}
+		out = append(out, dailyRow{dailyKey: k, ifaceDay: d})
 	}
-	slices.SortFunc(out, func(a, b seriesRow) int {
+	slices.SortFunc(out, func(a, b dailyRow) int {
 		if c := strings.Compare(a.app, b.app); c != 0 {
 			return c
 		}
-		return cmp.Or(cmp.Compare(a.t, b.t), strings.Compare(a.iface, b.iface))
+		return cmp.Or(cmp.Compare(a.day, b.day), strings.Compare(a.iface, b.iface))
 	})
+	return out
+}
+
+// seriesRows are the usage_series rows of daily (in dailyRows' order) in
+// primary-key order (app, t, interface). daily holds each app's rows
+// together, so each app's minutes are sorted on their own: many small
+// sorts in cache rather than one of all the rows.
+func seriesRows(daily []dailyRow) []seriesRow {
+	n := 0
+	for _, d := range daily {
+		n += len(d.mins)
+	}
+	out := make([]seriesRow, 0, n)
+	for lo := 0; lo < len(daily); {
+		hi := lo + 1
+		for hi < len(daily) && daily[hi].app == daily[lo].app {
+			hi++
+		}
+		app := out[len(out):] // the app's rows, in out's free room
+		for _, d := range daily[lo:hi] {
+			for _, m := range d.mins {
+				app = append(app, seriesRow{app: d.app, iface: d.iface, t: m.t, Counts: m.Counts})
+			}
+		}
+		slices.SortFunc(app, func(a, b seriesRow) int {
+			return cmp.Or(cmp.Compare(a.t, b.t), strings.Compare(a.iface, b.iface))
+		})
+		out = out[:len(out)+len(app)]
+		lo = hi
+	}
 	return out
 }
 

@@ -1,6 +1,9 @@
 package analytics
 
 import (
+	"cmp"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -25,6 +28,8 @@ func TestRowset_RowsPerMinuteDayAndUser(t *testing.T) {
 		{"an older minute after newer ones", []call{{"a", "i", "", day0 + 120}, {"a", "i", "", day0 + 180}, {"a", "i", "", day0}, {"a", "i", "", day0 + 120}}, 3, 1, 0},
 		{"two days", []call{{"a", "i", "u", day0 + 86340}, {"a", "i", "u", day0 + 86400}}, 2, 2, 2},
 		{"interfaces and apps", []call{{"a", "i", "u", day0}, {"a", "j", "u", day0}, {"b", "i", "u", day0}}, 3, 3, 3},
+		{"apps, minutes and interfaces interleaved", []call{{"b", "j", "", day0 + 60}, {"a", "j", "", day0}, {"b", "i", "", day0 + 120},
+			{"a", "i", "", day0 + 60}, {"b", "j", "", day0}, {"a", "k", "", day0 + 86400}, {"a", "j", "", day0 + 60}}, 7, 5, 0},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -49,7 +54,16 @@ func TestRowset_RowsPerMinuteDayAndUser(t *testing.T) {
 			}
 			check := func(rs *rowset, times int64) {
 				t.Helper()
-				if got := len(rs.seriesRows()); got != c.series || len(rs.daily) != c.daily || rs.nUsers != c.userRows*int(times) {
+				daily := rs.dailyRows()
+				series := seriesRows(daily)
+				if !slices.IsSortedFunc(daily, func(a, b dailyRow) int {
+					return cmp.Or(strings.Compare(a.app, b.app), cmp.Compare(a.day, b.day), strings.Compare(a.iface, b.iface))
+				}) || !slices.IsSortedFunc(series, func(a, b seriesRow) int {
+					return cmp.Or(strings.Compare(a.app, b.app), cmp.Compare(a.t, b.t), strings.Compare(a.iface, b.iface))
+				}) {
+					t.Errorf("rows not in primary-key order: daily %+v, series %+v", daily, series)
+				}
+				if got := len(series); got != c.series || len(rs.daily) != c.daily || rs.nUsers != c.userRows*int(times) {
 					t.Fatalf("%d series, %d daily, %d user rows; want %d, %d, %d", got, len(rs.daily), rs.nUsers, c.series, c.daily, c.userRows*int(times))
 				}
 				for k, d := range rs.daily {
