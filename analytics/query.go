@@ -58,7 +58,7 @@ func (r *Recorder) scanLive(app string, f func(k liveKey, c Counts)) {
 	for i := range r.live {
 		l := &r.live[i]
 		l.mu.Lock()
-		for k, i := range l.m {
+		for i, k := range l.rows.keys {
 			if k.id.app() == app {
 				f(k, l.rows.counts[i])
 			}
@@ -376,7 +376,7 @@ func (r *Recorder) Apps(ctx context.Context, limit int) ([]string, error) {
 	for i := range r.live {
 		l := &r.live[i]
 		l.mu.Lock()
-		for k := range l.m {
+		for _, k := range l.rows.keys {
 			set[k.id.app()] = struct{}{}
 		}
 		l.mu.Unlock()

@@ -80,15 +80,15 @@ type liveKey struct {
 	min int64 // Unix seconds of the minute's start
 }
 
-// liveShard is one of the live aggregate maps. The map holds an index into
-// rows rather than a *Counts, so a new row costs no allocation of its own
-// and the collector has one pointer-free array to skip, not a small object
-// per row.
+// liveShard is one of the live aggregate tables. The table holds an index
+// into rows rather than a *Counts, so a new row costs no allocation of its
+// own and the collector has one pointer-free array to skip, not a small
+// object per row.
 type liveShard struct {
-	mu   sync.Mutex
-	m    map[liveKey]int32
-	rows liveRows
-	_    [64]byte // keep neighbouring shards' mutexes off one cache line
+	mu    sync.Mutex
+	table liveTable
+	rows  liveRows
+	_     [40]byte // keep neighbouring shards' mutexes off one cache line
 }
 
 // liveRows are a live shard's rows in the order Record added them:
@@ -100,13 +100,13 @@ type liveRows struct {
 	counts []Counts
 }
 
-// take empties the shard and returns its rows (caller holds mu). The map
-// is cleared, keeping its room for the next flush's rows, and spare (a
-// previous take's rows, or none) takes over as the shard's rows, so that
-// a flush allocates neither anew.
+// take empties the shard and returns its rows (caller holds mu). The
+// table is cleared, keeping its room for the next flush's rows, and spare
+// (a previous take's rows, or none) takes over as the shard's rows, so
+// that a flush allocates neither anew.
 func (l *liveShard) take(spare liveRows) liveRows {
 	rows := l.rows
-	clear(l.m)
+	l.table.reset()
 	if spare.keys == nil {
 		spare = liveRows{keys: make([]liveKey, 0, cap(rows.keys)), counts: make([]Counts, 0, cap(rows.counts))}
 	}
@@ -210,9 +210,6 @@ func New(o Options) (*Recorder, error) {
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	for i := range r.live {
-		r.live[i].m = map[liveKey]int32{}
-	}
 	for _, db := range o.DBs {
 		r.shards = append(r.shards, &dbShard{db: db, pending: newRowset()})
 	}
@@ -221,30 +218,29 @@ func New(o Options) (*Recorder, error) {
 }
 
 // Record adds one decided call. It never blocks on I/O: it takes one of
-// many small locks for a map update.
+// many small locks for a table update.
 func (r *Recorder) Record(appID, interfaceID, userID string, allowed bool) {
 	m := floorDiv(r.clk.Now().Unix(), 60) * 60
 	// The row's id is built on the stack (IDs longer than the buffer spill
-	// to the heap) and the map is indexed with the literal
-	// liveKey{rowID(id), …}, which the compiler looks up without copying
-	// id to a string: a call to an existing row allocates nothing, a new
-	// row allocates its id string once.
+	// to the heap) and looked up as bytes: a call to an existing row
+	// allocates nothing, a new row allocates its id string once.
 	var buf [192]byte
 	id := appendRowID(buf[:0], appID, interfaceID, userID)
-	s := &r.live[maphash.Bytes(r.seed, id)&r.mask]
+	idHash := maphash.Bytes(r.seed, id)
+	s := &r.live[idHash&r.mask]
+	h := rowHash(idHash, m)
 	s.mu.Lock()
-	i, ok := s.m[liveKey{id: rowID(id), min: m}]
-	if !ok {
-		if len(s.m) >= r.maxPer {
+	i, slot := s.table.find(h, id, m, s.rows.keys)
+	if i < 0 {
+		if len(s.rows.keys) >= r.maxPer {
 			s.mu.Unlock()
 			r.met.dropped.Inc()
 			return
 		}
-		k := liveKey{id: rowID(id), min: m} // allocates the id's string
 		i = int32(len(s.rows.counts))
 		s.rows.counts = append(s.rows.counts, Counts{})
-		s.rows.keys = append(s.rows.keys, k)
-		s.m[k] = i
+		s.rows.keys = append(s.rows.keys, liveKey{id: rowID(id), min: m})
+		s.table.insert(slot, h, i, s.rows.keys, r.seed)
 	}
 	c := &s.rows.counts[i]
 	c.Calls++
