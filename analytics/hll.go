@@ -51,7 +51,8 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 	var users stringArena
 	var expiring []hllKey // keys whose TTL this pipeline sets
 	pfadd := func(pipe redis.Pipeliner, k hllKey, adds []userAdd) int {
-		rk := k.redisKey(r.opt.KeyPrefix)
+		t := r.touchedKey(k)
+		rk := t.name
 		cmds := 0
 		args = args[:0]
 		for i := range adds {
@@ -66,11 +67,7 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 			pipe.PFAdd(ctx, rk, args...)
 			cmds++
 		}
-		set, seen := r.touched[k]
-		if !seen {
-			r.touched[k] = time.Time{}
-		}
-		if now.Sub(set) >= r.expireEvery() {
+		if now.Sub(t.ttlSet) >= r.expireEvery() {
 			pipe.Expire(ctx, rk, r.opt.HLLTTL)
 			expiring = append(expiring, k)
 			cmds++
@@ -101,7 +98,9 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 		}
 		users.reset()
 		for _, k := range expiring {
-			r.touched[k] = now
+			t := r.touched[k]
+			t.ttlSet = now
+			r.touched[k] = t
 		}
 		sent = hi
 		pace.rest(ctx)
@@ -131,6 +130,25 @@ func (a *stringArena) ref(s string) any {
 func (a *stringArena) reset() {
 	clear(a.buf)
 	a.buf = a.buf[:0]
+}
+
+// touchedHLL is what the flusher keeps of a HyperLogLog added to since it
+// was last persisted.
+type touchedHLL struct {
+	ttlSet time.Time // when its TTL was last set (zero: not yet)
+	// name is its Redis key, kept rather than built again every flush the
+	// key is added to (every flush, for most keys under uniform traffic).
+	name string
+}
+
+// touchedKey returns k's entry in touched, made (TTL not yet set) if none.
+func (r *Recorder) touchedKey(k hllKey) touchedHLL {
+	t, seen := r.touched[k]
+	if !seen {
+		t.name = k.redisKey(r.opt.KeyPrefix)
+		r.touched[k] = t
+	}
+	return t
 }
 
 // expireEvery is how often a HyperLogLog's TTL is set again while it is

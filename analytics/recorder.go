@@ -137,8 +137,8 @@ type Recorder struct {
 	mu          sync.RWMutex
 	flushing    sync.Mutex
 	shards      []*dbShard
-	hllQueue    []userAdd            // distinct-user adds not yet sent to Redis
-	touched     map[hllKey]time.Time // keys added to since persisted: when their TTL was set (zero: not yet)
+	hllQueue    []userAdd             // distinct-user adds not yet sent to Redis
+	touched     map[hllKey]touchedHLL // keys added to since persisted
 	lastPersist time.Time
 	lastDropLog time.Time
 
@@ -206,7 +206,7 @@ func New(o Options) (*Recorder, error) {
 		liveSpare: make([]liveRows, n),
 		mask:      uint64(n - 1),
 		maxPer:    max(1, o.MaxPendingRows/n),
-		touched:   map[hllKey]time.Time{},
+		touched:   map[hllKey]touchedHLL{},
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
