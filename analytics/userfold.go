@@ -135,7 +135,7 @@ func (r *Recorder) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pac
 	for i := range rows {
 		rows[i].day = day
 	}
-	chunks := appendAppChunks(nil, rows, chunkMaxRaw)
+	chunks := appendAppChunks(nil, rows, chunkMaxRaw, &chunkBuffers{})
 	for i := range chunks {
 		chunks[i].level = 1
 	}
