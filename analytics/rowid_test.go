@@ -103,18 +103,7 @@ func TestRowIDDistinguishesTriples(t *testing.T) {
 // Record of a call to an existing row allocates nothing (the live map is
 // looked up with the id on the stack); a new row allocates its id only.
 func TestRecordExistingRowDoesNotAllocate(t *testing.T) {
-	// Record does no I/O: servers that are not there do.
-	db, err := sql.Open("mysql", "nobody:x@tcp(127.0.0.1:1)/none")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer rdb.Close()
-	r, err := New(Options{DBs: []*sql.DB{db}, Redis: rdb, Clock: clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newOfflineRecorder(t, Options{})
 	app, iface, user := "app-1", "iface.2", "user-3"
 	r.Record(app, iface, user, true)
 	if got := testing.AllocsPerRun(100, func() { r.Record(app, iface, user, true) }); got != 0 {
@@ -137,17 +126,7 @@ func TestRecordExistingRowDoesNotAllocate(t *testing.T) {
 // shard's, so flushes reuse two sets of rows instead of allocating anew.
 func TestLiveShard_TakeReturnsRowsInOrderAndReusesTheSpare(t *testing.T) {
 	t.Parallel()
-	db, err := sql.Open("mysql", "nobody:x@tcp(127.0.0.1:1)/none")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	defer rdb.Close()
-	r, err := New(Options{DBs: []*sql.DB{db}, Redis: rdb, LiveShards: 1, Clock: clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := newOfflineRecorder(t, Options{LiveShards: 1})
 	users := []string{"u9", "u1", "u5", "u1", "u3"}
 	l := &r.live[0]
 	var spare liveRows
@@ -171,4 +150,25 @@ func TestLiveShard_TakeReturnsRowsInOrderAndReusesTheSpare(t *testing.T) {
 		}
 		spare = rows
 	}
+}
+
+// newOfflineRecorder is a Recorder over servers that are not there, on a
+// fake clock: for tests of what Record and the fold do in memory (Record
+// does no I/O).
+func newOfflineRecorder(t *testing.T, o Options) *Recorder {
+	t.Helper()
+	db, err := sql.Open("mysql", "nobody:x@tcp(127.0.0.1:1)/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { rdb.Close() })
+	o.DBs, o.Redis = []*sql.DB{db}, rdb
+	o.Clock = clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	r, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
