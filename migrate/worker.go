@@ -50,7 +50,7 @@ type Worker struct {
 
 type onCall struct {
 	ref      tiers.Ref
-	from, to tiers.Tier // to "" = decide from the cold record (read then)
+	from, to tiers.Tier
 }
 
 // CycleReport is what one cycle did.
@@ -202,13 +202,16 @@ func (w *Worker) moveBatch(ctx context.Context, refs []tiers.Ref, rates []float6
 
 // Observe is the router's on-call hook (tiers.Router.Observe): it queues a
 // move, never blocking the check, when a warm cell's mean interval crosses
-// a threshold or a cold cell's drops to the promote interval. A cold cell
-// seen without its record is queued for a look at it.
+// a threshold or a cold cell's drops to the promote interval, by the record
+// the router hands over (none: nothing to decide on).
 func (w *Worker) Observe(tier tiers.Tier, ref tiers.Ref, rec *tiers.Record) {
+	if rec == nil {
+		return
+	}
 	c := onCall{ref: ref, from: tier}
 	switch tier {
 	case tiers.Warm:
-		if rec == nil || rec.Samples < 3 {
+		if rec.Samples < 3 {
 			return
 		}
 		iv := time.Duration(rec.MeanInterval) * time.Second
@@ -221,15 +224,10 @@ func (w *Worker) Observe(tier tiers.Tier, ref tiers.Ref, rec *tiers.Record) {
 			return
 		}
 	case tiers.Cold:
-		if w.Config.PromoteInterval <= 0 {
+		if w.Config.PromoteInterval <= 0 || !w.coldPromotes(rec) {
 			return
 		}
-		if rec != nil {
-			if !w.coldPromotes(rec) {
-				return
-			}
-			c.to = tiers.Warm
-		}
+		c.to = tiers.Warm
 	default:
 		return
 	}
@@ -332,25 +330,8 @@ func (w *Worker) onCallLoop(ctx context.Context) {
 func (w *Worker) runOnCall(ctx context.Context, batch []onCall) {
 	type dir struct{ from, to tiers.Tier }
 	groups := map[dir][]tiers.Ref{}
-	var cold []tiers.Ref
 	for _, c := range batch {
-		if c.to == "" {
-			cold = append(cold, c.ref)
-			continue
-		}
 		groups[dir{c.from, c.to}] = append(groups[dir{c.from, c.to}], c.ref)
-	}
-	if len(cold) > 0 && w.Mover.Cold != nil {
-		recs, err := w.Mover.Cold.Export(ctx, cold)
-		if err != nil {
-			w.log().Warn("on-call migration", "err", err)
-		}
-		for i := range recs {
-			if w.coldPromotes(&recs[i]) {
-				d := dir{tiers.Cold, tiers.Warm}
-				groups[d] = append(groups[d], recs[i].Ref)
-			}
-		}
 	}
 	for d, refs := range groups {
 		if _, err := w.Mover.MoveCells(ctx, refs, d.from, d.to); err != nil {
