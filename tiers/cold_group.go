@@ -134,7 +134,7 @@ func (s *ColdStore) planOp(op *Op) ([]coldCell, error) {
 func (s *ColdStore) readGroup(ctx context.Context, now time.Time, g *coldGroup, errs []error) {
 	rows := map[CellID]*coldRow{}
 	for k, sh := range g.shards {
-		if err := readChunks(ctx, s.dbs[sh], g.ids[k], false, rows); err != nil {
+		if err := readChunks(ctx, s.dbs[sh], g.ids[k], rows); err != nil {
 			failAll(g.ops, errs, fmt.Errorf("cold check shard %d: %w", sh, err))
 			return
 		}
@@ -150,11 +150,11 @@ func keepFirst(errs, res []error) {
 	}
 }
 
-// readChunks reads ids (ascending) in statements of at most coldChunk ids,
-// so locks are taken in key order.
-func readChunks(ctx context.Context, q coldQueryer, ids []CellID, lock bool, rows map[CellID]*coldRow) error {
+// readChunks reads ids without locks, in statements of at most coldChunk
+// ids.
+func readChunks(ctx context.Context, q coldQueryer, ids []CellID, rows map[CellID]*coldRow) error {
 	for part := range slices.Chunk(ids, coldChunk) {
-		if err := readCold(ctx, q, part, lock, rows); err != nil {
+		if err := readCold(ctx, q, part, false, rows); err != nil {
 			return err
 		}
 	}
