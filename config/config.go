@@ -58,6 +58,7 @@ type Settings struct {
 	PromoteInterval time.Duration // QUOTA_PROMOTE_INTERVAL: on call, a mean interval at most this promotes (0: off)
 	DemoteInterval  time.Duration // QUOTA_DEMOTE_INTERVAL: on call, a mean interval at least this demotes warm to cold (0: off)
 	NewTier         string        // QUOTA_NEW_TIER: hot (default), warm or cold: where a cell never seen before starts
+	ColdHints       int           // QUOTA_COLD_HINTS: slots (8 B each) remembering cells found cold, so their checks skip the row lookup; 0 = off
 	// QUOTA_WARM_BUCKETS_PER_TAG: warm bucket hashes per app (1..65536, default
 	// 1024); aim at ~80 warm+hot cells per bucket. It places every cell's
 	// directory field: fixed for the life of the data (changing it loses warm
@@ -100,6 +101,7 @@ func Defaults() Settings {
 		PromoteInterval: time.Minute,
 		DemoteInterval:  time.Hour,
 		NewTier:         "hot",
+		ColdHints:       1 << 20, // 8 MiB
 
 		WarmBucketsPerTag: 1024,
 	}
@@ -142,6 +144,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.duration("QUOTA_PROMOTE_INTERVAL", &s.PromoteInterval)
 	r.duration("QUOTA_DEMOTE_INTERVAL", &s.DemoteInterval)
 	r.str("QUOTA_NEW_TIER", &s.NewTier)
+	r.integer("QUOTA_COLD_HINTS", &s.ColdHints)
 	r.integer("QUOTA_WARM_BUCKETS_PER_TAG", &s.WarmBucketsPerTag)
 	if r.err != nil {
 		return Settings{}, r.err
@@ -218,6 +221,9 @@ func (s Settings) Validate() error {
 	}
 	if s.WarmBucketsPerTag < 1 || s.WarmBucketsPerTag > 1<<16 {
 		return fmt.Errorf("QUOTA_WARM_BUCKETS_PER_TAG %d: want 1 to 65536 hashes per app", s.WarmBucketsPerTag)
+	}
+	if s.ColdHints < 0 || s.ColdHints > 1<<30 {
+		return fmt.Errorf("QUOTA_COLD_HINTS %d: want 0 (off) to 1073741824 slots of 8 bytes", s.ColdHints)
 	}
 	switch s.NewTier {
 	case "hot", "warm", "cold":

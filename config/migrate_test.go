@@ -8,11 +8,11 @@ import (
 func TestMigrationSettings(t *testing.T) {
 	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
 	s, err := Load(env(nil))
-	if err != nil || s.MigrateSchedule != "@daily" || s.Tiering || s.NewTier != "hot" {
+	if err != nil || s.MigrateSchedule != "@daily" || s.Tiering || s.NewTier != "hot" || s.ColdHints != 1<<20 {
 		t.Fatalf("defaults: %+v %v", s, err)
 	}
-	s, err = Load(env(map[string]string{"QUOTA_MIGRATE_SCHEDULE": "0 3 * * *", "QUOTA_HOT_THRESHOLD": "120.5", "QUOTA_COLD_THRESHOLD": "0.5", "QUOTA_PROMOTE_INTERVAL": "20s", "QUOTA_DEMOTE_INTERVAL": "2h", "QUOTA_TIERING": "on"}))
-	if err != nil || s.HotThreshold != 120.5 || s.ColdThreshold != 0.5 || s.PromoteInterval.Seconds() != 20 || s.DemoteInterval.Hours() != 2 || !s.Tiering {
+	s, err = Load(env(map[string]string{"QUOTA_MIGRATE_SCHEDULE": "0 3 * * *", "QUOTA_HOT_THRESHOLD": "120.5", "QUOTA_COLD_THRESHOLD": "0.5", "QUOTA_PROMOTE_INTERVAL": "20s", "QUOTA_DEMOTE_INTERVAL": "2h", "QUOTA_TIERING": "on", "QUOTA_COLD_HINTS": "0"}))
+	if err != nil || s.ColdHints != 0 || s.HotThreshold != 120.5 || s.ColdThreshold != 0.5 || s.PromoteInterval.Seconds() != 20 || s.DemoteInterval.Hours() != 2 || !s.Tiering {
 		t.Fatalf("set: %+v %v", s, err)
 	}
 	for _, c := range []struct{ k, v, want string }{
@@ -27,6 +27,9 @@ func TestMigrationSettings(t *testing.T) {
 		{"QUOTA_TIERING", "maybe", "QUOTA_TIERING"},
 		{"QUOTA_WARM_BUCKETS_PER_TAG", "0", "QUOTA_WARM_BUCKETS_PER_TAG"},
 		{"QUOTA_WARM_BUCKETS_PER_TAG", "70000", "QUOTA_WARM_BUCKETS_PER_TAG"},
+		{"QUOTA_COLD_HINTS", "-1", "QUOTA_COLD_HINTS"},
+		{"QUOTA_COLD_HINTS", "lots", "QUOTA_COLD_HINTS"},
+		{"QUOTA_COLD_HINTS", "2000000000", "QUOTA_COLD_HINTS"},
 	} {
 		_, err := Load(env(map[string]string{c.k: c.v}))
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {

@@ -112,22 +112,33 @@ func TestMoveKeepsCount(t *testing.T) {
 // hot>warm>cold>hot again and again, one op per check or in batches of
 // several (the router then decides their cold parts as one group): the
 // saturated cell allows exactly its limit, and each final count equals
-// what was allowed.
+// what was allowed. With cold hints, the router sends the cells straight
+// to cold whenever they were found there before, also while they are
+// elsewhere or on their way.
 func TestMoveRace(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		batch int
-	}{{"one op per check", 1}, {"four ops per check", 4}} {
+		hints bool
+	}{
+		{"one op per check", 1, false},
+		{"four ops per check", 4, false},
+		{"one op per check, cold hints", 1, true},
+		{"four ops per check, cold hints", 4, true},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			moveRace(t, tc.batch)
+			moveRace(t, tc.batch, tc.hints)
 		})
 	}
 }
 
-func moveRace(t *testing.T, batch int) {
+func moveRace(t *testing.T, batch int, hints bool) {
 	e := newEnv(t)
+	if hints {
+		e.router.ColdHints = tiers.NewColdHints(64)
+	}
 	a, b := newCell(300), newCell(1_000_000)
 	b.app = a.app
 	var allowed atomic.Int64

@@ -33,8 +33,9 @@ import (
 // An op with warm cells costs two. Cold cells cost a row lookup and a
 // MySQL transaction per shard, shared by the ops of a batch (group commit,
 // router_group.go): a batch of N cold checks costs one lookup and one
-// transaction per shard, not N. The directory is the truth: nothing is
-// cached in process.
+// transaction per shard, not N; with ColdHints, a cell found cold before
+// skips the lookup. The directory is the truth: the hints are only a guess
+// at where to look, which the cold part's MustExist checks.
 type Router struct {
 	hot  *HotStore
 	warm *WarmStore
@@ -47,6 +48,9 @@ type Router struct {
 	// NewTier is where a cell never seen before is placed ("" or Hot:
 	// hot; Warm; Cold). Cold needs a cold store.
 	NewTier Tier
+	// ColdHints, when set, lets a cell found cold before skip the cold-row
+	// lookup (coldhints.go); nil: every cold check looks its row up.
+	ColdHints *ColdHints
 	// afterExists, when set (tests), runs between the cold-row lookup of
 	// cells that look new and their placement.
 	afterExists func()
@@ -298,7 +302,11 @@ func (r *Router) decideParts(ctx context.Context, now time.Time, op *Op, counted
 		case routeWarm:
 			warmIdx = append(warmIdx, i)
 		case routeUnknown:
-			unknownIdx = append(unknownIdx, i)
+			if r.ColdHints.Has(RefOf(&op.Cells[i]).ID()) {
+				coldIdx = append(coldIdx, i)
+			} else {
+				unknownIdx = append(unknownIdx, i)
+			}
 		case routeMoving:
 			return fmt.Errorf("router: %w", ErrMoved)
 		}
@@ -332,6 +340,9 @@ func (r *Router) decideParts(ctx context.Context, now time.Time, op *Op, counted
 func (r *Router) decidePart(ctx context.Context, now time.Time, op *Op, idx []int, store Store, tier Tier, counted *[]int) error {
 	sub := r.partOp(op, idx, tier)
 	if err := store.Check(ctx, now, []*Op{sub}); err != nil {
+		if tier == Cold {
+			r.forgetHints(op, idx, err)
+		}
 		return err
 	}
 	*counted = r.applyPart(op, idx, sub, tier, *counted)
@@ -412,6 +423,7 @@ func (r *Router) sortUnknown(ctx context.Context, now time.Time, op *Op, idx []i
 	for k, i := range idx {
 		if exists[k] {
 			*coldIdx = append(*coldIdx, i)
+			r.ColdHints.Add(refs[k].ID())
 		} else {
 			fresh = append(fresh, refs[k])
 		}
@@ -513,6 +525,18 @@ func (r *Router) stillNew(ctx context.Context, refs []Ref) ([]Ref, error) {
 		}
 	}
 	return out, nil
+}
+
+// forgetHints drops the cold hints of op's cells at idx when their cold
+// part failed with ErrMoved (a row missing: the cell moved away or was
+// never cold), so that the op, sent again, looks the rows up.
+func (r *Router) forgetHints(op *Op, idx []int, err error) {
+	if r.ColdHints == nil || !errors.Is(err, ErrMoved) {
+		return
+	}
+	for _, i := range idx {
+		r.ColdHints.Forget(RefOf(&op.Cells[i]).ID())
+	}
 }
 
 // refundCells gives back op's cost in the cells at idx, routed like any op

@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,14 +12,28 @@ import (
 
 // BenchmarkRouter_ColdBatches: the router's cost per check when every cell
 // is cold, with checks arriving the way quotad's coalescer hands them over
-// (4 senders, batches of 16 ops of two cells each, the default rules'
-// shape). ns/op is per check. Run with -benchtime=Nx, N a multiple of 64.
+// (4 senders, batches of ops of two cells each, the default rules' shape):
+// batches of 16 (a busy coalescer) and of 1 (a quiet one), with and without
+// cold hints (without: every batch looks its cells' rows up first). ns/op
+// is per check. Run with -benchtime=Nx, N a multiple of 64.
 func BenchmarkRouter_ColdBatches(b *testing.B) {
-	const batch = 16
+	for _, batch := range []int{1, 16} {
+		for _, hints := range []bool{false, true} {
+			b.Run(fmt.Sprintf("ops=%d/hints=%v", batch, hints), func(b *testing.B) {
+				benchRouterCold(b, batch, hints)
+			})
+		}
+	}
+}
+
+func benchRouterCold(b *testing.B, batch int, hints bool) {
 	ctx := context.Background()
 	cold := NewColdStore(testenv.MySQLShards(b, 2), ColdOptions{})
 	rdb := tierBenchRedis(b)
 	r := NewRouter(NewHotStore(rdb, HotOptions{Prefix: "h:"}), NewWarmStore(rdb, WarmOptions{Prefix: "w:", BucketsPerTag: 64}), cold)
+	if hints {
+		r.ColdHints = NewColdHints(1 << 16)
+	}
 	cells := tierBenchCells(4096)
 	now := time.Now()
 	var recs []Record

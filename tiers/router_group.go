@@ -115,20 +115,20 @@ func (r *Router) locateCold(ctx context.Context, ops []*Op) ([][]int, int, error
 	type at struct{ op, cell int }
 	var refs []Ref
 	var where []at
+	var hinted []bool
 	for i, op := range ops {
 		for j := range op.route {
 			if op.route[j].where == routeUnknown {
-				refs = append(refs, RefOf(&op.Cells[j]))
+				ref := RefOf(&op.Cells[j])
+				refs = append(refs, ref)
 				where = append(where, at{i, j})
+				hinted = append(hinted, r.ColdHints.Has(ref.ID()))
 			}
 		}
 	}
-	exists := make([]bool, len(refs))
-	if r.cold != nil && len(refs) > 0 {
-		var err error
-		if exists, err = r.cold.Exists(ctx, refs); err != nil {
-			return nil, 0, err
-		}
+	exists, err := r.coldRowsExist(ctx, refs, hinted)
+	if err != nil {
+		return nil, 0, err
 	}
 	coldIdx := make([][]int, len(ops))
 	n := len(ops)
@@ -140,6 +140,36 @@ func (r *Router) locateCold(ctx context.Context, ops []*Op) ([][]int, int, error
 		coldIdx[w.op] = append(coldIdx[w.op], w.cell)
 	}
 	return coldIdx[:n], n, nil
+}
+
+// coldRowsExist reports, per ref, whether it has a cold row: true for the
+// hinted ones, as the cold part's MustExist will check, and for the others
+// by one lookup per shard, whose finds become hints.
+func (r *Router) coldRowsExist(ctx context.Context, refs []Ref, hinted []bool) ([]bool, error) {
+	exists := make([]bool, len(refs))
+	var look []Ref
+	var at []int
+	for k := range refs {
+		if hinted[k] {
+			exists[k] = true
+		} else {
+			look = append(look, refs[k])
+			at = append(at, k)
+		}
+	}
+	if r.cold == nil || len(look) == 0 {
+		return exists, nil
+	}
+	found, err := r.cold.Exists(ctx, look)
+	if err != nil {
+		return nil, err
+	}
+	for m, k := range at {
+		if exists[k] = found[m]; found[m] {
+			r.ColdHints.Add(look[m].ID())
+		}
+	}
+	return exists, nil
 }
 
 // decideColdGroup decides the ops' cold cells (coldIdx) as one ColdStore
@@ -161,6 +191,7 @@ func (r *Router) decideColdGroup(ctx context.Context, now time.Time, ops []*Op, 
 	for k, err := range r.cold.checkEach(ctx, now, subs) {
 		i := owner[k]
 		if err != nil {
+			r.forgetHints(ops[i], coldIdx[i], err)
 			errs[i] = err
 			continue
 		}

@@ -31,6 +31,7 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
 	router := tiers.NewRouter(hot, warm, cold)
 	router.NewTier = tiers.Tier(s.NewTier)
+	router.ColdHints = tiers.NewColdHints(s.ColdHints)
 	// Moves run on a Redis client of their own: their pipelines are larger
 	// than a check's and may take longer than QUOTA_REDIS_TIMEOUT.
 	ms := s
