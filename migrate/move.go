@@ -52,6 +52,10 @@ type Mover struct {
 	// the move there, as a crash would (leases and journal are left).
 	AfterStep func(step Step) error
 	Metrics   *Metrics
+	// ColdHints, when set (the router's), learns the cells moved to cold,
+	// so that their next checks in this process skip the cold-row lookup,
+	// and forgets those moved out of it.
+	ColdHints *tiers.ColdHints
 }
 
 // ErrLeased is reported (joined) for cells another worker is moving.
@@ -340,7 +344,22 @@ func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 	res.Moved = moved
 	res.Skipped += len(got) - len(moved)
 	m.Metrics.moved(from, to, len(moved))
+	m.hint(moved, from, to)
 	return res, nil
+}
+
+// hint tells ColdHints about cells moved to or from cold.
+func (m *Mover) hint(moved []tiers.Ref, from, to tiers.Tier) {
+	if m.ColdHints == nil || from != tiers.Cold && to != tiers.Cold {
+		return
+	}
+	for i := range moved {
+		if id := moved[i].ID(); to == tiers.Cold {
+			m.ColdHints.Add(id)
+		} else {
+			m.ColdHints.Forget(id)
+		}
+	}
 }
 
 var errStopped = errors.New("stopped by test hook")

@@ -450,3 +450,35 @@ func TestRouter_FrozenCellWaitsAtMostMovedWait(t *testing.T) {
 		t.Fatalf("check on a frozen cell answered after %s, want 300 ms to 2.5 s (not the ~6 s of 400 retries)", took)
 	}
 }
+
+// The mover tells the router's cold hints where it moved cells: a cell
+// moved to cold is hinted (its next check skips the row lookup), one moved
+// out of cold is not, and moves between hot and warm leave hints alone.
+func TestMove_TeachesTheColdHints(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hints := tiers.NewColdHints(1024)
+	e.mover.ColdHints = hints
+	c := newCell(10)
+	id := c.ref().ID()
+	for _, st := range []struct {
+		from, to tiers.Tier
+		hinted   bool
+	}{
+		{tiers.Hot, tiers.Cold, true},
+		{tiers.Cold, tiers.Warm, false},
+		{tiers.Warm, tiers.Cold, true},
+		{tiers.Cold, tiers.Hot, false},
+		{tiers.Hot, tiers.Warm, false},
+	} {
+		e.move(t, st.from, st.to, c)
+		if got := hints.Has(id); got != st.hinted {
+			t.Fatalf("after %s>%s: hinted %v, want %v", st.from, st.to, got, st.hinted)
+		}
+	}
+	hints.Add(id)
+	e.move(t, tiers.Warm, tiers.Hot, c)
+	if !hints.Has(id) {
+		t.Fatal("a move between hot and warm dropped a hint")
+	}
+}

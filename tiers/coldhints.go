@@ -6,7 +6,8 @@ import (
 	"sync/atomic"
 )
 
-// ColdHints remembers, lossily, cells recently found in the cold tier, so
+// ColdHints remembers, lossily, cells recently found in the cold tier (by
+// a check's row lookup, a placement in cold, or this process's mover), so
 // that the router can send a check on such a cell straight to its cold
 // transaction instead of first asking the shard whether the row exists
 // (ColdStore.Exists: a round trip and a SELECT per batch and shard, about

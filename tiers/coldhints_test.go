@@ -184,3 +184,22 @@ func TestRouter_StaleColdHintCountsOnce(t *testing.T) {
 		})
 	}
 }
+
+// A cell placed new in cold (NewTier cold) is hinted: its second check
+// goes straight to its transaction.
+func TestRouter_CellPlacedInColdIsHinted(t *testing.T) {
+	t.Parallel()
+	r, cold, trips := hintRouter(t, true)
+	r.NewTier = Cold
+	c := cellOnShard(t, cold, 1, 10)
+	routerCheck(t, r, confOp(confT0, 1, Enforce, c))
+	if !r.ColdHints.Has(c.ref().ID()) {
+		t.Fatal("a cell placed in cold is not hinted")
+	}
+	trips()
+	op := confOp(confT0, 1, Enforce, c)
+	routerCheck(t, r, op)
+	if n := trips(); n != 2 || !op.Committed || op.Out[0].Tier != Cold || op.Out[0].Remaining != 8 {
+		t.Fatalf("second check: %d round trips (want 2), committed %v, outcome %+v", n, op.Committed, op.Out[0])
+	}
+}

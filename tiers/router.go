@@ -480,6 +480,9 @@ func (r *Router) placeNew(ctx context.Context, now time.Time, fresh []Ref) error
 		if err := r.cold.Import(ctx, recs); err != nil {
 			return err
 		}
+		for k := range fresh {
+			r.ColdHints.Add(fresh[k].ID())
+		}
 	default:
 		swaps := make([]DirSwap, len(fresh))
 		for k := range fresh {

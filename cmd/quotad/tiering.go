@@ -41,8 +41,9 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 	mwarm := warm.WithClient(mrdb) // shares the checks' cell locks
 	mover := &migrate.Mover{
 		RDB: mrdb, Prefix: s.RedisKeyPrefix, Warm: mwarm, Cold: cold,
-		Hot:     &tiers.HotMover{Hot: mhot, Warm: mwarm},
-		Metrics: migrate.NewMetrics(reg),
+		Hot:       &tiers.HotMover{Hot: mhot, Warm: mwarm},
+		Metrics:   migrate.NewMetrics(reg),
+		ColdHints: router.ColdHints,
 	}
 	router.Locker = mover
 	act := &migrate.Activity{DBs: dbs}
