@@ -8,10 +8,9 @@ package coalesce
 import (
 	"context"
 	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/quota-platform/quota/limiter"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // BatchChecker decides requests in order, each as if sent alone, and hands
@@ -36,43 +35,38 @@ type pending struct {
 //
 // A batch with cold checks can take milliseconds (their MySQL
 // transactions), while its hot checks are answered within a fraction of
-// one. A worker waits for its batch at most HandOff; then, if fewer than
-// Background batches are already finishing on their own, it leaves the
-// rest of this one to finish on its own and takes the next batch, so hot
-// checks do not queue behind other batches' cold transactions. The batch
-// goes on in order as before; only the worker moves on.
+// one. The store says when a batch's quick answers are out and only its
+// slow parts are left (tiers.WithSlowPart); at that moment, if fewer than
+// Background batches are already finishing on their own, the worker stays
+// with the batch as its finisher and a new worker takes its place in the
+// queue, so hot checks do not queue behind other batches' cold
+// transactions. The batch goes on in order as before; only the queue is
+// served by another goroutine. A batch with nothing slow (every check hot)
+// costs no goroutine.
 type Coalescer struct {
 	next       BatchChecker
 	queue      chan *pending
 	maxBatch   int
-	handOff    time.Duration
 	background chan struct{} // a slot per batch finishing on its own
 	pool       sync.Pool
 	runs       sync.Pool
-	wg         sync.WaitGroup // workers
-	bg         sync.WaitGroup // batches finishing on their own
+	wg         sync.WaitGroup // workers, and the batches they stayed with
 }
 
-// Suggested hand-off settings (quotad's with tiering on): a worker waits
-// this long for its batch, and leaves at most DefaultBackground batches per
-// worker to finish on their own.
-const (
-	DefaultHandOff    = 2 * time.Millisecond
-	DefaultBackground = 4
-)
+// DefaultBackground is the suggested number of batches per worker that
+// may finish on their own (quotad's).
+const DefaultBackground = 4
 
 // New starts workers batch senders with at most maxBatch checks per batch;
-// a worker always waits for its batch (no goroutine per batch: right when
-// every check is hot).
+// a worker always stays with its batch.
 func New(next BatchChecker, workers, maxBatch int) *Coalescer {
-	return NewWithHandOff(next, workers, maxBatch, 0, 0)
+	return NewWithHandOff(next, workers, maxBatch, 0)
 }
 
-// NewWithHandOff is New with the hand-off wait and the number of batches
-// that may finish on their own (handOff 0: a worker always waits for its
-// batch). Handing off costs a goroutine per batch (~4 % more CPU per check
-// when every check is hot), so it pays only when some checks are cold.
-func NewWithHandOff(next BatchChecker, workers, maxBatch int, handOff time.Duration, background int) *Coalescer {
+// NewWithHandOff is New with up to background batches at a time left to
+// finish on their own once only their slow parts are left (0: a worker
+// always stays with its batch and serves the queue again after it).
+func NewWithHandOff(next BatchChecker, workers, maxBatch, background int) *Coalescer {
 	if workers < 1 {
 		workers = 1
 	}
@@ -80,7 +74,7 @@ func NewWithHandOff(next BatchChecker, workers, maxBatch int, handOff time.Durat
 		maxBatch = 1
 	}
 	c := &Coalescer{next: next, queue: make(chan *pending, workers*maxBatch), maxBatch: maxBatch,
-		handOff: handOff, background: make(chan struct{}, max(0, background))}
+		background: make(chan struct{}, max(0, background))}
 	c.pool.New = func() any { return &pending{done: make(chan result, 1)} }
 	c.runs.New = func() any { return newRun(c) }
 	c.wg.Add(workers)
@@ -113,29 +107,23 @@ func (c *Coalescer) Check(ctx context.Context, req *limiter.Request) (limiter.De
 func (c *Coalescer) Close() {
 	close(c.queue)
 	c.wg.Wait()
-	c.bg.Wait()
 }
-
-// The states of a run.
-const (
-	running  int32 = iota
-	finished       // its worker is told on done
-	handed         // its worker left: it cleans up after itself
-)
 
 // run is one batch on its way, reused across batches.
 type run struct {
 	c       *Coalescer
 	batch   []*pending
 	reqs    []*limiter.Request
-	state   atomic.Int32
-	done    chan struct{}
+	ctx     context.Context // carries slow; one for the run's life
+	handed  bool            // slow gave the worker's place to a new worker
 	deliver func(i int, d limiter.Decision, err error)
 }
 
 func newRun(c *Coalescer) *run {
-	r := &run{c: c, batch: make([]*pending, 0, c.maxBatch), reqs: make([]*limiter.Request, 0, c.maxBatch),
-		done: make(chan struct{}, 1)}
+	r := &run{c: c, batch: make([]*pending, 0, c.maxBatch), reqs: make([]*limiter.Request, 0, c.maxBatch)}
+	// The batch is not tied to any one caller's context: one client
+	// hanging up must not fail the others. Store timeouts bound it.
+	r.ctx = tiers.WithSlowPart(context.Background(), r.slow)
 	// Each caller is answered as soon as its own check is decided, not
 	// when the batch is: a check the hot tier decides alone does not wait
 	// for another's MySQL transaction. One func for the run's life.
@@ -145,35 +133,35 @@ func newRun(c *Coalescer) *run {
 	return r
 }
 
-// exec sends the batch, then tells its worker, or, if the worker has left,
-// gives back its slot and itself.
-func (r *run) exec() {
-	// The batch is not tied to any one caller's context: one client
-	// hanging up must not fail the others. Store timeouts bound it.
-	r.c.next.CheckBatchEach(context.Background(), r.reqs, r.deliver)
-	if r.state.CompareAndSwap(running, finished) {
-		r.done <- struct{}{}
+// slow is called by the store, on the worker's goroutine, when only the
+// batch's slow parts are left: if a background slot is free, a new worker
+// takes over the queue and this goroutine stays to finish the batch.
+func (r *run) slow() {
+	if r.handed {
 		return
 	}
-	<-r.c.background
-	r.c.recycle(r)
-	r.c.bg.Done()
+	select {
+	case r.c.background <- struct{}{}:
+		r.handed = true
+		r.c.wg.Add(1) // before this worker's Done: Close cannot have seen 0
+		go r.c.work()
+	default: // enough batches finishing on their own: stay in the queue
+	}
 }
 
 func (c *Coalescer) recycle(r *run) {
 	clear(r.batch)
 	clear(r.reqs)
-	r.batch, r.reqs = r.batch[:0], r.reqs[:0]
+	r.batch, r.reqs, r.handed = r.batch[:0], r.reqs[:0], false
 	c.runs.Put(r)
 }
 
+// work serves the queue, a batch at a time, until the queue is closed or
+// it stays with a batch that another worker took its place for.
 func (c *Coalescer) work() {
 	defer c.wg.Done()
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
 	for first := range c.queue {
 		r := c.runs.Get().(*run)
-		r.state.Store(running)
 		r.batch = append(r.batch, first)
 	fill:
 		for len(r.batch) < c.maxBatch {
@@ -190,43 +178,12 @@ func (c *Coalescer) work() {
 		for _, p := range r.batch {
 			r.reqs = append(r.reqs, p.req)
 		}
-		if c.handsOff() {
-			go r.exec()
-		} else {
-			r.exec() // no hand-off: no goroutine either
-		}
-		c.await(r, timer)
-	}
-}
-
-// handsOff reports whether a worker may leave a slow batch to finish on
-// its own (then every batch runs in a goroutine of its own).
-func (c *Coalescer) handsOff() bool { return c.handOff > 0 && cap(c.background) > 0 }
-
-// await waits for r, or hands it off after handOff when a background slot
-// is free (then it returns at once).
-func (c *Coalescer) await(r *run, timer *time.Timer) {
-	if c.handsOff() {
-		timer.Reset(c.handOff)
-		select {
-		case <-r.done:
-			timer.Stop()
-			c.recycle(r)
-			return
-		case <-timer.C:
-		}
-		select {
-		case c.background <- struct{}{}:
-			c.bg.Add(1)
-			if r.state.CompareAndSwap(running, handed) {
-				return
-			}
-			// It finished meanwhile: done is (or will be) sent.
-			c.bg.Done()
+		c.next.CheckBatchEach(r.ctx, r.reqs, r.deliver)
+		handed := r.handed
+		c.recycle(r)
+		if handed {
 			<-c.background
-		default:
+			return
 		}
 	}
-	<-r.done
-	c.recycle(r)
 }

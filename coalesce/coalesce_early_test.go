@@ -111,7 +111,7 @@ func TestCoalescer_HotCheckIsAnsweredWhileAColdCheckOfItsBatchWaitsForItsRow(t *
 	// Closed after the rows are released (cleanups run last first): its
 	// worker may still wait for b's row when the test fails.
 	// No hand-off: the worker stays with its batch, so b and h queue behind a.
-	c := NewWithHandOff(coldLim, 1, 64, 0, 0)
+	c := NewWithHandOff(coldLim, 1, 64, 0)
 	t.Cleanup(c.Close)
 	txA, txB := lockRow(keyA), lockRow(keyB)
 	ask := asker(c, req)
@@ -180,19 +180,24 @@ func waitingForRow(t *testing.T, db *sql.DB) {
 	}
 }
 
-// A worker whose batch waits for a cold row hands it off after its
-// hand-off wait and takes the next batch: a hot check sent after it is
-// answered while the row is still locked (with one worker that stayed, it
-// would wait for the row).
+// A worker whose batch is left with only a cold check, waiting for its
+// row, stays with it and a new worker serves the queue: a hot check sent
+// after it is answered while the row is still locked (with one worker
+// that stayed, it would wait for the row).
 func TestCoalescer_HotCheckDoesNotQueueBehindAnotherBatchsColdRow(t *testing.T) {
 	t.Parallel()
 	coldLim, db, keyA, _, req, lockRow := coldAndHot(t)
-	c := NewWithHandOff(coldLim, 1, 64, 2*time.Millisecond, 4)
+	c := NewWithHandOff(coldLim, 1, 64, 4)
 	t.Cleanup(c.Close)
 	txA := lockRow(keyA)
 	ask := asker(c, req)
 	gotA := ask("a")
 	waitingForRow(t, db)
+	// The worker left the batch before its cold statement was sent, not
+	// after a wait.
+	if n := len(c.background); n != 1 {
+		t.Fatalf("%d batches finishing on their own while a's waits for its row, want 1", n)
+	}
 	gotH := ask("h")
 	select {
 	case h := <-gotH:
@@ -212,6 +217,12 @@ func TestCoalescer_HotCheckDoesNotQueueBehindAnotherBatchsColdRow(t *testing.T) 
 	}
 	if a := <-gotA; a.err != nil || !a.d.Allowed || a.d.Entries[0].Tier != tiers.Cold {
 		t.Fatalf("a: %+v %v, want allowed from cold", a.d, a.err)
+	}
+	// The worker that stayed with a's batch gives its slot back when done.
+	for deadline := time.Now().Add(5 * time.Second); len(c.background) != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d background slots still taken after a's batch finished", len(c.background))
+		}
 	}
 }
 

@@ -36,3 +36,23 @@ func CheckEach(ctx context.Context, s Store, now time.Time, ops []*Op, done func
 	}
 	return err
 }
+
+type slowPartKey struct{}
+
+// WithSlowPart returns ctx carrying fn. An EachChecker that has reported
+// every op it could decide at once (the all-hot ones) and is left with
+// parts that wait on more round trips (warm, cold: MySQL transactions of
+// milliseconds) calls fn once, on the goroutine CheckEach was called on,
+// before it starts them. A batch sender uses it to leave such a batch to
+// finish on its own the moment nothing quick is left in it, rather than
+// after a fixed wait (package coalesce).
+func WithSlowPart(ctx context.Context, fn func()) context.Context {
+	return context.WithValue(ctx, slowPartKey{}, fn)
+}
+
+// slowPart calls ctx's WithSlowPart function, if any.
+func slowPart(ctx context.Context) {
+	if fn, ok := ctx.Value(slowPartKey{}).(func()); ok {
+		fn()
+	}
+}

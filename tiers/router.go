@@ -156,6 +156,9 @@ func (r *Router) CheckEach(ctx context.Context, now time.Time, ops []*Op, done f
 		}
 		report(i, r.finishOne(ctx, now, op, byOp[op]))
 	}
+	if len(rest) > 0 {
+		slowPart(ctx)
+	}
 	for k := 0; k < len(rest); {
 		k += r.finishRun(ctx, now, ops, rest[k:], byOp, report)
 	}

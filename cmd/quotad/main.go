@@ -174,14 +174,11 @@ func serve() error {
 	}
 	var checks api.SingleChecker = lim
 	if s.Coalesce > 0 {
-		handOff, background := time.Duration(0), 0
-		if s.Tiering {
-			// Cold checks hold a batch for their MySQL transactions: a
-			// sender hands such a batch off rather than keep hot checks
-			// queued behind it.
-			handOff, background = coalesce.DefaultHandOff, coalesce.DefaultBackground*s.Coalesce
-		}
-		co := coalesce.NewWithHandOff(lim, s.Coalesce, 256, handOff, background)
+		// Cold checks hold a batch for their MySQL transactions: a sender
+		// leaves such a batch to finish on its own once its hot checks
+		// are answered, rather than keep the next hot checks queued behind
+		// it. Without tiering nothing is slow and this costs nothing.
+		co := coalesce.NewWithHandOff(lim, s.Coalesce, 256, coalesce.DefaultBackground*s.Coalesce)
 		defer co.Close()
 		checks = co
 	}
