@@ -21,7 +21,9 @@ import (
 // schedule). The day is built once; each op restores its chunks from a
 // copy (untimed) and folds them into an empty usage_user_daily, flat out
 // (FlushDuty 1: the fold's rests are not measured). It reports the rows
-// upserted per op and per second, and the chunks and batches the fold read.
+// upserted per op and per second, the chunks and batches the fold read,
+// and the longest and the total of the Rollups while the day was built
+// (its merges hold the app's chunks locked: a flush of the app waits).
 func BenchmarkFoldDay(b *testing.B) {
 	r, db := foldBenchRecorder(b)
 	ctx := context.Background()
@@ -31,12 +33,11 @@ func BenchmarkFoldDay(b *testing.B) {
 	}
 	defer conn.Close()
 	start := DayOf(r.clk.Now())
-	buildFoldDay(b, r, conn, start)
+	maxRollup, allRollups := buildFoldDay(b, r, conn, start)
 	chunks, batches := foldBenchCount(b, db)
 	for _, q := range []string{
 		"CREATE TABLE bench_day_chunks LIKE usage_user_chunks",
 		"INSERT INTO bench_day_chunks SELECT * FROM usage_user_chunks",
-		"DELETE FROM usage_series", // Rollup's own work, not the fold's
 	} {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			b.Fatalf("%s: %v", q, err)
@@ -64,6 +65,8 @@ func BenchmarkFoldDay(b *testing.B) {
 	b.ReportMetric(float64(rows)/perOp, "rows/s")
 	b.ReportMetric(float64(chunks), "chunks-in-day")
 	b.ReportMetric(float64(batches), "batches-in-day")
+	b.ReportMetric(float64(maxRollup.Microseconds())/1e3, "max-rollup-ms")
+	b.ReportMetric(allRollups.Seconds(), "rollups-s/day")
 }
 
 const (
@@ -89,8 +92,9 @@ func foldBenchRecorder(b *testing.B) (*Recorder, *sql.DB) {
 // buildFoldDay writes a day of flush chunks of app "app" as the flushes
 // would (rowset.userChunks, insertChunks: one batch per flush; a rollup
 // period's flushes share a transaction, which leaves the same rows), with
-// a Rollup after every foldRollupEvery flushes.
-func buildFoldDay(b *testing.B, r *Recorder, conn *sql.Conn, day Day) {
+// a Rollup after every foldRollupEvery flushes. It returns the longest
+// Rollup and their sum.
+func buildFoldDay(b *testing.B, r *Recorder, conn *sql.Conn, day Day) (longest, total time.Duration) {
 	ctx := context.Background()
 	users, ifaces := make([]string, foldUsers), []string{"iface.0", "iface.1"}
 	for i := range users {
@@ -126,10 +130,14 @@ func buildFoldDay(b *testing.B, r *Recorder, conn *sql.Conn, day Day) {
 		if DayOf(clk.Now()) != day {
 			break // the last period's rollup would fold the day
 		}
+		began := time.Now()
 		if _, err := r.Rollup(ctx); err != nil {
 			b.Fatal(err)
 		}
+		longest = max(longest, time.Since(began))
+		total += time.Since(began)
 	}
+	return longest, total
 }
 
 func foldBenchCount(b *testing.B, db *sql.DB) (chunks, batches int64) {
