@@ -85,8 +85,8 @@ func (r *Recorder) foldUserPart(ctx context.Context, conn *sql.Conn, pace *pacer
 // (flushes or merges), not chunk rows: a busy app's flush writes 64 rows
 // or more, and counting rows merged it at every rollup. So after a Rollup
 // an app has fewer than mergeMinBatches batches of level 0 today and fewer
-// than mergeFanIn of each level above, and a query for one user, which
-// reads of each batch the chunks of its user's part, reads at most
+// than mergeFanIn of each level above. A query for one user reads, of
+// each batch, the chunks of its user's part: so at most
 // mergeMinBatches−1 + maxChunkLevel×(mergeFanIn−1) = 59 batches plus the
 // flushes since that Rollup, however long the day has run. Without merges
 // it would read every flush's (5,760 a day at 15 s); with merges into one
@@ -96,7 +96,8 @@ const (
 	// mergeMinBatches is the number of an app's flush batches (level 0)
 	// of the day from which Rollup merges them: about 8 minutes of 15 s
 	// flushes of one quotad. Flush batches are small (one flush's users),
-	// and their merge holds back the app's flushes until it commits.
+	// and a merge may hold back the app's flushes until it commits (its
+	// locking read, lockedUserRows).
 	mergeMinBatches = 32
 	// mergeFanIn is the number of an app's batches of one level >= 1 from
 	// which Rollup merges them into one of the next level. A merge
