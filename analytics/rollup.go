@@ -27,7 +27,7 @@ type RollupResult struct {
 	Periods    int   // transactions that moved points
 	Moved      int64 // fine points folded into coarse ones (and deleted)
 	UserRows   int64 // usage_user_daily rows upserted from finished days' chunks
-	UserMerges int   // apps whose flush chunks of today were merged
+	UserMerges int   // merges of today's user chunks: one per app and level merged
 }
 
 // Rollup folds curve points past their resolution's retention into the

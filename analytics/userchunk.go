@@ -21,7 +21,9 @@ import (
 // A chunk holds the entries of one partition of the app's users: all of
 // them when the flush saw few (partBits 0), else one of 4, 16 or 64 parts
 // by a hash of the user, so that a query for one user of a busy app reads
-// a part of its chunks, not all of them.
+// a part of its chunks, not all of them. As the day goes on Rollup merges
+// today's chunks in size tiers (levels, userfold.go), so that the chunks a
+// query reads stay bounded however many flushes the day has had.
 //
 // Chunk body: snappy(entry...), each entry
 //
@@ -121,7 +123,7 @@ type userChunk struct {
 	app     string
 	part    uint16
 	seq     uint32 // in its batch: a part longer than chunkMaxRaw takes several
-	level   uint8  // 0: a flush's; 1: a merge of a day's level-0 chunks (userfold.go)
+	level   uint8  // 0: a flush's; L >= 1: a merge of the day's level-(L−1) chunks, or at maxChunkLevel of its own (userfold.go)
 	entries int
 	body    []byte // compressed
 }

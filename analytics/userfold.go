@@ -76,59 +76,119 @@ func (r *Recorder) foldUserPart(ctx context.Context, conn *sql.Conn, pace *pacer
 	return len(rows), nil
 }
 
-// mergeMinChunks is the number of an app's flush chunks (level 0) of the
-// day from which Rollup merges them: about 8 minutes of 15 s flushes.
-const mergeMinChunks = 32
+// Today's chunks are compacted in size tiers, as an LSM tree's runs are: a
+// flush writes a batch of level-0 chunks (one per part); once an app has
+// mergeMinBatches batches of level 0 today, Rollup merges them into one
+// batch of level 1, split into parts by the merged volume; once it has
+// mergeFanIn batches of a level L >= 1, into one of level L+1; and at
+// maxChunkLevel into one of maxChunkLevel again. The triggers count batches
+// (flushes or merges), not chunk rows: a busy app's flush writes 64 rows
+// or more, and counting rows merged it at every rollup. So after a Rollup
+// an app has fewer than mergeMinBatches batches of level 0 today and fewer
+// than mergeFanIn of each level above. A query for one user reads, of
+// each batch, the chunks of its user's part: so at most
+// mergeMinBatches−1 + maxChunkLevel×(mergeFanIn−1) = 59 batches plus the
+// flushes since that Rollup, however long the day has run. Without merges
+// it would read every flush's (5,760 a day at 15 s); with merges into one
+// level only, one batch per merge (up to 144 a day at the 10-minute
+// rollup).
+const (
+	// mergeMinBatches is the number of an app's flush batches (level 0)
+	// of the day from which Rollup merges them: about 8 minutes of 15 s
+	// flushes of one quotad. Flush batches are small (one flush's users),
+	// and a merge may hold back the app's flushes until it commits (its
+	// locking read, lockedUserRows).
+	mergeMinBatches = 32
+	// mergeFanIn is the number of an app's batches of one level >= 1 from
+	// which Rollup merges them into one of the next level. A merge
+	// rewrites its batches' entries (summed per user and interface), so an
+	// entry is rewritten about once per level it climbs, and a query reads
+	// up to mergeFanIn−1 batches per level. 8 keeps a day of one quotad's
+	// 10-minute rollups (144 level-1 batches; at most 5,760/32 = 180 on any
+	// schedule) within three levels: 144 → 18 → 2. A fan-in of 2 would
+	// rewrite the entries at ~7 levels; 32, as at level 0, would let a
+	// query read 31 merged batches per level.
+	mergeFanIn = 8
+	// maxChunkLevel is the top level: its batches merge into one of the
+	// same level, which rewrites all of them. One quotad's day of 15 s
+	// flushes reaches level 3 at most; level 4 takes 512 level-1 batches
+	// (several quotads, shorter flushes and a rollup more often than every
+	// 10 minutes), and its own merge 4,096. The cap bounds the batches a
+	// query reads whatever the traffic (and is far below the TINYINT's 255).
+	maxChunkLevel = 4
+)
 
-// mergeTodayChunks merges, for each app with at least mergeMinChunks flush
-// chunks today, those chunks into level-1 chunks, split into parts by the
-// merged volume. Without it a query for one user of a quiet app would read
-// every chunk of the day (up to 5,760 at 15 s flushes, each holding all of
-// the app's users of its flush); with it, one chunk per merge and the few
-// flush chunks since. It returns the apps merged.
-func (r *Recorder) mergeTodayChunks(ctx context.Context, conn *sql.Conn, today Day) (int, error) {
-	rows, err := conn.QueryContext(ctx,
-		"SELECT app_id FROM usage_user_chunks WHERE day = ? AND level = 0 GROUP BY app_id HAVING COUNT(*) >= ?",
-		today.String(), mergeMinChunks)
-	if err != nil {
-		return 0, fmt.Errorf("user chunks to merge: %w", err)
+// mergeThreshold is the batches of level that make Rollup merge it.
+func mergeThreshold(level uint8) int {
+	if level == 0 {
+		return mergeMinBatches
 	}
+	return mergeFanIn
+}
+
+// mergeTarget is the level that the merge of level's chunks writes.
+func mergeTarget(level uint8) uint8 { return min(level+1, maxChunkLevel) }
+
+// mergeTodayChunks compacts today's chunks (see mergeMinBatches): for each
+// level from 0 up, each app with at least mergeThreshold batches of that
+// level has them merged into one batch of mergeTarget. Levels go upwards
+// so that a merge's batch counts towards the next level in the same run,
+// and a second run finds nothing to merge. It returns the merges done.
+func (r *Recorder) mergeTodayChunks(ctx context.Context, conn *sql.Conn, today Day) (int, error) {
+	pace := newPacer(r.opt.FlushDuty, time.Now().Add(time.Hour), nil)
+	var errs []error
+	merges := 0
+	for level := uint8(0); level <= maxChunkLevel; level++ {
+		apps, err := appsToMerge(ctx, conn, today, level)
+		if err != nil {
+			return merges, errors.Join(append(errs, err)...)
+		}
+		for _, app := range apps {
+			if err := r.mergeAppChunks(ctx, conn, pace, today, app, level); err != nil {
+				errs = append(errs, fmt.Errorf("merge level-%d user chunks of %q: %w", level, app, err))
+				continue
+			}
+			merges++
+		}
+	}
+	return merges, errors.Join(errs...)
+}
+
+// appsToMerge lists the apps with at least mergeThreshold(level) batches
+// of level on day (read from the by_level index alone: it holds batch_id).
+func appsToMerge(ctx context.Context, conn *sql.Conn, day Day, level uint8) ([]string, error) {
+	rows, err := conn.QueryContext(ctx,
+		"SELECT app_id FROM usage_user_chunks WHERE day = ? AND level = ? GROUP BY app_id HAVING COUNT(DISTINCT batch_id) >= ?",
+		day.String(), level, mergeThreshold(level))
+	if err != nil {
+		return nil, fmt.Errorf("level-%d user chunks to merge: %w", level, err)
+	}
+	defer rows.Close()
 	var apps []string
 	for rows.Next() {
 		var app []byte
 		if err := rows.Scan(&app); err != nil {
-			rows.Close()
-			return 0, err
+			return nil, fmt.Errorf("level-%d user chunks to merge: %w", level, err)
 		}
 		apps = append(apps, string(app))
 	}
-	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, err
+		return nil, fmt.Errorf("level-%d user chunks to merge: %w", level, err)
 	}
-	pace := newPacer(r.opt.FlushDuty, time.Now().Add(time.Hour), nil)
-	var errs []error
-	merged := 0
-	for _, app := range apps {
-		if err := r.mergeAppChunks(ctx, conn, pace, today, app); err != nil {
-			errs = append(errs, fmt.Errorf("merge user chunks of %q: %w", app, err))
-			continue
-		}
-		merged++
-	}
-	return merged, errors.Join(errs...)
+	return apps, nil
 }
 
-// mergeAppChunks replaces app's flush chunks of day with level-1 chunks of
-// the same entries summed, in one transaction.
-func (r *Recorder) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pacer, day Day, app string) error {
+// mergeAppChunks replaces app's chunks of level on day with one batch of
+// mergeTarget(level) chunks of the same entries summed, in one
+// transaction: a crash leaves the old chunks or the new, never both.
+func (r *Recorder) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pacer, day Day, app string, level uint8) error {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
 	d := day.String()
-	rows, err := lockedUserRows(ctx, tx, app, "SELECT body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND level = 0 FOR UPDATE", d, app)
+	rows, err := lockedUserRows(ctx, tx, app, "SELECT body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND level = ? FOR UPDATE", d, app, level)
 	if err != nil || len(rows) == 0 {
 		return err
 	}
@@ -137,9 +197,11 @@ func (r *Recorder) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pac
 	}
 	chunks := appendAppChunks(nil, rows, chunkMaxRaw, &chunkBuffers{})
 	for i := range chunks {
-		chunks[i].level = 1
+		chunks[i].level = mergeTarget(level)
 	}
-	if _, err := tx.ExecContext(ctx, "DELETE FROM usage_user_chunks WHERE day = ? AND app_id = ? AND level = 0", d, app); err != nil {
+	// Delete before inserting: at maxChunkLevel the new chunks have the
+	// level of the old ones.
+	if _, err := tx.ExecContext(ctx, "DELETE FROM usage_user_chunks WHERE day = ? AND app_id = ? AND level = ?", d, app, level); err != nil {
 		return fmt.Errorf("delete merged chunks: %w", err)
 	}
 	var id [16]byte
@@ -155,9 +217,12 @@ func (r *Recorder) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pac
 }
 
 // lockedUserRows reads and locks the chunks of app that query selects (a
-// flush writing one of them meanwhile waits for the commit) and returns
-// their entries as app's user rows, summed per (user, interface) and in
-// write order (sortGroupRows); their day is left zero.
+// flush writing one of them meanwhile waits for the commit, so that the
+// DELETE that follows in the transaction removes the chunks read and no
+// other) and returns their entries as app's user rows, summed per (user,
+// interface) and in write order (sortGroupRows); their day is left zero.
+// Only flushes write level 0 and only merges the levels above, one at a
+// time under Rollup's lock; the fold takes finished days, the merges today.
 func lockedUserRows(ctx context.Context, tx *sql.Tx, app, query string, args ...any) ([]userRow, error) {
 	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {

@@ -148,9 +148,10 @@ func TestUserFigures_FoldedIntoRowsOnceTheDayIsOver(t *testing.T) {
 
 // As the day goes on, Rollup merges an app's flush chunks (one per flush,
 // each with all of the app's users of that flush) into fewer level-1
-// chunks split by user, once it has mergeMinChunks (32) of them, so a
-// user's query reads a few chunks rather than the whole day's. Every
-// user's stats stay exact through the merge and the fold that follows.
+// chunks split by user, once it has mergeMinBatches (32) flush batches, so
+// a user's query reads a few chunks rather than the whole day's (the
+// levels above: userlevels_test.go). Every user's stats stay exact through
+// the merge and the fold that follows.
 func TestUserChunks_TodaysFlushChunksMergedAsTheDayGoesOn(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1, nil)
@@ -182,7 +183,7 @@ func TestUserChunks_TodaysFlushChunksMergedAsTheDayGoesOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	if res.UserMerges != 1 || level("many", 0) != 0 || level("many", 1) == 0 || level("few", 0) != 5 {
-		t.Fatalf("merged %d apps; many: %d flush chunks, %d merged; few: %d flush chunks; want 1; 0, some; 5",
+		t.Fatalf("%d merges; many: %d flush chunks, %d merged; few: %d flush chunks; want 1; 0, some; 5",
 			res.UserMerges, level("many", 0), level("many", 1), level("few", 0))
 	}
 	truth.check(t, e, "after the merge")
@@ -192,7 +193,7 @@ func TestUserChunks_TodaysFlushChunksMergedAsTheDayGoesOn(t *testing.T) {
 	}
 	e.flush()
 	if res, err = e.rec.Rollup(ctx); err != nil || res.UserMerges != 0 {
-		t.Fatalf("one more flush chunk: merged %d apps (%v), want 0", res.UserMerges, err)
+		t.Fatalf("one more flush chunk: %d merges (%v), want 0", res.UserMerges, err)
 	}
 	truth.check(t, e, "after a flush since the merge")
 

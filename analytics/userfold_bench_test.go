@@ -1,0 +1,148 @@
+package analytics
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/internal/testenv"
+)
+
+// BenchmarkFoldDay is the end-of-day fold (foldUserChunks) of one app's
+// day: 24 hours of 15 s flushes (5,760), each of foldCallsPerFlush calls
+// of users spread over foldUsers and 2 interfaces (so the day has ~100,000
+// distinct (user, interface)), the flushes' chunks written as a flush
+// writes them and merged by Rollup every 40 flushes (its 10-minute
+// schedule). The day is built once; each op restores its chunks from a
+// copy (untimed) and folds them into an empty usage_user_daily, flat out
+// (FlushDuty 1: the fold's rests are not measured). It reports the rows
+// upserted per op and per second, the chunks and batches the fold read,
+// and the longest and the total of the Rollups while the day was built
+// (its merges hold the app's chunks locked: a flush of the app waits).
+func BenchmarkFoldDay(b *testing.B) {
+	r, db := foldBenchRecorder(b)
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	start := DayOf(r.clk.Now())
+	maxRollup, allRollups := buildFoldDay(b, r, conn, start)
+	chunks, batches := foldBenchCount(b, db)
+	for _, q := range []string{
+		"CREATE TABLE bench_day_chunks LIKE usage_user_chunks",
+		"INSERT INTO bench_day_chunks SELECT * FROM usage_user_chunks",
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			b.Fatalf("%s: %v", q, err)
+		}
+	}
+	var rows int64
+	for b.Loop() {
+		b.StopTimer()
+		for _, q := range []string{
+			"TRUNCATE TABLE usage_user_daily",
+			"DELETE FROM usage_user_chunks",
+			"INSERT INTO usage_user_chunks SELECT * FROM bench_day_chunks",
+		} {
+			if _, err := db.ExecContext(ctx, q); err != nil {
+				b.Fatalf("%s: %v", q, err)
+			}
+		}
+		b.StartTimer()
+		if rows, err = r.foldUserChunks(ctx, conn, start+1); err != nil {
+			b.Fatal(err)
+		}
+	}
+	perOp := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(float64(rows), "rows/op")
+	b.ReportMetric(float64(rows)/perOp, "rows/s")
+	b.ReportMetric(float64(chunks), "chunks-in-day")
+	b.ReportMetric(float64(batches), "batches-in-day")
+	b.ReportMetric(float64(maxRollup.Microseconds())/1e3, "max-rollup-ms")
+	b.ReportMetric(allRollups.Seconds(), "rollups-s/day")
+}
+
+const (
+	foldFlushes       = 24 * 240 // a day of 15 s flushes
+	foldCallsPerFlush = 300
+	foldUsers         = 50_000
+	foldRollupEvery   = 40 // the 10-minute rollup
+)
+
+// foldBenchRecorder is a Recorder on one fresh shard, its clock at the
+// start of a UTC day, working flat out.
+func foldBenchRecorder(b *testing.B) (*Recorder, *sql.DB) {
+	dbs := testenv.MySQLShards(b, 1)
+	rdb, prefix := testenv.Redis(b)
+	clk := clock.NewFake(time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC))
+	r, err := New(Options{DBs: dbs, Redis: rdb, KeyPrefix: prefix, Clock: clk, FlushDuty: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return r, dbs[0]
+}
+
+// buildFoldDay writes a day of flush chunks of app "app" as the flushes
+// would (rowset.userChunks, insertChunks: one batch per flush; a rollup
+// period's flushes share a transaction, which leaves the same rows), with
+// a Rollup after every foldRollupEvery flushes. It returns the longest
+// Rollup and their sum.
+func buildFoldDay(b *testing.B, r *Recorder, conn *sql.Conn, day Day) (longest, total time.Duration) {
+	ctx := context.Background()
+	users, ifaces := make([]string, foldUsers), []string{"iface.0", "iface.1"}
+	for i := range users {
+		users[i] = "user-" + strconv.Itoa(i)
+	}
+	clk := r.clk.(*clock.Fake)
+	var x uint64 = 88172645463325252
+	for f := 0; f < foldFlushes; f += foldRollupEvery {
+		tx, err := conn.BeginTx(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for range foldRollupEvery {
+			rs := newRowset()
+			g := rs.group(appDay{app: "app", day: day})
+			for range foldCallsPerFlush {
+				x ^= x << 13
+				x ^= x >> 7
+				x ^= x << 17
+				id := rowID(appendRowID(nil, "app", ifaces[x&1], users[(x>>8)%foldUsers]))
+				rs.addUser(g, newUserRow(userKey{id: id, day: day}, Counts{Calls: 1, Allowed: 1}))
+			}
+			var id [16]byte
+			_, _ = rand.Read(id[:])
+			if err := r.insertChunks(ctx, tx, nil, id, rs.userChunks(&sync.Mutex{}, chunkMaxRaw)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			b.Fatal(err)
+		}
+		clk.Advance(foldRollupEvery * 15 * time.Second)
+		if DayOf(clk.Now()) != day {
+			break // the last period's rollup would fold the day
+		}
+		began := time.Now()
+		if _, err := r.Rollup(ctx); err != nil {
+			b.Fatal(err)
+		}
+		longest = max(longest, time.Since(began))
+		total += time.Since(began)
+	}
+	return longest, total
+}
+
+func foldBenchCount(b *testing.B, db *sql.DB) (chunks, batches int64) {
+	if err := db.QueryRow("SELECT COUNT(*), COUNT(DISTINCT batch_id) FROM usage_user_chunks").Scan(&chunks, &batches); err != nil {
+		b.Fatal(err)
+	}
+	return chunks, batches
+}

@@ -1,0 +1,97 @@
+package analytics
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/internal/testenv"
+)
+
+// At maxChunkLevel batches merge into one of the same level: not at
+// mergeFanIn−1 of them, at mergeFanIn, with every user's entries summed
+// (the merge deletes the old batches before it writes the new one of the
+// same level), and a second Rollup leaves the one batch alone. A day of
+// flushes does not get there in a test's time, so the batches are
+// written as merges would have left them.
+func TestChunkMerge_TopLevelMergesIntoItself(t *testing.T) {
+	t.Parallel()
+	dbs := testenv.MySQLShards(t, 1)
+	rdb, prefix := testenv.Redis(t)
+	clk := clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	r, err := New(Options{DBs: dbs, Redis: rdb, KeyPrefix: prefix, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	today := DayOf(clk.Now())
+	const users = 600 // more than partCap: each batch has 4 parts
+	plant := func(batches int) {
+		t.Helper()
+		for range batches {
+			var rows []userRow
+			for i := range users {
+				id := rowID(appendRowID(nil, "app", "if", fmt.Sprintf("u%d", i)))
+				rows = append(rows, newUserRow(userKey{id: id, day: today}, Counts{Calls: 1, Allowed: 1}))
+			}
+			chunks := appendAppChunks(nil, sortGroupRows(rows), chunkMaxRaw, &chunkBuffers{})
+			for i := range chunks {
+				chunks[i].level = maxChunkLevel
+			}
+			tx, err := dbs[0].BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var id [16]byte
+			_, _ = rand.Read(id[:])
+			if err := r.insertChunks(ctx, tx, nil, id, chunks); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	state := func() (batches, entries int64) {
+		t.Helper()
+		err := dbs[0].QueryRow("SELECT COUNT(DISTINCT batch_id), COALESCE(SUM(entries), 0) FROM usage_user_chunks WHERE level = ?",
+			maxChunkLevel).Scan(&batches, &entries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return batches, entries
+	}
+	steps := []struct {
+		plant, wantMerges        int
+		wantBatches, wantEntries int64
+		wantCalls                int64 // of each user
+	}{
+		{mergeFanIn - 1, 0, mergeFanIn - 1, (mergeFanIn - 1) * users, mergeFanIn - 1},
+		{1, 1, 1, users, mergeFanIn},
+		{0, 0, 1, users, mergeFanIn}, // nothing new
+	}
+	for i, st := range steps {
+		plant(st.plant)
+		res, err := r.Rollup(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batches, entries := state()
+		if res.UserMerges != st.wantMerges || batches != st.wantBatches || entries != st.wantEntries {
+			t.Fatalf("step %d: %d merges, %d batches of level %d holding %d entries; want %d, %d, %d",
+				i, res.UserMerges, batches, maxChunkLevel, entries, st.wantMerges, st.wantBatches, st.wantEntries)
+		}
+		for _, u := range []string{"u0", "u123", "u599"} {
+			got, err := r.UserDay(ctx, "app", u, today)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Calls != st.wantCalls || got.Allowed != st.wantCalls {
+				t.Fatalf("step %d: %s has %+v, want %d calls, all allowed", i, u, got.Counts, st.wantCalls)
+			}
+		}
+	}
+}
