@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/internal/testenv"
 )
 
 // makeRowID is the rowID of (app, iface, user), as Record makes it.
@@ -150,6 +151,21 @@ func TestLiveShard_TakeReturnsRowsInOrderAndReusesTheSpare(t *testing.T) {
 		}
 		spare = rows
 	}
+}
+
+// newShardRecorder is a Recorder over one fresh shard database and a Redis
+// prefix of the test's own, on a fake clock at 2026-11-23 10:00 UTC; it
+// returns the shard too.
+func newShardRecorder(t *testing.T) (*Recorder, *sql.DB, *clock.Fake) {
+	t.Helper()
+	dbs := testenv.MySQLShards(t, 1)
+	rdb, prefix := testenv.Redis(t)
+	clk := clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	r, err := New(Options{DBs: dbs, Redis: rdb, KeyPrefix: prefix, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, dbs[0], clk
 }
 
 // newOfflineRecorder is a Recorder over servers that are not there, on a

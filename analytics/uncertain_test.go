@@ -3,10 +3,6 @@ package analytics
 import (
 	"context"
 	"testing"
-	"time"
-
-	"github.com/quota-platform/quota/clock"
-	"github.com/quota-platform/quota/internal/testenv"
 )
 
 // A flush whose COMMIT answer was lost is resolved by its batch id: a batch
@@ -14,13 +10,7 @@ import (
 // counts twice or goes missing.
 func TestUncertainCommitResolvedByBatchID(t *testing.T) {
 	t.Parallel()
-	dbs := testenv.MySQLShards(t, 1)
-	rdb, prefix := testenv.Redis(t)
-	clk := clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	r, err := New(Options{DBs: dbs, Redis: rdb, KeyPrefix: prefix, Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, db, clk := newShardRecorder(t)
 	ctx := context.Background()
 	for i := 0; i < 10; i++ {
 		r.Record("app", "if", "u", true)
@@ -42,7 +32,7 @@ func TestUncertainCommitResolvedByBatchID(t *testing.T) {
 	committed := &batch{id: [16]byte{1, 2, 3}, rows: mk(10)}
 	lost := &batch{id: [16]byte{4, 5, 6}, rows: mk(3)}
 	// The committed one's rows are in MySQL already.
-	tx, _ := dbs[0].Begin()
+	tx, _ := db.Begin()
 	if _, err := r.writeRows(ctx, tx, committed.rows, committed.id, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -5,10 +5,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"testing"
-	"time"
-
-	"github.com/quota-platform/quota/clock"
-	"github.com/quota-platform/quota/internal/testenv"
 )
 
 // At maxChunkLevel batches merge into one of the same level: not at
@@ -19,13 +15,7 @@ import (
 // written as merges would have left them.
 func TestChunkMerge_TopLevelMergesIntoItself(t *testing.T) {
 	t.Parallel()
-	dbs := testenv.MySQLShards(t, 1)
-	rdb, prefix := testenv.Redis(t)
-	clk := clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	r, err := New(Options{DBs: dbs, Redis: rdb, KeyPrefix: prefix, Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, db, clk := newShardRecorder(t)
 	ctx := context.Background()
 	today := DayOf(clk.Now())
 	const users = 600 // more than partCap: each batch has 4 parts
@@ -41,7 +31,7 @@ func TestChunkMerge_TopLevelMergesIntoItself(t *testing.T) {
 			for i := range chunks {
 				chunks[i].level = maxChunkLevel
 			}
-			tx, err := dbs[0].BeginTx(ctx, nil)
+			tx, err := db.BeginTx(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +47,7 @@ func TestChunkMerge_TopLevelMergesIntoItself(t *testing.T) {
 	}
 	state := func() (batches, entries int64) {
 		t.Helper()
-		err := dbs[0].QueryRow("SELECT COUNT(DISTINCT batch_id), COALESCE(SUM(entries), 0) FROM usage_user_chunks WHERE level = ?",
+		err := db.QueryRow("SELECT COUNT(DISTINCT batch_id), COALESCE(SUM(entries), 0) FROM usage_user_chunks WHERE level = ?",
 			maxChunkLevel).Scan(&batches, &entries)
 		if err != nil {
 			t.Fatal(err)
