@@ -305,7 +305,7 @@ func (r *Router) decideParts(ctx context.Context, now time.Time, op *Op, counted
 		case routeWarm:
 			warmIdx = append(warmIdx, i)
 		case routeUnknown:
-			if r.ColdHints.Has(RefOf(&op.Cells[i]).ID()) {
+			if r.hinted(&op.Cells[i]) {
 				coldIdx = append(coldIdx, i)
 			} else {
 				unknownIdx = append(unknownIdx, i)
@@ -426,7 +426,7 @@ func (r *Router) sortUnknown(ctx context.Context, now time.Time, op *Op, idx []i
 	for k, i := range idx {
 		if exists[k] {
 			*coldIdx = append(*coldIdx, i)
-			r.ColdHints.Add(refs[k].ID())
+			r.hint(refs[k])
 		} else {
 			fresh = append(fresh, refs[k])
 		}
@@ -483,9 +483,7 @@ func (r *Router) placeNew(ctx context.Context, now time.Time, fresh []Ref) error
 		if err := r.cold.Import(ctx, recs); err != nil {
 			return err
 		}
-		for k := range fresh {
-			r.ColdHints.Add(fresh[k].ID())
-		}
+		r.hint(fresh...)
 	default:
 		swaps := make([]DirSwap, len(fresh))
 		for k := range fresh {
@@ -531,6 +529,22 @@ func (r *Router) stillNew(ctx context.Context, refs []Ref) ([]Ref, error) {
 		}
 	}
 	return out, nil
+}
+
+// hinted reports whether c is hinted cold. Without hints no cell id (a
+// hash) is computed.
+func (r *Router) hinted(c *Cell) bool {
+	return r.ColdHints != nil && r.ColdHints.Has(RefOf(c).ID())
+}
+
+// hint remembers refs as cold.
+func (r *Router) hint(refs ...Ref) {
+	if r.ColdHints == nil {
+		return
+	}
+	for i := range refs {
+		r.ColdHints.Add(refs[i].ID())
+	}
 }
 
 // forgetHints drops the cold hints of op's cells at idx when their cold

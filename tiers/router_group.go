@@ -119,10 +119,9 @@ func (r *Router) locateCold(ctx context.Context, ops []*Op) ([][]int, int, error
 	for i, op := range ops {
 		for j := range op.route {
 			if op.route[j].where == routeUnknown {
-				ref := RefOf(&op.Cells[j])
-				refs = append(refs, ref)
+				refs = append(refs, RefOf(&op.Cells[j]))
 				where = append(where, at{i, j})
-				hinted = append(hinted, r.ColdHints.Has(ref.ID()))
+				hinted = append(hinted, r.hinted(&op.Cells[j]))
 			}
 		}
 	}
@@ -166,7 +165,7 @@ func (r *Router) coldRowsExist(ctx context.Context, refs []Ref, hinted []bool) (
 	}
 	for m, k := range at {
 		if exists[k] = found[m]; found[m] {
-			r.ColdHints.Add(look[m].ID())
+			r.hint(look[m])
 		}
 	}
 	return exists, nil
