@@ -12,7 +12,9 @@
 # mariadbd's as ticks (whole servers, other users included), and Redis'
 # own microseconds per EVALSHA (INFO commandstats, reset before the run;
 # the Redis is shared, so other users' scripts count too) and how busy the
-# whole machine was (every core, /proc/stat); then, "to
+# whole machine was (every core, /proc/stat) and its busy CPU per check
+# (every process; at a fixed AB_RATE the lens least disturbed by noise,
+# since the machine is not saturated); then, "to
 # exit", quotad's CPU seconds over its whole life and the servers' ticks
 # until it exited, which include work left when the load stopped (a paced
 # analytics flush, the final flush on SIGTERM).
@@ -87,11 +89,12 @@ for r in $(seq 1 "$ROUNDS"); do
 		# ticks until it exited: a flush still running when the load stopped
 		# (a paced one) is counted here, not in the per-check figure.
 		r2=$(cpu "$RP"); m2=$(cpu "$MP")
+		read -r b2 _ < <(machine)
 		qlife=$(awk '{printf "%.2f", $1 + $2}' "$log.time")
 		n=$(echo "$out" | awk '$1 == "requests" {print $2; exit}')
 		echo "$out" | grep -E "^\s+(requests|latency|late)" | tr -s ' ' | tr '\n' ' '
 		worst=$(jq -r '[.timeline[]?] | sort_by(-.p99_ms) | .[:3] | map("\(.p99_ms)@\(.second)s") | join(" ")' "$json" 2>/dev/null)
-		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) evalsha_us=${evalsha:-?} machine_busy_pct=$(((b1 - b0) * 100 / (t1 > t0 ? t1 - t0 : 1))) mysql_ticks=$((m1 - m0)) flush_errors=${flush_errors:-?} | to exit: quotad_cpu_s=$qlife redis_ticks=$((r2 - r0)) mysql_ticks=$((m2 - m0))"
+		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) evalsha_us=${evalsha:-?} machine_busy_pct=$(((b1 - b0) * 100 / (t1 > t0 ? t1 - t0 : 1))) machine_us_per_check=$(((b1 - b0) * 10000 / (n > 0 ? n : 1))) mysql_ticks=$((m1 - m0)) flush_errors=${flush_errors:-?} | to exit: quotad_cpu_s=$qlife redis_ticks=$((r2 - r0)) mysql_ticks=$((m2 - m0)) machine_us_per_check=$(((b2 - b0) * 10000 / (n > 0 ? n : 1)))"
 	done
 done
 rm -f "$log" "$log.time"

@@ -51,6 +51,12 @@
 #   QUOTA_PPROF_LISTEN set (e.g. 127.0.0.1:6062): quotad serves pprof there and
 #                     each phase saves a CPU profile, $BENCH_OUT/PHASE.cpu.pprof,
 #                     of ZIPF_PROFILE_SECONDS (default 30) from 10 s into it
+#   ZIPF_MYSQL_NICE   set (-20..19, e.g. 19): every thread of the local mariadbd
+#                     (or mysqld) runs at that nice value during the run and is
+#                     given its own back at the end; with 19 the database
+#                     only gets the CPU the rest leave idle, which stands in for
+#                     a database on its own hosts, as in production, when
+#                     asking whether the hot path itself slows after the cycle
 #   QUOTA_COLD_THRESHOLD  default 5 here (a run of minutes gives every cell a
 #                     call in the hour, so quotad's default 1 sends nothing cold)
 #   QUOTA_ADMIN_TOKEN quotad's admin token, also used by quotactl (default: a
@@ -94,6 +100,7 @@ READY_TIMEOUT=${READY_TIMEOUT:-30}
 PROFILE_SECONDS=${ZIPF_PROFILE_SECONDS:-30}
 ADMIN_TOKEN=${QUOTA_ADMIN_TOKEN:-zipf-cycle-admin-token}
 COLD_THRESHOLD=${QUOTA_COLD_THRESHOLD:-5}
+MYSQL_NICE=${ZIPF_MYSQL_NICE:-}
 DBS=(quota_zipf_0 quota_zipf_1)
 BASE_URL="http://127.0.0.1:$LISTEN_PORT"
 
@@ -121,6 +128,14 @@ fi
 for p in "$REDIS_PORT" "$LISTEN_PORT" "$MYSQL_PORT" "$READY_TIMEOUT"; do
 	[[ $p =~ ^[1-9][0-9]*$ ]] || die "ports and READY_TIMEOUT must be positive integers, got '$p'"
 done
+if [[ -n $MYSQL_NICE ]]; then
+	[[ $MYSQL_NICE =~ ^-?[0-9]+$ ]] && ((MYSQL_NICE >= -20 && MYSQL_NICE <= 19)) ||
+		die "ZIPF_MYSQL_NICE must be a nice value from -20 to 19, got '$MYSQL_NICE'"
+	MYSQL_PID=$(pgrep -x mariadbd || pgrep -x mysqld || true)
+	MYSQL_PID=${MYSQL_PID%%$'\n'*}
+	[[ -n $MYSQL_PID ]] || die "ZIPF_MYSQL_NICE is set but no local mariadbd or mysqld runs"
+	MYSQL_NICE_WAS=$(ps -o ni= -p "$MYSQL_PID" | tr -d ' ')
+fi
 ((${#ADMIN_TOKEN} >= 16)) || die "QUOTA_ADMIN_TOKEN must be at least 16 characters (quotad refuses shorter ones)"
 
 # port_in_use PORT: something accepts connections on 127.0.0.1:PORT.
@@ -142,6 +157,16 @@ QUOTAD_PID=""
 REDIS_PID=""
 BENCH_PID=""
 DBS_CREATED=""
+MYSQL_RENICED=""
+
+# renice_mysql N: every thread of the database server at nice N (a thread
+# it starts later inherits its creator's).
+renice_mysql() {
+	local t
+	for t in /proc/"$MYSQL_PID"/task/*; do
+		renice -n "$1" -p "${t##*/}" >/dev/null 2>&1 || true
+	done
+}
 
 # shellcheck source=deploy/stop-pid.sh
 source "$(dirname "$0")/stop-pid.sh"
@@ -175,6 +200,10 @@ cleanup() {
 			done
 		done
 		DBS_CREATED=""
+	fi
+	if [[ -n $MYSQL_RENICED ]]; then
+		renice_mysql "$MYSQL_NICE_WAS"
+		MYSQL_RENICED=""
 	fi
 	rm -rf "$TMP"
 	exit "$rc"
@@ -269,6 +298,13 @@ until [[ $(curl -s -o /dev/null --max-time 2 -w '%{http_code}' "$BASE_URL/readyz
 done
 
 # ---------------------------------------------------------------- phases
+
+if [[ -n $MYSQL_NICE ]]; then
+	MYSQL_RENICED=1
+	renice_mysql "$MYSQL_NICE"
+	[[ $(ps -o ni= -p "$MYSQL_PID" | tr -d ' ') == "$MYSQL_NICE" ]] || die "could not renice the database server (pid $MYSQL_PID) to $MYSQL_NICE"
+	say "database server (pid $MYSQL_PID) at nice $MYSQL_NICE for the run (was $MYSQL_NICE_WAS)"
+fi
 
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
 LOAD_START=$(loadavg)
@@ -375,6 +411,7 @@ passed=$(env | grep -E '^(QUOTA_|GOGC=|GOMEMLIMIT=|GOMAXPROCS=)' |
 	echo "zipf cycle benchmark, $STARTED, $(nproc 2>/dev/null || echo '?') cores, commit $commit"
 	echo "quotabench -identities $N -dist zipf -zipf-s 1.1 -rate $RATE; fill $FILL, before $BEFORE, again $AGAIN, after $AFTER, settled $SETTLED"
 	echo "quotad: QUOTA_TIERING=on QUOTA_ANALYTICS=off QUOTA_COLD_THRESHOLD=$COLD_THRESHOLD; from the environment: ${passed:-nothing}"
+	[[ -z $MYSQL_NICE ]] || echo "database server at nice $MYSQL_NICE during the run (ZIPF_MYSQL_NICE; it was $MYSQL_NICE_WAS)"
 	echo "load average: $LOAD_START at the start, $LOAD_CYCLE after the cycle, $LOAD_END at the end"
 	echo
 	printf '%-8s %-17s %9s %9s %7s %9s  %-5s %18s %9s %9s\n' \
