@@ -28,6 +28,13 @@
 #   AB_KEYS      quotabench key flags (default make bench's uniform keys)
 #   ROUNDS       rounds (default 3); D: duration of each run (default 20s)
 #   AB_LISTEN    quotad's address (default 127.0.0.1:18090)
+#   AB_WINDOW    W0:W1 (seconds into each run): also print the req/s and the CPU per check of
+#                the machine, quotad, Redis and MariaDB between those two
+#                moments, over the requests quotabench's timeline counts in
+#                them. The steady state, without start-up or the final
+#                flush (which at shutdown also saves every day's distinct-user
+#                registers, a once-a-day cost): make W1-W0 a multiple of the
+#                flush interval (15 s) so the window holds whole flushes
 #   AB_OUT       folder for each run's quotabench JSON, its per-second
 #                timeline included (default bench-out/ab)
 # Usage (after make schema, which builds and applies sql/), under the
@@ -41,6 +48,12 @@ source deploy/bench-redis-db.sh
 trap bench_db_cleanup EXIT
 D=${D:-20s}; ROUNDS=${ROUNDS:-3}; RATE=${AB_RATE:-0}
 LISTEN=${AB_LISTEN:-127.0.0.1:18090}
+WINDOW=${AB_WINDOW:-}
+if [[ -n $WINDOW ]]; then
+	IFS=: read -r W0 W1 <<< "$WINDOW"
+	[[ $W0 =~ ^[0-9]+$ && $W1 =~ ^[0-9]+$ ]] && ((W0 < W1)) || { echo "AB_WINDOW must be W0:W1, whole seconds, W0 < W1 (got '$WINDOW')" >&2; exit 2; }
+	command -v jq >/dev/null || { echo "AB_WINDOW needs jq" >&2; exit 2; }
+fi
 KEYS=${AB_KEYS:--apps 1000 -users 100000 -ifaces 50 -ips 100000}
 IFS=';' read -r -a variants <<< "${AB_VARIANTS:-QUOTA_ANALYTICS=off;QUOTA_ANALYTICS=on}"
 RP=$(pgrep -x redis-server | head -1); MP=$(pgrep -x mariadbd | head -1)
@@ -72,7 +85,22 @@ for r in $(seq 1 "$ROUNDS"); do
 		redis-cli -h "${REDIS_HOST:-127.0.0.1}" -p "${REDIS_PORT:-6379}" CONFIG RESETSTAT >/dev/null
 		read -r b0 t0 < <(machine)
 		# shellcheck disable=SC2086 # KEYS is a list of flags
-		out=$(bin/quotabench -url "http://$LISTEN" "${load[@]}" -d "$D" $KEYS -progress=false -json "$json" 2>&1)
+		bin/quotabench -url "http://$LISTEN" "${load[@]}" -d "$D" $KEYS -progress=false -json "$json" >"$log.bench" 2>&1 &
+		BP=$!
+		win=""
+		if [[ -n $WINDOW ]]; then
+			sleep "$W0"
+			wq0=$(cpu "$QP"); wr0=$(cpu "$RP"); wm0=$(cpu "$MP"); read -r wb0 _ < <(machine)
+			sleep $((W1 - W0))
+			wq1=$(cpu "$QP"); wr1=$(cpu "$RP"); wm1=$(cpu "$MP"); read -r wb1 _ < <(machine)
+		fi
+		wait "$BP"
+		out=$(cat "$log.bench")
+		if [[ -n $WINDOW ]]; then
+			wn=$(jq "[.timeline[] | select(.second > $W0 and .second <= $W1) | .requests] | add // 0" "$json")
+			per() { awk -v t="$1" -v n="$wn" 'BEGIN { printf "%.1f", (n > 0 ? t * 10000 / n : 0) }'; }
+			win=" | window ${W0}-${W1}s: requests=$wn req_per_s=$(awk -v n="$wn" -v s=$((W1 - W0)) 'BEGIN { printf "%.1f", n / s }') machine_us_per_check=$(per $((wb1 - wb0))) quotad_us=$(per $((wq1 - wq0))) redis_us=$(per $((wr1 - wr0))) mysql_us=$(per $((wm1 - wm0)))"
+		fi
 		q1=$(cpu "$QP"); r1=$(cpu "$RP"); m1=$(cpu "$MP")
 		read -r b1 t1 < <(machine)
 		# Redis' own time per script call (nested commands included).
@@ -94,7 +122,7 @@ for r in $(seq 1 "$ROUNDS"); do
 		n=$(echo "$out" | awk '$1 == "requests" {print $2; exit}')
 		echo "$out" | grep -E "^\s+(requests|latency|late)" | tr -s ' ' | tr '\n' ' '
 		worst=$(jq -r '[.timeline[]?] | sort_by(-.p99_ms) | .[:3] | map("\(.p99_ms)@\(.second)s") | join(" ")' "$json" 2>/dev/null)
-		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) evalsha_us=${evalsha:-?} machine_busy_pct=$(((b1 - b0) * 100 / (t1 > t0 ? t1 - t0 : 1))) machine_us_per_check=$(((b1 - b0) * 10000 / (n > 0 ? n : 1))) mysql_ticks=$((m1 - m0)) flush_errors=${flush_errors:-?} | to exit: quotad_cpu_s=$qlife redis_ticks=$((r2 - r0)) mysql_ticks=$((m2 - m0)) machine_us_per_check=$(((b2 - b0) * 10000 / (n > 0 ? n : 1)))"
+		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) evalsha_us=${evalsha:-?} machine_busy_pct=$(((b1 - b0) * 100 / (t1 > t0 ? t1 - t0 : 1))) machine_us_per_check=$(((b1 - b0) * 10000 / (n > 0 ? n : 1))) mysql_ticks=$((m1 - m0)) flush_errors=${flush_errors:-?} | to exit: quotad_cpu_s=$qlife redis_ticks=$((r2 - r0)) mysql_ticks=$((m2 - m0)) machine_us_per_check=$(((b2 - b0) * 10000 / (n > 0 ? n : 1)))$win"
 	done
 done
-rm -f "$log" "$log.time"
+rm -f "$log" "$log.time" "$log.bench"
