@@ -52,8 +52,9 @@
 #                     each phase saves a CPU profile, $BENCH_OUT/PHASE.cpu.pprof,
 #                     of ZIPF_PROFILE_SECONDS (default 30) from 10 s into it
 #   ZIPF_MYSQL_NICE   set (-20..19, e.g. 19): every thread of the local mariadbd
-#                     (or mysqld) runs at that nice value during the run and is
-#                     given its own back at the end; with 19 the database
+#                     (or mysqld) runs at that nice value during the run, and
+#                     at the end every thread gets the nice value the server's
+#                     main thread had before (0 on a stock install); with 19 the database
 #                     only gets the CPU the rest leave idle, which stands in for
 #                     a database on its own hosts, as in production, when
 #                     asking whether the hot path itself slows after the cycle
