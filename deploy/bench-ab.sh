@@ -60,6 +60,10 @@ RP=$(pgrep -x redis-server | head -1); MP=$(pgrep -x mariadbd | head -1)
 cpu() { if [[ -n $1 ]]; then awk '{print $14+$15}' "/proc/$1/stat"; else echo 0; fi; }
 # busy and total ticks of the whole machine (every core), from /proc/stat
 machine() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
+# ticks of quotad, redis-server and mariadbd, then machine's two figures
+sample() { echo "$(cpu "$QP") $(cpu "$RP") $(cpu "$MP") $(machine)"; }
+# per T N: T ticks per check over N checks, in microseconds, one decimal
+per() { awk -v t="$1" -v n="$2" 'BEGIN { printf "%.1f", (n > 0 ? t * 10000 / n : 0) }'; }
 load=(-c 64)
 if [[ $RATE != 0 ]]; then load=(-rate "$RATE"); fi
 log=${TMPDIR:-/tmp}/ab-quotad.$$.log
@@ -81,28 +85,26 @@ for r in $(seq 1 "$ROUNDS"); do
 			sleep 0.2
 		done
 		QP=$(pgrep -P $TP -x "$(basename "$bin")")
-		q0=$(cpu "$QP"); r0=$(cpu "$RP"); m0=$(cpu "$MP"); l0=$(cut -d' ' -f1 /proc/loadavg)
+		l0=$(cut -d' ' -f1 /proc/loadavg)
 		redis-cli -h "${REDIS_HOST:-127.0.0.1}" -p "${REDIS_PORT:-6379}" CONFIG RESETSTAT >/dev/null
-		read -r b0 t0 < <(machine)
+		read -r q0 r0 m0 b0 t0 < <(sample)
 		# shellcheck disable=SC2086 # KEYS is a list of flags
 		bin/quotabench -url "http://$LISTEN" "${load[@]}" -d "$D" $KEYS -progress=false -json "$json" >"$log.bench" 2>&1 &
 		BP=$!
 		win=""
 		if [[ -n $WINDOW ]]; then
 			sleep "$W0"
-			wq0=$(cpu "$QP"); wr0=$(cpu "$RP"); wm0=$(cpu "$MP"); read -r wb0 _ < <(machine)
+			read -r wq0 wr0 wm0 wb0 _ < <(sample)
 			sleep $((W1 - W0))
-			wq1=$(cpu "$QP"); wr1=$(cpu "$RP"); wm1=$(cpu "$MP"); read -r wb1 _ < <(machine)
+			read -r wq1 wr1 wm1 wb1 _ < <(sample)
 		fi
 		wait "$BP"
 		out=$(cat "$log.bench")
 		if [[ -n $WINDOW ]]; then
 			wn=$(jq "[.timeline[] | select(.second > $W0 and .second <= $W1) | .requests] | add // 0" "$json")
-			per() { awk -v t="$1" -v n="$wn" 'BEGIN { printf "%.1f", (n > 0 ? t * 10000 / n : 0) }'; }
-			win=" | window ${W0}-${W1}s: requests=$wn req_per_s=$(awk -v n="$wn" -v s=$((W1 - W0)) 'BEGIN { printf "%.1f", n / s }') machine_us_per_check=$(per $((wb1 - wb0))) quotad_us=$(per $((wq1 - wq0))) redis_us=$(per $((wr1 - wr0))) mysql_us=$(per $((wm1 - wm0)))"
+			win=" | window ${W0}-${W1}s: requests=$wn req_per_s=$(awk -v n="$wn" -v s=$((W1 - W0)) 'BEGIN { printf "%.1f", n / s }') machine_us_per_check=$(per $((wb1 - wb0)) "$wn") quotad_us=$(per $((wq1 - wq0)) "$wn") redis_us=$(per $((wr1 - wr0)) "$wn") mysql_us=$(per $((wm1 - wm0)) "$wn")"
 		fi
-		q1=$(cpu "$QP"); r1=$(cpu "$RP"); m1=$(cpu "$MP")
-		read -r b1 t1 < <(machine)
+		read -r q1 r1 m1 b1 t1 < <(sample)
 		# Redis' own time per script call (nested commands included).
 		evalsha=$(redis-cli -h "${REDIS_HOST:-127.0.0.1}" -p "${REDIS_PORT:-6379}" INFO commandstats |
 			awk -F'[=,]' '/^cmdstat_evalsha:/ {print $6}')
