@@ -579,6 +579,46 @@ func TestCloseFlushesPending(t *testing.T) {
 	}
 }
 
+// Run's flushes hold the minute in progress (HoldOpenMinute); Close writes
+// it.
+func TestClose_WritesTheHeldMinute(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, func(o *analytics.Options) {
+		o.HoldOpenMinute = true
+		o.FlushEvery = 10 * time.Millisecond
+	})
+	ctx := context.Background()
+	for i := 0; i < 300; i++ {
+		e.rec.Record("app", fmt.Sprintf("if%d", i%3), fmt.Sprintf("u%d", i%20), true)
+	}
+	go e.rec.Run(ctx)
+	for deadline := time.Now().Add(10 * time.Second); e.metric("quota_analytics_flush_seconds") < 3; {
+		if time.Now().After(deadline) {
+			t.Fatal("Run did not flush three times in 10 s")
+		}
+		time.Sleep(5 * time.Millisecond) // Run's ticker is real time
+	}
+	dailyCalls := func() (n int64) {
+		t.Helper()
+		if err := e.dbs[0].QueryRow("SELECT COALESCE(SUM(calls), 0) FROM usage_daily").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := dailyCalls(); n != 0 {
+		t.Fatalf("Run's flushes wrote %d calls of the minute in progress", n)
+	}
+	if n := e.metric("quota_analytics_rows_written_total", "table", "usage_user_chunks"); n == 0 {
+		t.Fatal("Run's flushes held the per-user figures too")
+	}
+	if err := e.rec.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := dailyCalls(); n != 300 {
+		t.Fatalf("after Close usage_daily holds %d calls, want 300", n)
+	}
+}
+
 func seriesTable(t *testing.T, db *sql.DB) string {
 	t.Helper()
 	rows, err := db.Query("SELECT app_id, res, t, interface_id, calls, allowed, denied FROM usage_series ORDER BY app_id, res, t, interface_id")

@@ -6,16 +6,22 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 )
 
+// writeAll is the hold of a flush that holds no minute back.
+const writeAll int64 = math.MaxInt64
+
 // flush moves the live aggregates to the pending rows, adds distinct users
-// to Redis and writes every shard's pending rows. final also persists every
-// touched HyperLogLog (Close). pace (nil: flat out) spreads the work.
-func (r *Recorder) flush(ctx context.Context, final bool, pace *pacer) error {
+// to Redis and writes every shard's pending rows, but for the day and curve
+// figures of minutes from hold (Unix seconds; writeAll: none) on. final also
+// persists every touched HyperLogLog (Close). pace (nil: flat out) spreads
+// the work.
+func (r *Recorder) flush(ctx context.Context, final bool, pace *pacer, hold int64) error {
 	r.flushing.Lock()
 	defer r.flushing.Unlock()
 	start := time.Now()
@@ -27,7 +33,7 @@ func (r *Recorder) flush(ctx context.Context, final bool, pace *pacer) error {
 	if err := r.pfaddPending(ctx, pace); err != nil {
 		errs = append(errs, fmt.Errorf("redis PFADD: %w", err))
 	}
-	errs = append(errs, r.writeShards(ctx, pace)...)
+	errs = append(errs, r.writeShards(ctx, pace, hold)...)
 	now := r.clk.Now()
 	if final || now.Sub(r.lastPersist) >= r.opt.PersistEvery {
 		if err := r.persistHLL(ctx, final); err != nil {
@@ -51,9 +57,8 @@ func (r *Recorder) swapLive(ctx context.Context, pace *pacer) {
 	// Only the flusher changes what the shards hold: no lock to count.
 	held := make([]int, len(r.shards))
 	for i, s := range r.shards {
-		held[i] = s.pending.len()
-		for _, b := range s.uncertain {
-			held[i] += b.rows.len()
+		for _, rs := range s.unwritten() {
+			held[i] += rs.len()
 		}
 	}
 	var lost liveLoss
@@ -140,7 +145,7 @@ func (r *Recorder) fold(rows liveRows, held []int, lost *liveLoss) {
 // writeShards writes every shard's pending rows, the shards at once: a
 // flush takes as long as its slowest shard, not their sum, and a shard that
 // hangs until its timeout does not hold the others' rows back.
-func (r *Recorder) writeShards(ctx context.Context, pace *pacer) []error {
+func (r *Recorder) writeShards(ctx context.Context, pace *pacer, hold int64) []error {
 	errs := make([]error, len(r.shards))
 	var wg sync.WaitGroup
 	for i := range r.shards {
@@ -148,7 +153,7 @@ func (r *Recorder) writeShards(ctx context.Context, pace *pacer) []error {
 		shardPace := pace.share(len(r.shards))
 		go func() {
 			defer wg.Done()
-			if err := r.writeShard(ctx, i, shardPace); err != nil {
+			if err := r.writeShard(ctx, i, shardPace, hold); err != nil {
 				errs[i] = fmt.Errorf("mysql shard %d: %w", i, err)
 			}
 		}()
@@ -158,8 +163,9 @@ func (r *Recorder) writeShards(ctx context.Context, pace *pacer) []error {
 }
 
 // writeShard resolves the shard's uncertain batches, then writes its pending
-// rows in one transaction, resting between statements as pace says.
-func (r *Recorder) writeShard(ctx context.Context, i int, pace *pacer) error {
+// rows but for the day and curve figures of minutes from hold on in one
+// transaction, resting between statements as pace says.
+func (r *Recorder) writeShard(ctx context.Context, i int, pace *pacer, hold int64) error {
 	sh := r.shards[i]
 	for len(sh.uncertain) > 0 {
 		b := sh.uncertain[0]
@@ -175,8 +181,11 @@ func (r *Recorder) writeShard(ctx context.Context, i int, pace *pacer) error {
 		}
 		r.mu.Unlock()
 	}
-	p := sh.pending
+	p := r.holdOpen(sh, hold)
 	if p.len() == 0 {
+		r.mu.Lock()
+		r.afterWrite(sh, p)
+		r.mu.Unlock()
 		return nil
 	}
 	var id [16]byte
@@ -200,7 +209,7 @@ func (r *Recorder) writeShard(ctx context.Context, i int, pace *pacer) error {
 		// the batch id up before writing these rows again.
 		sh.uncertain = append(sh.uncertain, &batch{id: id, rows: p})
 	}
-	sh.pending = p.next()
+	r.afterWrite(sh, p)
 	r.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("commit: %w", err)
@@ -209,6 +218,34 @@ func (r *Recorder) writeShard(ctx context.Context, i int, pace *pacer) error {
 		r.met.rowsWritten.WithLabelValues(table).Add(float64(n))
 	}
 	return nil
+}
+
+// holdOpen returns the shard's rows to write: pending, whose minutes from
+// hold on it moves to sh.open (with what a failed write left there before:
+// a minute held then and over now is written this time).
+func (r *Recorder) holdOpen(sh *dbShard, hold int64) *rowset {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p := sh.pending
+	if sh.open != nil {
+		p.merge(sh.open)
+		sh.open = nil
+	}
+	if hold != writeAll {
+		sh.open = p.splitFrom(hold)
+	}
+	return p
+}
+
+// afterWrite replaces the shard's pending rows, written (or to be looked
+// up by batch id), with the minutes held back from them, or none (caller
+// holds r.mu). Either has room for as many rows as written held.
+func (r *Recorder) afterWrite(sh *dbShard, written *rowset) {
+	if sh.open != nil {
+		sh.pending, sh.open = sh.open, nil
+		return
+	}
+	sh.pending = written.next()
 }
 
 // columns of the three tables, in INSERT order.
@@ -365,9 +402,8 @@ func (r *Recorder) updateGauges() {
 	defer r.mu.RUnlock()
 	n := 0
 	for _, s := range r.shards {
-		n += s.pending.len()
-		for _, b := range s.uncertain {
-			n += b.rows.len()
+		for _, rs := range s.unwritten() {
+			n += rs.len()
 		}
 	}
 	r.met.pendingRows.Set(float64(n))

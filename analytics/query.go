@@ -69,12 +69,7 @@ func (r *Recorder) scanLive(app string, f func(k liveKey, c Counts)) {
 
 // rowsets are the shard's rows not known to be in MySQL (caller holds r.mu).
 func (r *Recorder) rowsets(app string) []*rowset {
-	sh := r.shards[ShardIndex(app, len(r.shards))]
-	out := []*rowset{sh.pending}
-	for _, b := range sh.uncertain {
-		out = append(out, b.rows)
-	}
-	return out
+	return r.shards[ShardIndex(app, len(r.shards))].unwritten()
 }
 
 func (r *Recorder) db(app string) *dbShard { return r.shards[ShardIndex(app, len(r.shards))] }
@@ -368,8 +363,10 @@ func (r *Recorder) Apps(ctx context.Context, limit int) ([]string, error) {
 	}
 	r.mu.RLock()
 	for _, sh := range r.shards {
-		for k := range sh.pending.daily {
-			set[k.app] = struct{}{}
+		for _, rs := range sh.unwritten() {
+			for k := range rs.daily {
+				set[k.app] = struct{}{}
+			}
 		}
 	}
 	r.mu.RUnlock()

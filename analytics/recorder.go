@@ -62,6 +62,14 @@ type Options struct {
 	// LiveShards is the number of in-memory aggregate maps (rounded up to a
 	// power of two, default 64).
 	LiveShards int
+	// HoldOpenMinute makes Run's flushes write the day and curve figures
+	// of a minute once, in the first flush after the minute is over, rather
+	// than in each flush of the minute (four at 15 s): a quarter of those
+	// upserts. The minute in progress is answered from memory meanwhile;
+	// other instances see it up to a minute later. Per-user figures and
+	// distinct users are written by every flush either way, and Flush and
+	// Close write everything.
+	HoldOpenMinute bool
 }
 
 // Counts are the figures of one aggregate.
@@ -73,6 +81,12 @@ func (c *Counts) add(o Counts) {
 	c.Calls += o.Calls
 	c.Allowed += o.Allowed
 	c.Denied += o.Denied
+}
+
+func (c *Counts) sub(o Counts) {
+	c.Calls -= o.Calls
+	c.Allowed -= o.Allowed
+	c.Denied -= o.Denied
 }
 
 type liveKey struct {
@@ -149,9 +163,27 @@ type Recorder struct {
 }
 
 type dbShard struct {
-	db        *sql.DB
-	pending   *rowset  // rows certainly not in MySQL
+	db      *sql.DB
+	pending *rowset // rows certainly not in MySQL
+	// open is the day and curve figures of the minute in progress, held
+	// back from a periodic flush's write (Options.HoldOpenMinute) while it
+	// writes pending; nil when none is held.
+	open      *rowset
 	uncertain []*batch // rows whose COMMIT answer was lost
+}
+
+// unwritten is every rowset of the shard not known to be in MySQL (caller
+// holds the Recorder's mu).
+func (sh *dbShard) unwritten() []*rowset {
+	out := make([]*rowset, 0, 2+len(sh.uncertain))
+	out = append(out, sh.pending)
+	if sh.open != nil {
+		out = append(out, sh.open)
+	}
+	for _, b := range sh.uncertain {
+		out = append(out, b.rows)
+	}
+	return out
 }
 
 type batch struct {
@@ -272,7 +304,11 @@ func (r *Recorder) Run(ctx context.Context) {
 		}
 		fctx, cancel := context.WithTimeout(ctx, max(r.opt.FlushEvery, 30*time.Second))
 		pace := newPacer(r.opt.FlushDuty, time.Now().Add(r.opt.FlushEvery/2), r.stop)
-		if err := r.flush(fctx, false, pace); err != nil {
+		hold := writeAll
+		if r.opt.HoldOpenMinute {
+			hold = Res1m.Floor(r.clk.Now().Unix())
+		}
+		if err := r.flush(fctx, false, pace, hold); err != nil {
 			r.log.Warn("analytics flush failed; rows kept for the next flush", "err", err)
 		}
 		cancel()
@@ -290,11 +326,11 @@ func (r *Recorder) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return r.flush(ctx, true, nil)
+	return r.flush(ctx, true, nil, writeAll)
 }
 
 // Flush writes every pending aggregate now, flat out (Run paces its own).
-func (r *Recorder) Flush(ctx context.Context) error { return r.flush(ctx, false, nil) }
+func (r *Recorder) Flush(ctx context.Context) error { return r.flush(ctx, false, nil, writeAll) }
 
 func floorDiv(a, b int64) int64 {
 	q := a / b

@@ -302,6 +302,31 @@ func (r *rowset) add(d *ifaceDay, t int64, c Counts) {
 	r.nSeries++
 }
 
+// splitFrom moves the minutes from t0 on out of r into a new rowset (made
+// with r.next()'s room), which it returns: their series rows and their
+// share of the daily rows. A day row left without minutes is dropped; the
+// user rows stay in r.
+func (r *rowset) splitFrom(t0 int64) *rowset {
+	out := r.next()
+	for k, d := range r.daily {
+		kept := d.mins[:0]
+		for _, m := range d.mins {
+			if m.t < t0 {
+				kept = append(kept, m)
+				continue
+			}
+			out.add(out.ifaceDay(k, out.daily[k]), m.t, m.Counts)
+			d.Counts.sub(m.Counts)
+			r.nSeries--
+		}
+		d.mins = kept
+		if len(kept) == 0 {
+			delete(r.daily, k)
+		}
+	}
+	return out
+}
+
 // addCalls adds c to the rows of (app, iface) at minute t.
 func (r *rowset) addCalls(app, iface string, t int64, c Counts) {
 	k := dailyKey{app: app, iface: iface, day: Day(floorDiv(t, 86400))}

@@ -48,6 +48,7 @@ type Settings struct {
 	AnalyticsBufferMax        int           // QUOTA_ANALYTICS_BUFFER_MAX: rows held while MySQL is unreachable
 	AnalyticsRowsPerStatement int           // QUOTA_ANALYTICS_ROWS_PER_STATEMENT: rows of one multi-row upsert
 	AnalyticsFlushDuty        float64       // QUOTA_ANALYTICS_FLUSH_DUTY: share of wall time a flush works, resting in between (0.25; 1 = flat out)
+	AnalyticsHoldMinute       bool          // QUOTA_ANALYTICS_HOLD_MINUTE: on (default): day and curve rows of the minute in progress wait until it is over
 	RollupSchedule            string        // QUOTA_ROLLUP_SCHEDULE: cron spec of the curve rollup job (UTC)
 
 	// Storage tiers and migration (package migrate).
@@ -88,6 +89,7 @@ func Defaults() Settings {
 		AnalyticsFlush:            15 * time.Second,
 		AnalyticsBufferMax:        2_000_000,
 		AnalyticsFlushDuty:        0.25, // analytics.DefaultFlushDuty
+		AnalyticsHoldMinute:       true,
 		AnalyticsRowsPerStatement: 500,
 		RollupSchedule:            "*/10 * * * *",
 
@@ -136,6 +138,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.integer("QUOTA_ANALYTICS_BUFFER_MAX", &s.AnalyticsBufferMax)
 	r.integer("QUOTA_ANALYTICS_ROWS_PER_STATEMENT", &s.AnalyticsRowsPerStatement)
 	r.float("QUOTA_ANALYTICS_FLUSH_DUTY", &s.AnalyticsFlushDuty)
+	r.onOff("QUOTA_ANALYTICS_HOLD_MINUTE", &s.AnalyticsHoldMinute)
 	r.str("QUOTA_ROLLUP_SCHEDULE", &s.RollupSchedule)
 	r.onOff("QUOTA_TIERING", &s.Tiering)
 	r.str("QUOTA_MIGRATE_SCHEDULE", &s.MigrateSchedule)

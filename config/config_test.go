@@ -18,7 +18,8 @@ func TestLoad_DefaultsWorkLocally(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Listen != "127.0.0.1:8080" || s.FailMode != config.FailOpen || len(s.MySQLShards) != 2 || s.RedisAddrs[0] != "127.0.0.1:6379" {
+	if s.Listen != "127.0.0.1:8080" || s.FailMode != config.FailOpen || len(s.MySQLShards) != 2 || s.RedisAddrs[0] != "127.0.0.1:6379" ||
+		!s.AnalyticsHoldMinute {
 		t.Fatalf("defaults %+v", s)
 	}
 }
@@ -26,18 +27,19 @@ func TestLoad_DefaultsWorkLocally(t *testing.T) {
 func TestLoad_ReadsTheEnvironment(t *testing.T) {
 	t.Parallel()
 	s, err := config.Load(envOf(map[string]string{
-		"QUOTA_LISTEN":        "0.0.0.0:9000",
-		"QUOTA_ADMIN_TOKEN":   "a-long-enough-admin-token",
-		"QUOTA_REDIS_ADDRS":   "10.0.0.1:7000, 10.0.0.2:7000 ,",
-		"QUOTA_FAIL_MODE":     "closed",
-		"QUOTA_REDIS_TIMEOUT": "80ms",
-		"QUOTA_MYSQL_SHARDS":  "u:p@tcp(db1:3306)/q0",
+		"QUOTA_LISTEN":                "0.0.0.0:9000",
+		"QUOTA_ADMIN_TOKEN":           "a-long-enough-admin-token",
+		"QUOTA_REDIS_ADDRS":           "10.0.0.1:7000, 10.0.0.2:7000 ,",
+		"QUOTA_FAIL_MODE":             "closed",
+		"QUOTA_REDIS_TIMEOUT":         "80ms",
+		"QUOTA_MYSQL_SHARDS":          "u:p@tcp(db1:3306)/q0",
+		"QUOTA_ANALYTICS_HOLD_MINUTE": "off",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(s.RedisAddrs) != 2 || s.RedisAddrs[1] != "10.0.0.2:7000" || s.FailMode != config.FailClosed ||
-		s.RedisTimeout != 80*time.Millisecond || len(s.MySQLShards) != 1 {
+		s.RedisTimeout != 80*time.Millisecond || len(s.MySQLShards) != 1 || s.AnalyticsHoldMinute {
 		t.Fatalf("%+v", s)
 	}
 }
@@ -60,6 +62,7 @@ func TestLoad_InvalidSettingsGiveOneClearLine(t *testing.T) {
 		{map[string]string{"QUOTA_MAX_IN_FLIGHT": "0"}, "QUOTA_MAX_IN_FLIGHT"},
 		{map[string]string{"QUOTA_TTL_JITTER": "2h"}, "QUOTA_TTL_JITTER"},
 		{map[string]string{"QUOTA_ANALYTICS": "maybe"}, "QUOTA_ANALYTICS"},
+		{map[string]string{"QUOTA_ANALYTICS_HOLD_MINUTE": "yes"}, "QUOTA_ANALYTICS_HOLD_MINUTE"},
 		{map[string]string{"QUOTA_ANALYTICS_FLUSH_DUTY": "0"}, "QUOTA_ANALYTICS_FLUSH_DUTY"},
 		{map[string]string{"QUOTA_ANALYTICS_FLUSH_DUTY": "1.5"}, "QUOTA_ANALYTICS_FLUSH_DUTY"},
 		{map[string]string{"QUOTA_ANALYTICS_FLUSH_DUTY": "NaN"}, "QUOTA_ANALYTICS_FLUSH_DUTY"},

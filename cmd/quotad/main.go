@@ -229,6 +229,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 		MaxPendingRows:   s.AnalyticsBufferMax,
 		RowsPerStatement: s.AnalyticsRowsPerStatement,
 		FlushDuty:        s.AnalyticsFlushDuty,
+		HoldOpenMinute:   s.AnalyticsHoldMinute,
 		Registerer:       reg,
 		Log:              log,
 	})
