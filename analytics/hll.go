@@ -98,9 +98,7 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 		}
 		users.reset()
 		for _, k := range expiring {
-			t := r.touched[k]
-			t.ttlSet = now
-			r.touched[k] = t
+			r.touched[k].ttlSet = now // through the pointer: assigning would store k's strings as the key
 		}
 		sent = hi
 		pace.rest(ctx)
@@ -142,10 +140,13 @@ type touchedHLL struct {
 }
 
 // touchedKey returns k's entry in touched, made (TTL not yet set) if none.
-func (r *Recorder) touchedKey(k hllKey) touchedHLL {
-	t, seen := r.touched[k]
-	if !seen {
-		t.name = k.redisKey(r.opt.KeyPrefix)
+// A new entry's key copies app and iface, which are substrings of a row id
+// (in an idArena block that the entry, kept up to a day, would hold).
+func (r *Recorder) touchedKey(k hllKey) *touchedHLL {
+	t := r.touched[k]
+	if t == nil {
+		k.app, k.iface = strings.Clone(k.app), strings.Clone(k.iface)
+		t = &touchedHLL{name: k.redisKey(r.opt.KeyPrefix)}
 		r.touched[k] = t
 	}
 	return t

@@ -102,7 +102,8 @@ type liveShard struct {
 	mu    sync.Mutex
 	table liveTable
 	rows  liveRows
-	_     [40]byte // keep neighbouring shards' mutexes off one cache line
+	ids   idArena  // the new rows' ids
+	_     [16]byte // keep neighbouring shards' mutexes off one cache line
 }
 
 // liveRows are a live shard's rows in the order Record added them:
@@ -151,8 +152,8 @@ type Recorder struct {
 	mu          sync.RWMutex
 	flushing    sync.Mutex
 	shards      []*dbShard
-	hllQueue    []userAdd             // distinct-user adds not yet sent to Redis
-	touched     map[hllKey]touchedHLL // keys added to since persisted
+	hllQueue    []userAdd              // distinct-user adds not yet sent to Redis
+	touched     map[hllKey]*touchedHLL // keys added to since persisted
 	lastPersist time.Time
 	lastDropLog time.Time
 
@@ -238,7 +239,7 @@ func New(o Options) (*Recorder, error) {
 		liveSpare: make([]liveRows, n),
 		mask:      uint64(n - 1),
 		maxPer:    max(1, o.MaxPendingRows/n),
-		touched:   map[hllKey]touchedHLL{},
+		touched:   map[hllKey]*touchedHLL{},
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
@@ -255,7 +256,7 @@ func (r *Recorder) Record(appID, interfaceID, userID string, allowed bool) {
 	m := floorDiv(r.clk.Now().Unix(), 60) * 60
 	// The row's id is built on the stack (IDs longer than the buffer spill
 	// to the heap) and looked up as bytes: a call to an existing row
-	// allocates nothing, a new row allocates its id string once.
+	// allocates nothing, a new row copies its id into the shard's arena.
 	var buf [192]byte
 	id := appendRowID(buf[:0], appID, interfaceID, userID)
 	idHash := maphash.Bytes(r.seed, id)
@@ -271,7 +272,7 @@ func (r *Recorder) Record(appID, interfaceID, userID string, allowed bool) {
 		}
 		i = int32(len(s.rows.counts))
 		s.rows.counts = append(s.rows.counts, Counts{})
-		s.rows.keys = append(s.rows.keys, liveKey{id: rowID(id), min: m})
+		s.rows.keys = append(s.rows.keys, liveKey{id: s.ids.add(id), min: m})
 		s.table.insert(slot, h, i, s.rows.keys, r.seed)
 	}
 	c := &s.rows.counts[i]

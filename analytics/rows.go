@@ -281,10 +281,17 @@ func (r *rowset) len() int { return r.nSeries + len(r.daily) + r.nUsers }
 
 // ifaceDay returns k's row, which the caller has looked up (cur; nil:
 // none yet, and it is made).
+//
+// A new row's key gets its own copies of app and iface: they are
+// substrings of a row id, in a block of a live shard's idArena, and the key
+// outlives the flush (a held minute's row is carried over to the next
+// rowset, and its (app, day) with it to the next flush's), which would
+// keep the whole block alive.
 func (r *rowset) ifaceDay(k dailyKey, cur *ifaceDay) *ifaceDay {
 	if cur != nil {
 		return cur
 	}
+	k.app, k.iface = strings.Clone(k.app), strings.Clone(k.iface)
 	d := &ifaceDay{users: r.group(appDay{app: k.app, day: k.day})}
 	d.mins = d.first[:0]
 	r.daily[k] = d

@@ -1,0 +1,61 @@
+package analytics
+
+import (
+	"bytes"
+	"strconv"
+	"testing"
+)
+
+// Each id add returns keeps its bytes while the caller reuses its buffer
+// and later adds fill the block and start new ones; long and empty ids are
+// kept as well.
+func TestIDArena_IDsKeepTheirBytesAcrossBlocks(t *testing.T) {
+	t.Parallel()
+	var a idArena
+	var ids []rowID
+	var want []string
+	buf := make([]byte, 0, 64)
+	long := bytes.Repeat([]byte("L"), idBlockSize/8+1)
+	for i := 0; i < 3*idBlockSize/8; i++ { // ids of 8–12 bytes: several blocks
+		buf = appendRowID(buf[:0], "app", "if", strconv.Itoa(i))
+		switch i {
+		case 100:
+			buf = append(buf[:0], long...)
+		case 200:
+			buf = buf[:0]
+		}
+		ids = append(ids, a.add(buf))
+		want = append(want, string(buf))
+		clear(buf) // the caller's buffer is written over
+	}
+	for i, id := range ids {
+		if string(id) != want[i] {
+			t.Fatalf("id %d = %q, want %q", i, id, want[i])
+		}
+	}
+	if len(a.block) == 0 || cap(a.block) != idBlockSize {
+		t.Fatalf("the arena's block holds %d of %d bytes", len(a.block), cap(a.block))
+	}
+}
+
+// New rows cost Record no allocation of their own: their ids go into the
+// shard's blocks (a few blocks, the growth of the shard's rows and table,
+// amortised over the rows).
+func TestRecord_NewRowsAllocateBlocksNotIDs(t *testing.T) {
+	r := newOfflineRecorder(t, Options{LiveShards: 1, MaxPendingRows: 1 << 20})
+	users := make([]string, 20_000)
+	for i := range users {
+		users[i] = "user-" + strconv.Itoa(i)
+	}
+	n := 0
+	allocs := testing.AllocsPerRun(len(users)-1, func() {
+		r.Record("app-1", "iface.2", users[n], true)
+		n++
+	})
+	if allocs > 0.05 {
+		t.Fatalf("Record of a new row: %.3f allocations, want well under one (the id in a block)", allocs)
+	}
+	if got := len(r.live[0].rows.keys); got != len(users) {
+		t.Fatalf("%d live rows, want %d", got, len(users))
+	}
+}
