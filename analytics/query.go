@@ -51,7 +51,9 @@ func (r *Recorder) Now() time.Time { return r.clk.Now() }
 // written yet (live aggregates, pending and uncertain rows), read under
 // r.mu so that a flush moving rows cannot make a call count twice or not at
 // all. Figures of calls recorded by other quotad instances appear once they
-// have flushed them (within QUOTA_ANALYTICS_FLUSH).
+// have flushed them (within QUOTA_ANALYTICS_FLUSH; day and curve figures of
+// a minute held back by Options.HoldOpenMinute within a flush after the
+// minute).
 
 // scanLive calls f for each live aggregate of app (under its shard's lock).
 func (r *Recorder) scanLive(app string, f func(k liveKey, c Counts)) {
