@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strconv"
 	"testing"
+	"unsafe"
 )
 
 // Each id add returns keeps its bytes while the caller reuses its buffer
@@ -57,5 +58,61 @@ func TestRecord_NewRowsAllocateBlocksNotIDs(t *testing.T) {
 	}
 	if got := len(r.live[0].rows.keys); got != len(users) {
 		t.Fatalf("%d live rows, want %d", got, len(users))
+	}
+}
+
+// The keys that outlive a flush, the pending (app, interface, day) rows
+// (which a held minute carries over) and the touched HyperLogLogs (kept up
+// to a day), own their strings: pointing into a live shard's id block,
+// they would keep the whole block alive.
+func TestIDArena_KeysKeptPastAFlushDoNotPointIntoBlocks(t *testing.T) {
+	t.Parallel()
+	r, _, _ := newShardRecorder(t)
+	r.Record("app", "iface", "user", true)
+	inBlock := func(s string) bool {
+		p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		for i := range r.live {
+			if b := r.live[i].ids.block; cap(b) > 0 {
+				lo := uintptr(unsafe.Pointer(&b[:1][0]))
+				if p >= lo && p < lo+uintptr(cap(b)) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	var id rowID
+	for i := range r.live {
+		for _, k := range r.live[i].rows.keys {
+			id = k.id
+		}
+	}
+	if !inBlock(id.app()) {
+		t.Fatal("the live row's id is not in its shard's block: the test cannot tell")
+	}
+	if err := heldFlush(t, r); err != nil {
+		t.Fatal(err)
+	}
+	// After the write the held minute is the shard's pending rows.
+	if len(r.shards[0].pending.daily) != 1 {
+		t.Fatalf("%d pending day rows after the held flush, want the held one", len(r.shards[0].pending.daily))
+	}
+	for k := range r.shards[0].pending.daily {
+		if inBlock(k.app) || inBlock(k.iface) {
+			t.Errorf("held row %q/%q points into an id block", k.app, k.iface)
+		}
+	}
+	for k := range r.shards[0].pending.users {
+		if inBlock(k.app) {
+			t.Errorf("user group %q points into an id block", k.app)
+		}
+	}
+	if len(r.touched) != 2 {
+		t.Fatalf("%d touched HyperLogLogs, want 2 (app and interface)", len(r.touched))
+	}
+	for k := range r.touched {
+		if inBlock(k.app) || inBlock(k.iface) {
+			t.Errorf("touched key %q/%q points into an id block", k.app, k.iface)
+		}
 	}
 }

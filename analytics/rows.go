@@ -292,6 +292,19 @@ func (r *rowset) ifaceDay(k dailyKey, cur *ifaceDay) *ifaceDay {
 		return cur
 	}
 	k.app, k.iface = strings.Clone(k.app), strings.Clone(k.iface)
+	return r.newIfaceDay(k)
+}
+
+// ownIfaceDay is ifaceDay for a key of another rowset's row (its strings
+// are copies already).
+func (r *rowset) ownIfaceDay(k dailyKey) *ifaceDay {
+	if d := r.daily[k]; d != nil {
+		return d
+	}
+	return r.newIfaceDay(k)
+}
+
+func (r *rowset) newIfaceDay(k dailyKey) *ifaceDay {
 	d := &ifaceDay{users: r.group(appDay{app: k.app, day: k.day})}
 	d.mins = d.first[:0]
 	r.daily[k] = d
@@ -322,7 +335,7 @@ func (r *rowset) splitFrom(t0 int64) *rowset {
 				kept = append(kept, m)
 				continue
 			}
-			out.add(out.ifaceDay(k, out.daily[k]), m.t, m.Counts)
+			out.add(out.ownIfaceDay(k), m.t, m.Counts)
 			d.Counts.sub(m.Counts)
 			r.nSeries--
 		}
@@ -456,7 +469,7 @@ func addTo[K comparable](m map[K]*Counts, k K, c Counts) {
 
 func (r *rowset) merge(o *rowset) {
 	for k, od := range o.daily {
-		d := r.ifaceDay(k, r.daily[k])
+		d := r.ownIfaceDay(k)
 		for _, m := range od.mins {
 			r.add(d, m.t, m.Counts)
 		}
