@@ -238,14 +238,16 @@ func (r *Recorder) holdOpen(sh *dbShard, hold int64) *rowset {
 }
 
 // afterWrite replaces the shard's pending rows, written (or to be looked
-// up by batch id), with the minutes held back from them, or none (caller
-// holds r.mu). Either has room for as many rows as written held.
+// up by batch id), with the minutes held back from them, or, if none were
+// held, with an empty rowset that has room for as many rows as written
+// held; an empty written stays (caller holds r.mu).
 func (r *Recorder) afterWrite(sh *dbShard, written *rowset) {
-	if sh.open != nil {
+	switch {
+	case sh.open != nil:
 		sh.pending, sh.open = sh.open, nil
-		return
+	case written.len() > 0:
+		sh.pending = written.next()
 	}
-	sh.pending = written.next()
 }
 
 // columns of the three tables, in INSERT order.

@@ -11,10 +11,11 @@ import (
 )
 
 // heldFlush is one of Run's flushes with Options.HoldOpenMinute, at the
-// recorder's clock.
+// recorder's clock (unpaced).
 func heldFlush(t *testing.T, r *Recorder) error {
 	t.Helper()
-	return r.flush(context.Background(), false, nil, Res1m.Floor(r.clk.Now().Unix()))
+	r.opt.HoldOpenMinute = true
+	return r.flush(context.Background(), false, nil, r.periodicHold())
 }
 
 // storedSeries is usage_series' 1-minute points of app, summed over its

@@ -305,15 +305,20 @@ func (r *Recorder) Run(ctx context.Context) {
 		}
 		fctx, cancel := context.WithTimeout(ctx, max(r.opt.FlushEvery, 30*time.Second))
 		pace := newPacer(r.opt.FlushDuty, time.Now().Add(r.opt.FlushEvery/2), r.stop)
-		hold := writeAll
-		if r.opt.HoldOpenMinute {
-			hold = Res1m.Floor(r.clk.Now().Unix())
-		}
-		if err := r.flush(fctx, false, pace, hold); err != nil {
+		if err := r.flush(fctx, false, pace, r.periodicHold()); err != nil {
 			r.log.Warn("analytics flush failed; rows kept for the next flush", "err", err)
 		}
 		cancel()
 	}
+}
+
+// periodicHold is the hold of one of Run's flushes: the minute in
+// progress with Options.HoldOpenMinute, else none.
+func (r *Recorder) periodicHold() int64 {
+	if !r.opt.HoldOpenMinute {
+		return writeAll
+	}
+	return Res1m.Floor(r.clk.Now().Unix())
 }
 
 // Close stops Run and flushes what is pending, persisting the distinct-user
