@@ -82,7 +82,7 @@ func (r *Recorder) swapLive(ctx context.Context, pace *pacer) {
 	// Sorted under mu, because readers scan the queue: pfaddPending then
 	// walks it in runs of one key.
 	r.mu.Lock()
-	slices.SortFunc(r.hllQueue, compareUserAdds)
+	r.addSorter.sort(r.hllQueue)
 	r.mu.Unlock()
 	if lost.adds > 0 {
 		r.met.droppedAdds.Add(float64(lost.adds))

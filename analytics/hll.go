@@ -1,7 +1,6 @@
 package analytics
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -36,8 +35,6 @@ func groupOf(appHash uint64, day Day, iface string) uint64 {
 	ad := (appHash ^ uint64(day)*0x9E3779B97F4A7C15) << ifaceBits
 	return ad | FNV1a64(iface)&(1<<ifaceBits-1)
 }
-
-func compareUserAdds(a, b userAdd) int { return cmp.Compare(a.group, b.group) }
 
 // pfaddPending sends the queued distinct users (sorted by swapLive) to
 // their HyperLogLogs, in pipelines of whole runs of one app-day, resting

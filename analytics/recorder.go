@@ -154,6 +154,7 @@ type Recorder struct {
 	shards      []*dbShard
 	hllQueue    []userAdd              // distinct-user adds not yet sent to Redis
 	touched     map[hllKey]*touchedHLL // keys added to since persisted
+	addSorter   addSort                // sorts hllQueue (the flusher's alone)
 	lastPersist time.Time
 	lastDropLog time.Time
 

@@ -168,22 +168,6 @@ func compareGroupRows(a, b *userRow) int {
 	return strings.Compare(aIface, bIface)
 }
 
-// sortGroupRows sorts rows of one (day, app) into write order and sums rows
-// of equal keys, in place, and returns them.
-func sortGroupRows(rows []userRow) []userRow {
-	slices.SortFunc(rows, func(a, b userRow) int { return compareGroupRows(&a, &b) })
-	out := rows[:0]
-	for i := range rows {
-		if n := len(out); n > 0 && out[n-1].userKey == rows[i].userKey {
-			out[n-1].Counts.add(rows[i].Counts)
-			continue
-		}
-		out = append(out, rows[i])
-	}
-	clear(rows[len(out):]) // drop the merged rows' ids
-	return out
-}
-
 // appDay is the (app, day) of a group of user rows: a flush writes each
 // group as its own chunks.
 type appDay struct {
@@ -435,10 +419,11 @@ func (r *rowset) userGroups() []*userGroup {
 	return out
 }
 
-// sortGroup sorts g's rows into write order and sums rows of equal keys.
-func (r *rowset) sortGroup(g *userGroup) {
+// sortGroup sorts g's rows into write order and sums rows of equal keys,
+// with s's buffers.
+func (r *rowset) sortGroup(g *userGroup, s *groupSort) {
 	n := len(g.rows)
-	g.rows = sortGroupRows(g.rows)
+	g.rows = s.sort(g.rows)
 	r.nUsers -= n - len(g.rows)
 }
 
@@ -449,9 +434,10 @@ func (r *rowset) sortGroup(g *userGroup) {
 func (r *rowset) userChunks(mu sync.Locker, maxRaw int) []userChunk {
 	var out []userChunk
 	var buf chunkBuffers
+	var sorter groupSort
 	for _, g := range r.userGroups() {
 		mu.Lock()
-		r.sortGroup(g)
+		r.sortGroup(g, &sorter)
 		mu.Unlock()
 		out = appendAppChunks(out, g.rows, maxRaw, &buf)
 	}
