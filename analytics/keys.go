@@ -19,15 +19,49 @@ import (
 var ErrAppExists = errors.New("the app already has a key")
 
 // keyCacheTTL is how long a verified key is trusted without asking MySQL
-// again (a rotated key stops working on other instances within this time).
+// again (a key rotated on another instance stops working here within this
+// time; on this one at once).
 const keyCacheTTL = time.Minute
+
+// keyCache remembers the apps of keys verified in the last keyCacheTTL: a
+// dashboard that refreshes itself would otherwise cost a MySQL query per
+// shard per request. Entries are keyed by the key's SHA-256, never the key.
+type keyCache struct {
+	m sync.Map // string(sha256) → keyCacheEntry
+}
 
 type keyCacheEntry struct {
 	app     string
 	expires time.Time
 }
 
-var keyCache sync.Map // hex sha256 → keyCacheEntry (process-wide; keys are random, so no clash across recorders)
+// app is the app of a key hash verified less than keyCacheTTL before now.
+func (c *keyCache) app(sum string, now time.Time) (string, bool) {
+	v, ok := c.m.Load(sum)
+	if !ok {
+		return "", false
+	}
+	e := v.(keyCacheEntry)
+	if !now.Before(e.expires) {
+		c.m.Delete(sum)
+		return "", false
+	}
+	return e.app, true
+}
+
+func (c *keyCache) add(sum, app string, now time.Time) {
+	c.m.Store(sum, keyCacheEntry{app: app, expires: now.Add(keyCacheTTL)})
+}
+
+// forget drops app's entries (its key was rotated).
+func (c *keyCache) forget(app string) {
+	c.m.Range(func(k, v any) bool {
+		if v.(keyCacheEntry).app == app {
+			c.m.Delete(k)
+		}
+		return true
+	})
+}
 
 // CreateAppKey mints a new random key for app and stores its SHA-256 on
 // the app's shard. The key itself is returned once and stored nowhere.
@@ -53,12 +87,7 @@ func (r *Recorder) CreateAppKey(ctx context.Context, app string, rotate bool) (s
 		return "", err
 	}
 	if rotate {
-		keyCache.Range(func(k, v any) bool {
-			if v.(keyCacheEntry).app == app {
-				keyCache.Delete(k)
-			}
-			return true
-		})
+		r.appKeys.forget(app)
 	}
 	return key, nil
 }
@@ -72,12 +101,8 @@ func (r *Recorder) AppForKey(ctx context.Context, key string) (app string, ok bo
 	}
 	sum := sha256.Sum256([]byte(key))
 	ck := string(sum[:])
-	if v, hit := keyCache.Load(ck); hit {
-		e := v.(keyCacheEntry)
-		if time.Now().Before(e.expires) {
-			return e.app, true, nil
-		}
-		keyCache.Delete(ck)
+	if app, hit := r.appKeys.app(ck, r.clk.Now()); hit {
+		return app, true, nil
 	}
 	for _, sh := range r.shards {
 		var stored []byte
@@ -89,7 +114,7 @@ func (r *Recorder) AppForKey(ctx context.Context, key string) (app string, ok bo
 			return "", false, err
 		}
 		if subtle.ConstantTimeCompare(stored, sum[:]) == 1 {
-			keyCache.Store(ck, keyCacheEntry{app: app, expires: time.Now().Add(keyCacheTTL)})
+			r.appKeys.add(ck, app, r.clk.Now())
 			return app, true, nil
 		}
 	}
