@@ -128,7 +128,7 @@ func (r *Recorder) fold(rows liveRows, held []int, lost *liveLoss) {
 			continue
 		}
 		held[si] += grow
-		d := p.ifaceDay(dk, pd)
+		d := p.ifaceDay(dk, pd, &r.names)
 		p.add(d, k.min, c)
 		if user == "" {
 			continue

@@ -47,13 +47,21 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 	args := make([]any, 0, pfaddChunk)
 	var users stringArena
 	var expiring []hllKey // keys whose TTL this pipeline sets
-	pfadd := func(pipe redis.Pipeliner, k hllKey, adds []userAdd) int {
+	// pfadd adds the users of adds to k, each the rest of its id from
+	// userAt (-1: each id's own user field).
+	pfadd := func(pipe redis.Pipeliner, k hllKey, adds []userAdd, userAt int) int {
 		t := r.touchedKey(k)
 		rk := t.name
 		cmds := 0
 		args = args[:0]
 		for i := range adds {
-			args = append(args, users.ref(adds[i].id.user()))
+			var user string
+			if userAt < 0 {
+				user = adds[i].id.user()
+			} else {
+				user = string(adds[i].id[userAt:])
+			}
+			args = append(args, users.ref(user))
 			if len(args) == pfaddChunk {
 				pipe.PFAdd(ctx, rk, args...) // go-redis copies args
 				cmds++
@@ -77,14 +85,19 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 		cmds, hi := 0, sent
 		expiring = expiring[:0]
 		for hi < len(q) && cmds < pipelineChunk {
+			// Runs compare the ids' first bytes, through the app or the
+			// interface: the fields are length-prefixed, so equal bytes
+			// are equal fields (and no field is decoded per add).
+			app, appEnd := rowField(q[hi].id, 0)
 			end := runEnd(q, hi, func(a, b *userAdd) bool {
-				return a.group>>24 == b.group>>24 && a.id.app() == b.id.app() && a.day == b.day
+				return a.group>>24 == b.group>>24 && a.day == b.day && hasPrefix(b.id, a.id[:appEnd])
 			})
 			// The app-day's users, repeats included (PFADD takes them).
-			cmds += pfadd(pipe, hllKey{app: q[hi].id.app(), scope: scopeApp, day: q[hi].day}, q[hi:end])
+			cmds += pfadd(pipe, hllKey{app: app, scope: scopeApp, day: q[hi].day}, q[hi:end], -1)
 			for lo := hi; lo < end; {
-				iend := runEnd(q[:end], lo, func(a, b *userAdd) bool { return a.group == b.group && a.id.iface() == b.id.iface() })
-				cmds += pfadd(pipe, hllKey{app: q[lo].id.app(), iface: q[lo].id.iface(), scope: scopeIface, day: q[lo].day}, q[lo:iend])
+				iface, ifaceEnd := rowField(q[lo].id, appEnd)
+				iend := runEnd(q[:end], lo, func(a, b *userAdd) bool { return a.group == b.group && hasPrefix(b.id, a.id[:ifaceEnd]) })
+				cmds += pfadd(pipe, hllKey{app: app, iface: iface, scope: scopeIface, day: q[lo].day}, q[lo:iend], ifaceEnd)
 				lo = iend
 			}
 			hi = end
@@ -137,12 +150,13 @@ type touchedHLL struct {
 }
 
 // touchedKey returns k's entry in touched, made (TTL not yet set) if none.
-// A new entry's key copies app and iface, which are substrings of a row id
-// (in an idArena block that the entry, kept up to a day, would hold).
+// A new entry's key takes app and iface from the name table: they are
+// substrings of a row id (in an idArena block that the entry, kept up to a
+// day, would hold).
 func (r *Recorder) touchedKey(k hllKey) *touchedHLL {
 	t := r.touched[k]
 	if t == nil {
-		k.app, k.iface = strings.Clone(k.app), strings.Clone(k.iface)
+		k.app, k.iface = r.names.of(k.app), r.names.of(k.iface)
 		t = &touchedHLL{name: k.redisKey(r.opt.KeyPrefix)}
 		r.touched[k] = t
 	}
@@ -156,6 +170,9 @@ func (r *Recorder) touchedKey(k hllKey) *touchedHLL {
 // doubled the commands: with uniform keys nearly every interface's key
 // gets one PFADD a flush.
 func (r *Recorder) expireEvery() time.Duration { return min(time.Hour, r.opt.HLLTTL/4) }
+
+// hasPrefix reports whether id begins with prefix.
+func hasPrefix(id, prefix rowID) bool { return len(id) >= len(prefix) && id[:len(prefix)] == prefix }
 
 // runEnd is the end of the run of q's elements from i that same says are
 // alike.

@@ -54,3 +54,43 @@ func TestStringArena_ArgumentsKeepTheirStrings(t *testing.T) {
 		}
 	}
 }
+
+// The distinct-user queue is sorted by a group whose low 24 bits hash the
+// interface; two interfaces of an app whose hashes agree there sort into
+// one run of the group, and each must still get its own users.
+func TestPFADD_InterfacesWhoseGroupsCollideKeepTheirOwnUsers(t *testing.T) {
+	t.Parallel()
+	seen := map[uint64]string{}
+	var a, b string
+	for i := 0; b == ""; i++ {
+		name := fmt.Sprintf("if.%d", i)
+		h := FNV1a64(name) & (1<<24 - 1)
+		if other, ok := seen[h]; ok {
+			a, b = other, name
+		}
+		seen[h] = name
+	}
+	if groupOf(FNV1a64("app"), 20415, a) != groupOf(FNV1a64("app"), 20415, b) {
+		t.Fatal("the two interfaces' groups differ: the test cannot tell")
+	}
+	r, _, clk := newShardRecorder(t)
+	for i := range 3 {
+		r.Record("app", a, fmt.Sprintf("a-user-%d", i), true)
+	}
+	for i := range 5 {
+		r.Record("app", b, fmt.Sprintf("b-user-%d", i), true)
+	}
+	if err := r.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	day := DayOf(clk.Now())
+	for iface, want := range map[string]int64{a: 3, b: 5} {
+		k := hllKey{app: "app", iface: iface, scope: scopeIface, day: day}
+		if got := r.rdb.PFCount(t.Context(), k.redisKey(r.opt.KeyPrefix)).Val(); got != want {
+			t.Errorf("interface %q: %d distinct users in Redis, want %d", iface, got, want)
+		}
+	}
+	if got := r.rdb.PFCount(t.Context(), hllKey{app: "app", scope: scopeApp, day: day}.redisKey(r.opt.KeyPrefix)).Val(); got != 8 {
+		t.Errorf("app: %d distinct users in Redis, want 8", got)
+	}
+}

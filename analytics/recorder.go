@@ -155,6 +155,8 @@ type Recorder struct {
 	hllQueue    []userAdd              // distinct-user adds not yet sent to Redis
 	touched     map[hllKey]*touchedHLL // keys added to since persisted
 	addSorter   addSort                // sorts hllQueue (the flusher's alone)
+	names       nameTable              // names of keys kept past a flush (the flusher's alone)
+	appKeys     keyCache               // apps of recently verified keys
 	lastPersist time.Time
 	lastDropLog time.Time
 

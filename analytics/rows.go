@@ -266,16 +266,16 @@ func (r *rowset) len() int { return r.nSeries + len(r.daily) + r.nUsers }
 // ifaceDay returns k's row, which the caller has looked up (cur; nil:
 // none yet, and it is made).
 //
-// A new row's key gets its own copies of app and iface: they are
-// substrings of a row id, in a block of a live shard's idArena, and the key
-// outlives the flush (a held minute's row is carried over to the next
-// rowset, and its (app, day) with it to the next flush's), which would
-// keep the whole block alive.
-func (r *rowset) ifaceDay(k dailyKey, cur *ifaceDay) *ifaceDay {
+// A new row's key takes its app and iface from names (nil: copies of its
+// own): they are substrings of a row id, in a block of a live shard's
+// idArena, and the key outlives the flush (a held minute's row is carried
+// over to the next rowset, and its (app, day) with it to the next
+// flush's), which would keep the whole block alive.
+func (r *rowset) ifaceDay(k dailyKey, cur *ifaceDay, names *nameTable) *ifaceDay {
 	if cur != nil {
 		return cur
 	}
-	k.app, k.iface = strings.Clone(k.app), strings.Clone(k.iface)
+	k.app, k.iface = names.of(k.app), names.of(k.iface)
 	return r.newIfaceDay(k)
 }
 
@@ -334,7 +334,7 @@ func (r *rowset) splitFrom(t0 int64) *rowset {
 // addCalls adds c to the rows of (app, iface) at minute t.
 func (r *rowset) addCalls(app, iface string, t int64, c Counts) {
 	k := dailyKey{app: app, iface: iface, day: Day(floorDiv(t, 86400))}
-	r.add(r.ifaceDay(k, r.daily[k]), t, c)
+	r.add(r.ifaceDay(k, r.daily[k], nil), t, c)
 }
 
 // dailyRow is a usage_daily row to write: its key and its pending figures
