@@ -5,16 +5,23 @@ import (
 	"testing"
 )
 
+// xorshift advances x and returns it: cheap, and the same sequence every
+// run.
+func xorshift(x *uint64) uint64 {
+	*x ^= *x << 13
+	*x ^= *x >> 7
+	*x ^= *x << 17
+	return *x
+}
+
 // sortBenchRows are a flush's user rows of one (app, day) under make
-// bench's uniform keys: ~330 rows (200,000 calls over 1,000 apps... at 15 s
-// and ~22,000 checks/s), users drawn from 100,000, interfaces from 50.
+// bench's uniform keys: ~330 rows (a 15 s flush at ~22,000 checks/s over
+// 1,000 apps), users drawn from 100,000, interfaces from 50.
 func sortBenchRows(n int, x *uint64) []userRow {
 	rows := make([]userRow, n)
 	for i := range rows {
-		*x ^= *x << 13
-		*x ^= *x >> 7
-		*x ^= *x << 17
-		id := makeRowID("app-7", "iface."+strconv.Itoa(int(*x>>10%50)), "user-"+strconv.Itoa(int(*x>>20%100_000)))
+		v := xorshift(x)
+		id := makeRowID("app-7", "iface."+strconv.Itoa(int(v>>10%50)), "user-"+strconv.Itoa(int(v>>20%100_000)))
 		rows[i] = newUserRow(userKey{id: id, day: 20415}, Counts{Calls: 1, Allowed: 1})
 	}
 	return rows
@@ -41,11 +48,9 @@ func BenchmarkSortUserAdds(b *testing.B) {
 	src := make([]userAdd, 330_000)
 	var x uint64 = 88172645463325252
 	for i := range src {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		app, iface := "app-"+strconv.Itoa(int(x%1000)), "iface."+strconv.Itoa(int(x>>10%50))
-		src[i] = userAdd{group: groupOf(FNV1a64(app), 20415, iface), id: makeRowID(app, iface, "user-"+strconv.Itoa(int(x>>20%100_000))), day: 20415}
+		v := xorshift(&x)
+		app, iface := "app-"+strconv.Itoa(int(v%1000)), "iface."+strconv.Itoa(int(v>>10%50))
+		src[i] = userAdd{group: groupOf(FNV1a64(app), 20415, iface), id: makeRowID(app, iface, "user-"+strconv.Itoa(int(v>>20%100_000))), day: 20415}
 	}
 	q := make([]userAdd, len(src))
 	var scratch addSort

@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"cmp"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -27,15 +28,7 @@ func TestAddSort_OrdersLikeAComparisonSortAndKeepsEveryAdd(t *testing.T) {
 				q[i] = userAdd{group: group(i), id: rowID("id" + strconv.Itoa(i))}
 			}
 			want := slices.Clone(q)
-			slices.SortStableFunc(want, func(a, b userAdd) int {
-				switch {
-				case a.group < b.group:
-					return -1
-				case a.group > b.group:
-					return 1
-				}
-				return 0
-			})
+			slices.SortStableFunc(want, func(a, b userAdd) int { return cmp.Compare(a.group, b.group) })
 			s.sort(q)
 			for i := range q {
 				if q[i].group != want[i].group {
