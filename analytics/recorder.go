@@ -20,9 +20,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"io"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -214,6 +216,11 @@ func New(o Options) (*Recorder, error) {
 	}
 	if o.MaxPendingRows <= 0 {
 		o.MaxPendingRows = 2_000_000
+	}
+	if o.MaxPendingRows > math.MaxInt32 {
+		// The flush sorts the distinct-user queue (up to this long) by
+		// 32-bit indexes.
+		return nil, fmt.Errorf("analytics: MaxPendingRows %d: want at most %d", o.MaxPendingRows, math.MaxInt32)
 	}
 	if o.RowsPerStatement <= 0 {
 		o.RowsPerStatement = 500

@@ -2,9 +2,11 @@ package analytics
 
 import (
 	"cmp"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -90,4 +92,15 @@ func referenceSortGroupRows(rows []userRow) []userRow {
 		out = append(out, r)
 	}
 	return out
+}
+
+// The sorts index elements with 32 bits: New refuses a bound on the
+// pending rows (and so on the distinct-user queue) past that.
+func TestNew_RefusesAPendingBoundPastTheSortIndexes(t *testing.T) {
+	t.Parallel()
+	ok := newOfflineRecorder(t, Options{MaxPendingRows: math.MaxInt32})
+	if _, err := New(Options{DBs: ok.opt.DBs, Redis: ok.rdb, MaxPendingRows: math.MaxInt32 + 1}); err == nil ||
+		!strings.Contains(err.Error(), "MaxPendingRows") {
+		t.Fatalf("New with MaxPendingRows past MaxInt32: %v, want an error naming it", err)
+	}
 }

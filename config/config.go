@@ -198,8 +198,8 @@ func (s Settings) Validate() error {
 	if s.AnalyticsFlush < 100*time.Millisecond || s.AnalyticsFlush > 10*time.Minute {
 		return fmt.Errorf("QUOTA_ANALYTICS_FLUSH %s: want between 100ms and 10m", s.AnalyticsFlush)
 	}
-	if s.AnalyticsBufferMax < 1000 {
-		return fmt.Errorf("QUOTA_ANALYTICS_BUFFER_MAX %d: want at least 1000 rows", s.AnalyticsBufferMax)
+	if s.AnalyticsBufferMax < 1000 || s.AnalyticsBufferMax > 1_000_000_000 {
+		return fmt.Errorf("QUOTA_ANALYTICS_BUFFER_MAX %d: want between 1000 and 1000000000 rows", s.AnalyticsBufferMax)
 	}
 	if s.AnalyticsRowsPerStatement < 1 || s.AnalyticsRowsPerStatement > 5000 {
 		return fmt.Errorf("QUOTA_ANALYTICS_ROWS_PER_STATEMENT %d: want between 1 and 5000", s.AnalyticsRowsPerStatement)

@@ -63,6 +63,8 @@ func TestLoad_InvalidSettingsGiveOneClearLine(t *testing.T) {
 		{map[string]string{"QUOTA_TTL_JITTER": "2h"}, "QUOTA_TTL_JITTER"},
 		{map[string]string{"QUOTA_ANALYTICS": "maybe"}, "QUOTA_ANALYTICS"},
 		{map[string]string{"QUOTA_ANALYTICS_HOLD_MINUTE": "yes"}, "QUOTA_ANALYTICS_HOLD_MINUTE"},
+		{map[string]string{"QUOTA_ANALYTICS_BUFFER_MAX": "999"}, "QUOTA_ANALYTICS_BUFFER_MAX"},
+		{map[string]string{"QUOTA_ANALYTICS_BUFFER_MAX": "3000000000"}, "QUOTA_ANALYTICS_BUFFER_MAX"},
 		{map[string]string{"QUOTA_ANALYTICS_FLUSH_DUTY": "0"}, "QUOTA_ANALYTICS_FLUSH_DUTY"},
 		{map[string]string{"QUOTA_ANALYTICS_FLUSH_DUTY": "1.5"}, "QUOTA_ANALYTICS_FLUSH_DUTY"},
 		{map[string]string{"QUOTA_ANALYTICS_FLUSH_DUTY": "NaN"}, "QUOTA_ANALYTICS_FLUSH_DUTY"},
