@@ -11,8 +11,8 @@ func TestNameTable_OneCopyPerNameNotTheCallersBytes(t *testing.T) {
 	t.Parallel()
 	var names nameTable
 	buf := []byte("app-7")
-	first := names.of(string(buf[:])) // a string over buf would do too: it is copied
-	again := names.of(string([]byte("app-7")))
+	first := names.of(string(buf))
+	again := names.of(string([]byte("app-7"))) // equal, in other bytes
 	if first != "app-7" || !sameBytes(first, again) {
 		t.Fatalf("of gave %q and %q, want one copy of app-7", first, again)
 	}
