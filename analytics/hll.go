@@ -47,6 +47,8 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 	args := make([]any, 0, pfaddChunk)
 	var users stringArena
 	var expiring []hllKey // keys whose TTL this pipeline sets
+	var probes []*denseProbe
+	var convert []*touchedHLL // keys to make dense
 	// pfadd adds the users of adds to k, each the rest of its id from
 	// userAt (-1: each id's own user field).
 	pfadd := func(pipe redis.Pipeliner, k hllKey, adds []userAdd, userAt int) int {
@@ -72,6 +74,9 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 			pipe.PFAdd(ctx, rk, args...)
 			cmds++
 		}
+		if p := r.probeDense(ctx, pipe, t, len(adds)); p != nil {
+			probes = append(probes, p)
+		}
 		if now.Sub(t.ttlSet) >= r.expireEvery() {
 			pipe.Expire(ctx, rk, r.opt.HLLTTL)
 			expiring = append(expiring, k)
@@ -83,7 +88,7 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 	for sent < len(q) {
 		pipe := r.rdb.Pipeline()
 		cmds, hi := 0, sent
-		expiring = expiring[:0]
+		expiring, probes = expiring[:0], probes[:0]
 		for hi < len(q) && cmds < pipelineChunk {
 			// Runs compare the ids' first bytes, through the app or the
 			// interface: the fields are length-prefixed, so equal bytes
@@ -110,11 +115,12 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 		for _, k := range expiring {
 			r.touched[k].ttlSet = now // through the pointer: assigning would store k's strings as the key
 		}
+		convert = r.readDenseProbes(probes, convert)
 		sent = hi
 		pace.rest(ctx)
 	}
 	r.dropQueued(sent)
-	return nil
+	return r.convertDense(ctx, convert)
 }
 
 // stringArena holds strings for command arguments as *string, which go-redis
@@ -147,6 +153,11 @@ type touchedHLL struct {
 	// name is its Redis key, kept rather than built again every flush the
 	// key is added to (every flush, for most keys under uniform traffic).
 	name string
+	// sent counts the users the flusher added to it (repeats included),
+	// probeAt the count at which it next asks Redis for its size, and
+	// dense says Redis holds it dense (hlldense.go).
+	sent, probeAt int
+	dense         bool
 }
 
 // touchedKey returns k's entry in touched, made (TTL not yet set) if none.

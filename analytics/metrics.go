@@ -10,6 +10,7 @@ type collectors struct {
 	droppedAdds  prometheus.Counter
 	flushErrors  prometheus.Counter
 	pendingRows  prometheus.Gauge
+	hllDense     prometheus.Counter
 }
 
 func newCollectors(reg prometheus.Registerer) *collectors {
@@ -43,9 +44,13 @@ func newCollectors(reg prometheus.Registerer) *collectors {
 			Name: "quota_analytics_pending_rows",
 			Help: "Analytics rows waiting to be written after the last flush.",
 		}),
+		hllDense: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "quota_analytics_hll_dense_total",
+			Help: "Distinct-user HyperLogLogs the flusher converted to Redis' dense encoding (QUOTA_ANALYTICS_HLL_DENSE_AT).",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(c.rowsWritten, c.statements, c.flushSeconds, c.dropped, c.droppedAdds, c.flushErrors, c.pendingRows)
+		reg.MustRegister(c.rowsWritten, c.statements, c.flushSeconds, c.dropped, c.droppedAdds, c.flushErrors, c.pendingRows, c.hllDense)
 	}
 	return c
 }

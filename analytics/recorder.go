@@ -54,6 +54,12 @@ type Options struct {
 	RowsPerStatement int
 	// HLLTTL is the expiry of the daily HyperLogLog keys (default 48 h).
 	HLLTTL time.Duration
+	// HLLDenseAt is the size (bytes of Redis' sparse encoding) past which
+	// the flusher converts a HyperLogLog to the dense encoding, where an
+	// add costs the same however many users the key holds (0: default
+	// DefaultHLLDenseAt; negative: never, Redis converts at its
+	// hll-sparse-max-bytes). hlldense.go says why.
+	HLLDenseAt int
 	// PersistEvery is how often the app-level HLL registers of the current
 	// day are saved to MySQL (default 10 min); interface-level ones are saved
 	// once their day is over, and every touched key on Close.
@@ -227,6 +233,9 @@ func New(o Options) (*Recorder, error) {
 	}
 	if o.HLLTTL <= 0 {
 		o.HLLTTL = 48 * time.Hour
+	}
+	if o.HLLDenseAt == 0 {
+		o.HLLDenseAt = DefaultHLLDenseAt
 	}
 	if o.PersistEvery <= 0 {
 		o.PersistEvery = 10 * time.Minute

@@ -49,6 +49,7 @@ type Settings struct {
 	AnalyticsRowsPerStatement int           // QUOTA_ANALYTICS_ROWS_PER_STATEMENT: rows of one multi-row upsert
 	AnalyticsFlushDuty        float64       // QUOTA_ANALYTICS_FLUSH_DUTY: share of wall time a flush works, resting in between (0.25; 1 = flat out)
 	AnalyticsHoldMinute       bool          // QUOTA_ANALYTICS_HOLD_MINUTE: on (default): day and curve rows of the minute in progress wait until it is over
+	AnalyticsHLLDenseAt       int           // QUOTA_ANALYTICS_HLL_DENSE_AT: bytes of sparse encoding past which a distinct-user HyperLogLog is made dense (1000); 0 = left to Redis
 	RollupSchedule            string        // QUOTA_ROLLUP_SCHEDULE: cron spec of the curve rollup job (UTC)
 
 	// Storage tiers and migration (package migrate).
@@ -90,6 +91,7 @@ func Defaults() Settings {
 		AnalyticsBufferMax:        2_000_000,
 		AnalyticsFlushDuty:        0.25, // analytics.DefaultFlushDuty
 		AnalyticsHoldMinute:       true,
+		AnalyticsHLLDenseAt:       1000, // analytics.DefaultHLLDenseAt
 		AnalyticsRowsPerStatement: 500,
 		RollupSchedule:            "*/10 * * * *",
 
@@ -139,6 +141,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.integer("QUOTA_ANALYTICS_ROWS_PER_STATEMENT", &s.AnalyticsRowsPerStatement)
 	r.float("QUOTA_ANALYTICS_FLUSH_DUTY", &s.AnalyticsFlushDuty)
 	r.onOff("QUOTA_ANALYTICS_HOLD_MINUTE", &s.AnalyticsHoldMinute)
+	r.integer("QUOTA_ANALYTICS_HLL_DENSE_AT", &s.AnalyticsHLLDenseAt)
 	r.str("QUOTA_ROLLUP_SCHEDULE", &s.RollupSchedule)
 	r.onOff("QUOTA_TIERING", &s.Tiering)
 	r.str("QUOTA_MIGRATE_SCHEDULE", &s.MigrateSchedule)
@@ -206,6 +209,9 @@ func (s Settings) Validate() error {
 	}
 	if !(s.AnalyticsFlushDuty >= 0.01 && s.AnalyticsFlushDuty <= 1) {
 		return fmt.Errorf("QUOTA_ANALYTICS_FLUSH_DUTY %g: want between 0.01 and 1", s.AnalyticsFlushDuty)
+	}
+	if s.AnalyticsHLLDenseAt != 0 && (s.AnalyticsHLLDenseAt < 256 || s.AnalyticsHLLDenseAt > 16384) {
+		return fmt.Errorf("QUOTA_ANALYTICS_HLL_DENSE_AT %d: want 0 (left to Redis) or between 256 and 16384 bytes", s.AnalyticsHLLDenseAt)
 	}
 	if _, err := cron.ParseStandard(s.RollupSchedule); err != nil {
 		return fmt.Errorf("QUOTA_ROLLUP_SCHEDULE %q: not a cron spec (e.g. \"*/10 * * * *\" or \"@every 10m\"): %v", s.RollupSchedule, err)

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -230,6 +231,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 		RowsPerStatement: s.AnalyticsRowsPerStatement,
 		FlushDuty:        s.AnalyticsFlushDuty,
 		HoldOpenMinute:   s.AnalyticsHoldMinute,
+		HLLDenseAt:       cmp.Or(s.AnalyticsHLLDenseAt, -1), // 0: never
 		Registerer:       reg,
 		Log:              log,
 	})

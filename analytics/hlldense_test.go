@@ -1,0 +1,79 @@
+package analytics
+
+import (
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/internal/testenv"
+)
+
+// A HyperLogLog that the flusher finds past HLLDenseAt bytes is made dense
+// (its header's encoding byte 0, 12 KB), keeping its count; one whose users
+// only repeat, or with the conversion off, stays sparse (encoding 1).
+func TestFlush_BusyHyperLogLogsTurnDenseAndKeepTheirCount(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name            string
+		denseAt         int
+		users, flushes  int // each flush records every user of 0..users-1 from first
+		distinctEach    bool
+		wantDense       bool
+		wantConversions float64
+	}{
+		{"300 new users a flush", 256, 300, 2, true, true, 2},
+		{"the same 5 users for 120 flushes", 256, 5, 120, false, false, 0},
+		{"conversion off", -1, 300, 2, true, false, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dbs := testenv.MySQLShards(t, 1)
+			rdb, prefix := testenv.Redis(t)
+			clk := clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+			r, err := New(Options{DBs: dbs, Redis: rdb, KeyPrefix: prefix, Clock: clk, HLLDenseAt: c.denseAt})
+			if err != nil {
+				t.Fatal(err)
+			}
+			distinct := 0
+			for f := range c.flushes {
+				first := 0
+				if c.distinctEach {
+					first = f * c.users
+				}
+				for u := first; u < first+c.users; u++ {
+					r.Record("app", "users.get", fmt.Sprint("user-", u), true)
+				}
+				distinct = max(distinct, first+c.users)
+				if err := r.Flush(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			day := DayOf(clk.Now())
+			for _, k := range []hllKey{
+				{app: "app", scope: scopeApp, day: day},
+				{app: "app", iface: "users.get", scope: scopeIface, day: day},
+			} {
+				rk := k.redisKey(prefix)
+				v, err := rdb.Get(t.Context(), rk).Bytes()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if dense := len(v) == hllDenseSize && v[4] == 0; dense != c.wantDense {
+					t.Errorf("%s: %d bytes, encoding %d; want dense %v", rk, len(v), v[4], c.wantDense)
+				}
+				got := rdb.PFCount(t.Context(), rk).Val()
+				if math.Abs(float64(got-int64(distinct))) > 0.02*float64(distinct) {
+					t.Errorf("%s: %d distinct users, want %d within 2%%", rk, got, distinct)
+				}
+			}
+			if got := testutil.ToFloat64(r.met.hllDense); got != c.wantConversions {
+				t.Errorf("quota_analytics_hll_dense_total %v, want %v", got, c.wantConversions)
+			}
+		})
+	}
+}
