@@ -269,7 +269,7 @@ func (r *Recorder) persistKeys(ctx context.Context, db *sql.DB, keys []hllKey) e
 			q.WriteByte(',')
 		}
 		q.WriteString("(?, ?, ?, ?, ?, ?)")
-		args = append(args, k.app, k.day.String(), k.scope, k.iface, counts[i], regs[i])
+		args = append(args, k.app, k.day.String(), k.scope, k.iface, counts[i], packRegisters(regs[i]))
 		n++
 	}
 	if n == 0 {
@@ -364,6 +364,9 @@ func loadRegisterChunk(ctx context.Context, db *sql.DB, keys []hllKey, out map[h
 		}
 		if k.day, err = parseSQLDay(day); err != nil {
 			return err
+		}
+		if h.regs, err = unpackRegisters(h.regs); err != nil {
+			return fmt.Errorf("usage_uniques %s %s: %w", k.app, day, err)
 		}
 		out[k] = h
 	}
