@@ -120,7 +120,7 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 		pace.rest(ctx)
 	}
 	r.dropQueued(sent)
-	return r.convertDense(ctx, convert)
+	return r.convertDense(ctx, convert, pace)
 }
 
 // stringArena holds strings for command arguments as *string, which go-redis

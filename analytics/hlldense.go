@@ -3,6 +3,7 @@ package analytics
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -78,31 +79,41 @@ func (r *Recorder) readDenseProbes(probes []*denseProbe, convert []*touchedHLL) 
 	return convert
 }
 
+// convertChunk is how many keys one pipeline converts: each conversion
+// ships 12 KB and has Redis walk the 16,384 registers twice (tens of µs),
+// so a flush that converts a thousand keys at once (the first minute of a
+// busy day) would hold Redis, and the checks behind it, for tens of ms.
+const convertChunk = 32
+
 // convertDense turns keys into dense HyperLogLogs by merging an empty dense
 // one into each: PFMERGE makes its destination dense when a source is, and
 // keeps its registers (the maximum of theirs and zero), so the count does
 // not change, and another instance converting the same key at once changes
 // nothing either. The empty one is written under the key's name plus
 // ":dense" (the same cluster slot), with a TTL in case the DEL never comes.
-func (r *Recorder) convertDense(ctx context.Context, keys []*touchedHLL) error {
+// Pipelines of convertChunk keys, resting after each as pace says.
+func (r *Recorder) convertDense(ctx context.Context, keys []*touchedHLL, pace *pacer) error {
 	if len(keys) == 0 {
 		return nil
 	}
 	empty := make([]byte, hllDenseSize)
 	copy(empty, "HYLL") // then encoding 0 (dense), a cached count of 0, no register set
-	pipe := r.rdb.Pipeline()
-	for _, t := range keys {
-		tmp := t.name + ":dense"
-		pipe.Set(ctx, tmp, empty, time.Minute)
-		pipe.PFMerge(ctx, t.name, tmp)
-		pipe.Del(ctx, tmp)
+	for chunk := range slices.Chunk(keys, convertChunk) {
+		pipe := r.rdb.Pipeline()
+		for _, t := range chunk {
+			tmp := t.name + ":dense"
+			pipe.Set(ctx, tmp, empty, time.Minute)
+			pipe.PFMerge(ctx, t.name, tmp)
+			pipe.Del(ctx, tmp)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return fmt.Errorf("dense conversion of %d HyperLogLogs: %w", len(chunk), err)
+		}
+		for _, t := range chunk {
+			t.dense = true
+		}
+		r.met.hllDense.Add(float64(len(chunk)))
+		pace.rest(ctx)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("dense conversion of %d HyperLogLogs: %w", len(keys), err)
-	}
-	for _, t := range keys {
-		t.dense = true
-	}
-	r.met.hllDense.Add(float64(len(keys)))
 	return nil
 }

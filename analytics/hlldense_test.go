@@ -77,3 +77,36 @@ func TestFlush_BusyHyperLogLogsTurnDenseAndKeepTheirCount(t *testing.T) {
 		})
 	}
 }
+
+// Conversions go in pipelines of convertChunk keys: every key of a flush
+// that brings many busy keys at once (the first minute of a day) is
+// converted, over several pipelines.
+func TestFlush_ManyBusyHyperLogLogsAllTurnDense(t *testing.T) {
+	t.Parallel()
+	dbs := testenv.MySQLShards(t, 1)
+	rdb, prefix := testenv.Redis(t)
+	clk := clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	r, err := New(Options{DBs: dbs, Redis: rdb, KeyPrefix: prefix, Clock: clk, HLLDenseAt: 256})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const apps = 2*convertChunk + 3
+	for a := range apps {
+		for u := range 300 {
+			r.Record(fmt.Sprint("app-", a), "users.get", fmt.Sprint("user-", u), true)
+		}
+	}
+	if err := r.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(r.met.hllDense); got != 2*apps {
+		t.Errorf("%v keys converted, want %d (an app and an interface key per app)", got, 2*apps)
+	}
+	day := DayOf(clk.Now())
+	for a := range apps {
+		k := hllKey{app: fmt.Sprint("app-", a), scope: scopeApp, day: day}
+		if n := rdb.StrLen(t.Context(), k.redisKey(prefix)).Val(); n != hllDenseSize {
+			t.Errorf("app-%d: %d bytes, want dense (%d)", a, n, hllDenseSize)
+		}
+	}
+}
