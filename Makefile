@@ -35,6 +35,11 @@ bench: schema
 bench-analytics: schema
 	bash deploy/bench-analytics-ab.sh
 
+# What a distinct user costs Redis, sparse against dense HyperLogLogs (BENCHMARKS.md).
+.PHONY: bench-hll
+bench-hll: services
+	$(GO) test -run '^$$' -bench BenchmarkPFADD -benchtime 1x ./analytics/
+
 # The same workload through each algorithm (BENCHMARKS.md).
 bench-algorithms: schema
 	bash deploy/bench-algorithms.sh
