@@ -38,7 +38,7 @@ bench-analytics: schema
 # What a distinct user costs Redis, sparse against dense HyperLogLogs (BENCHMARKS.md).
 .PHONY: bench-hll
 bench-hll: services
-	$(GO) test -run '^$$' -bench BenchmarkPFADD -benchtime 1x ./analytics/
+	$(GO) test -run '^$$' -bench 'BenchmarkPFADD|BenchmarkPackedRegisters' -benchtime 1x ./analytics/
 
 # The same workload through each algorithm (BENCHMARKS.md).
 bench-algorithms: schema

@@ -13,10 +13,10 @@ import (
 // hll-sparse-max-bytes (3,000 by default: ~1,650 users), then converts it to
 // the dense one (12 KB). PFADD into a sparse key walks the encoding from its
 // start for every user, so an add costs more the larger the key: users
-// added 90 a command to 1,000 keys up to ~1,070 users each cost Redis 0.55
-// µs apiece sparse and 0.06 µs dense; 7 a command up to ~84 users, 0.19
-// against 0.12 µs (INFO commandstats, 2026-11-24; the sparse encoding takes
-// ~2 bytes a user: 1,051 bytes at 500 users). So the flusher converts a
+// added 90 a command to 1,000 keys up to ~1,070 users each cost Redis 0.49
+// µs apiece sparse and 0.06 µs dense; 7 a command up to ~84 users, 0.16
+// against 0.13 µs (BenchmarkPFADD, 2026-11-24; the sparse encoding takes
+// ~2 bytes a user: 1,050 bytes at 500 users). So the flusher converts a
 // key itself once its sparse encoding passes DefaultHLLDenseAt bytes (a few
 // hundred users), well before Redis would: small keys, the many, stay
 // sparse; a busy one pays for its last few hundred sparse users, not a

@@ -106,3 +106,45 @@ func pfaddUsec(ctx context.Context, b *testing.B, rdb *redis.Client) int64 {
 	}
 	return 0
 }
+
+// BenchmarkPackedRegisters reports the bytes usage_uniques stores for a
+// HyperLogLog of n users ("user-0"…): as Redis keeps it sparse, and made
+// dense (convertDense) then packed (packRegisters). Sizes, not speed.
+//
+//	go test -run '^$' -bench BenchmarkPackedRegisters -benchtime 1x ./analytics/
+func BenchmarkPackedRegisters(b *testing.B) {
+	for _, n := range []int{500, 1000, 2000, 20_000, 100_000} {
+		b.Run(strconv.Itoa(n)+" users", func(b *testing.B) {
+			rdb, prefix := testenv.Redis(b)
+			ctx := context.Background()
+			t := &touchedHLL{name: prefix + "hll:{p}:a"}
+			var sparse, packed int
+			for b.Loop() {
+				testenv.DeletePrefix(ctx, rdb, prefix)
+				pipe := rdb.Pipeline()
+				for lo := 0; lo < n; lo += pfaddChunk {
+					args := make([]any, 0, pfaddChunk)
+					for u := lo; u < min(n, lo+pfaddChunk); u++ {
+						args = append(args, "user-"+strconv.Itoa(u))
+					}
+					pipe.PFAdd(ctx, t.name, args...)
+				}
+				if _, err := pipe.Exec(ctx); err != nil {
+					b.Fatal(err)
+				}
+				sparse = int(rdb.StrLen(ctx, t.name).Val())
+				r := &Recorder{rdb: rdb, met: newCollectors(nil)}
+				if err := r.convertDense(ctx, []*touchedHLL{t}, nil); err != nil {
+					b.Fatal(err)
+				}
+				v, err := rdb.Get(ctx, t.name).Bytes()
+				if err != nil {
+					b.Fatal(err)
+				}
+				packed = len(packRegisters(v))
+			}
+			b.ReportMetric(float64(sparse), "redis-bytes")
+			b.ReportMetric(float64(packed), "dense-packed-bytes")
+		})
+	}
+}
