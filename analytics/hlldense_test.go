@@ -4,12 +4,8 @@ import (
 	"fmt"
 	"math"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/quota-platform/quota/clock"
-	"github.com/quota-platform/quota/internal/testenv"
 )
 
 // A HyperLogLog that the flusher finds past HLLDenseAt bytes is made dense
@@ -32,13 +28,8 @@ func TestFlush_BusyHyperLogLogsTurnDenseAndKeepTheirCount(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			dbs := testenv.MySQLShards(t, 1)
-			rdb, prefix := testenv.Redis(t)
-			clk := clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-			r, err := New(Options{DBs: dbs, Redis: rdb, KeyPrefix: prefix, Clock: clk, HLLDenseAt: c.denseAt})
-			if err != nil {
-				t.Fatal(err)
-			}
+			r, _, clk := newShardRecorderWith(t, Options{HLLDenseAt: c.denseAt})
+			rdb, prefix := r.rdb, r.opt.KeyPrefix
 			distinct := 0
 			for f := range c.flushes {
 				first := 0
@@ -83,13 +74,8 @@ func TestFlush_BusyHyperLogLogsTurnDenseAndKeepTheirCount(t *testing.T) {
 // converted, over several pipelines.
 func TestFlush_ManyBusyHyperLogLogsAllTurnDense(t *testing.T) {
 	t.Parallel()
-	dbs := testenv.MySQLShards(t, 1)
-	rdb, prefix := testenv.Redis(t)
-	clk := clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	r, err := New(Options{DBs: dbs, Redis: rdb, KeyPrefix: prefix, Clock: clk, HLLDenseAt: 256})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, _, clk := newShardRecorderWith(t, Options{HLLDenseAt: 256})
+	rdb, prefix := r.rdb, r.opt.KeyPrefix
 	const apps = 2*convertChunk + 3
 	for a := range apps {
 		for u := range 300 {

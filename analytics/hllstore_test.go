@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/golang/snappy"
 
-	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/testenv"
 )
 
@@ -54,17 +52,8 @@ func TestUnpackRegisters(t *testing.T) {
 // read back whole when Redis has lost it.
 func TestPersist_DenseRegistersAreSavedCompressed(t *testing.T) {
 	t.Parallel()
-	dbs := testenv.MySQLShards(t, 1)
-	rdb, prefix := testenv.Redis(t)
-	clk := clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	open := func() *Recorder {
-		r, err := New(Options{DBs: dbs, Redis: rdb, KeyPrefix: prefix, Clock: clk})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
-	}
-	r := open()
+	r, db, clk := newShardRecorderWith(t, Options{})
+	rdb, prefix, opt := r.rdb, r.opt.KeyPrefix, r.opt
 	for u := range 600 {
 		r.Record("app", "users.get", fmt.Sprint("user-", u), true)
 	}
@@ -72,7 +61,7 @@ func TestPersist_DenseRegistersAreSavedCompressed(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stored []byte
-	if err := dbs[0].QueryRow("SELECT registers FROM usage_uniques WHERE app_id = 'app' AND scope = 0").Scan(&stored); err != nil {
+	if err := db.QueryRow("SELECT registers FROM usage_uniques WHERE app_id = 'app' AND scope = 0").Scan(&stored); err != nil {
 		t.Fatal(err)
 	}
 	if len(stored) > hllDenseSize/3 {
@@ -82,7 +71,10 @@ func TestPersist_DenseRegistersAreSavedCompressed(t *testing.T) {
 		t.Fatalf("saved registers unpack to %d bytes (%v), want a dense HyperLogLog", len(v), err)
 	}
 	testenv.DeletePrefix(t.Context(), rdb, prefix) // Redis loses everything
-	r = open()
+	r, err := New(opt)                             // restarted on the same servers
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer r.Close(t.Context())
 	s, err := r.AppDay(t.Context(), "app", DayOf(clk.Now()))
 	if err != nil {

@@ -158,10 +158,18 @@ func TestLiveShard_TakeReturnsRowsInOrderAndReusesTheSpare(t *testing.T) {
 // returns the shard too.
 func newShardRecorder(t *testing.T) (*Recorder, *sql.DB, *clock.Fake) {
 	t.Helper()
+	return newShardRecorderWith(t, Options{})
+}
+
+// newShardRecorderWith is newShardRecorder with o's settings (its servers
+// and clock are set here).
+func newShardRecorderWith(t *testing.T, o Options) (*Recorder, *sql.DB, *clock.Fake) {
+	t.Helper()
 	dbs := testenv.MySQLShards(t, 1)
 	rdb, prefix := testenv.Redis(t)
 	clk := clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	r, err := New(Options{DBs: dbs, Redis: rdb, KeyPrefix: prefix, Clock: clk})
+	o.DBs, o.Redis, o.KeyPrefix, o.Clock = dbs, rdb, prefix, clk
+	r, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
