@@ -81,8 +81,9 @@ func (r *Recorder) readDenseProbes(probes []*denseProbe, convert []*touchedHLL) 
 
 // convertChunk is how many keys one pipeline converts: each conversion
 // ships 12 KB and has Redis walk the 16,384 registers twice (tens of µs),
-// so a flush that converts a thousand keys at once (the first minute of a
-// busy day) would hold Redis, and the checks behind it, for tens of ms.
+// so a flush that converted a thousand keys in one pipeline (the first
+// minute of a busy day) could hold Redis, and the checks behind it, for
+// tens of ms (an estimate, not measured).
 const convertChunk = 32
 
 // convertDense turns keys into dense HyperLogLogs by merging an empty dense
