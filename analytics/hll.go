@@ -47,7 +47,7 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 	args := make([]any, 0, pfaddChunk)
 	var users stringArena
 	var expiring []hllKey // keys whose TTL this pipeline sets
-	var probes []*denseProbe
+	var probes []denseProbe
 	var convert []*touchedHLL // keys to make dense
 	// pfadd adds the users of adds to k, each the rest of its id from
 	// userAt (-1: each id's own user field).
@@ -74,9 +74,7 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 			pipe.PFAdd(ctx, rk, args...)
 			cmds++
 		}
-		if p := r.probeDense(ctx, pipe, t, len(adds)); p != nil {
-			probes = append(probes, p)
-		}
+		probes = r.probeDense(ctx, pipe, t, len(adds), probes)
 		if now.Sub(t.ttlSet) >= r.expireEvery() {
 			pipe.Expire(ctx, rk, r.opt.HLLTTL)
 			expiring = append(expiring, k)
@@ -294,10 +292,7 @@ func (r *Recorder) mergeAndRead(ctx context.Context, keys []hllKey, saved map[hl
 	for i, k := range keys {
 		rk := k.redisKey(r.opt.KeyPrefix)
 		if regs := saved[k].regs; regs != nil {
-			tmp := rk + ":merge" // same {tag}: same cluster slot as rk
-			pipe.Set(ctx, tmp, regs, r.opt.HLLTTL)
-			pipe.PFMerge(ctx, rk, tmp)
-			pipe.Del(ctx, tmp)
+			mergeRegisters(ctx, pipe, rk, regs)
 			pipe.Expire(ctx, rk, r.opt.HLLTTL)
 		}
 		gets[i] = pipe.Get(ctx, rk)
@@ -319,6 +314,17 @@ func (r *Recorder) mergeAndRead(ctx context.Context, keys []hllKey, saved map[hl
 		regs[i], counts[i] = b, cnts[i].Val()
 	}
 	return regs, counts, nil
+}
+
+// mergeRegisters queues in pipe the merge of regs (a HyperLogLog's Redis
+// value) into key rk: written under rk's name plus ":merge" (same {tag}:
+// same cluster slot), merged, deleted. The TTL covers a DEL that never
+// comes.
+func mergeRegisters(ctx context.Context, pipe redis.Pipeliner, rk string, regs []byte) {
+	tmp := rk + ":merge"
+	pipe.Set(ctx, tmp, regs, time.Minute)
+	pipe.PFMerge(ctx, rk, tmp)
+	pipe.Del(ctx, tmp)
 }
 
 // savedHLL is a HyperLogLog as usage_uniques keeps it.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -46,23 +45,23 @@ type denseProbe struct {
 }
 
 // probeDense counts added users to t and, when they reach t's next probe,
-// asks for the key's size in pipe (nil: not yet, or t is dense or
-// conversion is off).
-func (r *Recorder) probeDense(ctx context.Context, pipe redis.Pipeliner, t *touchedHLL, added int) *denseProbe {
+// asks for the key's size in pipe and appends the probe to probes (not
+// while t is dense or conversion is off).
+func (r *Recorder) probeDense(ctx context.Context, pipe redis.Pipeliner, t *touchedHLL, added int, probes []denseProbe) []denseProbe {
 	if r.opt.HLLDenseAt < 0 || t.dense {
-		return nil
+		return probes
 	}
 	t.sent += added
 	if t.sent < max(t.probeAt, firstDenseProbe) {
-		return nil
+		return probes
 	}
-	return &denseProbe{t: t, size: pipe.StrLen(ctx, t.name)}
+	return append(probes, denseProbe{t: t, size: pipe.StrLen(ctx, t.name)})
 }
 
 // readDenseProbes reads the answered probes: a key already dense is marked
 // so (no more probes); one past HLLDenseAt is returned for conversion;
 // the others are asked again once their users have doubled.
-func (r *Recorder) readDenseProbes(probes []*denseProbe, convert []*touchedHLL) []*touchedHLL {
+func (r *Recorder) readDenseProbes(probes []denseProbe, convert []*touchedHLL) []*touchedHLL {
 	for _, p := range probes {
 		size, err := p.size.Result()
 		if err != nil {
@@ -90,22 +89,18 @@ const convertChunk = 32
 // one into each: PFMERGE makes its destination dense when a source is, and
 // keeps its registers (the maximum of theirs and zero), so the count does
 // not change, and another instance converting the same key at once changes
-// nothing either. The empty one is written under the key's name plus
-// ":dense" (the same cluster slot), with a TTL in case the DEL never comes.
+// nothing either (the merge is mergeRegisters, as for saved registers).
 // Pipelines of convertChunk keys, resting after each as pace says.
 func (r *Recorder) convertDense(ctx context.Context, keys []*touchedHLL, pace *pacer) error {
 	if len(keys) == 0 {
 		return nil
 	}
 	empty := make([]byte, hllDenseSize)
-	copy(empty, "HYLL") // then encoding 0 (dense), a cached count of 0, no register set
+	copy(empty, hllMagic) // then encoding 0 (dense), a cached count of 0, no register set
 	for chunk := range slices.Chunk(keys, convertChunk) {
 		pipe := r.rdb.Pipeline()
 		for _, t := range chunk {
-			tmp := t.name + ":dense"
-			pipe.Set(ctx, tmp, empty, time.Minute)
-			pipe.PFMerge(ctx, t.name, tmp)
-			pipe.Del(ctx, tmp)
+			mergeRegisters(ctx, pipe, t.name, empty)
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return fmt.Errorf("dense conversion of %d HyperLogLogs: %w", len(chunk), err)
