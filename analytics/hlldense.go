@@ -9,7 +9,7 @@ import (
 )
 
 // Redis keeps a HyperLogLog in a sparse encoding until the encoding passes
-// hll-sparse-max-bytes (3,000 by default: ~1,650 users), then converts it to
+// hll-sparse-max-bytes (3,000 by default: 1,500–2,000 users), then converts it to
 // the dense one (12 KB). PFADD into a sparse key walks the encoding from its
 // start for every user, so an add costs more the larger the key: users
 // added 90 a command to 1,000 keys up to ~1,070 users each cost Redis 0.49
@@ -22,11 +22,13 @@ import (
 // thousand.
 const (
 	// DefaultHLLDenseAt is Options.HLLDenseAt's default, in bytes of
-	// sparse encoding (about 470 users). A key converted this early and
-	// never grown past it takes 12 KB where sparse it would end below 3 KB;
-	// a key that grows past ~1,650 users is dense either way, and saves
-	// about 8/9 of the sparse adds' work (which grows with the square of
-	// the encoding's size).
+	// sparse encoding (just under 500 users: 1,050 bytes at 500,
+	// BenchmarkPackedRegisters). A key converted this early and never
+	// grown past it takes 12 KB where sparse it would end below 3 KB; a
+	// key that grows past 1,500–2,000 users is dense either way, and by a
+	// model (an add's work grows with the encoding's size, so a key's
+	// sparse work with its square), not a measurement, is spared about 8/9
+	// of its sparse adds' work.
 	DefaultHLLDenseAt = 1000
 	// hllDenseSize is the length of a dense HyperLogLog: a 16-byte header
 	// and 16,384 6-bit registers.

@@ -113,7 +113,7 @@ func pfaddUsec(ctx context.Context, b *testing.B, rdb *redis.Client) int64 {
 //
 //	go test -run '^$' -bench BenchmarkPackedRegisters -benchtime 1x ./analytics/
 func BenchmarkPackedRegisters(b *testing.B) {
-	for _, n := range []int{500, 1000, 2000, 20_000, 100_000} {
+	for _, n := range []int{500, 1000, 1500, 2000, 20_000, 100_000} {
 		b.Run(strconv.Itoa(n)+" users", func(b *testing.B) {
 			rdb, prefix := testenv.Redis(b)
 			ctx := context.Background()
