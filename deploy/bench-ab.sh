@@ -37,6 +37,14 @@
 #                flush interval (15 s) so the window holds whole flushes
 #   AB_OUT       folder for each run's quotabench JSON, its per-second
 #                timeline included (default bench-out/ab)
+#   AB_ORDER     "alternate": even rounds run the variants in reverse order
+#                (ABBA), so that a drift of the machine over a round, or a
+#                run's leftovers (MariaDB's page flushing after an analytics
+#                run), falls on each variant alike; default: same order
+# Each run also prints steal_pct (the share of the machine's ticks that
+# the hypervisor gave to others, /proc/stat's steal, counted in busy) and
+# rollups (seconds into the run at which quotad logged an analytics rollup,
+# the cron job at every tenth minute: a window holding one pays for it).
 # Usage (after make schema, which builds and applies sql/), under the
 # benchmark lock of a shared machine:
 #   flock /tmp/quota-bench.lock bash deploy/bench-ab.sh
@@ -58,9 +66,9 @@ KEYS=${AB_KEYS:--apps 1000 -users 100000 -ifaces 50 -ips 100000}
 IFS=';' read -r -a variants <<< "${AB_VARIANTS:-QUOTA_ANALYTICS=off;QUOTA_ANALYTICS=on}"
 RP=$(pgrep -x redis-server | head -1); MP=$(pgrep -x mariadbd | head -1)
 cpu() { if [[ -n $1 ]]; then awk '{print $14+$15}' "/proc/$1/stat"; else echo 0; fi; }
-# busy and total ticks of the whole machine (every core), from /proc/stat
-machine() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
-# ticks of quotad, redis-server and mariadbd, then machine's two figures
+# busy, total and steal ticks of the whole machine (every core), from /proc/stat
+machine() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9, $9}' /proc/stat; }
+# ticks of quotad, redis-server and mariadbd, then machine's three figures
 sample() { echo "$(cpu "$QP") $(cpu "$RP") $(cpu "$MP") $(machine)"; }
 # per T N: T ticks per check over N checks, in microseconds, one decimal
 per() { awk -v t="$1" -v n="$2" 'BEGIN { printf "%.1f", (n > 0 ? t * 10000 / n : 0) }'; }
@@ -69,10 +77,13 @@ if [[ $RATE != 0 ]]; then load=(-rate "$RATE"); fi
 log=${TMPDIR:-/tmp}/ab-quotad.$$.log
 OUT=${AB_OUT:-bench-out/ab}
 mkdir -p "$OUT"
+# pct A B: A as a percentage of B, one decimal
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b > 0 ? a * 100 / b : 0) }'; }
 for r in $(seq 1 "$ROUNDS"); do
-	i=0
-	for v in "${variants[@]}"; do
-		i=$((i + 1)); json="$OUT/round$r-variant$i.json"
+	order=$(seq 1 ${#variants[@]})
+	if [[ ${AB_ORDER:-} == alternate ]] && ((r % 2 == 0)); then order=$(seq ${#variants[@]} -1 1); fi
+	for i in $order; do
+		v=${variants[i - 1]}; json="$OUT/round$r-variant$i.json"
 		bin=bin/quotad vars=()
 		for w in $v; do
 			if [[ $w == BIN=* ]]; then bin=${w#BIN=}; else vars+=("$w"); fi
@@ -87,30 +98,32 @@ for r in $(seq 1 "$ROUNDS"); do
 		QP=$(pgrep -P $TP -x "$(basename "$bin")")
 		l0=$(cut -d' ' -f1 /proc/loadavg)
 		redis-cli -h "${REDIS_HOST:-127.0.0.1}" -p "${REDIS_PORT:-6379}" CONFIG RESETSTAT >/dev/null
-		read -r q0 r0 m0 b0 t0 < <(sample)
+		read -r q0 r0 m0 b0 t0 s0 < <(sample)
+		start=$(date +%s.%N)
 		# shellcheck disable=SC2086 # KEYS is a list of flags
 		bin/quotabench -url "http://$LISTEN" "${load[@]}" -d "$D" $KEYS -progress=false -json "$json" >"$log.bench" 2>&1 &
 		BP=$!
 		win=""
 		if [[ -n $WINDOW ]]; then
 			sleep "$W0"
-			read -r wq0 wr0 wm0 wb0 _ < <(sample)
+			read -r wq0 wr0 wm0 wb0 wt0 ws0 < <(sample)
 			sleep $((W1 - W0))
-			read -r wq1 wr1 wm1 wb1 _ < <(sample)
+			read -r wq1 wr1 wm1 wb1 wt1 ws1 < <(sample)
 		fi
 		wait "$BP"
 		out=$(cat "$log.bench")
 		if [[ -n $WINDOW ]]; then
 			wn=$(jq "[.timeline[] | select(.second > $W0 and .second <= $W1) | .requests] | add // 0" "$json")
-			win=" | window ${W0}-${W1}s: requests=$wn req_per_s=$(awk -v n="$wn" -v s=$((W1 - W0)) 'BEGIN { printf "%.1f", n / s }') machine_us_per_check=$(per $((wb1 - wb0)) "$wn") quotad_us=$(per $((wq1 - wq0)) "$wn") redis_us=$(per $((wr1 - wr0)) "$wn") mysql_us=$(per $((wm1 - wm0)) "$wn")"
+			win=" | window ${W0}-${W1}s: requests=$wn req_per_s=$(awk -v n="$wn" -v s=$((W1 - W0)) 'BEGIN { printf "%.1f", n / s }') machine_us_per_check=$(per $((wb1 - wb0)) "$wn") quotad_us=$(per $((wq1 - wq0)) "$wn") redis_us=$(per $((wr1 - wr0)) "$wn") mysql_us=$(per $((wm1 - wm0)) "$wn") steal_pct=$(pct $((ws1 - ws0)) $((wt1 - wt0)))"
 		fi
-		read -r q1 r1 m1 b1 t1 < <(sample)
+		read -r q1 r1 m1 b1 t1 s1 < <(sample)
 		# Redis' own time per script call (nested commands included).
 		evalsha=$(redis-cli -h "${REDIS_HOST:-127.0.0.1}" -p "${REDIS_PORT:-6379}" INFO commandstats |
 			awk -F'[=,]' '/^cmdstat_evalsha:/ {print $6}')
 		# A flush that failed (no schema: run `make schema`) would make analytics look free.
 		flush_errors=$(curl -sf "$LISTEN/metrics" | awk '/^quota_analytics_flush_errors_total / {print $2}')
 		kill -TERM "$QP"; wait "$TP" 2>/dev/null
+		rollups=$(jq -r --argjson t0 "$start" 'select(.msg == "analytics rollup") | .time | sub("\\.[0-9]+"; "") | sub("Z$"; "") | strptime("%Y-%m-%dT%H:%M:%S") | mktime - $t0 | floor | "\(.)s"' "$log" 2>/dev/null | paste -sd, -)
 		# Each run starts on an empty database: millions of keys left by the
 		# runs before make Redis' GETs and SETs slower (a bigger dict, more
 		# cache misses), which would favour whichever variant runs first.
@@ -124,7 +137,7 @@ for r in $(seq 1 "$ROUNDS"); do
 		n=$(echo "$out" | awk '$1 == "requests" {print $2; exit}')
 		echo "$out" | grep -E "^\s+(requests|latency|late)" | tr -s ' ' | tr '\n' ' '
 		worst=$(jq -r '[.timeline[]?] | sort_by(-.p99_ms) | .[:3] | map("\(.p99_ms)@\(.second)s") | join(" ")' "$json" 2>/dev/null)
-		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) evalsha_us=${evalsha:-?} machine_busy_pct=$(((b1 - b0) * 100 / (t1 > t0 ? t1 - t0 : 1))) machine_us_per_check=$(((b1 - b0) * 10000 / (n > 0 ? n : 1))) mysql_ticks=$((m1 - m0)) flush_errors=${flush_errors:-?} | to exit: quotad_cpu_s=$qlife redis_ticks=$((r2 - r0)) mysql_ticks=$((m2 - m0)) machine_us_per_check=$(((b2 - b0) * 10000 / (n > 0 ? n : 1)))$win"
+		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) evalsha_us=${evalsha:-?} machine_busy_pct=$(((b1 - b0) * 100 / (t1 > t0 ? t1 - t0 : 1))) machine_us_per_check=$(((b1 - b0) * 10000 / (n > 0 ? n : 1))) mysql_ticks=$((m1 - m0)) steal_pct=$(pct $((s1 - s0)) $((t1 - t0))) rollups=${rollups:-none} flush_errors=${flush_errors:-?} | to exit: quotad_cpu_s=$qlife redis_ticks=$((r2 - r0)) mysql_ticks=$((m2 - m0)) machine_us_per_check=$(((b2 - b0) * 10000 / (n > 0 ? n : 1)))$win"
 	done
 done
 rm -f "$log" "$log.time" "$log.bench"
