@@ -111,7 +111,14 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 		}
 		users.reset()
 		for _, k := range expiring {
-			r.touched[k].ttlSet = now // through the pointer: assigning would store k's strings as the key
+			t := r.touched[k] // through the pointer: assigning would store k's strings as the key
+			t.ttlSet = now
+			if t.dense {
+				// Redis may have lost the key since it was made dense (a
+				// restart) and PFADD re-made it sparse: ask its size again
+				// with the next add, once an expireEvery, not once a day.
+				t.dense, t.probeAt = false, 0
+			}
 		}
 		convert = r.readDenseProbes(probes, convert)
 		sent = hi

@@ -96,3 +96,44 @@ func TestFlush_ManyBusyHyperLogLogsAllTurnDense(t *testing.T) {
 		}
 	}
 }
+
+// A key that Redis lost after the flusher made it dense (a restart) is
+// re-made sparse by the next PFADD; the flusher asks its size again when
+// it next sets the key's TTL (once an expireEvery) and converts it again,
+// rather than trusting its note until the day is over.
+func TestFlush_LostDenseHyperLogLogIsConvertedAgain(t *testing.T) {
+	t.Parallel()
+	r, _, clk := newShardRecorderWith(t, Options{HLLDenseAt: 256})
+	rdb := r.rdb
+	k := hllKey{app: "app", iface: "users.get", scope: scopeIface, day: DayOf(clk.Now())}
+	rk := k.redisKey(r.opt.KeyPrefix)
+	next := 0
+	flushNewUsers := func() {
+		t.Helper()
+		for range 300 {
+			r.Record("app", "users.get", fmt.Sprint("user-", next), true)
+			next++
+		}
+		if err := r.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flushNewUsers()
+	flushNewUsers()
+	if n := rdb.StrLen(t.Context(), rk).Val(); n != hllDenseSize {
+		t.Fatalf("%s: %d bytes before the loss, want dense (%d)", rk, n, hllDenseSize)
+	}
+	rdb.Del(t.Context(), rk) // Redis restarted without its data
+	clk.Advance(r.expireEvery())
+	flushNewUsers() // re-creates the key sparse and sets its TTL again
+	if n := rdb.StrLen(t.Context(), rk).Val(); n >= hllDenseSize {
+		t.Fatalf("%s: %d bytes right after the loss, want sparse (the test would prove nothing)", rk, n)
+	}
+	flushNewUsers() // asks its size, converts it
+	if n := rdb.StrLen(t.Context(), rk).Val(); n != hllDenseSize {
+		t.Errorf("%s: %d bytes, want dense (%d) again", rk, n, hllDenseSize)
+	}
+	if got := rdb.PFCount(t.Context(), rk).Val(); math.Abs(float64(got-600)) > 0.02*600 {
+		t.Errorf("%s: %d distinct users, want the 600 added since the loss, within 2%%", rk, got)
+	}
+}
