@@ -121,7 +121,11 @@ for r in $(seq 1 "$ROUNDS"); do
 		evalsha=$(redis-cli -h "${REDIS_HOST:-127.0.0.1}" -p "${REDIS_PORT:-6379}" INFO commandstats |
 			awk -F'[=,]' '/^cmdstat_evalsha:/ {print $6}')
 		# A flush that failed (no schema: run `make schema`) would make analytics look free.
-		flush_errors=$(curl -sf "$LISTEN/metrics" | awk '/^quota_analytics_flush_errors_total / {print $2}')
+		metrics=$(curl -sf "$LISTEN/metrics")
+		flush_errors=$(awk '/^quota_analytics_flush_errors_total / {print $2}' <<< "$metrics")
+		# quotad's garbage collections so far (its whole life): a tiny heap
+		# collected many times a second costs CPU that a larger one does not.
+		gc_cycles=$(awk '/^go_gc_duration_seconds_count / {print $2}' <<< "$metrics")
 		kill -TERM "$QP"; wait "$TP" 2>/dev/null
 		rollups=$(jq -r --argjson t0 "$start" 'select(.msg == "analytics rollup") | .time | sub("\\.[0-9]+"; "") | sub("Z$"; "") | strptime("%Y-%m-%dT%H:%M:%S") | mktime - $t0 | floor | "\(.)s"' "$log" 2>/dev/null | paste -sd, -)
 		# Each run starts on an empty database: millions of keys left by the
@@ -137,7 +141,7 @@ for r in $(seq 1 "$ROUNDS"); do
 		n=$(echo "$out" | awk '$1 == "requests" {print $2; exit}')
 		echo "$out" | grep -E "^\s+(requests|latency|late)" | tr -s ' ' | tr '\n' ' '
 		worst=$(jq -r '[.timeline[]?] | sort_by(-.p99_ms) | .[:3] | map("\(.p99_ms)@\(.second)s") | join(" ")' "$json" 2>/dev/null)
-		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) evalsha_us=${evalsha:-?} machine_busy_pct=$(((b1 - b0) * 100 / (t1 > t0 ? t1 - t0 : 1))) machine_us_per_check=$(((b1 - b0) * 10000 / (n > 0 ? n : 1))) mysql_ticks=$((m1 - m0)) steal_pct=$(pct $((s1 - s0)) $((t1 - t0))) rollups=${rollups:-none} flush_errors=${flush_errors:-?} | to exit: quotad_cpu_s=$qlife redis_ticks=$((r2 - r0)) mysql_ticks=$((m2 - m0)) machine_us_per_check=$(((b2 - b0) * 10000 / (n > 0 ? n : 1)))$win"
+		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) evalsha_us=${evalsha:-?} machine_busy_pct=$(((b1 - b0) * 100 / (t1 > t0 ? t1 - t0 : 1))) machine_us_per_check=$(((b1 - b0) * 10000 / (n > 0 ? n : 1))) mysql_ticks=$((m1 - m0)) steal_pct=$(pct $((s1 - s0)) $((t1 - t0))) rollups=${rollups:-none} gc_cycles=${gc_cycles:-?} flush_errors=${flush_errors:-?} | to exit: quotad_cpu_s=$qlife redis_ticks=$((r2 - r0)) mysql_ticks=$((m2 - m0)) machine_us_per_check=$(((b2 - b0) * 10000 / (n > 0 ? n : 1)))$win"
 	done
 done
 rm -f "$log" "$log.time" "$log.bench"
