@@ -40,7 +40,12 @@ BEGIN {
 	if (w && ro != "" && ro != "none") { # did a rollup fall in the window?
 		match($0, /window [0-9]+-[0-9]+s/); split(substr($0, RSTART + 7, RLENGTH - 8), ww, "-")
 		nro = split(ro, at, ",")
-		for (i = 1; i <= nro; i++) if (at[i] + 0 >= ww[1] + 0 && at[i] + 0 < ww[2] + 0) held = 1
+		for (i = 1; i <= nro; i++) { # "start-ends" (or an older "ends": its end only)
+			sub(/s!?$/, "", at[i])
+			p = index(substr(at[i], 2), "-") # the dash after the start (which may be negative)
+			s0 = p ? substr(at[i], 1, p) : at[i]; s1 = p ? substr(at[i], p + 2) : at[i]
+			if (s1 + 0 >= ww[1] + 0 && s0 + 0 < ww[2] + 0) held = 1
+		}
 	}
 	if (w) {
 		$0 = substr($0, w) # the window figures only

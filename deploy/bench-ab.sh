@@ -43,8 +43,9 @@
 #                run), falls on each variant alike; default: same order
 # Each run also prints steal_pct (the share of the machine's ticks that
 # the hypervisor gave to others, /proc/stat's steal, counted in busy) and
-# rollups (seconds into the run at which quotad logged an analytics rollup,
-# the cron job at every tenth minute: a window holding one pays for it).
+# rollups (each analytics rollup quotad logged, the cron job at every tenth
+# minute, as start-end seconds into the run, "!" if it failed or was
+# cancelled at shutdown: a window holding one pays for it).
 # Usage (after make schema, which builds and applies sql/), under the
 # benchmark lock of a shared machine:
 #   flock /tmp/quota-bench.lock bash deploy/bench-ab.sh
@@ -127,7 +128,12 @@ for r in $(seq 1 "$ROUNDS"); do
 		# collected many times a second costs CPU that a larger one does not.
 		gc_cycles=$(awk '/^go_gc_duration_seconds_count / {print $2}' <<< "$metrics")
 		kill -TERM "$QP"; wait "$TP" 2>/dev/null
-		rollups=$(jq -r --argjson t0 "$start" 'select(.msg == "analytics rollup") | .time | sub("\\.[0-9]+"; "") | sub("Z$"; "") | strptime("%Y-%m-%dT%H:%M:%S") | mktime - $t0 | floor | "\(.)s"' "$log" 2>/dev/null | paste -sd, -)
+		# Each rollup as start-end, in seconds into the run (its log line is
+		# written at its end and says how long it took), "!" if it failed
+		# (shutdown cancels one still running).
+		rollups=$(jq -r --argjson t0 "$start" 'select(.msg | startswith("analytics rollup")) |
+			((.time | sub("\\.[0-9]+"; "") | sub("Z$"; "") | strptime("%Y-%m-%dT%H:%M:%S") | mktime) - $t0) as $at |
+			"\($at - (.seconds // 0) | floor)-\($at | floor)s\(if .level == "ERROR" then "!" else "" end)"' "$log" 2>/dev/null | paste -sd, -)
 		# Each run starts on an empty database: millions of keys left by the
 		# runs before make Redis' GETs and SETs slower (a bigger dict, more
 		# cache misses), which would favour whichever variant runs first.

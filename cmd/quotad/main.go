@@ -248,13 +248,16 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 	if _, err := cr.AddFunc(s.RollupSchedule, func() {
 		ctx, cancel := context.WithTimeout(jobs, 10*time.Minute)
 		defer cancel()
+		start := time.Now()
 		res, err := rec.Rollup(ctx)
+		// seconds: how long the job held MariaDB (a finished day's fold can
+		// take minutes), so that its load can be told from the checks'.
 		if err != nil {
-			log.Error("analytics rollup failed; the next run resumes it", "err", err)
+			log.Error("analytics rollup failed; the next run resumes it", "err", err, "seconds", time.Since(start).Seconds())
 			return
 		}
 		log.Info("analytics rollup", "periods", res.Periods, "points_moved", res.Moved,
-			"user_rows_folded", res.UserRows, "user_chunk_merges", res.UserMerges)
+			"user_rows_folded", res.UserRows, "user_chunk_merges", res.UserMerges, "seconds", time.Since(start).Seconds())
 	}); err != nil {
 		cancelJobs()
 		ardb.Close()
