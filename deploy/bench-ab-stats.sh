@@ -8,8 +8,9 @@
 # degrees of freedom): what a claim like "within 5 %" must be read against.
 # With AB_WINDOW the window's figures are used (the steady state), else
 # the whole run's req/s and CPU per check (no per-server split then). A
-# variant's round is marked R when quotad logged a rollup within its window
-# (the cron job at every tenth minute: a window that holds one pays for it).
+# variant's round is marked R when a rollup ran during its window, finished
+# or not (bench-ab.sh's rollups field; the cron job at every tenth minute:
+# a window that holds one pays for it).
 #
 # Usage: bash deploy/bench-ab-stats.sh LOG... (several logs pool their
 # rounds; a round is keyed by log and number). AB_BASE names the baseline
