@@ -11,6 +11,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/quota-platform/quota/schedule"
 	"github.com/quota-platform/quota/tiers"
 )
 
@@ -256,7 +257,7 @@ func (w *Worker) Start(ctx context.Context) (stop func(), err error) {
 	w.queued = map[tiers.CellID]bool{}
 	w.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
-	c := cron.New(cron.WithLocation(time.UTC))
+	c := schedule.New(w.log())
 	c.Schedule(sched, cron.FuncJob(func() {
 		rep, err := w.RunCycle(ctx)
 		w.log().Info("migration cycle", "scanned", rep.Scanned, "moved", rep.Moved, "skipped", rep.Skipped, "repaired", rep.Repaired, "failures", rep.Failures, "duration", rep.Duration, "err", err)

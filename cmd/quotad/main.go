@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
-	"github.com/robfig/cron/v3"
 
 	"github.com/quota-platform/quota/analytics"
 	"github.com/quota-platform/quota/api"
@@ -30,6 +29,7 @@ import (
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/schedule"
 	schema "github.com/quota-platform/quota/sql"
 	"github.com/quota-platform/quota/tiers"
 )
@@ -240,7 +240,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 		return nil, nil, err
 	}
 	go rec.Run(context.Background()) // ended by rec.Close
-	cr := cron.New(cron.WithLocation(time.UTC))
+	cr := schedule.New(log)
 	// Shutdown cancels a running rollup rather than wait for it: the fold of
 	// a finished day's per-user figures can take minutes, and a cancelled
 	// one loses nothing (each part is one transaction; the next run resumes).
