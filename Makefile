@@ -40,6 +40,13 @@ bench-analytics: schema
 bench-hll: services
 	$(GO) test -run '^$$' -bench 'BenchmarkPFADD|BenchmarkPackedRegisters' -benchtime 1x ./analytics/
 
+# What the analytics flushes of a minute of make bench's uniform load cost
+# MariaDB and Redis (private servers, CPU from /proc) and the recorder
+# (BENCHMARKS.md); ~1 minute.
+.PHONY: bench-analytics-servers
+bench-analytics-servers: services
+	$(GO) test -run '^$$' -bench 'BenchmarkFlushServerCPU' -benchtime 5x ./analytics/
+
 # The same workload through each algorithm (BENCHMARKS.md).
 bench-algorithms: schema
 	bash deploy/bench-algorithms.sh

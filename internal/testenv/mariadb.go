@@ -1,13 +1,16 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -29,6 +32,8 @@ type MariaDBProcess struct {
 	dataDir string
 	socket  string
 
+	args []string // extra mariadbd options
+
 	mu     sync.Mutex
 	cmd    *exec.Cmd
 	exited chan struct{}
@@ -37,8 +42,10 @@ type MariaDBProcess struct {
 
 // StartMariaDB initialises a data directory (mariadb-install-db, about 2 s),
 // starts mariadbd on a free port, waits until it answers and creates the
-// user quota/quota. The server is killed when the test ends.
-func StartMariaDB(t testing.TB) *MariaDBProcess {
+// user quota/quota. The server is killed when the test ends. Options are
+// extra mariadbd options, after the defaults (a later one wins), e.g.
+// "--innodb-buffer-pool-size=128M" (the default here is 32M).
+func StartMariaDB(t testing.TB, options ...string) *MariaDBProcess {
 	t.Helper()
 	for _, bin := range []string{"mariadb-install-db", "mariadbd"} {
 		if _, err := exec.LookPath(bin); err != nil {
@@ -55,6 +62,7 @@ func StartMariaDB(t testing.TB) *MariaDBProcess {
 		Port:    FreePort(t),
 		dataDir: filepath.Join(dir, "data"),
 		socket:  filepath.Join(dir, "sock"), // short: a unix socket path has at most 107 bytes
+		args:    options,
 		log:     &LockedBuffer{},
 	}
 	install := exec.Command("mariadb-install-db", "--no-defaults", "--datadir="+p.dataDir,
@@ -98,6 +106,7 @@ func (p *MariaDBProcess) Start() {
 		"--port="+strconv.Itoa(p.Port), "--bind-address=127.0.0.1", "--socket="+p.socket,
 		"--user=root", "--innodb-buffer-pool-size=32M", "--skip-log-bin",
 		"--skip-name-resolve", "--pid-file="+filepath.Join(filepath.Dir(p.dataDir), "pid"))
+	cmd.Args = append(cmd.Args, p.args...)
 	cmd.Stdout = p.log
 	cmd.Stderr = p.log
 	if err := cmd.Start(); err != nil {
@@ -189,3 +198,46 @@ func (p *MariaDBProcess) Log() string { return p.log.String() }
 
 // String describes the process.
 func (p *MariaDBProcess) String() string { return fmt.Sprintf("mariadbd@127.0.0.1:%d", p.Port) }
+
+// CPUTime is the CPU time (user and system, every thread) the running
+// mariadbd has used since it started: what a benchmark charges to the
+// database when this server is its alone.
+func (p *MariaDBProcess) CPUTime() time.Duration {
+	p.t.Helper()
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil {
+		p.t.Fatalf("%s: not running", p)
+	}
+	d, err := ProcessCPUTime(cmd.Process.Pid)
+	if err != nil {
+		p.t.Fatalf("%s: %v", p, err)
+	}
+	return d
+}
+
+// ProcessCPUTime reads a process's user and system CPU time from
+// /proc/PID/stat (fields 14 and 15, in USER_HZ: 100 a second on Linux).
+func ProcessCPUTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("cpu time of process %d: %w", pid, err)
+	}
+	// The command (field 2) is in parentheses and may hold spaces: count
+	// from the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("cpu time of process %d: malformed stat %q", pid, b)
+	}
+	f := strings.Fields(string(b[i+1:])) // f[0] is field 3 (state)
+	if len(f) < 13 {
+		return 0, fmt.Errorf("cpu time of process %d: short stat %q", pid, b)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("cpu time of process %d: %w", pid, err)
+	}
+	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
+}

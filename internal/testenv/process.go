@@ -88,3 +88,17 @@ func (p *RedisProcess) Signal(sig os.Signal) error {
 
 // String describes the process.
 func (p *RedisProcess) String() string { return fmt.Sprintf("redis-server@%s", p.Addr()) }
+
+// CPUTime is the CPU time the running redis-server has used since it
+// started (ProcessCPUTime).
+func (p *RedisProcess) CPUTime() time.Duration {
+	p.t.Helper()
+	if p.cmd == nil || p.cmd.Process == nil {
+		p.t.Fatalf("redis-server on %s: not running", p.Addr())
+	}
+	d, err := ProcessCPUTime(p.cmd.Process.Pid)
+	if err != nil {
+		p.t.Fatalf("redis-server on %s: %v", p.Addr(), err)
+	}
+	return d
+}

@@ -1,0 +1,155 @@
+package analytics
+
+import (
+	"context"
+	"database/sql"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/internal/testenv"
+)
+
+// BenchmarkFlushServerCPU is what the flushes of one minute of make
+// bench's uniform load cost MariaDB and Redis: 16,000 calls a second
+// (960,000 a minute) over 1,000 apps × 50 interfaces × 100,000 users,
+// flushed as quotad's Run does with the defaults: every 15 s, the minute in
+// progress held, so each minute takes four flushes of per-user chunks and
+// one write of its 50,000 (app, interface) pairs' day and curve rows. One
+// op is one minute (after one unmeasured minute, which creates the day rows
+// that the later ones update).
+//
+// The servers are private (testenv.StartMariaDB with two shard databases
+// on it, testenv.StartRedis for the distinct-user HyperLogLogs), so their
+// CPU from /proc is the flushes' alone, background threads included: a
+// figure that other load on the machine hardly moves, unlike req/s.
+// recorder-us/call is this process's CPU a call: Record, the flushes and
+// the collector, with the load's loop. MariaDB runs with two InnoDB buffer
+// pools: 32 MB, far smaller than the tables as they grow (pages are evicted
+// and written back as the flushes go), and 128 MB, MariaDB's default, which
+// holds them.
+//
+// Reported: mariadb-ms/minute and -us/call, redis-ms/minute and -us/call,
+// recorder-us/call, and per minute the rows written to each table
+// (usage_series, usage_daily, usage_user_chunks) and the MB of chunk
+// bodies. Run with make bench-analytics-servers.
+func BenchmarkFlushServerCPU(b *testing.B) {
+	for _, pool := range []string{"32M", "128M"} {
+		b.Run("pool="+pool, func(b *testing.B) { benchFlushServerCPU(b, pool) })
+	}
+}
+
+func benchFlushServerCPU(b *testing.B, pool string) {
+	const (
+		perSecond = 16_000
+		flushes   = 4 // a minute's flushes at 15 s
+		perFlush  = perSecond * 60 / flushes
+	)
+	srv := testenv.StartMariaDB(b, "--innodb-buffer-pool-size="+pool)
+	var dbs []*sql.DB
+	for _, name := range []string{"quota_0", "quota_1"} {
+		cfg, err := mysql.ParseDSN(srv.CreateDatabase(name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.InterpolateParams = true // as quotad's shards (tiers.ShardDSN)
+		db, err := sql.Open("mysql", cfg.FormatDSN())
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { db.Close() })
+		dbs = append(dbs, db)
+	}
+	rs := testenv.StartRedis(b)
+	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
+	b.Cleanup(func() { rdb.Close() })
+	const prefix = "bench:"
+	clk := clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	reg := prometheus.NewRegistry()
+	rec, err := New(Options{DBs: dbs, Redis: rdb, KeyPrefix: prefix, Clock: clk, HoldOpenMinute: true, Registerer: reg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	apps, users, ifaces := benchNames("app-", 1000), benchNames("user-", 100_000), benchNames("iface.", 50)
+	ctx := context.Background()
+	var x uint64 = 88172645463325252
+	minute := func() {
+		for range flushes {
+			for range perFlush {
+				x ^= x << 13 // xorshift: the same sequence every run
+				x ^= x >> 7
+				x ^= x << 17
+				rec.Record(apps[x%1000], ifaces[(x>>10)%50], users[(x>>20)%100_000], true)
+			}
+			clk.Advance(15 * time.Second)
+			if err := rec.flush(ctx, false, nil, rec.periodicHold()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	minute()
+	rows := func(table string) float64 { return testutil.ToFloat64(rec.met.rowsWritten.WithLabelValues(table)) }
+	tables := []string{"usage_series", "usage_daily", "usage_user_chunks"}
+	before := map[string]float64{}
+	for _, t := range tables {
+		before[t] = rows(t)
+	}
+	chunkBytes0 := chunkBytes(b, dbs)
+	cpu0, redis0, own0 := srv.CPUTime(), rs.CPUTime(), ownCPU(b)
+	b.ResetTimer()
+	for range b.N {
+		minute()
+	}
+	b.StopTimer()
+	time.Sleep(time.Second) // the commits' background work (purge, page flushing) starts at once
+	own := ownCPU(b) - own0
+	cpu, redisCPU := srv.CPUTime()-cpu0, rs.CPUTime()-redis0
+	calls := float64(b.N * flushes * perFlush)
+	b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "mariadb-ms/minute")
+	b.ReportMetric(float64(cpu.Microseconds())/calls, "mariadb-us/call")
+	b.ReportMetric(float64(redisCPU.Milliseconds())/float64(b.N), "redis-ms/minute")
+	b.ReportMetric(float64(redisCPU.Microseconds())/calls, "redis-us/call")
+	b.ReportMetric(float64(own.Microseconds())/calls, "recorder-us/call")
+	for _, t := range tables {
+		b.ReportMetric((rows(t)-before[t])/float64(b.N), t+"-rows/minute")
+	}
+	b.ReportMetric(float64(chunkBytes(b, dbs)-chunkBytes0)/1e6/float64(b.N), "chunk-MB/minute")
+}
+
+// ownCPU is the CPU time this process has used: the recorder's (Record,
+// the flushes, their garbage), with the load's loop.
+func ownCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// chunkBytes is the bytes of every per-user chunk body on the shards.
+func chunkBytes(b *testing.B, dbs []*sql.DB) int64 {
+	var total int64
+	for _, db := range dbs {
+		var n sql.NullInt64
+		if err := db.QueryRow("SELECT SUM(LENGTH(body)) FROM usage_user_chunks").Scan(&n); err != nil {
+			b.Fatal(err)
+		}
+		total += n.Int64
+	}
+	return total
+}
+
+func benchNames(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = prefix + strconv.Itoa(i)
+	}
+	return out
+}
