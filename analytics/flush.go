@@ -30,7 +30,7 @@ func (r *Recorder) flush(ctx context.Context, final bool, pace *pacer, hold int6
 	r.swapLive(ctx, pace)
 
 	var errs []error
-	if err := r.pfaddPending(ctx, pace); err != nil {
+	if err := r.pfaddPending(ctx, pace, final || hold == writeAll); err != nil {
 		errs = append(errs, fmt.Errorf("redis PFADD: %w", err))
 	}
 	errs = append(errs, r.writeShards(ctx, pace, hold)...)

@@ -37,18 +37,33 @@ func groupOf(appHash uint64, day Day, iface string) uint64 {
 }
 
 // pfaddPending sends the queued distinct users (sorted by swapLive) to
-// their HyperLogLogs, in pipelines of whole runs of one app-day, resting
-// after each as pace says. PFADD is idempotent, so a pipeline that failed
-// half-way is simply sent again; the app-days sent before it leave the
-// queue.
-func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
-	q := r.hllQueue
+// their app-level HyperLogLogs and moves them to the interface-level queue
+// (ifaceadds.go), whose users it sends when the interface pass is due
+// (always when all). PFADD is idempotent, so a pipeline that failed
+// half-way is simply sent again: the app-days sent before it leave the
+// queue; an interface pass that failed is made again whole.
+func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer, all bool) error {
+	sent, convert, err := r.pfaddRuns(ctx, pace, r.hllQueue, scopeApp, nil)
+	r.dropQueued(sent)
+	if err == nil && (all || r.ifaceDue(r.clk.Now())) {
+		convert, err = r.ifacePass(ctx, pace, convert)
+	}
+	if cerr := r.convertDense(ctx, convert, pace); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// pfaddRuns sends the users of q (sorted by group) to their HyperLogLogs of
+// scope, in pipelines of whole runs of one app-day, resting after each as
+// pace says. It returns how many of q Redis has (a prefix) and, appended to
+// convert, the keys to make dense.
+func (r *Recorder) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope uint8, convert []*touchedHLL) (int, []*touchedHLL, error) {
 	now := r.clk.Now()
 	args := make([]any, 0, pfaddChunk)
 	var users stringArena
 	var expiring []hllKey // keys whose TTL this pipeline sets
 	var probes []denseProbe
-	var convert []*touchedHLL // keys to make dense
 	// pfadd adds the users of adds to k, each the rest of its id from
 	// userAt (-1: each id's own user field).
 	pfadd := func(pipe redis.Pipeliner, k hllKey, adds []userAdd, userAt int) int {
@@ -95,8 +110,12 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 			end := runEnd(q, hi, func(a, b *userAdd) bool {
 				return a.group>>24 == b.group>>24 && a.day == b.day && hasPrefix(b.id, a.id[:appEnd])
 			})
-			// The app-day's users, repeats included (PFADD takes them).
-			cmds += pfadd(pipe, hllKey{app: app, scope: scopeApp, day: q[hi].day}, q[hi:end], -1)
+			if scope == scopeApp {
+				// The app-day's users, repeats included (PFADD takes them).
+				cmds += pfadd(pipe, hllKey{app: app, scope: scopeApp, day: q[hi].day}, q[hi:end], -1)
+				hi = end
+				continue
+			}
 			for lo := hi; lo < end; {
 				iface, ifaceEnd := rowField(q[lo].id, appEnd)
 				iend := runEnd(q[:end], lo, func(a, b *userAdd) bool { return a.group == b.group && hasPrefix(b.id, a.id[:ifaceEnd]) })
@@ -106,8 +125,7 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 			hi = end
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
-			r.dropQueued(sent)
-			return err
+			return sent, convert, err
 		}
 		users.reset()
 		for _, k := range expiring {
@@ -124,8 +142,7 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer) error {
 		sent = hi
 		pace.rest(ctx)
 	}
-	r.dropQueued(sent)
-	return r.convertDense(ctx, convert, pace)
+	return sent, convert, nil
 }
 
 // stringArena holds strings for command arguments as *string, which go-redis
@@ -200,13 +217,25 @@ func runEnd(q []userAdd, i int, same func(a, b *userAdd) bool) int {
 	return j
 }
 
-// dropQueued removes the first n queued adds, which Redis has.
+// dropQueued moves the first n queued adds, whose app-level add Redis has,
+// to the interface-level queue.
 func (r *Recorder) dropQueued(n int) {
 	if n == 0 {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	var lost int
+	for i := range r.hllQueue[:n] {
+		if len(r.ifaceQueue.adds) >= r.opt.MaxPendingRows {
+			lost++
+			continue
+		}
+		r.ifaceQueue.add(&r.hllQueue[i])
+	}
+	if lost > 0 {
+		r.met.droppedAdds.Add(float64(lost))
+	}
 	rest := copy(r.hllQueue, r.hllQueue[n:])
 	clear(r.hllQueue[rest:]) // no strings kept alive past their use
 	r.hllQueue = r.hllQueue[:rest]

@@ -76,8 +76,8 @@ func (r *Recorder) rowsets(app string) []*rowset {
 
 func (r *Recorder) db(app string) *dbShard { return r.shards[ShardIndex(app, len(r.shards))] }
 
-// pendingUsers adds to extra the users not yet in Redis of key k, or of
-// the app-scope keys of k.app from k.day to last (caller holds r.mu).
+// pendingUsers adds to extra the users not yet in Redis of the keys like k
+// from k.day to last (caller holds r.mu).
 func (r *Recorder) pendingUsers(k hllKey, last Day, extra map[hllKey][]string) {
 	for i := range r.hllQueue {
 		a := &r.hllQueue[i]
@@ -87,6 +87,13 @@ func (r *Recorder) pendingUsers(k hllKey, last Day, extra map[hllKey][]string) {
 		dk := k
 		dk.day = a.day
 		extra[dk] = append(extra[dk], a.id.user())
+	}
+	if k.scope == scopeIface {
+		for d := k.day; d <= last; d++ {
+			dk := k
+			dk.day = d
+			r.pendingIfaceUsers(dk, extra)
+		}
 	}
 }
 

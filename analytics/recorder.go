@@ -60,6 +60,13 @@ type Options struct {
 	// DefaultHLLDenseAt; negative: never, Redis converts at its
 	// hll-sparse-max-bytes). hlldense.go says why.
 	HLLDenseAt int
+	// IfaceUsersEvery is how often Run's flushes send the distinct users
+	// of the (app, interface) HyperLogLogs (default 1 min; the app-level
+	// ones go with every flush, and Flush and Close send both): under
+	// uniform traffic every flush touches nearly every interface's key
+	// with a few users, and the PFADD commands, not the users, are what
+	// Redis pays for (ifaceadds.go). Queries count the users waiting.
+	IfaceUsersEvery time.Duration
 	// PersistEvery is how often the app-level HLL registers of the current
 	// day are saved to MySQL (default 10 min); interface-level ones are saved
 	// once their day is over, and every touched key on Close.
@@ -157,16 +164,19 @@ type Recorder struct {
 	// flusher's moves of rows between memory and MySQL, so a row is seen
 	// exactly once. Only the flusher (holding flushing) writes shards and
 	// hllQueue, and only with mu held; touched is the flusher's alone.
-	mu          sync.RWMutex
-	flushing    sync.Mutex
-	shards      []*dbShard
-	hllQueue    []userAdd              // distinct-user adds not yet sent to Redis
-	touched     map[hllKey]*touchedHLL // keys added to since persisted
-	addSorter   addSort                // sorts hllQueue (the flusher's alone)
-	names       nameTable              // names of keys kept past a flush (the flusher's alone)
-	appKeys     keyCache               // apps of recently verified keys
-	lastPersist time.Time
-	lastDropLog time.Time
+	mu            sync.RWMutex
+	flushing      sync.Mutex
+	shards        []*dbShard
+	hllQueue      []userAdd              // distinct-user adds not yet sent to Redis
+	ifaceQueue    ifaceAdds              // adds whose interface-level add waits for the interface pass
+	ifaceView     []userAdd              // the interface pass's view of ifaceQueue (the flusher's alone)
+	lastIfacePass time.Time              // when the interface pass last sent all of ifaceQueue
+	touched       map[hllKey]*touchedHLL // keys added to since persisted
+	addSorter     addSort                // sorts hllQueue (the flusher's alone)
+	names         nameTable              // names of keys kept past a flush (the flusher's alone)
+	appKeys       keyCache               // apps of recently verified keys
+	lastPersist   time.Time
+	lastDropLog   time.Time
 
 	runOnce  sync.Once
 	stop     chan struct{}
@@ -237,6 +247,9 @@ func New(o Options) (*Recorder, error) {
 	if o.HLLDenseAt == 0 {
 		o.HLLDenseAt = DefaultHLLDenseAt
 	}
+	if o.IfaceUsersEvery <= 0 {
+		o.IfaceUsersEvery = time.Minute
+	}
 	if o.PersistEvery <= 0 {
 		o.PersistEvery = 10 * time.Minute
 	}
@@ -266,6 +279,7 @@ func New(o Options) (*Recorder, error) {
 		r.shards = append(r.shards, &dbShard{db: db, pending: newRowset()})
 	}
 	r.lastPersist = r.clk.Now()
+	r.lastIfacePass = r.lastPersist
 	return r, nil
 }
 

@@ -76,16 +76,21 @@ type addSort struct {
 	keys, spare []addSortKey
 }
 
-// sort sorts q by group: a radix sort of the keys, a byte of the group a
-// pass from the lowest (passes where every key has the same byte are
-// skipped), then q put in their order in place.
+// sort sorts q by group (sortByGroup).
 func (s *addSort) sort(q []userAdd) {
+	sortByGroup(s, q, func(a *userAdd) uint64 { return a.group })
+}
+
+// sortByGroup sorts q by group: a radix sort of the keys, a byte of the
+// group a pass from the lowest (passes where every key has the same byte
+// are skipped), then q put in their order in place.
+func sortByGroup[T any](s *addSort, q []T, group func(*T) uint64) {
 	if len(q) < 2 {
 		return
 	}
 	keys := s.keys[:0]
 	for i := range q {
-		keys = append(keys, addSortKey{group: q[i].group, idx: int32(i)})
+		keys = append(keys, addSortKey{group: group(&q[i]), idx: int32(i)})
 	}
 	spare := slices.Grow(s.spare[:0], len(keys))[:len(keys)]
 	var counts [8][256]int
@@ -118,7 +123,7 @@ func (s *addSort) sort(q []userAdd) {
 // permute puts q[keys[i].idx] at q[i] for every i, in place, following
 // each cycle of the permutation once (it marks keys it has placed with
 // idx -1).
-func permute(q []userAdd, keys []addSortKey) {
+func permute[T any](q []T, keys []addSortKey) {
 	for i := range keys {
 		if keys[i].idx < 0 {
 			continue

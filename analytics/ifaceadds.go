@@ -1,0 +1,125 @@
+package analytics
+
+import (
+	"context"
+	"strings"
+	"time"
+	"unsafe"
+)
+
+// ifaceAdds are the distinct-user adds whose app-level add Redis has and
+// whose interface-level add waits for the next interface pass, which
+// pfaddPending makes once every IfaceUsersEvery (a minute by default), not
+// with every flush.
+//
+// Why: with keys spread like make bench's (1,000 apps × 50 interfaces),
+// every flush touches nearly every (app, interface) key with a handful of
+// users, and those 50,000 PFADDs a flush were 83 % of what analytics cost
+// Redis (BenchmarkFlushServerCPU: 504 ms of Redis CPU a minute at 16,000
+// calls/s, 86 ms without them): the cost is the command, not the user.
+// Once a minute the same users go in a quarter of the commands.
+//
+// The ids are copied into one byte buffer, so that the minute's adds hold
+// no pointers for the collector to mark while they wait (a queue of row ids
+// would keep a minute of id blocks alive and give it one pointer an add).
+type ifaceAdds struct {
+	buf    []byte
+	adds   []ifaceAdd
+	minDay Day // the earliest day of adds (when any)
+}
+
+type ifaceAdd struct {
+	group  uint64
+	day    Day
+	off, n uint32 // the id's bytes in buf
+}
+
+// add copies a's id (the flusher's, under the Recorder's mu).
+func (q *ifaceAdds) add(a *userAdd) {
+	if len(q.adds) == 0 || a.day < q.minDay {
+		q.minDay = a.day
+	}
+	q.adds = append(q.adds, ifaceAdd{group: a.group, day: a.day, off: uint32(len(q.buf)), n: uint32(len(a.id))})
+	q.buf = append(q.buf, a.id...)
+}
+
+// id is the id of add i: a string over buf, valid until the next reset.
+func (q *ifaceAdds) id(i int) rowID {
+	a := &q.adds[i]
+	if a.n == 0 {
+		return ""
+	}
+	return rowID(unsafe.String(&q.buf[a.off], int(a.n)))
+}
+
+// view appends adds lo to hi to v as userAdds whose ids lie over buf: for
+// the pass only (clear it before the next reset).
+func (q *ifaceAdds) view(lo, hi int, v []userAdd) []userAdd {
+	for i := lo; i < hi; i++ {
+		v = append(v, userAdd{group: q.adds[i].group, id: q.id(i), day: q.adds[i].day})
+	}
+	return v
+}
+
+// ifaceViewSize is the adds one step of the interface pass views as
+// userAdds: the view is kept from pass to pass, and a view of a minute's
+// adds (a million and more) would be tens of MB for the collector to scan
+// in every cycle. A run of one key cut by a step's end costs one PFADD more.
+const ifaceViewSize = 1 << 14
+
+// ifacePass sends the waiting adds to their interface-level HyperLogLogs,
+// sorted by group and viewed a step at a time, and empties the queue when
+// Redis has them all; convert is as pfaddRuns'.
+func (r *Recorder) ifacePass(ctx context.Context, pace *pacer, convert []*touchedHLL) ([]*touchedHLL, error) {
+	now := r.clk.Now()
+	q := &r.ifaceQueue
+	r.mu.Lock() // readers scan the adds
+	sortByGroup(&r.addSorter, q.adds, func(a *ifaceAdd) uint64 { return a.group })
+	r.mu.Unlock()
+	for lo := 0; lo < len(q.adds); lo += ifaceViewSize {
+		view := q.view(lo, min(lo+ifaceViewSize, len(q.adds)), r.ifaceView[:0])
+		var err error
+		_, convert, err = r.pfaddRuns(ctx, pace, view, scopeIface, convert)
+		clear(view) // no strings over the buffer kept past the pass
+		r.ifaceView = view[:0]
+		if err != nil {
+			return convert, err // the whole pass is made again
+		}
+	}
+	r.mu.Lock()
+	q.reset()
+	r.mu.Unlock()
+	r.lastIfacePass = now
+	return convert, nil
+}
+
+// reset empties q, keeping its room (the flusher's, under mu).
+func (q *ifaceAdds) reset() {
+	q.buf, q.adds = q.buf[:0], q.adds[:0]
+}
+
+// due reports whether the interface pass is due at now: IfaceUsersEvery
+// has passed since the last one, or an add is of a day before now's, whose
+// keys persistHLL saves now that the day is over.
+func (r *Recorder) ifaceDue(now time.Time) bool {
+	if len(r.ifaceQueue.adds) == 0 {
+		return false
+	}
+	return now.Sub(r.lastIfacePass) >= r.opt.IfaceUsersEvery || r.ifaceQueue.minDay < DayOf(now)
+}
+
+// pendingIfaceUsers adds to extra the users of k (an interface-level key)
+// still waiting for the interface pass (caller holds r.mu). The users are
+// copied: the buffer is reused once the pass is done.
+func (r *Recorder) pendingIfaceUsers(k hllKey, extra map[hllKey][]string) {
+	q := &r.ifaceQueue
+	for i := range q.adds {
+		if q.adds[i].day != k.day {
+			continue
+		}
+		app, iface, user := q.id(i).split()
+		if app == k.app && iface == k.iface {
+			extra[k] = append(extra[k], strings.Clone(user))
+		}
+	}
+}

@@ -1,0 +1,158 @@
+package analytics
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// interfaceKeyUsers is PFCOUNT of the (app, interface, day) HyperLogLog in
+// Redis (0 when there is no such key).
+func interfaceKeyUsers(t *testing.T, r *Recorder, app, iface string, day Day) int64 {
+	t.Helper()
+	n, err := r.rdb.PFCount(context.Background(), hllKey{app: app, iface: iface, scope: scopeIface, day: day}.redisKey(r.opt.KeyPrefix)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func appKeyUsers(t *testing.T, r *Recorder, app string, day Day) int64 {
+	t.Helper()
+	n, err := r.rdb.PFCount(context.Background(), hllKey{app: app, scope: scopeApp, day: day}.redisKey(r.opt.KeyPrefix)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// Run's flushes send the interface-level distinct users once a minute: the
+// flushes in between send the app-level ones only, and the stats count the
+// users still waiting.
+func TestFlush_InterfaceUsersWaitForTheInterfacePass(t *testing.T) {
+	t.Parallel()
+	r, _, clk := newShardRecorder(t) // 10:00:00
+	day := DayOf(clk.Now())
+	ctx := context.Background()
+	record := func(from, to int) {
+		for i := from; i < to; i++ {
+			r.Record("app", "iface", fmt.Sprintf("user-%d", i), true)
+		}
+	}
+	// The app key and the interface key get the same users, so their
+	// estimates are equal (HyperLogLogs of one set have equal registers).
+	record(0, 20)
+	var appUsers int64
+	for flush := 1; flush <= 3; flush++ { // 10:00:15, :30, :45; users 20 more each
+		clk.Advance(15 * time.Second)
+		if err := heldFlush(t, r); err != nil {
+			t.Fatal(err)
+		}
+		got := appKeyUsers(t, r, "app", day)
+		if got <= appUsers || got < int64(19*flush) {
+			t.Fatalf("flush %d: app key counts %d users after %d, want ~%d: app-level users go with every flush", flush, got, appUsers, 20*flush)
+		}
+		appUsers = got
+		if got := interfaceKeyUsers(t, r, "app", "iface", day); got != 0 {
+			t.Fatalf("flush %d: the interface key counts %d users before its pass, want none sent yet", flush, got)
+		}
+		if flush < 3 {
+			record(20*flush, 20*flush+20)
+		}
+	}
+	// A query counts the waiting users (adding them to the key itself).
+	st, err := r.InterfaceDay(ctx, "app", "iface", day)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.UniqueUsers != appUsers {
+		t.Fatalf("InterfaceDay counts %d unique users, want %d as the app key (waiting users included)", st.UniqueUsers, appUsers)
+	}
+	clk.Advance(15 * time.Second) // 10:01:00: a minute since the recorder began
+	if err := heldFlush(t, r); err != nil {
+		t.Fatal(err)
+	}
+	appUsers = appKeyUsers(t, r, "app", day)
+	if got := interfaceKeyUsers(t, r, "app", "iface", day); got != appUsers || got < 57 {
+		t.Fatalf("after a minute the interface key counts %d users, want %d as the app key (~60)", got, appUsers)
+	}
+	if n := len(r.ifaceQueue.adds); n != 0 {
+		t.Fatalf("%d adds still wait after the interface pass", n)
+	}
+}
+
+// The users of a day that is over are sent with the first flush of the
+// next, whatever the minute: persistHLL saves that day's interface keys
+// in the same flush.
+func TestFlush_InterfaceUsersOfAFinishedDayAreSentAtOnce(t *testing.T) {
+	t.Parallel()
+	r, _, clk := newShardRecorder(t) // 10:00:00
+	clk.Advance(14*time.Hour - 10*time.Second)
+	day := DayOf(clk.Now()) // 23:59:50
+	r.lastIfacePass = clk.Now()
+	for i := range 5 {
+		r.Record("app", "iface", fmt.Sprintf("user-%d", i), true)
+	}
+	clk.Advance(15 * time.Second) // 00:00:05 the next day
+	if err := heldFlush(t, r); err != nil {
+		t.Fatal(err)
+	}
+	if got := interfaceKeyUsers(t, r, "app", "iface", day); got != 5 {
+		t.Fatalf("the finished day's interface key counts %d users, want 5", got)
+	}
+}
+
+// Flush (and Close) send every user, interface-level ones included.
+func TestFlush_FlushSendsInterfaceUsersAtOnce(t *testing.T) {
+	t.Parallel()
+	r, _, clk := newShardRecorder(t)
+	day := DayOf(clk.Now())
+	for i := range 7 {
+		r.Record("app", "iface", fmt.Sprintf("user-%d", i), true)
+	}
+	if err := r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := interfaceKeyUsers(t, r, "app", "iface", day); got != 7 {
+		t.Fatalf("after Flush the interface key counts %d users, want 7", got)
+	}
+}
+
+// The interface pass views its adds a step at a time: a pass of several
+// steps, with keys cut by a step's end, sends every user. Each interface
+// key must estimate exactly as a key the test filled with the same users
+// (equal sets give equal registers).
+func TestFlush_InterfacePassInStepsSendsEveryUser(t *testing.T) {
+	t.Parallel()
+	r, _, clk := newShardRecorder(t)
+	day := DayOf(clk.Now())
+	ctx := context.Background()
+	ifaces := []string{"a", "b", "c"}
+	const users = ifaceViewSize * 3 / 4 // 3 interfaces: the adds take 3 steps
+	for _, iface := range ifaces {
+		ref := r.opt.KeyPrefix + "test-ref:" + iface
+		var args []any
+		for i := range users {
+			u := fmt.Sprintf("%s-user-%d", iface, i)
+			r.Record("app", iface, u, true)
+			args = append(args, u)
+		}
+		if err := r.rdb.PFAdd(ctx, ref, args...).Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.rdb.Del(context.Background(), ref) })
+	}
+	if err := r.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, iface := range ifaces {
+		want, err := r.rdb.PFCount(ctx, r.opt.KeyPrefix+"test-ref:"+iface).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := interfaceKeyUsers(t, r, "app", iface, day); got != want {
+			t.Errorf("interface %s: key counts %d users, want %d as the same users added at once", iface, got, want)
+		}
+	}
+}
