@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"context"
+	"math"
 	"strings"
 	"time"
 	"unsafe"
@@ -34,13 +35,18 @@ type ifaceAdd struct {
 	off, n uint32 // the id's bytes in buf
 }
 
-// add copies a's id (the flusher's, under the Recorder's mu).
-func (q *ifaceAdds) add(a *userAdd) {
+// add copies a's id (the flusher's, under the Recorder's mu), unless the
+// buffer would pass the 4 GiB its offsets address (false: a is dropped).
+func (q *ifaceAdds) add(a *userAdd) bool {
+	if len(q.buf)+len(a.id) > math.MaxUint32 {
+		return false
+	}
 	if len(q.adds) == 0 || a.day < q.minDay {
 		q.minDay = a.day
 	}
 	q.adds = append(q.adds, ifaceAdd{group: a.group, day: a.day, off: uint32(len(q.buf)), n: uint32(len(a.id))})
 	q.buf = append(q.buf, a.id...)
+	return true
 }
 
 // id is the id of add i: a string over buf, valid until the next reset.
