@@ -162,8 +162,9 @@ type Recorder struct {
 
 	// mu orders readers (stats queries: DB, then memory) against the
 	// flusher's moves of rows between memory and MySQL, so a row is seen
-	// exactly once. Only the flusher (holding flushing) writes shards and
-	// hllQueue, and only with mu held; touched is the flusher's alone.
+	// exactly once. Only the flusher (holding flushing) writes shards,
+	// hllQueue and ifaceQueue, and only with mu held; touched is the
+	// flusher's alone.
 	mu            sync.RWMutex
 	flushing      sync.Mutex
 	shards        []*dbShard
