@@ -5,26 +5,29 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/quota-platform/quota/clock"
 )
 
-// interfaceKeyUsers is PFCOUNT of the (app, interface, day) HyperLogLog in
-// Redis (0 when there is no such key).
-func interfaceKeyUsers(t *testing.T, r *Recorder, app, iface string, day Day) int64 {
+// keyUsers is PFCOUNT of HyperLogLog k in Redis (0 when there is no such
+// key).
+func keyUsers(t *testing.T, r *Recorder, k hllKey) int64 {
 	t.Helper()
-	n, err := r.rdb.PFCount(context.Background(), hllKey{app: app, iface: iface, scope: scopeIface, day: day}.redisKey(r.opt.KeyPrefix)).Result()
+	n, err := r.rdb.PFCount(context.Background(), k.redisKey(r.opt.KeyPrefix)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
+func interfaceKeyUsers(t *testing.T, r *Recorder, app, iface string, day Day) int64 {
+	t.Helper()
+	return keyUsers(t, r, hllKey{app: app, iface: iface, scope: scopeIface, day: day})
+}
+
 func appKeyUsers(t *testing.T, r *Recorder, app string, day Day) int64 {
 	t.Helper()
-	n, err := r.rdb.PFCount(context.Background(), hllKey{app: app, scope: scopeApp, day: day}.redisKey(r.opt.KeyPrefix)).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return keyUsers(t, r, hllKey{app: app, scope: scopeApp, day: day})
 }
 
 // Run's flushes send the interface-level distinct users once a minute: the
@@ -82,40 +85,38 @@ func TestFlush_InterfaceUsersWaitForTheInterfacePass(t *testing.T) {
 	}
 }
 
-// The users of a day that is over are sent with the first flush of the
-// next, whatever the minute: persistHLL saves that day's interface keys
-// in the same flush.
-func TestFlush_InterfaceUsersOfAFinishedDayAreSentAtOnce(t *testing.T) {
+// Some flushes send the interface-level users whatever the minute: the
+// first of a day after the users' day is over (persistHLL saves that
+// day's interface keys in the same flush), and Flush (and Close).
+func TestFlush_InterfaceUsersSentAtOnce(t *testing.T) {
 	t.Parallel()
-	r, _, clk := newShardRecorder(t) // 10:00:00
-	clk.Advance(14*time.Hour - 10*time.Second)
-	day := DayOf(clk.Now()) // 23:59:50
-	r.lastIfacePass = clk.Now()
-	for i := range 5 {
-		r.Record("app", "iface", fmt.Sprintf("user-%d", i), true)
-	}
-	clk.Advance(15 * time.Second) // 00:00:05 the next day
-	if err := heldFlush(t, r); err != nil {
-		t.Fatal(err)
-	}
-	if got := interfaceKeyUsers(t, r, "app", "iface", day); got != 5 {
-		t.Fatalf("the finished day's interface key counts %d users, want 5", got)
-	}
-}
-
-// Flush (and Close) send every user, interface-level ones included.
-func TestFlush_FlushSendsInterfaceUsersAtOnce(t *testing.T) {
-	t.Parallel()
-	r, _, clk := newShardRecorder(t)
-	day := DayOf(clk.Now())
-	for i := range 7 {
-		r.Record("app", "iface", fmt.Sprintf("user-%d", i), true)
-	}
-	if err := r.Flush(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if got := interfaceKeyUsers(t, r, "app", "iface", day); got != 7 {
-		t.Fatalf("after Flush the interface key counts %d users, want 7", got)
+	for _, tc := range []struct {
+		name  string
+		start time.Duration // after 10:00:00, when the users call
+		flush func(*testing.T, *Recorder, *clock.Fake) error
+	}{
+		{"first flush after the day is over", 14*time.Hour - 10*time.Second, func(t *testing.T, r *Recorder, clk *clock.Fake) error {
+			clk.Advance(15 * time.Second) // 00:00:05 the next day
+			return heldFlush(t, r)
+		}},
+		{"Flush", 0, func(_ *testing.T, r *Recorder, _ *clock.Fake) error { return r.Flush(context.Background()) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r, _, clk := newShardRecorder(t) // 10:00:00
+			clk.Advance(tc.start)
+			r.lastIfacePass = clk.Now()
+			day := DayOf(clk.Now())
+			for i := range 5 {
+				r.Record("app", "iface", fmt.Sprintf("user-%d", i), true)
+			}
+			if err := tc.flush(t, r, clk); err != nil {
+				t.Fatal(err)
+			}
+			if got := interfaceKeyUsers(t, r, "app", "iface", day); got != 5 {
+				t.Fatalf("the interface key counts %d users, want 5", got)
+			}
+		})
 	}
 }
 

@@ -1,7 +1,6 @@
 package schedule_test
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
 	"sync"
@@ -9,32 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/schedule"
 )
-
-// lockedBuffer is a log destination safe for cron's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // cron's schedules have a resolution of a second and it takes no clock, so
 // this test waits on real time (~3.5 s).
 func TestNew_SkipsARunWhileThePreviousIsStillRunning(t *testing.T) {
 	t.Parallel()
-	var logs lockedBuffer
+	var logs testenv.LockedBuffer // cron logs from its goroutines
 	c := schedule.New(slog.New(slog.NewTextHandler(&logs, nil)))
 	var starts atomic.Int32
 	release := make(chan struct{})
