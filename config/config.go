@@ -49,6 +49,7 @@ type Settings struct {
 	AnalyticsRowsPerStatement int           // QUOTA_ANALYTICS_ROWS_PER_STATEMENT: rows of one multi-row upsert
 	AnalyticsFlushDuty        float64       // QUOTA_ANALYTICS_FLUSH_DUTY: share of wall time a flush works, resting in between (0.25; 1 = flat out)
 	AnalyticsHoldMinute       bool          // QUOTA_ANALYTICS_HOLD_MINUTE: on (default): day and curve rows of the minute in progress wait until it is over
+	AnalyticsIfaceUsersEvery  time.Duration // QUOTA_ANALYTICS_IFACE_USERS_EVERY: how often the (app, interface) distinct users go to Redis (1m; app-level ones go with every flush)
 	AnalyticsHLLDenseAt       int           // QUOTA_ANALYTICS_HLL_DENSE_AT: bytes of sparse encoding past which a distinct-user HyperLogLog is made dense (1000); 0 = left to Redis
 	RollupSchedule            string        // QUOTA_ROLLUP_SCHEDULE: cron spec of the curve rollup job (UTC)
 
@@ -92,6 +93,7 @@ func Defaults() Settings {
 		AnalyticsFlushDuty:        0.25, // analytics.DefaultFlushDuty
 		AnalyticsHoldMinute:       true,
 		AnalyticsHLLDenseAt:       1000, // analytics.DefaultHLLDenseAt
+		AnalyticsIfaceUsersEvery:  time.Minute,
 		AnalyticsRowsPerStatement: 500,
 		RollupSchedule:            "*/10 * * * *",
 
@@ -142,6 +144,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.float("QUOTA_ANALYTICS_FLUSH_DUTY", &s.AnalyticsFlushDuty)
 	r.onOff("QUOTA_ANALYTICS_HOLD_MINUTE", &s.AnalyticsHoldMinute)
 	r.integer("QUOTA_ANALYTICS_HLL_DENSE_AT", &s.AnalyticsHLLDenseAt)
+	r.duration("QUOTA_ANALYTICS_IFACE_USERS_EVERY", &s.AnalyticsIfaceUsersEvery)
 	r.str("QUOTA_ROLLUP_SCHEDULE", &s.RollupSchedule)
 	r.onOff("QUOTA_TIERING", &s.Tiering)
 	r.str("QUOTA_MIGRATE_SCHEDULE", &s.MigrateSchedule)
@@ -212,6 +215,9 @@ func (s Settings) Validate() error {
 	}
 	if s.AnalyticsHLLDenseAt != 0 && (s.AnalyticsHLLDenseAt < 256 || s.AnalyticsHLLDenseAt > 16384) {
 		return fmt.Errorf("QUOTA_ANALYTICS_HLL_DENSE_AT %d: want 0 (left to Redis) or between 256 and 16384 bytes", s.AnalyticsHLLDenseAt)
+	}
+	if s.AnalyticsIfaceUsersEvery < time.Second || s.AnalyticsIfaceUsersEvery > 10*time.Minute {
+		return fmt.Errorf("QUOTA_ANALYTICS_IFACE_USERS_EVERY %s: want between 1s and 10m", s.AnalyticsIfaceUsersEvery)
 	}
 	if _, err := cron.ParseStandard(s.RollupSchedule); err != nil {
 		return fmt.Errorf("QUOTA_ROLLUP_SCHEDULE %q: not a cron spec (e.g. \"*/10 * * * *\" or \"@every 10m\"): %v", s.RollupSchedule, err)

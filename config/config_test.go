@@ -27,21 +27,22 @@ func TestLoad_DefaultsWorkLocally(t *testing.T) {
 func TestLoad_ReadsTheEnvironment(t *testing.T) {
 	t.Parallel()
 	s, err := config.Load(envOf(map[string]string{
-		"QUOTA_LISTEN":                 "0.0.0.0:9000",
-		"QUOTA_ADMIN_TOKEN":            "a-long-enough-admin-token",
-		"QUOTA_REDIS_ADDRS":            "10.0.0.1:7000, 10.0.0.2:7000 ,",
-		"QUOTA_FAIL_MODE":              "closed",
-		"QUOTA_REDIS_TIMEOUT":          "80ms",
-		"QUOTA_MYSQL_SHARDS":           "u:p@tcp(db1:3306)/q0",
-		"QUOTA_ANALYTICS_HOLD_MINUTE":  "off",
-		"QUOTA_ANALYTICS_HLL_DENSE_AT": "0",
+		"QUOTA_LISTEN":                      "0.0.0.0:9000",
+		"QUOTA_ADMIN_TOKEN":                 "a-long-enough-admin-token",
+		"QUOTA_REDIS_ADDRS":                 "10.0.0.1:7000, 10.0.0.2:7000 ,",
+		"QUOTA_FAIL_MODE":                   "closed",
+		"QUOTA_REDIS_TIMEOUT":               "80ms",
+		"QUOTA_MYSQL_SHARDS":                "u:p@tcp(db1:3306)/q0",
+		"QUOTA_ANALYTICS_HOLD_MINUTE":       "off",
+		"QUOTA_ANALYTICS_HLL_DENSE_AT":      "0",
+		"QUOTA_ANALYTICS_IFACE_USERS_EVERY": "2m",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(s.RedisAddrs) != 2 || s.RedisAddrs[1] != "10.0.0.2:7000" || s.FailMode != config.FailClosed ||
 		s.RedisTimeout != 80*time.Millisecond || len(s.MySQLShards) != 1 || s.AnalyticsHoldMinute ||
-		s.AnalyticsHLLDenseAt != 0 {
+		s.AnalyticsHLLDenseAt != 0 || s.AnalyticsIfaceUsersEvery != 2*time.Minute {
 		t.Fatalf("%+v", s)
 	}
 }
@@ -74,6 +75,9 @@ func TestLoad_InvalidSettingsGiveOneClearLine(t *testing.T) {
 		{map[string]string{"QUOTA_ANALYTICS_HLL_DENSE_AT": "100"}, "QUOTA_ANALYTICS_HLL_DENSE_AT"},
 		{map[string]string{"QUOTA_ANALYTICS_HLL_DENSE_AT": "20000"}, "QUOTA_ANALYTICS_HLL_DENSE_AT"},
 		{map[string]string{"QUOTA_ANALYTICS_HLL_DENSE_AT": "-1"}, "QUOTA_ANALYTICS_HLL_DENSE_AT"},
+		{map[string]string{"QUOTA_ANALYTICS_IFACE_USERS_EVERY": "500ms"}, "QUOTA_ANALYTICS_IFACE_USERS_EVERY"},
+		{map[string]string{"QUOTA_ANALYTICS_IFACE_USERS_EVERY": "1h"}, "QUOTA_ANALYTICS_IFACE_USERS_EVERY"},
+		{map[string]string{"QUOTA_ANALYTICS_IFACE_USERS_EVERY": "soon"}, "QUOTA_ANALYTICS_IFACE_USERS_EVERY"},
 		{map[string]string{"QUOTA_PPROF_LISTEN": "0.0.0.0:6060"}, "QUOTA_PPROF_LISTEN"},
 		{map[string]string{"QUOTA_REDIS_DB": "16"}, "QUOTA_REDIS_DB"},
 		{map[string]string{"QUOTA_REDIS_DB": "2", "QUOTA_REDIS_ADDRS": "10.0.0.1:7000,10.0.0.2:7000"}, "QUOTA_REDIS_DB"},

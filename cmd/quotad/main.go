@@ -232,6 +232,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 		FlushDuty:        s.AnalyticsFlushDuty,
 		HoldOpenMinute:   s.AnalyticsHoldMinute,
 		HLLDenseAt:       cmp.Or(s.AnalyticsHLLDenseAt, -1), // 0: never
+		IfaceUsersEvery:  s.AnalyticsIfaceUsersEvery,
 		Registerer:       reg,
 		Log:              log,
 	})
