@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -57,13 +56,7 @@ func BenchmarkRecordAndFlush(b *testing.B) {
 	}
 }
 
-func names(prefix string, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = prefix + strconv.Itoa(i)
-	}
-	return out
-}
+var names = analytics.BenchNames
 
 // unreachableRecorder is a Recorder whose MySQL shard and Redis cannot be
 // reached, so every flush fails and keeps its rows pending in memory.

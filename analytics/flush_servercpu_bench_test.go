@@ -146,6 +146,8 @@ func chunkBytes(b *testing.B, dbs []*sql.DB) int64 {
 	return total
 }
 
+// benchNames are n names prefix0, prefix1, … (make bench's apps, users
+// and interfaces); the external benchmarks use it as BenchNames.
 func benchNames(prefix string, n int) []string {
 	out := make([]string, n)
 	for i := range out {

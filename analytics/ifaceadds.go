@@ -114,18 +114,22 @@ func (r *Recorder) ifaceDue(now time.Time) bool {
 	return now.Sub(r.lastIfacePass) >= r.opt.IfaceUsersEvery || r.ifaceQueue.minDay < DayOf(now)
 }
 
-// pendingIfaceUsers adds to extra the users of k (an interface-level key)
-// still waiting for the interface pass (caller holds r.mu). The users are
-// copied: the buffer is reused once the pass is done.
-func (r *Recorder) pendingIfaceUsers(k hllKey, extra map[hllKey][]string) {
+// pendingIfaceUsers adds to extra the users still waiting for the
+// interface pass of the interface-level keys like k from k.day to last
+// (caller holds r.mu). The users are copied: the buffer is reused once the
+// pass is done.
+func (r *Recorder) pendingIfaceUsers(k hllKey, last Day, extra map[hllKey][]string) {
 	q := &r.ifaceQueue
 	for i := range q.adds {
-		if q.adds[i].day != k.day {
+		day := q.adds[i].day
+		if day < k.day || day > last {
 			continue
 		}
 		app, iface, user := q.id(i).split()
 		if app == k.app && iface == k.iface {
-			extra[k] = append(extra[k], strings.Clone(user))
+			dk := k
+			dk.day = day
+			extra[dk] = append(extra[dk], strings.Clone(user))
 		}
 	}
 }

@@ -89,11 +89,7 @@ func (r *Recorder) pendingUsers(k hllKey, last Day, extra map[hllKey][]string) {
 		extra[dk] = append(extra[dk], a.id.user())
 	}
 	if k.scope == scopeIface {
-		for d := k.day; d <= last; d++ {
-			dk := k
-			dk.day = d
-			r.pendingIfaceUsers(dk, extra)
-		}
+		r.pendingIfaceUsers(k, last, extra)
 	}
 }
 
