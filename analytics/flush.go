@@ -409,4 +409,8 @@ func (r *Recorder) updateGauges() {
 		}
 	}
 	r.met.pendingRows.Set(float64(n))
+	// An add waiting for its app-level key waits for its interface-level
+	// one too.
+	r.met.pendingAdds.WithLabelValues("app").Set(float64(len(r.hllQueue)))
+	r.met.pendingAdds.WithLabelValues("interface").Set(float64(len(r.hllQueue) + len(r.ifaceQueue.adds)))
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/quota-platform/quota/clock"
 )
 
@@ -60,6 +62,12 @@ func TestFlush_InterfaceUsersWaitForTheInterfacePass(t *testing.T) {
 		if got := interfaceKeyUsers(t, r, "app", "iface", day); got != 0 {
 			t.Fatalf("flush %d: the interface key counts %d users before its pass, want none sent yet", flush, got)
 		}
+		if got := pendingAdds(r, "interface"); got != float64(20*flush) {
+			t.Fatalf("flush %d: the interface-scope pending adds gauge is %v, want the %d waiting", flush, got, 20*flush)
+		}
+		if got := pendingAdds(r, "app"); got != 0 {
+			t.Fatalf("flush %d: the app-scope pending adds gauge is %v, want 0 (Redis has them)", flush, got)
+		}
 		if flush < 3 {
 			record(20*flush, 20*flush+20)
 		}
@@ -83,6 +91,14 @@ func TestFlush_InterfaceUsersWaitForTheInterfacePass(t *testing.T) {
 	if n := len(r.ifaceQueue.adds); n != 0 {
 		t.Fatalf("%d adds still wait after the interface pass", n)
 	}
+	if got := pendingAdds(r, "interface"); got != 0 {
+		t.Fatalf("the interface-scope pending adds gauge is %v after the pass, want 0", got)
+	}
+}
+
+// pendingAdds is the quota_analytics_pending_user_adds gauge of scope.
+func pendingAdds(r *Recorder, scope string) float64 {
+	return testutil.ToFloat64(r.met.pendingAdds.WithLabelValues(scope))
 }
 
 // Some flushes send the interface-level users whatever the minute: the
