@@ -2,4 +2,8 @@ package analytics
 
 // Test helpers of this package that the external tests (package
 // analytics_test) use too.
-var BenchNames = benchNames
+var (
+	BenchNames     = benchNames
+	NewXorshift    = newXorshift
+	NewUniformLoad = newUniformLoad
+)

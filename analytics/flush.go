@@ -79,11 +79,9 @@ func (r *Recorder) swapLive(ctx context.Context, pace *pacer) {
 		r.liveSpare[i] = rows
 		pace.rest(ctx)
 	}
-	// Sorted under mu, because readers scan the queue: pfaddPending then
-	// walks it in runs of one key.
-	r.mu.Lock()
-	r.addSorter.sort(r.hllQueue)
-	r.mu.Unlock()
+	// Sorted so that pfaddPending walks it in runs of one key; the sort
+	// moves the adds under mu, because readers scan the queue.
+	r.addSorter.sort(r.hllQueue, &r.mu)
 	if lost.adds > 0 {
 		r.met.droppedAdds.Add(float64(lost.adds))
 	}

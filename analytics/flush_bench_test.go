@@ -31,19 +31,13 @@ func BenchmarkRecordAndFlush(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	apps := names("app-", 1000)
-	users := names("user-", 100_000)
-	ifaces := names("iface.", 50)
+	load := analytics.NewUniformLoad()
 	ctx := context.Background()
-	var x uint64 = 88172645463325252
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		// xorshift: cheap, and the same sequence every run.
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		rec.Record(apps[x%1000], ifaces[(x>>10)%50], users[(x>>20)%100_000], true)
+		app, iface, user := load.Next()
+		rec.Record(app, iface, user, true)
 		if (i+1)%flushEvery == 0 {
 			clk.Advance(15 * time.Second)
 			if err := rec.Flush(ctx); err != nil {
@@ -86,17 +80,14 @@ func unreachableRecorder(b *testing.B) (*analytics.Recorder, *prometheus.Registr
 // (all pending rows: per-user, series and daily) and heap-B/call.
 func BenchmarkPendingRowHeap(b *testing.B) {
 	rec, reg := unreachableRecorder(b)
-	apps, users, ifaces := names("app-", 1000), names("user-", 100_000), names("iface.", 50)
+	load := analytics.NewUniformLoad()
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	b.ResetTimer()
-	var x uint64 = 88172645463325252
 	for i := range b.N {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		rec.Record(apps[x%1000], ifaces[(x>>10)%50], users[(x>>20)%100_000], true)
+		app, iface, user := load.Next()
+		rec.Record(app, iface, user, true)
 		if (i+1)%50_000 == 0 {
 			_ = rec.Flush(context.Background()) // fails: the rows stay pending
 		}
@@ -141,7 +132,7 @@ func gauge(b *testing.B, reg *prometheus.Registry, name string) float64 {
 func BenchmarkPendingRowGC(b *testing.B) {
 	const calls = 300_000
 	rec, reg := unreachableRecorder(b)
-	apps, users, ifaces := names("app-", 1000), names("user-", 100_000), names("iface.", 50)
+	load := analytics.NewUniformLoad()
 	gcTime := func(n int) time.Duration {
 		start := time.Now()
 		for range n {
@@ -153,12 +144,9 @@ func BenchmarkPendingRowGC(b *testing.B) {
 	runtime.GC()
 	base := gcTime(20)
 	runtime.ReadMemStats(&before)
-	var x uint64 = 88172645463325252
 	for i := range calls {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		rec.Record(strings.Clone(apps[x%1000]), strings.Clone(ifaces[(x>>10)%50]), strings.Clone(users[(x>>20)%100_000]), true)
+		app, iface, user := load.Next()
+		rec.Record(strings.Clone(app), strings.Clone(iface), strings.Clone(user), true)
 		if (i+1)%50_000 == 0 {
 			_ = rec.Flush(context.Background()) // fails: the rows stay pending
 		}
@@ -201,13 +189,11 @@ func BenchmarkUserDayFromChunks(b *testing.B) {
 	}
 	ctx := context.Background()
 	users, ifaces := names("user-", 100_000), names("iface.", 10)
-	var x uint64 = 88172645463325252
+	x := analytics.NewXorshift()
 	for f := range flushes {
 		for range callsPerFlush {
-			x ^= x << 13
-			x ^= x >> 7
-			x ^= x << 17
-			rec.Record("app", ifaces[x%10], users[(x>>8)%100_000], true)
+			v := x.Next()
+			rec.Record("app", ifaces[v%10], users[(v>>8)%100_000], true)
 		}
 		clk.Advance(15 * time.Second)
 		if err := rec.Flush(ctx); err != nil {

@@ -3,7 +3,6 @@ package analytics
 import (
 	"context"
 	"database/sql"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -77,16 +76,13 @@ func benchFlushServerCPU(b *testing.B, pool string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	apps, users, ifaces := benchNames("app-", 1000), benchNames("user-", 100_000), benchNames("iface.", 50)
+	load := newUniformLoad()
 	ctx := context.Background()
-	var x uint64 = 88172645463325252
 	minute := func() {
 		for range flushes {
 			for range perFlush {
-				x ^= x << 13 // xorshift: the same sequence every run
-				x ^= x >> 7
-				x ^= x << 17
-				rec.Record(apps[x%1000], ifaces[(x>>10)%50], users[(x>>20)%100_000], true)
+				app, iface, user := load.Next()
+				rec.Record(app, iface, user, true)
 			}
 			clk.Advance(15 * time.Second)
 			if err := rec.flush(ctx, false, nil, rec.periodicHold()); err != nil {
@@ -144,14 +140,4 @@ func chunkBytes(b *testing.B, dbs []*sql.DB) int64 {
 		total += n.Int64
 	}
 	return total
-}
-
-// benchNames are n names prefix0, prefix1, … (make bench's apps, users
-// and interfaces); the external benchmarks use it as BenchNames.
-func benchNames(prefix string, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = prefix + strconv.Itoa(i)
-	}
-	return out
 }

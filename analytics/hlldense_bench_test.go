@@ -52,16 +52,13 @@ func BenchmarkPFADD(b *testing.B) {
 					}
 					before := pfaddUsec(ctx, b, rdb)
 					b.StartTimer()
-					x := uint64(88172645463325252)
+					x := newXorshift()
 					pipe := rdb.Pipeline()
 					for range s.rounds {
 						for _, k := range keys {
 							args := make([]any, s.per)
 							for j := range args {
-								x ^= x << 13
-								x ^= x >> 7
-								x ^= x << 17
-								args[j] = "user-" + strconv.FormatUint(x%10_000_000, 10)
+								args[j] = "user-" + strconv.FormatUint(x.Next()%10_000_000, 10)
 							}
 							pipe.PFAdd(ctx, k.name, args...)
 							users += int64(s.per)

@@ -57,11 +57,9 @@ func TestLiveTable_RecordCountsEachRowExactly(t *testing.T) {
 		}
 		for round := range 2 {
 			want := map[liveKey]Counts{}
-			var x uint64 = 88172645463325252
+			rnd := newXorshift()
 			for i := range 100_000 {
-				x ^= x << 13
-				x ^= x >> 7
-				x ^= x << 17
+				x := rnd.Next()
 				app, iface, user := "app-"+strconv.Itoa(int(x%7)), "if-"+strconv.Itoa(int(x>>8%5)), "user-"+strconv.Itoa(int(x>>16%3000))
 				if i%25_000 == 0 {
 					clk.Advance(time.Minute)

@@ -2,7 +2,6 @@ package analytics
 
 import (
 	"database/sql"
-	"strconv"
 	"testing"
 	"time"
 
@@ -28,21 +27,11 @@ func BenchmarkRecordAndFold(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	name := func(prefix string, n int) []string {
-		out := make([]string, n)
-		for i := range out {
-			out[i] = prefix + strconv.Itoa(i)
-		}
-		return out
-	}
-	apps, users, ifaces := name("app-", 1000), name("user-", 100_000), name("iface.", 50)
-	var x uint64 = 88172645463325252
+	load := newUniformLoad()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		x ^= x << 13 // xorshift: cheap, the same sequence every run
-		x ^= x >> 7
-		x ^= x << 17
-		r.Record(apps[x%1000], ifaces[(x>>10)%50], users[(x>>20)%100_000], true)
+		app, iface, user := load.Next()
+		r.Record(app, iface, user, true)
 		if (i+1)%flushEvery == 0 {
 			clk.Advance(15 * time.Second)
 			r.swapLive(b.Context(), nil)

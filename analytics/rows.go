@@ -331,12 +331,6 @@ func (r *rowset) splitFrom(t0 int64) *rowset {
 	return out
 }
 
-// addCalls adds c to the rows of (app, iface) at minute t.
-func (r *rowset) addCalls(app, iface string, t int64, c Counts) {
-	k := dailyKey{app: app, iface: iface, day: Day(floorDiv(t, 86400))}
-	r.add(r.ifaceDay(k, r.daily[k], nil), t, c)
-}
-
 // dailyRow is a usage_daily row to write: its key and its pending figures
 // (whose minutes are its usage_series rows).
 type dailyRow struct {

@@ -5,22 +5,13 @@ import (
 	"testing"
 )
 
-// xorshift advances x and returns it: cheap, and the same sequence every
-// run.
-func xorshift(x *uint64) uint64 {
-	*x ^= *x << 13
-	*x ^= *x >> 7
-	*x ^= *x << 17
-	return *x
-}
-
 // sortBenchRows are a flush's user rows of one (app, day) under make
 // bench's uniform keys: ~330 rows (a 15 s flush at ~22,000 checks/s over
 // 1,000 apps), users drawn from 100,000, interfaces from 50.
-func sortBenchRows(n int, x *uint64) []userRow {
+func sortBenchRows(n int, x *xorshift) []userRow {
 	rows := make([]userRow, n)
 	for i := range rows {
-		v := xorshift(x)
+		v := x.Next()
 		id := makeRowID("app-7", "iface."+strconv.Itoa(int(v>>10%50)), "user-"+strconv.Itoa(int(v>>20%100_000)))
 		rows[i] = newUserRow(userKey{id: id, day: 20415}, Counts{Calls: 1, Allowed: 1})
 	}
@@ -30,7 +21,7 @@ func sortBenchRows(n int, x *uint64) []userRow {
 // BenchmarkSortGroupRows is the sort of one (app, day)'s user rows into
 // write order, as a flush does for each of its groups; ns/op is per row.
 func BenchmarkSortGroupRows(b *testing.B) {
-	var x uint64 = 88172645463325252
+	x := newXorshift()
 	src := sortBenchRows(330, &x)
 	rows := make([]userRow, len(src))
 	var scratch groupSort
@@ -46,9 +37,9 @@ func BenchmarkSortGroupRows(b *testing.B) {
 // HyperLogLog (330,000 adds: 15 s at ~22,000 checks/s); ns/op is per add.
 func BenchmarkSortUserAdds(b *testing.B) {
 	src := make([]userAdd, 330_000)
-	var x uint64 = 88172645463325252
+	x := newXorshift()
 	for i := range src {
-		v := xorshift(&x)
+		v := x.Next()
 		app, iface := "app-"+strconv.Itoa(int(v%1000)), "iface."+strconv.Itoa(int(v>>10%50))
 		src[i] = userAdd{group: groupOf(FNV1a64(app), 20415, iface), id: makeRowID(app, iface, "user-"+strconv.Itoa(int(v>>20%100_000))), day: 20415}
 	}
@@ -58,6 +49,6 @@ func BenchmarkSortUserAdds(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i += len(src) {
 		copy(q, src)
-		scratch.sort(q)
+		scratch.sort(q, noLock{})
 	}
 }

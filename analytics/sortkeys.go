@@ -3,6 +3,7 @@ package analytics
 import (
 	"cmp"
 	"slices"
+	"sync"
 )
 
 // The flush sorts about one user row and one distinct-user add per call
@@ -76,15 +77,18 @@ type addSort struct {
 	keys, spare []addSortKey
 }
 
-// sort sorts q by group (sortByGroup).
-func (s *addSort) sort(q []userAdd) {
-	sortByGroup(s, q, func(a *userAdd) uint64 { return a.group })
+// sort sorts q by group (sortByGroup), holding mu while it moves q's
+// elements.
+func (s *addSort) sort(q []userAdd, mu sync.Locker) {
+	sortByGroup(s, q, func(a *userAdd) uint64 { return a.group }, mu)
 }
 
 // sortByGroup sorts q by group: a radix sort of the keys, a byte of the
 // group a pass from the lowest (passes where every key has the same byte
-// are skipped), then q put in their order in place.
-func sortByGroup[T any](s *addSort, q []T, group func(*T) uint64) {
+// are skipped), then q put in their order in place. It holds mu only while
+// it moves q's elements (readers of q take mu; q's writer calls this): the
+// passes over the keys, most of the time, leave q as it is.
+func sortByGroup[T any](s *addSort, q []T, group func(*T) uint64, mu sync.Locker) {
 	if len(q) < 2 {
 		return
 	}
@@ -116,7 +120,9 @@ func sortByGroup[T any](s *addSort, q []T, group func(*T) uint64) {
 		}
 		keys, spare = spare, keys
 	}
+	mu.Lock()
 	permute(q, keys)
+	mu.Unlock()
 	s.keys, s.spare = keys[:0], spare[:0]
 }
 

@@ -31,7 +31,11 @@ func TestAddSort_OrdersLikeAComparisonSortAndKeepsEveryAdd(t *testing.T) {
 			}
 			want := slices.Clone(q)
 			slices.SortStableFunc(want, func(a, b userAdd) int { return cmp.Compare(a.group, b.group) })
-			s.sort(q)
+			var mu lockCount
+			s.sort(q, &mu)
+			if n >= 2 && mu.held != 1 {
+				t.Fatalf("case %d, n=%d: the lock was taken %d times, want once (to move the adds)", gi, n, mu.held)
+			}
 			for i := range q {
 				if q[i].group != want[i].group {
 					t.Fatalf("case %d, n=%d: group at %d is %x, want %x", gi, n, i, q[i].group, want[i].group)
@@ -104,3 +108,15 @@ func TestNew_RefusesAPendingBoundPastTheSortIndexes(t *testing.T) {
 		t.Fatalf("New with MaxPendingRows past MaxInt32: %v, want an error naming it", err)
 	}
 }
+
+// noLock is a sync.Locker for sorts no reader sees.
+type noLock struct{}
+
+func (noLock) Lock()   {}
+func (noLock) Unlock() {}
+
+// lockCount is a sync.Locker that counts how often it was taken.
+type lockCount struct{ held int }
+
+func (l *lockCount) Lock()   { l.held++ }
+func (l *lockCount) Unlock() {}

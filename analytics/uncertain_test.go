@@ -60,3 +60,10 @@ func TestUncertainCommitResolvedByBatchID(t *testing.T) {
 		t.Fatalf("user calls %d %v, want 23", u.Calls, err)
 	}
 }
+
+// addCalls adds c to the rows of (app, iface) at minute t (the flush
+// adds a fold's rows with ifaceDay and add).
+func (r *rowset) addCalls(app, iface string, t int64, c Counts) {
+	k := dailyKey{app: app, iface: iface, day: Day(floorDiv(t, 86400))}
+	r.add(r.ifaceDay(k, r.daily[k], nil), t, c)
+}

@@ -101,7 +101,7 @@ func buildFoldDay(b *testing.B, r *Recorder, conn *sql.Conn, day Day) (longest, 
 		users[i] = "user-" + strconv.Itoa(i)
 	}
 	clk := r.clk.(*clock.Fake)
-	var x uint64 = 88172645463325252
+	x := newXorshift()
 	for f := 0; f < foldFlushes; f += foldRollupEvery {
 		tx, err := conn.BeginTx(ctx, nil)
 		if err != nil {
@@ -111,10 +111,8 @@ func buildFoldDay(b *testing.B, r *Recorder, conn *sql.Conn, day Day) (longest, 
 			rs := newRowset()
 			g := rs.group(appDay{app: "app", day: day})
 			for range foldCallsPerFlush {
-				x ^= x << 13
-				x ^= x >> 7
-				x ^= x << 17
-				id := rowID(appendRowID(nil, "app", ifaces[x&1], users[(x>>8)%foldUsers]))
+				v := x.Next()
+				id := rowID(appendRowID(nil, "app", ifaces[v&1], users[(v>>8)%foldUsers]))
 				rs.addUser(g, newUserRow(userKey{id: id, day: day}, Counts{Calls: 1, Allowed: 1}))
 			}
 			var id [16]byte
