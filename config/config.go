@@ -23,6 +23,18 @@ const (
 	FailClosed FailMode = "closed" // 503
 )
 
+// SchemaOnStart says what quotad serve does, at start-up, about the MySQL
+// schema of each shard it reaches (with analytics or tiering on: without
+// either it writes nothing to MySQL).
+type SchemaOnStart string
+
+// The schema start-up modes.
+const (
+	SchemaCheck SchemaOnStart = "check" // stop start-up when a shard lacks one of the binary's schema files
+	SchemaApply SchemaOnStart = "apply" // apply the missing files, as quotad migrate-schema does
+	SchemaOff   SchemaOnStart = "off"   // neither: a missing table shows as failed writes
+)
+
 // Settings is everything quotad is configured with.
 type Settings struct {
 	Listen         string        // QUOTA_LISTEN
@@ -41,6 +53,7 @@ type Settings struct {
 	TTLJitter      time.Duration // QUOTA_TTL_JITTER: random extra TTL so keys of a window do not expire together
 	Coalesce       int           // QUOTA_COALESCE: checks batched into one Redis pipeline by this many senders; 0 = off
 	PprofListen    string        // QUOTA_PPROF_LISTEN: loopback host:port of net/http/pprof; "" (default) = off
+	SchemaOnStart  SchemaOnStart // QUOTA_SCHEMA_ON_START: what serve does about a shard's schema before answering checks
 
 	// Analytics (package analytics).
 	Analytics                 bool          // QUOTA_ANALYTICS: on (default) or off
@@ -81,11 +94,12 @@ func Defaults() Settings {
 			"quota:quota@tcp(127.0.0.1:3306)/quota_0",
 			"quota:quota@tcp(127.0.0.1:3306)/quota_1",
 		},
-		RulesPath:   "deploy/rules.yaml",
-		FailMode:    FailOpen,
-		MaxInFlight: 4096,
-		TTLJitter:   60 * time.Second,
-		Coalesce:    4,
+		RulesPath:     "deploy/rules.yaml",
+		FailMode:      FailOpen,
+		MaxInFlight:   4096,
+		TTLJitter:     60 * time.Second,
+		Coalesce:      4,
+		SchemaOnStart: SchemaCheck,
 
 		Analytics:                 true,
 		AnalyticsFlush:            15 * time.Second,
@@ -137,6 +151,10 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.duration("QUOTA_TTL_JITTER", &s.TTLJitter)
 	r.integer("QUOTA_COALESCE", &s.Coalesce)
 	r.str("QUOTA_PPROF_LISTEN", &s.PprofListen)
+	var so string
+	if r.str("QUOTA_SCHEMA_ON_START", &so) {
+		s.SchemaOnStart = SchemaOnStart(so)
+	}
 	r.onOff("QUOTA_ANALYTICS", &s.Analytics)
 	r.duration("QUOTA_ANALYTICS_FLUSH", &s.AnalyticsFlush)
 	r.integer("QUOTA_ANALYTICS_BUFFER_MAX", &s.AnalyticsBufferMax)
@@ -188,6 +206,11 @@ func (s Settings) Validate() error {
 	case FailOpen, FailClosed:
 	default:
 		return fmt.Errorf("QUOTA_FAIL_MODE %q: want open or closed", s.FailMode)
+	}
+	switch s.SchemaOnStart {
+	case SchemaCheck, SchemaApply, SchemaOff:
+	default:
+		return fmt.Errorf("QUOTA_SCHEMA_ON_START %q: want check, apply or off", s.SchemaOnStart)
 	}
 	if s.RedisTimeout <= 0 || s.RedisTimeout > time.Minute {
 		return fmt.Errorf("QUOTA_REDIS_TIMEOUT %s: want between 1ms and 1m", s.RedisTimeout)

@@ -19,7 +19,7 @@ func TestLoad_DefaultsWorkLocally(t *testing.T) {
 		t.Fatal(err)
 	}
 	if s.Listen != "127.0.0.1:8080" || s.FailMode != config.FailOpen || len(s.MySQLShards) != 2 || s.RedisAddrs[0] != "127.0.0.1:6379" ||
-		!s.AnalyticsHoldMinute {
+		!s.AnalyticsHoldMinute || s.SchemaOnStart != config.SchemaCheck {
 		t.Fatalf("defaults %+v", s)
 	}
 }
@@ -36,13 +36,14 @@ func TestLoad_ReadsTheEnvironment(t *testing.T) {
 		"QUOTA_ANALYTICS_HOLD_MINUTE":       "off",
 		"QUOTA_ANALYTICS_HLL_DENSE_AT":      "0",
 		"QUOTA_ANALYTICS_IFACE_USERS_EVERY": "2m",
+		"QUOTA_SCHEMA_ON_START":             "apply",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(s.RedisAddrs) != 2 || s.RedisAddrs[1] != "10.0.0.2:7000" || s.FailMode != config.FailClosed ||
 		s.RedisTimeout != 80*time.Millisecond || len(s.MySQLShards) != 1 || s.AnalyticsHoldMinute ||
-		s.AnalyticsHLLDenseAt != 0 || s.AnalyticsIfaceUsersEvery != 2*time.Minute {
+		s.AnalyticsHLLDenseAt != 0 || s.AnalyticsIfaceUsersEvery != 2*time.Minute || s.SchemaOnStart != config.SchemaApply {
 		t.Fatalf("%+v", s)
 	}
 }
@@ -65,6 +66,7 @@ func TestLoad_InvalidSettingsGiveOneClearLine(t *testing.T) {
 		{map[string]string{"QUOTA_MAX_IN_FLIGHT": "0"}, "QUOTA_MAX_IN_FLIGHT"},
 		{map[string]string{"QUOTA_TTL_JITTER": "2h"}, "QUOTA_TTL_JITTER"},
 		{map[string]string{"QUOTA_ANALYTICS": "maybe"}, "QUOTA_ANALYTICS"},
+		{map[string]string{"QUOTA_SCHEMA_ON_START": "migrate"}, "QUOTA_SCHEMA_ON_START"},
 		{map[string]string{"QUOTA_ANALYTICS_HOLD_MINUTE": "yes"}, "QUOTA_ANALYTICS_HOLD_MINUTE"},
 		{map[string]string{"QUOTA_ANALYTICS_BUFFER_MAX": "999"}, "QUOTA_ANALYTICS_BUFFER_MAX"},
 		{map[string]string{"QUOTA_ANALYTICS_BUFFER_MAX": "3000000000"}, "QUOTA_ANALYTICS_BUFFER_MAX"},

@@ -181,24 +181,9 @@ func applyFS(ctx context.Context, db *sql.DB, fsys fs.FS) (applied []string, err
 		return nil, fmt.Errorf("schema: create schema_migrations: %w", err)
 	}
 
-	done := map[int]bool{}
-	rows, err := conn.QueryContext(ctx, "SELECT version FROM schema_migrations")
+	done, err := appliedVersions(ctx, conn)
 	if err != nil {
-		return nil, fmt.Errorf("schema: read schema_migrations: %w", err)
-	}
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("schema: read schema_migrations: %w", err)
-		}
-		done[v] = true
-	}
-	if err := rows.Close(); err != nil {
-		return nil, fmt.Errorf("schema: read schema_migrations: %w", err)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("schema: read schema_migrations: %w", err)
+		return nil, err
 	}
 
 	applied = []string{}
@@ -222,6 +207,69 @@ func applyFS(ctx context.Context, db *sql.DB, fsys fs.FS) (applied []string, err
 		applied = append(applied, m.name)
 	}
 	return applied, nil
+}
+
+// querier is what appliedVersions reads through: a pool or one session.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// appliedVersions are the versions recorded in schema_migrations.
+func appliedVersions(ctx context.Context, q querier) (map[int]bool, error) {
+	rows, err := q.QueryContext(ctx, "SELECT version FROM schema_migrations")
+	if err != nil {
+		return nil, fmt.Errorf("schema: read schema_migrations: %w", err)
+	}
+	defer rows.Close()
+	done := map[int]bool{}
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, fmt.Errorf("schema: read schema_migrations: %w", err)
+		}
+		done[v] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("schema: read schema_migrations: %w", err)
+	}
+	return done, nil
+}
+
+// Pending lists the embedded migration files that Apply would apply to
+// db's database: those not recorded in its schema_migrations (all of them
+// when it has no such table). It changes nothing and takes no lock, so
+// quotad serve can ask it at start-up without DDL privileges.
+func Pending(ctx context.Context, db *sql.DB) ([]string, error) {
+	return pendingFS(ctx, db, files)
+}
+
+func pendingFS(ctx context.Context, db *sql.DB, fsys fs.FS) ([]string, error) {
+	ms, err := migrations(fsys)
+	if err != nil {
+		return nil, err
+	}
+	var dbName sql.NullString
+	var tables int
+	if err := db.QueryRowContext(ctx, `SELECT DATABASE(), (SELECT COUNT(*) FROM information_schema.TABLES
+  WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'schema_migrations')`).Scan(&dbName, &tables); err != nil {
+		return nil, fmt.Errorf("schema: %w", err)
+	}
+	if !dbName.Valid || dbName.String == "" {
+		return nil, errors.New("schema: no database selected (the DSN must name one)")
+	}
+	done := map[int]bool{}
+	if tables > 0 {
+		if done, err = appliedVersions(ctx, db); err != nil {
+			return nil, err
+		}
+	}
+	pending := []string{}
+	for _, m := range ms {
+		if !done[m.version] {
+			pending = append(pending, m.name)
+		}
+	}
+	return pending, nil
 }
 
 // lockName is the GET_LOCK name for one database: locks are server-wide, and

@@ -384,3 +384,46 @@ func TestApplyNoDatabase(t *testing.T) {
 		t.Fatalf("Apply without a database: err = %v, want \"no database selected\"", err)
 	}
 }
+
+func TestPending_ListsWhatApplyWouldApplyAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t.Run("embedded files on an empty database, then none", func(t *testing.T) {
+		t.Parallel()
+		db, _ := freshDB(t)
+		got, err := Pending(ctx, db)
+		if err != nil || !reflect.DeepEqual(got, Files()) {
+			t.Fatalf("Pending on an empty database = %q, %v; want %q", got, err, Files())
+		}
+		if n := countRows(t, db, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()"); n != 0 {
+			t.Fatalf("Pending created %d tables, want none", n)
+		}
+		if _, err := Apply(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := Pending(ctx, db); err != nil || len(got) != 0 {
+			t.Fatalf("Pending after Apply = %q, %v; want none", got, err)
+		}
+	})
+	t.Run("files of a newer binary", func(t *testing.T) {
+		t.Parallel()
+		db, _ := freshDB(t)
+		if _, err := applyFS(ctx, db, countingFS(2)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := pendingFS(ctx, db, countingFS(4))
+		if want := []string{"003_step.sql", "004_step.sql"}; err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("Pending = %q, %v; want %q", got, err, want)
+		}
+		if n := countRows(t, db, "SELECT COUNT(*) FROM runs"); n != 2 {
+			t.Fatalf("runs has %d rows after Pending, want 2 (nothing applied)", n)
+		}
+	})
+	t.Run("no database", func(t *testing.T) {
+		t.Parallel()
+		_, err := Pending(ctx, serverDB(t))
+		if err == nil || !strings.Contains(err.Error(), "no database selected") {
+			t.Fatalf("Pending without a database: err = %v, want \"no database selected\"", err)
+		}
+	})
+}

@@ -138,12 +138,15 @@ func serve() error {
 	if err != nil {
 		return err
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := prepareSchema(ctx, s, dbs, log); err != nil {
+		return err
+	}
 	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter})
 	// The breaker answers at once while Redis is down instead of letting every
 	// check wait out QUOTA_REDIS_TIMEOUT, and probes it every 100 ms with a
 	// PING outside the pool (see redisProbe).
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	reg := prometheus.NewRegistry()
 	// With QUOTA_TIERING=on (off by default) checks go through the tier router and
 	// the migration worker runs (cmd/quotad/tiering.go).

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/testenv"
+	schema "github.com/quota-platform/quota/sql"
 )
 
 var quotadBin string
@@ -93,6 +95,85 @@ func TestStartup_InvalidConfigurationExitsWithOneClearLine(t *testing.T) {
 	}
 }
 
+func TestStartup_SchemaOnStart(t *testing.T) {
+	t.Parallel()
+	rulesPath := writeFile(t, t.TempDir(), "rules.yaml", validRules)
+	cases := []struct {
+		name   string
+		env    []string
+		starts bool
+		want   string   // the one line of stderr when it does not start
+		left   []string // schema files the unmigrated shard lacks afterwards; nil: all of them
+	}{
+		{name: "check (default): a shard without the schema stops start-up", want: "mysql shard 1 (database quota_t_"},
+		{name: "apply: the missing files are applied", env: []string{"QUOTA_SCHEMA_ON_START=apply"}, starts: true, left: []string{}},
+		{name: "off: not looked at", env: []string{"QUOTA_SCHEMA_ON_START=off"}, starts: true},
+		{name: "analytics and tiering off: MySQL is not written", env: []string{"QUOTA_ANALYTICS=off"}, starts: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, migrated := testenv.MySQL(t)
+			empty, unmigrated := testenv.EmptyMySQL(t)
+			env := append([]string{"QUOTA_MYSQL_SHARDS=" + migrated + "," + unmigrated}, tc.env...)
+			if tc.starts {
+				startServer(t, rulesPath, env...)
+			} else {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, quotadBin, "serve")
+				cmd.Env = append(environWithoutQuota(), append(env, "QUOTA_RULES="+rulesPath,
+					fmt.Sprintf("QUOTA_LISTEN=127.0.0.1:%d", testenv.FreePort(t)))...)
+				var stderr bytes.Buffer
+				cmd.Stderr = &stderr
+				if err := cmd.Run(); err == nil {
+					t.Fatal("quotad started")
+				}
+				lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+				if len(lines) != 1 || !strings.Contains(lines[0], tc.want) ||
+					!strings.Contains(lines[0], strings.Join(schema.Files(), ", ")) || !strings.Contains(lines[0], "quotad migrate-schema") {
+					t.Fatalf("stderr %q, want one line naming %q, the missing files and the remedy", stderr.String(), tc.want)
+				}
+			}
+			left, err := schema.Pending(context.Background(), empty)
+			want := tc.left
+			if want == nil {
+				want = schema.Files()
+			}
+			if err != nil || !slices.Equal(left, want) {
+				t.Fatalf("files the unmigrated shard lacks: %q, %v; want %q", left, err, want)
+			}
+		})
+	}
+}
+
+// A shard that does not answer at start does not keep quotad from
+// answering checks: it warns, and /readyz reports the shard.
+func TestStartup_UnreachableShardWarnsAndServes(t *testing.T) {
+	t.Parallel()
+	dead := fmt.Sprintf("quota:quota@tcp(127.0.0.1:%d)/quota_gone", testenv.FreePort(t))
+	s := startServer(t, writeFile(t, t.TempDir(), "rules.yaml", validRules), "QUOTA_MYSQL_SHARDS="+dead)
+	resp, err := http.Post(s.url+"/v1/check", "application/json", strings.NewReader(`{"user_id":"u"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("check: %d, want 200", resp.StatusCode)
+	}
+	if !strings.Contains(s.logs.String(), "its schema is not checked") {
+		t.Fatalf("no warning about the unreachable shard: %s", s.logs)
+	}
+	ready, err := http.Get(s.url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready.Body.Close()
+	if ready.StatusCode == http.StatusOK {
+		t.Fatal("/readyz answers 200 with its only shard unreachable")
+	}
+}
+
 // environWithoutQuota is the test's environment minus QUOTA_* settings, so
 // that a token or address set around `go test` cannot change what is tested.
 func environWithoutQuota() []string {
@@ -134,9 +215,12 @@ type server struct {
 func startServer(t *testing.T, rulesPath string, env ...string) *server {
 	t.Helper()
 	port := testenv.FreePort(t)
+	_, dsn0 := testenv.MySQL(t)
+	_, dsn1 := testenv.MySQL(t)
 	cmd := exec.Command(quotadBin)
 	cmd.Env = append(environWithoutQuota(),
 		fmt.Sprintf("QUOTA_LISTEN=127.0.0.1:%d", port),
+		"QUOTA_MYSQL_SHARDS="+dsn0+","+dsn1,
 		"QUOTA_RULES="+rulesPath,
 		"QUOTA_REDIS_KEY_PREFIX=t:"+testenv.RandomHex(6)+":",
 		"QUOTA_ADMIN_TOKEN=e2e-admin-token-0123456789",

@@ -15,6 +15,18 @@ import (
 // dropped when the test ends.
 func MySQL(t testing.TB) (*sql.DB, string) {
 	t.Helper()
+	db, dsn := EmptyMySQL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := schema.Apply(ctx, db); err != nil {
+		t.Fatalf("schema on a fresh test database: %v", err)
+	}
+	return db, dsn
+}
+
+// EmptyMySQL is MySQL without the schema: a fresh database with no tables.
+func EmptyMySQL(t testing.TB) (*sql.DB, string) {
+	t.Helper()
 	admin, err := sql.Open("mysql", MySQLConfig(t, "").FormatDSN())
 	if err != nil {
 		t.Fatal(err)
@@ -41,8 +53,5 @@ func MySQL(t testing.TB) (*sql.DB, string) {
 		}
 		admin.Close()
 	})
-	if _, err := schema.Apply(ctx, db); err != nil {
-		t.Fatalf("schema on %s: %v", name, err)
-	}
 	return db, dsn
 }
