@@ -125,12 +125,16 @@ func multiStatementsHint(err error) error {
 // multiStatements=true, for shardTx, and interpolateParams=true, because a
 // multi-statement text cannot be a server-side prepared statement (and
 // without it every statement with arguments is a prepare, an execute and a
-// close: three round trips instead of one). A DSN that turns either off is
-// an error.
+// close: three round trips instead of one). A DSN that turns either off,
+// or names no database (every table is in the shard's database), is an
+// error.
 func ShardDSN(dsn string) (string, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return "", err
+	}
+	if cfg.DBName == "" {
+		return "", errors.New("names no database: end the DSN with the shard's, e.g. …@tcp(127.0.0.1:3306)/quota_0")
 	}
 	for _, opt := range []string{"multiStatements", "interpolateParams"} {
 		if strings.Contains(dsn, opt+"=false") || strings.Contains(dsn, opt+"=0") {

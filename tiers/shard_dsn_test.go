@@ -14,6 +14,8 @@ func TestShardDSN_TurnsOnWhatTheColdTierNeedsAndRefusesItOff(t *testing.T) {
 		{"multiStatements off", "u:p@tcp(db:3306)/q?multiStatements=false", "", true},
 		{"interpolateParams off", "u:p@tcp(db:3306)/q?interpolateParams=false", "", true},
 		{"invalid DSN", "u:p@tcp(db:3306)", "", true},
+		{"no database", "u:p@tcp(db:3306)/", "", true},
+		{"no database, options", "u:p@tcp(db:3306)/?timeout=5s", "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

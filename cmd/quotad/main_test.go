@@ -69,6 +69,7 @@ func TestStartup_InvalidConfigurationExitsWithOneClearLine(t *testing.T) {
 		{"missing rules file", []string{"QUOTA_RULES=" + filepath.Join(dir, "nope.yaml")}, "no such file"},
 		{"invalid rules file", []string{"QUOTA_RULES=" + writeFile(t, dir, "bad.yaml", "rules:\n  - {name: x, dimensions: [a], limit: 0, window: 1h, algorithm: fixed_window}\n")}, "limit must be"},
 		{"unknown algorithm", []string{"QUOTA_RULES=" + writeFile(t, dir, "algo.yaml", "rules:\n  - {name: x, dimensions: [a], limit: 1, window: 1h, algorithm: leaky}\n")}, "unknown algorithm"},
+		{"shard without a database", []string{"QUOTA_RULES=" + good, "QUOTA_MYSQL_SHARDS=quota:quota@tcp(127.0.0.1:3306)/"}, "QUOTA_MYSQL_SHARDS entry 0: names no database"},
 		{"unknown command", []string{"QUOTA_RULES=" + good}, "unknown command"},
 	}
 	for _, tc := range cases {
