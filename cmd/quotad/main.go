@@ -144,9 +144,6 @@ func serve() error {
 		return err
 	}
 	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter})
-	// The breaker answers at once while Redis is down instead of letting every
-	// check wait out QUOTA_REDIS_TIMEOUT, and probes it every 100 ms with a
-	// PING outside the pool (see redisProbe).
 	reg := prometheus.NewRegistry()
 	// With QUOTA_TIERING=on (off by default) checks go through the tier router and
 	// the migration worker runs (cmd/quotad/tiering.go).
@@ -155,6 +152,9 @@ func serve() error {
 		return err
 	}
 	defer stopTiering()
+	// The breaker answers at once while Redis is down instead of letting every
+	// check wait out QUOTA_REDIS_TIMEOUT, and probes it every 100 ms with a
+	// PING outside the pool (see redisProbe).
 	store := tiers.NewBreaker(routed, clock.Real{}, 3, 100*time.Millisecond).
 		WithProbe(redisProbe(s.RedisAddrs), s.RedisTimeout)
 	lim, err := limiter.New(store, clock.Real{}, set)
