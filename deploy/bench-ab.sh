@@ -34,7 +34,9 @@
 #                them. The steady state, without start-up or the final
 #                flush (which at shutdown also saves every day's distinct-user
 #                registers, a once-a-day cost): make W1-W0 a multiple of the
-#                flush interval (15 s) so the window holds whole flushes
+#                flush interval (15 s) so the window holds whole flushes;
+#                quotad's share is also split out as its system (kernel)
+#                µs per check and its minor page faults per 1,000 checks
 #   AB_OUT       folder for each run's quotabench JSON, its per-second
 #                timeline included (default bench-out/ab)
 #   AB_ORDER     "alternate": even rounds run the variants in reverse order
@@ -71,6 +73,8 @@ cpu() { if [[ -n $1 ]]; then awk '{print $14+$15}' "/proc/$1/stat"; else echo 0;
 machine() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9, $9}' /proc/stat; }
 # ticks of quotad, redis-server and mariadbd, then machine's three figures
 sample() { echo "$(cpu "$QP") $(cpu "$RP") $(cpu "$MP") $(machine)"; }
+# quotad's system ticks and minor page faults (/proc/PID/stat fields 15 and 10)
+kernel_side() { awk '{print $15, $10}' "/proc/$1/stat"; }
 # per T N: T ticks per check over N checks, in microseconds, one decimal
 per() { awk -v t="$1" -v n="$2" 'BEGIN { printf "%.1f", (n > 0 ? t * 10000 / n : 0) }'; }
 load=(-c 64)
@@ -108,14 +112,16 @@ for r in $(seq 1 "$ROUNDS"); do
 		if [[ -n $WINDOW ]]; then
 			sleep "$W0"
 			read -r wq0 wr0 wm0 wb0 wt0 ws0 < <(sample)
+			read -r wk0 wf0 < <(kernel_side "$QP")
 			sleep $((W1 - W0))
 			read -r wq1 wr1 wm1 wb1 wt1 ws1 < <(sample)
+			read -r wk1 wf1 < <(kernel_side "$QP")
 		fi
 		wait "$BP"
 		out=$(cat "$log.bench")
 		if [[ -n $WINDOW ]]; then
 			wn=$(jq "[.timeline[] | select(.second > $W0 and .second <= $W1) | .requests] | add // 0" "$json")
-			win=" | window ${W0}-${W1}s: requests=$wn req_per_s=$(awk -v n="$wn" -v s=$((W1 - W0)) 'BEGIN { printf "%.1f", n / s }') machine_us_per_check=$(per $((wb1 - wb0)) "$wn") quotad_us=$(per $((wq1 - wq0)) "$wn") redis_us=$(per $((wr1 - wr0)) "$wn") mysql_us=$(per $((wm1 - wm0)) "$wn") steal_pct=$(pct $((ws1 - ws0)) $((wt1 - wt0)))"
+			win=" | window ${W0}-${W1}s: requests=$wn req_per_s=$(awk -v n="$wn" -v s=$((W1 - W0)) 'BEGIN { printf "%.1f", n / s }') machine_us_per_check=$(per $((wb1 - wb0)) "$wn") quotad_us=$(per $((wq1 - wq0)) "$wn") quotad_sys_us=$(per $((wk1 - wk0)) "$wn") quotad_faults_per_1000=$(awk -v f=$((wf1 - wf0)) -v n="$wn" 'BEGIN { printf "%.1f", (n > 0 ? f * 1000 / n : 0) }') redis_us=$(per $((wr1 - wr0)) "$wn") mysql_us=$(per $((wm1 - wm0)) "$wn") steal_pct=$(pct $((ws1 - ws0)) $((wt1 - wt0)))"
 		fi
 		read -r q1 r1 m1 b1 t1 s1 < <(sample)
 		# Redis' own time per script call (nested commands included).

@@ -44,6 +44,11 @@ func startShardOutage(t *testing.T, env ...string) *shardOutage {
 	return &shardOutage{q: q, maria: maria, dbs: []*sql.DB{db0, db1}}
 }
 
+// heldMinute is how long usage_daily may lag the calls with the minute in
+// progress held back (QUOTA_ANALYTICS_HOLD_MINUTE, on by default): the
+// minute, then the flush after it (1 s here).
+const heldMinute = time.Minute + time.Second
+
 // readiness is GET /readyz: its status and each dependency's answer.
 func readiness(t *testing.T, q *testenv.Quotad) (int, map[string]string) {
 	t.Helper()
@@ -173,9 +178,11 @@ func shardKilledUnderLoad(t *testing.T, env ...string) {
 	}
 	var shard0During int64
 	if withAnalytics {
-		// The flushes fail for shard 1 and keep its rows, and go on for shard 0.
+		// The flushes fail for shard 1 and keep its rows, and go on for
+		// shard 0. usage_daily gets a minute's figures once the minute is
+		// over (QUOTA_ANALYTICS_HOLD_MINUTE, on): allow a minute and a flush.
 		before0 := analyticsCalls(t, so.dbs[0])
-		if err := PollUntil(20*time.Second, 100*time.Millisecond, func() error {
+		if err := PollUntil(heldMinute+20*time.Second, 100*time.Millisecond, func() error {
 			m, err := q.Metrics()
 			if err != nil {
 				return err
@@ -220,10 +227,11 @@ func shardKilledUnderLoad(t *testing.T, env ...string) {
 		return
 	}
 	// Everything decided is in analytics exactly once: the rows kept during
-	// the outage were written when the shard returned.
+	// the outage were written when the shard returned (the last minute's
+	// once it is over).
 	want := int64(len(ss.Where(decided))) + extraDecided + otherCalls
 	var got int64
-	if err := PollUntil(30*time.Second, 200*time.Millisecond, func() error {
+	if err := PollUntil(heldMinute+30*time.Second, 200*time.Millisecond, func() error {
 		if got = analyticsCalls(t, so.dbs...); got != want {
 			return fmt.Errorf("analytics holds %d calls, %d were decided", got, want)
 		}
