@@ -301,7 +301,9 @@ func TestMySQLShardKilled_AnalyticsBufferBounded(t *testing.T) {
 	so.maria.Start()
 	waitReady(t, q, "shard 1 back", allReady)
 	var recorded int64
-	if err := PollUntil(30*time.Second, 200*time.Millisecond, func() error {
+	// The rows of the minute the calls were made in stay pending until it
+	// is over (QUOTA_ANALYTICS_HOLD_MINUTE).
+	if err := PollUntil(heldMinute+30*time.Second, 200*time.Millisecond, func() error {
 		if err := so.dbs[1].QueryRow("SELECT COALESCE(SUM(calls),0) FROM usage_daily WHERE app_id = ?", app1).Scan(&recorded); err != nil {
 			return err
 		}
