@@ -146,14 +146,11 @@ func applyFS(ctx context.Context, db *sql.DB, fsys fs.FS) (applied []string, err
 	}
 	defer conn.Close()
 
-	var dbName sql.NullString
-	if err := conn.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&dbName); err != nil {
-		return nil, fmt.Errorf("schema: %w", err)
+	dbName, err := selectedDatabase(ctx, conn)
+	if err != nil {
+		return nil, err
 	}
-	if !dbName.Valid || dbName.String == "" {
-		return nil, errors.New("schema: no database selected (the DSN must name one)")
-	}
-	lock := lockName(dbName.String)
+	lock := lockName(dbName)
 
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, ?)", lock, lockTimeout).Scan(&got); err != nil {
@@ -209,9 +206,24 @@ func applyFS(ctx context.Context, db *sql.DB, fsys fs.FS) (applied []string, err
 	return applied, nil
 }
 
-// querier is what appliedVersions reads through: a pool or one session.
+// querier is what appliedVersions and selectedDatabase read through: a
+// pool or one session.
 type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// selectedDatabase is the database the connection's DSN names; none is an
+// error, since every table lives in it.
+func selectedDatabase(ctx context.Context, q querier) (string, error) {
+	var name sql.NullString
+	if err := q.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&name); err != nil {
+		return "", fmt.Errorf("schema: %w", err)
+	}
+	if !name.Valid || name.String == "" {
+		return "", errors.New("schema: no database selected (the DSN must name one)")
+	}
+	return name.String, nil
 }
 
 // appliedVersions are the versions recorded in schema_migrations.
@@ -248,14 +260,13 @@ func pendingFS(ctx context.Context, db *sql.DB, fsys fs.FS) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var dbName sql.NullString
-	var tables int
-	if err := db.QueryRowContext(ctx, `SELECT DATABASE(), (SELECT COUNT(*) FROM information_schema.TABLES
-  WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'schema_migrations')`).Scan(&dbName, &tables); err != nil {
-		return nil, fmt.Errorf("schema: %w", err)
+	if _, err := selectedDatabase(ctx, db); err != nil {
+		return nil, err
 	}
-	if !dbName.Valid || dbName.String == "" {
-		return nil, errors.New("schema: no database selected (the DSN must name one)")
+	var tables int
+	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.TABLES
+  WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'schema_migrations'`).Scan(&tables); err != nil {
+		return nil, fmt.Errorf("schema: %w", err)
 	}
 	done := map[int]bool{}
 	if tables > 0 {
