@@ -174,6 +174,7 @@ type Recorder struct {
 	lastIfacePass time.Time              // when the interface pass last sent all of ifaceQueue
 	touched       map[hllKey]*touchedHLL // keys added to since persisted
 	addSorter     addSort                // sorts hllQueue (the flusher's alone)
+	pfaddUsers    stringArena            // PFADD arguments (the flusher's alone)
 	names         nameTable              // names of keys kept past a flush (the flusher's alone)
 	appKeys       keyCache               // apps of recently verified keys
 	lastPersist   time.Time
