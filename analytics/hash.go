@@ -20,7 +20,7 @@ const fnvOffset = 14695981039346656037
 
 // fnv1a64Continue is the FNV-1a hash of s appended to the bytes whose hash
 // is h (fnvOffset for none).
-func fnv1a64Continue(h uint64, s string) uint64 {
+func fnv1a64Continue[S ~string | ~[]byte](h uint64, s S) uint64 {
 	const prime = 1099511628211
 	for i := 0; i < len(s); i++ {
 		h ^= uint64(s[i])

@@ -83,9 +83,8 @@ func (s *addSort) sort(q []userAdd, mu sync.Locker) {
 	sortByGroup(s, q, func(a *userAdd) uint64 { return a.group }, mu)
 }
 
-// sortByGroup sorts q by group: a radix sort of the keys, a byte of the
-// group a pass from the lowest (passes where every key has the same byte
-// are skipped), then q put in their order in place. It holds mu only while
+// sortByGroup sorts q by group: a radix sort of the keys (radixSort), then
+// q put in their order in place. It holds mu only while
 // it moves q's elements (readers of q take mu; q's writer calls this): the
 // passes over the keys, most of the time, leave q as it is.
 func sortByGroup[T any](s *addSort, q []T, group func(*T) uint64, mu sync.Locker) {
@@ -96,7 +95,22 @@ func sortByGroup[T any](s *addSort, q []T, group func(*T) uint64, mu sync.Locker
 	for i := range q {
 		keys = append(keys, addSortKey{group: group(&q[i]), idx: int32(i)})
 	}
-	spare := slices.Grow(s.spare[:0], len(keys))[:len(keys)]
+	keys, spare := radixSort(keys, s.spare)
+	mu.Lock()
+	permute(q, keys)
+	mu.Unlock()
+	s.keys, s.spare = keys[:0], spare[:0]
+}
+
+// radixSort sorts keys by group, stably: a byte of the group a pass from
+// the lowest, skipping the passes where every key has the same byte. It
+// returns the keys sorted and spare, grown to len(keys): the two buffers
+// swap places with each pass, so either may hold the result.
+func radixSort(keys, spare []addSortKey) (sorted, spareOut []addSortKey) {
+	spare = slices.Grow(spare[:0], len(keys))[:len(keys)]
+	if len(keys) < 2 {
+		return keys, spare
+	}
 	var counts [8][256]int
 	for _, k := range keys {
 		for b := range 8 {
@@ -120,10 +134,7 @@ func sortByGroup[T any](s *addSort, q []T, group func(*T) uint64, mu sync.Locker
 		}
 		keys, spare = spare, keys
 	}
-	mu.Lock()
-	permute(q, keys)
-	mu.Unlock()
-	s.keys, s.spare = keys[:0], spare[:0]
+	return keys, spare
 }
 
 // permute puts q[keys[i].idx] at q[i] for every i, in place, following

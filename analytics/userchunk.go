@@ -62,7 +62,7 @@ func partsOf(user string) [4]uint16 {
 	return [4]uint16{partOfHash(h, 0), partOfHash(h, 2), partOfHash(h, 4), partOfHash(h, 6)}
 }
 
-func appendUserEntry(b []byte, user, iface string, c Counts) []byte {
+func appendUserEntry[S ~string | ~[]byte](b []byte, user, iface S, c Counts) []byte {
 	b = binary.AppendUvarint(b, uint64(len(user)))
 	b = append(b, user...)
 	b = binary.AppendUvarint(b, uint64(len(iface)))
@@ -83,38 +83,48 @@ func eachUserEntry(body []byte, fn func(user, iface string, c Counts)) error {
 	}
 	s := string(raw) // one string per chunk: the entries' substrings share it
 	for i := 0; i < len(raw); {
-		user, n := chunkString(raw[i:], s[i:])
-		if n <= 0 {
+		e, next, ok := userEntryAt(raw, i)
+		if !ok {
 			return errBadChunk
 		}
-		i += n
-		iface, n := chunkString(raw[i:], s[i:])
-		if n <= 0 {
-			return errBadChunk
-		}
-		i += n
-		var v [3]uint64
-		for k := range v {
-			x, n := binary.Uvarint(raw[i:])
-			if n <= 0 || x > 1<<62 {
-				return errBadChunk
-			}
-			v[k] = x
-			i += n
-		}
-		fn(user, iface, Counts{Calls: int64(v[0]), Allowed: int64(v[1]), Denied: int64(v[2])})
+		fn(s[e.user.off:e.user.off+e.user.n], s[e.iface.off:e.iface.off+e.iface.n], e.Counts)
+		i = next
 	}
 	return nil
 }
 
-// chunkString reads a uvarint length and that many bytes from b (s holds
-// the same bytes) and returns them as a substring of s; n <= 0: malformed.
-func chunkString(b []byte, s string) (string, int) {
-	l, n := binary.Uvarint(b)
-	if n <= 0 || l > uint64(len(b)-n) {
-		return "", 0
+// userEntryAt decodes the entry at raw[i:] (raw is at most 4 GiB, so its
+// spans fit) and returns it and the index after it; ok is false if it is
+// malformed.
+func userEntryAt(raw []byte, i int) (e mergeEntry, next int, ok bool) {
+	if e.user, i = rawField(raw, i); i < 0 {
+		return e, 0, false
 	}
-	return s[n : n+int(l)], n + int(l)
+	if e.iface, i = rawField(raw, i); i < 0 {
+		return e, 0, false
+	}
+	var v [3]uint64
+	for k := range v {
+		x, n := binary.Uvarint(raw[i:])
+		if n <= 0 || x > 1<<62 {
+			return e, 0, false
+		}
+		v[k] = x
+		i += n
+	}
+	e.Counts = Counts{Calls: int64(v[0]), Allowed: int64(v[1]), Denied: int64(v[2])}
+	return e, i, true
+}
+
+// rawField reads a uvarint length at raw[i:] and that many bytes after it
+// and returns their span and the index after them; -1: malformed.
+func rawField(raw []byte, i int) (rawSpan, int) {
+	l, n := binary.Uvarint(raw[i:])
+	if n <= 0 || l > uint64(len(raw)-i-n) {
+		return rawSpan{}, -1
+	}
+	start := i + n
+	return rawSpan{off: uint32(start), n: uint32(l)}, start + int(l)
 }
 
 // userChunk is one usage_user_chunks row to write.

@@ -136,6 +136,7 @@ func mergeTarget(level uint8) uint8 { return min(level+1, maxChunkLevel) }
 // and a second run finds nothing to merge. It returns the merges done.
 func (r *Recorder) mergeTodayChunks(ctx context.Context, conn *sql.Conn, today Day) (int, error) {
 	pace := newPacer(r.opt.FlushDuty, time.Now().Add(time.Hour), nil)
+	var m chunkMerge
 	var errs []error
 	merges := 0
 	for level := uint8(0); level <= maxChunkLevel; level++ {
@@ -144,7 +145,7 @@ func (r *Recorder) mergeTodayChunks(ctx context.Context, conn *sql.Conn, today D
 			return merges, errors.Join(append(errs, err)...)
 		}
 		for _, app := range apps {
-			if err := r.mergeAppChunks(ctx, conn, pace, today, app, level); err != nil {
+			if err := r.mergeAppChunks(ctx, conn, pace, &m, today, app, level); err != nil {
 				errs = append(errs, fmt.Errorf("merge level-%d user chunks of %q: %w", level, app, err))
 				continue
 			}
@@ -180,24 +181,25 @@ func appsToMerge(ctx context.Context, conn *sql.Conn, day Day, level uint8) ([]s
 
 // mergeAppChunks replaces app's chunks of level on day with one batch of
 // mergeTarget(level) chunks of the same entries summed, in one
-// transaction: a crash leaves the old chunks or the new, never both.
-func (r *Recorder) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pacer, day Day, app string, level uint8) error {
+// transaction: a crash leaves the old chunks or the new, never both. m is
+// the merge's working set, reused from one merge to the next.
+func (r *Recorder) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pacer, m *chunkMerge, day Day, app string, level uint8) error {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
 	d := day.String()
-	rows, err := lockedUserRows(ctx, tx, app, "SELECT body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND level = ? FOR UPDATE", d, app, level)
-	if err != nil || len(rows) == 0 {
+	// The locking read: a flush writing one of these chunks meanwhile
+	// waits for the commit, so the DELETE below removes the chunks read
+	// and no other. Only merges write the levels above 0, one at a time
+	// under Rollup's lock.
+	if err := lockedChunks(ctx, tx, m, "SELECT body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND level = ? FOR UPDATE", d, app, level); err != nil {
 		return err
 	}
-	for i := range rows {
-		rows[i].day = day
-	}
-	chunks := appendAppChunks(nil, rows, chunkMaxRaw, &chunkBuffers{})
-	for i := range chunks {
-		chunks[i].level = mergeTarget(level)
+	chunks := m.chunks(day, app, mergeTarget(level), chunkMaxRaw)
+	if len(chunks) == 0 {
+		return nil
 	}
 	// Delete before inserting: at maxChunkLevel the new chunks have the
 	// level of the old ones.
@@ -214,6 +216,27 @@ func (r *Recorder) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pac
 	}
 	r.met.rowsWritten.WithLabelValues("usage_user_chunks").Add(float64(len(chunks)))
 	return nil
+}
+
+// lockedChunks reads (and locks) the chunk bodies that query selects into
+// m, emptied first.
+func lockedChunks(ctx context.Context, tx *sql.Tx, m *chunkMerge, query string, args ...any) error {
+	m.reset()
+	rows, err := tx.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var body sql.RawBytes // decoded at once: no copy of the body
+		if err := rows.Scan(&body); err != nil {
+			return err
+		}
+		if err := m.add(body); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
 }
 
 // lockedUserRows reads and locks the chunks of app that query selects (a
