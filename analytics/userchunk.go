@@ -29,7 +29,9 @@ import (
 //
 //	uvarint len(user) user uvarint len(iface) iface uvarint calls uvarint allowed uvarint denied
 //
-// in the order of usage_user_daily's primary key (user, interface).
+// one per (user, interface). A flush writes them in the order of
+// usage_user_daily's primary key (user, interface), a merge by the user's
+// hash (chunkmerge.go); readers take them in any order.
 
 // chunkMaxRaw bounds a chunk's entries before compression, so that a
 // chunk stays far below MySQL's max_allowed_packet (16 MiB by default).
