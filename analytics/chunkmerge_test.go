@@ -147,13 +147,7 @@ func TestChunkMerge_UsersOfOneHashSummedApart(t *testing.T) {
 func TestChunkMerge_CorruptChunkIsAnError(t *testing.T) {
 	t.Parallel()
 	good := appendUserEntry(nil, "user", "iface", Counts{Calls: 300, Allowed: 300})
-	cases := map[string][]byte{
-		"not snappy":       []byte("\xff\xff\xff\xff"),
-		"truncated entry":  snappy.Encode(nil, good[:len(good)-2]),
-		"length past end":  snappy.Encode(nil, []byte{0x7f, 'a'}),
-		"count over 2^62":  snappy.Encode(nil, append(append([]byte{1, 'u', 1, 'i'}, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f), 0, 0)),
-		"garbage after ok": snappy.Encode(nil, append(append([]byte{}, good...), 0x05)),
-	}
+	cases := corruptChunks()
 	for name, body := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -54,17 +54,7 @@ func benchFlushServerCPU(b *testing.B, pool string) {
 	srv := testenv.StartMariaDB(b, "--innodb-buffer-pool-size="+pool)
 	var dbs []*sql.DB
 	for _, name := range []string{"quota_0", "quota_1"} {
-		cfg, err := mysql.ParseDSN(srv.CreateDatabase(name))
-		if err != nil {
-			b.Fatal(err)
-		}
-		cfg.InterpolateParams = true // as quotad's shards (tiers.ShardDSN)
-		db, err := sql.Open("mysql", cfg.FormatDSN())
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { db.Close() })
-		dbs = append(dbs, db)
+		dbs = append(dbs, privateShard(b, srv, name))
 	}
 	rs := testenv.StartRedis(b)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
@@ -117,6 +107,22 @@ func benchFlushServerCPU(b *testing.B, pool string) {
 		b.ReportMetric((rows(t)-before[t])/float64(b.N), t+"-rows/minute")
 	}
 	b.ReportMetric(float64(chunkBytes(b, dbs)-chunkBytes0)/1e6/float64(b.N), "chunk-MB/minute")
+}
+
+// privateShard is database name on srv with the schema, opened as quotad
+// opens a shard; it is closed when the benchmark ends.
+func privateShard(b *testing.B, srv *testenv.MariaDBProcess, name string) *sql.DB {
+	cfg, err := mysql.ParseDSN(srv.CreateDatabase(name))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.InterpolateParams = true // as quotad's shards (tiers.ShardDSN)
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	return db
 }
 
 // ownCPU is the CPU time this process has used: the recorder's (Record,

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/testenv"
 )
@@ -36,16 +34,7 @@ import (
 // bodies read and allocated bytes and objects (-benchmem).
 func BenchmarkMergeUserChunks(b *testing.B) {
 	srv := testenv.StartMariaDB(b)
-	cfg, err := mysql.ParseDSN(srv.CreateDatabase("quota_0"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.InterpolateParams = true // as quotad's shards (tiers.ShardDSN)
-	db, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close() })
+	db := privateShard(b, srv, "quota_0")
 	rdb, prefix := testenv.Redis(b)
 	clk := clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
 	r, err := New(Options{DBs: []*sql.DB{db}, Redis: rdb, KeyPrefix: prefix, Clock: clk, FlushDuty: 1})

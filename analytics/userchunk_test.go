@@ -37,11 +37,10 @@ func TestUserEntryRoundTrip(t *testing.T) {
 	}
 }
 
-// A damaged chunk is an error, never a panic or a wrong figure.
-func TestUserEntry_CorruptChunkIsAnError(t *testing.T) {
-	t.Parallel()
+// corruptChunks are damaged chunk bodies, by the damage.
+func corruptChunks() map[string][]byte {
 	good := appendUserEntry(nil, "user", "iface", Counts{Calls: 300, Allowed: 300})
-	cases := map[string][]byte{
+	return map[string][]byte{
 		"not snappy":       []byte("\xff\xff\xff\xff"),
 		"truncated entry":  snappy.Encode(nil, good[:len(good)-2]),
 		"length past end":  snappy.Encode(nil, []byte{0x7f, 'a'}),
@@ -49,6 +48,12 @@ func TestUserEntry_CorruptChunkIsAnError(t *testing.T) {
 		"count over 2^62":  snappy.Encode(nil, append(append([]byte{1, 'u', 1, 'i'}, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f), 0, 0)),
 		"garbage after ok": snappy.Encode(nil, append(append([]byte{}, good...), 0x05)),
 	}
+}
+
+// A damaged chunk is an error, never a panic or a wrong figure.
+func TestUserEntry_CorruptChunkIsAnError(t *testing.T) {
+	t.Parallel()
+	cases := corruptChunks()
 	for name, body := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
