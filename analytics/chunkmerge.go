@@ -18,7 +18,7 @@ import (
 // again cost quotad 1.3–1.7 µs an entry (BenchmarkMergeUserChunks), at up
 // to three merges an entry a day. Here the entries stay where their chunk
 // decoded to and are radix-sorted by their user's FNV-1a hash, which the
-// part needs anyway: 0.3–0.5 µs an entry.
+// part needs anyway: 0.3–0.6 µs an entry.
 //
 // Memory, per entry: its decoded bytes in raw (~23 with make bench's
 // names), a mergeEntry (40 bytes) and two sort keys (16 bytes each, in
