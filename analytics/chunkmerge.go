@@ -91,17 +91,19 @@ func (m *chunkMerge) chunks(day Day, app string, level uint8, maxRaw int) []user
 	}
 	partBits := partBitsFor(len(keys))
 	var out []userChunk
-	cur := userChunk{day: day, app: app, level: level}
+	cur := userChunk{day: day, app: app, level: level, part: partOfHash(bits.Reverse64(keys[0].group), partBits)}
 	emit := func() {
 		cur.body = snappy.Encode(nil, m.out)
 		out = append(out, cur)
 		cur.seq++
 		cur.entries, m.out = 0, m.out[:0]
 	}
-	for i, k := range keys {
+	for _, k := range keys {
 		part := partOfHash(bits.Reverse64(k.group), partBits)
-		if i > 0 && part != cur.part {
-			emit()
+		if part != cur.part {
+			if cur.entries > 0 { // else the bound just cut the last part
+				emit()
+			}
 			cur.seq = 0
 		}
 		cur.part = part

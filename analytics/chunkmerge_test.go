@@ -49,6 +49,7 @@ func TestChunkMerge_SumsEachUserInterfaceOnceInItsPart(t *testing.T) {
 		{"level 0 of make bench", 32, 400, 100_000, 50, chunkMaxRaw, 6, false},
 		{"four parts", 8, 200, 600, 2, chunkMaxRaw, 2, false},
 		{"parts over the bound", 16, 500, 5_000, 4, 4 << 10, 4, true},
+		{"every entry over the bound", 4, 400, 2_000, 2, 1, 2, true},
 	}
 	var m chunkMerge // one for all: as a Rollup's merges share it
 	for i, c := range cases {
@@ -91,7 +92,7 @@ func TestChunkMerge_SumsEachUserInterfaceOnceInItsPart(t *testing.T) {
 				}
 				got[k] = cnt
 			})
-			if err != nil || n != ch.entries {
+			if err != nil || n != ch.entries || n == 0 {
 				t.Fatalf("%s: chunk %x/%d: %d entries decoded, %d recorded (%v)", c.name, ch.part, ch.seq, n, ch.entries, err)
 			}
 		}

@@ -20,6 +20,7 @@ func (r *Recorder) foldUserChunks(ctx context.Context, conn *sql.Conn, today Day
 	var rows int64
 	var errs []error
 	pace := newPacer(r.opt.FlushDuty, time.Now().Add(time.Hour), nil)
+	var m chunkMerge // the parts' working set, reused
 	// A cursor, so that a part that fails (a corrupt chunk) is reported
 	// and passed over, not tried again and again before the others.
 	day, app, part := "1000-01-01", "", -1 // before any day
@@ -35,7 +36,7 @@ WHERE day < ? AND (day, app_id, part) > (?, ?, ?) ORDER BY day, app_id, part LIM
 			return rows, errors.Join(append(errs, fmt.Errorf("user chunks to fold: %w", err))...)
 		}
 		app = string(next)
-		n, err := r.foldUserPart(ctx, conn, pace, day, app, uint16(part))
+		n, err := r.foldUserPart(ctx, conn, pace, &m, day, app, uint16(part))
 		rows += int64(n)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("fold user chunks of %q on %s: %w", app, day, err))
@@ -48,13 +49,13 @@ WHERE day < ? AND (day, app_id, part) > (?, ?, ?) ORDER BY day, app_id, part LIM
 
 // foldUserPart folds the chunks of one (day, app, part) in one transaction
 // and returns the rows it upserted.
-func (r *Recorder) foldUserPart(ctx context.Context, conn *sql.Conn, pace *pacer, day, app string, part uint16) (int, error) {
+func (r *Recorder) foldUserPart(ctx context.Context, conn *sql.Conn, pace *pacer, m *chunkMerge, day, app string, part uint16) (int, error) {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	rows, err := lockedUserRows(ctx, tx, app, "SELECT body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND part = ? FOR UPDATE", day, app, part)
+	rows, err := lockedUserRows(ctx, tx, m, app, "SELECT body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND part = ? FOR UPDATE", day, app, part)
 	if err != nil {
 		return 0, err
 	}
@@ -239,36 +240,21 @@ func lockedChunks(ctx context.Context, tx *sql.Tx, m *chunkMerge, query string, 
 	return rows.Err()
 }
 
-// lockedUserRows reads and locks the chunks of app that query selects (a
-// flush writing one of them meanwhile waits for the commit, so that the
-// DELETE that follows in the transaction removes the chunks read and no
-// other) and returns their entries as app's user rows, summed per (user,
-// interface) and in write order (sortGroupRows); their day is left zero.
-// Only flushes write level 0 and only merges the levels above, one at a
-// time under Rollup's lock; the fold takes finished days, the merges today.
-func lockedUserRows(ctx context.Context, tx *sql.Tx, app, query string, args ...any) ([]userRow, error) {
-	rows, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
+// lockedUserRows reads and locks the chunks that query selects into m
+// (lockedChunks) and returns their entries as app's user rows, summed per
+// (user, interface) and in write order (sortGroupRows, the order of
+// usage_user_daily's key); their day is left zero.
+func lockedUserRows(ctx context.Context, tx *sql.Tx, m *chunkMerge, app, query string, args ...any) ([]userRow, error) {
+	if err := lockedChunks(ctx, tx, m, query, args...); err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []userRow
+	keys := m.sum()
+	out := make([]userRow, 0, len(keys))
 	var buf []byte
-	for rows.Next() {
-		var body []byte
-		if err := rows.Scan(&body); err != nil {
-			return nil, err
-		}
-		err := eachUserEntry(body, func(user, iface string, c Counts) {
-			buf = appendRowID(buf[:0], app, iface, user)
-			out = append(out, newUserRow(userKey{id: rowID(buf)}, c))
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
+	for _, k := range keys {
+		e := &m.entries[k.idx]
+		buf = appendRowID(buf[:0], app, string(m.bytes(e.iface)), string(m.bytes(e.user)))
+		out = append(out, newUserRow(userKey{id: rowID(buf)}, e.Counts))
 	}
 	return sortGroupRows(out), nil
 }
