@@ -6,4 +6,5 @@ var (
 	BenchNames     = benchNames
 	NewXorshift    = newXorshift
 	NewUniformLoad = newUniformLoad
+	EachUserEntry  = eachUserEntry
 )

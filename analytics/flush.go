@@ -248,14 +248,32 @@ func (r *Recorder) afterWrite(sh *dbShard, written *rowset) {
 	}
 }
 
-// columns of the three tables, in INSERT order.
+// columns of the tables the flush upserts, in INSERT order.
 const (
 	seriesCols = "app_id, res, t, interface_id, calls, allowed, denied"
 	dailyCols  = "app_id, day, interface_id, calls, allowed, denied"
-	userCols   = "app_id, user_id, day, interface_id, calls, allowed, denied"
-	chunkCols  = "day, app_id, part, batch_id, seq, level, entries, body"
 	addCounts  = " ON DUPLICATE KEY UPDATE calls = calls + VALUES(calls), allowed = allowed + VALUES(allowed), denied = denied + VALUES(denied)"
 )
+
+// chunkTable is a table of per-user chunks: today's, with each chunk's
+// batch and level, or the finished days' sealed ones (userseal.go).
+type chunkTable struct {
+	name, cols string
+	ncols      int
+	sealed     bool
+}
+
+var (
+	todayChunks  = chunkTable{name: "usage_user_chunks", cols: "day, app_id, part, batch_id, seq, level, entries, body", ncols: 8}
+	sealedChunks = chunkTable{name: "usage_user_sealed", cols: "day, app_id, part, seq, entries, body", ncols: 6, sealed: true}
+)
+
+func (t chunkTable) appendRow(args []any, day string, c *userChunk, batchID []byte) []any {
+	if t.sealed {
+		return append(args, day, c.app, c.part, c.seq, c.entries, c.body)
+	}
+	return append(args, day, c.app, c.part, batchID, c.seq, c.level, c.entries, c.body)
+}
 
 func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, batchID [16]byte, pace *pacer) (map[string]int, error) {
 	written := map[string]int{}
@@ -282,7 +300,7 @@ func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, batchID
 	}
 	written["usage_daily"] = len(daily)
 	chunks := p.userChunks(&r.mu, chunkMaxRaw)
-	if err := r.insertChunks(ctx, tx, pace, batchID, chunks); err != nil {
+	if err := r.insertChunks(ctx, tx, pace, todayChunks, batchID, chunks); err != nil {
 		return nil, err
 	}
 	written["usage_user_chunks"] = len(chunks)
@@ -293,25 +311,26 @@ func (r *Recorder) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, batchID
 // packet must stay below max_allowed_packet, 16 MiB by default).
 const chunkStatementBytes = 4 << 20
 
-// insertChunks writes chunks in statements of at most RowsPerStatement
-// chunks and chunkStatementBytes of bodies.
-func (r *Recorder) insertChunks(ctx context.Context, tx *sql.Tx, pace *pacer, batchID [16]byte, chunks []userChunk) error {
+// insertChunks writes chunks into table in statements of at most
+// RowsPerStatement chunks and chunkStatementBytes of bodies; batchID is
+// their batch's (not written to the sealed table).
+func (r *Recorder) insertChunks(ctx context.Context, tx *sql.Tx, pace *pacer, table chunkTable, batchID [16]byte, chunks []userChunk) error {
 	var days dayStrings
-	var stmts chunkStatements
+	stmts := chunkStatements{table: table}
 	defer stmts.close()
-	args := make([]any, 0, 8*min(len(chunks), r.opt.RowsPerStatement))
+	args := make([]any, 0, table.ncols*min(len(chunks), r.opt.RowsPerStatement))
 	for lo := 0; lo < len(chunks); {
 		hi, size := lo, 0
 		args = args[:0]
 		for hi < len(chunks) && hi-lo < r.opt.RowsPerStatement && (hi == lo || size+len(chunks[hi].body) <= chunkStatementBytes) {
 			c := &chunks[hi]
-			args = append(args, days.of(c.day), c.app, c.part, batchID[:], c.seq, c.level, c.entries, c.body)
+			args = table.appendRow(args, days.of(c.day), c, batchID[:])
 			size += len(c.body)
 			hi++
 		}
-		r.met.statements.WithLabelValues("usage_user_chunks").Inc()
+		r.met.statements.WithLabelValues(table.name).Inc()
 		if err := stmts.exec(ctx, tx, hi-lo, args); err != nil {
-			return fmt.Errorf("usage_user_chunks: %w", err)
+			return fmt.Errorf("%s: %w", table.name, err)
 		}
 		pace.rest(ctx)
 		lo = hi
@@ -319,32 +338,35 @@ func (r *Recorder) insertChunks(ctx context.Context, tx *sql.Tx, pace *pacer, ba
 	return nil
 }
 
-// chunkStatements are the prepared INSERTs of usage_user_chunks of one
+// chunkStatements are the prepared INSERTs into a chunk table of one
 // transaction, by their rows. The bodies go as binary parameters: sent in
 // an interpolated statement, each body byte was escaped here and unescaped
 // by MariaDB's lexer, 7 % of MariaDB's perf samples in
 // BenchmarkFlushServerCPU and 18 % in BenchmarkMergeUserChunks. A flush's
 // statements but its last have the same rows, so it prepares two.
-type chunkStatements map[int]*sql.Stmt
+type chunkStatements struct {
+	table  chunkTable
+	byRows map[int]*sql.Stmt
+}
 
 func (s *chunkStatements) exec(ctx context.Context, tx *sql.Tx, rows int, args []any) error {
-	if *s == nil {
-		*s = chunkStatements{}
+	if s.byRows == nil {
+		s.byRows = map[int]*sql.Stmt{}
 	}
-	stmt := (*s)[rows]
+	stmt := s.byRows[rows]
 	if stmt == nil {
 		var err error
-		if stmt, err = tx.PrepareContext(ctx, valuesSQL("usage_user_chunks", chunkCols, 8, rows, "")); err != nil {
+		if stmt, err = tx.PrepareContext(ctx, valuesSQL(s.table.name, s.table.cols, s.table.ncols, rows, "")); err != nil {
 			return err
 		}
-		(*s)[rows] = stmt
+		s.byRows[rows] = stmt
 	}
 	_, err := stmt.ExecContext(ctx, args...)
 	return err
 }
 
-func (s chunkStatements) close() {
-	for _, stmt := range s {
+func (s *chunkStatements) close() {
+	for _, stmt := range s.byRows {
 		stmt.Close()
 	}
 }

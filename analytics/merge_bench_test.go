@@ -128,7 +128,7 @@ func buildMergeLevel(b *testing.B, r *Recorder, conn *sql.Conn, day Day, level u
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := r.insertChunks(ctx, tx, nil, id, rs.userChunks(&sync.Mutex{}, chunkMaxRaw)); err != nil {
+			if err := r.insertChunks(ctx, tx, nil, todayChunks, id, rs.userChunks(&sync.Mutex{}, chunkMaxRaw)); err != nil {
 				b.Fatal(err)
 			}
 			if err := tx.Commit(); err != nil {

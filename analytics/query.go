@@ -394,19 +394,22 @@ func (r *Recorder) Apps(ctx context.Context, limit int) ([]string, error) {
 	return out, nil
 }
 
-// userDayStored adds user's stored figures for day to ifaces: the rows of
-// usage_user_daily and the entries of the chunks not yet folded into them
-// (userchunk.go). One statement, so one snapshot: a fold that commits
-// meanwhile moves entries from chunks to rows, and two statements could
-// see them in neither or in both.
+// userDayStored adds user's stored figures for day to ifaces: the entries
+// of the day's chunks (userchunk.go) and of its sealed chunks
+// (userseal.go), and the rows of usage_user_daily (where versions before
+// the seal folded finished days). One statement, so one snapshot: a seal
+// that commits meanwhile moves entries between the chunk tables, and two
+// statements could see them in neither or in both.
 func (r *Recorder) userDayStored(ctx context.Context, app, user string, day Day, ifaces map[string]*Counts) error {
 	parts := partsOf(user)
 	d := day.String()
 	rows, err := r.db(app).db.QueryContext(ctx,
 		`SELECT interface_id, calls, allowed, denied, NULL FROM usage_user_daily WHERE app_id = ? AND user_id = ? AND day = ?
 UNION ALL
-SELECT '', 0, 0, 0, body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND part IN (?, ?, ?, ?)`,
-		app, user, d, d, app, parts[0], parts[1], parts[2], parts[3])
+SELECT '', 0, 0, 0, body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND part IN (?, ?, ?, ?)
+UNION ALL
+SELECT '', 0, 0, 0, body FROM usage_user_sealed WHERE day = ? AND app_id = ? AND part IN (?, ?, ?, ?)`,
+		app, user, d, d, app, parts[0], parts[1], parts[2], parts[3], d, app, parts[0], parts[1], parts[2], parts[3])
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,7 @@ var rollSteps = []rollStep{
 type RollupResult struct {
 	Periods    int   // transactions that moved points
 	Moved      int64 // fine points folded into coarse ones (and deleted)
-	UserRows   int64 // usage_user_daily rows upserted from finished days' chunks
+	SealedDays int   // (day, app) pairs of finished days whose user chunks were sealed (userseal.go)
 	UserMerges int   // merges of today's user chunks: one per app and level merged
 }
 
@@ -36,9 +36,9 @@ type RollupResult struct {
 // crash never counts a call twice or loses it, and a second run finds
 // nothing left to move. Runs of several quotad instances are serialised per
 // shard by a named lock. It also persists the registers of finished days'
-// distinct-user counts, folds finished days' per-user chunks into
-// usage_user_daily rows and merges today's (userfold.go), and forgets
-// flush batch ids older than two days.
+// distinct-user counts, seals finished days' per-user chunks (userseal.go)
+// and merges today's (userfold.go), and forgets flush batch ids older than
+// two days.
 func (r *Recorder) Rollup(ctx context.Context) (RollupResult, error) {
 	var total RollupResult
 	now := r.clk.Now()
@@ -47,7 +47,7 @@ func (r *Recorder) Rollup(ctx context.Context) (RollupResult, error) {
 		res, err := r.rollupShard(ctx, sh.db, now)
 		total.Periods += res.Periods
 		total.Moved += res.Moved
-		total.UserRows += res.UserRows
+		total.SealedDays += res.SealedDays
 		total.UserMerges += res.UserMerges
 		if err != nil {
 			errs = append(errs, fmt.Errorf("shard %d: %w", i, err))
@@ -110,8 +110,8 @@ func (r *Recorder) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (
 		}
 	}
 	today := Day(floorDiv(now.Unix(), 86400))
-	n, err := r.foldUserChunks(ctx, conn, today)
-	res.UserRows += n
+	n, err := r.sealUserDays(ctx, conn, today)
+	res.SealedDays += n
 	if err != nil {
 		return res, err
 	}

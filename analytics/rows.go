@@ -118,7 +118,7 @@ type userKey struct {
 	day Day
 }
 
-// userRow is a per-user figure to add to usage_user_daily.
+// userRow is a per-user figure of a flush, to write in a chunk.
 type userRow struct {
 	userKey
 	Counts
@@ -142,15 +142,15 @@ func prefix8(s string) uint64 {
 	return v
 }
 
-// The user rows are written in usage_user_daily's primary-key order (day,
+// The user rows are ordered as usage_user_daily's primary key (day,
 // app_id, user_id, interface_id; VARBINARY compares bytes as
 // strings.Compare does): the (day, app) groups by compareAppDays, each
 // group's rows by compareGroupRows. A flush's chunks take each (day, app)'s
-// rows in this order, and the fold of a finished day (userfold.go) upserts
-// them in it: every quotad the same, so that two instances' transactions
-// never lock rows in opposite orders (no deadlock), and the rows reach the
-// B-tree's pages in order, each page once, which is what keeps the upserts
-// cheap once the table outgrows MySQL's buffer pool (RELIABILITY.md, soak).
+// rows in this order, so every quotad writes its chunk rows in the same
+// order and two instances' transactions never lock rows in opposite
+// orders (no deadlock). (When finished days were folded into
+// usage_user_daily, the order also brought the upserts to the B-tree's
+// pages in order, each page once: RELIABILITY.md, soak.)
 func compareAppDays(a, b appDay) int {
 	return cmp.Or(cmp.Compare(a.day, b.day), strings.Compare(a.app, b.app))
 }

@@ -13,10 +13,11 @@ import (
 // call is a new one, and an InnoDB upsert costs MariaDB ~7 µs of CPU per
 // row, on the cores the check path uses. So a flush does not upsert them
 // one by one: it writes them as a few compressed chunks per (day, app)
-// into usage_user_chunks (sql/006_user_chunks.sql), and Rollup folds a
-// day's chunks into usage_user_daily rows once the day is over, one row per
-// (user, interface) for the whole day instead of one per flush it was seen
-// in. Queries read both.
+// into usage_user_chunks (sql/006_user_chunks.sql), and once the day is
+// over Rollup seals each app's chunks of it into one batch of
+// usage_user_sealed (userseal.go), one entry per (user, interface) for the
+// whole day instead of one per flush it was seen in. Queries read both
+// (and usage_user_daily, where earlier versions folded finished days).
 //
 // A chunk holds the entries of one partition of the app's users: all of
 // them when the flush saw few (partBits 0), else one of 4, 16 or 64 parts
@@ -29,9 +30,9 @@ import (
 //
 //	uvarint len(user) user uvarint len(iface) iface uvarint calls uvarint allowed uvarint denied
 //
-// one per (user, interface). A flush writes them in the order of
-// usage_user_daily's primary key (user, interface), a merge by the user's
-// hash (chunkmerge.go); readers take them in any order.
+// one per (user, interface). A flush writes them by user, then interface
+// (compareGroupRows), a merge and a seal by the user's hash
+// (chunkmerge.go); readers take them in any order.
 
 // chunkMaxRaw bounds a chunk's entries before compression, so that a
 // chunk stays far below MySQL's max_allowed_packet (16 MiB by default).

@@ -9,74 +9,6 @@ import (
 	"time"
 )
 
-// foldUserChunks folds the chunks of days before today into
-// usage_user_daily rows, one (day, app, part) per transaction: the chunks'
-// entries summed per (user, interface), upserted, and the chunks deleted,
-// so a crash never counts an entry twice or loses it and a second run finds
-// nothing left. It rests as the flush does (FlushDuty), since the fold of a
-// finished day upserts as many rows as that day had per-user figures.
-// It returns the rows upserted.
-func (r *Recorder) foldUserChunks(ctx context.Context, conn *sql.Conn, today Day) (int64, error) {
-	var rows int64
-	var errs []error
-	pace := newPacer(r.opt.FlushDuty, time.Now().Add(time.Hour), nil)
-	var m chunkMerge // the parts' working set, reused
-	// A cursor, so that a part that fails (a corrupt chunk) is reported
-	// and passed over, not tried again and again before the others.
-	day, app, part := "1000-01-01", "", -1 // before any day
-	for {
-		var next []byte
-		err := conn.QueryRowContext(ctx, `SELECT DATE_FORMAT(day, '%Y-%m-%d'), app_id, part FROM usage_user_chunks
-WHERE day < ? AND (day, app_id, part) > (?, ?, ?) ORDER BY day, app_id, part LIMIT 1`,
-			today.String(), day, app, part).Scan(&day, &next, &part)
-		if errors.Is(err, sql.ErrNoRows) {
-			return rows, errors.Join(errs...)
-		}
-		if err != nil {
-			return rows, errors.Join(append(errs, fmt.Errorf("user chunks to fold: %w", err))...)
-		}
-		app = string(next)
-		n, err := r.foldUserPart(ctx, conn, pace, &m, day, app, uint16(part))
-		rows += int64(n)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("fold user chunks of %q on %s: %w", app, day, err))
-			if ctx.Err() != nil {
-				return rows, errors.Join(errs...)
-			}
-		}
-	}
-}
-
-// foldUserPart folds the chunks of one (day, app, part) in one transaction
-// and returns the rows it upserted.
-func (r *Recorder) foldUserPart(ctx context.Context, conn *sql.Conn, pace *pacer, m *chunkMerge, day, app string, part uint16) (int, error) {
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = tx.Rollback() }()
-	rows, err := lockedUserRows(ctx, tx, m, app, "SELECT body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND part = ? FOR UPDATE", day, app, part)
-	if err != nil {
-		return 0, err
-	}
-	err = r.insert(ctx, tx, pace, "usage_user_daily", userCols, 7, len(rows), func(args []any, i int) []any {
-		u := &rows[i]
-		_, iface, user := u.id.split()
-		return append(args, app, user, day, iface, u.Calls, u.Allowed, u.Denied)
-	})
-	if err != nil {
-		return 0, err
-	}
-	if _, err := tx.ExecContext(ctx, "DELETE FROM usage_user_chunks WHERE day = ? AND app_id = ? AND part = ?", day, app, part); err != nil {
-		return 0, fmt.Errorf("delete folded chunks: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, err
-	}
-	r.met.rowsWritten.WithLabelValues("usage_user_daily").Add(float64(len(rows)))
-	return len(rows), nil
-}
-
 // Today's chunks are compacted in size tiers, as an LSM tree's runs are: a
 // flush writes a batch of level-0 chunks (one per part); once an app has
 // mergeMinBatches batches of level 0 today, Rollup merges them into one
@@ -98,7 +30,7 @@ const (
 	// of the day from which Rollup merges them: about 8 minutes of 15 s
 	// flushes of one quotad. Flush batches are small (one flush's users),
 	// and a merge may hold back the app's flushes until it commits (its
-	// locking read, lockedUserRows).
+	// locking read, lockedChunks).
 	mergeMinBatches = 32
 	// mergeFanIn is the number of an app's batches of one level >= 1 from
 	// which Rollup merges them into one of the next level. A merge
@@ -195,6 +127,7 @@ func (r *Recorder) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pac
 	// waits for the commit, so the DELETE below removes the chunks read
 	// and no other. Only merges write the levels above 0, one at a time
 	// under Rollup's lock.
+	m.reset()
 	if err := lockedChunks(ctx, tx, m, "SELECT body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND level = ? FOR UPDATE", d, app, level); err != nil {
 		return err
 	}
@@ -209,7 +142,7 @@ func (r *Recorder) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pac
 	}
 	var id [16]byte
 	_, _ = rand.Read(id[:])
-	if err := r.insertChunks(ctx, tx, pace, id, chunks); err != nil {
+	if err := r.insertChunks(ctx, tx, pace, todayChunks, id, chunks); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -220,9 +153,8 @@ func (r *Recorder) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pac
 }
 
 // lockedChunks reads (and locks) the chunk bodies that query selects into
-// m, emptied first.
+// m, adding them to what m holds.
 func lockedChunks(ctx context.Context, tx *sql.Tx, m *chunkMerge, query string, args ...any) error {
-	m.reset()
 	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
 		return err
@@ -238,23 +170,4 @@ func lockedChunks(ctx context.Context, tx *sql.Tx, m *chunkMerge, query string, 
 		}
 	}
 	return rows.Err()
-}
-
-// lockedUserRows reads and locks the chunks that query selects into m
-// (lockedChunks) and returns their entries as app's user rows, summed per
-// (user, interface) and in write order (sortGroupRows, the order of
-// usage_user_daily's key); their day is left zero.
-func lockedUserRows(ctx context.Context, tx *sql.Tx, m *chunkMerge, app, query string, args ...any) ([]userRow, error) {
-	if err := lockedChunks(ctx, tx, m, query, args...); err != nil {
-		return nil, err
-	}
-	keys := m.sum()
-	out := make([]userRow, 0, len(keys))
-	var buf []byte
-	for _, k := range keys {
-		e := &m.entries[k.idx]
-		buf = appendRowID(buf[:0], app, string(m.bytes(e.iface)), string(m.bytes(e.user)))
-		out = append(out, newUserRow(userKey{id: rowID(buf)}, e.Counts))
-	}
-	return sortGroupRows(out), nil
 }

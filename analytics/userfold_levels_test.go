@@ -37,7 +37,7 @@ func TestChunkMerge_TopLevelMergesIntoItself(t *testing.T) {
 			}
 			var id [16]byte
 			_, _ = rand.Read(id[:])
-			if err := r.insertChunks(ctx, tx, nil, id, chunks); err != nil {
+			if err := r.insertChunks(ctx, tx, nil, todayChunks, id, chunks); err != nil {
 				t.Fatal(err)
 			}
 			if err := tx.Commit(); err != nil {

@@ -70,10 +70,13 @@ func (e *env) count(t *testing.T, q string, args ...any) int64 {
 }
 
 // A flush writes per-user figures as chunks; once their day is over,
-// Rollup folds them into usage_user_daily rows, one per (user, interface)
-// for the day, and deletes them. Every user's stats are the same before and
-// after, today's chunks stay, and a second Rollup changes nothing.
-func TestUserFigures_FoldedIntoRowsOnceTheDayIsOver(t *testing.T) {
+// Rollup seals each app's chunks of that day into one batch of
+// usage_user_sealed, one entry per (user, interface) for the day, and
+// deletes them. Every user's stats are the same before and after, today's
+// chunks stay, a second Rollup changes nothing, rows that an earlier
+// version folded into usage_user_daily still count, and a late flush of a
+// sealed day is sealed into it by the next Rollup.
+func TestUserFigures_SealedOnceTheDayIsOver(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2, nil)
 	ctx := context.Background()
@@ -99,51 +102,72 @@ func TestUserFigures_FoldedIntoRowsOnceTheDayIsOver(t *testing.T) {
 		record("busy", "b", fmt.Sprintf("user-%d", i*2), true)
 	}
 	e.flush()
+	// A row of usage_user_daily, as versions before the seal left them.
+	d1 := day(t0)
+	legacy := e.dbs[analytics.ShardIndex("quiet", len(e.dbs))]
+	if _, err := legacy.Exec("INSERT INTO usage_user_daily (app_id, user_id, day, interface_id, calls, allowed, denied) VALUES ('quiet', 'u3', ?, 'c', 2, 1, 1)", d1.String()); err != nil {
+		t.Fatal(err)
+	}
+	truth.add(d1, "quiet", "u3", "c", true)
+	truth.add(d1, "quiet", "u3", "c", false)
+	// The last second of day 1, recorded but not flushed before midnight.
+	e.clk.Set((d1 + 1).Time().Add(-time.Second))
+	record("quiet", "a", "late", true)
 	// Day 2 (today once the clock moves on): a little more.
-	e.clk.Advance(24 * time.Hour)
+	e.clk.Advance(time.Hour)
 	record("quiet", "a", "u1", true)
 	record("busy", "a", "user-7", false)
-	e.flush()
-	day1, day2 := day(t0).String(), day(e.clk.Now()).String()
-
-	if n := e.count(t, "SELECT COUNT(*) FROM usage_user_daily"); n != 0 {
-		t.Fatalf("%d usage_user_daily rows before any fold, want 0 (flushes write chunks)", n)
-	}
+	day1, day2 := d1.String(), day(e.clk.Now()).String()
 	if n := e.count(t, "SELECT COUNT(*) FROM usage_user_chunks WHERE day = ? AND app_id = 'busy' AND part >> 8 > 0", day1); n == 0 {
 		t.Fatal("the busy app's chunks were not split into parts")
 	}
-	truth.check(t, e, "before the fold")
+	distinct := func() int64 { // of day 1, without the legacy row and the late user
+		n := int64(0)
+		for app, users := range truth[d1] {
+			for user, ifaces := range users {
+				n += int64(len(ifaces))
+				if app == "quiet" && user == "u3" {
+					n-- // its "c" is in usage_user_daily
+				}
+			}
+		}
+		return n
+	}
 
+	// The late call is still in memory: Rollup seals what was flushed.
 	res, err := e.rec.Rollup(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := int64(0)
-	for _, users := range truth[day(t0)] {
-		for _, ifaces := range users {
-			want += int64(len(ifaces))
-		}
-	}
-	if res.UserRows != want {
-		t.Fatalf("fold upserted %d rows, want %d (one per user and interface of day 1)", res.UserRows, want)
+	if res.SealedDays != 2 {
+		t.Fatalf("rollup sealed %d (day, app) pairs, want 2 (busy and quiet on day 1)", res.SealedDays)
 	}
 	if n := e.count(t, "SELECT COUNT(*) FROM usage_user_chunks WHERE day = ?", day1); n != 0 {
-		t.Fatalf("%d chunks of the finished day left after the fold", n)
+		t.Fatalf("%d chunks of the finished day left after the seal", n)
 	}
+	if n := e.count(t, "SELECT COALESCE(SUM(entries), 0) FROM usage_user_sealed WHERE day = ?", day1); n != distinct()-1 {
+		t.Fatalf("sealed day 1 holds %d entries, want %d (one per user and interface flushed)", n, distinct()-1)
+	}
+	e.flush() // the late call's chunk, and today's
 	if n := e.count(t, "SELECT COUNT(*) FROM usage_user_chunks WHERE day = ?", day2); n == 0 {
-		t.Fatal("today's chunks were folded")
+		t.Fatal("today's chunks were sealed or never written")
 	}
-	truth.check(t, e, "after the fold")
+	truth.check(t, e, "after the seal and a late flush of the sealed day")
 
-	calls := e.count(t, "SELECT COALESCE(SUM(calls), 0) FROM usage_user_daily")
 	res, err = e.rec.Rollup(ctx)
-	if err != nil || res.UserRows != 0 {
-		t.Fatalf("second rollup: %d rows folded (%v), want 0", res.UserRows, err)
+	if err != nil || res.SealedDays != 1 {
+		t.Fatalf("rollup after the late flush: %d (day, app) sealed (%v), want 1 (quiet on day 1)", res.SealedDays, err)
 	}
-	if again := e.count(t, "SELECT COALESCE(SUM(calls), 0) FROM usage_user_daily"); again != calls {
-		t.Fatalf("a second rollup changed usage_user_daily's calls from %d to %d", calls, again)
+	if n := e.count(t, "SELECT COALESCE(SUM(entries), 0) FROM usage_user_sealed WHERE day = ?", day1); n != distinct() {
+		t.Fatalf("sealed day 1 holds %d entries, want %d", n, distinct())
 	}
-	truth.check(t, e, "after a second rollup")
+	if n := e.count(t, "SELECT COUNT(*) FROM usage_user_chunks WHERE day = ?", day1); n != 0 {
+		t.Fatalf("%d chunks of day 1 left after the second seal", n)
+	}
+	truth.check(t, e, "after the late chunk was sealed")
+
+	e.rollup(t, "a rollup with nothing to seal") // fails if a second one changes anything
+	truth.check(t, e, "after a third rollup")
 }
 
 // As the day goes on, Rollup merges an app's flush chunks (one per flush,
@@ -151,7 +175,7 @@ func TestUserFigures_FoldedIntoRowsOnceTheDayIsOver(t *testing.T) {
 // chunks split by user, once it has mergeMinBatches (32) flush batches, so
 // a user's query reads a few chunks rather than the whole day's (the
 // levels above: userlevels_test.go). Every user's stats stay exact through
-// the merge and the fold that follows.
+// the merge and the seal that follows.
 func TestUserChunks_TodaysFlushChunksMergedAsTheDayGoesOn(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1, nil)
@@ -202,7 +226,7 @@ func TestUserChunks_TodaysFlushChunksMergedAsTheDayGoesOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	if n := e.count(t, "SELECT COUNT(*) FROM usage_user_chunks"); n != 0 {
-		t.Fatalf("%d chunks left after the day was folded", n)
+		t.Fatalf("%d chunks left after the day was sealed", n)
 	}
-	truth.check(t, e, "after the fold")
+	truth.check(t, e, "after the seal")
 }

@@ -51,14 +51,16 @@ func (e *env) levels(t *testing.T, app string, d analytics.Day) map[int]int64 {
 	return out
 }
 
-// tables is every row of usage_user_chunks and usage_user_daily (bodies as
-// their MD5), in primary-key order, shard by shard.
+// tables is every row of usage_user_chunks, usage_user_sealed and
+// usage_user_daily (bodies as their MD5), in primary-key order, shard by
+// shard.
 func (e *env) tables(t *testing.T) []string {
 	t.Helper()
 	var out []string
 	for i, db := range e.dbs {
 		for _, q := range []string{
 			"SELECT CONCAT_WS('|', day, HEX(app_id), part, HEX(batch_id), seq, level, entries, MD5(body)) FROM usage_user_chunks ORDER BY day, app_id, part, batch_id, seq",
+			"SELECT CONCAT_WS('|', 'sealed', day, HEX(app_id), part, seq, entries, MD5(body)) FROM usage_user_sealed ORDER BY day, app_id, part, seq",
 			"SELECT CONCAT_WS('|', day, HEX(app_id), HEX(user_id), HEX(interface_id), calls, allowed, denied) FROM usage_user_daily ORDER BY day, app_id, user_id, interface_id",
 		} {
 			rows, err := db.Query(q)
@@ -94,8 +96,8 @@ func (e *env) rollup(t *testing.T, when string) analytics.RollupResult {
 	if err != nil {
 		t.Fatalf("%s: second rollup: %v", when, err)
 	}
-	if again.UserMerges != 0 || again.UserRows != 0 {
-		t.Fatalf("%s: second rollup merged %d times and folded %d rows, want none", when, again.UserMerges, again.UserRows)
+	if again.UserMerges != 0 || again.SealedDays != 0 {
+		t.Fatalf("%s: second rollup merged %d times and sealed %d (day, app), want none", when, again.UserMerges, again.SealedDays)
 	}
 	if after := e.tables(t); !slices.Equal(before, after) {
 		t.Fatalf("%s: a second rollup changed the user tables from %d rows to %d", when, len(before), len(after))
@@ -127,28 +129,37 @@ func (u userTruth) checkSample(t *testing.T, e *env, when string, stride uint64)
 	sample.check(t, e, when)
 }
 
-// checkDaily compares usage_user_daily's rows of d with the truth.
-func (u userTruth) checkDaily(t *testing.T, e *env, d analytics.Day) {
+// checkSealed compares the sealed chunks of d with the truth: each (user,
+// interface) in one entry, with its day's counts.
+func (u userTruth) checkSealed(t *testing.T, e *env, d analytics.Day) {
 	t.Helper()
 	got := map[string]map[string]map[string]analytics.Counts{}
 	for _, db := range e.dbs {
-		rows, err := db.Query("SELECT app_id, user_id, interface_id, calls, allowed, denied FROM usage_user_daily WHERE day = ?", d.String())
+		rows, err := db.Query("SELECT app_id, body FROM usage_user_sealed WHERE day = ?", d.String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		for rows.Next() {
-			var app, user, iface string
-			var c analytics.Counts
-			if err := rows.Scan(&app, &user, &iface, &c.Calls, &c.Allowed, &c.Denied); err != nil {
+			var app string
+			var body []byte
+			if err := rows.Scan(&app, &body); err != nil {
 				t.Fatal(err)
 			}
 			if got[app] == nil {
 				got[app] = map[string]map[string]analytics.Counts{}
 			}
-			if got[app][user] == nil {
-				got[app][user] = map[string]analytics.Counts{}
+			err := analytics.EachUserEntry(body, func(user, iface string, c analytics.Counts) {
+				if got[app][user] == nil {
+					got[app][user] = map[string]analytics.Counts{}
+				}
+				if _, dup := got[app][user][iface]; dup {
+					t.Errorf("sealed chunks of %s on %s hold %s/%s twice", app, d, user, iface)
+				}
+				got[app][user][iface] = c
+			})
+			if err != nil {
+				t.Fatal(err)
 			}
-			got[app][user][iface] = c
 		}
 		if err := rows.Err(); err != nil {
 			t.Fatal(err)
@@ -157,11 +168,11 @@ func (u userTruth) checkDaily(t *testing.T, e *env, d analytics.Day) {
 	}
 	for _, app := range slices.Sorted(maps.Keys(u[d])) {
 		if g, w := fmt.Sprint(got[app]), fmt.Sprint(u[d][app]); g != w {
-			t.Errorf("usage_user_daily of %s on %s differs from what was recorded (%d users, want %d)", app, d, len(got[app]), len(u[d][app]))
+			t.Errorf("sealed chunks of %s on %s differ from what was recorded (%d users, want %d)", app, d, len(got[app]), len(u[d][app]))
 		}
 	}
 	if len(got) != len(u[d]) {
-		t.Errorf("usage_user_daily holds %d apps on %s, want %d", len(got), d, len(u[d]))
+		t.Errorf("usage_user_sealed holds %d apps on %s, want %d", len(got), d, len(u[d]))
 	}
 }
 
@@ -170,7 +181,7 @@ func (u userTruth) checkDaily(t *testing.T, e *env, d analytics.Day) {
 // maxQueryBatches (plus the flushes since the last Rollup) however many
 // flushes the day has had, for a quiet app (one chunk per flush) and a busy
 // one (four parts per flush) alike; every user's figures stay exact, and
-// once the day is over the fold writes exactly what was recorded.
+// once the day is over the seal holds exactly what was recorded.
 func TestUserChunks_BatchesAQueryReadsStayBoundedAllDay(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -234,10 +245,10 @@ func TestUserChunks_BatchesAQueryReadsStayBoundedAllDay(t *testing.T) {
 				t.Fatal(err)
 			}
 			if n := e.count(t, "SELECT COUNT(*) FROM usage_user_chunks"); n != 0 {
-				t.Fatalf("%d chunks left after the day was folded", n)
+				t.Fatalf("%d chunks left after the day was sealed", n)
 			}
-			truth.checkDaily(t, e, today)
-			truth.checkSample(t, e, "after the fold", 10)
+			truth.checkSealed(t, e, today)
+			truth.checkSample(t, e, "after the seal", 10)
 		})
 	}
 }

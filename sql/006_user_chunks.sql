@@ -3,9 +3,10 @@
 -- cost MariaDB ~7 µs of CPU a row on the check path's cores. Rollup merges
 -- today's chunks in size tiers as the day goes on: 32 flush batches (level
 -- 0) into one batch of level 1, 8 batches of a level L >= 1 into one of
--- L+1 (level 4 into level 4), so a user's query reads few, and folds a
--- day's chunks into usage_user_daily once the day is over
--- (analytics/userfold.go; analytics/userchunk.go has the body's format).
+-- L+1 (level 4 into level 4), so a user's query reads few, and, once the
+-- day is over, seals them into usage_user_sealed (sql/007_user_sealed.sql;
+-- until then it folded them into usage_user_daily; analytics/userfold.go,
+-- userseal.go; analytics/userchunk.go has the body's format).
 -- (Comments edited after release; the statement is as released.)
 --   part      bits << 8 | index: the chunk holds the users whose FNV-1a
 --             hash has index in its low bits (bits 0: all of them)

@@ -245,23 +245,23 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 	}
 	go rec.Run(context.Background()) // ended by rec.Close
 	cr := schedule.New(log)
-	// Shutdown cancels a running rollup rather than wait for it: the fold of
-	// a finished day's per-user figures can take minutes, and a cancelled
-	// one loses nothing (each part is one transaction; the next run resumes).
+	// Shutdown cancels a running rollup rather than wait for it: the seal
+	// of a finished day's per-user figures can take minutes, and a cancelled
+	// one loses nothing (each app's is one transaction; the next run resumes).
 	jobs, cancelJobs := context.WithCancel(context.Background())
 	if _, err := cr.AddFunc(s.RollupSchedule, func() {
 		ctx, cancel := context.WithTimeout(jobs, 10*time.Minute)
 		defer cancel()
 		start := time.Now()
 		res, err := rec.Rollup(ctx)
-		// seconds: how long the job held MariaDB (a finished day's fold can
+		// seconds: how long the job held MariaDB (a finished day's seal can
 		// take minutes), so that its load can be told from the checks'.
 		if err != nil {
 			log.Error("analytics rollup failed; the next run resumes it", "err", err, "seconds", time.Since(start).Seconds())
 			return
 		}
 		log.Info("analytics rollup", "periods", res.Periods, "points_moved", res.Moved,
-			"user_rows_folded", res.UserRows, "user_chunk_merges", res.UserMerges, "seconds", time.Since(start).Seconds())
+			"user_days_sealed", res.SealedDays, "user_chunk_merges", res.UserMerges, "seconds", time.Since(start).Seconds())
 	}); err != nil {
 		cancelJobs()
 		ardb.Close()
