@@ -171,13 +171,15 @@ func BenchmarkPendingRowGC(b *testing.B) {
 	runtime.KeepAlive(rec)
 }
 
-// BenchmarkUserDayFromChunks is one user's stats query on today for an app
-// whose per-user figures are in chunks: a day of 16 hours at 15 s flushes,
-// merged by Rollup every 40 flushes (its 10-minute schedule), each flush
-// holding callsPerFlush calls of users spread over 100,000 and 10
-// interfaces. The day is built once (b.Loop). It reports the chunks and
-// the distinct batches (flushes and merges) of the day besides ns/op: a
-// query reads at most one batch's chunks of its user's part per batch.
+// BenchmarkUserDayFromChunks is one user's stats query on a day whose
+// per-user figures are in chunks: 16 hours at 15 s flushes, merged by
+// Rollup every 40 flushes (its 10-minute schedule), each flush holding
+// callsPerFlush calls of users spread over 100,000 and 10 interfaces. The
+// day is built once. today: the query while the day runs (a query reads
+// one batch's chunks of its user's part per batch); sealed: the same day
+// once it is over and Rollup has sealed it into one batch (userseal.go),
+// whose part's chunks the query decodes. It reports the chunks and the
+// distinct batches the day's queries choose from besides ns/op.
 func BenchmarkUserDayFromChunks(b *testing.B) {
 	const flushes, callsPerFlush = 16 * 240, 300
 	dbs := testenv.MySQLShards(b, 1)
@@ -205,17 +207,33 @@ func BenchmarkUserDayFromChunks(b *testing.B) {
 			}
 		}
 	}
-	var chunks, batches int
-	if err := dbs[0].QueryRow("SELECT COUNT(*), COUNT(DISTINCT batch_id) FROM usage_user_chunks").Scan(&chunks, &batches); err != nil {
-		b.Fatal(err)
-	}
-	i := 0
-	for b.Loop() {
-		if _, err := rec.UserDay(ctx, "app", users[i%100_000], analytics.DayOf(clk.Now())); err != nil {
+	day := analytics.DayOf(clk.Now())
+	query := func(b *testing.B, table string) {
+		var chunks, batches int
+		if err := dbs[0].QueryRow("SELECT COUNT(*), COUNT(DISTINCT batch_id) FROM "+table).Scan(&chunks, &batches); err != nil {
 			b.Fatal(err)
 		}
-		i++
+		i := 0
+		for b.Loop() {
+			if _, err := rec.UserDay(ctx, "app", users[i%100_000], day); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+		b.ReportMetric(float64(chunks), "chunks-in-day")
+		b.ReportMetric(float64(batches), "batches-in-day")
 	}
-	b.ReportMetric(float64(chunks), "chunks-in-day")
-	b.ReportMetric(float64(batches), "batches-in-day")
+	b.Run("today", func(b *testing.B) { query(b, "usage_user_chunks") })
+	sealed := false
+	b.Run("sealed", func(b *testing.B) {
+		if !sealed { // once, though -count runs this again
+			clk.Advance(24 * time.Hour)
+			if res, err := rec.Rollup(ctx); err != nil || res.SealedDays != 1 {
+				b.Fatalf("rollup sealed %d days, want 1: %v", res.SealedDays, err)
+			}
+			sealed = true
+		}
+		// usage_user_sealed has no batch_id: one batch by construction.
+		query(b, "(SELECT *, 1 AS batch_id FROM usage_user_sealed) AS sealed")
+	})
 }
