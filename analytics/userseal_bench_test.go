@@ -22,7 +22,7 @@ import (
 // copy (untimed) and seals them into an empty usage_user_sealed, flat out
 // (FlushDuty 1: the seal's rests are not measured). It reports the
 // entries sealed (one per (user, interface) of the day) per op and per
-// second, the chunks and batches the seal read,
+// second, the chunks, batches and entries the seal read,
 // and the longest and the total of the Rollups while the day was built
 // (its merges hold the app's chunks locked: a flush of the app waits).
 // The MariaDB is private (testenv.StartMariaDB), so its CPU from /proc is
@@ -42,7 +42,7 @@ func BenchmarkSealDay(b *testing.B) {
 	defer conn.Close()
 	start := DayOf(r.clk.Now())
 	maxRollup, allRollups := buildBenchDay(b, r, conn, start)
-	chunks, batches := dayBenchCount(b, db)
+	chunks, batches, read := dayBenchCount(b, db)
 	for _, q := range []string{
 		"CREATE TABLE bench_day_chunks LIKE usage_user_chunks",
 		"INSERT INTO bench_day_chunks SELECT * FROM usage_user_chunks",
@@ -85,6 +85,7 @@ func BenchmarkSealDay(b *testing.B) {
 	b.ReportMetric(float64(entries)/perOp, "entries/s")
 	b.ReportMetric(float64(ownCPUTime.Nanoseconds())/1e3/n, "quotad-us/entry")
 	b.ReportMetric(float64(dbCPUTime.Nanoseconds())/1e3/n, "mariadb-us/entry")
+	b.ReportMetric(float64(read), "entries-read/op")
 	b.ReportMetric(float64(chunks), "chunks-in-day")
 	b.ReportMetric(float64(batches), "batches-in-day")
 	b.ReportMetric(float64(maxRollup.Microseconds())/1e3, "max-rollup-ms")
@@ -159,9 +160,11 @@ func buildBenchDay(b *testing.B, r *Recorder, conn *sql.Conn, day Day) (longest,
 	return longest, total
 }
 
-func dayBenchCount(b *testing.B, db *sql.DB) (chunks, batches int64) {
-	if err := db.QueryRow("SELECT COUNT(*), COUNT(DISTINCT batch_id) FROM usage_user_chunks").Scan(&chunks, &batches); err != nil {
+// dayBenchCount is the chunks, batches and entries (before the seal sums
+// them) of the day built.
+func dayBenchCount(b *testing.B, db *sql.DB) (chunks, batches, entries int64) {
+	if err := db.QueryRow("SELECT COUNT(*), COUNT(DISTINCT batch_id), SUM(entries) FROM usage_user_chunks").Scan(&chunks, &batches, &entries); err != nil {
 		b.Fatal(err)
 	}
-	return chunks, batches
+	return chunks, batches, entries
 }
