@@ -74,22 +74,17 @@ func benchMergeLevel(b *testing.B, r *Recorder, srv *testenv.MariaDBProcess, db 
 	exec("DROP TABLE IF EXISTS bench_merge_chunks")
 	exec("CREATE TABLE bench_merge_chunks LIKE usage_user_chunks")
 	exec("INSERT INTO bench_merge_chunks SELECT * FROM usage_user_chunks")
-	var ownCPUTime, dbCPUTime time.Duration
+	var cpu opCPU
 	var m chunkMerge
 	for b.Loop() {
 		b.StopTimer()
 		exec("DELETE FROM usage_user_chunks")
 		exec("INSERT INTO usage_user_chunks SELECT * FROM bench_merge_chunks")
-		time.Sleep(mergeBenchSettleTime)
-		own0, db0 := ownCPU(b), srv.CPUTime()
-		b.StartTimer()
-		if err := r.mergeAppChunks(ctx, conn, nil, &m, day, mergeBenchApp, level); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		ownCPUTime += ownCPU(b) - own0
-		time.Sleep(mergeBenchSettleTime)
-		dbCPUTime += srv.CPUTime() - db0
+		cpu.measure(b, srv, func() {
+			if err := r.mergeAppChunks(ctx, conn, nil, &m, day, mergeBenchApp, level); err != nil {
+				b.Fatal(err)
+			}
+		})
 		b.StartTimer()
 	}
 	var merged int64
@@ -98,8 +93,7 @@ func benchMergeLevel(b *testing.B, r *Recorder, srv *testenv.MariaDBProcess, db 
 	}
 	n := float64(b.N) * float64(entries)
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n, "ns/entry")
-	b.ReportMetric(float64(ownCPUTime.Nanoseconds())/1e3/n, "quotad-us/entry")
-	b.ReportMetric(float64(dbCPUTime.Nanoseconds())/1e3/n, "mariadb-us/entry")
+	cpu.report(b, n, "entry")
 	b.ReportMetric(float64(entries), "entries/op")
 	b.ReportMetric(float64(bodyBytes), "body-bytes/op")
 }
@@ -141,4 +135,30 @@ func buildMergeLevel(b *testing.B, r *Recorder, conn *sql.Conn, day Day, level u
 			}
 		}
 	}
+}
+
+// opCPU sums the CPU time of a benchmark's ops: this process's (the op,
+// its garbage collection) and the private MariaDB's, the latter counted
+// until mergeBenchSettleTime after the op (InnoDB purges what it deleted
+// at once), with as long a rest before it.
+type opCPU struct{ own, db time.Duration }
+
+// measure runs op timed (the caller has stopped the timer) and adds its
+// CPU time.
+func (c *opCPU) measure(b *testing.B, srv *testenv.MariaDBProcess, op func()) {
+	time.Sleep(mergeBenchSettleTime)
+	own0, db0 := ownCPU(b), srv.CPUTime()
+	b.StartTimer()
+	op()
+	b.StopTimer()
+	c.own += ownCPU(b) - own0
+	time.Sleep(mergeBenchSettleTime)
+	c.db += srv.CPUTime() - db0
+}
+
+// report reports the CPU time per unit over n units: quotad-us/unit and
+// mariadb-us/unit.
+func (c *opCPU) report(b *testing.B, n float64, unit string) {
+	b.ReportMetric(float64(c.own.Nanoseconds())/1e3/n, "quotad-us/"+unit)
+	b.ReportMetric(float64(c.db.Nanoseconds())/1e3/n, "mariadb-us/"+unit)
 }

@@ -113,42 +113,71 @@ func appsToMerge(ctx context.Context, conn *sql.Conn, day Day, level uint8) ([]s
 }
 
 // mergeAppChunks replaces app's chunks of level on day with one batch of
-// mergeTarget(level) chunks of the same entries summed, in one
-// transaction: a crash leaves the old chunks or the new, never both. m is
-// the merge's working set, reused from one merge to the next.
+// mergeTarget(level) chunks of the same entries summed (rewriteChunks).
+// Only merges write the levels above 0, one at a time under Rollup's lock.
 func (r *Recorder) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pacer, m *chunkMerge, day Day, app string, level uint8) error {
+	return r.rewriteChunks(ctx, conn, pace, m, chunkRewrite{
+		from:  []chunkTable{todayChunks},
+		where: "day = ? AND app_id = ? AND level = ?",
+		args:  []any{day.String(), app, level},
+		day:   day,
+		app:   app,
+		to:    todayChunks,
+		level: mergeTarget(level),
+	})
+}
+
+// chunkRewrite is one rewrite of an app's chunks of a day: those that
+// where selects (with args) from each table of from, replaced by one batch
+// of the same entries summed, in table to at level.
+type chunkRewrite struct {
+	from  []chunkTable
+	where string
+	args  []any
+	day   Day
+	app   string
+	to    chunkTable
+	level uint8
+}
+
+// rewriteChunks does w in one transaction: a crash leaves the old chunks
+// or the new, never both. m is the working set, reused from one rewrite
+// to the next.
+func (r *Recorder) rewriteChunks(ctx context.Context, conn *sql.Conn, pace *pacer, m *chunkMerge, w chunkRewrite) error {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
-	d := day.String()
-	// The locking read: a flush writing one of these chunks meanwhile
-	// waits for the commit, so the DELETE below removes the chunks read
-	// and no other. Only merges write the levels above 0, one at a time
-	// under Rollup's lock.
+	// Locking reads: a flush writing one of these chunks meanwhile waits
+	// for the commit, so the DELETEs below remove the chunks read and no
+	// other.
 	m.reset()
-	if err := lockedChunks(ctx, tx, m, "SELECT body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND level = ? FOR UPDATE", d, app, level); err != nil {
-		return err
+	for _, t := range w.from {
+		if err := lockedChunks(ctx, tx, m, "SELECT body FROM "+t.name+" WHERE "+w.where+" FOR UPDATE", w.args...); err != nil {
+			return fmt.Errorf("read %s: %w", t.name, err)
+		}
 	}
-	chunks := m.chunks(day, app, mergeTarget(level), chunkMaxRaw)
+	chunks := m.chunks(w.day, w.app, w.level, chunkMaxRaw)
 	if len(chunks) == 0 {
 		return nil
 	}
-	// Delete before inserting: at maxChunkLevel the new chunks have the
-	// level of the old ones.
-	if _, err := tx.ExecContext(ctx, "DELETE FROM usage_user_chunks WHERE day = ? AND app_id = ? AND level = ?", d, app, level); err != nil {
-		return fmt.Errorf("delete merged chunks: %w", err)
+	// Delete before inserting: at maxChunkLevel a merge's new chunks have
+	// the level of the old ones.
+	for _, t := range w.from {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM "+t.name+" WHERE "+w.where, w.args...); err != nil {
+			return fmt.Errorf("delete rewritten chunks from %s: %w", t.name, err)
+		}
 	}
 	var id [16]byte
 	_, _ = rand.Read(id[:])
-	if err := r.insertChunks(ctx, tx, pace, todayChunks, id, chunks); err != nil {
+	if err := r.insertChunks(ctx, tx, pace, w.to, id, chunks); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return err
 	}
-	r.met.rowsWritten.WithLabelValues("usage_user_chunks").Add(float64(len(chunks)))
+	r.met.rowsWritten.WithLabelValues(w.to.name).Add(float64(len(chunks)))
 	return nil
 }
 

@@ -62,36 +62,15 @@ WHERE day < ? AND (day, app_id) > (?, ?) ORDER BY day, app_id LIMIT 1`,
 }
 
 // sealAppDay replaces app's chunks of day, today's and sealed, with one
-// sealed batch of the same entries summed, in one transaction. m is the
-// working set, reused from one seal to the next.
+// sealed batch of the same entries summed (rewriteChunks). A late flush
+// writing a chunk of the day meanwhile waits for the seal's commit.
 func (r *Recorder) sealAppDay(ctx context.Context, conn *sql.Conn, pace *pacer, m *chunkMerge, day Day, app string) error {
-	tx, err := conn.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = tx.Rollback() }()
-	d := day.String()
-	// Locking reads: a late flush writing a chunk of this day meanwhile
-	// waits for the commit, so the DELETEs below remove what was read and
-	// nothing else.
-	m.reset()
-	for _, table := range []chunkTable{todayChunks, sealedChunks} {
-		if err := lockedChunks(ctx, tx, m, "SELECT body FROM "+table.name+" WHERE day = ? AND app_id = ? FOR UPDATE", d, app); err != nil {
-			return fmt.Errorf("read %s: %w", table.name, err)
-		}
-	}
-	chunks := m.chunks(day, app, 0, chunkMaxRaw)
-	for _, table := range []chunkTable{todayChunks, sealedChunks} {
-		if _, err := tx.ExecContext(ctx, "DELETE FROM "+table.name+" WHERE day = ? AND app_id = ?", d, app); err != nil {
-			return fmt.Errorf("delete sealed chunks from %s: %w", table.name, err)
-		}
-	}
-	if err := r.insertChunks(ctx, tx, pace, sealedChunks, [16]byte{}, chunks); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return err
-	}
-	r.met.rowsWritten.WithLabelValues(sealedChunks.name).Add(float64(len(chunks)))
-	return nil
+	return r.rewriteChunks(ctx, conn, pace, m, chunkRewrite{
+		from:  []chunkTable{todayChunks, sealedChunks},
+		where: "day = ? AND app_id = ?",
+		args:  []any{day.String(), app},
+		day:   day,
+		app:   app,
+		to:    sealedChunks,
+	})
 }

@@ -51,7 +51,7 @@ func BenchmarkSealDay(b *testing.B) {
 			b.Fatalf("%s: %v", q, err)
 		}
 	}
-	var ownCPUTime, dbCPUTime time.Duration
+	var cpu opCPU
 	for b.Loop() {
 		b.StopTimer()
 		for _, q := range []string{
@@ -63,16 +63,11 @@ func BenchmarkSealDay(b *testing.B) {
 				b.Fatalf("%s: %v", q, err)
 			}
 		}
-		time.Sleep(mergeBenchSettleTime)
-		own0, db0 := ownCPU(b), srv.CPUTime()
-		b.StartTimer()
-		if sealed, err := r.sealUserDays(ctx, conn, start+1); err != nil || sealed != 1 {
-			b.Fatalf("%d (day, app) sealed, want 1: %v", sealed, err)
-		}
-		b.StopTimer()
-		ownCPUTime += ownCPU(b) - own0
-		time.Sleep(mergeBenchSettleTime)
-		dbCPUTime += srv.CPUTime() - db0
+		cpu.measure(b, srv, func() {
+			if sealed, err := r.sealUserDays(ctx, conn, start+1); err != nil || sealed != 1 {
+				b.Fatalf("%d (day, app) sealed, want 1: %v", sealed, err)
+			}
+		})
 		b.StartTimer()
 	}
 	var entries int64
@@ -83,8 +78,7 @@ func BenchmarkSealDay(b *testing.B) {
 	n := float64(b.N) * float64(entries)
 	b.ReportMetric(float64(entries), "entries/op")
 	b.ReportMetric(float64(entries)/perOp, "entries/s")
-	b.ReportMetric(float64(ownCPUTime.Nanoseconds())/1e3/n, "quotad-us/entry")
-	b.ReportMetric(float64(dbCPUTime.Nanoseconds())/1e3/n, "mariadb-us/entry")
+	cpu.report(b, n, "entry")
 	b.ReportMetric(float64(read), "entries-read/op")
 	b.ReportMetric(float64(chunks), "chunks-in-day")
 	b.ReportMetric(float64(batches), "batches-in-day")
