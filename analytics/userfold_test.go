@@ -164,6 +164,9 @@ func TestUserFigures_SealedOnceTheDayIsOver(t *testing.T) {
 	if n := e.count(t, "SELECT COUNT(*) FROM usage_user_chunks WHERE day = ?", day1); n != 0 {
 		t.Fatalf("%d chunks of day 1 left after the second seal", n)
 	}
+	if n := e.count(t, "SELECT COUNT(*) FROM usage_user_daily"); n != 1 {
+		t.Fatalf("usage_user_daily holds %d rows after the seals, want the 1 written before them", n)
+	}
 	truth.check(t, e, "after the late chunk was sealed")
 
 	e.rollup(t, "a rollup with nothing to seal") // fails if a second one changes anything
