@@ -110,21 +110,14 @@ func buildMergeLevel(b *testing.B, r *Recorder, conn *sql.Conn, day Day, level u
 	}
 	for range rounds {
 		for range mergeMinBatches {
-			rs := newRowset()
-			g := rs.group(appDay{app: mergeBenchApp, day: day})
-			for range mergeBenchPerFlush {
-				_, iface, user := load.Next()
-				rs.addUser(g, newUserRow(userKey{id: rowID(appendRowID(nil, mergeBenchApp, iface, user)), day: day}, Counts{Calls: 1, Allowed: 1}))
-			}
-			var id [16]byte
-			_, _ = rand.Read(id[:])
 			tx, err := conn.BeginTx(ctx, nil)
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := r.insertChunks(ctx, tx, nil, todayChunks, id, rs.userChunks(&sync.Mutex{}, chunkMaxRaw)); err != nil {
-				b.Fatal(err)
-			}
+			writeFlushBatch(b, r, tx, day, mergeBenchApp, mergeBenchPerFlush, func() (string, string) {
+				_, iface, user := load.Next()
+				return iface, user
+			})
 			if err := tx.Commit(); err != nil {
 				b.Fatal(err)
 			}
@@ -161,4 +154,21 @@ func (c *opCPU) measure(b *testing.B, srv *testenv.MariaDBProcess, op func()) {
 func (c *opCPU) report(b *testing.B, n float64, unit string) {
 	b.ReportMetric(float64(c.own.Nanoseconds())/1e3/n, "quotad-us/"+unit)
 	b.ReportMetric(float64(c.db.Nanoseconds())/1e3/n, "mariadb-us/"+unit)
+}
+
+// writeFlushBatch writes, in tx, one flush batch of app's per-user chunks
+// on day as a flush writes it (rowset.userChunks, insertChunks): n calls,
+// each of the (interface, user) that next returns.
+func writeFlushBatch(b *testing.B, r *Recorder, tx *sql.Tx, day Day, app string, n int, next func() (iface, user string)) {
+	rs := newRowset()
+	g := rs.group(appDay{app: app, day: day})
+	for range n {
+		iface, user := next()
+		rs.addUser(g, newUserRow(userKey{id: rowID(appendRowID(nil, app, iface, user)), day: day}, Counts{Calls: 1, Allowed: 1}))
+	}
+	var id [16]byte
+	_, _ = rand.Read(id[:])
+	if err := r.insertChunks(context.Background(), tx, nil, todayChunks, id, rs.userChunks(&sync.Mutex{}, chunkMaxRaw)); err != nil {
+		b.Fatal(err)
+	}
 }

@@ -2,10 +2,8 @@ package analytics
 
 import (
 	"context"
-	"crypto/rand"
 	"database/sql"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -124,18 +122,10 @@ func buildBenchDay(b *testing.B, r *Recorder, conn *sql.Conn, day Day) (longest,
 			b.Fatal(err)
 		}
 		for range dayBenchRollupEvery {
-			rs := newRowset()
-			g := rs.group(appDay{app: "app", day: day})
-			for range dayBenchCallsPerFlush {
+			writeFlushBatch(b, r, tx, day, "app", dayBenchCallsPerFlush, func() (string, string) {
 				v := x.Next()
-				id := rowID(appendRowID(nil, "app", ifaces[v&1], users[(v>>8)%dayBenchUsers]))
-				rs.addUser(g, newUserRow(userKey{id: id, day: day}, Counts{Calls: 1, Allowed: 1}))
-			}
-			var id [16]byte
-			_, _ = rand.Read(id[:])
-			if err := r.insertChunks(ctx, tx, nil, todayChunks, id, rs.userChunks(&sync.Mutex{}, chunkMaxRaw)); err != nil {
-				b.Fatal(err)
-			}
+				return ifaces[v&1], users[(v>>8)%dayBenchUsers]
+			})
 		}
 		if err := tx.Commit(); err != nil {
 			b.Fatal(err)
