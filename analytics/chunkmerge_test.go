@@ -47,6 +47,7 @@ func TestChunkMerge_SumsEachUserInterfaceOnceInItsPart(t *testing.T) {
 		{"one chunk, few users", 1, 10, 4, 2, chunkMaxRaw, 0, false},
 		{"many chunks, same few users", 32, 50, 20, 3, chunkMaxRaw, 0, false},
 		{"level 0 of make bench", 32, 400, 100_000, 50, chunkMaxRaw, 6, false},
+		{"a busy app's day, 256 parts", 8, 6000, 100_000, 2, chunkMaxRaw, 8, false},
 		{"four parts", 8, 200, 600, 2, chunkMaxRaw, 2, false},
 		{"parts over the bound", 16, 500, 5_000, 4, 4 << 10, 4, true},
 		{"every entry over the bound", 4, 400, 2_000, 2, 1, 2, true},

@@ -406,10 +406,10 @@ func (r *Recorder) userDayStored(ctx context.Context, app, user string, day Day,
 	rows, err := r.db(app).db.QueryContext(ctx,
 		`SELECT interface_id, calls, allowed, denied, NULL FROM usage_user_daily WHERE app_id = ? AND user_id = ? AND day = ?
 UNION ALL
-SELECT '', 0, 0, 0, body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND part IN (?, ?, ?, ?)
+SELECT '', 0, 0, 0, body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND part IN (?, ?, ?, ?, ?)
 UNION ALL
-SELECT '', 0, 0, 0, body FROM usage_user_sealed WHERE day = ? AND app_id = ? AND part IN (?, ?, ?, ?)`,
-		app, user, d, d, app, parts[0], parts[1], parts[2], parts[3], d, app, parts[0], parts[1], parts[2], parts[3])
+SELECT '', 0, 0, 0, body FROM usage_user_sealed WHERE day = ? AND app_id = ? AND part IN (?, ?, ?, ?, ?)`,
+		app, user, d, d, app, parts[0], parts[1], parts[2], parts[3], parts[4], d, app, parts[0], parts[1], parts[2], parts[3], parts[4])
 	if err != nil {
 		return err
 	}

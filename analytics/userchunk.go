@@ -20,9 +20,11 @@ import (
 // (and usage_user_daily, where earlier versions folded finished days).
 //
 // A chunk holds the entries of one partition of the app's users: all of
-// them when the flush saw few (partBits 0), else one of 4, 16 or 64 parts
-// by a hash of the user, so that a query for one user of a busy app reads
-// a part of its chunks, not all of them. As the day goes on Rollup merges
+// them when the flush saw few (partBits 0), else one of 4, 16, 64 or 256
+// parts by a hash of the user, so that a query for one user of a busy app
+// reads a part of its chunks, not all of them (256 parts, above 32,768
+// entries, are mostly a busy app's merged and sealed batches: a past
+// day's query decodes one part of its day). As the day goes on Rollup merges
 // today's chunks in size tiers (levels, userfold.go), so that the chunks a
 // query reads stay bounded however many flushes the day has had.
 //
@@ -42,11 +44,15 @@ const chunkMaxRaw = 1 << 20
 // flush are split into more parts.
 const partCap = 512
 
+// maxPartBits is the most hash bits a split uses: the part column keeps
+// the index in its low 8 bits.
+const maxPartBits = 8
+
 // partBitsFor is the number of hash bits that split n entries of a (day,
-// app) into parts of at most ~partCap entries: 0, 2, 4 or 6.
+// app) into parts of at most ~partCap entries: 0, 2, 4, 6 or 8.
 func partBitsFor(n int) uint {
 	bits := uint(0)
-	for bits < 6 && n > partCap<<bits {
+	for bits < maxPartBits && n > partCap<<bits {
 		bits += 2
 	}
 	return bits
@@ -59,10 +65,14 @@ func partOf(user string, bits uint) uint16 { return partOfHash(FNV1a64(user), bi
 func partOfHash(h uint64, bits uint) uint16 { return uint16(bits<<8) | uint16(h&(1<<bits-1)) }
 
 // partsOf are the part values a chunk holding user may have: one for each
-// split a flush or a merge may have used.
-func partsOf(user string) [4]uint16 {
+// split a flush, a merge or a seal may have used.
+func partsOf(user string) [maxPartBits/2 + 1]uint16 {
 	h := FNV1a64(user)
-	return [4]uint16{partOfHash(h, 0), partOfHash(h, 2), partOfHash(h, 4), partOfHash(h, 6)}
+	var out [maxPartBits/2 + 1]uint16
+	for i := range out {
+		out[i] = partOfHash(h, uint(2*i))
+	}
+	return out
 }
 
 func appendUserEntry[S ~string | ~[]byte](b []byte, user, iface S, c Counts) []byte {

@@ -81,7 +81,8 @@ func TestUserChunks_EachRowInOneChunkOfItsPart(t *testing.T) {
 		{"edge", partCap, 0},
 		{"four", partCap + 1, 2},
 		{"sixteen", 4*partCap + 1, 4},
-		{"busy", 40_000, 6},
+		{"sixty-four", 16*partCap + 1, 6},
+		{"busy", 40_000, 8},
 	}
 	rs := newRowset()
 	want := map[string]Counts{}

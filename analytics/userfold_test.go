@@ -233,3 +233,32 @@ func TestUserChunks_TodaysFlushChunksMergedAsTheDayGoesOn(t *testing.T) {
 	}
 	truth.check(t, e, "after the seal")
 }
+
+// An app with more than 32,768 (user, interface) in a flush has them split
+// into 256 parts, today and once sealed, and a query for one user finds its
+// figures in its part of either.
+func TestUserDay_FindsAUserOfA256PartSplit(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, nil)
+	ctx := context.Background()
+	truth := userTruth{}
+	d := day(e.clk.Now())
+	for i := range 40_000 {
+		user := fmt.Sprintf("user-%d", i)
+		e.rec.Record("huge", "if", user, i%7 != 0)
+		truth.add(d, "huge", user, "if", i%7 != 0)
+	}
+	e.flush()
+	for _, table := range []string{"usage_user_chunks", "usage_user_sealed"} {
+		if table == "usage_user_sealed" {
+			e.clk.Advance(24 * time.Hour)
+			if res, err := e.rec.Rollup(ctx); err != nil || res.SealedDays != 1 {
+				t.Fatalf("rollup sealed %d (day, app), want 1: %v", res.SealedDays, err)
+			}
+		}
+		if n := e.count(t, "SELECT COUNT(DISTINCT part) FROM "+table+" WHERE part >> 8 = 8"); n != 256 {
+			t.Fatalf("%s: %d parts of 8 bits, want 256", table, n)
+		}
+		truth.checkSample(t, e, table, 97)
+	}
+}
