@@ -110,16 +110,26 @@ func (r *Recorder) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (
 		}
 	}
 	today := Day(floorDiv(now.Unix(), 86400))
-	n, err := r.sealUserDays(ctx, conn, today)
-	res.SealedDays += n
+	// Today's merges first, and each step whatever the others' errors:
+	// the merges are bounded by a run's flushes and keep today's queries
+	// cheap, while sealing a busy finished day may take many runs (each
+	// (day, app) commits on its own), and a day that cannot be sealed (a
+	// corrupt chunk) fails every run until someone removes it.
+	var errs []error
+	merges, err := r.mergeTodayChunks(ctx, conn, today)
+	res.UserMerges = merges
 	if err != nil {
-		return res, err
+		errs = append(errs, err)
 	}
-	if res.UserMerges, err = r.mergeTodayChunks(ctx, conn, today); err != nil {
-		return res, err
+	sealed, err := r.sealUserDays(ctx, conn, today)
+	res.SealedDays = sealed
+	if err != nil {
+		errs = append(errs, err)
 	}
-	_, err = conn.ExecContext(ctx, "DELETE FROM analytics_batches WHERE created_at < NOW() - INTERVAL 2 DAY")
-	return res, err
+	if _, err := conn.ExecContext(ctx, "DELETE FROM analytics_batches WHERE created_at < NOW() - INTERVAL 2 DAY"); err != nil {
+		errs = append(errs, fmt.Errorf("forget old batch ids: %w", err))
+	}
+	return res, errors.Join(errs...)
 }
 
 // rollChunk adds the fine points with lo <= t < hi to their coarse points

@@ -3,6 +3,7 @@ package analytics_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -261,4 +262,42 @@ func TestUserDay_FindsAUserOfA256PartSplit(t *testing.T) {
 		}
 		truth.checkSample(t, e, table, 97)
 	}
+}
+
+// A finished day that cannot be sealed (a corrupt chunk) is reported by
+// Rollup, and holds back neither the other apps' seals nor today's merges:
+// each Rollup would meet it again until an operator removes the chunk.
+func TestRollup_AnUnsealableDayHoldsNothingElseBack(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 1, nil)
+	ctx := context.Background()
+	truth := userTruth{}
+	record := func(app, user string) {
+		e.rec.Record(app, "if", user, true)
+		truth.add(day(e.clk.Now()), app, user, "if", true)
+	}
+	record("good", "u1")
+	e.flush()
+	if _, err := e.dbs[0].Exec(`INSERT INTO usage_user_chunks (day, app_id, part, batch_id, seq, level, entries, body)
+VALUES (?, 'broken', 0, UNHEX(REPEAT('ab', 16)), 0, 0, 1, 'not a snappy body')`, day(e.clk.Now()).String()); err != nil {
+		t.Fatal(err)
+	}
+	e.clk.Advance(24 * time.Hour)
+	today := day(e.clk.Now())
+	for f := range minFlushBatches {
+		record("tiny", fmt.Sprintf("u%d", f%3))
+		e.flush()
+		e.clk.Advance(15 * time.Second)
+	}
+	res, err := e.rec.Rollup(ctx)
+	if err == nil || !strings.Contains(err.Error(), "broken") {
+		t.Fatalf("rollup error %v, want the broken app's seal reported", err)
+	}
+	if res.SealedDays != 1 || res.UserMerges != 1 {
+		t.Fatalf("rollup sealed %d (day, app) and merged %d times, want 1 (good) and 1 (tiny's flushes)", res.SealedDays, res.UserMerges)
+	}
+	if l := e.levels(t, "tiny", today); len(l) != 1 || l[1] != 1 {
+		t.Fatalf("tiny's batches per level %v, want one of level 1", l)
+	}
+	truth.check(t, e, "after a rollup with an unsealable day")
 }
