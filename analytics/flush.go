@@ -259,14 +259,15 @@ const (
 // batch and level, or the finished days' sealed ones (userseal.go).
 type chunkTable struct {
 	name, cols string
-	ncols      int
 	sealed     bool
 }
 
 var (
-	todayChunks  = chunkTable{name: "usage_user_chunks", cols: "day, app_id, part, batch_id, seq, level, entries, body", ncols: 8}
-	sealedChunks = chunkTable{name: "usage_user_sealed", cols: "day, app_id, part, seq, entries, body", ncols: 6, sealed: true}
+	todayChunks  = chunkTable{name: "usage_user_chunks", cols: "day, app_id, part, batch_id, seq, level, entries, body"}
+	sealedChunks = chunkTable{name: "usage_user_sealed", cols: "day, app_id, part, seq, entries, body", sealed: true}
 )
+
+func (t chunkTable) ncols() int { return strings.Count(t.cols, ",") + 1 }
 
 func (t chunkTable) appendRow(args []any, day string, c *userChunk, batchID []byte) []any {
 	if t.sealed {
@@ -318,7 +319,7 @@ func (r *Recorder) insertChunks(ctx context.Context, tx *sql.Tx, pace *pacer, ta
 	var days dayStrings
 	stmts := chunkStatements{table: table}
 	defer stmts.close()
-	args := make([]any, 0, table.ncols*min(len(chunks), r.opt.RowsPerStatement))
+	args := make([]any, 0, table.ncols()*min(len(chunks), r.opt.RowsPerStatement))
 	for lo := 0; lo < len(chunks); {
 		hi, size := lo, 0
 		args = args[:0]
@@ -356,7 +357,7 @@ func (s *chunkStatements) exec(ctx context.Context, tx *sql.Tx, rows int, args [
 	stmt := s.byRows[rows]
 	if stmt == nil {
 		var err error
-		if stmt, err = tx.PrepareContext(ctx, valuesSQL(s.table.name, s.table.cols, s.table.ncols, rows, "")); err != nil {
+		if stmt, err = tx.PrepareContext(ctx, valuesSQL(s.table.name, s.table.cols, s.table.ncols(), rows, "")); err != nil {
 			return err
 		}
 		s.byRows[rows] = stmt

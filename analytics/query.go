@@ -394,6 +394,25 @@ func (r *Recorder) Apps(ctx context.Context, limit int) ([]string, error) {
 	return out, nil
 }
 
+// userDayStatement is userDayStored's statement and its arguments: the
+// rows of usage_user_daily, then the chunks of each chunk table that may
+// hold user (partsOf).
+func userDayStatement(app, user string, day Day) (string, []any) {
+	d := day.String()
+	q := "SELECT interface_id, calls, allowed, denied, NULL FROM usage_user_daily WHERE app_id = ? AND user_id = ? AND day = ?"
+	args := []any{app, user, d}
+	parts := partsOf(user)
+	in := strings.TrimSuffix(strings.Repeat("?, ", len(parts)), ", ")
+	for _, t := range []chunkTable{todayChunks, sealedChunks} {
+		q += "\nUNION ALL\nSELECT '', 0, 0, 0, body FROM " + t.name + " WHERE day = ? AND app_id = ? AND part IN (" + in + ")"
+		args = append(args, d, app)
+		for _, p := range parts {
+			args = append(args, p)
+		}
+	}
+	return q, args
+}
+
 // userDayStored adds user's stored figures for day to ifaces: the entries
 // of the day's chunks (userchunk.go) and of its sealed chunks
 // (userseal.go), and the rows of usage_user_daily (where versions before
@@ -401,15 +420,8 @@ func (r *Recorder) Apps(ctx context.Context, limit int) ([]string, error) {
 // that commits meanwhile moves entries between the chunk tables, and two
 // statements could see them in neither or in both.
 func (r *Recorder) userDayStored(ctx context.Context, app, user string, day Day, ifaces map[string]*Counts) error {
-	parts := partsOf(user)
-	d := day.String()
-	rows, err := r.db(app).db.QueryContext(ctx,
-		`SELECT interface_id, calls, allowed, denied, NULL FROM usage_user_daily WHERE app_id = ? AND user_id = ? AND day = ?
-UNION ALL
-SELECT '', 0, 0, 0, body FROM usage_user_chunks WHERE day = ? AND app_id = ? AND part IN (?, ?, ?, ?, ?)
-UNION ALL
-SELECT '', 0, 0, 0, body FROM usage_user_sealed WHERE day = ? AND app_id = ? AND part IN (?, ?, ?, ?, ?)`,
-		app, user, d, d, app, parts[0], parts[1], parts[2], parts[3], parts[4], d, app, parts[0], parts[1], parts[2], parts[3], parts[4])
+	q, args := userDayStatement(app, user, day)
+	rows, err := r.db(app).db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return err
 	}
@@ -431,7 +443,7 @@ SELECT '', 0, 0, 0, body FROM usage_user_sealed WHERE day = ? AND app_id = ? AND
 			}
 		})
 		if err != nil {
-			return fmt.Errorf("usage_user_chunks of %s on %s: %w", app, d, err)
+			return fmt.Errorf("user chunk of %s on %s: %w", app, day, err)
 		}
 	}
 	return rows.Err()

@@ -58,13 +58,6 @@ func (s *groupSort) sort(rows []userRow) []userRow {
 	return rows[:n]
 }
 
-// sortGroupRows sorts rows of one (day, app) into write order and sums rows
-// of equal keys, in place, and returns them.
-func sortGroupRows(rows []userRow) []userRow {
-	var s groupSort
-	return s.sort(rows)
-}
-
 // addSortKey is a distinct-user add's place in the sort of the queue.
 type addSortKey struct {
 	group uint64

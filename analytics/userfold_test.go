@@ -34,6 +34,13 @@ func (u userTruth) add(d analytics.Day, app, user, iface string, allowed bool) {
 	u[d][app][user][iface] = c
 }
 
+// record records one call with e's Recorder, on the day of e's clock, and
+// adds it to the truth.
+func (u userTruth) record(e *env, app, iface, user string, allowed bool) {
+	e.rec.Record(app, iface, user, allowed)
+	u.add(day(e.clk.Now()), app, user, iface, allowed)
+}
+
 // check compares every user's UserDay with the truth.
 func (u userTruth) check(t *testing.T, e *env, when string) {
 	t.Helper()
@@ -82,25 +89,21 @@ func TestUserFigures_SealedOnceTheDayIsOver(t *testing.T) {
 	e := newEnv(t, 2, nil)
 	ctx := context.Background()
 	truth := userTruth{}
-	record := func(app, iface, user string, allowed bool) {
-		e.rec.Record(app, iface, user, allowed)
-		truth.add(day(e.clk.Now()), app, user, iface, allowed)
-	}
 	// Day 1, two flushes: "busy" sees 3,000 users in the first (its chunks
 	// split into parts), and half of them again in the second, so their
 	// figures sit in two chunks; "quiet" a few users on two interfaces.
 	for i := range 3000 {
-		record("busy", "a", fmt.Sprintf("user-%d", i), true)
+		truth.record(e, "busy", "a", fmt.Sprintf("user-%d", i), true)
 	}
 	for i := range 10 {
-		record("quiet", "a", fmt.Sprintf("u%d", i), true)
-		record("quiet", "b", fmt.Sprintf("u%d", i), i%2 == 0)
+		truth.record(e, "quiet", "a", fmt.Sprintf("u%d", i), true)
+		truth.record(e, "quiet", "b", fmt.Sprintf("u%d", i), i%2 == 0)
 	}
 	e.flush()
 	e.clk.Advance(time.Minute)
 	for i := range 1500 {
-		record("busy", "a", fmt.Sprintf("user-%d", i), i%3 != 0)
-		record("busy", "b", fmt.Sprintf("user-%d", i*2), true)
+		truth.record(e, "busy", "a", fmt.Sprintf("user-%d", i), i%3 != 0)
+		truth.record(e, "busy", "b", fmt.Sprintf("user-%d", i*2), true)
 	}
 	e.flush()
 	// A row of usage_user_daily, as versions before the seal left them.
@@ -113,11 +116,11 @@ func TestUserFigures_SealedOnceTheDayIsOver(t *testing.T) {
 	truth.add(d1, "quiet", "u3", "c", false)
 	// The last second of day 1, recorded but not flushed before midnight.
 	e.clk.Set((d1 + 1).Time().Add(-time.Second))
-	record("quiet", "a", "late", true)
+	truth.record(e, "quiet", "a", "late", true)
 	// Day 2 (today once the clock moves on): a little more.
 	e.clk.Advance(time.Hour)
-	record("quiet", "a", "u1", true)
-	record("busy", "a", "user-7", false)
+	truth.record(e, "quiet", "a", "u1", true)
+	truth.record(e, "busy", "a", "user-7", false)
 	day1, day2 := d1.String(), day(e.clk.Now()).String()
 	if n := e.count(t, "SELECT COUNT(*) FROM usage_user_chunks WHERE day = ? AND app_id = 'busy' AND part >> 8 > 0", day1); n == 0 {
 		t.Fatal("the busy app's chunks were not split into parts")
@@ -185,16 +188,12 @@ func TestUserChunks_TodaysFlushChunksMergedAsTheDayGoesOn(t *testing.T) {
 	e := newEnv(t, 1, nil)
 	ctx := context.Background()
 	truth := userTruth{}
-	record := func(app, iface, user string, allowed bool) {
-		e.rec.Record(app, iface, user, allowed)
-		truth.add(day(e.clk.Now()), app, user, iface, allowed)
-	}
 	for f := range 40 {
 		for i := range 30 {
-			record("many", fmt.Sprintf("if%d", i%3), fmt.Sprintf("u%d", (f*7+i)%200), i%4 != 0)
+			truth.record(e, "many", fmt.Sprintf("if%d", i%3), fmt.Sprintf("u%d", (f*7+i)%200), i%4 != 0)
 		}
 		if f < 5 {
-			record("few", "if", "u", true)
+			truth.record(e, "few", "if", "u", true)
 		}
 		e.flush()
 		e.clk.Advance(15 * time.Second)
@@ -217,7 +216,7 @@ func TestUserChunks_TodaysFlushChunksMergedAsTheDayGoesOn(t *testing.T) {
 	truth.check(t, e, "after the merge")
 
 	for i := range 10 {
-		record("many", "if0", fmt.Sprintf("u%d", i), true)
+		truth.record(e, "many", "if0", fmt.Sprintf("u%d", i), true)
 	}
 	e.flush()
 	if res, err = e.rec.Rollup(ctx); err != nil || res.UserMerges != 0 {
@@ -243,11 +242,8 @@ func TestUserDay_FindsAUserOfA256PartSplit(t *testing.T) {
 	e := newEnv(t, 1, nil)
 	ctx := context.Background()
 	truth := userTruth{}
-	d := day(e.clk.Now())
 	for i := range 40_000 {
-		user := fmt.Sprintf("user-%d", i)
-		e.rec.Record("huge", "if", user, i%7 != 0)
-		truth.add(d, "huge", user, "if", i%7 != 0)
+		truth.record(e, "huge", "if", fmt.Sprintf("user-%d", i), i%7 != 0)
 	}
 	e.flush()
 	for _, table := range []string{"usage_user_chunks", "usage_user_sealed"} {
@@ -272,11 +268,7 @@ func TestRollup_AnUnsealableDayHoldsNothingElseBack(t *testing.T) {
 	e := newEnv(t, 1, nil)
 	ctx := context.Background()
 	truth := userTruth{}
-	record := func(app, user string) {
-		e.rec.Record(app, "if", user, true)
-		truth.add(day(e.clk.Now()), app, user, "if", true)
-	}
-	record("good", "u1")
+	truth.record(e, "good", "if", "u1", true)
 	e.flush()
 	if _, err := e.dbs[0].Exec(`INSERT INTO usage_user_chunks (day, app_id, part, batch_id, seq, level, entries, body)
 VALUES (?, 'broken', 0, UNHEX(REPEAT('ab', 16)), 0, 0, 1, 'not a snappy body')`, day(e.clk.Now()).String()); err != nil {
@@ -285,7 +277,7 @@ VALUES (?, 'broken', 0, UNHEX(REPEAT('ab', 16)), 0, 0, 1, 'not a snappy body')`,
 	e.clk.Advance(24 * time.Hour)
 	today := day(e.clk.Now())
 	for f := range minFlushBatches {
-		record("tiny", fmt.Sprintf("u%d", f%3))
+		truth.record(e, "tiny", "if", fmt.Sprintf("u%d", f%3), true)
 		e.flush()
 		e.clk.Advance(15 * time.Second)
 	}

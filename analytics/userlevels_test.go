@@ -201,19 +201,15 @@ func TestUserChunks_BatchesAQueryReadsStayBoundedAllDay(t *testing.T) {
 			e := newEnv(t, 1, nil)
 			truth := userTruth{}
 			today := day(e.clk.Now())
-			record := func(app, iface, user string, allowed bool) {
-				e.rec.Record(app, iface, user, allowed)
-				truth.add(today, app, user, iface, allowed)
-			}
 			sinceRollup := 0
 			for f := range tc.flushes {
 				for i := range 3 {
-					record("quiet", fmt.Sprintf("if%d", i%2), fmt.Sprintf("q%d", (f+i)%20), (f+i)%3 != 0)
+					truth.record(e, "quiet", fmt.Sprintf("if%d", i%2), fmt.Sprintf("q%d", (f+i)%20), (f+i)%3 != 0)
 				}
 				// 600 distinct users of a pool of 1,500 per flush: more
 				// than 512, so each flush writes 4 parts.
 				for i := range 600 {
-					record("busy", "if", fmt.Sprintf("b%d", (f*600+i)%1500), i%5 != 0)
+					truth.record(e, "busy", "if", fmt.Sprintf("b%d", (f*600+i)%1500), i%5 != 0)
 				}
 				e.flush()
 				e.clk.Advance(15 * time.Second)
