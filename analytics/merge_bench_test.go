@@ -21,7 +21,7 @@ import (
 //
 //   - level=0 merges mergeMinBatches flush batches of 400 entries (12,800)
 //     into one level-1 batch;
-//   - level=1 merges mergeFanIn such level-1 batches (102,400 entries) into
+//   - level=1 merges mergeFanIn such level-1 batches (204,800 entries) into
 //     one of level 2.
 //
 // The batches are built once and restored before each op (untimed). The

@@ -20,8 +20,9 @@ import (
 // an app has fewer than mergeMinBatches batches of level 0 today and fewer
 // than mergeFanIn of each level above. A query for one user reads, of
 // each batch, the chunks of its user's part: so at most
-// mergeMinBatches−1 + maxChunkLevel×(mergeFanIn−1) = 59 batches plus the
-// flushes since that Rollup, however long the day has run. Without merges
+// mergeMinBatches−1 + maxChunkLevel×(mergeFanIn−1) = 76 batches plus the
+// flushes since that Rollup, however long the day has run; on a day of
+// one quotad's 10-minute rollups, 55 at most (mergeFanIn). Without merges
 // it would read every flush's (5,760 a day at 15 s); with merges into one
 // level only, one batch per merge (up to 144 a day at the 10-minute
 // rollup).
@@ -35,20 +36,25 @@ const (
 	// mergeFanIn is the number of an app's batches of one level >= 1 from
 	// which Rollup merges them into one of the next level. A merge
 	// rewrites its batches' entries (summed per user and interface), so an
-	// entry is rewritten about once per level it climbs, and a query reads
-	// up to mergeFanIn−1 batches per level. 8 keeps a day of one quotad's
-	// 10-minute rollups (144 level-1 batches; at most 5,760/32 = 180 on any
-	// schedule) within three levels: 144 → 18 → 2. A fan-in of 2 would
-	// rewrite the entries at ~7 levels; 32, as at level 0, would let a
-	// query read 31 merged batches per level.
-	mergeFanIn = 8
+	// entry is rewritten once per level it climbs, and a query reads up to
+	// mergeFanIn−1 batches per level. With calls spread like make bench's
+	// a merge sums almost nothing (nearly every call is a new (user,
+	// interface) of the day), so each level an entry climbs costs quotad
+	// and MariaDB 0.36–0.95 µs of CPU (BenchmarkMergeUserChunks). A day
+	// of one quotad's 10-minute rollups makes 144 level-1 batches (at most
+	// 5,760/32 = 180 on any schedule): at 16 they end as 9 of level 2, an
+	// entry rewritten twice before the day's seal, and a query reads at
+	// most 31 + 15 + 9 = 55 batches; at 8, as 18 → 2 of level 3, three
+	// times (a third more of the merges' work) for at most 31 + 7 + 7 + 2
+	// = 47 batches a query.
+	mergeFanIn = 16
 	// maxChunkLevel is the top level: its batches merge into one of the
-	// same level, which rewrites all of them. One quotad's day of 15 s
-	// flushes reaches level 3 at most; level 4 takes 512 level-1 batches
-	// (several quotads, shorter flushes and a rollup more often than every
-	// 10 minutes), and its own merge 4,096. The cap bounds the batches a
-	// query reads whatever the traffic (and is far below the TINYINT's 255).
-	maxChunkLevel = 4
+	// same level, which rewrites all of them. Level 3 takes 256 level-1
+	// batches (several quotads, shorter flushes or a rollup more often than
+	// every 10 minutes), and its own merge 4,096: a day of ~23 quotads'
+	// 15 s flushes. The cap bounds the batches a query reads whatever the
+	// traffic (and is far below the TINYINT's 255).
+	maxChunkLevel = 3
 )
 
 // mergeThreshold is the batches of level that make Rollup merge it.

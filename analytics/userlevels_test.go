@@ -13,15 +13,15 @@ import (
 
 // The compaction of today's chunks (userfold.go), as the tests see it:
 // Rollup merges an app's level-0 batches once there are 32, and its
-// batches of a level L >= 1 into one of L+1 once there are 8, up to level
-// 4. Written out here rather than taken from the package, so that the
+// batches of a level L >= 1 into one of L+1 once there are 16, up to level
+// 3. Written out here rather than taken from the package, so that the
 // tests say what the figures are.
 const (
 	minFlushBatches = 32
-	fanIn           = 8
-	topLevel        = 4
+	fanIn           = 16
+	topLevel        = 3
 	// maxQueryBatches is the most batches a query for one user may read
-	// right after a Rollup: 31 of level 0 and 7 of each level above.
+	// right after a Rollup: 31 of level 0 and 15 of each level above.
 	maxQueryBatches = minFlushBatches - 1 + topLevel*(fanIn-1)
 )
 
@@ -191,9 +191,9 @@ func TestUserChunks_BatchesAQueryReadsStayBoundedAllDay(t *testing.T) {
 		wantTopLevel int // the highest level the day reaches
 	}{
 		// Rollups more often than the 32-flush threshold: level 0 waits.
-		{"rollup every 4 flushes", 300, 4, 2},
+		{"rollup every 4 flushes", 520, 4, 2},
 		// The 10-minute schedule: each Rollup merges level 0.
-		{"rollup every 40 flushes", 320, 40, 2},
+		{"rollup every 40 flushes", 640, 40, 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -282,30 +282,30 @@ func checkLevelBounds(t *testing.T, l map[int]int64, app, when string) {
 }
 
 // A quiet app's chunks climb the levels exactly at the thresholds: its
-// 31st flush batch is not merged, its 32nd is; seven level-1 batches stay,
-// the eighth merge makes one of level 2. After each Rollup a second one
-// finds nothing to merge and leaves both tables as they were (rollup), and
-// every user's figures stay exact.
+// 31st flush batch is not merged, its 32nd is; fifteen level-1 batches
+// stay, the sixteenth merge makes one of level 2. After each Rollup a
+// second one finds nothing to merge and leaves both tables as they were
+// (rollup), and every user's figures stay exact.
 func TestUserChunks_MergedLevelByLevelAtTheThresholds(t *testing.T) {
 	t.Parallel()
-	steps := []struct {
+	type step struct {
 		flushes    int
 		wantMerges int
 		want       map[int]int64 // level → batches
-	}{
-		{31, 0, map[int]int64{0: 31}},
-		{1, 1, map[int]int64{1: 1}},
-		{32, 1, map[int]int64{1: 2}},
-		{32, 1, map[int]int64{1: 3}},
-		{32, 1, map[int]int64{1: 4}},
-		{32, 1, map[int]int64{1: 5}},
-		{32, 1, map[int]int64{1: 6}},
-		{31, 0, map[int]int64{0: 31, 1: 6}},
-		{1, 1, map[int]int64{1: 7}},
-		// The eighth level-1 batch, merged into level 2 in the same Rollup.
-		{32, 2, map[int]int64{2: 1}},
-		{40, 1, map[int]int64{1: 1, 2: 1}},
 	}
+	steps := []step{{31, 0, map[int]int64{0: 31}}, {1, 1, map[int]int64{1: 1}}}
+	for n := int64(2); n <= 6; n++ {
+		steps = append(steps, step{32, 1, map[int]int64{1: n}})
+	}
+	steps = append(steps, step{31, 0, map[int]int64{0: 31, 1: 6}}, step{1, 1, map[int]int64{1: 7}})
+	for n := int64(8); n <= 15; n++ {
+		steps = append(steps, step{32, 1, map[int]int64{1: n}})
+	}
+	steps = append(steps,
+		// The sixteenth level-1 batch, merged into level 2 in the same Rollup.
+		step{32, 2, map[int]int64{2: 1}},
+		step{40, 1, map[int]int64{1: 1, 2: 1}},
+	)
 	e := newEnv(t, 1, nil)
 	truth := userTruth{}
 	today := day(e.clk.Now())
