@@ -22,7 +22,7 @@ import (
 // each batch, the chunks of its user's part: so at most
 // mergeMinBatches−1 + maxChunkLevel×(mergeFanIn−1) = 76 batches plus the
 // flushes since that Rollup, however long the day has run; on a day of
-// one quotad's 10-minute rollups, 55 at most (mergeFanIn). Without merges
+// one quotad's 10-minute rollups, 55 at most (see mergeFanIn). Without merges
 // it would read every flush's (5,760 a day at 15 s); with merges into one
 // level only, one batch per merge (up to 144 a day at the 10-minute
 // rollup).
@@ -40,7 +40,7 @@ const (
 	// mergeFanIn−1 batches per level. With calls spread like make bench's
 	// a merge sums almost nothing (nearly every call is a new (user,
 	// interface) of the day), so each level an entry climbs costs quotad
-	// and MariaDB 0.36–0.95 µs of CPU (BenchmarkMergeUserChunks). A day
+	// and MariaDB 0.5–0.75 µs of CPU (BenchmarkMergeUserChunks). A day
 	// of one quotad's 10-minute rollups makes 144 level-1 batches (at most
 	// 5,760/32 = 180 on any schedule): at 16 they end as 9 of level 2, an
 	// entry rewritten twice before the day's seal, and a query reads at
