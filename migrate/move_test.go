@@ -146,6 +146,11 @@ func moveRace(t *testing.T, batch int, hints bool) {
 	stop := make(chan struct{})
 	var moves atomic.Int64
 	moveErr := make(chan error, 1)
+	// moverFailed ends the checks early: a mover that stopped on an error
+	// can leave the cells frozen (rolled forward by the next run, which
+	// here never comes), and each check would then wait out MovedWait,
+	// up to 500 times, before the test reported the mover's error.
+	var moverFailed atomic.Bool
 	go func() {
 		defer close(moveErr)
 		cycle := []tiers.Tier{tiers.Hot, tiers.Warm, tiers.Cold, tiers.Hot, tiers.Cold, tiers.Warm}
@@ -167,6 +172,7 @@ func moveRace(t *testing.T, batch int, hints bool) {
 			}
 			if err != nil || len(res.Moved) != 2 {
 				moveErr <- fmt.Errorf("move %s>%s: %v (moved %d, skipped %d)", from, to, err, len(res.Moved), res.Skipped)
+				moverFailed.Store(true)
 				return
 			}
 			moves.Add(1)
@@ -179,7 +185,7 @@ func moveRace(t *testing.T, batch int, hints bool) {
 			defer wg.Done()
 			// At least 20 checks each, and on until the mover has made
 			// a few moves (bounded), so the race is always exercised.
-			for i := 0; i < 20/batch || moves.Load() < 6 && i < 500; i++ {
+			for i := 0; (i < 20/batch || moves.Load() < 6 && i < 500) && !moverFailed.Load(); i++ {
 				for _, op := range e.checkBatch(t, tiers.Enforce, batch, a, b) {
 					if op.Allowed() {
 						allowed.Add(1)
