@@ -17,7 +17,8 @@
 # since the machine is not saturated); then, "to
 # exit", quotad's CPU seconds over its whole life and the servers' ticks
 # until it exited, which include work left when the load stopped (a paced
-# analytics flush, the final flush on SIGTERM).
+# analytics flush, the final flush on SIGTERM); and quotad's heap in use
+# and resident memory as the load ends (its /metrics).
 #
 # Knobs (environment):
 #   AB_VARIANTS  variants separated by ';', each a space-separated list of
@@ -133,6 +134,9 @@ for r in $(seq 1 "$ROUNDS"); do
 		# quotad's garbage collections so far (its whole life): a tiny heap
 		# collected many times a second costs CPU that a larger one does not.
 		gc_cycles=$(awk '/^go_gc_duration_seconds_count / {print $2}' <<< "$metrics")
+		# quotad's memory as the load ends: heap in use and resident.
+		heap_mb=$(awk '/^go_memstats_heap_inuse_bytes / {printf "%.0f", $2 / 1048576}' <<< "$metrics")
+		rss_mb=$(awk '/^process_resident_memory_bytes / {printf "%.0f", $2 / 1048576}' <<< "$metrics")
 		kill -TERM "$QP"; wait "$TP" 2>/dev/null
 		# Each rollup as start-end, in seconds into the run (its log line is
 		# written at its end and says how long it took), "!" if it failed
@@ -153,7 +157,7 @@ for r in $(seq 1 "$ROUNDS"); do
 		n=$(echo "$out" | awk '$1 == "requests" {print $2; exit}')
 		echo "$out" | grep -E "^\s+(requests|latency|late)" | tr -s ' ' | tr '\n' ' '
 		worst=$(jq -r '[.timeline[]?] | sort_by(-.p99_ms) | .[:3] | map("\(.p99_ms)@\(.second)s") | join(" ")' "$json" 2>/dev/null)
-		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) evalsha_us=${evalsha:-?} machine_busy_pct=$(((b1 - b0) * 100 / (t1 > t0 ? t1 - t0 : 1))) machine_us_per_check=$(((b1 - b0) * 10000 / (n > 0 ? n : 1))) mysql_ticks=$((m1 - m0)) steal_pct=$(pct $((s1 - s0)) $((t1 - t0))) rollups=${rollups:-none} gc_cycles=${gc_cycles:-?} flush_errors=${flush_errors:-?} | to exit: quotad_cpu_s=$qlife redis_ticks=$((r2 - r0)) mysql_ticks=$((m2 - m0)) machine_us_per_check=$(((b2 - b0) * 10000 / (n > 0 ? n : 1)))$win"
+		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) evalsha_us=${evalsha:-?} machine_busy_pct=$(((b1 - b0) * 100 / (t1 > t0 ? t1 - t0 : 1))) machine_us_per_check=$(((b1 - b0) * 10000 / (n > 0 ? n : 1))) mysql_ticks=$((m1 - m0)) steal_pct=$(pct $((s1 - s0)) $((t1 - t0))) rollups=${rollups:-none} gc_cycles=${gc_cycles:-?} heap_inuse_mb=${heap_mb:-?} rss_mb=${rss_mb:-?} flush_errors=${flush_errors:-?} | to exit: quotad_cpu_s=$qlife redis_ticks=$((r2 - r0)) mysql_ticks=$((m2 - m0)) machine_us_per_check=$(((b2 - b0) * 10000 / (n > 0 ? n : 1)))$win"
 	done
 done
 rm -f "$log" "$log.time" "$log.bench"
