@@ -140,9 +140,9 @@ func moveRace(t *testing.T, batch int, hints bool) {
 		e.router.ColdHints = tiers.NewColdHints(64)
 	}
 	// The test is of exactness, not of latency: a check waits for a move
-	// however long the machine makes it. Under make test's parallel load a
-	// batch's move has taken more than the default 2 s, and checks then
-	// answered "unavailable" (the fail mode), failing the test.
+	// however long the machine makes it. With other packages' tests on the
+	// same cores a batch's move has taken more than the default 2 s, and
+	// checks then answered "unavailable" (the fail mode), failing the test.
 	e.router.MovedWait = 15 * time.Second
 	a, b := newCell(300), newCell(1_000_000)
 	b.app = a.app
@@ -152,9 +152,10 @@ func moveRace(t *testing.T, batch int, hints bool) {
 	var moves atomic.Int64
 	moveErr := make(chan error, 1)
 	// moverFailed ends the checks early: a mover that stopped on an error
-	// can leave the cells frozen (rolled forward by the next run, which
-	// here never comes), and each check would then wait out MovedWait,
-	// up to 500 times, before the test reported the mover's error.
+	// can leave the cells frozen (a Worker's Repair rolls them forward
+	// within RepairEvery once the lease is released; none runs here), and
+	// each check would then wait out MovedWait, up to 500 times, before
+	// the test reported the mover's error.
 	var moverFailed atomic.Bool
 	go func() {
 		defer close(moveErr)
@@ -174,8 +175,9 @@ func moveRace(t *testing.T, batch int, hints bool) {
 				// moved counts as moved). The moment is bounded in time,
 				// not in tries: under load the check holding the lease
 				// can be descheduled for longer than 1,000 tries take
-				// (one make test run failed so). Under the env's LeaseTTL
-				// (5 s), so a lease never released still fails the test.
+				// (a run beside other packages' tests failed so). Under
+				// the env's LeaseTTL (5 s), so a lease never released
+				// still fails the test.
 				if skippingSince.IsZero() {
 					skippingSince = time.Now()
 				}
