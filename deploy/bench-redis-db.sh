@@ -8,11 +8,10 @@
 BENCH_QUOTAD_REDIS_DB=${BENCH_QUOTAD_REDIS_DB:-14}
 bench_db_cli() { redis-cli -h "${REDIS_HOST:-127.0.0.1}" -p "${REDIS_PORT:-6379}" -n "$BENCH_QUOTAD_REDIS_DB" "$@"; }
 bench_db_size_before=$(bench_db_cli DBSIZE 2>/dev/null || echo "?")
-# Said at the start, not only at the end: a database that was not empty is
-# never flushed here, so keys left by a run that was not cleaned up grow
-# run after run (~12 million on 2026-11-27 after two 130 s runs outside
-# these scripts, four 100 s runs of bench-ab.sh and part of a fifth), and
-# each run works on a bigger keyspace than the one before.
+# Said at the start: a database that was not empty is never flushed here,
+# so keys left by a run that was not cleaned up grow run after run, and
+# each run works on a bigger keyspace than the one before (BENCHMARKS.md,
+# "One queue for both HyperLogLogs").
 if [[ $bench_db_size_before =~ ^[0-9]+$ && $bench_db_size_before != 0 ]]; then
 	echo "bench: Redis db $BENCH_QUOTAD_REDIS_DB already holds $bench_db_size_before keys, which this run will not flush (redis-cli -n $BENCH_QUOTAD_REDIS_DB FLUSHDB if they are a benchmark's)" >&2
 fi
