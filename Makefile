@@ -35,6 +35,15 @@ bench: schema
 bench-analytics: schema
 	bash deploy/bench-analytics-ab.sh
 
+# The same at full speed with the two quotads taking turns in 30 s slots
+# (deploy/bench-interleave.sh, deploy/bench-rules-1m.yaml; ~37 minutes at
+# PAIRS=32), then the statistics (BENCHMARKS.md, "taking turns").
+.PHONY: bench-analytics-interleave
+bench-analytics-interleave: schema
+	@mkdir -p bench-out/interleave
+	QUOTA_RULES=deploy/bench-rules-1m.yaml IL_OUT=bench-out/interleave bash deploy/bench-interleave.sh | tee bench-out/interleave/log.txt
+	bash deploy/bench-ab-stats.sh bench-out/interleave/log.txt
+
 # What a distinct user costs Redis, sparse against dense HyperLogLogs (BENCHMARKS.md).
 .PHONY: bench-hll
 bench-hll: services

@@ -12,6 +12,9 @@
 # or not (bench-ab.sh's rollups field; the cron job at every tenth minute:
 # a window that holds one pays for it).
 #
+# deploy/bench-interleave.sh prints its ABBA blocks in the same format
+# (a block as a round), so this reads its logs too.
+#
 # Usage: bash deploy/bench-ab-stats.sh LOG... (several logs pool their
 # rounds; a round is keyed by log and number). AB_BASE names the baseline
 # variant as bench-ab.sh printed it in brackets (default

@@ -37,10 +37,10 @@
 #   IL_VARIANTS  "A;B", each a space-separated VAR=value list for quotad
 #                (default "QUOTA_ANALYTICS=off;QUOTA_ANALYTICS=on"); the
 #                first is the baseline
-#   PAIRS        pairs of slots, even: whole blocks (default 20); SLOT: seconds a slot runs
-#                (default 20); SETTLE: seconds after resume before its
-#                measurement starts (default 2)
-#   WARMUP       seconds both run at first, alternating, before slot 1 (default 60)
+#   PAIRS        pairs of slots, even: whole blocks (default 32); SLOT: seconds a slot runs
+#                (default 30); SETTLE: seconds after resume before its
+#                measurement starts (default 3)
+#   WARMUP       seconds both run at first, alternating, before slot 1 (default 240)
 #   IL_KEYS      quotabench key flags (default make bench's uniform keys)
 #   IL_OUT       folder for the quotads' logs (default bench-out/interleave)
 # Usage (after make schema and make build), under the benchmark lock:
@@ -49,7 +49,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source deploy/bench-redis-db.sh
-PAIRS=${PAIRS:-20}; SLOT=${SLOT:-20}; SETTLE=${SETTLE:-2}; WARMUP=${WARMUP:-60}
+PAIRS=${PAIRS:-32}; SLOT=${SLOT:-30}; SETTLE=${SETTLE:-3}; WARMUP=${WARMUP:-240}
 for n in PAIRS SLOT SETTLE WARMUP; do
 	[[ ${!n} =~ ^[0-9]+$ ]] || { echo "$n must be a whole number (got '${!n}')" >&2; exit 2; }
 done
