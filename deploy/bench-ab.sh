@@ -57,6 +57,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source deploy/bench-redis-db.sh
+source deploy/bench-proc.sh
 trap bench_db_cleanup EXIT
 D=${D:-20s}; ROUNDS=${ROUNDS:-3}; RATE=${AB_RATE:-0}
 LISTEN=${AB_LISTEN:-127.0.0.1:18090}
@@ -69,22 +70,15 @@ fi
 KEYS=${AB_KEYS:--apps 1000 -users 100000 -ifaces 50 -ips 100000}
 IFS=';' read -r -a variants <<< "${AB_VARIANTS:-QUOTA_ANALYTICS=off;QUOTA_ANALYTICS=on}"
 RP=$(pgrep -x redis-server | head -1); MP=$(pgrep -x mariadbd | head -1)
-cpu() { if [[ -n $1 ]]; then awk '{print $14+$15}' "/proc/$1/stat"; else echo 0; fi; }
-# busy, total and steal ticks of the whole machine (every core), from /proc/stat
-machine() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9, $9}' /proc/stat; }
 # ticks of quotad, redis-server and mariadbd, then machine's three figures
 sample() { echo "$(cpu "$QP") $(cpu "$RP") $(cpu "$MP") $(machine)"; }
 # quotad's system ticks and minor page faults (/proc/PID/stat fields 15 and 10)
 kernel_side() { awk '{print $15, $10}' "/proc/$1/stat"; }
-# per T N: T ticks per check over N checks, in microseconds, one decimal
-per() { awk -v t="$1" -v n="$2" 'BEGIN { printf "%.1f", (n > 0 ? t * 10000 / n : 0) }'; }
 load=(-c 64)
 if [[ $RATE != 0 ]]; then load=(-rate "$RATE"); fi
 log=${TMPDIR:-/tmp}/ab-quotad.$$.log
 OUT=${AB_OUT:-bench-out/ab}
 mkdir -p "$OUT"
-# pct A B: A as a percentage of B, one decimal
-pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b > 0 ? a * 100 / b : 0) }'; }
 for r in $(seq 1 "$ROUNDS"); do
 	order=$(seq 1 ${#variants[@]})
 	if [[ ${AB_ORDER:-} == alternate ]] && ((r % 2 == 0)); then order=$(seq ${#variants[@]} -1 1); fi

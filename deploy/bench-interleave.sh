@@ -49,6 +49,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source deploy/bench-redis-db.sh
+source deploy/bench-proc.sh
 PAIRS=${PAIRS:-32}; SLOT=${SLOT:-30}; SETTLE=${SETTLE:-3}; WARMUP=${WARMUP:-240}
 for n in PAIRS SLOT SETTLE WARMUP; do
 	[[ ${!n} =~ ^[0-9]+$ ]] || { echo "$n must be a whole number (got '${!n}')" >&2; exit 2; }
@@ -71,9 +72,6 @@ cleanup() {
 	bench_db_cleanup
 }
 trap cleanup EXIT
-ticks() { if [[ -n $1 ]]; then awk '{print $14+$15}' "/proc/$1/stat"; else echo 0; fi; }
-# busy, total and steal ticks of the whole machine (every core), from /proc/stat
-machine() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9, $9}' /proc/stat; }
 # checks quotad has answered (every status code), and how many of them
 # without a decision (the store unavailable: QUOTA_FAIL_MODE=open)
 checks() {
@@ -81,8 +79,6 @@ checks() {
 		awk '/^quota_http_requests_total\{/ && /route="\/v1\/check"/ {n += $NF}
 			$1 == "quota_unenforced_checks_total" {u = $2} END {printf "%d %d", n, u}'
 }
-per() { awk -v t="$1" -v n="$2" 'BEGIN { printf "%.1f", (n > 0 ? t * 10000 / n : 0) }'; }
-pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b > 0 ? a * 100 / b : 0) }'; }
 # figures CHECKS SECONDS MACHINE QUOTAD QUOTABENCH REDIS MARIADB ALL STOLEN
 # UNENFORCED (the five to STOLEN in ticks): the name=value fields
 # bench-ab-stats.sh reads, and more
@@ -126,11 +122,11 @@ for p in $(seq 1 "$PAIRS"); do
 		thaw "$i"
 		sleep "$SETTLE"
 		read -r c0 u0 < <(checks "$i"); t0=$(date +%s.%N)
-		q0=$(ticks "${QP[i]}"); g0=$(ticks "${BP[i]}"); r0=$(ticks "$RP"); m0=$(ticks "$MP")
+		q0=$(cpu "${QP[i]}"); g0=$(cpu "${BP[i]}"); r0=$(cpu "$RP"); m0=$(cpu "$MP")
 		read -r b0 a0 s0 < <(machine)
 		sleep $((SLOT - SETTLE))
 		read -r c1 u1 < <(checks "$i"); t1=$(date +%s.%N)
-		q1=$(ticks "${QP[i]}"); g1=$(ticks "${BP[i]}"); r1=$(ticks "$RP"); m1=$(ticks "$MP")
+		q1=$(cpu "${QP[i]}"); g1=$(cpu "${BP[i]}"); r1=$(cpu "$RP"); m1=$(cpu "$MP")
 		read -r b1 a1 s1 < <(machine)
 		freeze "$i"
 		secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')

@@ -1,0 +1,11 @@
+# deploy/bench-proc.sh — CPU figures from /proc for the benchmark scripts
+# (bench-ab.sh, bench-interleave.sh), sourced by them.
+
+# cpu PID: the process's user+system ticks (1/100 s), 0 without a PID
+cpu() { if [[ -n $1 ]]; then awk '{print $14+$15}' "/proc/$1/stat"; else echo 0; fi; }
+# busy, total and steal ticks of the whole machine (every core), from /proc/stat
+machine() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9, $9}' /proc/stat; }
+# per T N: T ticks per check over N checks, in microseconds, one decimal
+per() { awk -v t="$1" -v n="$2" 'BEGIN { printf "%.1f", (n > 0 ? t * 10000 / n : 0) }'; }
+# pct A B: A as a percentage of B, one decimal
+pct() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b > 0 ? a * 100 / b : 0) }'; }
