@@ -57,7 +57,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source deploy/bench-redis-db.sh
-source deploy/bench-proc.sh
+source deploy/bench-measure.sh
 trap bench_db_cleanup EXIT
 D=${D:-20s}; ROUNDS=${ROUNDS:-3}; RATE=${AB_RATE:-0}
 LISTEN=${AB_LISTEN:-127.0.0.1:18090}
@@ -124,15 +124,13 @@ for r in $(seq 1 "$ROUNDS"); do
 			awk -F'[=,]' '/^cmdstat_evalsha:/ {print $6}')
 		# A flush that failed (no schema: run `make schema`) would make analytics look free.
 		metrics=$(curl -sf "$LISTEN/metrics")
-		# metric NAME [DIVISOR]: an unlabelled sample of it, divided and rounded.
-		metric() { awk -v m="$1" -v d="${2:-1}" '$1 == m {printf "%.0f", $2 / d}' <<< "$metrics"; }
-		flush_errors=$(metric quota_analytics_flush_errors_total)
+		flush_errors=$(metric quota_analytics_flush_errors_total <<< "$metrics")
 		# quotad's garbage collections so far (its whole life): a tiny heap
 		# collected many times a second costs CPU that a larger one does not.
-		gc_cycles=$(metric go_gc_duration_seconds_count)
+		gc_cycles=$(metric go_gc_duration_seconds_count <<< "$metrics")
 		# quotad's memory as the load ends: heap in use and resident.
-		heap_mb=$(metric go_memstats_heap_inuse_bytes 1048576)
-		rss_mb=$(metric process_resident_memory_bytes 1048576)
+		heap_mb=$(metric go_memstats_heap_inuse_bytes 1048576 <<< "$metrics")
+		rss_mb=$(metric process_resident_memory_bytes 1048576 <<< "$metrics")
 		kill -TERM "$QP"; wait "$TP" 2>/dev/null
 		# Each rollup as start-end, in seconds into the run (its log line is
 		# written at its end and says how long it took), "!" if it failed

@@ -49,7 +49,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source deploy/bench-redis-db.sh
-source deploy/bench-proc.sh
+source deploy/bench-measure.sh
 PAIRS=${PAIRS:-32}; SLOT=${SLOT:-30}; SETTLE=${SETTLE:-3}; WARMUP=${WARMUP:-240}
 for n in PAIRS SLOT SETTLE WARMUP; do
 	[[ ${!n} =~ ^[0-9]+$ ]] || { echo "$n must be a whole number (got '${!n}')" >&2; exit 2; }
@@ -144,5 +144,5 @@ for p in $(seq 1 "$PAIRS"); do
 done
 for i in 0 1; do
 	thaw "$i"
-	echo "# quotad ${variants[i]}: $(grep -c 'analytics rollup' "$OUT/quotad$i.log") rollups logged, flush errors $(curl -sf "127.0.0.1:${ports[i]}/metrics" | awk '$1 == "quota_analytics_flush_errors_total" {print $2}')" >&2
+	echo "# quotad ${variants[i]}: $(grep -c 'analytics rollup' "$OUT/quotad$i.log") rollups logged, flush errors $(curl -sf "127.0.0.1:${ports[i]}/metrics" | metric quota_analytics_flush_errors_total)" >&2
 done
