@@ -16,8 +16,8 @@ import (
 // A caller whose check the hot tier decides alone is answered as soon as
 // the hot script has run, while another check of the same batch still
 // waits for its cold row (held by an open MySQL transaction).
-// coldAndHot makes a limiter over a router whose new cells go cold, with
-// users "a" and "b" placed cold and "h" hot (one call each), and returns
+// coldAndHot makes a limiter over a router, with users "a" and "b" made
+// cold and "h" hot (one call each), and returns
 // it, the shard, the cold rows' keys of a and b, a request maker and a
 // row locker.
 func coldAndHot(t *testing.T) (coldLim *limiter.Limiter, db *sql.DB, keyA, keyB string,
@@ -35,19 +35,24 @@ func coldAndHot(t *testing.T) (coldLim *limiter.Limiter, db *sql.DB, keyA, keyB 
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Two routers over the same stores: one places new cells hot, the
-	// other cold; checks then find each cell where it was placed.
-	newLimiter := func(newTier tiers.Tier) *limiter.Limiter {
-		r := tiers.NewRouter(hot, warm, cold)
-		r.NewTier = newTier
-		l, err := limiter.New(tiers.NewBreaker(r, clock.Real{}, 3, 100*time.Millisecond), clock.Real{}, set)
-		if err != nil {
+	coldLim, err = limiter.New(tiers.NewBreaker(tiers.NewRouter(hot, warm, cold), clock.Real{}, 3, 100*time.Millisecond), clock.Real{}, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// makeCold gives user's cell an empty cold row and
+	// switches its directory to cold, as a move does.
+	makeCold := func(user string) {
+		t.Helper()
+		id := tiers.IdentityOf("per_user", []string{user})
+		ref := tiers.Ref{Identity: id, Window: time.Hour, Tag: tiers.TagOfIdentity(id), ShardKey: tiers.ShardKeyOfIdentity(id)}
+		now := time.Now().Unix()
+		if err := cold.Import(context.Background(), []tiers.Record{{Ref: ref, First: now, Last: now}}); err != nil {
 			t.Fatal(err)
 		}
-		return l
+		if ok, err := warm.SwitchToCold(context.Background(), []tiers.DirSwap{{Ref: ref}}, nil); err != nil || !ok[0] {
+			t.Fatalf("switch %s to cold: %v %v", user, ok, err)
+		}
 	}
-	hotLim := newLimiter(tiers.Hot)
-	coldLim = newLimiter(tiers.Cold)
 	ctx := context.Background()
 	req = func(user string) *limiter.Request {
 		return &limiter.Request{Cost: 1, Dims: []limiter.Dim{{Name: "user_id", Value: user}}}
@@ -76,9 +81,11 @@ func coldAndHot(t *testing.T) (coldLim *limiter.Limiter, db *sql.DB, keyA, keyB 
 		}
 		return keys
 	}
-	check(hotLim, "h")
+	check(coldLim, "h")
+	makeCold("a")
 	check(coldLim, "a")
 	before := rowKeys()
+	makeCold("b")
 	check(coldLim, "b")
 	for k := range rowKeys() {
 		if before[k] {

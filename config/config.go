@@ -67,13 +67,13 @@ type Settings struct {
 	RollupSchedule            string        // QUOTA_ROLLUP_SCHEDULE: cron spec of the curve rollup job (UTC)
 
 	// Storage tiers and migration (package migrate).
-	Tiering         bool          // QUOTA_TIERING: on routes fixed-window cells over hot/warm/cold; off (default): hot only
+	Tiering         bool          // QUOTA_TIERING: on (default) routes fixed-window cells over hot/warm/cold; off: hot only
 	MigrateSchedule string        // QUOTA_MIGRATE_SCHEDULE: cron spec of the scheduled migration cycle (UTC), default @daily
 	HotThreshold    float64       // QUOTA_HOT_THRESHOLD: mean calls per hour at or above which a cell is hot
 	ColdThreshold   float64       // QUOTA_COLD_THRESHOLD: mean calls per hour below which a cell is cold
 	PromoteInterval time.Duration // QUOTA_PROMOTE_INTERVAL: on call, a mean interval at most this promotes (0: off)
 	DemoteInterval  time.Duration // QUOTA_DEMOTE_INTERVAL: on call, a mean interval at least this demotes warm to cold (0: off)
-	NewTier         string        // QUOTA_NEW_TIER: hot (default), warm or cold: where a cell never seen before starts
+	NewTier         string        // QUOTA_NEW_TIER: where a cell never seen before starts; only hot (the hot script counts it with no lookup)
 	ColdHints       int           // QUOTA_COLD_HINTS: slots (8 B each) remembering cells found cold, so their checks skip the row lookup; 0 = off
 	// QUOTA_WARM_BUCKETS_PER_TAG: warm bucket hashes per app (1..65536, default
 	// 1024); aim at ~80 warm+hot cells per bucket. It places every cell's
@@ -111,10 +111,9 @@ func Defaults() Settings {
 		AnalyticsRowsPerStatement: 500,
 		RollupSchedule:            "*/10 * * * *",
 
-		// Off by default: on, a cell's first check ever costs a MySQL lookup
-		// (to tell a new cell from a cold one), which a workload of mostly
-		// new identities pays on nearly every call (BENCHMARKS.md).
-		Tiering:         false,
+		// On: a new cell costs what a hot check costs (the cold filter tells
+		// it from a cold one inside the hot script).
+		Tiering:         true,
 		MigrateSchedule: "@daily",
 		HotThreshold:    60,
 		ColdThreshold:   1,
@@ -263,10 +262,8 @@ func (s Settings) Validate() error {
 	if s.ColdHints < 0 || s.ColdHints > 1<<30 {
 		return fmt.Errorf("QUOTA_COLD_HINTS %d: want 0 (off) to 1073741824 slots of 8 bytes", s.ColdHints)
 	}
-	switch s.NewTier {
-	case "hot", "warm", "cold":
-	default:
-		return fmt.Errorf("QUOTA_NEW_TIER %q: want hot, warm or cold", s.NewTier)
+	if s.NewTier != "hot" {
+		return fmt.Errorf("QUOTA_NEW_TIER %q: want hot (new cells start hot; warm and cold are no longer offered: unset it)", s.NewTier)
 	}
 	if s.PprofListen != "" {
 		// Profiles expose internals and cost CPU, and the endpoint has no

@@ -34,7 +34,6 @@ func newEnv(t *testing.T) *env {
 	e := &env{router: tiers.NewRouter(hot, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0)}
 	e.hot = &tiers.HotMover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}
 	e.mover = &Mover{RDB: rdb, Prefix: prefix, Hot: e.hot, Warm: warm, Cold: cold, LeaseTTL: 5 * time.Second}
-	e.router.Locker = e.mover
 	return e
 }
 
@@ -48,9 +47,6 @@ func (e *env) ownJournal() *env {
 	m := *e.mover
 	m.Prefix += "j" + testenv.RandomHex(4) + ":"
 	own.mover = &m
-	r := *e.router // its placements lock the cells under the same leases
-	r.Locker = &m
-	own.router = &r
 	return &own
 }
 

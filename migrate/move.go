@@ -292,7 +292,7 @@ func (m *Mover) dir(ctx context.Context, refs []tiers.Ref) ([]string, []bool, er
 // skipped. It is safe to call again with the same refs after any failure:
 // it continues each cell from the step its directory shows.
 func (m *Mover) MoveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier) (Result, error) {
-	return m.moveCells(ctx, refs, from, to, false)
+	return m.moveCells(ctx, refs, from, to, false, nil)
 }
 
 // moveCells is MoveCells; with journaled (Repair) it moves only the cells
@@ -302,7 +302,11 @@ func (m *Mover) MoveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 // and rolling it forward again would move a cell nobody asked to move. The
 // check is sound under the lease: only a lease holder writes or removes a
 // cell's journal entry.
-func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier, journaled bool) (Result, error) {
+//
+// capacity, when set (the scheduled cycle's), estimates per tag how many
+// cells are still to go cold, so that a tag's cold filter gets a layer of
+// that size at once rather than many small ones (tiers.WarmStore.SwitchToCold).
+func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier, journaled bool, capacity func(tiers.Tag) int) (Result, error) {
 	var res Result
 	if from == to || len(refs) == 0 {
 		return res, nil
@@ -335,7 +339,7 @@ func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 	if len(got) == 0 {
 		return res, nil
 	}
-	moved, err := m.move(ctx, held, got, from, to)
+	moved, err := m.move(ctx, held, got, from, to, capacity)
 	if err != nil {
 		stopped = errors.Is(err, errStopped)
 		m.Metrics.failed()
@@ -373,7 +377,7 @@ var errStopped = errors.New("stopped by test hook")
 // (A stall in the moment between that check and the step is not covered;
 // the switch is a compare-and-set from the frozen state, which such a
 // worker cannot win.)
-func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, to tiers.Tier) ([]tiers.Ref, error) {
+func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, to tiers.Tier, capacity func(tiers.Tag) int) ([]tiers.Ref, error) {
 	stop := func(s Step) error {
 		if err := m.step(s); err != nil {
 			return fmt.Errorf("%w: %w", errStopped, err)
@@ -513,20 +517,7 @@ func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, 
 	} else if len(kept) != len(active) {
 		return nil, fmt.Errorf("switch: %d of %d cells' leases lapsed during the copy", len(active)-len(kept), len(active))
 	}
-	swaps := make([]tiers.DirSwap, len(active))
-	for i := range active {
-		sw := tiers.DirSwap{Ref: active[i], Old: frozen[i]}
-		switch to {
-		case tiers.Hot:
-			sw.New = tiers.DirHot
-		case tiers.Warm:
-			if sw.New, err = tiers.EncodeDirRecord(&full[i]); err != nil {
-				return nil, err
-			}
-		}
-		swaps[i] = sw
-	}
-	if err := m.cas(ctx, swaps); err != nil {
+	if err := m.switchTo(ctx, to, active, frozen, full, capacity); err != nil {
 		return nil, err
 	}
 	if err := stop(StepSwitch); err != nil {
@@ -557,6 +548,33 @@ func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, 
 		return nil, fmt.Errorf("journal: %w", err)
 	}
 	return append(active, done...), nil
+}
+
+// switchTo switches the directory of the frozen cells (dir: their frozen
+// values) to the destination: to their records (warm: full), to no field
+// (hot: the live key now counts, and a cell without one is new), or to no
+// field and a bit in the tag's cold filter (cold: the row made by the copy
+// now answers), each a compare-and-set from the frozen value.
+func (m *Mover) switchTo(ctx context.Context, to tiers.Tier, refs []tiers.Ref, dir []string, full []tiers.Record, capacity func(tiers.Tag) int) error {
+	swaps := make([]tiers.DirSwap, len(refs))
+	for i := range refs {
+		swaps[i] = tiers.DirSwap{Ref: refs[i], Old: dir[i]}
+		if to == tiers.Warm {
+			v, err := tiers.EncodeDirRecord(&full[i])
+			if err != nil {
+				return err
+			}
+			swaps[i].New = v
+		}
+	}
+	if to != tiers.Cold {
+		return m.cas(ctx, swaps)
+	}
+	ok, err := m.Warm.SwitchToCold(ctx, swaps, capacity)
+	if err != nil {
+		return err
+	}
+	return allSwitched(swaps, ok)
 }
 
 // stillJournaled returns the refs whose journal entry reads from>to.
@@ -644,6 +662,11 @@ func (m *Mover) cas(ctx context.Context, swaps []tiers.DirSwap) error {
 	if err != nil {
 		return err
 	}
+	return allSwitched(swaps, ok)
+}
+
+// allSwitched is an error naming the first swap that did not succeed.
+func allSwitched(swaps []tiers.DirSwap, ok []bool) error {
 	for i, b := range ok {
 		if !b {
 			return fmt.Errorf("directory of cell %x changed under its lease", swaps[i].ID())
@@ -675,7 +698,7 @@ func (m *Mover) Repair(ctx context.Context) (repaired, left int, err error) {
 			errs = append(errs, fmt.Errorf("journal: bad direction %q", dir))
 			continue
 		}
-		res, err := m.moveCells(ctx, refs, tiers.Tier(from), tiers.Tier(to), true)
+		res, err := m.moveCells(ctx, refs, tiers.Tier(from), tiers.Tier(to), true, nil)
 		repaired += len(res.Moved)
 		left += res.Skipped
 		if err != nil {

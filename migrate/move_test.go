@@ -333,42 +333,56 @@ func TestTwoWorkers(t *testing.T) {
 	}
 }
 
-// A new cell starts in the router's NewTier; a cold cell costs no Redis
-// memory: its directory field is gone after the move.
-func TestNewTierAndColdCostsNoRedis(t *testing.T) {
+// A new cell starts hot with no directory field; a cold cell costs no
+// Redis but its bit in the cold filter: its directory field is gone after
+// the move, and so are its hot keys; moved back to hot, it has no field.
+func TestNewCellIsHotAndColdCostsOnlyItsFilterBit(t *testing.T) {
 	t.Parallel()
-	for _, tier := range allTiers {
-		t.Run(string(tier), func(t *testing.T) {
-			t.Parallel()
-			e := newEnv(t)
-			e.router.NewTier = tier
-			c := newCell(3)
-			allowed := 0
-			for range 5 {
-				op := e.check(t, tiers.Enforce, c)
-				if op.Out[0].Tier != tier {
-					t.Fatalf("outcome tier %q, want %q", op.Out[0].Tier, tier)
-				}
-				if op.Allowed() {
-					allowed++
-				}
-			}
-			if allowed != 3 || e.tierOf(t, c) != tier || e.count(t, c) != 3 {
-				t.Fatalf("allowed %d, tier %q, count %d", allowed, e.tierOf(t, c), e.count(t, c))
-			}
-		})
-	}
+	ctx := context.Background()
 	e := newEnv(t)
 	c := newCell(3)
-	e.check(t, tiers.Enforce, c)
-	e.move(t, tiers.Hot, tiers.Cold, c)
-	raws, err := e.warm.DirRaw(context.Background(), refsOf(c))
-	if err != nil || raws[0] != "" {
-		t.Fatalf("cold cell's directory field %q (%v), want none", raws[0], err)
+	allowed := 0
+	for range 5 {
+		op := e.check(t, tiers.Enforce, c)
+		if op.Out[0].Tier != tiers.Hot {
+			t.Fatalf("outcome tier %q, want hot", op.Out[0].Tier)
+		}
+		if op.Allowed() {
+			allowed++
+		}
 	}
-	hotKeys, err := e.hot.Export(context.Background(), refsOf(c))
+	if allowed != 3 || e.tierOf(t, c) != tiers.Hot || e.count(t, c) != 3 {
+		t.Fatalf("allowed %d, tier %q, count %d", allowed, e.tierOf(t, c), e.count(t, c))
+	}
+	dirField := func() string {
+		t.Helper()
+		raws, err := e.warm.DirRaw(ctx, refsOf(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raws[0]
+	}
+	if v := dirField(); v != "" {
+		t.Fatalf("hot cell's directory field %q, want none", v)
+	}
+	e.move(t, tiers.Hot, tiers.Cold, c)
+	if v := dirField(); v != "" {
+		t.Fatalf("cold cell's directory field %q, want none", v)
+	}
+	hotKeys, err := e.hot.Export(ctx, refsOf(c))
 	if err != nil || len(hotKeys) != 0 {
 		t.Fatalf("cold cell still has hot keys: %v %v", hotKeys, err)
+	}
+	ref := c.ref()
+	if n, err := e.warm.Client().Exists(ctx, e.warm.FilterKey(&ref)).Result(); err != nil || n != 1 {
+		t.Fatalf("no cold filter for the cell's tag (%v)", err)
+	}
+	if op := e.check(t, tiers.Enforce, c); op.Allowed() || op.Out[0].Tier != tiers.Cold {
+		t.Fatalf("4th call of 3 in cold: %+v", op.Out)
+	}
+	e.move(t, tiers.Cold, tiers.Hot, c)
+	if v := dirField(); v != "" || e.tierOf(t, c) != tiers.Hot || e.count(t, c) != 3 {
+		t.Fatalf("back in hot: field %q, tier %q, count %d; want no field, hot, 3", v, e.tierOf(t, c), e.count(t, c))
 	}
 }
 

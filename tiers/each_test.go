@@ -23,12 +23,12 @@ func TestRouter_CallsSlowPartOnceOnlyWhenWarmOrColdWorkIsLeft(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r, cold := newGroupRouter(t)
+			r, _ := newGroupRouter(t)
 			var ops []*Op
 			for _, isCold := range tc.cold {
 				c := newConfCell(10, time.Hour)
 				if isCold {
-					makeCold(t, cold, c)
+					makeCold(t, r, c)
 				} else {
 					routerCheck(t, r, confOp(confT0, 1, DryRun, c)) // places it hot
 				}

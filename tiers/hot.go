@@ -20,6 +20,12 @@ var hotCheckSource string
 //go:embed hot_fixed.lua
 var hotFixedSource string
 
+// coldFilterSource is the cold filter's probe, which both hot scripts call
+// (it is put in front of each: a script cannot load another).
+//
+//go:embed cold_filter.lua
+var coldFilterSource string
+
 // algorithmCodes are the algorithm numbers of hot_check.lua's ARGV.
 var algorithmCodes = map[rules.Algorithm]int{
 	rules.FixedWindow:   1,
@@ -73,8 +79,8 @@ func NewHotStore(rdb redis.UniversalClient, o HotOptions) *HotStore {
 	_, cluster := rdb.(*redis.ClusterClient)
 	return &HotStore{
 		rdb:         rdb,
-		script:      redis.NewScript(hotCheckSource),
-		fixed:       redis.NewScript(hotFixedSource),
+		script:      redis.NewScript(coldFilterSource + hotCheckSource),
+		fixed:       redis.NewScript(coldFilterSource + hotFixedSource),
 		prefix:      o.Prefix,
 		jitter:      o.Jitter,
 		splitBySlot: o.SplitBySlot || cluster,
@@ -226,7 +232,7 @@ func (s *HotStore) args(c *call, now time.Time, mode Mode) ([]string, []any) {
 	args := make([]any, 0, 3+5*n)
 	args = append(args, now.UnixMilli(), c.op.Cost, int(mode))
 	var dirArgs []any
-	var dirKeys []string
+	var dirKeys, filterKeys []string
 	pos := 0
 	c.each(func(i int) {
 		cell := &c.op.Cells[i]
@@ -234,7 +240,8 @@ func (s *HotStore) args(c *call, now time.Time, mode Mode) ([]string, []any) {
 		if s.dir != nil && cell.Algorithm == rules.FixedWindow {
 			l := s.dir.locate(cell.Identity, cell.Window, cell.Tag)
 			dirKeys = append(dirKeys, l.key)
-			dirArgs = append(dirArgs, pos, l.field)
+			filterKeys = append(filterKeys, l.filterKey())
+			dirArgs = append(dirArgs, pos, l.field, c.op.notColdAt(i))
 		}
 	})
 	c.each(func(i int) {
@@ -245,6 +252,7 @@ func (s *HotStore) args(c *call, now time.Time, mode Mode) ([]string, []any) {
 	if len(dirKeys) > 0 {
 		args[2] = int(mode) + 16
 		keys = append(keys, dirKeys...)
+		keys = append(keys, filterKeys...)
 		args = append(args, dirArgs...)
 		args = append(args, len(dirKeys))
 	}
@@ -313,25 +321,26 @@ func (s *HotStore) fixedArgs(c *call, now time.Time) ([]string, []any) {
 	nkeys := n
 	if s.dir != nil {
 		dir = 1
-		nkeys = 2 * n
+		nkeys = 3 * n
 	}
-	keys := make([]string, n, nkeys)
-	args := make([]any, 0, 3+4*n)
+	keys := make([]string, nkeys)
+	args := make([]any, 0, 3+5*n)
 	args = append(args, c.op.Cost, int(c.op.Mode), dir)
 	ms := now.UnixMilli()
 	j := 0
 	c.each(func(i int) {
 		cell := &c.op.Cells[i]
 		keys[j] = s.Key(cell)
-		j++
 		ttl := untilWindowEnd(ms, cell.Window.Milliseconds()) + s.ttlJitter()
-		field := ""
+		field, notCold := "", ""
 		if s.dir != nil {
 			l := s.dir.locate(cell.Identity, cell.Window, cell.Tag)
-			keys = append(keys, l.key)
-			field = l.field
+			keys[n+j] = l.key
+			keys[2*n+j] = l.filterKey()
+			field, notCold = l.field, c.op.notColdAt(i)
 		}
-		args = append(args, cell.Limit, ttl, boolInt(cell.Shadow), field)
+		j++
+		args = append(args, cell.Limit, ttl, boolInt(cell.Shadow), field, notCold)
 	})
 	return keys, args
 }
@@ -437,9 +446,10 @@ func walkFixedReply(c *call, vals []any, fn func(i int, used int64, rt *route)) 
 			return
 		}
 		rt := route{where: int8(-v)}
-		if v == -1 {
+		if v == -1 || v == -4 {
+			// The warm record, or the cold filter's version.
 			if rt.raw, ok = replyString(vals, j); !ok {
-				bad = fmt.Errorf("hot check: reply %v has no warm record at %d", vals, j)
+				bad = fmt.Errorf("hot check: reply %v has no string after %d at %d", vals, v, j)
 				return
 			}
 			j++

@@ -21,17 +21,20 @@
 -- describes each cell after the refund, as for a call that was not counted.
 --
 -- Directory (mode +16, fixed_window cells only; package tiers, router.go
--- and move.go): a cell with a directory entry whose own key does not exist
--- is looked up in its warm bucket field. 'H': the cell is hot (counted
--- here). No field: the cell is cold or new (the router asks MySQL). 'M'
--- (being moved) or anything else (the cell's warm record): elsewhere. A
--- cell not hot is neither peeked nor counted, and its 4 reply values are
--- -1 (warm) | -2 (moving) | -4 (cold or new), then for -1 the raw record
--- (a string), then 0s. The other (hot) cells are decided and counted as if
--- they were the whole check; the router decides the rest in warm/cold and
--- refunds this part if the whole check is denied. A hot key that exists
--- costs no HGET: a key exists only while its cell is hot (a move out of hot
--- renames it away in the same step that writes 'M').
+-- and coldfilter.go): a cell with a directory entry whose own key does not
+-- exist is looked up in its warm bucket field. No field: the cell is hot
+-- (new, or its key expired) unless its tag's cold filter says it may be
+-- cold and the router has not found it not cold at the filter's current
+-- version. 'H' (older versions): hot. 'M' (being moved) or anything else
+-- (the cell's warm record): elsewhere. A cell not hot is neither peeked
+-- nor counted, and its 4 reply values are -1 (warm) | -2 (moving) | -4
+-- (may be cold: the router asks MySQL), then for -1 the raw record and for
+-- -4 the filter version (strings), then 0s. The other (hot) cells are
+-- decided and counted as if they were the whole check; the router decides
+-- the rest in warm/cold and refunds this part if the whole check is
+-- denied. A hot key that exists costs no lookup: a key exists only while
+-- its cell is hot (a move out of hot renames it away in the same step
+-- that writes 'M').
 --
 -- The Go reference models in model.go have the same integer semantics; the
 -- differential test holds the two together.
@@ -41,8 +44,9 @@ local cost = tonumber(ARGV[2])
 local mode = tonumber(ARGV[3])
 local debug = false
 -- +16 directory: the last ARGV is d, the number of directory entries; the
--- last d KEYS are warm bucket hashes, and after the cells' ARGV come d
--- pairs (cell index, field). See "Directory" above.
+-- last 2d KEYS are d warm bucket hashes then d cold filters, and after the
+-- cells' ARGV come d triples (cell index, field, version at which the
+-- router found the cell not cold or ''). See "Directory" above.
 local ndir = 0
 if mode >= 16 then
   mode = mode - 16
@@ -741,7 +745,7 @@ builders[5] = function()
 end
 
 ---------------------------------------------------------------------------
-local n = #KEYS - ndir
+local n = #KEYS - 2 * ndir
 local cells = {}
 local algorithms = {}
 for i = 1, n do
@@ -765,12 +769,20 @@ for i = 1, n do
   cells[i] = c
 end
 for j = 1, ndir do
-  local base = 4 + STRIDE * n + 2 * (j - 1)
+  local base = 4 + STRIDE * n + 3 * (j - 1)
   local c = cells[tonumber(ARGV[base])]
   if redis.call('EXISTS', c.key) == 0 then
     local v = redis.call('HGET', KEYS[n + j], ARGV[base + 1])
     reads = reads + 1
-    if v ~= 'H' then c.where = v or '' end
+    if v then
+      if v ~= 'H' then c.where = v end
+    else
+      local maybe, ver = cold_maybe(KEYS[n + ndir + j], ARGV[base + 1])
+      if maybe and ver ~= ARGV[base + 2] then
+        c.where = ''
+        c.version = ver
+      end
+    end
   end
 end
 
@@ -780,7 +792,13 @@ local function put(c, ok, post)
     local code = -1
     if c.where == 'M' then code = -2 elseif c.where == '' then code = -4 end
     reply[#reply + 1] = code
-    if code == -1 then reply[#reply + 1] = c.where else reply[#reply + 1] = 0 end
+    if code == -1 then
+      reply[#reply + 1] = c.where
+    elseif code == -4 then
+      reply[#reply + 1] = c.version
+    else
+      reply[#reply + 1] = 0
+    end
     reply[#reply + 1] = 0
     reply[#reply + 1] = 0
     return

@@ -5,37 +5,42 @@
 -- integer string whose TTL is set when the key is created), and reads the
 -- directory as hot_check.lua does, so the two can serve the same cells;
 -- refunds stay with hot_check.lua. It exists because the general script
--- costs Redis ~40 % more per check (14.3 against 10.3 µs: BENCHMARKS.md,
--- "The hot script's cost in Redis").
+-- costs Redis markedly more per check (make bench-algorithms).
 --
 -- KEYS[i]    the Redis key of cell i, i = 1..n (all keys in one hash slot)
 -- KEYS[n+i]  with the directory: cell i's warm bucket hash
+-- KEYS[2n+i] with the directory: cell i's tag's cold filter
 -- ARGV[1]    cost, an integer >= 1
 -- ARGV[2]    mode: 0 enforce (count only if every non-shadow cell allows),
 --            1 dry run (count nothing), 2 report (count unconditionally)
--- ARGV[3]    1: every cell has a directory entry (#KEYS = 2n), else 0 (#KEYS = n)
--- ARGV[4i], ARGV[4i+1], ARGV[4i+2], ARGV[4i+3]  per cell i: limit; the TTL
---            in milliseconds of a key this call creates (until its window
---            ends, plus jitter); shadow (0|1); its field in the warm bucket
---            ('' without the directory)
+-- ARGV[3]    1: every cell has a directory entry (#KEYS = 3n), else 0 (#KEYS = n)
+-- ARGV[5i-1 .. 5i+3]  per cell i: limit; the TTL in milliseconds of a key
+--            this call creates (until its window ends, plus jitter); shadow
+--            (0|1); its field in the warm bucket ('' without the
+--            directory); the cold filter version at which the router found
+--            the cell not cold ('' if it did not look)
 --
 -- Directory (as hot_check.lua's "Directory"): a cell whose key does not
--- exist is looked up in its warm bucket field. 'H': hot (counted here). No
--- field: cold or new. 'M': being moved. Anything else: its warm record. A
--- cell not hot is neither peeked nor counted; the other cells are decided
--- and counted as if they were the whole check.
+-- exist is looked up in its warm bucket field. No field: the cold filter
+-- says whether it may be cold; if not (or if the router found it not cold
+-- at the filter's current version), it is hot, counted here, a new cell
+-- costing nothing more. 'H' (written by older versions): hot. 'M': being
+-- moved. Anything else: its warm record. A cell not hot is neither peeked
+-- nor counted; the other cells are decided and counted as if they were the
+-- whole check.
 --
 -- Reply: for each cell in order, its count before this call (>= 0) when it
--- is hot; else -4 (cold or new), -2 (moving), or -1 followed by the warm
--- record (a string). Then 1 if the cost was counted, else 0. The caller
--- derives allowed, remaining, reset and retry from the counts exactly as
--- hot_check.lua's fixed_window does (HotStore.decodeFixed).
+-- is hot; else -4 followed by the filter version (may be cold: the router
+-- asks MySQL), -2 (moving), or -1 followed by the warm record (a string).
+-- Then 1 if the cost was counted, else 0. The caller derives allowed,
+-- remaining, reset and retry from the counts exactly as hot_check.lua's
+-- fixed_window does (HotStore.decodeFixed).
 
 local cost = tonumber(ARGV[1])
 local mode = tonumber(ARGV[2])
 local n = #KEYS
 local dir = ARGV[3] == '1'
-if dir then n = n / 2 end
+if dir then n = n / 3 end
 local reply = {}
 local used = {}
 local all = true
@@ -43,18 +48,28 @@ local here = 0
 for i = 1, n do
   local v = redis.call('GET', KEYS[i])
   local where = nil
+  local version = nil
   if not v and dir then
-    local d = redis.call('HGET', KEYS[n + i], ARGV[4 * i + 3])
-    if d ~= 'H' then where = d or '' end
+    local d = redis.call('HGET', KEYS[n + i], ARGV[5 * i + 2])
+    if d then
+      if d ~= 'H' then where = d end
+    else
+      local maybe, ver = cold_maybe(KEYS[2 * n + i], ARGV[5 * i + 2])
+      if maybe and ver ~= ARGV[5 * i + 3] then
+        where = ''
+        version = ver
+      end
+    end
   end
   if where == nil then
     local u = tonumber(v or '0')
     used[i] = u
     here = here + 1
     reply[#reply + 1] = u
-    if u + cost > tonumber(ARGV[4 * i]) and ARGV[4 * i + 2] ~= '1' then all = false end
+    if u + cost > tonumber(ARGV[5 * i - 1]) and ARGV[5 * i + 1] ~= '1' then all = false end
   elseif where == '' then
     reply[#reply + 1] = -4
+    reply[#reply + 1] = version
   elseif where == 'M' then
     reply[#reply + 1] = -2
   else
@@ -67,7 +82,7 @@ if commit then
   for i = 1, n do
     local u = used[i]
     if u == 0 then
-      redis.call('SET', KEYS[i], cost, 'PX', ARGV[4 * i + 1])
+      redis.call('SET', KEYS[i], cost, 'PX', ARGV[5 * i])
     elseif u then
       redis.call('INCRBY', KEYS[i], cost)
     end

@@ -56,7 +56,7 @@ func TestHot_FixedWindowOnlyChecksGoToTheFixedScript(t *testing.T) {
 	}
 
 	// So do they with the directory of a Router's hot store (tiering on),
-	// whose cells are all new here: cold or new, not counted in hot.
+	// whose cells are all new here: counted in hot, as without it.
 	rdb.ScriptFlush(ctx)
 	withDir := *s
 	withDir.dir = NewWarmStore(rdb, WarmOptions{Prefix: "w:"})
@@ -64,8 +64,8 @@ func TestHot_FixedWindowOnlyChecksGoToTheFixedScript(t *testing.T) {
 	if err := withDir.Check(ctx, confT0, []*Op{op}); err != nil {
 		t.Fatal(err)
 	}
-	if op.route == nil || op.route[0].where != routeUnknown || op.route[1].where != routeUnknown || op.Committed {
-		t.Fatalf("new cells with the directory: route %v, committed %v; want both cold or new, nothing counted", op.route, op.Committed)
+	if op.route != nil || !op.Committed || op.Out[0].Remaining != 4 || op.Out[1].Remaining != 4 {
+		t.Fatalf("new cells with the directory: route %v, committed %v, %+v; want both counted in hot", op.route, op.Committed, op.Out)
 	}
 	if general, fixed := scriptsCached(t, rdb, s); general || !fixed {
 		t.Fatalf("after a check with the directory: general script cached %v, fixed %v; want only the fixed one", general, fixed)

@@ -16,26 +16,31 @@ import (
 //
 // Every op goes first through the hot script, which carries, for each
 // fixed-window cell, the cell's directory field (its warm bucket field,
-// move.go). A cell whose hot key exists is counted there with no lookup,
-// and so is one whose field says "H"; the script reports the others as warm
-// (with the record), moving, or unknown (no field: cold when the cold tier
-// has a row, else new: the router places it in NewTier, once),
-// and decides and counts the hot cells as a part of their own. The warm
-// and cold parts are then decided by those stores (with Op.MustExist: a
-// record that vanished since the lookup has moved). The op is allowed only
-// if every part allowed; the parts that counted are refunded (same now, the
-// refund itself routed) when another part denied or failed - the rule the
-// hot store applies to a check split over hash slots. A cell that is moving
-// (or a part that fails with ErrMoved) gives back what the op counted and
-// sends the whole op again after a short backoff, for at most MovedWait.
+// move.go) and its tag's cold filter (coldfilter.go). A cell whose hot key
+// exists is counted there with no lookup, and so is one with no field that
+// the filter says is not cold: a new cell, or a hot one whose key expired.
+// The script reports the others as warm (with the record), moving, or
+// "may be cold" (with the filter's version): the router looks the cold row
+// up, and sends the op again, with the version, for a cell that has none
+// (a false positive), which the script then counts as new if no cell of
+// its tag went cold meanwhile. The hot cells are decided and counted as a
+// part of their own. The warm and cold parts are then decided by those
+// stores (with Op.MustExist: a record that vanished since the lookup has
+// moved). The op is allowed only if every part allowed; the parts that
+// counted are refunded (same now, the refund itself routed) when another
+// part denied or failed - the rule the hot store applies to a check split
+// over hash slots. A cell that is moving (or a part that fails with
+// ErrMoved) gives back what the op counted and sends the whole op again
+// after a short backoff, for at most MovedWait.
 //
-// Ops with every cell hot cost one round trip, as with the hot store alone.
-// An op with warm cells costs two. Cold cells cost a row lookup and a
-// MySQL transaction per shard, shared by the ops of a batch (group commit,
-// router_group.go): a batch of N cold checks costs one lookup and one
-// transaction per shard, not N; with ColdHints, a cell found cold before
-// skips the lookup. The directory is the truth: the hints are only a guess
-// at where to look, which the cold part's MustExist checks.
+// Ops with every cell hot or new cost one round trip, as with the hot
+// store alone, and no MySQL statement. An op with warm cells costs two.
+// Cold cells cost a row lookup and a MySQL transaction per shard, shared
+// by the ops of a batch (group commit, router_group.go): a batch of N cold
+// checks costs one lookup and one transaction per shard, not N; with
+// ColdHints, a cell found cold before skips the lookup. The directory is
+// the truth: the hints are only a guess at where to look, which the cold
+// part's MustExist checks.
 type Router struct {
 	hot  *HotStore
 	warm *WarmStore
@@ -45,26 +50,13 @@ type Router struct {
 	// or as the check left them (cold): the on-call migration's input. It
 	// must not block.
 	Observe func(tier Tier, ref Ref, rec *Record)
-	// NewTier is where a cell never seen before is placed ("" or Hot:
-	// hot; Warm; Cold). Cold needs a cold store.
-	NewTier Tier
 	// ColdHints, when set, lets a cell found cold before skip the cold-row
 	// lookup (coldhints.go); nil: every cold check looks its row up.
 	ColdHints *ColdHints
-	// afterExists, when set (tests), runs between the cold-row lookup of
-	// cells that look new and their placement.
-	afterExists func()
 	// Calls, when set, is called once per op with the refs of its
 	// fixed-window cells (the scheduled migration's activity count). It
 	// must not block.
 	Calls func(refs []Ref)
-	// Locker, when set, keeps moves off a cell while the router places it
-	// as new (package migrate's Mover, whose move leases it takes). Without
-	// it a check that found a cell new could place it after the cell had
-	// meanwhile been placed, counted and moved to cold (whose directory
-	// field is absent, as a new cell's), hiding its cold count: tiering
-	// with a migration worker needs it (TestRouter_StaleNewCellIsNotPlaced).
-	Locker CellLocker
 	// MovedWait bounds how long an op waits for cells frozen by a move
 	// before it fails with ErrUnavailable (and the fail mode answers). A
 	// move freezes a batch for milliseconds; a crashed mover's cells stay
@@ -79,14 +71,6 @@ func (r *Router) movedWait() time.Duration {
 		return r.MovedWait
 	}
 	return 2 * time.Second
-}
-
-// CellLocker excludes moves of cells for a moment.
-type CellLocker interface {
-	// LockCells takes the lock of each ref it can (held[i]) and returns
-	// the function that releases them. A ref already locked (a move
-	// running on it) is not waited for.
-	LockCells(ctx context.Context, refs []Ref) (held []bool, unlock func(), err error)
 }
 
 // NewRouter returns a router over the three stores (cold may be nil: then a
@@ -170,12 +154,20 @@ func (r *Router) finishOne(ctx context.Context, now time.Time, op *Op, calls []c
 	return r.settle(ctx, now, op, r.finish(ctx, now, op, calls))
 }
 
+// errNotCold ends an attempt that found cells the cold filter placed in
+// doubt to have no cold row: the op is sent again at once (no backoff).
+var errNotCold = fmt.Errorf("router: cells not cold after all: %w", ErrMoved)
+
 // settle ends op's first attempt, which ended with err: an op that found a
-// cell moving is sent again alone (checkOp), and a decided op is reported
-// to Calls.
+// cell moving (or not cold after all) is sent again alone (checkOp), and a
+// decided op is reported to Calls.
 func (r *Router) settle(ctx context.Context, now time.Time, op *Op, err error) error {
 	if errors.Is(err, ErrMoved) {
-		err = r.checkOp(ctx, now, op, 2)
+		attempt := 2
+		if errors.Is(err, errNotCold) {
+			attempt = 1
+		}
+		err = r.checkOp(ctx, now, op, attempt)
 	}
 	if err == nil {
 		r.called(op)
@@ -315,14 +307,14 @@ func (r *Router) decideParts(ctx context.Context, now time.Time, op *Op, counted
 		}
 	}
 	if len(unknownIdx) > 0 {
-		// No hot key, no directory field: cold if the cold tier has
-		// a row, else a new cell, which is given its tier now.
-		fresh, err := r.sortUnknown(ctx, now, op, unknownIdx, &coldIdx)
+		// The cold filter says they may be cold: they are if the
+		// cold tier has their row.
+		notCold, err := r.sortUnknown(ctx, op, unknownIdx, &coldIdx)
 		if err != nil {
 			return err
 		}
-		if fresh {
-			return fmt.Errorf("router: new cells: %w", ErrMoved)
+		if notCold {
+			return errNotCold
 		}
 	}
 	if len(warmIdx) > 0 {
@@ -408,9 +400,11 @@ func (r *Router) conclude(ctx context.Context, now time.Time, op *Op, counted []
 }
 
 // sortUnknown adds the cells at idx that have a cold row to coldIdx and
-// places the others (new cells) in NewTier; it reports whether it placed
-// any (the op is then sent again).
-func (r *Router) sortUnknown(ctx context.Context, now time.Time, op *Op, idx []int, coldIdx *[]int) (bool, error) {
+// marks the others not cold at the filter version the script reported (a
+// false positive of the filter, or a cell moved out of cold): it reports
+// whether it marked any (the op is then sent again, and the script counts
+// those cells as new unless the filter changed meanwhile).
+func (r *Router) sortUnknown(ctx context.Context, op *Op, idx []int, coldIdx *[]int) (bool, error) {
 	refs := make([]Ref, len(idx))
 	for k, i := range idx {
 		refs[k] = RefOf(&op.Cells[i])
@@ -422,113 +416,20 @@ func (r *Router) sortUnknown(ctx context.Context, now time.Time, op *Op, idx []i
 			return false, err
 		}
 	}
-	var fresh []Ref
+	marked := false
 	for k, i := range idx {
 		if exists[k] {
 			*coldIdx = append(*coldIdx, i)
 			r.hint(refs[k])
-		} else {
-			fresh = append(fresh, refs[k])
+			continue
 		}
-	}
-	if len(fresh) == 0 {
-		return false, nil
-	}
-	if r.afterExists != nil {
-		r.afterExists()
-	}
-	return true, r.placeNew(ctx, now, fresh)
-}
-
-// placeNew places cells that looked new (no hot key, no directory field,
-// no cold row) in NewTier. The look is stale by now: in the meantime the
-// cell may have been placed, counted and moved to cold, whose directory
-// field is absent too, so the placement's compare-and-set from "absent"
-// would succeed and hide the cold count. So the field and the cold row are
-// read again, and only a cell still new is placed; under the Locker no
-// move can come between that read and the placement. A cell the Locker
-// does not grant is being moved: the op, sent again, finds it frozen or
-// moved. This costs a cell's very first check two more lookups (a Redis
-// HGET, a MySQL primary-key SELECT) and, with the Locker, the lease's SET
-// and release.
-func (r *Router) placeNew(ctx context.Context, now time.Time, fresh []Ref) error {
-	if r.Locker != nil {
-		held, unlock, err := r.Locker.LockCells(ctx, fresh)
-		if err != nil {
-			return fmt.Errorf("router: lock new cells: %w", err)
+		if op.notCold == nil {
+			op.notCold = make([]string, len(op.Cells))
 		}
-		// Released before the op is sent again: released later (off the
-		// check's path), a move right after the placement would find the
-		// cell still locked and skip it.
-		defer unlock()
-		var locked []Ref
-		for k := range fresh {
-			if held[k] {
-				locked = append(locked, fresh[k])
-			}
-		}
-		fresh = locked
+		op.notCold[i] = op.route[i].raw
+		marked = true
 	}
-	fresh, err := r.stillNew(ctx, fresh)
-	if err != nil || len(fresh) == 0 {
-		return err
-	}
-	nowS := now.Unix()
-	switch {
-	case r.NewTier == Cold && r.cold != nil:
-		recs := make([]Record, len(fresh))
-		for k := range fresh {
-			recs[k] = Record{Ref: fresh[k], Last: nowS, First: nowS}
-		}
-		if err := r.cold.Import(ctx, recs); err != nil {
-			return err
-		}
-		r.hint(fresh...)
-	default:
-		swaps := make([]DirSwap, len(fresh))
-		for k := range fresh {
-			swaps[k] = DirSwap{Ref: fresh[k], New: DirHot}
-			if r.NewTier == Warm {
-				v, err := EncodeDirRecord(&Record{Ref: fresh[k], Last: nowS, First: nowS})
-				if err != nil {
-					return err
-				}
-				swaps[k].New = v
-			}
-		}
-		// A lost compare-and-set means another check (or a move) placed
-		// the cell meanwhile: fine either way.
-		if _, err := r.warm.DirCAS(ctx, swaps); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// stillNew returns the refs that are still new: no directory field (a
-// placement into cold, an import, has no compare-and-set of its own) and
-// no cold row.
-func (r *Router) stillNew(ctx context.Context, refs []Ref) ([]Ref, error) {
-	if len(refs) == 0 {
-		return refs, nil
-	}
-	raws, err := r.warm.DirRaw(ctx, refs)
-	if err != nil {
-		return nil, err
-	}
-	exists := make([]bool, len(refs))
-	if r.cold != nil {
-		if exists, err = r.cold.Exists(ctx, refs); err != nil {
-			return nil, err
-		}
-	}
-	var out []Ref
-	for k := range refs {
-		if raws[k] == "" && !exists[k] {
-			out = append(out, refs[k])
-		}
-	}
-	return out, nil
+	return marked, nil
 }
 
 // hinted reports whether c is hinted cold. Without hints no cell id (a

@@ -55,7 +55,7 @@ func TestRouter_AllHotOpIsAnsweredWhileAColdOpOfItsBatchWaitsForItsRow(t *testin
 	t.Parallel()
 	r, cold := newGroupRouter(t)
 	c, h := cellOnShard(t, cold, 0, 10), newConfCell(10, time.Hour)
-	makeCold(t, cold, c)
+	makeCold(t, r, c)
 	routerCheck(t, r, confOp(confT0, 1, DryRun, h)) // places h hot
 	ctx := context.Background()
 	tx, err := cold.dbs[0].BeginTx(ctx, nil)
@@ -100,12 +100,11 @@ func TestRouter_OpThatFailsGivesBackItsCountsAndTheOthersGetTheirDecisions(t *te
 	h1, h2, w := newConfCell(10, time.Hour), newConfCell(10, time.Hour), newConfCell(10, time.Hour)
 	bad, c := cellOnShard(t, cold, 0, 10), cellOnShard(t, cold, 1, 10)
 	routerCheck(t, r, confOp(confT0, 1, DryRun, h1, h2)) // places both hot
-	r.NewTier = Warm
-	routerCheck(t, r, confOp(confT0, 1, DryRun, w))
-	r.NewTier = Hot
-	makeCold(t, cold, c)
+	makeWarm(t, r, w)
+	makeCold(t, r, c)
+	makeCold(t, r, bad)
 	id := bad.ref().ID()
-	if _, err := cold.dbs[0].Exec("INSERT INTO cold_cells (k, r) VALUES (?, ?)", id[:], []byte("junk")); err != nil {
+	if _, err := cold.dbs[0].Exec("UPDATE cold_cells SET r = ? WHERE k = ?", []byte("junk"), id[:]); err != nil {
 		t.Fatal(err)
 	}
 	// The warm op makes the first go alone (not grouped with the cold op).

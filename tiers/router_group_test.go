@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -25,15 +26,34 @@ func newGroupRouter(t *testing.T) (*Router, *ColdStore) {
 	return NewRouter(hot, warm, cold), cold
 }
 
-// makeCold gives cells an empty cold record: with no directory field, the
-// router finds them cold.
-func makeCold(t *testing.T, cold *ColdStore, cells ...confCell) {
+// makeCold gives cells an empty cold record and adds them to their tag's
+// cold filter, as a move's copy and switch do: the router then finds them
+// cold.
+func makeCold(t *testing.T, r *Router, cells ...confCell) {
+	t.Helper()
+	var recs []Record
+	var swaps []DirSwap
+	for _, c := range cells {
+		recs = append(recs, Record{Ref: c.ref(), First: confT0.Unix(), Last: confT0.Unix()})
+		swaps = append(swaps, DirSwap{Ref: c.ref()})
+	}
+	ctx := context.Background()
+	if err := r.cold.Import(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := r.warm.SwitchToCold(ctx, swaps, nil); err != nil || slices.Contains(ok, false) {
+		t.Fatalf("switch to cold: %v %v", ok, err)
+	}
+}
+
+// makeWarm gives cells an empty warm record (their directory field).
+func makeWarm(t *testing.T, r *Router, cells ...confCell) {
 	t.Helper()
 	var recs []Record
 	for _, c := range cells {
 		recs = append(recs, Record{Ref: c.ref(), First: confT0.Unix(), Last: confT0.Unix()})
 	}
-	if err := cold.Import(context.Background(), recs); err != nil {
+	if err := r.warm.Import(context.Background(), recs); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -52,7 +72,7 @@ func TestRouter_ColdPartsOfABatchCommitOncePerShard(t *testing.T) {
 	var ops []*Op
 	for i := range 20 {
 		a, b := cellOnShard(t, cold, 0, 10), cellOnShard(t, cold, 1, 10)
-		makeCold(t, cold, a, b)
+		makeCold(t, r, a, b)
 		ops = append(ops, confOp(confT0, 1, Enforce, a, b))
 		if i%5 == 0 { // a hot op now and then stays in the run
 			h := newConfCell(10, time.Hour)
@@ -74,9 +94,9 @@ func TestRouter_ColdPartsOfABatchCommitOncePerShard(t *testing.T) {
 
 func TestRouter_BatchIsDecidedInOrderAroundOpsThatGoAlone(t *testing.T) {
 	t.Parallel()
-	r, cold := newGroupRouter(t)
+	r, _ := newGroupRouter(t)
 	c, full, fresh := newConfCell(2, time.Hour), newConfCell(1, time.Hour), newConfCell(10, time.Hour)
-	makeCold(t, cold, c)
+	makeCold(t, r, c)
 	routerCheck(t, r, confOp(confT0, 1, Enforce, full)) // hot, at its limit
 	steps := []struct {
 		name    string
@@ -126,9 +146,9 @@ func usedOf(t *testing.T, r *Router, c confCell) (int64, Tier) {
 
 func TestRouter_GroupedOpDeniedInColdGivesBackItsHotPart(t *testing.T) {
 	t.Parallel()
-	r, cold := newGroupRouter(t)
+	r, _ := newGroupRouter(t)
 	h, c, other := newConfCell(10, time.Hour), newConfCell(1, time.Hour), newConfCell(10, time.Hour)
-	makeCold(t, cold, c, other)
+	makeCold(t, r, c, other)
 	routerCheck(t, r, confOp(confT0, 1, DryRun, h)) // places h hot
 	routerCheck(t, r, confOp(confT0, 1, Enforce, c))
 	ops := []*Op{
@@ -218,12 +238,12 @@ func TestRouter_ObserveGetsTheRecordAColdCheckLeft(t *testing.T) {
 	for _, batch := range []int{1, 3} {
 		t.Run(fmt.Sprintf("batch of %d", batch), func(t *testing.T) {
 			t.Parallel()
-			r, cold := newGroupRouter(t)
+			r, _ := newGroupRouter(t)
 			cells := make([]confCell, batch)
 			for i := range cells {
 				cells[i] = newConfCell(10, time.Hour)
 			}
-			makeCold(t, cold, cells...)
+			makeCold(t, r, cells...)
 			seen := map[CellID]Record{}
 			r.Observe = func(tier Tier, ref Ref, rec *Record) {
 				if tier != Cold || rec == nil {

@@ -75,12 +75,25 @@ type Op struct {
 	Records []Record
 
 	route []route // per cell, where the hot script found it (Router); nil: all hot
+	// notCold, per cell, is the cold filter version at which the router
+	// found the cell's cold row missing ("" or nil: not looked up): the
+	// hot script then counts the cell as new if the filter has not changed
+	// since (coldfilter.go). It survives the op being sent again.
+	notCold []string
+}
+
+// notColdAt is op.notCold[i], or "".
+func (o *Op) notColdAt(i int) string {
+	if o.notCold == nil {
+		return ""
+	}
+	return o.notCold[i]
 }
 
 // route is where the hot script's directory lookup found a cell.
 type route struct {
 	where int8   // routeHot, routeWarm, routeMoving, routeUnknown
-	raw   string // the warm record, for routeWarm
+	raw   string // the warm record (routeWarm) or the cold filter's version (routeUnknown)
 }
 
 // The values of route.where (the negated codes of hot_check.lua's reply).
@@ -88,7 +101,7 @@ const (
 	routeHot     = 0
 	routeWarm    = 1
 	routeMoving  = 2
-	routeUnknown = 4 // cold or new: the cold tier says which
+	routeUnknown = 4 // the cold filter says it may be cold: the cold tier says whether
 )
 
 // Allowed reports whether the op's call may go through: every non-shadow

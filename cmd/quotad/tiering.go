@@ -30,7 +30,6 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 	}
 	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
 	router := tiers.NewRouter(hot, warm, cold)
-	router.NewTier = tiers.Tier(s.NewTier)
 	router.ColdHints = tiers.NewColdHints(s.ColdHints)
 	// Moves run on a Redis client of their own: their pipelines are larger
 	// than a check's and may take longer than QUOTA_REDIS_TIMEOUT.
@@ -45,7 +44,6 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 		Metrics:   migrate.NewMetrics(reg),
 		ColdHints: router.ColdHints,
 	}
-	router.Locker = mover
 	act := &migrate.Activity{DBs: dbs}
 	router.Calls = act.Observe
 	w := &migrate.Worker{

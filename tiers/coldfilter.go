@@ -1,0 +1,130 @@
+package tiers
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The cold filter lets the hot script tell a new cell from a cold one by
+// itself, so that a cell never seen before costs what a hot check costs:
+// one script call, no MySQL statement, no marker.
+//
+// Each tag (the warm tag: an app's, or a pool's) has one Redis string,
+//
+//	key = prefix + "{" + hex(tag) + "}c"
+//
+// holding a Bloom filter of every cell of the tag ever switched to cold:
+// a 13-byte header (version, total cells, cells in the last layer,
+// big-endian uint32s; the layer count, one byte), the layers' sizes in
+// 8-byte blocks (4 bytes each), then the layers. A cell sets 4 bits of one
+// 64-bit block of a layer (block and bits from its cell id's bytes 8..13,
+// the start of its warm field), 8 cells a block: about 3 % false
+// positives per full layer. Cells are added to the last layer; a full one
+// gets a successor at least as large as all earlier layers together (and
+// as large as the mover's estimate of the tag's cold cells to come), so a
+// tag's layers grow with the log of its cold cells, and a filter costs
+// about one to two bytes per cold cell. Bits are never cleared: a cell
+// moved out of cold stays a "maybe" (see below for its cost).
+//
+// The mover adds a cell in the same script that switches its directory to
+// cold (cold_switch.lua), and every such switch changes the version. The
+// hot script, for a cell with no hot key and no directory field, probes
+// the filter: no bit missing in any layer means "may be cold" and the
+// router looks the row up; a row found is cold, a row missing (a false
+// positive, or a cell moved out of cold) sends the op again with the
+// version it saw, and the script counts the cell as new only if the
+// version is still that one, i.e. no cell of the tag was switched to cold
+// in between. migrate/PROTOCOL.md has why no cold count can be missed.
+
+//go:embed cold_switch.lua
+var coldSwitchSource string
+
+var coldSwitchScript = redis.NewScript(coldFilterSource + coldSwitchSource)
+
+// filterKey is the cold filter key of the tag of bucket key l.key
+// (prefix{tag}w + 2 bytes).
+func (l warmLoc) filterKey() string {
+	return l.key[:len(l.key)-3] + "c"
+}
+
+// FilterKey returns the key of the cold filter that covers r.
+func (s *WarmStore) FilterKey(r *Ref) string {
+	return s.locate(r.Identity, r.Window, r.Tag).filterKey()
+}
+
+// SwitchToCold is the switch step of moves into cold: for each swap, if
+// the cell's directory field holds Old, it deletes the field and adds the
+// cell to its tag's cold filter, atomically (one script call per tag, in
+// one pipeline). capacity, when set, estimates how many cells of a tag are
+// still to go cold (it sizes a new filter layer); nil: as many as switch
+// now. It reports per swap whether it switched.
+func (s *WarmStore) SwitchToCold(ctx context.Context, swaps []DirSwap, capacity func(Tag) int) ([]bool, error) {
+	type call struct {
+		tag  Tag
+		keys []string
+		args []any
+		at   []int // indexes into swaps
+	}
+	byTag := map[string]*call{}
+	var calls []*call
+	for i := range swaps {
+		l := s.locate(swaps[i].Identity, swaps[i].Window, swaps[i].Tag)
+		fk := l.filterKey()
+		c, ok := byTag[fk]
+		if !ok {
+			c = &call{tag: s.tagOf(swaps[i].Identity, swaps[i].Tag), keys: []string{fk}, args: []any{0}}
+			byTag[fk] = c
+			calls = append(calls, c)
+		}
+		ki := 0
+		for k := 1; k < len(c.keys); k++ {
+			if c.keys[k] == l.key {
+				ki = k
+				break
+			}
+		}
+		if ki == 0 {
+			c.keys = append(c.keys, l.key)
+			ki = len(c.keys) - 1
+		}
+		c.args = append(c.args, ki+1, l.field, swaps[i].Old)
+		c.at = append(c.at, i)
+	}
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(calls))
+	for i, c := range calls {
+		want := len(c.at)
+		if capacity != nil {
+			want = max(want, capacity(c.tag))
+		}
+		c.args[0] = want
+		cmds[i] = coldSwitchScript.Eval(ctx, pipe, c.keys, c.args...)
+	}
+	if len(calls) > 0 {
+		_, _ = pipe.Exec(ctx) // errors are read per command
+	}
+	out := make([]bool, len(swaps))
+	for i, c := range calls {
+		res, err := cmds[i].Int64Slice()
+		if err != nil {
+			return nil, fmt.Errorf("cold switch: %w", wrapUnavailable(err))
+		}
+		if len(res) != len(c.at) {
+			return nil, fmt.Errorf("cold switch: %d results for %d cells", len(res), len(c.at))
+		}
+		for k, i := range c.at {
+			out[i] = res[k] == 1
+		}
+	}
+	return out, nil
+}
+
+// DirTag returns the tag whose buckets and cold filter hold r's directory
+// (r's own, or its pool's for a rule without app_id).
+func (s *WarmStore) DirTag(r *Ref) Tag { return s.tagOf(r.Identity, r.Tag) }
+
+// Client returns the store's Redis client.
+func (s *WarmStore) Client() redis.UniversalClient { return s.rdb }

@@ -1,0 +1,263 @@
+package tiers
+
+import (
+	"context"
+	"database/sql"
+	"net"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/internal/testenv"
+)
+
+// redisCalls counts what a client sends: round trips (a command or a
+// pipeline) and commands.
+type redisCalls struct{ trips, cmds atomic.Int64 }
+
+func (c *redisCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (c *redisCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		c.trips.Add(1)
+		c.cmds.Add(1)
+		return next(ctx, cmd)
+	}
+}
+
+func (c *redisCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.trips.Add(1)
+		c.cmds.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// filterRouter is a router whose Redis commands and MySQL round trips are
+// counted, with its hot scripts already loaded.
+func filterRouter(t *testing.T) (r *Router, calls *redisCalls, mysqlTrips func() int64) {
+	t.Helper()
+	rdb, prefix := testenv.Redis(t)
+	dbs, trips := countedShards(t, 2)
+	r = NewRouter(NewHotStore(rdb, HotOptions{Prefix: prefix}), NewWarmStore(rdb, WarmOptions{Prefix: prefix, BucketsPerTag: 4}), NewColdStore(dbs, ColdOptions{}))
+	if err := r.Hot().Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	calls = &redisCalls{}
+	rdb.AddHook(calls)
+	return r, calls, func() int64 { return trips.Swap(0) }
+}
+
+// inFilter reports whether the cold filter of c's tag says "may be cold".
+func inFilter(t *testing.T, r *Router, c confCell) bool {
+	t.Helper()
+	ref := c.ref()
+	l := r.warm.locate(ref.Identity, ref.Window, ref.Tag)
+	probe := redis.NewScript(coldFilterSource + "local m = cold_maybe(KEYS[1], ARGV[1]); if m then return 1 end; return 0")
+	v, err := probe.Run(context.Background(), r.warm.rdb, []string{l.filterKey()}, l.field).Int()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v == 1
+}
+
+// sameApp is a new cell of c's app (so of its tag and cold filter) that
+// the filter does not hold.
+func sameApp(t *testing.T, r *Router, c confCell) confCell {
+	t.Helper()
+	for range 100 {
+		n := newConfCell(c.limit, c.window)
+		n.app, n.vals[0] = c.app, c.app
+		if !inFilter(t, r, n) {
+			return n
+		}
+	}
+	t.Fatal("every cell tried is in the filter")
+	return confCell{}
+}
+
+// A cell never seen before costs what a hot check costs: one script call
+// in one round trip, no MySQL statement, nothing written to the directory
+// - also in an app with cold cells (a filter to probe), and in a batch.
+func TestRouter_NewCellCostsOneScriptCallAndNoMySQL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		appWithCold  bool
+		ops, perOp   int
+		wantRedisCmd int64
+	}{
+		{"one op, app without cold cells", false, 1, 2, 1},
+		{"one op, app with cold cells", true, 1, 2, 1},
+		{"a batch of 20, app with cold cells", true, 20, 2, 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r, calls, mysqlTrips := filterRouter(t)
+			ctx := context.Background()
+			app := newConfCell(3, time.Hour)
+			if tc.appWithCold {
+				makeCold(t, r, app)
+			}
+			var ops []*Op
+			var cells []confCell
+			for range tc.ops {
+				var cs []confCell
+				for range tc.perOp {
+					cs = append(cs, sameApp(t, r, app))
+				}
+				cells = append(cells, cs...)
+				ops = append(ops, confOp(confT0, 1, Enforce, cs...))
+			}
+			mysqlTrips()
+			calls.trips.Store(0)
+			calls.cmds.Store(0)
+			routerCheck(t, r, ops...)
+			if n := mysqlTrips(); n != 0 {
+				t.Errorf("%d MySQL round trips, want 0", n)
+			}
+			if trips, cmds := calls.trips.Load(), calls.cmds.Load(); trips != 1 || cmds != tc.wantRedisCmd {
+				t.Errorf("%d Redis round trips of %d commands, want 1 of %d", trips, cmds, tc.wantRedisCmd)
+			}
+			for i, op := range ops {
+				if !op.Committed || op.Out[0].Tier != Hot || op.Out[0].Remaining != 2 {
+					t.Fatalf("op %d: committed %v %+v, want counted in hot", i, op.Committed, op.Out)
+				}
+			}
+			for _, c := range cells {
+				ref := c.ref()
+				raw, err := r.warm.DirRaw(ctx, []Ref{ref})
+				if err != nil || raw[0] != "" {
+					t.Fatalf("directory field %q (%v), want none: a hot cell has no marker", raw, err)
+				}
+			}
+		})
+	}
+}
+
+// A cell the cold filter holds is looked up, never counted as new while
+// it is cold: a cold cell counts in its row; a false positive (in the
+// filter, no row) costs one lookup on its first check of a window and is
+// then hot; a "not cold" found before a switch to cold in its tag is not
+// taken after it.
+func TestRouter_ColdCellIsNeverCountedAsNew(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("cold cell counts in its row", func(t *testing.T) {
+		t.Parallel()
+		r, _, _ := filterRouter(t)
+		c := newConfCell(3, time.Hour)
+		rec := Record{Ref: c.ref(), Count: 2, First: confT0.Unix(), Last: confT0.Unix()}
+		if err := r.cold.Import(ctx, []Record{rec}); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := r.warm.SwitchToCold(ctx, []DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
+			t.Fatal(ok, err)
+		}
+		first, second := confOp(confT0, 1, Enforce, c), confOp(confT0, 1, Enforce, c)
+		routerCheck(t, r, first)
+		routerCheck(t, r, second)
+		if !first.Committed || first.Out[0].Tier != Cold || first.Out[0].Remaining != 0 || second.Allowed() {
+			t.Fatalf("3rd call of 3: %+v; 4th allowed %v; want the cold count kept", first.Out, second.Allowed())
+		}
+	})
+
+	t.Run("false positive: one lookup, then hot", func(t *testing.T) {
+		t.Parallel()
+		r, _, mysqlTrips := filterRouter(t)
+		c := newConfCell(3, time.Hour)
+		// In the filter without a row: what a false positive, or a cell
+		// moved out of cold, looks like.
+		if ok, err := r.warm.SwitchToCold(ctx, []DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
+			t.Fatal(ok, err)
+		}
+		mysqlTrips()
+		var trips []int64
+		var allowed []bool
+		for range 4 {
+			op := confOp(confT0, 1, Enforce, c)
+			routerCheck(t, r, op)
+			trips = append(trips, mysqlTrips())
+			allowed = append(allowed, op.Allowed())
+			if op.Committed && op.Out[0].Tier != Hot {
+				t.Fatalf("counted in %s, want hot", op.Out[0].Tier)
+			}
+		}
+		if !slices.Equal(trips, []int64{1, 0, 0, 0}) || !slices.Equal(allowed, []bool{true, true, true, false}) {
+			t.Fatalf("MySQL round trips %v, allowed %v; want [1 0 0 0], 3 of 3 allowed", trips, allowed)
+		}
+	})
+
+	t.Run("switched to cold after the lookup", func(t *testing.T) {
+		t.Parallel()
+		r, _, _ := filterRouter(t)
+		c := newConfCell(3, time.Hour)
+		if ok, err := r.warm.SwitchToCold(ctx, []DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
+			t.Fatal(ok, err)
+		}
+		op := confOp(confT0, 1, Enforce, c)
+		if err := r.hot.run(ctx, confT0, r.hot.plan([]*Op{op})); err != nil {
+			t.Fatal(err)
+		}
+		if op.route == nil || op.route[0].where != routeUnknown {
+			t.Fatalf("route %v, want may-be-cold", op.route)
+		}
+		seen := op.route[0].raw
+		// Now the cell goes cold with 2 calls counted (its row, then the
+		// switch), after the router found no row at version seen.
+		rec := Record{Ref: c.ref(), Count: 2, First: confT0.Unix(), Last: confT0.Unix()}
+		if err := r.cold.Import(ctx, []Record{rec}); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := r.warm.SwitchToCold(ctx, []DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
+			t.Fatal(ok, err)
+		}
+		stale := confOp(confT0, 1, Enforce, c)
+		stale.notCold = []string{seen}
+		if err := r.hot.run(ctx, confT0, r.hot.plan([]*Op{stale})); err != nil {
+			t.Fatal(err)
+		}
+		if stale.route == nil || stale.route[0].where != routeUnknown || stale.route[0].raw == seen {
+			t.Fatalf("route %+v after the switch: a stale not-cold was taken", stale.route)
+		}
+		// Through the router: the cold count holds.
+		a, b := confOp(confT0, 1, Enforce, c), confOp(confT0, 1, Enforce, c)
+		routerCheck(t, r, a)
+		routerCheck(t, r, b)
+		if !a.Committed || a.Out[0].Tier != Cold || b.Allowed() {
+			t.Fatalf("3rd call %+v, 4th allowed %v: want the cold count of 2 kept", a.Out, b.Allowed())
+		}
+	})
+}
+
+// A new cell's check needs no MySQL at all: with the shards unreachable,
+// new cells are still decided and counted.
+func TestRouter_NewCellsNeedNoMySQL(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	cfg := testenv.MySQLConfig(t, "quota_none")
+	cfg.Addr, cfg.Timeout = addr, time.Second
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := sql.OpenDB(conn)
+	t.Cleanup(func() { db.Close() })
+	r := NewRouter(NewHotStore(rdb, HotOptions{Prefix: prefix}), NewWarmStore(rdb, WarmOptions{Prefix: prefix}), NewColdStore([]*sql.DB{db}, ColdOptions{}))
+	op := confOp(confT0, 1, Enforce, newConfCell(2, time.Hour), newConfCell(2, time.Minute))
+	routerCheck(t, r, op)
+	if !op.Committed || op.Out[0].Remaining != 1 || op.Out[1].Remaining != 1 {
+		t.Fatalf("committed %v %+v, want both counted", op.Committed, op.Out)
+	}
+}
