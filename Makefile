@@ -102,14 +102,25 @@ soak: services build
 	$(BIN)/quotasoak
 
 # Bytes per counter in each storage tier for BENCH_MEMORY_N identities: hot
-# and warm on a private redis-server (redis.conf's listpack limits), cold on
-# fresh quota_bench_* databases on the local MariaDB, dropped afterwards.
-# ~4 minutes; figures in bench-out/memory.txt.
+# (alone and through the tier router) and warm on a private redis-server
+# (redis.conf's listpack limits), cold on fresh quota_bench_* databases on
+# the local MariaDB, dropped afterwards; then the cold filter (a cold cell's
+# Redis) for 1,000 apps x 100 cells and for 1 app x 1,000,000 cells.
+# ~5 minutes; figures in bench-out/memory.txt.
 .PHONY: bench-memory
 BENCH_MEMORY_N ?= 1000000
 bench-memory: services
 	@mkdir -p bench-out
-	set -o pipefail; $(GO) run ./cmd/quotabench-memory -n $(BENCH_MEMORY_N) | tee bench-out/memory.txt
+	set -o pipefail; { $(GO) run ./cmd/quotabench-memory -n $(BENCH_MEMORY_N) -tiers hot,warm,cold && \
+		$(GO) run ./cmd/quotabench-memory -n 100000 -apps 1000 -tiers filter && \
+		$(GO) run ./cmd/quotabench-memory -n 1000000 -apps 1 -tiers filter; } | tee bench-out/memory.txt
+
+# Tiering on against off, alternated in one run, for uniform keys, skewed
+# keys and batches of new identities; MariaDB statements per 1,000 checks
+# beside each (bench/tiering.sh). ~8 minutes; bench-out/tiering/summary.txt.
+.PHONY: bench-tiering
+bench-tiering: schema
+	bash bench/tiering.sh
 
 # Issue 4's Zipf migration benchmark: fill, replay, one `quotactl migrate`,
 # replay right after and settled, on a private redis-server (port 16391) and

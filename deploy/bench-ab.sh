@@ -40,6 +40,11 @@
 #                µs per check and its minor page faults per 1,000 checks
 #   AB_OUT       folder for each run's quotabench JSON, its per-second
 #                timeline included (default bench-out/ab)
+#   AB_MYSQL     1: also print MariaDB's statements (Com_select, _insert,
+#                _update, _delete, _replace, _insert_select) and rows written
+#                (Innodb_rows_inserted, _updated, _deleted) per 1,000 checks
+#                during the load, from SHOW GLOBAL STATUS (mysql -uroot over
+#                the socket; the whole server, other users included)
 #   AB_ORDER     "alternate": even rounds run the variants in reverse order
 #                (ABBA), so that a drift of the machine over a round, or a
 #                run's leftovers (MariaDB's page flushing after an analytics
@@ -72,6 +77,11 @@ IFS=';' read -r -a variants <<< "${AB_VARIANTS:-QUOTA_ANALYTICS=off;QUOTA_ANALYT
 RP=$(pgrep -x redis-server | head -1); MP=$(pgrep -x mariadbd | head -1)
 # ticks of quotad, redis-server and mariadbd, then machine's three figures
 sample() { echo "$(cpu "$QP") $(cpu "$RP") $(cpu "$MP") $(machine)"; }
+# MariaDB's statements and rows written so far (AB_MYSQL=1)
+mysql_counts() {
+	mysql -uroot -N -e "SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_select','Com_insert','Com_update','Com_delete','Com_replace','Com_insert_select','Innodb_rows_inserted','Innodb_rows_updated','Innodb_rows_deleted')" |
+		awk '$1 ~ /^Com_/ {s += $2} $1 ~ /^Innodb_rows/ {w += $2} END {print s + 0, w + 0}'
+}
 # quotad's system ticks and minor page faults (/proc/PID/stat fields 15 and 10)
 kernel_side() { awk '{print $15, $10}' "/proc/$1/stat"; }
 load=(-c 64)
@@ -99,6 +109,7 @@ for r in $(seq 1 "$ROUNDS"); do
 		l0=$(cut -d' ' -f1 /proc/loadavg)
 		redis-cli -h "${REDIS_HOST:-127.0.0.1}" -p "${REDIS_PORT:-6379}" CONFIG RESETSTAT >/dev/null
 		read -r q0 r0 m0 b0 t0 s0 < <(sample)
+		if [[ ${AB_MYSQL:-} == 1 ]]; then read -r st0 rw0 < <(mysql_counts); fi
 		start=$(date +%s.%N)
 		# shellcheck disable=SC2086 # KEYS is a list of flags
 		bin/quotabench -url "http://$LISTEN" "${load[@]}" -d "$D" $KEYS -progress=false -json "$json" >"$log.bench" 2>&1 &
@@ -113,6 +124,8 @@ for r in $(seq 1 "$ROUNDS"); do
 			read -r wk1 wf1 < <(kernel_side "$QP")
 		fi
 		wait "$BP"
+		mysql_fig=""
+		if [[ ${AB_MYSQL:-} == 1 ]]; then read -r st1 rw1 < <(mysql_counts); fi
 		out=$(cat "$log.bench")
 		if [[ -n $WINDOW ]]; then
 			wn=$(jq "[.timeline[] | select(.second > $W0 and .second <= $W1) | .requests] | add // 0" "$json")
@@ -149,9 +162,12 @@ for r in $(seq 1 "$ROUNDS"); do
 		read -r b2 _ < <(machine)
 		qlife=$(awk '{printf "%.2f", $1 + $2}' "$log.time")
 		n=$(echo "$out" | awk '$1 == "requests" {print $2; exit}')
+		if [[ ${AB_MYSQL:-} == 1 ]]; then
+			mysql_fig=" mysql_stmts_per_1000=$(awk -v d=$((st1 - st0)) -v n="$n" 'BEGIN { printf "%.2f", (n > 0 ? d * 1000 / n : 0) }') mysql_rows_written_per_1000=$(awk -v d=$((rw1 - rw0)) -v n="$n" 'BEGIN { printf "%.2f", (n > 0 ? d * 1000 / n : 0) }')"
+		fi
 		echo "$out" | grep -E "^\s+(requests|latency|late)" | tr -s ' ' | tr '\n' ' '
 		worst=$(jq -r '[.timeline[]?] | sort_by(-.p99_ms) | .[:3] | map("\(.p99_ms)@\(.second)s") | join(" ")' "$json" 2>/dev/null)
-		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) evalsha_us=${evalsha:-?} machine_busy_pct=$(((b1 - b0) * 100 / (t1 > t0 ? t1 - t0 : 1))) machine_us_per_check=$(((b1 - b0) * 10000 / (n > 0 ? n : 1))) mysql_ticks=$((m1 - m0)) steal_pct=$(pct $((s1 - s0)) $((t1 - t0))) rollups=${rollups:-none} gc_cycles=${gc_cycles:-?} heap_inuse_mb=${heap_mb:-?} rss_mb=${rss_mb:-?} flush_errors=${flush_errors:-?} | to exit: quotad_cpu_s=$qlife redis_ticks=$((r2 - r0)) mysql_ticks=$((m2 - m0)) machine_us_per_check=$(((b2 - b0) * 10000 / (n > 0 ? n : 1)))$win"
+		echo " | worst seconds: $worst | round $r [$v] load=$l0 quotad_cpu_us_per_check=$(((q1 - q0) * 10000 / (n > 0 ? n : 1))) redis_ticks=$((r1 - r0)) evalsha_us=${evalsha:-?} machine_busy_pct=$(((b1 - b0) * 100 / (t1 > t0 ? t1 - t0 : 1))) machine_us_per_check=$(((b1 - b0) * 10000 / (n > 0 ? n : 1))) mysql_ticks=$((m1 - m0)) steal_pct=$(pct $((s1 - s0)) $((t1 - t0))) rollups=${rollups:-none} gc_cycles=${gc_cycles:-?} heap_inuse_mb=${heap_mb:-?} rss_mb=${rss_mb:-?} flush_errors=${flush_errors:-?}$mysql_fig | to exit: quotad_cpu_s=$qlife redis_ticks=$((r2 - r0)) mysql_ticks=$((m2 - m0)) machine_us_per_check=$(((b2 - b0) * 10000 / (n > 0 ? n : 1)))$win"
 	done
 done
 rm -f "$log" "$log.time" "$log.bench"

@@ -196,10 +196,11 @@ func (e *migEnv) counts(t *testing.T) ([]int, map[string]int) {
 
 // cellState is where the stores say one cell is.
 type cellState struct {
-	dir       string // H, M, warm, warm-moved, absent, or ? for anything else
-	liveHot   bool   // the live hot key of the current window exists
-	frozenHot bool   // the key renamed away by a hot freeze exists
-	coldRow   bool
+	dir        string // H, M, warm, warm-moved, absent, or ? for anything else
+	liveHot    bool   // the live hot key of the current window exists
+	frozenHot  bool   // the key renamed away by a hot freeze exists
+	coldRow    bool
+	coldFilter bool // its tag's cold filter holds it
 }
 
 func (c cellState) tiers() []string {
@@ -230,6 +231,10 @@ func (e *migEnv) states(t *testing.T) []cellState {
 	if err != nil {
 		t.Fatal(err)
 	}
+	filtered, err := e.warm.MayBeCold(ctx, e.refs)
+	if err != nil {
+		t.Fatal(err)
+	}
 	idx := time.Now().UnixMilli() / migWindow.Milliseconds()
 	pipe := e.rdb.Pipeline()
 	live := make([]*redis.IntCmd, len(e.refs))
@@ -244,7 +249,7 @@ func (e *migEnv) states(t *testing.T) []cellState {
 	}
 	out := make([]cellState, len(e.refs))
 	for i := range e.refs {
-		out[i] = cellState{dir: dirClass(dirs[i]), liveHot: live[i].Val() == 1, frozenHot: frozen[i].Val() == 1, coldRow: rows[i]}
+		out[i] = cellState{dir: dirClass(dirs[i]), liveHot: live[i].Val() == 1, frozenHot: frozen[i].Val() == 1, coldRow: rows[i], coldFilter: filtered[i]}
 	}
 	return out
 }
@@ -486,10 +491,10 @@ func (e *migEnv) assertOneTierEach(t *testing.T) {
 		in := s.tiers()
 		ok := len(in) == 1 && !s.frozenHot && s.dir != tiers.DirMoving && s.dir != "warm-moved" && s.dir != "?"
 		if ok && in[0] == "hot" {
-			ok = s.dir == tiers.DirHot
+			ok = s.dir == "absent"
 		}
 		if ok && in[0] == "cold" {
-			ok = s.dir == "absent"
+			ok = s.dir == "absent" && s.coldFilter
 		}
 		if !ok {
 			if bad++; bad <= 10 {

@@ -27,22 +27,22 @@ type TierStats struct {
 
 const statsSample = 256
 
-// Stats counts cells per tier and estimates their bytes. Hot: cells
-// marked "H" in the directory; bytes = counter keys found by SCAN
-// (prefix{tag}<16 bytes>, every algorithm) x mean MEMORY USAGE of up to 256
-// sampled keys, plus the markers' share of the warm buckets. Warm: every
-// bucket hash is read (HGETALL, pipelined) and its fields classified;
-// bucket bytes = buckets x mean MEMORY USAGE of sampled buckets, split
-// between warm records and hot markers by their share of field+value
-// bytes. Cold: rows (COUNT(*) below 100,000 rows a shard, else
-// information_schema's TABLE_ROWS estimate) and DATA_LENGTH + INDEX_LENGTH
-// of cold_cells, summed over the shards; cold cells cost Redis nothing.
+// Stats counts cells per tier and estimates their bytes. Hot: counter
+// keys found by SCAN (prefix{tag}<16 bytes>, every algorithm: a hot cell
+// has no directory entry) x mean MEMORY USAGE of up to 256 sampled keys,
+// plus legacy "H" markers' share of the warm buckets. Warm: every bucket
+// hash is read (HGETALL, pipelined) and its fields classified; bucket
+// bytes = buckets x mean MEMORY USAGE of sampled buckets, split between
+// warm records and markers by their share of field+value bytes. Cold: rows
+// (COUNT(*) below 100,000 rows a shard, else information_schema's
+// TABLE_ROWS estimate) and DATA_LENGTH + INDEX_LENGTH of cold_cells,
+// summed over the shards, plus the cold filters' MEMORY USAGE in Redis.
 // It reads every key under the prefix: an admin tool, not for a hot loop.
 func (m *Mover) Stats(ctx context.Context) (TierStats, error) {
-	st := TierStats{Method: "hot/warm: directory fields counted, MEMORY USAGE sampled (256 keys of each kind); cold: rows and information_schema data+index length"}
+	st := TierStats{Method: "hot: counter keys counted; warm: directory fields counted; MEMORY USAGE sampled (256 keys of each kind); cold: rows and information_schema data+index length, plus the cold filters in Redis"}
 	hotLen := len(m.Prefix) + 8 + 16
 	warmLen := len(m.Prefix) + 8 + 3
-	var hotSample, warmSample []string
+	var hotSample, warmSample, filters []string
 	var buckets []string
 	var hotKeys int64
 	iter := m.RDB.Scan(ctx, 0, m.Prefix+"{*", 5000).Iterator()
@@ -59,6 +59,8 @@ func (m *Mover) Stats(ctx context.Context) (TierStats, error) {
 			if len(warmSample) < statsSample {
 				warmSample = append(warmSample, k)
 			}
+		case len(k) == warmLen-2 && k[len(k)-1] == 'c':
+			filters = append(filters, k)
 		case len(k) == hotLen+1 && strings.HasSuffix(k, "~"):
 			st.Moving++
 		}
@@ -71,6 +73,7 @@ func (m *Mover) Stats(ctx context.Context) (TierStats, error) {
 		return st, err
 	}
 	st.Hot.Bytes = int64(hotMean * float64(hotKeys))
+	st.Hot.Identities = hotKeys
 	var recBytes, markBytes int64
 	for i := 0; i < len(buckets); i += 200 {
 		part := buckets[i:min(i+200, len(buckets))]
@@ -109,6 +112,11 @@ func (m *Mover) Stats(ctx context.Context) (TierStats, error) {
 		st.Warm.Bytes = int64(total * float64(recBytes) / float64(recBytes+markBytes))
 		st.Hot.Bytes += int64(total) - st.Warm.Bytes
 	}
+	filterMean, err := m.meanUsage(ctx, filters[:min(len(filters), statsSample)])
+	if err != nil {
+		return st, err
+	}
+	st.Cold.Bytes += int64(filterMean * float64(len(filters)))
 	if m.Cold != nil {
 		for sh, db := range m.Cold.DBs() {
 			var size, rows int64

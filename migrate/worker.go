@@ -126,6 +126,11 @@ func (w *Worker) RunCycle(ctx context.Context) (CycleReport, error) {
 	if horizon <= 0 {
 		horizon = 168
 	}
+	coldPerTag, err := w.coldTargets(ctx, hour)
+	if err != nil {
+		fail(err)
+	}
+	capacity := func(t tiers.Tag) int { return coldPerTag[t] }
 	for sh, db := range w.DBs {
 		after := []byte{}
 		for {
@@ -158,7 +163,7 @@ func (w *Worker) RunCycle(ctx context.Context) (CycleReport, error) {
 				break
 			}
 			rep.Scanned += len(refs)
-			w.moveBatch(ctx, refs, rates, &rep, fail)
+			w.moveBatch(ctx, refs, rates, capacity, &rep, fail)
 			// Bound the history: rows older than the horizon keep their mean.
 			if _, err := db.ExecContext(ctx, "UPDATE cell_activity SET calls = calls * ? DIV GREATEST(? - since, 1), since = ? - ? WHERE k > ? AND k <= ? AND ? - since > ?",
 				horizon, hour, hour, horizon, after, last, hour, horizon); err != nil {
@@ -171,7 +176,43 @@ func (w *Worker) RunCycle(ctx context.Context) (CycleReport, error) {
 	return rep, errors.Join(errs...)
 }
 
-func (w *Worker) moveBatch(ctx context.Context, refs []tiers.Ref, rates []float64, rep *CycleReport, fail func(error)) {
+// coldTargets counts, per directory tag, the cells whose target is cold:
+// a first pass over cell_activity, so that the moves to cold size each
+// tag's cold filter for what this cycle will add at once instead of
+// growing it layer by layer as the cells of a tag come up in the scan
+// (tiers.WarmStore.SwitchToCold). Cells already cold are counted too: the
+// filter's own count tells them apart.
+func (w *Worker) coldTargets(ctx context.Context, hour int64) (map[tiers.Tag]int, error) {
+	out := map[tiers.Tag]int{}
+	for sh, db := range w.DBs {
+		rows, err := db.QueryContext(ctx, "SELECT ref, since, calls FROM cell_activity")
+		if err != nil {
+			return out, fmt.Errorf("activity count shard %d: %w", sh, err)
+		}
+		for rows.Next() {
+			var ref []byte
+			var since, calls int64
+			if err := rows.Scan(&ref, &since, &calls); err != nil {
+				rows.Close()
+				return out, fmt.Errorf("activity count shard %d: %w", sh, err)
+			}
+			r, err := DecodeRef(string(ref))
+			if err != nil {
+				continue // the scan proper reports it
+			}
+			if w.Config.Target(float64(calls)/float64(max(hour-since, 1))) == tiers.Cold {
+				out[w.Mover.Warm.DirTag(&r)]++
+			}
+		}
+		err = errors.Join(rows.Err(), rows.Close())
+		if err != nil {
+			return out, fmt.Errorf("activity count shard %d: %w", sh, err)
+		}
+	}
+	return out, nil
+}
+
+func (w *Worker) moveBatch(ctx context.Context, refs []tiers.Ref, rates []float64, capacity func(tiers.Tag) int, rep *CycleReport, fail func(error)) {
 	cur, err := w.Mover.TierOf(ctx, refs)
 	if err != nil {
 		fail(err)
@@ -192,7 +233,7 @@ func (w *Worker) moveBatch(ctx context.Context, refs []tiers.Ref, rates []float6
 		groups[d] = append(groups[d], refs[i])
 	}
 	for _, d := range order {
-		res, err := w.Mover.MoveCells(ctx, groups[d], d.from, d.to)
+		res, err := w.Mover.moveCells(ctx, groups[d], d.from, d.to, false, capacity)
 		if err != nil {
 			fail(err)
 		}

@@ -101,10 +101,17 @@ func (s *WarmStore) SwitchToCold(ctx context.Context, swaps []DirSwap, capacity 
 			want = max(want, capacity(c.tag))
 		}
 		c.args[0] = want
-		cmds[i] = coldSwitchScript.Eval(ctx, pipe, c.keys, c.args...)
+		cmds[i] = coldSwitchScript.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
 	if len(calls) > 0 {
 		_, _ = pipe.Exec(ctx) // errors are read per command
+	}
+	for i, c := range calls {
+		// A script missing from Redis' cache (restart, SCRIPT FLUSH) did
+		// not run: run that call again, loading the script.
+		if isNoScript(cmds[i].Err()) {
+			cmds[i] = coldSwitchScript.Run(ctx, s.rdb, c.keys, c.args...)
+		}
 	}
 	out := make([]bool, len(swaps))
 	for i, c := range calls {
@@ -128,3 +135,37 @@ func (s *WarmStore) DirTag(r *Ref) Tag { return s.tagOf(r.Identity, r.Tag) }
 
 // Client returns the store's Redis client.
 func (s *WarmStore) Client() redis.UniversalClient { return s.rdb }
+
+var coldProbeScript = redis.NewScript(coldFilterSource + `
+local m = cold_maybe(KEYS[1], ARGV[1])
+if m then return 1 end
+return 0`)
+
+// MayBeCold reports, per ref, whether its tag's cold filter holds it
+// (a false positive included): what the hot script's probe answers. One
+// pipeline; for tools and tests, not the check path.
+func (s *WarmStore) MayBeCold(ctx context.Context, refs []Ref) ([]bool, error) {
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(refs))
+	for i := range refs {
+		l := s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
+		cmds[i] = coldProbeScript.EvalSha(ctx, pipe, []string{l.filterKey()}, l.field)
+	}
+	if len(refs) > 0 {
+		if _, err := pipe.Exec(ctx); isNoScript(err) {
+			if err := coldProbeScript.Load(ctx, s.rdb).Err(); err != nil {
+				return nil, fmt.Errorf("cold filter probe: %w", wrapUnavailable(err))
+			}
+			return s.MayBeCold(ctx, refs)
+		}
+	}
+	out := make([]bool, len(refs))
+	for i, c := range cmds {
+		v, err := c.Int()
+		if err != nil {
+			return nil, fmt.Errorf("cold filter probe: %w", wrapUnavailable(err))
+		}
+		out[i] = v == 1
+	}
+	return out, nil
+}

@@ -55,14 +55,11 @@ func filterRouter(t *testing.T) (r *Router, calls *redisCalls, mysqlTrips func()
 // inFilter reports whether the cold filter of c's tag says "may be cold".
 func inFilter(t *testing.T, r *Router, c confCell) bool {
 	t.Helper()
-	ref := c.ref()
-	l := r.warm.locate(ref.Identity, ref.Window, ref.Tag)
-	probe := redis.NewScript(coldFilterSource + "local m = cold_maybe(KEYS[1], ARGV[1]); if m then return 1 end; return 0")
-	v, err := probe.Run(context.Background(), r.warm.rdb, []string{l.filterKey()}, l.field).Int()
+	in, err := r.warm.MayBeCold(context.Background(), []Ref{c.ref()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v == 1
+	return in[0]
 }
 
 // sameApp is a new cell of c's app (so of its tag and cold filter) that
@@ -259,5 +256,83 @@ func TestRouter_NewCellsNeedNoMySQL(t *testing.T) {
 	routerCheck(t, r, op)
 	if !op.Committed || op.Out[0].Remaining != 1 || op.Out[1].Remaining != 1 {
 		t.Fatalf("committed %v %+v, want both counted", op.Committed, op.Out)
+	}
+}
+
+// The cold filter holds every cell switched to cold (a miss would count a
+// cold cell as new), whatever the batches, and few others: with the
+// cycle's estimate of the tag's cold cells it is one layer of about a
+// byte a cell; without it, layers grow with the cells and the false
+// positives with the layers.
+func TestColdFilter_HoldsEveryCellSwitchedAndFewOthers(t *testing.T) {
+	t.Parallel()
+	const cells, batch = 4000, 100
+	for _, tc := range []struct {
+		name      string
+		capacity  func(Tag) int
+		maxFP     float64 // share of other cells of the tag found "maybe"
+		maxLayers int
+	}{
+		{"estimate of the tag's cells", func(Tag) int { return cells }, 0.06, 1},
+		{"no estimate", nil, 0.25, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb, prefix := testenv.Redis(t)
+			warm := NewWarmStore(rdb, WarmOptions{Prefix: prefix})
+			ctx := context.Background()
+			app := "app-" + testenv.RandomHex(4)
+			ref := func(i int) Ref {
+				c := confCell{rule: "f", vals: []string{app, "u" + string(rune('a'+i%26)), testenv.RandomHex(4)}, window: time.Hour, app: app, user: "u"}
+				return c.ref()
+			}
+			var in []Ref
+			for range cells / batch {
+				var swaps []DirSwap
+				for range batch {
+					r := ref(len(in))
+					in = append(in, r)
+					swaps = append(swaps, DirSwap{Ref: r})
+				}
+				if ok, err := warm.SwitchToCold(ctx, swaps, tc.capacity); err != nil || slices.Contains(ok, false) {
+					t.Fatalf("switch: %v", err)
+				}
+			}
+			got, err := warm.MayBeCold(ctx, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k := slices.Index(got, false); k >= 0 {
+				t.Fatalf("cell %d of %d switched to cold is not in the filter", k, len(in))
+			}
+			var others []Ref
+			for range cells {
+				others = append(others, ref(0))
+			}
+			got, err = warm.MayBeCold(ctx, others)
+			if err != nil {
+				t.Fatal(err)
+			}
+			fp := 0
+			for _, b := range got {
+				if b {
+					fp++
+				}
+			}
+			key := warm.FilterKey(&in[0])
+			head, err := rdb.GetRange(ctx, key, 0, 12).Result()
+			if err != nil || len(head) != 13 {
+				t.Fatalf("header %q: %v", head, err)
+			}
+			layers := int(head[12])
+			size, _ := rdb.StrLen(ctx, key).Result()
+			t.Logf("%d layers, %d bytes (%.2f a cell), false positives %d of %d", layers, size, float64(size)/cells, fp, len(others))
+			if share := float64(fp) / float64(len(others)); share > tc.maxFP || layers > tc.maxLayers {
+				t.Fatalf("%d layers (max %d), false positives %.3f (max %.2f)", layers, tc.maxLayers, share, tc.maxFP)
+			}
+			if tc.capacity != nil && float64(size) > 1.1*cells {
+				t.Fatalf("%d bytes for %d cells with the estimate, want about one a cell", size, cells)
+			}
+		})
 	}
 }

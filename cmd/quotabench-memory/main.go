@@ -18,7 +18,11 @@
 // hour, a mean call interval of 1 min-4 h, 1-31 intervals seen, first call
 // 0-90 days ago), which is how identities reach those tiers.
 //
-//	go run ./cmd/quotabench-memory [-n 1000000] [-apps 100] [-tiers hot,warm,cold]
+// "hot, tiering on" checks the same cells through a tier router (new cells:
+// no directory entry); "cold filter" switches them to cold as a move does
+// and measures the filter (and its false positives).
+//
+//	go run ./cmd/quotabench-memory [-n 1000000] [-apps 100] [-tiers hot,warm,cold,filter]
 package main
 
 import (
@@ -62,7 +66,7 @@ func main() {
 	flag.IntVar(&c.apps, "apps", 100, "apps the identities belong to (one hash tag each)")
 	flag.IntVar(&c.shards, "shards", 2, "cold shard databases")
 	flag.IntVar(&c.buckets, "buckets", 0, "warm buckets per tag (0: tiers.WarmBucketsFor(n/apps))")
-	flag.StringVar(&tierList, "tiers", "hot,warm,cold", "tiers to measure")
+	flag.StringVar(&tierList, "tiers", "hot,warm,cold,filter", "tiers to measure (filter: the cold filter, a cold cell's Redis)")
 	flag.StringVar(&c.redisServer, "redis-server", "redis-server", "redis-server binary for the private instance")
 	flag.StringVar(&c.mysqlBase, "mysql", "quota:quota@tcp(127.0.0.1:3306)/", "MariaDB account that may create databases quota%")
 	flag.BoolVar(&c.keep, "keep", false, "keep the bench databases (for inspection)")
@@ -115,7 +119,7 @@ func typical(c *config, rng *mrand.Rand, i int, now int64) tiers.Record {
 func run(ctx context.Context, c config) error {
 	fmt.Printf("quotabench-memory: %d identities of %s (%d apps), %s\n", c.n, rule, c.apps, time.Now().UTC().Format(time.RFC3339))
 	fmt.Printf("%-28s %14s %12s %10s  %s\n", "tier", "bytes", "per counter", "fill time", "notes")
-	if c.tiers["hot"] || c.tiers["warm"] {
+	if c.tiers["hot"] || c.tiers["warm"] || c.tiers["filter"] {
 		if err := redisTiers(ctx, &c); err != nil {
 			return err
 		}
@@ -166,17 +170,44 @@ func startRedis(ctx context.Context, bin string) (*exec.Cmd, *redis.Client, erro
 	return nil, nil, errors.New("private redis-server did not answer")
 }
 
+// usedMemory is INFO's used_memory less what clients' buffers hold
+// (MEMORY STATS clients.normal): a pipeline's query buffer is freed only
+// when the client has been idle a while, and is not the data's cost.
 func usedMemory(ctx context.Context, rdb *redis.Client) (int64, error) {
 	info, err := rdb.Info(ctx, "memory").Result()
 	if err != nil {
 		return 0, err
 	}
+	var used int64 = -1
 	for _, l := range strings.Split(info, "\r\n") {
 		if v, ok := strings.CutPrefix(l, "used_memory:"); ok {
-			return strconv.ParseInt(v, 10, 64)
+			if used, err = strconv.ParseInt(v, 10, 64); err != nil {
+				return 0, err
+			}
 		}
 	}
-	return 0, errors.New("INFO memory has no used_memory")
+	if used < 0 {
+		return 0, errors.New("INFO memory has no used_memory")
+	}
+	stats, err := rdb.Do(ctx, "MEMORY", "STATS").Result()
+	if err != nil {
+		return 0, fmt.Errorf("MEMORY STATS: %w", err)
+	}
+	// RESP3 answers a map, RESP2 a flat list of name, value.
+	switch st := stats.(type) {
+	case map[any]any:
+		if n, ok := st["clients.normal"].(int64); ok {
+			return used - n, nil
+		}
+	case []any:
+		for i := 0; i+1 < len(st); i += 2 {
+			if name, _ := st[i].(string); name == "clients.normal" {
+				n, _ := st[i+1].(int64)
+				return used - n, nil
+			}
+		}
+	}
+	return 0, errors.New("MEMORY STATS has no clients.normal")
 }
 
 // measure returns used_memory after fill minus before.
@@ -252,6 +283,20 @@ func redisTiers(ctx context.Context, c *config) error {
 			return fmt.Errorf("hot: %w", err)
 		}
 		row("hot", b, c.n, d, "one key per counter with TTL, via Check")
+		// The same cells checked through a tier router (QUOTA_TIERING=on):
+		// new cells are counted hot with nothing beside their keys.
+		warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "q:"})
+		router := tiers.NewRouter(hot, warm, nil)
+		bt, d, err := measure(ctx, rdb, func() error { return checkAll(ctx, c, router, now) })
+		if err != nil {
+			return fmt.Errorf("hot, tiering on: %w", err)
+		}
+		row("hot, tiering on", bt, c.n, d, fmt.Sprintf("via the tier router's Check; %.3fx the hot row", float64(bt)/float64(b)))
+	}
+	if c.tiers["filter"] {
+		if err := filterRows(ctx, c, rdb); err != nil {
+			return err
+		}
 	}
 	if c.tiers["warm"] {
 		per := (c.n + c.apps - 1) / c.apps
@@ -285,6 +330,75 @@ func redisTiers(ctx context.Context, c *config) error {
 		}
 	}
 	return nil
+}
+
+// filterRows measures the cold filter, the Redis a cold cell costs: every
+// identity switched to cold (as a move's switch step, batches of 1,000)
+// with the scheduled cycle's estimate of each tag's cold cells, then
+// without it (the on-call moves' case); and the share of as many other
+// identities of the same apps that the filter takes for "may be cold"
+// (false positives: each costs a MySQL lookup on a window's first call).
+func filterRows(ctx context.Context, c *config, rdb *redis.Client) error {
+	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "q:"})
+	perTag := (c.n + c.apps - 1) / c.apps
+	other := *c
+	other.n = 2 * c.n // identities c.n..2n-1: same apps, not switched
+	for _, est := range []bool{true, false} {
+		var capacity func(tiers.Tag) int
+		name := "cold filter, no estimate"
+		if est {
+			capacity = func(tiers.Tag) int { return perTag }
+			name = "cold filter, cycle estimate"
+		}
+		b, d, err := measure(ctx, rdb, func() error {
+			swaps := make([]tiers.DirSwap, 0, batch)
+			for i := range c.n {
+				cl := cell(c, i)
+				swaps = append(swaps, tiers.DirSwap{Ref: tiers.RefOf(&cl)})
+				if len(swaps) == batch || i == c.n-1 {
+					if _, err := warm.SwitchToCold(ctx, swaps, capacity); err != nil {
+						return err
+					}
+					swaps = swaps[:0]
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		fp, n, err := falsePositives(ctx, c, &other, warm)
+		if err != nil {
+			return err
+		}
+		row(name, b, c.n, d, fmt.Sprintf("%d cells a tag; false positives %.2f %% of %d other cells", perTag, 100*float64(fp)/float64(n), n))
+	}
+	return nil
+}
+
+// falsePositives probes up to 100,000 identities from c.n on (same apps,
+// never switched) and counts those the filter holds.
+func falsePositives(ctx context.Context, c, other *config, warm *tiers.WarmStore) (int, int, error) {
+	n := min(c.n, 100_000)
+	fp := 0
+	for start := c.n; start < c.n+n; start += batch {
+		refs := make([]tiers.Ref, 0, batch)
+		for i := start; i < min(start+batch, c.n+n); i++ {
+			cl := cell(other, i)
+			cl.Tag = tiers.TagOf(fmt.Sprintf("app-%05d", i%c.apps)) // the same apps
+			refs = append(refs, tiers.RefOf(&cl))
+		}
+		in, err := warm.MayBeCold(ctx, refs)
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, b := range in {
+			if b {
+				fp++
+			}
+		}
+	}
+	return fp, n, nil
 }
 
 // warmFieldRow measures the typical records again with another field width

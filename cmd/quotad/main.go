@@ -145,7 +145,7 @@ func serve() error {
 	}
 	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter})
 	reg := prometheus.NewRegistry()
-	// With QUOTA_TIERING=on (off by default) checks go through the tier router and
+	// With QUOTA_TIERING=on (the default) checks go through the tier router and
 	// the migration worker runs (cmd/quotad/tiering.go).
 	routed, tiersAdmin, stopTiering, err := startTiering(ctx, s, hot, dbs, reg, log)
 	if err != nil {

@@ -109,7 +109,7 @@ func TestStartup_SchemaOnStart(t *testing.T) {
 		{name: "check (default): a shard without the schema stops start-up", want: "mysql shard 1 (database quota_t_"},
 		{name: "apply: the missing files are applied", env: []string{"QUOTA_SCHEMA_ON_START=apply"}, starts: true, left: []string{}},
 		{name: "off: not looked at", env: []string{"QUOTA_SCHEMA_ON_START=off"}, starts: true},
-		{name: "analytics and tiering off: MySQL is not written", env: []string{"QUOTA_ANALYTICS=off"}, starts: true},
+		{name: "analytics and tiering off: MySQL is not written", env: []string{"QUOTA_ANALYTICS=off", "QUOTA_TIERING=off"}, starts: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
