@@ -73,8 +73,15 @@ type Settings struct {
 	ColdThreshold   float64       // QUOTA_COLD_THRESHOLD: mean calls per hour below which a cell is cold
 	PromoteInterval time.Duration // QUOTA_PROMOTE_INTERVAL: on call, a mean interval at most this promotes (0: off)
 	DemoteInterval  time.Duration // QUOTA_DEMOTE_INTERVAL: on call, a mean interval at least this demotes warm to cold (0: off)
-	NewTier         string        // QUOTA_NEW_TIER: where a cell never seen before starts; only hot (the hot script counts it with no lookup)
-	ColdHints       int           // QUOTA_COLD_HINTS: slots (8 B each) remembering cells found cold, so their checks skip the row lookup; 0 = off
+	// QUOTA_MIGRATE_MIN_WINDOW (2h): the scheduled cycle keeps the
+	// history of cells whose window is at least this long, and only those
+	// (0: all). A hot cell of a shorter window costs Redis only until its
+	// key expires, at most one window after its last call, so a daily
+	// cycle has little to save by moving it, and recording the history of
+	// every such cell would cost MySQL a row write per new cell.
+	MigrateMinWindow time.Duration
+	NewTier          string // QUOTA_NEW_TIER: where a cell never seen before starts; only hot (the hot script counts it with no lookup)
+	ColdHints        int    // QUOTA_COLD_HINTS: slots (8 B each) remembering cells found cold, so their checks skip the row lookup; 0 = off
 	// QUOTA_WARM_BUCKETS_PER_TAG: warm bucket hashes per app (1..65536, default
 	// 1024); aim at ~80 warm+hot cells per bucket. It places every cell's
 	// directory field: fixed for the life of the data (changing it loses warm
@@ -113,14 +120,15 @@ func Defaults() Settings {
 
 		// On: a new cell costs what a hot check costs (the cold filter tells
 		// it from a cold one inside the hot script).
-		Tiering:         true,
-		MigrateSchedule: "@daily",
-		HotThreshold:    60,
-		ColdThreshold:   1,
-		PromoteInterval: time.Minute,
-		DemoteInterval:  time.Hour,
-		NewTier:         "hot",
-		ColdHints:       1 << 20, // 8 MiB
+		Tiering:          true,
+		MigrateSchedule:  "@daily",
+		HotThreshold:     60,
+		ColdThreshold:    1,
+		PromoteInterval:  time.Minute,
+		DemoteInterval:   time.Hour,
+		MigrateMinWindow: 2 * time.Hour,
+		NewTier:          "hot",
+		ColdHints:        1 << 20, // 8 MiB
 
 		WarmBucketsPerTag: 1024,
 	}
@@ -169,6 +177,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.float("QUOTA_COLD_THRESHOLD", &s.ColdThreshold)
 	r.duration("QUOTA_PROMOTE_INTERVAL", &s.PromoteInterval)
 	r.duration("QUOTA_DEMOTE_INTERVAL", &s.DemoteInterval)
+	r.duration("QUOTA_MIGRATE_MIN_WINDOW", &s.MigrateMinWindow)
 	r.str("QUOTA_NEW_TIER", &s.NewTier)
 	r.integer("QUOTA_COLD_HINTS", &s.ColdHints)
 	r.integer("QUOTA_WARM_BUCKETS_PER_TAG", &s.WarmBucketsPerTag)
@@ -255,6 +264,9 @@ func (s Settings) Validate() error {
 	}
 	if s.PromoteInterval < 0 || s.DemoteInterval < 0 || (s.PromoteInterval > 0 && s.DemoteInterval > 0 && s.PromoteInterval >= s.DemoteInterval) {
 		return fmt.Errorf("QUOTA_PROMOTE_INTERVAL %s and QUOTA_DEMOTE_INTERVAL %s: want 0 (off) or promote < demote", s.PromoteInterval, s.DemoteInterval)
+	}
+	if s.MigrateMinWindow < 0 {
+		return fmt.Errorf("QUOTA_MIGRATE_MIN_WINDOW %s: want 0 (every window) or more", s.MigrateMinWindow)
 	}
 	if s.WarmBucketsPerTag < 1 || s.WarmBucketsPerTag > 1<<16 {
 		return fmt.Errorf("QUOTA_WARM_BUCKETS_PER_TAG %d: want 1 to 65536 hashes per app", s.WarmBucketsPerTag)

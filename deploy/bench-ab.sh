@@ -42,9 +42,10 @@
 #                timeline included (default bench-out/ab)
 #   AB_MYSQL     1: also print MariaDB's statements (Com_select, _insert,
 #                _update, _delete, _replace, _insert_select) and rows written
-#                (Innodb_rows_inserted, _updated, _deleted) per 1,000 checks
-#                during the load, from SHOW GLOBAL STATUS (mysql -uroot over
-#                the socket; the whole server, other users included)
+#                (Innodb_rows_inserted, _updated, _deleted) per 1,000 checks,
+#                from the load's start until quotad exited (its final
+#                flushes included), from SHOW GLOBAL STATUS (mysql -uroot
+#                over the socket; the whole server, other users included)
 #   AB_ORDER     "alternate": even rounds run the variants in reverse order
 #                (ABBA), so that a drift of the machine over a round, or a
 #                run's leftovers (MariaDB's page flushing after an analytics
@@ -125,7 +126,6 @@ for r in $(seq 1 "$ROUNDS"); do
 		fi
 		wait "$BP"
 		mysql_fig=""
-		if [[ ${AB_MYSQL:-} == 1 ]]; then read -r st1 rw1 < <(mysql_counts); fi
 		out=$(cat "$log.bench")
 		if [[ -n $WINDOW ]]; then
 			wn=$(jq "[.timeline[] | select(.second > $W0 and .second <= $W1) | .requests] | add // 0" "$json")
@@ -145,6 +145,8 @@ for r in $(seq 1 "$ROUNDS"); do
 		heap_mb=$(metric go_memstats_heap_inuse_bytes 1048576 <<< "$metrics")
 		rss_mb=$(metric process_resident_memory_bytes 1048576 <<< "$metrics")
 		kill -TERM "$QP"; wait "$TP" 2>/dev/null
+		# Until quotad exited: what its final flushes wrote counts too.
+		if [[ ${AB_MYSQL:-} == 1 ]]; then read -r st1 rw1 < <(mysql_counts); fi
 		# Each rollup as start-end, in seconds into the run (its log line is
 		# written at its end and says how long it took), "!" if it failed
 		# (shutdown cancels one still running).

@@ -104,3 +104,39 @@ func TestOnCallPromotion(t *testing.T) {
 		})
 	}
 }
+
+// Cells of windows shorter than MinWindow leave no history: the check path
+// of a workload of short-window cells writes no cell_activity row.
+func TestActivity_CellsOfShortWindowsLeaveNoHistory(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dbs := e.cold.DBs()
+	act := &Activity{DBs: dbs, MinWindow: 2 * time.Hour, Now: e.clock.Now}
+	hourly, daily := newCell(10), newCell(10)
+	daily.window = 24 * time.Hour
+	for range 3 {
+		act.Observe(refsOf(hourly, daily))
+	}
+	if err := act.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[tiers.CellID]int64{}
+	for _, db := range dbs {
+		rs, err := db.Query("SELECT k, calls FROM cell_activity")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rs.Next() {
+			var k []byte
+			var calls int64
+			if err := rs.Scan(&k, &calls); err != nil {
+				t.Fatal(err)
+			}
+			rows[tiers.CellID(k)] = calls
+		}
+		rs.Close()
+	}
+	if len(rows) != 1 || rows[daily.ref().ID()] != 3 {
+		t.Fatalf("cell_activity %v, want only the daily cell with 3 calls", rows)
+	}
+}

@@ -44,7 +44,7 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 		Metrics:   migrate.NewMetrics(reg),
 		ColdHints: router.ColdHints,
 	}
-	act := &migrate.Activity{DBs: dbs}
+	act := &migrate.Activity{DBs: dbs, MinWindow: s.MigrateMinWindow}
 	router.Calls = act.Observe
 	w := &migrate.Worker{
 		Mover: mover, Activity: act, DBs: dbs, Log: log,
