@@ -26,7 +26,7 @@ func coldAndHot(t *testing.T) (coldLim *limiter.Limiter, db *sql.DB, keyA, keyB 
 	rdb, prefix := testenv.Redis(t)
 	dbs := testenv.MySQLShards(t, 1)
 	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix})
-	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix, BucketsPerTag: 4})
+	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
 	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
 	set, err := rules.NewSet([]rules.Rule{{
 		Name: "per_user", Dimensions: []string{"user_id"}, Limit: 10,

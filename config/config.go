@@ -82,11 +82,6 @@ type Settings struct {
 	MigrateMinWindow time.Duration
 	NewTier          string // QUOTA_NEW_TIER: where a cell never seen before starts; only hot (the hot script counts it with no lookup)
 	ColdHints        int    // QUOTA_COLD_HINTS: slots (8 B each) remembering cells found cold, so their checks skip the row lookup; 0 = off
-	// QUOTA_WARM_BUCKETS_PER_TAG: warm bucket hashes per app (1..65536, default
-	// 1024); aim at ~80 warm+hot cells per bucket. It places every cell's
-	// directory field: fixed for the life of the data (changing it loses warm
-	// records and hot markers).
-	WarmBucketsPerTag int
 }
 
 // Defaults are the settings of a local development machine.
@@ -129,8 +124,6 @@ func Defaults() Settings {
 		MigrateMinWindow: 2 * time.Hour,
 		NewTier:          "hot",
 		ColdHints:        1 << 20, // 8 MiB
-
-		WarmBucketsPerTag: 1024,
 	}
 }
 
@@ -180,7 +173,11 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.duration("QUOTA_MIGRATE_MIN_WINDOW", &s.MigrateMinWindow)
 	r.str("QUOTA_NEW_TIER", &s.NewTier)
 	r.integer("QUOTA_COLD_HINTS", &s.ColdHints)
-	r.integer("QUOTA_WARM_BUCKETS_PER_TAG", &s.WarmBucketsPerTag)
+	var buckets string
+	if r.str("QUOTA_WARM_BUCKETS_PER_TAG", &buckets) && r.err == nil {
+		// Warm buckets now follow each app's population (tiers/directory.go).
+		r.err = fmt.Errorf("QUOTA_WARM_BUCKETS_PER_TAG %q: no longer a setting (each app's warm buckets grow with its cells); unset it", buckets)
+	}
 	if r.err != nil {
 		return Settings{}, r.err
 	}
@@ -267,9 +264,6 @@ func (s Settings) Validate() error {
 	}
 	if s.MigrateMinWindow < 0 {
 		return fmt.Errorf("QUOTA_MIGRATE_MIN_WINDOW %s: want 0 (every window) or more", s.MigrateMinWindow)
-	}
-	if s.WarmBucketsPerTag < 1 || s.WarmBucketsPerTag > 1<<16 {
-		return fmt.Errorf("QUOTA_WARM_BUCKETS_PER_TAG %d: want 1 to 65536 hashes per app", s.WarmBucketsPerTag)
 	}
 	if s.ColdHints < 0 || s.ColdHints > 1<<30 {
 		return fmt.Errorf("QUOTA_COLD_HINTS %d: want 0 (off) to 1073741824 slots of 8 bytes", s.ColdHints)

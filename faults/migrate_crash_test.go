@@ -100,7 +100,7 @@ func newMigEnv(t *testing.T, dir migDirection) *migEnv {
 	e.rdb = redis.NewClient(&redis.Options{Addr: r.Addr()})
 	t.Cleanup(func() { e.rdb.Close() })
 	e.hot = tiers.NewHotStore(e.rdb, tiers.HotOptions{Prefix: migPrefix})
-	e.warm = tiers.NewWarmStore(e.rdb, tiers.WarmOptions{Prefix: migPrefix, BucketsPerTag: 1024})
+	e.warm = tiers.NewWarmStore(e.rdb, tiers.WarmOptions{Prefix: migPrefix})
 	e.cold = tiers.NewColdStore(dbs, tiers.ColdOptions{})
 	for i := range migCells {
 		u := fmt.Sprintf("u%d", i)

@@ -29,7 +29,7 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second})
-	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix, BucketsPerTag: 4})
+	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
 	cold := tiers.NewColdStore(testenv.MySQLShards(t, 2), tiers.ColdOptions{})
 	e := &env{router: tiers.NewRouter(hot, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0)}
 	e.hot = &tiers.HotMover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}

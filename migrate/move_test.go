@@ -374,7 +374,7 @@ func TestNewCellIsHotAndColdCostsOnlyItsFilterBit(t *testing.T) {
 		t.Fatalf("cold cell still has hot keys: %v %v", hotKeys, err)
 	}
 	ref := c.ref()
-	if n, err := e.warm.Client().Exists(ctx, e.warm.FilterKey(&ref)).Result(); err != nil || n != 1 {
+	if n, err := e.warm.Client().Exists(ctx, e.warm.HeaderKey(&ref)).Result(); err != nil || n != 1 {
 		t.Fatalf("no cold filter for the cell's tag (%v)", err)
 	}
 	if op := e.check(t, tiers.Enforce, c); op.Allowed() || op.Out[0].Tier != tiers.Cold {

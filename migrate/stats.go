@@ -59,7 +59,7 @@ func (m *Mover) Stats(ctx context.Context) (TierStats, error) {
 			if len(warmSample) < statsSample {
 				warmSample = append(warmSample, k)
 			}
-		case len(k) == warmLen-2 && k[len(k)-1] == 'c':
+		case len(k) == warmLen-2 && k[len(k)-1] == 'd':
 			filters = append(filters, k)
 		case len(k) == hotLen+1 && strings.HasSuffix(k, "~"):
 			st.Moving++

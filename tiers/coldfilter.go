@@ -12,16 +12,10 @@ import (
 // itself, so that a cell never seen before costs what a hot check costs:
 // one script call, no MySQL statement, no marker.
 //
-// Each tag (the warm tag: an app's, or a pool's) has one Redis string,
-//
-//	key = prefix + "{" + hex(tag) + "}c"
-//
-// holding a Bloom filter of every cell of the tag ever switched to cold:
-// a 13-byte header (version, total cells, cells in the last layer,
-// big-endian uint32s; the layer count, one byte), the layers' sizes in
-// 8-byte blocks (4 bytes each), then the layers. A cell sets 4 bits of one
-// 64-bit block of a layer (block and bits from its cell id's bytes 8..13,
-// the start of its warm field), 8 cells a block: about 3 % false
+// Each tag has one Bloom filter of every cell of the tag ever switched to
+// cold, in its directory header (prefix{tag}d, directory.lua has the
+// format): a cell sets 4 bits of one 64-bit block of a layer (block and
+// bits from its warm field's bytes 1..6), 8 cells a block: about 3 % false
 // positives per full layer. Cells are added to the last layer; a full one
 // gets a successor at least as large as all earlier layers together (and
 // as large as the mover's estimate of the tag's cold cells to come), so a
@@ -42,18 +36,7 @@ import (
 //go:embed cold_switch.lua
 var coldSwitchSource string
 
-var coldSwitchScript = redis.NewScript(coldFilterSource + coldSwitchSource)
-
-// filterKey is the cold filter key of the tag of bucket key l.key
-// (prefix{tag}w + 2 bytes).
-func (l warmLoc) filterKey() string {
-	return l.key[:len(l.key)-3] + "c"
-}
-
-// FilterKey returns the key of the cold filter that covers r.
-func (s *WarmStore) FilterKey(r *Ref) string {
-	return s.locate(r.Identity, r.Window, r.Tag).filterKey()
-}
+var coldSwitchScript = dirScript(coldSwitchSource)
 
 // SwitchToCold is the switch step of moves into cold: for each swap, if
 // the cell's directory field holds Old, it deletes the field and adds the
@@ -72,25 +55,14 @@ func (s *WarmStore) SwitchToCold(ctx context.Context, swaps []DirSwap, capacity 
 	var calls []*call
 	for i := range swaps {
 		l := s.locate(swaps[i].Identity, swaps[i].Window, swaps[i].Tag)
-		fk := l.filterKey()
-		c, ok := byTag[fk]
+		hk := l.headerKey()
+		c, ok := byTag[hk]
 		if !ok {
-			c = &call{tag: s.tagOf(swaps[i].Identity, swaps[i].Tag), keys: []string{fk}, args: []any{0}}
-			byTag[fk] = c
+			c = &call{tag: s.tagOf(swaps[i].Identity, swaps[i].Tag), keys: []string{hk}, args: []any{0}}
+			byTag[hk] = c
 			calls = append(calls, c)
 		}
-		ki := 0
-		for k := 1; k < len(c.keys); k++ {
-			if c.keys[k] == l.key {
-				ki = k
-				break
-			}
-		}
-		if ki == 0 {
-			c.keys = append(c.keys, l.key)
-			ki = len(c.keys) - 1
-		}
-		c.args = append(c.args, ki+1, l.field, swaps[i].Old)
+		c.args = append(c.args, l.field, swaps[i].Old)
 		c.at = append(c.at, i)
 	}
 	pipe := s.rdb.Pipeline()
@@ -136,8 +108,8 @@ func (s *WarmStore) DirTag(r *Ref) Tag { return s.tagOf(r.Identity, r.Tag) }
 // Client returns the store's Redis client.
 func (s *WarmStore) Client() redis.UniversalClient { return s.rdb }
 
-var coldProbeScript = redis.NewScript(coldFilterSource + `
-local m = cold_maybe(KEYS[1], ARGV[1])
+var coldProbeScript = dirScript(`
+local m = cold_maybe(dir_header(KEYS[1]), ARGV[1])
 if m then return 1 end
 return 0`)
 
@@ -149,7 +121,7 @@ func (s *WarmStore) MayBeCold(ctx context.Context, refs []Ref) ([]bool, error) {
 	cmds := make([]*redis.Cmd, len(refs))
 	for i := range refs {
 		l := s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
-		cmds[i] = coldProbeScript.EvalSha(ctx, pipe, []string{l.filterKey()}, l.field)
+		cmds[i] = coldProbeScript.EvalSha(ctx, pipe, []string{l.headerKey()}, l.field)
 	}
 	if len(refs) > 0 {
 		if _, err := pipe.Exec(ctx); isNoScript(err) {

@@ -43,7 +43,7 @@ func filterRouter(t *testing.T) (r *Router, calls *redisCalls, mysqlTrips func()
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	dbs, trips := countedShards(t, 2)
-	r = NewRouter(NewHotStore(rdb, HotOptions{Prefix: prefix}), NewWarmStore(rdb, WarmOptions{Prefix: prefix, BucketsPerTag: 4}), NewColdStore(dbs, ColdOptions{}))
+	r = NewRouter(NewHotStore(rdb, HotOptions{Prefix: prefix}), NewWarmStore(rdb, WarmOptions{Prefix: prefix}), NewColdStore(dbs, ColdOptions{}))
 	if err := r.Hot().Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -319,12 +319,12 @@ func TestColdFilter_HoldsEveryCellSwitchedAndFewOthers(t *testing.T) {
 					fp++
 				}
 			}
-			key := warm.FilterKey(&in[0])
-			head, err := rdb.GetRange(ctx, key, 0, 12).Result()
-			if err != nil || len(head) != 13 {
+			key := warm.HeaderKey(&in[0])
+			head, err := rdb.GetRange(ctx, key, 0, 20).Result()
+			if err != nil || len(head) != 21 {
 				t.Fatalf("header %q: %v", head, err)
 			}
-			layers := int(head[12])
+			layers := int(head[20])
 			size, _ := rdb.StrLen(ctx, key).Result()
 			t.Logf("%d layers, %d bytes (%.2f a cell), false positives %d of %d", layers, size, float64(size)/cells, fp, len(others))
 			if share := float64(fp) / float64(len(others)); share > tc.maxFP || layers > tc.maxLayers {

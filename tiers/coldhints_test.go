@@ -72,7 +72,7 @@ func hintRouter(t *testing.T, hints bool) (*Router, *ColdStore, func() int64) {
 	rdb, prefix := testenv.Redis(t)
 	dbs, trips := countedShards(t, 2)
 	cold := NewColdStore(dbs, ColdOptions{})
-	r := NewRouter(NewHotStore(rdb, HotOptions{Prefix: prefix}), NewWarmStore(rdb, WarmOptions{Prefix: prefix, BucketsPerTag: 4}), cold)
+	r := NewRouter(NewHotStore(rdb, HotOptions{Prefix: prefix}), NewWarmStore(rdb, WarmOptions{Prefix: prefix}), cold)
 	if hints {
 		r.ColdHints = NewColdHints(1024)
 	}

@@ -477,7 +477,7 @@ func conformanceEnvs(t *testing.T) []*confEnv {
 	rdb, prefix := testenv.Redis(t)
 	hot := NewHotStore(rdb, HotOptions{Prefix: prefix + "h:"})
 	// Few buckets, so the cells of the suite share hashes.
-	warm := NewWarmStore(rdb, WarmOptions{Prefix: prefix + "w:", BucketsPerTag: 4})
+	warm := NewWarmStore(rdb, WarmOptions{Prefix: prefix + "w:"})
 	cold := NewColdStore(testenv.MySQLShards(t, 2), ColdOptions{})
 	return []*confEnv{
 		{name: "hot", store: hot},

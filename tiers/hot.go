@@ -20,12 +20,6 @@ var hotCheckSource string
 //go:embed hot_fixed.lua
 var hotFixedSource string
 
-// coldFilterSource is the cold filter's probe, which both hot scripts call
-// (it is put in front of each: a script cannot load another).
-//
-//go:embed cold_filter.lua
-var coldFilterSource string
-
 // algorithmCodes are the algorithm numbers of hot_check.lua's ARGV.
 var algorithmCodes = map[rules.Algorithm]int{
 	rules.FixedWindow:   1,
@@ -79,8 +73,8 @@ func NewHotStore(rdb redis.UniversalClient, o HotOptions) *HotStore {
 	_, cluster := rdb.(*redis.ClusterClient)
 	return &HotStore{
 		rdb:         rdb,
-		script:      redis.NewScript(coldFilterSource + hotCheckSource),
-		fixed:       redis.NewScript(coldFilterSource + hotFixedSource),
+		script:      dirScript(hotCheckSource),
+		fixed:       dirScript(hotFixedSource),
 		prefix:      o.Prefix,
 		jitter:      o.Jitter,
 		splitBySlot: o.SplitBySlot || cluster,
@@ -232,15 +226,14 @@ func (s *HotStore) args(c *call, now time.Time, mode Mode) ([]string, []any) {
 	args := make([]any, 0, 3+5*n)
 	args = append(args, now.UnixMilli(), c.op.Cost, int(mode))
 	var dirArgs []any
-	var dirKeys, filterKeys []string
+	var dirKeys []string
 	pos := 0
 	c.each(func(i int) {
 		cell := &c.op.Cells[i]
 		pos++
 		if s.dir != nil && cell.Algorithm == rules.FixedWindow {
 			l := s.dir.locate(cell.Identity, cell.Window, cell.Tag)
-			dirKeys = append(dirKeys, l.key)
-			filterKeys = append(filterKeys, l.filterKey())
+			dirKeys = append(dirKeys, l.headerKey())
 			dirArgs = append(dirArgs, pos, l.field, c.op.notColdAt(i))
 		}
 	})
@@ -252,7 +245,6 @@ func (s *HotStore) args(c *call, now time.Time, mode Mode) ([]string, []any) {
 	if len(dirKeys) > 0 {
 		args[2] = int(mode) + 16
 		keys = append(keys, dirKeys...)
-		keys = append(keys, filterKeys...)
 		args = append(args, dirArgs...)
 		args = append(args, len(dirKeys))
 	}
@@ -321,7 +313,7 @@ func (s *HotStore) fixedArgs(c *call, now time.Time) ([]string, []any) {
 	nkeys := n
 	if s.dir != nil {
 		dir = 1
-		nkeys = 3 * n
+		nkeys = 2 * n
 	}
 	keys := make([]string, nkeys)
 	args := make([]any, 0, 3+5*n)
@@ -335,8 +327,7 @@ func (s *HotStore) fixedArgs(c *call, now time.Time) ([]string, []any) {
 		field, notCold := "", ""
 		if s.dir != nil {
 			l := s.dir.locate(cell.Identity, cell.Window, cell.Tag)
-			keys[n+j] = l.key
-			keys[2*n+j] = l.filterKey()
+			keys[n+j] = l.headerKey()
 			field, notCold = l.field, c.op.notColdAt(i)
 		}
 		j++

@@ -44,7 +44,7 @@ local cost = tonumber(ARGV[2])
 local mode = tonumber(ARGV[3])
 local debug = false
 -- +16 directory: the last ARGV is d, the number of directory entries; the
--- last 2d KEYS are d warm bucket hashes then d cold filters, and after the
+-- last d KEYS are the cells' tags' headers (directory.lua), and after the
 -- cells' ARGV come d triples (cell index, field, version at which the
 -- router found the cell not cold or ''). See "Directory" above.
 local ndir = 0
@@ -745,7 +745,7 @@ builders[5] = function()
 end
 
 ---------------------------------------------------------------------------
-local n = #KEYS - 2 * ndir
+local n = #KEYS - ndir
 local cells = {}
 local algorithms = {}
 for i = 1, n do
@@ -772,12 +772,13 @@ for j = 1, ndir do
   local base = 4 + STRIDE * n + 3 * (j - 1)
   local c = cells[tonumber(ARGV[base])]
   if redis.call('EXISTS', c.key) == 0 then
-    local v = redis.call('HGET', KEYS[n + j], ARGV[base + 1])
+    local h = dir_header(KEYS[n + j])
+    local v = warm_get(h, ARGV[base + 1])
     reads = reads + 1
     if v then
       if v ~= 'H' then c.where = v end
     else
-      local maybe, ver = cold_maybe(KEYS[n + ndir + j], ARGV[base + 1])
+      local maybe, ver = cold_maybe(h, ARGV[base + 1])
       if maybe and ver ~= ARGV[base + 2] then
         c.where = ''
         c.version = ver

@@ -8,12 +8,11 @@
 -- costs Redis markedly more per check (make bench-algorithms).
 --
 -- KEYS[i]    the Redis key of cell i, i = 1..n (all keys in one hash slot)
--- KEYS[n+i]  with the directory: cell i's warm bucket hash
--- KEYS[2n+i] with the directory: cell i's tag's cold filter
+-- KEYS[n+i]  with the directory: cell i's tag's header (directory.lua)
 -- ARGV[1]    cost, an integer >= 1
 -- ARGV[2]    mode: 0 enforce (count only if every non-shadow cell allows),
 --            1 dry run (count nothing), 2 report (count unconditionally)
--- ARGV[3]    1: every cell has a directory entry (#KEYS = 3n), else 0 (#KEYS = n)
+-- ARGV[3]    1: every cell has a directory entry (#KEYS = 2n), else 0 (#KEYS = n)
 -- ARGV[5i-1 .. 5i+3]  per cell i: limit; the TTL in milliseconds of a key
 --            this call creates (until its window ends, plus jitter); shadow
 --            (0|1); its field in the warm bucket ('' without the
@@ -40,7 +39,7 @@ local cost = tonumber(ARGV[1])
 local mode = tonumber(ARGV[2])
 local n = #KEYS
 local dir = ARGV[3] == '1'
-if dir then n = n / 3 end
+if dir then n = n / 2 end
 local reply = {}
 local used = {}
 local all = true
@@ -50,11 +49,12 @@ for i = 1, n do
   local where = nil
   local version = nil
   if not v and dir then
-    local d = redis.call('HGET', KEYS[n + i], ARGV[5 * i + 2])
+    local h = dir_header(KEYS[n + i])
+    local d = warm_get(h, ARGV[5 * i + 2])
     if d then
       if d ~= 'H' then where = d end
     else
-      local maybe, ver = cold_maybe(KEYS[2 * n + i], ARGV[5 * i + 2])
+      local maybe, ver = cold_maybe(h, ARGV[5 * i + 2])
       if maybe and ver ~= ARGV[5 * i + 3] then
         where = ''
         version = ver

@@ -18,17 +18,14 @@ import (
 // freezing a cell in its source tier, and reading and switching the
 // directory.
 //
-// The directory of a fixed-window cell is its warm bucket field
-// (WarmStore.Locate), in the same hash slot as the cell's hot keys:
+// The directory of a fixed-window cell is its warm field and its tag's
+// cold filter (directory.go), in the same hash slot as the cell's hot keys:
 //
-//	"H"                       hot
-//	a warm record             warm (Moved set: frozen by a move out of warm)
-//	"M"                       frozen by a move out of hot or cold
-//	no field                  cold if the cold tier has a row, else new
-//
-// A cold cell costs no Redis memory. The hot script reads the field only
-// when the cell's hot key does not exist; a new cell's first check asks
-// the cold tier (one primary-key lookup) and then marks it "H" (Router).
+//	no field, not in the filter   hot (new cells included)
+//	no field, in the filter       cold if the cold tier has a row, else hot
+//	a warm record                 warm (Moved set: frozen by a move out of warm)
+//	"M"                           frozen by a move out of hot or cold
+//	"H"                           hot (written by older versions only)
 
 // Directory markers.
 const (
@@ -39,7 +36,7 @@ const (
 //go:embed hot_freeze.lua
 var hotFreezeSource string
 
-var hotFreezeScript = redis.NewScript(hotFreezeSource)
+var hotFreezeScript = dirScript(hotFreezeSource)
 
 // HotMover is the hot tier's Mover for fixed-window cells, whose counter
 // keys are FixedKeyOf(cell id, window index). Its clock says which window
@@ -190,7 +187,7 @@ func (m *HotMover) Freeze(ctx context.Context, refs []Ref) ([]bool, error) {
 		l := m.Warm.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
 		cur, next, _ := m.keys(&refs[i], now)
 		b := len(p.keys)
-		p.keys = append(p.keys, l.key, cur, next)
+		p.keys = append(p.keys, l.headerKey(), cur, next)
 		p.args = append(p.args, b+1, l.field, b+2, b+3)
 	}
 	pipe := m.Hot.rdb.Pipeline()
@@ -214,26 +211,16 @@ func (m *HotMover) Freeze(ctx context.Context, refs []Ref) ([]bool, error) {
 	return out, nil
 }
 
-// readRaw is read without decoding: directory markers are not records.
+// readRaw reads directory values without decoding: markers are not
+// records ("" = none).
 func (s *WarmStore) readRaw(ctx context.Context, locs []warmLoc) ([]string, error) {
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.StringCmd, len(locs))
-	for i, l := range locs {
-		cmds[i] = pipe.HGet(ctx, l.key, l.field)
-	}
-	if len(locs) > 0 {
-		_, _ = pipe.Exec(ctx)
+	vals, err := s.readFields(ctx, locs)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]string, len(locs))
-	for i, c := range cmds {
-		v, err := c.Result()
-		if err == redis.Nil {
-			continue
-		}
-		if err != nil {
-			return nil, wrapUnavailable(err)
-		}
-		out[i] = v
+	for i, l := range locs {
+		out[i] = vals[l]
 	}
 	return out, nil
 }

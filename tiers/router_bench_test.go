@@ -30,7 +30,7 @@ func benchRouterCold(b *testing.B, batch int, hints bool) {
 	ctx := context.Background()
 	cold := NewColdStore(testenv.MySQLShards(b, 2), ColdOptions{})
 	rdb := tierBenchRedis(b)
-	r := NewRouter(NewHotStore(rdb, HotOptions{Prefix: "h:"}), NewWarmStore(rdb, WarmOptions{Prefix: "w:", BucketsPerTag: 64}), cold)
+	r := NewRouter(NewHotStore(rdb, HotOptions{Prefix: "h:"}), NewWarmStore(rdb, WarmOptions{Prefix: "w:"}), cold)
 	if hints {
 		r.ColdHints = NewColdHints(1 << 16)
 	}

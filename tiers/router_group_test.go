@@ -21,7 +21,7 @@ func newGroupRouter(t *testing.T) (*Router, *ColdStore) {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	hot := NewHotStore(rdb, HotOptions{Prefix: prefix})
-	warm := NewWarmStore(rdb, WarmOptions{Prefix: prefix, BucketsPerTag: 4})
+	warm := NewWarmStore(rdb, WarmOptions{Prefix: prefix})
 	cold := NewColdStore(testenv.MySQLShards(t, 2), ColdOptions{})
 	return NewRouter(hot, warm, cold), cold
 }

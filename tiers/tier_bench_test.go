@@ -62,7 +62,7 @@ func BenchmarkStore_Hot(b *testing.B) {
 }
 
 func BenchmarkStore_Warm(b *testing.B) {
-	tierBenchStore(b, NewWarmStore(tierBenchRedis(b), WarmOptions{Prefix: "w:", BucketsPerTag: 64}))
+	tierBenchStore(b, NewWarmStore(tierBenchRedis(b), WarmOptions{Prefix: "w:"}))
 }
 
 func BenchmarkStore_Cold(b *testing.B) {

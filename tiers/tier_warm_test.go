@@ -22,67 +22,96 @@ func newWarm(t *testing.T, o WarmOptions) (*WarmStore, *redis.Client, string) {
 	return NewWarmStore(rdb, o), rdb, prefix
 }
 
-func TestWarm_BucketsStayListpacksUnderStockConfig(t *testing.T) {
+// A tag's buckets follow its warm cells (linear hashing, split at 96):
+// whether a tag holds a hundred cells or thousands, imported at once or one
+// by one, every bucket stays a listpack under redis.conf's 128 entries,
+// buckets are about half full or more, and no record is lost by a split.
+func TestWarm_BucketsFollowTheTagsPopulationAndStayListpacks(t *testing.T) {
 	t.Parallel()
-	// A private server with redis.conf's hash-max-listpack-entries 128
-	// (the compiled-in default of 7.0 is 512, and so is the shared one's).
-	p := testenv.StartRedis(t)
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
-	defer rdb.Close()
-	ctx := context.Background()
-	if err := rdb.ConfigSet(ctx, "hash-max-listpack-entries", "128").Err(); err != nil {
-		t.Fatal(err)
-	}
-	const perTag = 5000
-	s := NewWarmStore(rdb, WarmOptions{Prefix: "w:", BucketsPerTag: WarmBucketsFor(perTag)})
-	var recs []Record
-	for range perTag {
-		c := newConfCell(10, time.Hour)
-		c.app = "one-app" // one tag, perTag cells
-		recs = append(recs, Record{Ref: c.ref(), Count: 3, Last: recT, First: recT - 86400*3, MeanInterval: 900, Samples: 20})
-	}
-	if err := s.Import(ctx, recs); err != nil {
-		t.Fatal(err)
-	}
-	keys, err := rdb.Keys(ctx, "w:*").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(keys) != WarmBucketsFor(perTag) {
-		t.Fatalf("%d hashes, want %d", len(keys), WarmBucketsFor(perTag))
-	}
-	largest := int64(0)
-	for _, k := range keys {
-		n := rdb.HLen(ctx, k).Val()
-		largest = max(largest, n)
-		if enc := rdb.ObjectEncoding(ctx, k).Val(); enc != "listpack" {
-			t.Fatalf("hash %q of %d fields is %s", k, n, enc)
-		}
-		for f, v := range rdb.HGetAll(ctx, k).Val() {
-			if len(f) != 7 || len(v) != 10 { // the default field width; 8 raw bytes + 2 of snappy
-				t.Fatalf("field %d bytes, value %d bytes; want 7 and 10", len(f), len(v))
+	for _, tc := range []struct {
+		name         string
+		perTag, step int // cells, and how many are imported at a time
+	}{
+		{"100 cells, one import", 100, 100},
+		{"5000 cells, one import", 5000, 5000},
+		{"1000 cells, one at a time", 1000, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// A private server with redis.conf's hash-max-listpack-entries 128
+			// (the compiled-in default of 7.0 is 512, and so is the shared one's).
+			p := testenv.StartRedis(t)
+			rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
+			defer rdb.Close()
+			ctx := context.Background()
+			if err := rdb.ConfigSet(ctx, "hash-max-listpack-entries", "128").Err(); err != nil {
+				t.Fatal(err)
 			}
-		}
+			s := NewWarmStore(rdb, WarmOptions{Prefix: "w:"})
+			var recs []Record
+			for i := range tc.perTag {
+				c := newConfCell(10, time.Hour)
+				c.app = "one-app" // one tag, perTag cells
+				recs = append(recs, Record{Ref: c.ref(), Count: int64(1 + i%7), Last: recT, First: recT - 86400*3, MeanInterval: 900, Samples: 20})
+			}
+			for i := 0; i < len(recs); i += tc.step {
+				if err := s.Import(ctx, recs[i:min(i+tc.step, len(recs))]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			keys, err := rdb.Keys(ctx, "w:{*}w*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			largest, total := int64(0), int64(0)
+			for _, k := range keys {
+				n := rdb.HLen(ctx, k).Val()
+				largest, total = max(largest, n), total+n
+				if enc := rdb.ObjectEncoding(ctx, k).Val(); enc != "listpack" {
+					t.Fatalf("hash %q of %d fields is %s", k, n, enc)
+				}
+				for f, v := range rdb.HGetAll(ctx, k).Val() {
+					if len(f) != 7 || len(v) != 10 { // the default field width; 8 raw bytes + 2 of snappy
+						t.Fatalf("field %d bytes, value %d bytes; want 7 and 10", len(f), len(v))
+					}
+				}
+			}
+			t.Logf("%d cells in %d hashes, largest %d", tc.perTag, len(keys), largest)
+			if total != int64(tc.perTag) || largest >= 128 || len(keys) > tc.perTag/40+1 {
+				t.Fatalf("%d fields in %d hashes, largest %d: want %d fields, under 128 a hash, at least 40 a hash", total, len(keys), largest, tc.perTag)
+			}
+			refs := make([]Ref, len(recs))
+			for i := range recs {
+				refs[i] = recs[i].Ref
+			}
+			got, err := s.Export(ctx, refs)
+			if err != nil || len(got) != len(recs) {
+				t.Fatalf("exported %d of %d records: %v", len(got), len(recs), err)
+			}
+			for i := range got {
+				if got[i].Count != recs[i].Count {
+					t.Fatalf("record %d: count %d, want %d", i, got[i].Count, recs[i].Count)
+				}
+			}
+		})
 	}
-	t.Logf("%d cells in %d hashes, largest %d", perTag, len(keys), largest)
 }
 
 func TestWarm_CellsWithoutAppArePooled(t *testing.T) {
 	t.Parallel()
-	s, _, prefix := newWarm(t, WarmOptions{BucketsPerTag: 2, PoolBits: 4})
+	s, _, prefix := newWarm(t, WarmOptions{PoolBits: 4})
 	keys := map[string]bool{}
 	for range 2000 {
 		c := newConfCell(1, time.Hour).at(confT0)
 		c.Tag = TagOfIdentity(c.Identity) // a rule without app_id
-		ref := RefOf(&c)
-		k, f := s.Locate(&ref)
-		if len(k) != len(prefix)+len("{abcdef}w")+2 || len(f) != 7 {
-			t.Fatalf("key %q field %x", k, f)
+		l := s.locate(c.Identity, c.Window, c.Tag)
+		if len(l.base) != len(prefix)+len("{abcdef}") || len(l.field) != 7 {
+			t.Fatalf("tag %q field %x", l.base, l.field)
 		}
-		keys[k] = true
+		keys[l.base] = true
 	}
-	if len(keys) > 16*2 {
-		t.Fatalf("%d hashes for 2000 cells without app, want at most 2^4 pools * 2 buckets", len(keys))
+	if len(keys) > 16 {
+		t.Fatalf("%d tags for 2000 cells without app, want at most 2^4 pools", len(keys))
 	}
 }
 
@@ -145,8 +174,11 @@ func TestWarm_CorruptValueFailsTheCheckAndStays(t *testing.T) {
 	ctx := context.Background()
 	c := newConfCell(10, time.Hour)
 	ref := c.ref()
-	k, f := s.Locate(&ref)
+	// The tag's only bucket: a tag with no header has one.
+	l := s.locate(ref.Identity, ref.Window, ref.Tag)
+	k, f := l.base+"w\x00\x00", l.field
 	rdb.HSet(ctx, k, f, "\x05garbage")
+	rdb.SetRange(ctx, l.headerKey(), 0, "\x01") // the tag has warm fields
 	err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)})
 	if !errors.Is(err, ErrRecordCorrupt) {
 		t.Fatalf("err %v, want ErrRecordCorrupt", err)
@@ -247,7 +279,7 @@ func TestWarm_ConcurrentChecksOnOneCellInOneProcessAllCount(t *testing.T) {
 
 func TestWarmLocks_AllocateNothingForAFewCells(t *testing.T) {
 	w := newWarmLocks()
-	locs := []warmLoc{{key: "q:{abcdef}w\x00\x01", field: "1234567"}, {key: "q:{abcdef}w\x00\x02", field: "7654321"}}
+	locs := []warmLoc{{base: "q:{abcdef}", field: "1234567"}, {base: "q:{abcdef}", field: "7654321"}}
 	n := testing.AllocsPerRun(100, func() {
 		var buf [16]uint16
 		w.unlock(w.lock(locs, buf[:0]))

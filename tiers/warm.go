@@ -3,7 +3,6 @@ package tiers
 import (
 	"context"
 	_ "embed"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -25,46 +24,45 @@ var warmCASSource string
 //	field = CellID[8:8+FieldBytes] (7 raw bytes by default)
 //	value = snappy(record) (warmrecord.go), 9-10 bytes
 //
-// The bucket is CellID[0:4] mod BucketsPerTag: buckets of one tag share the
-// tag's hash slot, so the cells of one check (which share the app's tag)
-// are compared-and-set by one script even on a Redis Cluster. Cells whose
-// tag is their own identity's (rules without app_id) would each get a tag,
-// and so a bucket, of their own; they are pooled instead into 2^PoolBits
-// tags taken from the identity's first bits. (Such cells are recognised by
-// Tag == TagOfIdentity(Identity); an app tag equal to that by chance, odds
-// 2^-24 a cell, is pooled too: harmless, the mapping is deterministic, but
-// on a Redis Cluster its checks fail until phase 2 splits checks by slot.)
+// A tag's buckets follow its population (directory.lua, directory.go): a
+// tag starts with one bucket, and a bucket grown to 96 fields splits the
+// tag's next bucket in turn (linear hashing on the field's first 4 bytes),
+// so buckets hold ~50-95 cells whether an app has a hundred warm cells or
+// millions, up to 65,536 buckets a tag. The layout is in the tag's header
+// key, and every access locates the field inside a script (warm_read.lua,
+// warm_cas.lua), so a split never races a read or a write. Buckets of one
+// tag share its hash slot: the cells of one check (which share the app's
+// tag) are compared-and-set by one script even on a Redis Cluster. Cells
+// whose tag is their own identity's (rules without app_id) would each get a
+// tag, and so a bucket, of their own; they are pooled instead into
+// 2^PoolBits tags taken from the identity's first bits. (Such cells are
+// recognised by Tag == TagOfIdentity(Identity); an app tag equal to that
+// by chance, odds 2^-24 a cell, is pooled too: harmless, the mapping is
+// deterministic, but on a Redis Cluster its checks fail until phase 2
+// splits checks by slot.)
 //
 // Buckets must stay listpack-encoded (hash-max-listpack-entries, 128 in the
 // shipped redis.conf; hash-max-listpack-value 64 is never reached), which
-// is what makes a cell cost ~25 bytes instead of ~50-100: size
-// BucketsPerTag with WarmBucketsFor so that a bucket holds ~80 cells on
-// average. Bucket sizes are Poisson: at a mean of 80 a bucket passes 128
-// with odds ~1e-7 (it then only costs more memory); the memory benchmark
-// found 80 cheapest per cell (fewer cells leave more allocator slack per
-// cell, more cells overflow).
+// is what makes a cell cost ~25 bytes instead of ~50-100; a split at 96
+// keeps them under 128.
 //
-// Two cells collide when they share tag, bucket and field: a field of
-// FieldBytes*8 bits among the ~80 cells of a bucket gives ~40*N/2^(8*F)
-// expected colliding pairs over N warm cells: 2.2e-18*N for 8 bytes
-// (2e-8 at 10 billion cells), 5.5e-16*N for the default 7 (5.5e-6 at 10
-// billion), 1.4e-13*N for 6 (1.4e-4 at a billion). 7 is the default
-// because it brings a typical warm cell under 24 bytes (23.5 against 24.7
-// for 8, make bench-memory) at odds still negligible beside a lost Redis. A
-// colliding pair would share one record.
+// Two cells collide when they share tag and field: a field of FieldBytes*8
+// bits gives ~N^2/2^(8*F+1) expected colliding pairs among the N warm
+// cells of one tag: 6.9e-6 for a million cells of one app with the default
+// 7 bytes. A colliding pair would share one record.
 //
-// A check reads its cells' records (HMGET, one pipeline for the batch),
-// decides in Go, and writes through warm_cas.lua, which writes every cell of
-// an op only if none changed since the read; a lost race is retried (up to
-// MaxAttempts, with jittered exponential backoff). No lock is held across
-// round trips; within one process, checks on a cell queue on an in-process
-// stripe lock instead (warm_locks.go), so retries are for races between
-// instances. A denied call and a dry run are read-only: one round trip.
+// A check reads its cells' records (warm_read.lua, one pipeline for the
+// batch), decides in Go, and writes through warm_cas.lua, which writes
+// every cell of an op only if none changed since the read; a lost race is
+// retried (up to MaxAttempts, with jittered exponential backoff). No lock
+// is held across round trips; within one process, checks on a cell queue
+// on an in-process stripe lock instead (warm_locks.go), so retries are for
+// races between instances. A denied call and a dry run are read-only: one
+// round trip.
 type WarmStore struct {
 	rdb         redis.UniversalClient
 	cas         *redis.Script
 	prefix      string
-	buckets     uint32
 	fieldBytes  int
 	poolMask    uint32
 	maxAttempts int
@@ -77,8 +75,7 @@ type WarmStore struct {
 
 // WarmOptions configures a WarmStore.
 type WarmOptions struct {
-	Prefix        string // prepended to every key, e.g. "q:"
-	BucketsPerTag int    // hashes per tag, 1..65536; 0: DefaultWarmBucketsPerTag
+	Prefix string // prepended to every key, e.g. "q:"
 	// PoolBits is how many leading bits of the identity pick the pooled tag
 	// of a cell whose rule has no app_id, 0..24; 0: 12 (4096 pools). 24
 	// keeps such cells in their own tag.
@@ -90,26 +87,9 @@ type WarmOptions struct {
 	MaxAttempts int // compare-and-set attempts per check before ErrContention; 0: 32
 }
 
-// DefaultWarmBucketsPerTag suits apps with ~80,000 warm cells each.
-const DefaultWarmBucketsPerTag = 1024
-
-// warmFill is the mean number of cells per bucket WarmBucketsFor aims at.
-const warmFill = 80
-
-// WarmBucketsFor returns the buckets per tag for an expected number of warm
-// cells per tag (per app), aiming at warmFill cells per bucket.
-func WarmBucketsFor(expectedCellsPerTag int) int {
-	return min(max((expectedCellsPerTag+warmFill-1)/warmFill, 1), 1<<16)
-}
-
 // NewWarmStore returns a warm store over rdb.
 func NewWarmStore(rdb redis.UniversalClient, o WarmOptions) *WarmStore {
 	_, cluster := rdb.(*redis.ClusterClient)
-	b := o.BucketsPerTag
-	if b <= 0 {
-		b = DefaultWarmBucketsPerTag
-	}
-	b = min(b, 1<<16)
 	p := o.PoolBits
 	if p <= 0 {
 		p = 12
@@ -126,9 +106,8 @@ func NewWarmStore(rdb redis.UniversalClient, o WarmOptions) *WarmStore {
 	f = min(max(f, 6), 8)
 	return &WarmStore{
 		rdb:         rdb,
-		cas:         redis.NewScript(warmCASSource),
+		cas:         dirScript(warmCASSource),
 		prefix:      o.Prefix,
-		buckets:     uint32(b),
 		fieldBytes:  f,
 		poolMask:    (1<<24 - 1) &^ (1<<(24-p) - 1),
 		maxAttempts: a,
@@ -150,17 +129,21 @@ func (s *WarmStore) WithClient(rdb redis.UniversalClient) *WarmStore {
 // Tier returns Warm.
 func (s *WarmStore) Tier() Tier { return Warm }
 
-// Load caches the compare-and-set script in Redis.
+// Load caches the directory's scripts in Redis (a script Redis lost is
+// loaded again when it is first missed).
 func (s *WarmStore) Load(ctx context.Context) error {
-	if err := s.cas.Load(ctx, s.rdb).Err(); err != nil {
-		return fmt.Errorf("warm load script: %w", wrapUnavailable(err))
+	for _, sc := range []*redis.Script{s.cas, warmReadScript, warmDeleteScript, coldSwitchScript, coldProbeScript, hotFreezeScript} {
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("warm load script: %w", wrapUnavailable(err))
+		}
 	}
 	return nil
 }
 
-// warmLoc is where one cell's record lives.
+// warmLoc is where one cell's record lives: its tag's key base
+// (prefix{tag}, directory.go) and its field.
 type warmLoc struct {
-	key   string
+	base  string
 	field string
 }
 
@@ -173,16 +156,15 @@ func (s *WarmStore) tagOf(id Identity, tag Tag) Tag {
 	return Tag{byte(v >> 16), byte(v >> 8), byte(v)}
 }
 
-// Locate returns the hash key and field of a cell's record.
-func (s *WarmStore) Locate(r *Ref) (key, field string) {
-	l := s.locate(r.Identity, r.Window, r.Tag)
-	return l.key, l.field
+// Field returns the warm field of a cell's record (where the cell's
+// directory entry lives within its tag; directory.lua locates its bucket).
+func (s *WarmStore) Field(r *Ref) string {
+	return s.locate(r.Identity, r.Window, r.Tag).field
 }
 
 func (s *WarmStore) locate(id Identity, window time.Duration, tag Tag) warmLoc {
 	cid := CellIDOf(id, window)
 	t := s.tagOf(id, tag)
-	b := binary.BigEndian.Uint32(cid[0:4]) % s.buckets
 	const hexdigits = "0123456789abcdef"
 	var buf [64]byte
 	k := append(buf[:0], s.prefix...)
@@ -190,8 +172,8 @@ func (s *WarmStore) locate(id Identity, window time.Duration, tag Tag) warmLoc {
 	for _, c := range t {
 		k = append(k, hexdigits[c>>4], hexdigits[c&15])
 	}
-	k = append(k, '}', 'w', byte(b>>8), byte(b))
-	return warmLoc{key: string(k), field: string(cid[8 : 8+s.fieldBytes])}
+	k = append(k, '}')
+	return warmLoc{base: string(k), field: string(cid[8 : 8+s.fieldBytes])}
 }
 
 // warmEntry is one record as read, then as the ops of an attempt leave it.
@@ -201,60 +183,66 @@ type warmEntry struct {
 	marker bool // raw is a directory marker, not a record
 }
 
-// read fetches the records at locs with one HMGET per hash, in one pipeline.
+// read fetches the records at locs (readFields) and decodes them.
 func (s *WarmStore) read(ctx context.Context, locs []warmLoc) (map[warmLoc]*warmEntry, error) {
-	out := make(map[warmLoc]*warmEntry, len(locs))
-	byKey := map[string][]string{}
-	var keys []string
+	vals, err := s.readFields(ctx, locs)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[warmLoc]*warmEntry, len(vals))
 	for _, l := range locs {
 		if _, ok := out[l]; ok {
 			continue
 		}
-		out[l] = &warmEntry{}
-		if _, ok := byKey[l.key]; !ok {
-			keys = append(keys, l.key)
+		e := &warmEntry{}
+		out[l] = e
+		str := vals[l]
+		switch {
+		case str == "":
+			// no record
+		case str == DirMoving || str == DirHot:
+			// A directory marker (move.go): the cell is not warm; a
+			// check that finds it fails with ErrMoved.
+			e.raw = str
+			e.state = recState{rec: Record{Moved: true}, present: true}
+			e.marker = true
+		default:
+			rec, err := DecodeWarmValue([]byte(str))
+			if err != nil {
+				return nil, fmt.Errorf("warm read %s field %x: %w", l.base, l.field, err)
+			}
+			e.raw = str
+			e.state = recState{rec: rec, present: true}
 		}
-		byKey[l.key] = append(byKey[l.key], l.field)
 	}
-	if len(keys) == 0 {
-		return out, nil
-	}
-	cmds := make([]*redis.SliceCmd, len(keys))
-	if len(keys) == 1 {
-		cmds[0] = s.rdb.HMGet(ctx, keys[0], byKey[keys[0]]...)
-	} else {
-		pipe := s.rdb.Pipeline()
-		for i, k := range keys {
-			cmds[i] = pipe.HMGet(ctx, k, byKey[k]...)
+	return out, nil
+}
+
+// readFields reads the raw values at locs ("" = none): one warm_read.lua
+// call per tag, in one pipeline.
+func (s *WarmStore) readFields(ctx context.Context, locs []warmLoc) (map[warmLoc]string, error) {
+	out := make(map[warmLoc]string, len(locs))
+	byBase := map[string][]any{}
+	var bases []string
+	for _, l := range locs {
+		if _, ok := byBase[l.base]; !ok {
+			bases = append(bases, l.base)
 		}
-		_, _ = pipe.Exec(ctx) // errors are read per command
+		byBase[l.base] = append(byBase[l.base], l.field)
 	}
-	for i, k := range keys {
-		vals, err := cmds[i].Result()
+	cmds, err := runPerTag(ctx, s.rdb, warmReadScript, bases, byBase)
+	if err != nil {
+		return nil, fmt.Errorf("warm read: %w", err)
+	}
+	for i, b := range bases {
+		vals, err := cmds[i].Slice()
 		if err != nil {
 			return nil, fmt.Errorf("warm read: %w", wrapUnavailable(err))
 		}
-		for j, f := range byKey[k] {
-			str, ok := vals[j].(string)
-			if !ok {
-				continue // nil: no record
+		for j, f := range byBase[b] {
+			if str, ok := vals[j].(string); ok {
+				out[warmLoc{base: b, field: f.(string)}] = str
 			}
-			if str == DirMoving || str == DirHot {
-				// A directory marker (move.go): the cell is not warm; a
-				// check that finds it fails with ErrMoved.
-				e := out[warmLoc{key: k, field: f}]
-				e.raw = str
-				e.state = recState{rec: Record{Moved: true}, present: true}
-				e.marker = true
-				continue
-			}
-			rec, err := DecodeWarmValue([]byte(str))
-			if err != nil {
-				return nil, fmt.Errorf("warm read %q field %x: %w", k, f, err)
-			}
-			e := out[warmLoc{key: k, field: f}]
-			e.raw = str
-			e.state = recState{rec: rec, present: true}
 		}
 	}
 	return out, nil
@@ -268,15 +256,16 @@ type warmCAS struct {
 
 // add appends a record's expected and new value, deduplicating the keys.
 func (c *warmCAS) add(l warmLoc, old, new string) {
+	hk := l.headerKey()
 	ki := -1
 	for i, k := range c.keys {
-		if k == l.key {
+		if k == hk {
 			ki = i
 			break
 		}
 	}
 	if ki < 0 {
-		c.keys = append(c.keys, l.key)
+		c.keys = append(c.keys, hk)
 		ki = len(c.keys) - 1
 	}
 	c.args = append(c.args, ki+1, l.field, old, new)
@@ -542,10 +531,10 @@ func (s *WarmStore) Import(ctx context.Context, recs []Record) error {
 			if e.state.present && !it.rec.NewerThan(&e.state.rec) {
 				continue
 			}
-			ci, ok := byKey[it.loc.key]
+			ci, ok := byKey[it.loc.base]
 			if !ok {
 				ci = len(calls)
-				byKey[it.loc.key] = ci
+				byKey[it.loc.base] = ci
 				calls = append(calls, warmCAS{})
 				members = append(members, nil)
 			}
@@ -575,27 +564,26 @@ func (s *WarmStore) Import(ctx context.Context, recs []Record) error {
 	}
 }
 
-// Delete removes the records of refs (Mover): one HDEL per hash, in one
-// pipeline.
+// Delete removes the records of refs (Mover): one warm_delete.lua call per
+// tag, in one pipeline.
 func (s *WarmStore) Delete(ctx context.Context, refs []Ref) error {
-	byKey := map[string][]string{}
-	var keys []string
+	byBase := map[string][]any{}
+	var bases []string
 	for i := range refs {
 		l := s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
-		if _, ok := byKey[l.key]; !ok {
-			keys = append(keys, l.key)
+		if _, ok := byBase[l.base]; !ok {
+			bases = append(bases, l.base)
 		}
-		byKey[l.key] = append(byKey[l.key], l.field)
+		byBase[l.base] = append(byBase[l.base], l.field)
 	}
-	if len(keys) == 0 {
-		return nil
+	cmds, err := runPerTag(ctx, s.rdb, warmDeleteScript, bases, byBase)
+	if err != nil {
+		return fmt.Errorf("warm delete: %w", err)
 	}
-	pipe := s.rdb.Pipeline()
-	for _, k := range keys {
-		pipe.HDel(ctx, k, byKey[k]...)
-	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("warm delete: %w", wrapUnavailable(err))
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return fmt.Errorf("warm delete: %w", wrapUnavailable(err))
+		}
 	}
 	return nil
 }

@@ -1,10 +1,12 @@
--- warm_cas.lua: compare-and-set warm-tier records, all or nothing. Go reads
--- the records (HMGET), decides and encodes (Lua has no snappy); this script
--- then writes the new values only if no record changed in between.
+-- warm_cas.lua: compare-and-set warm-tier records, all or nothing, after
+-- directory.lua (which locates each field in its tag's buckets). Go reads
+-- the records (warm_read.lua), decides and encodes (Lua has no snappy);
+-- this script then writes the new values only if no record changed in
+-- between.
 --
--- KEYS[1..k]  warm bucket hashes (all in one hash slot: one tag)
+-- KEYS[1..k]  tags' headers (all in one hash slot)
 -- ARGV        4 values per record:
---               key index into KEYS (1-based), field,
+--               header index into KEYS (1-based), field,
 --               expected value ("" = the field must be absent),
 --               new value ("" = delete the field)
 --
@@ -13,18 +15,17 @@
 
 local n = #ARGV
 for i = 1, n, 4 do
-  local cur = redis.call('HGET', KEYS[tonumber(ARGV[i])], ARGV[i + 1])
-  if cur == false then cur = '' end
+  local cur = warm_get(dir_header(KEYS[tonumber(ARGV[i])]), ARGV[i + 1]) or ''
   if cur ~= ARGV[i + 2] then return 0 end
 end
 for i = 1, n, 4 do
   local new = ARGV[i + 3]
   if new ~= ARGV[i + 2] then
-    local key = KEYS[tonumber(ARGV[i])]
+    local h = dir_header(KEYS[tonumber(ARGV[i])])
     if new == '' then
-      redis.call('HDEL', key, ARGV[i + 1])
+      warm_del(h, ARGV[i + 1])
     else
-      redis.call('HSET', key, ARGV[i + 1], new)
+      warm_set(h, ARGV[i + 1], new)
     end
   end
 end

@@ -32,7 +32,7 @@ func (w *warmLocks) lock(locs []warmLoc, buf []uint16) []uint16 {
 	for _, l := range locs {
 		var h maphash.Hash
 		h.SetSeed(w.seed)
-		h.WriteString(l.key)
+		h.WriteString(l.base)
 		h.WriteString(l.field)
 		idx = append(idx, uint16(h.Sum64()%warmStripes))
 	}

@@ -23,7 +23,7 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 	if !s.Tiering {
 		return hot, nil, func() {}, nil
 	}
-	wo := tiers.WarmOptions{Prefix: s.RedisKeyPrefix, BucketsPerTag: s.WarmBucketsPerTag}
+	wo := tiers.WarmOptions{Prefix: s.RedisKeyPrefix}
 	warm := tiers.NewWarmStore(hot.Client(), wo)
 	if err := warm.Load(ctx); err != nil {
 		log.Warn("redis not reachable at start (warm script)", "err", err)

@@ -1,0 +1,171 @@
+-- directory.lua: where a fixed-window cell of the tiers lives, read and
+-- written inside the scripts that need it (tiers/directory.go describes
+-- the layout). Not a script of its own: the scripts that touch the
+-- directory start with it.
+--
+-- Per tag (an app's hash tag, or a pool's), under the tag's key base
+-- prefix{tag}:
+--   base..'d'       the tag's header (a string): warm layout and cold filter
+--   base..'w'..2B   warm bucket i (a hash): field = the cell's warm field,
+--                   value = its warm record, or 'M' (frozen by a move), or
+--                   'H' (hot; written by older versions only)
+-- Header: byte 1 flags (1: the tag may have warm fields), byte 2 the warm
+-- level L, bytes 3-4 the split pointer S: 2^L + S buckets, grown by linear
+-- hashing; bytes 5-8 unused; bytes 9-21 the cold filter's
+-- version, total cells, cells in its last layer and layer count (1 byte);
+-- then 4 bytes a layer (its size in 8-byte blocks), then the layers.
+-- Integers are big-endian. A missing header, or a short one, reads as
+-- zeros.
+local DIR_HEADER = 21
+local WARM_MAX_BUCKETS = 65536
+
+local function dir_u32(s, i)
+  local a, b, c, d = string.byte(s, i, i + 3)
+  return ((a * 256 + b) * 256 + c) * 256 + d
+end
+
+local function dir_u32s(v)
+  return string.char(math.floor(v / 16777216) % 256, math.floor(v / 65536) % 256,
+    math.floor(v / 256) % 256, v % 256)
+end
+
+local dir_cache = {}
+
+-- dir_header returns the tag's header, parsed (and cached for this call).
+local function dir_header(hkey)
+  local h = dir_cache[hkey]
+  if h then return h end
+  local raw = redis.call('GETRANGE', hkey, 0, DIR_HEADER + 63) -- and up to 16 layers
+  if #raw < DIR_HEADER then raw = raw .. string.rep('\0', DIR_HEADER - #raw) end
+  local layers = string.byte(raw, DIR_HEADER)
+  if #raw < DIR_HEADER + 4 * layers then
+    raw = redis.call('GETRANGE', hkey, 0, DIR_HEADER + 4 * layers - 1)
+  end
+  h = {
+    key = hkey,
+    base = string.sub(hkey, 1, -2),
+    warm = string.byte(raw, 1) % 2 == 1,
+    level = string.byte(raw, 2),
+    split = string.byte(raw, 3) * 256 + string.byte(raw, 4),
+    version = string.sub(raw, 9, 12),
+    total = dir_u32(raw, 13),
+    last = dir_u32(raw, 17),
+    sizes = {},
+  }
+  for j = 1, layers do h.sizes[j] = dir_u32(raw, DIR_HEADER + 4 * j - 3) end
+  dir_cache[hkey] = h
+  return h
+end
+
+-- warm_hash is the bucket hash of a warm field: its first 4 bytes.
+local function warm_hash(field)
+  return dir_u32(field, 1)
+end
+
+local function warm_bucket_key(h, i)
+  return h.base .. 'w' .. string.char(math.floor(i / 256), i % 256)
+end
+
+-- warm_key returns the key of the bucket that holds field.
+local function warm_key(h, field)
+  local n = 2 ^ h.level
+  local x = warm_hash(field)
+  local i = x % n
+  if i < h.split then i = x % (2 * n) end
+  return warm_bucket_key(h, i)
+end
+
+-- warm_get returns the cell's field value, or false.
+local function warm_get(h, field)
+  if not h.warm then return false end
+  return redis.call('HGET', warm_key(h, field), field)
+end
+
+-- warm_split moves the fields of the bucket at the split pointer that
+-- belong to its new sibling there, and moves the pointer.
+local function warm_split(h)
+  local n = 2 ^ h.level
+  if n + h.split >= WARM_MAX_BUCKETS then return end
+  local from = warm_bucket_key(h, h.split)
+  local to = warm_bucket_key(h, h.split + n)
+  local all = redis.call('HGETALL', from)
+  local moved, gone = {}, {}
+  for i = 1, #all, 2 do
+    if warm_hash(all[i]) % (2 * n) ~= h.split then
+      moved[#moved + 1] = all[i]
+      moved[#moved + 1] = all[i + 1]
+      gone[#gone + 1] = all[i]
+    end
+  end
+  if #gone > 0 then
+    redis.call('HSET', to, unpack(moved))
+    redis.call('HDEL', from, unpack(gone))
+  end
+  h.split = h.split + 1
+  if h.split == n then
+    h.level = h.level + 1
+    h.split = 0
+  end
+  redis.call('SETRANGE', h.key, 1, string.char(h.level, math.floor(h.split / 256), h.split % 256))
+end
+
+-- warm_set writes the cell's field. A new field that fills its bucket to
+-- 96 splits the tag's next bucket (linear hashing), or the only one at 120:
+-- the buckets not yet split at a level hold twice the load of the split
+-- ones, and the fullest must stay under redis.conf's
+-- hash-max-listpack-entries (128), past which a hash takes ~3x the memory.
+local function warm_set(h, field, value)
+  if not h.warm then
+    redis.call('SETRANGE', h.key, 0, '\1')
+    h.warm = true
+  end
+  local key = warm_key(h, field)
+  if redis.call('HSET', key, field, value) == 1 then
+    local full = 96
+    if h.level == 0 and h.split == 0 then full = 120 end
+    if redis.call('HLEN', key) >= full then warm_split(h) end
+  end
+end
+
+local function warm_del(h, field)
+  if h.warm then redis.call('HDEL', warm_key(h, field), field) end
+end
+
+-- cold_pos returns the cell's 24-bit block hash and its 4 bit positions
+-- (0..63) in a 64-bit block, from its warm field's bytes 1..6.
+local function cold_pos(field)
+  local b1, b2, b3, b4, b5, b6 = string.byte(field, 1, 6)
+  return (b1 * 256 + b2) * 256 + b3, {
+    math.floor(b4 / 4),
+    (b4 % 4) * 16 + math.floor(b5 / 16),
+    (b5 % 16) * 4 + math.floor(b6 / 64),
+    b6 % 64,
+  }
+end
+
+-- cold_has reports whether every position is set in the 8-byte block blk.
+local function cold_has(blk, pos)
+  if #blk < 8 then return false end
+  for k = 1, 4 do
+    local p = pos[k]
+    if math.floor(string.byte(blk, math.floor(p / 8) + 1) / 2 ^ (7 - p % 8)) % 2 == 0 then
+      return false
+    end
+  end
+  return true
+end
+
+-- cold_maybe reports whether the tag's cold filter holds the cell (it may
+-- be cold; false: it is not), and the filter's version.
+local function cold_maybe(h, field)
+  if #h.sizes == 0 then return false, h.version end
+  local x, pos = cold_pos(field)
+  local off = DIR_HEADER + 4 * #h.sizes
+  for j = 1, #h.sizes do
+    local at = off + (x % h.sizes[j]) * 8
+    if cold_has(redis.call('GETRANGE', h.key, at, at + 7), pos) then return true, h.version end
+    off = off + h.sizes[j] * 8
+  end
+  return false, h.version
+end
+
