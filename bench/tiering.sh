@@ -25,10 +25,12 @@ declare -A loads=(
 	[skewed]="$uniform -dist zipf"
 	[batch500]="$uniform -batch 500"
 )
-for name in uniform skewed batch500; do
-	echo "== $name: ${loads[$name]}"
-	AB_KEYS=${loads[$name]} AB_OUT="$OUT/$name" bash deploy/bench-ab.sh | tee "$OUT/$name.log"
-done
+if [[ ${1:-} != --summary ]]; then # --summary: only summarise the logs of a run
+	for name in uniform skewed batch500; do
+		echo "== $name: ${loads[$name]}"
+		AB_KEYS=${loads[$name]} AB_OUT="$OUT/$name" bash deploy/bench-ab.sh | tee "$OUT/$name.log"
+	done
+fi
 
 # summary: per load, per round, on/off req/s and p99; then the medians.
 summary() {
@@ -44,7 +46,7 @@ summary() {
 		rps = ""; p99 = ""
 		for (i = 1; i < NF; i++) {
 			if ($i == "requests") { n = $(i+1) }
-			if ($i ~ /^[0-9.]+$/ && $(i+1) == "req/s") rps = $i
+			if ($i ~ /^\([0-9.]+$/ && $(i+1) == "req/s)") rps = substr($i, 2)
 			if ($i == "p99") p99 = $(i+1)
 		}
 		sub(/ms$/, "", p99)

@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -91,6 +92,13 @@ func (a *Activity) Flush(ctx context.Context) error {
 	var failed []*pendingCell
 	var firstErr error
 	for sh, cells := range by {
+		// In key order: instances flushing at once (each cycle starts
+		// with a flush) then lock rows in the same order and cannot
+		// deadlock each other.
+		slices.SortFunc(cells, func(a, b *pendingCell) int {
+			ia, ib := a.ref.ID(), b.ref.ID()
+			return bytes.Compare(ia[:], ib[:])
+		})
 		for chunk := range slices.Chunk(cells, 500) {
 			args := make([]any, 0, 4*len(chunk))
 			for _, c := range chunk {

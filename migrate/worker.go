@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -32,6 +33,12 @@ type Config struct {
 	// has lapsed); 0: 1 s (one HGETALL of the journal).
 	RepairEvery  time.Duration
 	HorizonHours int // history kept per cell; 0: 168 (7 days)
+	// PartLeaseTTL bounds how long a dead instance keeps a part of a cycle
+	// from the others (the lease is renewed while the part runs); 0: 30 s.
+	PartLeaseTTL time.Duration
+	// PartWorkers is how many parts of a cycle an instance runs at once;
+	// 0: 2.
+	PartWorkers int
 }
 
 // Worker runs migration cycles and on-call moves.
@@ -42,6 +49,9 @@ type Worker struct {
 	Config   Config
 	Now      func() time.Time
 	Log      *slog.Logger
+	// Name says which instance ran a part, in cycle reports (e.g. the
+	// host and listen address).
+	Name string
 
 	cycle  sync.Mutex
 	mu     sync.Mutex
@@ -56,6 +66,9 @@ type onCall struct {
 
 // CycleReport is what one cycle did.
 type CycleReport struct {
+	Cycle    string         `json:"cycle"`              // the fleet's cycle this instance ran parts of
+	Parts    int            `json:"parts"`              // parts done
+	PartsBy  map[string]int `json:"parts_by,omitempty"` // parts done per instance (Worker.Name)
 	Scanned  int            `json:"scanned"`
 	Moved    map[string]int `json:"moved"` // "hot>warm": cells
 	Skipped  int            `json:"skipped"`
@@ -97,20 +110,33 @@ func (c *Config) Target(perHour float64) tiers.Tier {
 	return tiers.Warm
 }
 
-// RunCycle runs one scheduled cycle now: repair, flush the activity, then
-// scan cell_activity shard by shard in key order, batch by batch, moving
-// each batch's cells whose tier differs from their target.
+// RunCycle runs the fleet's migration cycle now: it joins the cycle
+// another instance is running, or starts one, and works its parts until
+// all are done (cycle.go). Each part scans its range of a shard's
+// cell_activity in key order, batch by batch, moving each batch's cells
+// whose tier differs from their target. The report covers every part,
+// whoever ran it; Errors are this instance's.
 func (w *Worker) RunCycle(ctx context.Context) (CycleReport, error) {
+	return w.runCycle(ctx, "")
+}
+
+// runCycle is RunCycle; want names the cycle to start when none is running
+// ("": a new id).
+func (w *Worker) runCycle(ctx context.Context, want string) (CycleReport, error) {
 	w.cycle.Lock()
 	defer w.cycle.Unlock()
 	start := time.Now()
 	rep := CycleReport{Moved: map[string]int{}}
+	var mu sync.Mutex
 	var errs []error
-	fail := func(err error) {
-		rep.Failures++
+	failures := 0 // outside the parts (theirs are in the done hash)
+	note := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
 		rep.Errors = append(rep.Errors, err.Error())
 		errs = append(errs, err)
 	}
+	fail := func(err error) { note(err); failures++ }
 	n, _, err := w.Mover.Repair(ctx)
 	rep.Repaired = n
 	if err != nil {
@@ -121,98 +147,132 @@ func (w *Worker) RunCycle(ctx context.Context) (CycleReport, error) {
 			fail(err)
 		}
 	}
-	hour := w.now().Unix() / 3600
-	horizon := int64(w.Config.HorizonHours)
-	if horizon <= 0 {
-		horizon = 168
+	id, err := w.joinCycle(ctx, want)
+	if err == nil {
+		hour := w.now().Unix() / 3600
+		run := func(ctx context.Context, p int) partReport {
+			pr := partReport{Moved: map[string]int{}}
+			w.runPart(ctx, p, hour, &pr, func(err error) { pr.Failures++; note(err) })
+			return pr
+		}
+		if err := w.workParts(ctx, id, run); err != nil {
+			fail(err)
+		}
+		err = w.fleetReport(ctx, id, &rep)
 	}
-	coldPerTag, err := w.coldTargets(ctx, hour)
 	if err != nil {
 		fail(err)
 	}
-	capacity := func(t tiers.Tag) int { return coldPerTag[t] }
-	for sh, db := range w.DBs {
-		after := []byte{}
-		for {
-			rows, err := db.QueryContext(ctx, "SELECT k, ref, since, calls FROM cell_activity WHERE k > ? ORDER BY k LIMIT ?", after, w.batch())
-			if err != nil {
-				fail(fmt.Errorf("activity scan shard %d: %w", sh, err))
-				break
-			}
-			var refs []tiers.Ref
-			var rates []float64
-			var last []byte
-			for rows.Next() {
-				var k, ref []byte
-				var since, calls int64
-				if err := rows.Scan(&k, &ref, &since, &calls); err != nil {
-					fail(err)
-					break
-				}
-				last = k
-				r, err := DecodeRef(string(ref))
-				if err != nil {
-					fail(err)
-					continue
-				}
-				refs = append(refs, r)
-				rates = append(rates, float64(calls)/float64(max(hour-since, 1)))
-			}
-			rows.Close()
-			if len(last) == 0 {
-				break
-			}
-			rep.Scanned += len(refs)
-			w.moveBatch(ctx, refs, rates, capacity, &rep, fail)
-			// Bound the history: rows older than the horizon keep their mean.
-			if _, err := db.ExecContext(ctx, "UPDATE cell_activity SET calls = calls * ? DIV GREATEST(? - since, 1), since = ? - ? WHERE k > ? AND k <= ? AND ? - since > ?",
-				horizon, hour, hour, horizon, after, last, hour, horizon); err != nil {
-				fail(fmt.Errorf("activity rescale shard %d: %w", sh, err))
-			}
-			after = last
-		}
-	}
+	rep.Failures += failures
 	rep.Duration = time.Since(start).Round(time.Millisecond).String()
 	return rep, errors.Join(errs...)
 }
 
-// coldTargets counts, per directory tag, the cells whose target is cold:
-// a first pass over cell_activity, so that the moves to cold size each
-// tag's cold filter for what this cycle will add at once instead of
-// growing it layer by layer as the cells of a tag come up in the scan
-// (tiers.WarmStore.SwitchToCold). Cells already cold are counted too: the
-// filter's own count tells them apart.
-func (w *Worker) coldTargets(ctx context.Context, hour int64) (map[tiers.Tag]int, error) {
-	out := map[tiers.Tag]int{}
-	for sh, db := range w.DBs {
-		rows, err := db.QueryContext(ctx, "SELECT ref, since, calls FROM cell_activity")
+// runPart scans part p's range of its shard's cell_activity in key order,
+// batch by batch, moves each batch's cells whose tier differs from their
+// target, and rescales the history of rows older than the horizon.
+func (w *Worker) runPart(ctx context.Context, p int, hour int64, rep *partReport, fail func(error)) {
+	sh, lo, hi := partRange(p)
+	if sh >= len(w.DBs) {
+		return
+	}
+	db := w.DBs[sh]
+	horizon := int64(w.Config.HorizonHours)
+	if horizon <= 0 {
+		horizon = 168
+	}
+	coldPerTag, err := w.coldTargets(ctx, db, lo, hi, hour)
+	if err != nil {
+		fail(err)
+	}
+	// The part holds about 1/parts of each tag's cells.
+	parts := len(w.DBs) * partsPerShard
+	capacity := func(t tiers.Tag) int { return coldPerTag[t] * parts }
+	scan := "SELECT k, ref, since, calls FROM cell_activity WHERE k > ? ORDER BY k LIMIT ?"
+	args := func(after []byte) []any { return []any{after, w.batch()} }
+	if hi != nil {
+		scan = "SELECT k, ref, since, calls FROM cell_activity WHERE k > ? AND k < ? ORDER BY k LIMIT ?"
+		args = func(after []byte) []any { return []any{after, hi, w.batch()} }
+	}
+	after := lo
+	for ctx.Err() == nil {
+		rows, err := db.QueryContext(ctx, scan, args(after)...)
 		if err != nil {
-			return out, fmt.Errorf("activity count shard %d: %w", sh, err)
+			fail(fmt.Errorf("activity scan shard %d: %w", sh, err))
+			return
 		}
+		var refs []tiers.Ref
+		var rates []float64
+		var last []byte
 		for rows.Next() {
-			var ref []byte
+			var k, ref []byte
 			var since, calls int64
-			if err := rows.Scan(&ref, &since, &calls); err != nil {
-				rows.Close()
-				return out, fmt.Errorf("activity count shard %d: %w", sh, err)
+			if err := rows.Scan(&k, &ref, &since, &calls); err != nil {
+				fail(err)
+				break
 			}
+			last = k
 			r, err := DecodeRef(string(ref))
 			if err != nil {
-				continue // the scan proper reports it
+				fail(err)
+				continue
 			}
-			if w.Config.Target(float64(calls)/float64(max(hour-since, 1))) == tiers.Cold {
-				out[w.Mover.Warm.DirTag(&r)]++
-			}
+			refs = append(refs, r)
+			rates = append(rates, float64(calls)/float64(max(hour-since, 1)))
 		}
-		err = errors.Join(rows.Err(), rows.Close())
+		rows.Close()
+		if len(last) == 0 {
+			return
+		}
+		rep.Scanned += len(refs)
+		w.moveBatch(ctx, refs, rates, capacity, rep, fail)
+		// Bound the history: rows older than the horizon keep their mean.
+		if _, err := db.ExecContext(ctx, "UPDATE cell_activity SET calls = calls * ? DIV GREATEST(? - since, 1), since = ? - ? WHERE k > ? AND k <= ? AND ? - since > ?",
+			horizon, hour, hour, horizon, after, last, hour, horizon); err != nil {
+			fail(fmt.Errorf("activity rescale shard %d: %w", sh, err))
+		}
+		after = last
+	}
+}
+
+// coldTargets counts, per directory tag, the cells of one part (keys from
+// lo, before hi when set) whose target is cold: a first pass, so that the
+// moves to cold size each tag's cold filter for what this cycle will add
+// at once instead of growing it layer by layer as the cells of a tag come
+// up in the scan (tiers.WarmStore.SwitchToCold). Cells already cold are
+// counted too: the filter's own count tells them apart.
+func (w *Worker) coldTargets(ctx context.Context, db *sql.DB, lo, hi []byte, hour int64) (map[tiers.Tag]int, error) {
+	out := map[tiers.Tag]int{}
+	q, args := "SELECT ref, since, calls FROM cell_activity WHERE k >= ?", []any{lo}
+	if hi != nil {
+		q, args = q+" AND k < ?", append(args, hi)
+	}
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return out, fmt.Errorf("activity count: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var ref []byte
+		var since, calls int64
+		if err := rows.Scan(&ref, &since, &calls); err != nil {
+			return out, fmt.Errorf("activity count: %w", err)
+		}
+		r, err := DecodeRef(string(ref))
 		if err != nil {
-			return out, fmt.Errorf("activity count shard %d: %w", sh, err)
+			continue // the scan proper reports it
 		}
+		if w.Config.Target(float64(calls)/float64(max(hour-since, 1))) == tiers.Cold {
+			out[w.Mover.Warm.DirTag(&r)]++
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return out, fmt.Errorf("activity count: %w", err)
 	}
 	return out, nil
 }
 
-func (w *Worker) moveBatch(ctx context.Context, refs []tiers.Ref, rates []float64, capacity func(tiers.Tag) int, rep *CycleReport, fail func(error)) {
+func (w *Worker) moveBatch(ctx context.Context, refs []tiers.Ref, rates []float64, capacity func(tiers.Tag) int, rep *partReport, fail func(error)) {
 	cur, err := w.Mover.TierOf(ctx, refs)
 	if err != nil {
 		fail(err)
@@ -300,8 +360,11 @@ func (w *Worker) Start(ctx context.Context) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	c := schedule.New(w.log())
 	c.Schedule(sched, cron.FuncJob(func() {
-		rep, err := w.RunCycle(ctx)
-		w.log().Info("migration cycle", "scanned", rep.Scanned, "moved", rep.Moved, "skipped", rep.Skipped, "repaired", rep.Repaired, "failures", rep.Failures, "duration", rep.Duration, "err", err)
+		// Every instance's cron fires in the same minute: the minute names
+		// the fleet's cycle, so it runs once (cycle.go).
+		fire := w.now().UTC().Truncate(time.Minute)
+		rep, err := w.runCycle(ctx, "sched-"+strconv.FormatInt(fire.Unix(), 10))
+		w.log().Info("migration cycle", "cycle", rep.Cycle, "parts", rep.Parts, "parts_by", rep.PartsBy, "scanned", rep.Scanned, "moved", rep.Moved, "skipped", rep.Skipped, "repaired", rep.Repaired, "failures", rep.Failures, "duration", rep.Duration, "err", err)
 	}))
 	c.Start()
 	done := make(chan struct{}, 2)

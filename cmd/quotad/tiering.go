@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,8 +47,10 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 	}
 	act := &migrate.Activity{DBs: dbs, MinWindow: s.MigrateMinWindow}
 	router.Calls = act.Observe
+	host, _ := os.Hostname()
 	w := &migrate.Worker{
 		Mover: mover, Activity: act, DBs: dbs, Log: log,
+		Name: host + " " + s.Listen,
 		Config: migrate.Config{
 			Schedule:        s.MigrateSchedule,
 			HotThreshold:    s.HotThreshold,

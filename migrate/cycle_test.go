@@ -1,0 +1,156 @@
+package migrate
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quota-platform/quota/tiers"
+)
+
+// secondInstance is another quotad's worker over the same Redis, shards
+// and journal as w (a Mover of its own, as another process would have).
+func secondInstance(e *env, w *Worker, name string) *Worker {
+	m := *e.mover
+	other := &Worker{Mover: &m, DBs: w.DBs, Now: w.Now, Config: w.Config, Name: name}
+	return other
+}
+
+// rareCells makes n hot cells called once each, two hours ago: each
+// cycle target is cold.
+func rareCells(t *testing.T, e *env, n int) []cellSpec {
+	t.Helper()
+	cells := make([]cellSpec, n)
+	for i := range cells {
+		cells[i] = newCell(10)
+		e.check(t, tiers.Enforce, cells[i])
+	}
+	return cells
+}
+
+// partOf is the cycle part that holds c's activity row.
+func partOf(c cellSpec, shards int) int {
+	ref := c.ref()
+	id := ref.ID()
+	return tiers.JumpShard(shardKey(&ref), shards)*partsPerShard + int(id[0])*partsPerShard/256
+}
+
+// Two instances that run the cycle at once share it: together they do
+// every part once, each cell is moved once, and both report the fleet's
+// cycle.
+func TestCycle_TwoInstancesShareOneCycle(t *testing.T) {
+	t.Parallel()
+	e, w1 := newWorkerEnv(t)
+	e = e.ownJournal()
+	w1.Mover, w1.Name = e.mover, "a"
+	w2 := secondInstance(e, w1, "b")
+	cells := rareCells(t, e, 60)
+	e.clock.Advance(2 * time.Hour)
+	if err := w1.Activity.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	reps := make([]CycleReport, 2)
+	for i, w := range []*Worker{w1, w2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rep, err := w.RunCycle(context.Background())
+			if err != nil {
+				t.Errorf("instance %s: %v", w.Name, err)
+			}
+			reps[i] = rep
+		}()
+	}
+	wg.Wait()
+	parts := 2 * partsPerShard
+	for i, rep := range reps {
+		by := 0
+		for _, n := range rep.PartsBy {
+			by += n
+		}
+		if rep.Cycle != reps[0].Cycle || rep.Parts != parts || by != parts || rep.Moved["hot>cold"] != len(cells) || rep.Scanned != len(cells) {
+			t.Fatalf("instance %d report %+v: want cycle %s, %d parts, %d cells scanned and moved hot>cold once", i, rep, reps[0].Cycle, parts, len(cells))
+		}
+	}
+	for _, c := range cells {
+		if tier := e.tierOf(t, c); tier != tiers.Cold {
+			t.Fatalf("cell in %s, want cold", tier)
+		}
+	}
+	t.Logf("parts by instance: %v", reps[0].PartsBy)
+}
+
+// A part leased by an instance that died (its lease never renewed) is
+// taken over once the lease lapses, and the cycle finishes.
+func TestCycle_DeadInstancesPartIsTakenOver(t *testing.T) {
+	t.Parallel()
+	e, w := newWorkerEnv(t)
+	e = e.ownJournal()
+	w.Mover = e.mover
+	w.Config.PartLeaseTTL = 300 * time.Millisecond
+	cells := rareCells(t, e, 8)
+	e.clock.Advance(2 * time.Hour)
+	if err := w.Activity.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// The dead instance started the cycle and held the part of cells[0].
+	id := "run-dead"
+	if err := e.mover.RDB.Set(ctx, w.cycleKey(), id, time.Hour).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p := partOf(cells[0], len(w.DBs))
+	if err := e.mover.RDB.Set(ctx, w.partKey(id, p), "dead-token", w.Config.PartLeaseTTL).Err(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	rep, err := w.RunCycle(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Cycle != id || rep.Parts != 2*partsPerShard || rep.Moved["hot>cold"] != len(cells) {
+		t.Fatalf("report %+v: want the dead instance's cycle finished, every cell moved", rep)
+	}
+	if waited := time.Since(start); waited < 200*time.Millisecond {
+		t.Fatalf("finished in %s: the leased part was not waited for", waited)
+	}
+	if tier := e.tierOf(t, cells[0]); tier != tiers.Cold {
+		t.Fatalf("the dead instance's cell is %s, want cold", tier)
+	}
+}
+
+// A scheduled cycle runs once per schedule: an instance whose cron fires
+// after another instance finished the same minute's cycle moves nothing;
+// the next schedule's cycle does.
+func TestCycle_ScheduledCycleRunsOncePerSchedule(t *testing.T) {
+	t.Parallel()
+	e, w1 := newWorkerEnv(t)
+	e = e.ownJournal()
+	w1.Mover = e.mover
+	w2 := secondInstance(e, w1, "late")
+	ctx := context.Background()
+	rareCells(t, e, 5)
+	e.clock.Advance(2 * time.Hour)
+	first, err := w1.runCycle(ctx, "sched-100")
+	if err != nil || first.Moved["hot>cold"] != 5 {
+		t.Fatalf("first instance: %+v %v", first, err)
+	}
+	late := rareCells(t, e, 1) // called since: a move the next cycle makes
+	e.clock.Advance(2 * time.Hour)
+	if err := w1.Activity.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second, err := w2.runCycle(ctx, "sched-100")
+	if err != nil || second.Cycle != "sched-100" || second.Moved["hot>cold"] != 5 || second.PartsBy["late"] != 0 {
+		t.Fatalf("late instance, same schedule: %+v %v: want the first run's report and no part run", second, err)
+	}
+	if tier := e.tierOf(t, late[0]); tier != tiers.Hot {
+		t.Fatalf("cell called since moved to %s by a cycle that had already run", tier)
+	}
+	next, err := w2.runCycle(ctx, "sched-200")
+	if err != nil || next.Moved["hot>cold"] != 1 {
+		t.Fatalf("next schedule: %+v %v", next, err)
+	}
+}
