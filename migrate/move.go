@@ -256,7 +256,9 @@ func tierOf(v string, row bool) tiers.Tier {
 }
 
 // dir reads the directory values of refs and, for the empty ones, whether
-// the cold tier has a row.
+// the cold tier has a row. Only the cells their tag's cold filter holds are
+// looked up in MySQL: a cell with no field and no filter bit has no row
+// (migrate/PROTOCOL.md, invariant 2), so hot cells cost no MySQL read.
 func (m *Mover) dir(ctx context.Context, refs []tiers.Ref) ([]string, []bool, error) {
 	raws, err := m.Warm.DirRaw(ctx, refs)
 	if err != nil {
@@ -266,10 +268,22 @@ func (m *Mover) dir(ctx context.Context, refs []tiers.Ref) ([]string, []bool, er
 	if m.Cold == nil {
 		return raws, rows, nil
 	}
-	var ask []tiers.Ref
-	var at []int
+	var empty []tiers.Ref
+	var emptyAt []int
 	for i, v := range raws {
 		if v == "" {
+			empty = append(empty, refs[i])
+			emptyAt = append(emptyAt, i)
+		}
+	}
+	maybe, err := m.Warm.MayBeCold(ctx, empty)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ask []tiers.Ref
+	var at []int
+	for k, i := range emptyAt {
+		if maybe[k] {
 			ask = append(ask, refs[i])
 			at = append(at, i)
 		}

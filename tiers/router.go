@@ -15,8 +15,8 @@ import (
 // lives.
 //
 // Every op goes first through the hot script, which carries, for each
-// fixed-window cell, the cell's directory field (its warm bucket field,
-// move.go) and its tag's cold filter (coldfilter.go). A cell whose hot key
+// fixed-window cell, its tag's directory (directory.go): its warm field
+// and its tag's cold filter (coldfilter.go). A cell whose hot key
 // exists is counted there with no lookup, and so is one with no field that
 // the filter says is not cold: a new cell, or a hot one whose key expired.
 // The script reports the others as warm (with the record), moving, or
