@@ -36,6 +36,13 @@ local function dir_header(hkey)
   local h = dir_cache[hkey]
   if h then return h end
   local raw = redis.call('GETRANGE', hkey, 0, DIR_HEADER + 63) -- and up to 16 layers
+  if raw == '' then
+    -- No header: the tag has only hot cells (the common case, kept cheap).
+    h = { key = hkey, base = string.sub(hkey, 1, -2), warm = false, level = 0, split = 0,
+      version = '\0\0\0\0', total = 0, last = 0, sizes = {} }
+    dir_cache[hkey] = h
+    return h
+  end
   if #raw < DIR_HEADER then raw = raw .. string.rep('\0', DIR_HEADER - #raw) end
   local layers = string.byte(raw, DIR_HEADER)
   if #raw < DIR_HEADER + 4 * layers then
