@@ -42,7 +42,8 @@
 #                timeline included (default bench-out/ab)
 #   AB_MYSQL     1: also print MariaDB's statements (Com_select, _insert,
 #                _update, _delete, _replace, _insert_select) and rows written
-#                (Innodb_rows_inserted, _updated, _deleted) per 1,000 checks,
+#                (Handler_write, _update, _delete: MariaDB has no
+#                Innodb_rows_*; internal temporary tables count too) per 1,000 checks,
 #                from the load's start until quotad exited (its final
 #                flushes included), from SHOW GLOBAL STATUS (mysql -uroot
 #                over the socket; the whole server, other users included)
@@ -80,8 +81,8 @@ RP=$(pgrep -x redis-server | head -1); MP=$(pgrep -x mariadbd | head -1)
 sample() { echo "$(cpu "$QP") $(cpu "$RP") $(cpu "$MP") $(machine)"; }
 # MariaDB's statements and rows written so far (AB_MYSQL=1)
 mysql_counts() {
-	mysql -uroot -N -e "SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_select','Com_insert','Com_update','Com_delete','Com_replace','Com_insert_select','Innodb_rows_inserted','Innodb_rows_updated','Innodb_rows_deleted')" |
-		awk '$1 ~ /^Com_/ {s += $2} $1 ~ /^Innodb_rows/ {w += $2} END {print s + 0, w + 0}'
+	mysql -uroot -N -e "SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_select','Com_insert','Com_update','Com_delete','Com_replace','Com_insert_select','Handler_write','Handler_update','Handler_delete')" |
+		awk '$1 ~ /^Com_/ {s += $2} $1 ~ /^Handler_/ {w += $2} END {print s + 0, w + 0}'
 }
 # quotad's system ticks and minor page faults (/proc/PID/stat fields 15 and 10)
 kernel_side() { awk '{print $15, $10}' "/proc/$1/stat"; }
