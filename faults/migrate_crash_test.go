@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"sort"
 	"strings"
@@ -33,17 +34,20 @@ const (
 	migPrefix = "q:" // quotad's default QUOTA_REDIS_KEY_PREFIX
 )
 
-// A migration direction: where new cells start, and thresholds that give
-// every cell the other tier as its target.
+// A migration direction: thresholds that send the seeded cells to the
+// source tier first (nil: they start hot, as new cells do), and thresholds
+// that give every cell the other tier as its target.
 type migDirection struct {
-	name string
-	env  []string
+	name  string
+	setup []string
+	env   []string
 }
 
 var (
-	hotToCold = migDirection{"hot>cold", []string{"QUOTA_NEW_TIER=hot", "QUOTA_HOT_THRESHOLD=1e9", "QUOTA_COLD_THRESHOLD=1e9"}}
-	coldToHot = migDirection{"cold>hot", []string{"QUOTA_NEW_TIER=cold", "QUOTA_HOT_THRESHOLD=0.000001", "QUOTA_COLD_THRESHOLD=0"}}
-	warmToHot = migDirection{"warm>hot", []string{"QUOTA_NEW_TIER=warm", "QUOTA_HOT_THRESHOLD=0.000001", "QUOTA_COLD_THRESHOLD=0"}}
+	toHot     = []string{"QUOTA_HOT_THRESHOLD=0.000001", "QUOTA_COLD_THRESHOLD=0"}
+	hotToCold = migDirection{"hot>cold", nil, []string{"QUOTA_HOT_THRESHOLD=1e9", "QUOTA_COLD_THRESHOLD=1e9"}}
+	coldToHot = migDirection{"cold>hot", []string{"QUOTA_HOT_THRESHOLD=1e9", "QUOTA_COLD_THRESHOLD=1e9"}, toHot}
+	warmToHot = migDirection{"warm>hot", []string{"QUOTA_HOT_THRESHOLD=1e9", "QUOTA_COLD_THRESHOLD=0"}, toHot}
 )
 
 // SIGKILL quotad in the middle of a migration cycle, under checks on the
@@ -94,8 +98,10 @@ func newMigEnv(t *testing.T, dir migDirection) *migEnv {
 		"QUOTA_REDIS_ADDRS=" + r.Addr(), "QUOTA_RULES=" + writeRules(t, migRules), shardEnv,
 		"QUOTA_TIERING=on", "QUOTA_ADMIN_TOKEN=" + adminToken, "QUOTA_MIGRATE_SCHEDULE=@yearly",
 		"QUOTA_PROMOTE_INTERVAL=0", "QUOTA_DEMOTE_INTERVAL=0", "QUOTA_ANALYTICS=off",
-		"QUOTA_WARM_BUCKETS_PER_TAG=1024",
 	}, dir.env...)
+	if dir.setup != nil {
+		env = append(env, dir.setup...) // until toSource
+	}
 	e := &migEnv{q: testenv.StartQuotad(t, env...), dbs: dbs, app: fmt.Sprintf("mig-%d", time.Now().UnixNano())}
 	e.rdb = redis.NewClient(&redis.Options{Addr: r.Addr()})
 	t.Cleanup(func() { e.rdb.Close() })
@@ -304,8 +310,22 @@ func (e *migEnv) journal(t *testing.T) int64 {
 	return n
 }
 
+// migrate runs a migration cycle through quotad. A cycle after a crash
+// joins the dead instance's cycle and waits for its part leases to lapse
+// (30 s), longer than the tests' usual client timeout.
 func (e *migEnv) migrate() (answer, error) {
-	return tryCall("POST", e.q.URL+"/v1/admin/migrate", "", "Authorization", "Bearer "+adminToken)
+	req, err := http.NewRequest("POST", e.q.URL+"/v1/admin/migrate", nil)
+	if err != nil {
+		return answer{}, err
+	}
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err := (&http.Client{Timeout: 3 * time.Minute}).Do(req)
+	if err != nil {
+		return answer{}, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, header: resp.Header, raw: raw}, err
 }
 
 // killMidCycle starts a migration cycle and SIGKILLs quotad delay after the
@@ -347,6 +367,7 @@ func runMigrationKill(t *testing.T, dir migDirection, delay time.Duration) {
 	e := newMigEnv(t, dir)
 	fig := newFigures(t)
 	allowed := e.seed(t)
+	e.toSource(t, dir)
 	_, before := e.counts(t)
 
 	// Checks on the cells being moved: 400/s, each on another user (7919 is
@@ -379,6 +400,20 @@ func runMigrationKill(t *testing.T, dir migDirection, delay time.Duration) {
 	fig.add("restarted in %s; %s; journal empty %s after the kill", restarted.Round(time.Millisecond), probe, repairedIn.Round(100*time.Millisecond))
 	fig.add("next cycle %s; after it cells %v, every count = calls answered 200 (+ %d answers lost in flight, %d other), each cell in one tier",
 		strings.TrimSpace(string(next.raw)), after, sumLost(lost), other)
+}
+
+// toSource sends the seeded cells to the direction's source tier with a
+// cycle under its setup thresholds, then restarts quotad with the
+// direction's own.
+func (e *migEnv) toSource(t *testing.T, dir migDirection) {
+	t.Helper()
+	if dir.setup == nil {
+		return
+	}
+	e.nextCycle(t)
+	e.q.Kill()
+	e.q.Setenv(dir.env...)
+	e.q.Start()
 }
 
 // nextCycle runs a migration cycle and fails the test if it reports a

@@ -371,13 +371,14 @@ func TestMySQLShardKilled_ColdIdentitiesFollowFailMode(t *testing.T) {
 			env := []string{"QUOTA_REDIS_ADDRS=" + r.Addr(), "QUOTA_RULES=" + writeRules(t, coldRules),
 				"QUOTA_MYSQL_SHARDS=" + dsn0 + "," + dsn1, "QUOTA_FAIL_MODE=" + mode,
 				"QUOTA_ADMIN_TOKEN=" + adminToken, "QUOTA_REDIS_TIMEOUT=1s", "QUOTA_TIERING=on"}
-			// Two instances on the same stores: new cells start hot on one,
-			// cold on the other; both route every cell where it lives.
-			qHot := testenv.StartQuotad(t, append(env, "QUOTA_NEW_TIER=hot")...)
+			// Two instances on the same stores, both routing every cell
+			// where it lives; the second's cycle sends every cell it has a
+			// history of to cold (both thresholds far above any rate).
+			qHot := testenv.StartQuotad(t, env...)
 			if a := call(t, "GET", qHot.URL+"/v1/admin/tiers", "", "Authorization", "Bearer "+adminToken); a.status != http.StatusOK {
 				t.Skipf("quotad has no tiers yet (GET /v1/admin/tiers: %d %s)", a.status, a.raw)
 			}
-			qCold := testenv.StartQuotad(t, append(env, "QUOTA_NEW_TIER=cold")...)
+			qCold := testenv.StartQuotad(t, append(env, "QUOTA_HOT_THRESHOLD=1e9", "QUOTA_COLD_THRESHOLD=1e9", "QUOTA_MIGRATE_MIN_WINDOW=0")...)
 			fig := newFigures(t)
 			app := fmt.Sprintf("cold-%d", time.Now().UnixNano())
 			body := func(u string) string { return fmt.Sprintf(`{"app_id":%q,"user_id":%q}`, app, u) }
@@ -385,14 +386,24 @@ func TestMySQLShardKilled_ColdIdentitiesFollowFailMode(t *testing.T) {
 			hot1 := userOnShard(app+"-h", 1, 2)
 			hotBody := fmt.Sprintf(`{"app_id":%q,"user_id":%q}`, app+"-h", hot1)
 			for range 2 {
-				for _, c := range []struct {
-					q    *testenv.Quotad
-					body string
-					tier string
-				}{{qCold, body(cold0), "cold"}, {qCold, body(cold1), "cold"}, {qHot, hotBody, "hot"}} {
-					if a := check(t, c.q, c.body); a.status != 200 || tierOf(t, a) != c.tier {
-						t.Fatalf("before the outage %s: %d tier %q, want 200 in %s: %s", c.body, a.status, tierOf(t, a), c.tier, a.raw)
+				for _, b := range []string{body(cold0), body(cold1)} {
+					if a := check(t, qCold, b); a.status != 200 {
+						t.Fatalf("before the outage %s: %d %s", b, a.status, a.raw)
 					}
+				}
+			}
+			if a := call(t, "POST", qCold.URL+"/v1/admin/migrate", "", "Authorization", "Bearer "+adminToken); a.status != http.StatusOK {
+				t.Fatalf("the cycle that sends the cells cold: %d %s", a.status, a.raw)
+			}
+			for range 2 { // new since the cycle: hot
+				if a := check(t, qHot, hotBody); a.status != 200 || tierOf(t, a) != "hot" {
+					t.Fatalf("before the outage %s: %d tier %q, want 200 in hot: %s", hotBody, a.status, tierOf(t, a), a.raw)
+				}
+			}
+			for _, u := range []string{cold0, cold1} {
+				dry := fmt.Sprintf(`{"app_id":%q,"user_id":%q,"dry_run":true}`, app, u)
+				if a := check(t, qCold, dry); a.status != 200 || tierOf(t, a) != "cold" {
+					t.Fatalf("before the outage %s: %d tier %q, want 200 in cold: %s", dry, a.status, tierOf(t, a), a.raw)
 				}
 			}
 

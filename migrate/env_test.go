@@ -25,7 +25,7 @@ type env struct {
 
 // newEnv builds the three tiers (Redis prefix and two shard DBs of the
 // test's own), a router and a mover.
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second})

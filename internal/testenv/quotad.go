@@ -160,6 +160,13 @@ func NewQuotad(t testing.TB, env ...string) *Quotad {
 	return q
 }
 
+// Setenv sets env (KEY=value) for the next Start, over what was set before.
+func (q *Quotad) Setenv(env ...string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.env = append(q.env, env...)
+}
+
 // Start starts (or restarts, on the same port and settings) quotad serve
 // and waits until /healthz answers 200.
 func (q *Quotad) Start() {
