@@ -83,6 +83,6 @@ end
 if changed then
   local v = (dir_u32(h.version, 1) + 1) % 4294967296
   h.version = dir_u32s(v)
-  redis.call('SETRANGE', h.key, 8, h.version .. dir_u32s(h.total) .. dir_u32s(h.last))
+  redis.call('SETRANGE', h.key, 4, h.version .. dir_u32s(h.last))
 end
 return out

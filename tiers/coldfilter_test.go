@@ -320,11 +320,11 @@ func TestColdFilter_HoldsEveryCellSwitchedAndFewOthers(t *testing.T) {
 				}
 			}
 			key := warm.HeaderKey(&in[0])
-			head, err := rdb.GetRange(ctx, key, 0, 20).Result()
-			if err != nil || len(head) != 21 {
+			head, err := rdb.GetRange(ctx, key, 0, 12).Result()
+			if err != nil || len(head) != 13 {
 				t.Fatalf("header %q: %v", head, err)
 			}
-			layers := int(head[20])
+			layers := int(head[12])
 			size, _ := rdb.StrLen(ctx, key).Result()
 			t.Logf("%d layers, %d bytes (%.2f a cell), false positives %d of %d", layers, size, float64(size)/cells, fp, len(others))
 			if share := float64(fp) / float64(len(others)); share > tc.maxFP || layers > tc.maxLayers {

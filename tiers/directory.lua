@@ -11,12 +11,12 @@
 --                   'H' (hot; written by older versions only)
 -- Header: byte 1 flags (1: the tag may have warm fields), byte 2 the warm
 -- level L, bytes 3-4 the split pointer S: 2^L + S buckets, grown by linear
--- hashing; bytes 5-8 unused; bytes 9-21 the cold filter's
--- version, total cells, cells in its last layer and layer count (1 byte);
--- then 4 bytes a layer (its size in 8-byte blocks), then the layers.
--- Integers are big-endian. A missing header, or a short one, reads as
--- zeros.
-local DIR_HEADER = 21
+-- hashing; bytes 5-12 the cold filter's version and the cells in its last
+-- layer, byte 13 its layer count; then 4 bytes a layer (its size in 8-byte
+-- blocks), then the layers. Integers are big-endian. A missing header, or
+-- a short one, reads as zeros. (13 bytes: with 100 cold cells a tag, the
+-- value fits a 128-byte allocation.)
+local DIR_HEADER = 13
 local WARM_MAX_BUCKETS = 65536
 
 local function dir_u32(s, i)
@@ -54,12 +54,16 @@ local function dir_header(hkey)
     warm = string.byte(raw, 1) % 2 == 1,
     level = string.byte(raw, 2),
     split = string.byte(raw, 3) * 256 + string.byte(raw, 4),
-    version = string.sub(raw, 9, 12),
-    total = dir_u32(raw, 13),
-    last = dir_u32(raw, 17),
+    version = string.sub(raw, 5, 8),
+    last = dir_u32(raw, 9),
     sizes = {},
   }
-  for j = 1, layers do h.sizes[j] = dir_u32(raw, DIR_HEADER + 4 * j - 3) end
+  -- Every layer but the last is full: total is the filter's cells.
+  h.total = h.last
+  for j = 1, layers do
+    h.sizes[j] = dir_u32(raw, DIR_HEADER + 4 * j - 3)
+    if j < layers then h.total = h.total + 8 * h.sizes[j] end
+  end
   dir_cache[hkey] = h
   return h
 end
