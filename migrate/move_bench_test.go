@@ -17,6 +17,13 @@ func BenchmarkMoveCells_HotToCold(b *testing.B) {
 	const batch = 1000
 	moved := 0
 	var took time.Duration
+	var last time.Time
+	perStep := map[Step]time.Duration{}
+	e.mover.AfterStep = func(s Step) error {
+		perStep[s] += time.Since(last)
+		last = time.Now()
+		return nil
+	}
 	for b.Loop() {
 		b.StopTimer()
 		cells := make([]cellSpec, batch)
@@ -32,6 +39,7 @@ func BenchmarkMoveCells_HotToCold(b *testing.B) {
 		}
 		b.StartTimer()
 		start := time.Now()
+		last = start
 		res, err := e.mover.MoveCells(ctx, refsOf(cells...), tiers.Hot, tiers.Cold)
 		took += time.Since(start)
 		if err != nil || len(res.Moved) != batch {
@@ -40,4 +48,7 @@ func BenchmarkMoveCells_HotToCold(b *testing.B) {
 		moved += len(res.Moved)
 	}
 	b.ReportMetric(float64(moved)/took.Seconds(), "cells/s")
+	for s := StepJournal; s <= StepDelete; s++ {
+		b.ReportMetric(float64(perStep[s].Microseconds())/float64(b.N), s.String()+"-us/batch")
+	}
 }
