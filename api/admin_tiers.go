@@ -20,11 +20,15 @@ type TiersAdmin interface {
 	TierStats(ctx context.Context) (any, error)
 	// Migrate runs one migration cycle now and returns what it moved.
 	Migrate(ctx context.Context) (any, error)
+	// RebuildColdFilters puts every cold cell back in its app's cold
+	// filter (after Redis lost data) and returns how many it covered.
+	RebuildColdFilters(ctx context.Context) (any, error)
 }
 
 func (s *Server) tiersRoutes(e *echo.Echo) {
 	e.GET("/v1/admin/tiers", s.getTiers, s.requireAdmin)
 	e.POST("/v1/admin/migrate", s.postMigrate, s.requireAdmin)
+	e.POST("/v1/admin/tiers/rebuild-filters", s.postRebuildFilters, s.requireAdmin)
 }
 
 func (s *Server) tiersOff() error {
@@ -57,6 +61,23 @@ func (s *Server) postMigrate(c echo.Context) error {
 	if err != nil && rep == nil {
 		s.deps.Log.Error("migration cycle", "err", err)
 		return newError(http.StatusServiceUnavailable, "migration_failed", "migration cycle failed: "+err.Error())
+	}
+	return c.JSON(http.StatusOK, rep)
+}
+
+// postRebuildFilters answers {"cells": N}: the cold cells now held by their
+// filters. Like a cycle, it reads all of cell_activity.
+func (s *Server) postRebuildFilters(c echo.Context) error {
+	if s.deps.Tiers == nil {
+		return s.tiersOff()
+	}
+	if err := http.NewResponseController(c.Response()).SetWriteDeadline(time.Now().Add(migrateWriteTimeout)); err != nil {
+		s.deps.Log.Warn("cold filter rebuild: cannot extend the write deadline", "err", err)
+	}
+	rep, err := s.deps.Tiers.RebuildColdFilters(c.Request().Context())
+	if err != nil {
+		s.deps.Log.Error("cold filter rebuild", "err", err)
+		return newError(http.StatusServiceUnavailable, "rebuild_failed", "cold filter rebuild failed: "+err.Error())
 	}
 	return c.JSON(http.StatusOK, rep)
 }

@@ -80,7 +80,7 @@ func adminCall(t *testing.T, srv *httptest.Server, method, path, token string) (
 func TestAdminTiersAuth(t *testing.T) {
 	t.Parallel()
 	srv, _ := tiersServer(t, adminToken)
-	for _, p := range [][2]string{{"GET", "/v1/admin/tiers"}, {"POST", "/v1/admin/migrate"}} {
+	for _, p := range [][2]string{{"GET", "/v1/admin/tiers"}, {"POST", "/v1/admin/migrate"}, {"POST", "/v1/admin/tiers/rebuild-filters"}} {
 		if code, _ := adminCall(t, srv, p[0], p[1], ""); code != http.StatusUnauthorized {
 			t.Errorf("%s %s without token: %d, want 401", p[0], p[1], code)
 		}
@@ -133,6 +133,9 @@ func TestAdminMigrateAndTiers(t *testing.T) {
 	if n := st["cold"].(map[string]any)["identities"].(float64); n < 4 {
 		t.Fatalf("after the cycle: %v", st)
 	}
+	if code, rb := adminCall(t, srv, "POST", "/v1/admin/tiers/rebuild-filters", adminToken); code != 200 || rb["cells"].(float64) < 4 {
+		t.Fatalf("rebuild the cold filters: %d %v, want the 4 cold cells", code, rb)
+	}
 	resp, err := http.Post(srv.URL+"/v1/check", "application/json", strings.NewReader(`{"app_id":"a1","ip":"203.0.113.7","user_id":"u0","interface_id":"users.get"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -148,6 +151,9 @@ func TestAdminMigrateAndTiers(t *testing.T) {
 type slowTiers struct{ d time.Duration }
 
 func (s slowTiers) TierStats(context.Context) (any, error) { return map[string]int{}, nil }
+func (s slowTiers) RebuildColdFilters(context.Context) (any, error) {
+	return map[string]int{}, nil
+}
 func (s slowTiers) Migrate(context.Context) (any, error) {
 	time.Sleep(s.d)
 	return map[string]int{"scanned": 7}, nil

@@ -149,7 +149,7 @@ func (w *Worker) takeParts(ctx context.Context, id string, total int, run func(c
 		if !took {
 			// The parts left are another instance's: wait for them to be
 			// done, or for a dead instance's lease to lapse.
-			t := time.NewTimer(min(w.partLeaseTTL()/4, time.Second))
+			t := time.NewTimer(min(w.partLeaseTTL()/4, 200*time.Millisecond))
 			select {
 			case <-ctx.Done():
 				t.Stop()

@@ -154,3 +154,41 @@ func TestCycle_ScheduledCycleRunsOncePerSchedule(t *testing.T) {
 		t.Fatalf("next schedule: %+v %v", next, err)
 	}
 }
+
+// After Redis lost a tag's directory header (and so its cold filter), a
+// cold cell's check would count it as new; the rebuild puts the cell back
+// in the filter from cell_activity and the cold rows, and its cold count
+// holds again.
+func TestRebuildColdFilters_ColdCountsHoldAfterRedisLostTheFilter(t *testing.T) {
+	t.Parallel()
+	e, w := newWorkerEnv(t)
+	e = e.ownJournal()
+	w.Mover = e.mover
+	ctx := context.Background()
+	c := newCell(3)
+	for range 3 {
+		e.check(t, tiers.Enforce, c)
+	}
+	if err := w.Activity.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.move(t, tiers.Hot, tiers.Cold, c)
+	if op := e.check(t, tiers.Enforce, c); op.Allowed() {
+		t.Fatal("4th call of 3 allowed in cold")
+	}
+	ref := c.ref()
+	if err := e.warm.Client().Del(ctx, e.warm.HeaderKey(&ref)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := w.RebuildColdFilters(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("rebuild: %d cells, %v; want 1", n, err)
+	}
+	if op := e.check(t, tiers.Enforce, c); op.Allowed() || op.Out[0].Tier != tiers.Cold {
+		t.Fatalf("after the rebuild, 4th call of 3: %+v; want denied in cold", op.Out)
+	}
+	// Run again: the cell is held already, its bits are not added twice.
+	if n, err := w.RebuildColdFilters(ctx); err != nil || n != 1 {
+		t.Fatalf("second rebuild: %d %v", n, err)
+	}
+}

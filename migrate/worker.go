@@ -457,6 +457,12 @@ type Admin struct{ W *Worker }
 // TierStats returns Mover.Stats.
 func (a Admin) TierStats(ctx context.Context) (any, error) { return a.W.Mover.Stats(ctx) }
 
+// RebuildColdFilters runs Worker.RebuildColdFilters: {"cells": N}.
+func (a Admin) RebuildColdFilters(ctx context.Context) (any, error) {
+	n, err := a.W.RebuildColdFilters(ctx)
+	return map[string]int{"cells": n}, err
+}
+
 // Migrate runs a cycle; its report is answered even when some batch failed.
 func (a Admin) Migrate(ctx context.Context) (any, error) {
 	rep, err := a.W.RunCycle(ctx)

@@ -12,8 +12,10 @@
 -- ARGV[2i], ARGV[2i+1]  per cell i: its warm field (>= 6 bytes of its cell
 --          id), the expected value ('' = absent)
 --
--- Reply: per cell 1 (switched and added) or 0 (the field held another
--- value: nothing changed for that cell).
+-- Reply: per cell 1 (switched and in the filter) or 0 (the field held
+-- another value: nothing changed for that cell). Switching a cell whose
+-- field is absent ('' expected) only makes sure the filter holds it: the
+-- rebuild of a filter Redis lost (migrate.Worker.RebuildColdFilters).
 --
 -- Cells are added to the last layer only: earlier layers are full. A full
 -- last layer gets a successor at least as large as all earlier layers
@@ -72,8 +74,12 @@ for i = 1, n do
   local cur = warm_get(h, field) or ''
   if cur == ARGV[2 * i + 1] then
     if cur ~= '' then warm_del(h, field) end
-    local err = add(field, n - i + 1)
-    if err then return err end
+    -- A cell the filter already holds (it was cold before, or a false
+    -- positive) needs no bits; the version changes all the same.
+    if not cold_maybe(h, field) then
+      local err = add(field, n - i + 1)
+      if err then return err end
+    end
     changed = true
     out[i] = 1
   else

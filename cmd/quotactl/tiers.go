@@ -11,6 +11,22 @@ import (
 func init() {
 	commands["tiers"] = command{"cells and bytes per storage tier: tiers", runTiers}
 	commands["migrate"] = command{"run a migration cycle now and print what moved: migrate", runMigrate}
+	commands["rebuild-filters"] = command{"put every cold cell back in its app's cold filter (after Redis lost data): rebuild-filters", runRebuildFilters}
+}
+
+func runRebuildFilters(ctx context.Context, cl *client, args []string, stdout, stderr io.Writer) int {
+	if !noArgs("rebuild-filters", "rebuild-filters", cl, args, stderr) {
+		return 2
+	}
+	var rep struct {
+		Cells int `json:"cells"`
+	}
+	if _, err := cl.do(ctx, "POST", "/v1/admin/tiers/rebuild-filters", nil, &rep); err != nil {
+		fmt.Fprintln(stderr, "quotactl rebuild-filters:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%d cold cells in their filters\n", rep.Cells)
+	return 0
 }
 
 type tierUsage struct {

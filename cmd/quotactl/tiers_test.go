@@ -24,6 +24,10 @@ func (fakeTiers) TierStats(context.Context) (any, error) {
 	}, nil
 }
 
+func (fakeTiers) RebuildColdFilters(context.Context) (any, error) {
+	return map[string]int{"cells": 42}, nil
+}
+
 func (fakeTiers) Migrate(context.Context) (any, error) {
 	return map[string]any{"scanned": 100, "moved": map[string]int{"hot>warm": 3, "warm>cold": 7}, "duration": "12ms"}, nil
 }
@@ -50,6 +54,10 @@ func TestTiersAndMigrate(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "hot>warm   3") || !strings.Contains(out.String(), "scanned 100") {
 		t.Errorf("migrate output:\n%s", out.String())
+	}
+	out.Reset()
+	if code := run([]string{"--url", srv.URL, "--token", admin, "rebuild-filters"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "42 cold cells") {
+		t.Errorf("rebuild-filters: %d %s %s", code, out.String(), errb.String())
 	}
 	out.Reset()
 	errb.Reset()
