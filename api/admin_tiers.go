@@ -9,8 +9,9 @@ import (
 )
 
 // migrateWriteTimeout replaces the server's WriteTimeout (10 s in quotad)
-// for POST /v1/admin/migrate: a cycle over many cells takes longer, and the
-// connection must not be cut before its report is written.
+// for POST /v1/admin/migrate and the filter rebuild: a cycle over many
+// cells takes longer, and the connection must not be cut before its report
+// is written.
 const migrateWriteTimeout = 30 * time.Minute
 
 // TiersAdmin is the migration worker as the admin endpoints see it
@@ -54,9 +55,7 @@ func (s *Server) postMigrate(c echo.Context) error {
 	if s.deps.Tiers == nil {
 		return s.tiersOff()
 	}
-	if err := http.NewResponseController(c.Response()).SetWriteDeadline(time.Now().Add(migrateWriteTimeout)); err != nil {
-		s.deps.Log.Warn("migration cycle: cannot extend the write deadline; a long cycle's answer may be cut", "err", err)
-	}
+	s.extendWriteDeadline(c, "migration cycle")
 	rep, err := s.deps.Tiers.Migrate(c.Request().Context())
 	if err != nil && rep == nil {
 		s.deps.Log.Error("migration cycle", "err", err)
@@ -71,13 +70,19 @@ func (s *Server) postRebuildFilters(c echo.Context) error {
 	if s.deps.Tiers == nil {
 		return s.tiersOff()
 	}
-	if err := http.NewResponseController(c.Response()).SetWriteDeadline(time.Now().Add(migrateWriteTimeout)); err != nil {
-		s.deps.Log.Warn("cold filter rebuild: cannot extend the write deadline", "err", err)
-	}
+	s.extendWriteDeadline(c, "cold filter rebuild")
 	rep, err := s.deps.Tiers.RebuildColdFilters(c.Request().Context())
 	if err != nil {
 		s.deps.Log.Error("cold filter rebuild", "err", err)
 		return newError(http.StatusServiceUnavailable, "rebuild_failed", "cold filter rebuild failed: "+err.Error())
 	}
 	return c.JSON(http.StatusOK, rep)
+}
+
+// extendWriteDeadline gives a long admin job (a cycle, a rebuild) the time
+// to write its answer, past the server's WriteTimeout.
+func (s *Server) extendWriteDeadline(c echo.Context, what string) {
+	if err := http.NewResponseController(c.Response()).SetWriteDeadline(time.Now().Add(migrateWriteTimeout)); err != nil {
+		s.deps.Log.Warn(what+": cannot extend the write deadline; a long run's answer may be cut", "err", err)
+	}
 }
