@@ -109,35 +109,39 @@ func (s *WarmStore) DirTag(r *Ref) Tag { return s.tagOf(r.Identity, r.Tag) }
 func (s *WarmStore) Client() redis.UniversalClient { return s.rdb }
 
 var coldProbeScript = dirScript(`
-local m = cold_maybe(dir_header(KEYS[1]), ARGV[1])
-if m then return 1 end
-return 0`)
+local out = {}
+for i = 1, #ARGV, 2 do
+  local m = cold_maybe(dir_header(KEYS[tonumber(ARGV[i])]), ARGV[i + 1])
+  if m then out[#out + 1] = 1 else out[#out + 1] = 0 end
+end
+return out`)
 
 // MayBeCold reports, per ref, whether its tag's cold filter holds it
 // (a false positive included): what the hot script's probe answers. One
-// pipeline; for tools and tests, not the check path.
+// call on a single Redis (one per tag on a cluster); for the mover, tools
+// and tests, not the check path.
 func (s *WarmStore) MayBeCold(ctx context.Context, refs []Ref) ([]bool, error) {
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(refs))
+	locs := make([]warmLoc, len(refs))
 	for i := range refs {
-		l := s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
-		cmds[i] = coldProbeScript.EvalSha(ctx, pipe, []string{l.headerKey()}, l.field)
+		locs[i] = s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
 	}
-	if len(refs) > 0 {
-		if _, err := pipe.Exec(ctx); isNoScript(err) {
-			if err := coldProbeScript.Load(ctx, s.rdb).Err(); err != nil {
-				return nil, fmt.Errorf("cold filter probe: %w", wrapUnavailable(err))
-			}
-			return s.MayBeCold(ctx, refs)
-		}
+	calls := s.dirCalls(locs)
+	cmds, err := runDirCalls(ctx, s.rdb, coldProbeScript, calls)
+	if err != nil {
+		return nil, fmt.Errorf("cold filter probe: %w", err)
 	}
 	out := make([]bool, len(refs))
-	for i, c := range cmds {
-		v, err := c.Int()
+	for i, c := range calls {
+		vals, err := cmds[i].Int64Slice()
 		if err != nil {
 			return nil, fmt.Errorf("cold filter probe: %w", wrapUnavailable(err))
 		}
-		out[i] = v == 1
+		if len(vals) != len(c.at) {
+			return nil, fmt.Errorf("cold filter probe: %d answers for %d cells", len(vals), len(c.at))
+		}
+		for k, at := range c.at {
+			out[at] = vals[k] == 1
+		}
 	}
 	return out, nil
 }

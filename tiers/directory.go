@@ -47,23 +47,67 @@ func (s *WarmStore) HeaderKey(r *Ref) string {
 	return s.locate(r.Identity, r.Window, r.Tag).headerKey()
 }
 
-// runPerTag runs sc once per tag base, with the tag's header as its key and
-// args[base] as its arguments, in one pipeline (EVALSHA; a script Redis
-// lost is loaded and the pipeline sent again). Per-command errors are left
-// in the commands.
-func runPerTag(ctx context.Context, rdb redis.UniversalClient, sc *redis.Script, bases []string, args map[string][]any) ([]*redis.Cmd, error) {
-	if len(bases) == 0 {
-		return nil, nil
+// dirCall is one call of a directory script over some cells: their tags'
+// headers as KEYS and, per cell, its header's index (1-based) and its
+// field as ARGV.
+type dirCall struct {
+	keys []string
+	args []any
+	at   []int // per cell of the call, its index in the caller's list
+}
+
+// dirCalls groups locs into calls: one on a single Redis (a call per tag
+// would cost Redis a script call per app, the most of a move's time), one
+// per tag on a cluster, where a script's keys must share a slot.
+func (s *WarmStore) dirCalls(locs []warmLoc) []dirCall {
+	var calls []dirCall
+	byBase := map[string]int{} // base -> call (cluster) or header index (single)
+	for i, l := range locs {
+		hk := l.headerKey()
+		if s.cluster {
+			ci, ok := byBase[l.base]
+			if !ok {
+				ci = len(calls)
+				byBase[l.base] = ci
+				calls = append(calls, dirCall{keys: []string{hk}})
+			}
+			c := &calls[ci]
+			c.args = append(c.args, 1, l.field)
+			c.at = append(c.at, i)
+			continue
+		}
+		if len(calls) == 0 {
+			calls = append(calls, dirCall{})
+		}
+		c := &calls[0]
+		ki, ok := byBase[l.base]
+		if !ok {
+			c.keys = append(c.keys, hk)
+			ki = len(c.keys)
+			byBase[l.base] = ki
+		}
+		c.args = append(c.args, ki, l.field)
+		c.at = append(c.at, i)
 	}
-	cmds := make([]*redis.Cmd, len(bases))
-	if len(bases) == 1 {
-		cmds[0] = sc.Run(ctx, rdb, []string{bases[0] + "d"}, args[bases[0]]...)
+	return calls
+}
+
+// runDirCalls runs sc for each call in one pipeline (EVALSHA; a script
+// Redis lost is loaded and the pipeline sent again). Per-command errors are
+// left in the commands.
+func runDirCalls(ctx context.Context, rdb redis.UniversalClient, sc *redis.Script, calls []dirCall) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, len(calls))
+	switch len(calls) {
+	case 0:
+		return cmds, nil
+	case 1:
+		cmds[0] = sc.Run(ctx, rdb, calls[0].keys, calls[0].args...)
 		return cmds, nil
 	}
 	for attempt := 0; attempt < 2; attempt++ {
 		pipe := rdb.Pipeline()
-		for i, b := range bases {
-			cmds[i] = sc.EvalSha(ctx, pipe, []string{b + "d"}, args[b]...)
+		for i := range calls {
+			cmds[i] = sc.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
 		}
 		_, err := pipe.Exec(ctx)
 		if !isNoScript(err) {

@@ -218,30 +218,26 @@ func (s *WarmStore) read(ctx context.Context, locs []warmLoc) (map[warmLoc]*warm
 	return out, nil
 }
 
-// readFields reads the raw values at locs ("" = none): one warm_read.lua
-// call per tag, in one pipeline.
+// readFields reads the raw values at locs ("" = none): warm_read.lua, one
+// call on a single Redis, one per tag on a cluster, in one pipeline.
 func (s *WarmStore) readFields(ctx context.Context, locs []warmLoc) (map[warmLoc]string, error) {
 	out := make(map[warmLoc]string, len(locs))
-	byBase := map[string][]any{}
-	var bases []string
-	for _, l := range locs {
-		if _, ok := byBase[l.base]; !ok {
-			bases = append(bases, l.base)
-		}
-		byBase[l.base] = append(byBase[l.base], l.field)
-	}
-	cmds, err := runPerTag(ctx, s.rdb, warmReadScript, bases, byBase)
+	calls := s.dirCalls(locs)
+	cmds, err := runDirCalls(ctx, s.rdb, warmReadScript, calls)
 	if err != nil {
 		return nil, fmt.Errorf("warm read: %w", err)
 	}
-	for i, b := range bases {
+	for i, c := range calls {
 		vals, err := cmds[i].Slice()
 		if err != nil {
 			return nil, fmt.Errorf("warm read: %w", wrapUnavailable(err))
 		}
-		for j, f := range byBase[b] {
-			if str, ok := vals[j].(string); ok {
-				out[warmLoc{base: b, field: f.(string)}] = str
+		if len(vals) != len(c.at) {
+			return nil, fmt.Errorf("warm read: %d values for %d fields", len(vals), len(c.at))
+		}
+		for k, at := range c.at {
+			if str, ok := vals[k].(string); ok {
+				out[locs[at]] = str
 			}
 		}
 	}
@@ -564,19 +560,14 @@ func (s *WarmStore) Import(ctx context.Context, recs []Record) error {
 	}
 }
 
-// Delete removes the records of refs (Mover): one warm_delete.lua call per
-// tag, in one pipeline.
+// Delete removes the records of refs (Mover): warm_delete.lua, one call
+// on a single Redis, one per tag on a cluster, in one pipeline.
 func (s *WarmStore) Delete(ctx context.Context, refs []Ref) error {
-	byBase := map[string][]any{}
-	var bases []string
+	locs := make([]warmLoc, len(refs))
 	for i := range refs {
-		l := s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
-		if _, ok := byBase[l.base]; !ok {
-			bases = append(bases, l.base)
-		}
-		byBase[l.base] = append(byBase[l.base], l.field)
+		locs[i] = s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
 	}
-	cmds, err := runPerTag(ctx, s.rdb, warmDeleteScript, bases, byBase)
+	cmds, err := runDirCalls(ctx, s.rdb, warmDeleteScript, s.dirCalls(locs))
 	if err != nil {
 		return fmt.Errorf("warm delete: %w", err)
 	}

@@ -1,10 +1,11 @@
 -- warm_delete.lua: delete warm fields whatever they hold, after
 -- directory.lua.
 --
--- KEYS[1]  the tag's header
--- ARGV     fields
+-- KEYS     tags' headers (all in one hash slot)
+-- ARGV     pairs: header index into KEYS (1-based), field
 --
 -- Reply: 1.
-local h = dir_header(KEYS[1])
-for i = 1, #ARGV do warm_del(h, ARGV[i]) end
+for i = 1, #ARGV, 2 do
+  warm_del(dir_header(KEYS[tonumber(ARGV[i])]), ARGV[i + 1])
+end
 return 1

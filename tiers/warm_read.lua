@@ -1,11 +1,12 @@
 -- warm_read.lua: read warm fields, after directory.lua (which locates each
 -- in its tag's buckets).
 --
--- KEYS[1]  the tag's header
--- ARGV     fields
+-- KEYS     tags' headers (all in one hash slot)
+-- ARGV     pairs: header index into KEYS (1-based), field
 --
--- Reply: per field its value, or false (absent).
-local h = dir_header(KEYS[1])
+-- Reply: per pair the field's value, or false (absent).
 local out = {}
-for i = 1, #ARGV do out[i] = warm_get(h, ARGV[i]) end
+for i = 1, #ARGV, 2 do
+  out[#out + 1] = warm_get(dir_header(KEYS[tonumber(ARGV[i])]), ARGV[i + 1])
+end
 return out
