@@ -45,60 +45,44 @@ var coldSwitchScript = dirScript(coldSwitchSource)
 // still to go cold (it sizes a new filter layer); nil: as many as switch
 // now. It reports per swap whether it switched.
 func (s *WarmStore) SwitchToCold(ctx context.Context, swaps []DirSwap, capacity func(Tag) int) ([]bool, error) {
-	type call struct {
-		tag  Tag
-		keys []string
-		args []any
-		at   []int // indexes into swaps
-	}
-	byTag := map[string]*call{}
-	var calls []*call
+	byTag := map[string]int{}
+	var calls []dirCall
+	var tags []Tag
 	for i := range swaps {
 		l := s.locate(swaps[i].Identity, swaps[i].Window, swaps[i].Tag)
-		hk := l.headerKey()
-		c, ok := byTag[hk]
+		ci, ok := byTag[l.base]
 		if !ok {
-			c = &call{tag: s.tagOf(swaps[i].Identity, swaps[i].Tag), keys: []string{hk}, args: []any{0}}
-			byTag[hk] = c
-			calls = append(calls, c)
+			ci = len(calls)
+			byTag[l.base] = ci
+			calls = append(calls, dirCall{keys: []string{l.headerKey()}, args: []any{0}})
+			tags = append(tags, s.tagOf(swaps[i].Identity, swaps[i].Tag))
 		}
+		c := &calls[ci]
 		c.args = append(c.args, l.field, swaps[i].Old)
 		c.at = append(c.at, i)
 	}
-	pipe := s.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(calls))
-	for i, c := range calls {
-		want := len(c.at)
+	for ci := range calls {
+		want := len(calls[ci].at)
 		if capacity != nil {
-			want = max(want, capacity(c.tag))
+			want = max(want, capacity(tags[ci]))
 		}
-		c.args[0] = want
-		cmds[i] = coldSwitchScript.EvalSha(ctx, pipe, c.keys, c.args...)
+		calls[ci].args[0] = want
 	}
-	if len(calls) > 0 {
-		_, _ = pipe.Exec(ctx) // errors are read per command
+	vals, err := perCell(ctx, s.rdb, coldSwitchScript, calls, len(swaps))
+	if err != nil {
+		return nil, fmt.Errorf("cold switch: %w", err)
 	}
-	for i, c := range calls {
-		// A script missing from Redis' cache (restart, SCRIPT FLUSH) did
-		// not run: run that call again, loading the script.
-		if isNoScript(cmds[i].Err()) {
-			cmds[i] = coldSwitchScript.Run(ctx, s.rdb, c.keys, c.args...)
-		}
+	return ones(vals), nil
+}
+
+// ones reports which script reply values are the integer 1.
+func ones(vals []any) []bool {
+	out := make([]bool, len(vals))
+	for i, v := range vals {
+		n, _ := v.(int64)
+		out[i] = n == 1
 	}
-	out := make([]bool, len(swaps))
-	for i, c := range calls {
-		res, err := cmds[i].Int64Slice()
-		if err != nil {
-			return nil, fmt.Errorf("cold switch: %w", wrapUnavailable(err))
-		}
-		if len(res) != len(c.at) {
-			return nil, fmt.Errorf("cold switch: %d results for %d cells", len(res), len(c.at))
-		}
-		for k, i := range c.at {
-			out[i] = res[k] == 1
-		}
-	}
-	return out, nil
+	return out
 }
 
 // DirTag returns the tag whose buckets and cold filter hold r's directory
@@ -125,23 +109,9 @@ func (s *WarmStore) MayBeCold(ctx context.Context, refs []Ref) ([]bool, error) {
 	for i := range refs {
 		locs[i] = s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
 	}
-	calls := s.dirCalls(locs)
-	cmds, err := runDirCalls(ctx, s.rdb, coldProbeScript, calls)
+	vals, err := perCell(ctx, s.rdb, coldProbeScript, s.dirCalls(locs), len(refs))
 	if err != nil {
 		return nil, fmt.Errorf("cold filter probe: %w", err)
 	}
-	out := make([]bool, len(refs))
-	for i, c := range calls {
-		vals, err := cmds[i].Int64Slice()
-		if err != nil {
-			return nil, fmt.Errorf("cold filter probe: %w", wrapUnavailable(err))
-		}
-		if len(vals) != len(c.at) {
-			return nil, fmt.Errorf("cold filter probe: %d answers for %d cells", len(vals), len(c.at))
-		}
-		for k, at := range c.at {
-			out[at] = vals[k] == 1
-		}
-	}
-	return out, nil
+	return ones(vals), nil
 }

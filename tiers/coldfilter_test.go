@@ -23,6 +23,9 @@ func (c *redisCalls) DialHook(next redis.DialHook) redis.DialHook { return next 
 
 func (c *redisCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if handshake(cmd) {
+			return next(ctx, cmd)
+		}
 		c.trips.Add(1)
 		c.cmds.Add(1)
 		return next(ctx, cmd)
@@ -31,10 +34,24 @@ func (c *redisCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (c *redisCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if handshake(cmds...) {
+			return next(ctx, cmds)
+		}
 		c.trips.Add(1)
 		c.cmds.Add(int64(len(cmds)))
 		return next(ctx, cmds)
 	}
+}
+
+// handshake reports whether cmds are go-redis setting up a new pooled
+// connection (HELLO, CLIENT SETINFO): not a check's commands.
+func handshake(cmds ...redis.Cmder) bool {
+	for _, c := range cmds {
+		if n := c.Name(); n != "hello" && n != "client" {
+			return false
+		}
+	}
+	return len(cmds) > 0
 }
 
 // filterRouter is a router whose Redis commands and MySQL round trips are

@@ -3,6 +3,7 @@ package tiers
 import (
 	"context"
 	_ "embed"
+	"fmt"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -118,4 +119,27 @@ func runDirCalls(ctx context.Context, rdb redis.UniversalClient, sc *redis.Scrip
 		}
 	}
 	return cmds, nil
+}
+
+// perCell runs sc over calls (runDirCalls) and returns each cell's value in
+// the replies, in the order of the caller's list of n cells.
+func perCell(ctx context.Context, rdb redis.UniversalClient, sc *redis.Script, calls []dirCall, n int) ([]any, error) {
+	cmds, err := runDirCalls(ctx, rdb, sc, calls)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]any, n)
+	for i, c := range calls {
+		vals, err := cmds[i].Slice()
+		if err != nil {
+			return nil, wrapUnavailable(err)
+		}
+		if len(vals) != len(c.at) {
+			return nil, fmt.Errorf("%d values for %d cells", len(vals), len(c.at))
+		}
+		for k, at := range c.at {
+			out[at] = vals[k]
+		}
+	}
+	return out, nil
 }

@@ -221,24 +221,14 @@ func (s *WarmStore) read(ctx context.Context, locs []warmLoc) (map[warmLoc]*warm
 // readFields reads the raw values at locs ("" = none): warm_read.lua, one
 // call on a single Redis, one per tag on a cluster, in one pipeline.
 func (s *WarmStore) readFields(ctx context.Context, locs []warmLoc) (map[warmLoc]string, error) {
-	out := make(map[warmLoc]string, len(locs))
-	calls := s.dirCalls(locs)
-	cmds, err := runDirCalls(ctx, s.rdb, warmReadScript, calls)
+	vals, err := perCell(ctx, s.rdb, warmReadScript, s.dirCalls(locs), len(locs))
 	if err != nil {
 		return nil, fmt.Errorf("warm read: %w", err)
 	}
-	for i, c := range calls {
-		vals, err := cmds[i].Slice()
-		if err != nil {
-			return nil, fmt.Errorf("warm read: %w", wrapUnavailable(err))
-		}
-		if len(vals) != len(c.at) {
-			return nil, fmt.Errorf("warm read: %d values for %d fields", len(vals), len(c.at))
-		}
-		for k, at := range c.at {
-			if str, ok := vals[k].(string); ok {
-				out[locs[at]] = str
-			}
+	out := make(map[warmLoc]string, len(locs))
+	for i, v := range vals {
+		if str, ok := v.(string); ok {
+			out[locs[i]] = str
 		}
 	}
 	return out, nil
