@@ -28,21 +28,21 @@ test: services
 	$(GO) test -race -count=1 ./...
 
 bench: schema
-	bash deploy/bench.sh
+	bash bench/quotad.sh
 
 # What analytics costs the check path: off vs on, interleaved (BENCHMARKS.md).
 .PHONY: bench-analytics
 bench-analytics: schema
-	bash deploy/bench-analytics-ab.sh
+	bash bench/analytics-ab.sh
 
 # The same at full speed with the two quotads taking turns in 30 s slots
-# (deploy/bench-interleave.sh, deploy/bench-rules-1m.yaml; ~37 minutes at
+# (bench/interleave.sh, bench/rules-1m.yaml; ~37 minutes at
 # PAIRS=32), then the statistics (BENCHMARKS.md, "taking turns").
 .PHONY: bench-analytics-interleave
 bench-analytics-interleave: schema
 	@mkdir -p bench-out/interleave
-	QUOTA_RULES=deploy/bench-rules-1m.yaml IL_OUT=bench-out/interleave bash deploy/bench-interleave.sh | tee bench-out/interleave/log.txt
-	bash deploy/bench-ab-stats.sh bench-out/interleave/log.txt
+	QUOTA_RULES=bench/rules-1m.yaml IL_OUT=bench-out/interleave bash bench/interleave.sh | tee bench-out/interleave/log.txt
+	bash bench/ab-stats.sh bench-out/interleave/log.txt
 
 # What a distinct user costs Redis, sparse against dense HyperLogLogs (BENCHMARKS.md).
 .PHONY: bench-hll
@@ -58,7 +58,7 @@ bench-analytics-servers: services
 
 # The same workload through each algorithm (BENCHMARKS.md).
 bench-algorithms: schema
-	bash deploy/bench-algorithms.sh
+	bash bench/algorithms.sh
 
 # Each fuzz target for FUZZTIME; their seed corpora already run in `make test`.
 fuzz:
@@ -131,8 +131,8 @@ bench-tiering: schema
 # Issue 4's Zipf migration benchmark: fill, replay, one `quotactl migrate`,
 # replay right after and settled, on a private redis-server (port 16391) and
 # fresh quota_zipf_* databases (dropped afterwards); ZIPF_* knobs and any
-# QUOTA_* passed to quotad (deploy/bench-zipf-cycle.sh). ~10 minutes at 10 M
+# QUOTA_* passed to quotad (bench/zipf-cycle.sh). ~10 minutes at 10 M
 # identities; figures in bench-out/zipf-cycle/summary.txt.
 .PHONY: bench-zipf-cycle
 bench-zipf-cycle: services build
-	bash deploy/bench-zipf-cycle.sh
+	bash bench/zipf-cycle.sh

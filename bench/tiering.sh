@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/tiering.sh — what tiering costs the check path (make bench-tiering):
 # quotad with QUOTA_TIERING=off against on, the same keys, alternated in
-# one run (deploy/bench-ab.sh, AB_ORDER=alternate: ABBA rounds), for three
+# one run (bench/ab.sh, AB_ORDER=alternate: ABBA rounds), for three
 # loads: make bench's uniform keys, Zipf-skewed keys, and POST
 # /v1/check/batch of 500 checks of (nearly always) new identities. Both run
 # with QUOTA_ANALYTICS=off, so that MariaDB's statements are tiering's own;
@@ -28,7 +28,7 @@ declare -A loads=(
 if [[ ${1:-} != --summary ]]; then # --summary: only summarise the logs of a run
 	for name in uniform skewed batch500; do
 		echo "== $name: ${loads[$name]}"
-		AB_KEYS=${loads[$name]} AB_OUT="$OUT/$name" bash deploy/bench-ab.sh | tee "$OUT/$name.log"
+		AB_KEYS=${loads[$name]} AB_OUT="$OUT/$name" bash bench/ab.sh | tee "$OUT/$name.log"
 	done
 fi
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/bench-ab.sh — compare quotad under a few settings on one machine:
+# bench/ab.sh — compare quotad under a few settings on one machine:
 # for each round, for each variant, a fresh quotad started with the
 # variant's environment and driven by quotabench for D, so every variant sees
 # the same machine (variants interleaved, not run one after the other).
@@ -58,13 +58,13 @@
 # cancelled at shutdown: a window holding one pays for it).
 # Usage (after make schema, which builds and applies sql/), under the
 # benchmark lock of a shared machine:
-#   flock /tmp/quota-bench.lock bash deploy/bench-ab.sh
-#   AB_RATE=4630 ROUNDS=2 bash deploy/bench-ab.sh          # the platform's peak
-#   AB_VARIANTS="GOGC=100;GOGC=400" bash deploy/bench-ab.sh
+#   flock /tmp/quota-bench.lock bash bench/ab.sh
+#   AB_RATE=4630 ROUNDS=2 bash bench/ab.sh          # the platform's peak
+#   AB_VARIANTS="GOGC=100;GOGC=400" bash bench/ab.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
-source deploy/bench-redis-db.sh
-source deploy/bench-measure.sh
+source bench/redis-db.sh
+source bench/measure.sh
 trap bench_db_cleanup EXIT
 D=${D:-20s}; ROUNDS=${ROUNDS:-3}; RATE=${AB_RATE:-0}
 LISTEN=${AB_LISTEN:-127.0.0.1:18090}

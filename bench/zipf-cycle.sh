@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/bench-zipf-cycle.sh — issue 4's Zipf migration benchmark (what `make
+# bench/zipf-cycle.sh — issue 4's Zipf migration benchmark (what `make
 # bench-zipf-cycle` runs; BENCHMARKS.md, "Issue 4's Zipf run" and after).
 #
 # Sets up, on this machine:
@@ -29,7 +29,7 @@
 # (and their grants revoked).
 #
 # Usage (after make services build):
-#   bash deploy/bench-zipf-cycle.sh
+#   bash bench/zipf-cycle.sh
 #   ZIPF_IDENTITIES=1000000 ZIPF_FILL=90s ZIPF_BEFORE=45s ZIPF_AFTER=60s \
 #     ZIPF_SETTLED=45s make bench-zipf-cycle
 #   QUOTA_COALESCE=32 make bench-zipf-cycle        # an A/B knob for quotad
@@ -170,7 +170,7 @@ renice_mysql() {
 	done
 }
 
-# shellcheck source=deploy/stop-pid.sh
+# shellcheck source=bench/stop-pid.sh
 source "$(dirname "$0")/stop-pid.sh"
 
 cleanup() {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deploy/bench-ab-stats.sh — the statistics of deploy/bench-ab.sh's output:
+# bench/ab-stats.sh — the statistics of bench/ab.sh's output:
 # for each round, every variant's req/s against the baseline variant's in
 # the same round (a paired change, in per cent), and the change in µs of
 # CPU per check of the machine, quotad, Redis and MariaDB; then, per
@@ -9,15 +9,15 @@
 # With AB_WINDOW the window's figures are used (the steady state), else
 # the whole run's req/s and CPU per check (no per-server split then). A
 # variant's round is marked R when a rollup ran during its window, finished
-# or not (bench-ab.sh's rollups field; the cron job at every tenth minute:
+# or not (ab.sh's rollups field; the cron job at every tenth minute:
 # a window that holds one pays for it).
 #
-# deploy/bench-interleave.sh prints its ABBA blocks in the same format
+# bench/interleave.sh prints its ABBA blocks in the same format
 # (a block as a round), so this reads its logs too.
 #
-# Usage: bash deploy/bench-ab-stats.sh LOG... (several logs pool their
+# Usage: bash bench/ab-stats.sh LOG... (several logs pool their
 # rounds; a round is keyed by log and number). AB_BASE names the baseline
-# variant as bench-ab.sh printed it in brackets (default
+# variant as ab.sh printed it in brackets (default
 # "QUOTA_ANALYTICS=off").
 set -euo pipefail
 (($# > 0)) || { echo "usage: $0 bench-ab-log..." >&2; exit 2; }
@@ -65,7 +65,7 @@ BEGIN {
 	if (!(v in seenVar)) { seenVar[v] = 1; vars[++nv] = v }
 }
 END {
-	if (nr == 0) { print "no bench-ab.sh runs found" > "/dev/stderr"; exit 1 }
+	if (nr == 0) { print "no ab.sh runs found" > "/dev/stderr"; exit 1 }
 	if (!(base in seenVar)) { print "baseline variant [" base "] not found (set AB_BASE)" > "/dev/stderr"; exit 1 }
 	printf "%-28s %-12s", "round", "base req/s"
 	for (j = 1; j <= nv; j++) if (vars[j] != base) printf "  %-40s", "[" vars[j] "] req/s, change; d machine/quotad/redis/mysql us"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# deploy/bench.sh — end-to-end throughput benchmark of quotad (what `make bench` runs).
+# bench/quotad.sh — end-to-end throughput benchmark of quotad (what `make bench` runs).
 #
 # Starts quotad on a spare port, waits for GET /readyz, drives POST /v1/check
 # with quotabench, stops quotad, measures raw Redis INCR throughput with
 # redis-benchmark as the baseline, and reports both and their ratio.
 #
-# Usage: deploy/bench.sh [QUOTAD_BIN [QUOTABENCH_BIN [DURATION [CONNECTIONS]]]]
+# Usage: bench/quotad.sh [QUOTAD_BIN [QUOTABENCH_BIN [DURATION [CONNECTIONS]]]]
 # Arguments win over the environment:
 #   QUOTAD_BIN         quotad binary                  (default ./bin/quotad)
 #   QUOTABENCH_BIN     quotabench binary              (default ./bin/quotabench)
@@ -23,7 +23,7 @@
 #                      its counter:* keys are deleted
 #   READY_TIMEOUT      seconds to wait for /readyz    (default 30)
 # quotad gets QUOTA_LISTEN=$BENCH_LISTEN, QUOTA_REDIS_KEY_PREFIX=bench: and
-# QUOTA_REDIS_DB=$BENCH_QUOTAD_REDIS_DB (14; deploy/bench-redis-db.sh);
+# QUOTA_REDIS_DB=$BENCH_QUOTAD_REDIS_DB (14; bench/redis-db.sh);
 # every other setting is its default (or what the environment already says).
 #
 # Writes $BENCH_OUT/quotabench.json, quotabench.txt, quotad.log,
@@ -84,9 +84,9 @@ port_in_use() {
 	(exec 3<>"/dev/tcp/$LISTEN_HOST/$LISTEN_PORT") 2>/dev/null
 }
 
-# shellcheck source=deploy/bench-redis-db.sh
-source "$(dirname "$0")/bench-redis-db.sh"
-# shellcheck source=deploy/stop-pid.sh
+# shellcheck source=bench/redis-db.sh
+source "$(dirname "$0")/redis-db.sh"
+# shellcheck source=bench/stop-pid.sh
 source "$(dirname "$0")/stop-pid.sh"
 QUOTAD_PID=""
 stop_quotad() {

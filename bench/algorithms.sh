@@ -3,7 +3,7 @@
 # (app_ip 10,000/h, app_user_iface 1,000/h) rewritten to each algorithm, a
 # fresh quotad each time, closed loop at BENCH_CONNS connections for
 # BENCH_DURATION. Prints one line per algorithm and writes
-# bench-out/algorithms.txt. Usage: bash deploy/bench-algorithms.sh
+# bench-out/algorithms.txt. Usage: bash bench/algorithms.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 QUOTAD_BIN=${QUOTAD_BIN:-./bin/quotad}
@@ -14,7 +14,7 @@ LISTEN=${BENCH_LISTEN:-127.0.0.1:18085}
 mkdir -p bench-out
 out=bench-out/algorithms.txt
 : > "$out"
-source deploy/bench-redis-db.sh
+source bench/redis-db.sh
 pid=""
 cleanup() {
   if [[ -n "$pid" ]]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi

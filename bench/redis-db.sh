@@ -1,4 +1,4 @@
-# deploy/bench-redis-db.sh — sourced by the bench scripts: quotad under
+# bench/redis-db.sh — sourced by the bench scripts: quotad under
 # benchmark writes to its own Redis logical database (QUOTA_REDIS_DB), so the
 # millions of counters a run leaves behind never sit among the keys of the
 # tests (whose clean-up SCANs the whole of database 0), and are flushed after

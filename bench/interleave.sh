@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# deploy/bench-interleave.sh — two long-lived quotads (variant A and variant
+# bench/interleave.sh — two long-lived quotads (variant A and variant
 # B, each with its own closed-loop quotabench) take turns on the machine in
 # short slots: the pair not in its slot is frozen (SIGSTOP, quotabench
 # first), so only one runs at a time. Slots go A B B A A B B A ..., and
 # each slot is measured after a settle time, from quotad's own count of
 # answered checks (/metrics, POST /v1/check) and /proc CPU ticks.
 #
-# Why: deploy/bench-ab.sh compares fresh quotads minutes apart, and on a
+# Why: bench/ab.sh compares fresh quotads minutes apart, and on a
 # shared 2-vCPU machine the drift between those minutes (other tenants)
 # is larger than the few per cent being measured. Here the two sides of
 # a pair are seconds apart, and every quotad stays warm for the whole run.
@@ -23,10 +23,10 @@
 # it, so that leak shows in an analytics-off slot.
 #
 # Each slot prints a line ("slot ... pair P [variant] ..."), and each
-# ABBA block of four slots a line per variant in bench-ab.sh's format
+# ABBA block of four slots a line per variant in ab.sh's format
 # (block index as round, the measured parts of its two slots summed as
 # the window), so
-#   bash deploy/bench-ab-stats.sh LOG
+#   bash bench/ab-stats.sh LOG
 # gives each block's change, and the mean's 95 % confidence interval. A
 # block, not a pair, is the unit: in a block each variant has one slot in
 # each phase of the minute (the slots start at about the same seconds of
@@ -44,12 +44,12 @@
 #   IL_KEYS      quotabench key flags (default make bench's uniform keys)
 #   IL_OUT       folder for the quotads' logs (default bench-out/interleave)
 # Usage (after make schema and make build), under the benchmark lock:
-#   flock /tmp/quota-bench.lock bash deploy/bench-interleave.sh > LOG
-#   bash deploy/bench-ab-stats.sh LOG
+#   flock /tmp/quota-bench.lock bash bench/interleave.sh > LOG
+#   bash bench/ab-stats.sh LOG
 set -uo pipefail
 cd "$(dirname "$0")/.."
-source deploy/bench-redis-db.sh
-source deploy/bench-measure.sh
+source bench/redis-db.sh
+source bench/measure.sh
 PAIRS=${PAIRS:-32}; SLOT=${SLOT:-30}; SETTLE=${SETTLE:-3}; WARMUP=${WARMUP:-240}
 for n in PAIRS SLOT SETTLE WARMUP; do
 	[[ ${!n} =~ ^[0-9]+$ ]] || { echo "$n must be a whole number (got '${!n}')" >&2; exit 2; }
@@ -81,7 +81,7 @@ checks() {
 }
 # figures CHECKS SECONDS MACHINE QUOTAD QUOTABENCH REDIS MARIADB ALL STOLEN
 # UNENFORCED (the five to STOLEN in ticks): the name=value fields
-# bench-ab-stats.sh reads, and more
+# ab-stats.sh reads, and more
 figures() {
 	echo "requests=$1 seconds=$2 req_per_s=$(awk -v n="$1" -v s="$2" 'BEGIN { printf "%.1f", n / s }') machine_us_per_check=$(per "$3" "$1") quotad_us=$(per "$4" "$1") quotabench_us=$(per "$5" "$1") redis_us=$(per "$6" "$1") mysql_us=$(per "$7" "$1") busy_pct=$(pct "$3" "$8") steal_pct=$(pct "$9" "$8") unenforced=${10}"
 }

@@ -1,6 +1,6 @@
-# deploy/bench-measure.sh — the figures the benchmark scripts read (CPU
-# from /proc, quotad's /metrics), sourced by bench-ab.sh and
-# bench-interleave.sh.
+# bench/measure.sh — the figures the benchmark scripts read (CPU
+# from /proc, quotad's /metrics), sourced by ab.sh and
+# interleave.sh.
 
 # cpu PID: the process's user+system ticks (1/100 s), 0 without a PID
 cpu() { if [[ -n $1 ]]; then awk '{print $14+$15}' "/proc/$1/stat"; else echo 0; fi; }

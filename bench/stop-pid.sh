@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# deploy/stop-pid.sh — sourced by the bench scripts.
+# bench/stop-pid.sh — sourced by the bench scripts.
 # stop_pid PID NAME SECONDS: SIGTERM, wait up to SECONDS for the process to
 # exit (quotad flushes analytics on SIGTERM), then SIGKILL; reaps it.
 stop_pid() {
