@@ -16,7 +16,7 @@ import (
 // objects to mark per row. Under load (64 connections, 1,000 apps × 100,000
 // users × 50 interfaces) the GC's mark worker took ~12 % of quotad's CPU
 // with analytics on against ~3 % off, as much as analytics' own work
-// (BENCHMARKS.md, "One string per row"). A rowID is one pointer and one
+// (BENCHMARKS.md's git history, "One string per row"). A rowID is one pointer and one
 // object per row, and the request's strings are not retained.
 type rowID string
 

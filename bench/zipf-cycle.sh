@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/zipf-cycle.sh — issue 4's Zipf migration benchmark (what `make
-# bench-zipf-cycle` runs; BENCHMARKS.md, "Issue 4's Zipf run" and after).
+# bench-zipf-cycle` runs; BENCHMARKS.md's git history, "Issue 4's Zipf run" and after).
 #
 # Sets up, on this machine:
 #   - a private redis-server on 127.0.0.1:$ZIPF_REDIS_PORT (--save ""
