@@ -17,14 +17,12 @@ import (
 // cell_activity (sql/004) on Flush, one multi-row upsert per shard and 500
 // rows. It holds at most MaxCells cells between flushes; calls of further
 // cells are dropped (counted in Dropped) - the cell's mean is then a little
-// low, never its limit. Cells of windows shorter than MinWindow are not
-// counted: the scheduled cycle leaves them where they are (config's
-// QUOTA_MIGRATE_MIN_WINDOW says why).
+// low, never its limit. Which cells it is given is the router's choice
+// (tiers.Router.CallsMinWindow: config's QUOTA_MIGRATE_MIN_WINDOW).
 type Activity struct {
-	DBs       []*sql.DB
-	MaxCells  int           // 0: 1,000,000
-	MinWindow time.Duration // 0: every cell
-	Now       func() time.Time
+	DBs      []*sql.DB
+	MaxCells int // 0: 1,000,000
+	Now      func() time.Time
 
 	mu      sync.Mutex
 	pending map[tiers.CellID]*pendingCell
@@ -49,9 +47,6 @@ func (a *Activity) Observe(refs []tiers.Ref) {
 		limit = 1_000_000
 	}
 	for _, r := range refs {
-		if r.Window < a.MinWindow {
-			continue
-		}
 		id := r.ID()
 		p, ok := a.pending[id]
 		if !ok {

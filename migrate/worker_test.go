@@ -105,17 +105,18 @@ func TestOnCallPromotion(t *testing.T) {
 	}
 }
 
-// Cells of windows shorter than MinWindow leave no history: the check path
-// of a workload of short-window cells writes no cell_activity row.
+// Cells of windows shorter than the router's CallsMinWindow leave no
+// history: checks on them write no cell_activity row.
 func TestActivity_CellsOfShortWindowsLeaveNoHistory(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	dbs := e.cold.DBs()
-	act := &Activity{DBs: dbs, MinWindow: 2 * time.Hour, Now: e.clock.Now}
+	act := &Activity{DBs: dbs, Now: e.clock.Now}
+	e.router.Calls, e.router.CallsMinWindow = act.Observe, 2*time.Hour
 	hourly, daily := newCell(10), newCell(10)
 	daily.window = 24 * time.Hour
 	for range 3 {
-		act.Observe(refsOf(hourly, daily))
+		e.check(t, tiers.Enforce, hourly, daily)
 	}
 	if err := act.Flush(context.Background()); err != nil {
 		t.Fatal(err)

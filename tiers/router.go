@@ -54,9 +54,11 @@ type Router struct {
 	// lookup (coldhints.go); nil: every cold check looks its row up.
 	ColdHints *ColdHints
 	// Calls, when set, is called once per op with the refs of its
-	// fixed-window cells (the scheduled migration's activity count). It
-	// must not block.
-	Calls func(refs []Ref)
+	// fixed-window cells whose window is at least CallsMinWindow (the
+	// scheduled migration's activity count); an op with none costs
+	// nothing. It must not block.
+	Calls          func(refs []Ref)
+	CallsMinWindow time.Duration
 	// MovedWait bounds how long an op waits for cells frozen by a move
 	// before it fails with ErrUnavailable (and the fail mode answers). A
 	// move freezes a batch for milliseconds; a crashed mover's cells stay
@@ -175,15 +177,15 @@ func (r *Router) settle(ctx context.Context, now time.Time, op *Op, err error) e
 	return err
 }
 
-// called reports op's fixed-window cells to Calls.
+// called reports op's fixed-window cells of long enough windows to Calls.
 func (r *Router) called(op *Op) {
 	if r.Calls == nil || op.Mode == Refund {
 		return
 	}
 	var refs []Ref
 	for i := range op.Cells {
-		if op.Cells[i].Algorithm == rules.FixedWindow {
-			refs = append(refs, RefOf(&op.Cells[i]))
+		if c := &op.Cells[i]; c.Algorithm == rules.FixedWindow && c.Window >= r.CallsMinWindow {
+			refs = append(refs, RefOf(c))
 		}
 	}
 	if len(refs) > 0 {

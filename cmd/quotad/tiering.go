@@ -45,8 +45,8 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 		Metrics:   migrate.NewMetrics(reg),
 		ColdHints: router.ColdHints,
 	}
-	act := &migrate.Activity{DBs: dbs, MinWindow: s.MigrateMinWindow}
-	router.Calls = act.Observe
+	act := &migrate.Activity{DBs: dbs}
+	router.Calls, router.CallsMinWindow = act.Observe, s.MigrateMinWindow
 	host, _ := os.Hostname()
 	w := &migrate.Worker{
 		Mover: mover, Activity: act, DBs: dbs, Log: log,
