@@ -36,9 +36,10 @@ func TestFailMode_RedisDown(t *testing.T) {
 		status   int
 		enforced string
 		code     string
+		ready    int // GET /readyz: an open instance still answers checks as it promises
 	}{
-		{config.FailOpen, http.StatusOK, "false", ""},
-		{config.FailClosed, http.StatusServiceUnavailable, "", "store_unavailable"},
+		{config.FailOpen, http.StatusOK, "false", "", http.StatusOK},
+		{config.FailClosed, http.StatusServiceUnavailable, "", "store_unavailable", http.StatusServiceUnavailable},
 	} {
 		t.Run(string(tc.mode), func(t *testing.T) {
 			t.Parallel()
@@ -57,8 +58,12 @@ func TestFailMode_RedisDown(t *testing.T) {
 			if tc.mode == config.FailOpen && (b.status != 200 || len(b.body["results"].([]any)) != 2) {
 				t.Fatalf("fail-open batch should answer one result per item: %d %s", b.status, b.raw)
 			}
-			if ready := h.do("GET", "/readyz", "", ""); ready.status != http.StatusServiceUnavailable {
-				t.Fatalf("readyz with Redis down: %d", ready.status)
+			ready := h.do("GET", "/readyz", "", "")
+			if ready.status != tc.ready || ready.body["fail_mode"] != string(tc.mode) {
+				t.Fatalf("readyz with Redis down in %s mode: %d %s, want %d", tc.mode, ready.status, ready.raw, tc.ready)
+			}
+			if checks, _ := ready.body["checks"].(map[string]any); checks["redis"] == "ok" || checks["redis"] == nil {
+				t.Fatalf("readyz does not report Redis as down: %s", ready.raw)
 			}
 		})
 	}
@@ -98,4 +103,27 @@ func TestFailMode_EnforcementReturnsWithinASecondOfRedis(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Logf("enforced again %s after Redis returned", time.Since(back))
+}
+
+// On SIGTERM quotad calls StartDraining: /readyz turns 503 at once, in
+// either fail mode and with every dependency up, while checks are still
+// answered (the balancer has not noticed yet).
+func TestReadyz_DrainingAnswers503WhileChecksAreStillServed(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []config.FailMode{config.FailOpen, config.FailClosed} {
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, oneRule, failMode(mode))
+			if r := h.do("GET", "/readyz", "", ""); r.status != http.StatusOK || r.body["status"] != "ready" {
+				t.Fatalf("before draining: %d %s", r.status, r.raw)
+			}
+			h.server.StartDraining()
+			if r := h.do("GET", "/readyz", "", ""); r.status != http.StatusServiceUnavailable || r.errorCode() != "draining" {
+				t.Fatalf("draining: %d %s", r.status, r.raw)
+			}
+			if r := h.check(`{"user_id":"u"}`); r.status != http.StatusOK {
+				t.Fatalf("a check while draining: %d %s", r.status, r.raw)
+			}
+		})
+	}
 }

@@ -40,6 +40,7 @@ type harness struct {
 	prefix string
 	lim    *limiter.Limiter
 	reg    *prometheus.Registry
+	server *api.Server
 }
 
 // harnessConfig is what a harnessOption may change before the server is built.
@@ -105,16 +106,17 @@ func newHarness(t *testing.T, rulesYAML string, opts ...harnessOption) *harness 
 		t.Cleanup(co.Close)
 		checks = co
 	}
-	srv := httptest.NewServer(api.New(api.Deps{
+	server := api.New(api.Deps{
 		Settings: s,
 		Limiter:  lim,
 		Checks:   checks,
 		Metrics:  metrics.New(reg),
 		Gatherer: reg,
 		Ready:    append([]api.ReadinessCheck{{Name: "redis", Check: hot.Ping}}, hc.ready...),
-	}))
+	})
+	srv := httptest.NewServer(server)
 	t.Cleanup(srv.Close)
-	return &harness{t: t, srv: srv, clk: clk, rdb: rdb, prefix: prefix, lim: lim, reg: reg}
+	return &harness{t: t, srv: srv, clk: clk, rdb: rdb, prefix: prefix, lim: lim, reg: reg, server: server}
 }
 
 type reply struct {

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -79,6 +80,8 @@ type Server struct {
 	inFlight chan struct{}
 	// undecidedLog limits "check undecided" log lines to one a second.
 	undecidedLog logThrottle
+	// draining is set on SIGTERM: /readyz answers 503 from then on.
+	draining atomic.Bool
 }
 
 // New builds the routes.
@@ -383,24 +386,45 @@ func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// StartDraining makes /readyz answer 503 from now on, so that load
+// balancers stop sending new requests before the server stops (SIGTERM).
+func (s *Server) StartDraining() { s.draining.Store(true) }
+
+// readyz answers whether this instance can answer checks as its fail mode
+// promises. In open mode an unreachable dependency is reported but keeps the
+// instance ready: checks are still answered (allowed, unenforced), and every
+// instance shares the same Redis and shards, so taking this one out of the
+// balancer would take them all out. In closed mode checks would be 503s, so
+// the instance is not ready.
 func (s *Server) readyz(c echo.Context) error {
+	mode := s.deps.Settings.FailMode
+	if s.draining.Load() {
+		return c.JSON(http.StatusServiceUnavailable, map[string]any{
+			"error":     map[string]string{"code": "draining", "message": "shutting down: finishing the requests in flight"},
+			"fail_mode": mode,
+		})
+	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 	defer cancel()
 	status := map[string]string{}
-	ready := true
+	failed := false
 	for _, rc := range s.deps.Ready {
 		if err := rc.Check(ctx); err != nil {
 			status[rc.Name] = err.Error()
-			ready = false
+			failed = true
 		} else {
 			status[rc.Name] = "ok"
 		}
 	}
-	if !ready {
+	switch {
+	case failed && mode == config.FailOpen:
+		return c.JSON(http.StatusOK, map[string]any{"status": "degraded", "fail_mode": mode, "checks": status})
+	case failed:
 		return c.JSON(http.StatusServiceUnavailable, map[string]any{
-			"error":  map[string]string{"code": "not_ready", "message": "a dependency is unreachable"},
-			"checks": status,
+			"error":     map[string]string{"code": "not_ready", "message": "a dependency is unreachable"},
+			"fail_mode": mode,
+			"checks":    status,
 		})
 	}
-	return c.JSON(http.StatusOK, map[string]any{"status": "ready", "checks": status})
+	return c.JSON(http.StatusOK, map[string]any{"status": "ready", "fail_mode": mode, "checks": status})
 }

@@ -4,9 +4,12 @@
 package config
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -82,6 +85,24 @@ type Settings struct {
 	MigrateMinWindow time.Duration
 	NewTier          string // QUOTA_NEW_TIER: where a cell never seen before starts; only hot (the hot script counts it with no lookup)
 	ColdHints        int    // QUOTA_COLD_HINTS: slots (8 B each) remembering cells found cold, so their checks skip the row lookup; 0 = off
+
+	// Redis connection options (docs/fleet.md). Every Redis client quotad
+	// makes uses all of them.
+	RedisUsername         string      // QUOTA_REDIS_USERNAME: ACL user ("" = default user)
+	RedisPasswordFile     string      // QUOTA_REDIS_PASSWORD_FILE: read at start into RedisPassword
+	RedisTLS              bool        // QUOTA_REDIS_TLS: on/off (off)
+	RedisTLSCA            string      // QUOTA_REDIS_TLS_CA: PEM file of the CA(s) to trust ("" = the system's)
+	RedisTLSCert          string      // QUOTA_REDIS_TLS_CERT: PEM client certificate (with QUOTA_REDIS_TLS_KEY)
+	RedisTLSKey           string      // QUOTA_REDIS_TLS_KEY
+	RedisTLSServerName    string      // QUOTA_REDIS_TLS_SERVER_NAME: name the server certificate must carry ("" = the address' host)
+	RedisTLSConfig        *tls.Config // built by Load from the QUOTA_REDIS_TLS_* files; nil when TLS is off
+	RedisSentinelMaster   string      // QUOTA_REDIS_SENTINEL_MASTER: with it, QUOTA_REDIS_ADDRS are sentinels
+	RedisSentinelPassword string      // QUOTA_REDIS_SENTINEL_PASSWORD: the sentinels' own password, if any
+	RedisCluster          bool        // QUOTA_REDIS_CLUSTER: on = Redis Cluster even with one (configuration endpoint) address; several addresses imply it
+
+	RulesStore string        // QUOTA_RULES_STORE: redis (default: the rules in force are shared through Redis) or file (each instance its own)
+	RulesPoll  time.Duration // QUOTA_RULES_POLL: how often an instance looks for a new version in the shared store (1s)
+	Drain      time.Duration // QUOTA_DRAIN: on SIGTERM, /readyz answers 503 this long before the servers drain (5s)
 }
 
 // Defaults are the settings of a local development machine.
@@ -97,6 +118,9 @@ func Defaults() Settings {
 			"quota:quota@tcp(127.0.0.1:3306)/quota_1",
 		},
 		RulesPath:     "deploy/rules.yaml",
+		RulesStore:    "redis",
+		RulesPoll:     time.Second,
+		Drain:         5 * time.Second,
 		FailMode:      FailOpen,
 		MaxInFlight:   4096,
 		TTLJitter:     60 * time.Second,
@@ -139,6 +163,23 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.str("QUOTA_REDIS_KEY_PREFIX", &s.RedisKeyPrefix)
 	r.duration("QUOTA_REDIS_TIMEOUT", &s.RedisTimeout)
 	r.integer("QUOTA_REDIS_POOL_SIZE", &s.RedisPoolSize)
+	r.str("QUOTA_REDIS_USERNAME", &s.RedisUsername)
+	r.str("QUOTA_REDIS_PASSWORD_FILE", &s.RedisPasswordFile)
+	r.onOff("QUOTA_REDIS_TLS", &s.RedisTLS)
+	r.str("QUOTA_REDIS_TLS_CA", &s.RedisTLSCA)
+	r.str("QUOTA_REDIS_TLS_CERT", &s.RedisTLSCert)
+	r.str("QUOTA_REDIS_TLS_KEY", &s.RedisTLSKey)
+	r.str("QUOTA_REDIS_TLS_SERVER_NAME", &s.RedisTLSServerName)
+	r.str("QUOTA_REDIS_SENTINEL_MASTER", &s.RedisSentinelMaster)
+	r.str("QUOTA_REDIS_SENTINEL_PASSWORD", &s.RedisSentinelPassword)
+	clusterSet := false
+	if r.getenv("QUOTA_REDIS_CLUSTER") != "" {
+		clusterSet = true
+		r.onOff("QUOTA_REDIS_CLUSTER", &s.RedisCluster)
+	}
+	r.str("QUOTA_RULES_STORE", &s.RulesStore)
+	r.duration("QUOTA_RULES_POLL", &s.RulesPoll)
+	r.duration("QUOTA_DRAIN", &s.Drain)
 	r.list("QUOTA_MYSQL_SHARDS", &s.MySQLShards)
 	r.str("QUOTA_RULES", &s.RulesPath)
 	r.str("QUOTA_ADMIN_TOKEN", &s.AdminToken)
@@ -181,7 +222,58 @@ func Load(getenv func(string) string) (Settings, error) {
 	if r.err != nil {
 		return Settings{}, r.err
 	}
-	return s, s.Validate()
+	if !clusterSet && len(s.RedisAddrs) > 1 && s.RedisSentinelMaster == "" {
+		s.RedisCluster = true // several addresses have always meant a cluster
+	}
+	if clusterSet && !s.RedisCluster && len(s.RedisAddrs) > 1 && s.RedisSentinelMaster == "" {
+		return Settings{}, fmt.Errorf("QUOTA_REDIS_CLUSTER=off with %d QUOTA_REDIS_ADDRS: give one address, or several sentinels with QUOTA_REDIS_SENTINEL_MASTER", len(s.RedisAddrs))
+	}
+	if err := s.Validate(); err != nil {
+		return Settings{}, err
+	}
+	if err := s.loadRedisSecrets(); err != nil {
+		return Settings{}, err
+	}
+	return s, nil
+}
+
+// loadRedisSecrets reads the password file and builds the TLS
+// configuration, so that a missing or unreadable file stops start-up.
+func (s *Settings) loadRedisSecrets() error {
+	if s.RedisPasswordFile != "" {
+		b, err := os.ReadFile(s.RedisPasswordFile)
+		if err != nil {
+			return fmt.Errorf("QUOTA_REDIS_PASSWORD_FILE: %v", err)
+		}
+		s.RedisPassword = strings.TrimRight(string(b), "\r\n")
+		if s.RedisPassword == "" {
+			return fmt.Errorf("QUOTA_REDIS_PASSWORD_FILE %s is empty", s.RedisPasswordFile)
+		}
+	}
+	if !s.RedisTLS {
+		return nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: s.RedisTLSServerName}
+	if s.RedisTLSCA != "" {
+		pem, err := os.ReadFile(s.RedisTLSCA)
+		if err != nil {
+			return fmt.Errorf("QUOTA_REDIS_TLS_CA: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("QUOTA_REDIS_TLS_CA %s: no PEM certificate in it", s.RedisTLSCA)
+		}
+		cfg.RootCAs = pool
+	}
+	if s.RedisTLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(s.RedisTLSCert, s.RedisTLSKey)
+		if err != nil {
+			return fmt.Errorf("QUOTA_REDIS_TLS_CERT/QUOTA_REDIS_TLS_KEY: %s", strings.ReplaceAll(err.Error(), "\n", " "))
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	s.RedisTLSConfig = cfg
+	return nil
 }
 
 // Validate checks settings that Load cannot check field by field.
@@ -198,8 +290,22 @@ func (s Settings) Validate() error {
 			return fmt.Errorf("QUOTA_REDIS_ADDRS: %q is not host:port", a)
 		}
 	}
-	if s.RedisDB < 0 || s.RedisDB > 15 || (s.RedisDB != 0 && len(s.RedisAddrs) > 1) {
-		return fmt.Errorf("QUOTA_REDIS_DB %d: want 0 to 15, and 0 on a Redis Cluster (several QUOTA_REDIS_ADDRS)", s.RedisDB)
+	if s.RedisDB < 0 || s.RedisDB > 15 || (s.RedisDB != 0 && (s.RedisCluster || len(s.RedisAddrs) > 1 && s.RedisSentinelMaster == "")) {
+		return fmt.Errorf("QUOTA_REDIS_DB %d: want 0 to 15, and 0 on a Redis Cluster (several QUOTA_REDIS_ADDRS or QUOTA_REDIS_CLUSTER=on)", s.RedisDB)
+	}
+	if err := s.validateRedisOptions(); err != nil {
+		return err
+	}
+	switch s.RulesStore {
+	case "redis", "file":
+	default:
+		return fmt.Errorf("QUOTA_RULES_STORE %q: want redis (shared by every instance) or file", s.RulesStore)
+	}
+	if s.RulesPoll < 100*time.Millisecond || s.RulesPoll > time.Minute {
+		return fmt.Errorf("QUOTA_RULES_POLL %s: want between 100ms and 1m", s.RulesPoll)
+	}
+	if s.Drain < 0 || s.Drain > 5*time.Minute {
+		return fmt.Errorf("QUOTA_DRAIN %s: want between 0 and 5m", s.Drain)
 	}
 	if len(s.MySQLShards) == 0 {
 		return errors.New("QUOTA_MYSQL_SHARDS is empty: give at least one DSN")
@@ -284,6 +390,30 @@ func (s Settings) Validate() error {
 	}
 	if s.AdminToken != "" && len(s.AdminToken) < 16 {
 		return errors.New("QUOTA_ADMIN_TOKEN is shorter than 16 characters")
+	}
+	return nil
+}
+
+// validateRedisOptions rejects combinations of Redis options that cannot
+// work together.
+func (s Settings) validateRedisOptions() error {
+	if s.RedisSentinelMaster != "" && s.RedisCluster {
+		return errors.New("QUOTA_REDIS_SENTINEL_MASTER and QUOTA_REDIS_CLUSTER=on: a Redis Cluster has no sentinels; choose one")
+	}
+	if s.RedisSentinelMaster == "" && s.RedisSentinelPassword != "" {
+		return errors.New("QUOTA_REDIS_SENTINEL_PASSWORD without QUOTA_REDIS_SENTINEL_MASTER")
+	}
+	if s.RedisPassword != "" && s.RedisPasswordFile != "" {
+		return errors.New("QUOTA_REDIS_PASSWORD and QUOTA_REDIS_PASSWORD_FILE are both set: give one")
+	}
+	if s.RedisUsername != "" && s.RedisPassword == "" && s.RedisPasswordFile == "" {
+		return fmt.Errorf("QUOTA_REDIS_USERNAME %q without QUOTA_REDIS_PASSWORD or QUOTA_REDIS_PASSWORD_FILE", s.RedisUsername)
+	}
+	if !s.RedisTLS && (s.RedisTLSCA != "" || s.RedisTLSCert != "" || s.RedisTLSKey != "" || s.RedisTLSServerName != "") {
+		return errors.New("QUOTA_REDIS_TLS_* given but QUOTA_REDIS_TLS is not on")
+	}
+	if (s.RedisTLSCert == "") != (s.RedisTLSKey == "") {
+		return errors.New("QUOTA_REDIS_TLS_CERT and QUOTA_REDIS_TLS_KEY go together: give both or neither")
 	}
 	return nil
 }

@@ -97,7 +97,7 @@ func TestSIGTERMFlushesAnalytics(t *testing.T) {
 	env := []string{
 		"QUOTA_LISTEN=" + addr, "QUOTA_REDIS_ADDRS=" + testenv.RedisAddr(), "QUOTA_REDIS_KEY_PREFIX=" + prefix,
 		"QUOTA_MYSQL_SHARDS=" + dsn0 + "," + dsn1, "QUOTA_RULES=" + rulesPath, "QUOTA_ADMIN_TOKEN=" + sigtermAdmin,
-		"QUOTA_ANALYTICS_FLUSH=10m",
+		"QUOTA_ANALYTICS_FLUSH=10m", "QUOTA_DRAIN=0s",
 	}
 	cmd, log := startQuotad(t, bin, env, base)
 	allowed, denied := 0, 0

@@ -6,7 +6,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -207,7 +206,7 @@ func serve() error {
 			}
 		}()
 	}
-	err = listenAndServe(ctx, s, srv, log)
+	err = listenAndServe(ctx, s, srv, srv.StartDraining, log)
 	// No check runs any more: write what analytics still holds.
 	stopAnalytics()
 	return err
@@ -321,7 +320,7 @@ func reloadOnHangup(ctx context.Context, path string, lim *limiter.Limiter, m *m
 	}
 }
 
-func listenAndServe(ctx context.Context, s config.Settings, h http.Handler, log *slog.Logger) error {
+func listenAndServe(ctx context.Context, s config.Settings, h http.Handler, notReady func(), log *slog.Logger) error {
 	ln, err := net.Listen("tcp", s.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", s.Listen, err)
@@ -342,11 +341,6 @@ func listenAndServe(ctx context.Context, s config.Settings, h http.Handler, log 
 		return err
 	case <-ctx.Done():
 	}
-	log.Info("shutting down")
-	shutCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	return nil
+	log.Info("shutting down", "drain", s.Drain.String())
+	return drain(log, notReady, drainWait(s.Drain), 10*time.Second, httpStopper(hs))
 }

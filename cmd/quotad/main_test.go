@@ -149,30 +149,52 @@ func TestStartup_SchemaOnStart(t *testing.T) {
 }
 
 // A shard that does not answer at start does not keep quotad from
-// answering checks: it warns, and /readyz reports the shard.
+// answering checks: it warns, and /readyz reports the shard. In open mode
+// (the default) the instance stays ready, since its checks are still
+// answered as open mode promises; in closed mode it is not ready.
 func TestStartup_UnreachableShardWarnsAndServes(t *testing.T) {
 	t.Parallel()
-	dead := fmt.Sprintf("quota:quota@tcp(127.0.0.1:%d)/quota_gone", testenv.FreePort(t))
-	s := startServer(t, writeFile(t, t.TempDir(), "rules.yaml", validRules), "QUOTA_MYSQL_SHARDS="+dead)
-	resp, err := http.Post(s.url+"/v1/check", "application/json", strings.NewReader(`{"user_id":"u"}`))
+	for _, tc := range []struct {
+		mode  string
+		ready int
+	}{{"open", http.StatusOK}, {"closed", http.StatusServiceUnavailable}} {
+		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
+			dead := fmt.Sprintf("quota:quota@tcp(127.0.0.1:%d)/quota_gone", testenv.FreePort(t))
+			s := startServer(t, writeFile(t, t.TempDir(), "rules.yaml", validRules), "QUOTA_MYSQL_SHARDS="+dead, "QUOTA_FAIL_MODE="+tc.mode)
+			resp, err := http.Post(s.url+"/v1/check", "application/json", strings.NewReader(`{"user_id":"u"}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("check: %d, want 200", resp.StatusCode)
+			}
+			if !strings.Contains(s.logs.String(), "its schema is not checked") {
+				t.Fatalf("no warning about the unreachable shard: %s", s.logs)
+			}
+			status, checks := readyz(t, s.url)
+			if status != tc.ready || checks["mysql_shard_0"] == "ok" || checks["mysql_shard_0"] == "" {
+				t.Fatalf("/readyz in %s mode with its only shard unreachable: %d %v, want %d naming the shard", tc.mode, status, checks, tc.ready)
+			}
+		})
+	}
+}
+
+// readyz is GET /readyz: its status and each dependency's answer.
+func readyz(t *testing.T, url string) (int, map[string]string) {
+	t.Helper()
+	resp, err := http.Get(url + "/readyz")
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("check: %d, want 200", resp.StatusCode)
+	defer resp.Body.Close()
+	var body struct{ Checks map[string]string }
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, &body); err != nil {
+		t.Fatalf("/readyz: %v: %s", err, b)
 	}
-	if !strings.Contains(s.logs.String(), "its schema is not checked") {
-		t.Fatalf("no warning about the unreachable shard: %s", s.logs)
-	}
-	ready, err := http.Get(s.url + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ready.Body.Close()
-	if ready.StatusCode == http.StatusOK {
-		t.Fatal("/readyz answers 200 with its only shard unreachable")
-	}
+	return resp.StatusCode, body.Checks
 }
 
 // environWithoutQuota is the test's environment minus QUOTA_* settings, so
@@ -225,6 +247,7 @@ func startServer(t *testing.T, rulesPath string, env ...string) *server {
 		"QUOTA_RULES="+rulesPath,
 		"QUOTA_REDIS_KEY_PREFIX=t:"+testenv.RandomHex(6)+":",
 		"QUOTA_ADMIN_TOKEN=e2e-admin-token-0123456789",
+		"QUOTA_DRAIN=0s", // env may set its own, which comes later and wins
 	)
 	cmd.Env = append(cmd.Env, env...)
 	logs := &syncBuffer{}

@@ -155,6 +155,9 @@ func NewQuotad(t testing.TB, env ...string) *Quotad {
 		}
 	}
 	q.env = append(q.env, "QUOTA_LISTEN="+addr)
+	// No drain wait on SIGTERM (there is no load balancer); a test that
+	// measures the drain sets QUOTA_DRAIN in env, which comes later and wins.
+	q.env = append(q.env, "QUOTA_DRAIN=0s")
 	q.env = append(q.env, env...)
 	t.Cleanup(q.Kill)
 	return q
