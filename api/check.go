@@ -13,6 +13,7 @@ import (
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/rulesync"
 )
 
 // HeaderEnforced is set to "false" on a check answered without a decision
@@ -274,6 +275,12 @@ func (s *Server) putRules(c echo.Context) error {
 	if s.deps.PersistRules != nil {
 		if err := s.deps.PersistRules(set); err != nil {
 			s.deps.Metrics.RulesReloads.WithLabelValues("error").Inc()
+			if errors.Is(err, rulesync.ErrUnavailable) {
+				// Nothing changed anywhere: a change on this instance alone
+				// would leave the fleet with different rules.
+				return newError(http.StatusServiceUnavailable, "rules_store_unavailable",
+					"the shared rules store is unreachable; the rules in force are unchanged on every instance")
+			}
 			return errors.Join(errors.New("persist rules"), err)
 		}
 	}

@@ -6,6 +6,7 @@
 //
 //	stats APP [--date YYYY-MM-DD]     an app's figures for a UTC day, as a table
 //	rules get                         the rules in force, as JSON
+//	rules versions --instances A,B    each instance's rules version (exit 1 if they differ)
 //	check KEY=VALUE…                  one limit check (dimensions as key=value)
 //
 // Global flags (also accepted after the command): --url (QUOTA_URL, default
@@ -36,7 +37,7 @@ type command struct {
 // are added here by the packages that own them.
 var commands = map[string]command{
 	"stats": {"an app's figures for a UTC day: stats APP [--date YYYY-MM-DD]", runStats},
-	"rules": {"the rules in force: rules get", runRules},
+	"rules": {"the rules in force: rules get | rules versions [--instances URL,...]", runRules},
 	"check": {"one limit check: check app_id=a1 user_id=u1 [cost=N] [--dry-run]", runCheck},
 }
 

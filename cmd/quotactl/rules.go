@@ -7,16 +7,21 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
 
 // runRules: `rules get` prints the rules in force (GET /v1/rules) as
-// indented JSON. (`rules put` belongs to the rules owner.)
+// indented JSON; `rules versions` shows each instance's version.
+// (`rules put` belongs to the rules owner.)
 func runRules(ctx context.Context, cl *client, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("rules", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cl.flags(fs)
+	instances := fs.String("instances", os.Getenv("QUOTA_INSTANCES"), "rules versions: comma-separated base URLs (or host:port) of every quotad instance (QUOTA_INSTANCES; default --url)")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		if err == flag.ErrHelp {
@@ -24,8 +29,15 @@ func runRules(ctx context.Context, cl *client, args []string, stdout, stderr io.
 		}
 		return 2
 	}
+	if len(pos) == 1 && pos[0] == "versions" {
+		list := *instances
+		if list == "" {
+			list = cl.url
+		}
+		return rulesVersions(ctx, cl, strings.Split(list, ","), stdout, stderr)
+	}
 	if len(pos) != 1 || pos[0] != "get" {
-		fmt.Fprintln(stderr, "usage: quotactl rules get [--url URL]")
+		fmt.Fprintln(stderr, "usage: quotactl rules get [--url URL] | quotactl rules versions [--instances URL,URL,...]")
 		return 2
 	}
 	var raw json.RawMessage
@@ -40,6 +52,70 @@ func runRules(ctx context.Context, cl *client, args []string, stdout, stderr io.
 	}
 	out.WriteByte('\n')
 	_, _ = stdout.Write(out.Bytes())
+	return 0
+}
+
+// rulesVersions asks every instance for its rules in force (GET /v1/rules,
+// all at once, 5 s each) and prints one line per instance; the exit status
+// is 0 only when every instance answered with the same version.
+func rulesVersions(ctx context.Context, cl *client, urls []string, stdout, stderr io.Writer) int {
+	type answer struct {
+		url, version string
+		rules        int
+		err          error
+	}
+	var answers []answer
+	for _, u := range urls {
+		if u = strings.TrimSpace(u); u == "" {
+			continue
+		}
+		if !strings.Contains(u, "://") {
+			u = "http://" + u
+		}
+		answers = append(answers, answer{url: u})
+	}
+	if len(answers) == 0 {
+		fmt.Fprintln(stderr, "quotactl rules versions: no instance given (--instances or QUOTA_INSTANCES)")
+		return 2
+	}
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Add(1)
+		go func(a *answer) {
+			defer wg.Done()
+			c := *cl
+			c.url = a.url
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			var body struct {
+				Version string            `json:"version"`
+				Rules   []json.RawMessage `json:"rules"`
+			}
+			_, a.err = c.do(ctx, "GET", "/v1/rules", nil, &body)
+			a.version, a.rules = body.Version, len(body.Rules)
+		}(&answers[i])
+	}
+	wg.Wait()
+	versions := map[string]int{}
+	failed := 0
+	for _, a := range answers {
+		if a.err != nil {
+			failed++
+			fmt.Fprintf(stdout, "%-40s ERROR %v\n", a.url, a.err)
+			continue
+		}
+		versions[a.version]++
+		fmt.Fprintf(stdout, "%-40s %s  (%d rules)\n", a.url, a.version, a.rules)
+	}
+	switch {
+	case failed > 0:
+		fmt.Fprintf(stdout, "%d of %d instances did not answer\n", failed, len(answers))
+		return 1
+	case len(versions) > 1:
+		fmt.Fprintf(stdout, "instances differ: %d versions in force\n", len(versions))
+		return 1
+	}
+	fmt.Fprintf(stdout, "all %d instances on version %s\n", len(answers), answers[0].version)
 	return 0
 }
 

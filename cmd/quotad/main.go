@@ -167,6 +167,7 @@ func serve() error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 	m.SetRulesVersion(set.Version)
+	rw := startRules(ctx, s, rdb, lim, m, log)
 	rec, stopAnalytics, err := startAnalytics(s, dbs, reg, log)
 	if err != nil {
 		return err
@@ -192,13 +193,13 @@ func serve() error {
 		Metrics:      m,
 		Gatherer:     reg,
 		Log:          log,
-		PersistRules: func(set *rules.Set) error { return rules.WriteFile(s.RulesPath, set) },
+		PersistRules: rw.persist,
 		Ready:        readiness(hot, dbs),
 		Usage:        usage,
 		Analytics:    rec,
 		Tiers:        tiersAdmin,
 	})
-	go reloadOnHangup(ctx, s.RulesPath, lim, m, log)
+	go reloadOnHangup(ctx, s.RulesPath, lim, rw.publish, m, log)
 	if s.PprofListen != "" {
 		go func() {
 			if err := servePprof(ctx, s.PprofListen, log); err != nil {
@@ -293,9 +294,10 @@ func readiness(hot *tiers.HotStore, dbs []*sql.DB) []api.ReadinessCheck {
 	return checks
 }
 
-// reloadOnHangup re-reads the rules file on SIGHUP, keeping the rules in
-// force when the file is invalid.
-func reloadOnHangup(ctx context.Context, path string, lim *limiter.Limiter, m *metrics.Metrics, log *slog.Logger) {
+// reloadOnHangup re-reads the rules file on SIGHUP and publishes it (to the
+// shared store and this instance, or this instance only: startRules),
+// keeping the rules in force when the file is invalid.
+func reloadOnHangup(ctx context.Context, path string, lim *limiter.Limiter, publish func(context.Context, *rules.Set) error, m *metrics.Metrics, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -307,7 +309,7 @@ func reloadOnHangup(ctx context.Context, path string, lim *limiter.Limiter, m *m
 		}
 		set, err := rules.ReadFile(path)
 		if err == nil {
-			err = lim.SetRules(set)
+			err = publish(ctx, set)
 		}
 		if err != nil {
 			m.RulesReloads.WithLabelValues("error").Inc()
