@@ -48,6 +48,37 @@ func TestLoad_ReadsTheEnvironment(t *testing.T) {
 	}
 }
 
+func TestLoad_RedisOptionsRulesStoreAndDrain(t *testing.T) {
+	t.Parallel()
+	s, err := config.Load(envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.RulesStore != "redis" || s.RulesPoll != time.Second || s.Drain != 5*time.Second || s.RedisCluster || s.RedisTLSConfig != nil {
+		t.Fatalf("defaults: store %q poll %s drain %s cluster %v tls %v", s.RulesStore, s.RulesPoll, s.Drain, s.RedisCluster, s.RedisTLSConfig)
+	}
+	cases := []struct {
+		name  string
+		env   map[string]string
+		check func(config.Settings) bool
+	}{
+		{"several addresses mean a cluster", map[string]string{"QUOTA_REDIS_ADDRS": "10.0.0.1:7000,10.0.0.2:7000"}, func(s config.Settings) bool { return s.RedisCluster }},
+		{"one configuration endpoint", map[string]string{"QUOTA_REDIS_CLUSTER": "on"}, func(s config.Settings) bool { return s.RedisCluster }},
+		{"sentinels are not a cluster", map[string]string{"QUOTA_REDIS_ADDRS": "10.0.0.1:26379,10.0.0.2:26379", "QUOTA_REDIS_SENTINEL_MASTER": "main"},
+			func(s config.Settings) bool { return !s.RedisCluster && s.RedisSentinelMaster == "main" }},
+		{"TLS with the system's CAs", map[string]string{"QUOTA_REDIS_TLS": "on", "QUOTA_REDIS_TLS_SERVER_NAME": "redis.internal"},
+			func(s config.Settings) bool { return s.RedisTLSConfig != nil && s.RedisTLSConfig.ServerName == "redis.internal" && s.RedisTLSConfig.RootCAs == nil }},
+		{"file rules store, drain off", map[string]string{"QUOTA_RULES_STORE": "file", "QUOTA_DRAIN": "0s", "QUOTA_RULES_POLL": "250ms"},
+			func(s config.Settings) bool { return s.RulesStore == "file" && s.Drain == 0 && s.RulesPoll == 250*time.Millisecond }},
+	}
+	for _, tc := range cases {
+		s, err := config.Load(envOf(tc.env))
+		if err != nil || !tc.check(s) {
+			t.Errorf("%s: %v %+v", tc.name, err, s)
+		}
+	}
+}
+
 func TestLoad_InvalidSettingsGiveOneClearLine(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -84,6 +115,23 @@ func TestLoad_InvalidSettingsGiveOneClearLine(t *testing.T) {
 		{map[string]string{"QUOTA_REDIS_DB": "16"}, "QUOTA_REDIS_DB"},
 		{map[string]string{"QUOTA_REDIS_DB": "2", "QUOTA_REDIS_ADDRS": "10.0.0.1:7000,10.0.0.2:7000"}, "QUOTA_REDIS_DB"},
 		{map[string]string{"QUOTA_PPROF_LISTEN": "6060"}, "QUOTA_PPROF_LISTEN"},
+		{map[string]string{"QUOTA_REDIS_DB": "2", "QUOTA_REDIS_CLUSTER": "on"}, "QUOTA_REDIS_DB"},
+		{map[string]string{"QUOTA_REDIS_CLUSTER": "maybe"}, "QUOTA_REDIS_CLUSTER"},
+		{map[string]string{"QUOTA_REDIS_CLUSTER": "off", "QUOTA_REDIS_ADDRS": "10.0.0.1:7000,10.0.0.2:7000"}, "QUOTA_REDIS_CLUSTER"},
+		{map[string]string{"QUOTA_REDIS_SENTINEL_MASTER": "m", "QUOTA_REDIS_CLUSTER": "on"}, "QUOTA_REDIS_SENTINEL_MASTER"},
+		{map[string]string{"QUOTA_REDIS_SENTINEL_PASSWORD": "p"}, "QUOTA_REDIS_SENTINEL_MASTER"},
+		{map[string]string{"QUOTA_REDIS_USERNAME": "u"}, "QUOTA_REDIS_PASSWORD"},
+		{map[string]string{"QUOTA_REDIS_PASSWORD": "p", "QUOTA_REDIS_PASSWORD_FILE": "/etc/x"}, "QUOTA_REDIS_PASSWORD_FILE"},
+		{map[string]string{"QUOTA_REDIS_PASSWORD_FILE": "/nonexistent/redis.pass"}, "QUOTA_REDIS_PASSWORD_FILE"},
+		{map[string]string{"QUOTA_REDIS_TLS": "yes"}, "QUOTA_REDIS_TLS"},
+		{map[string]string{"QUOTA_REDIS_TLS_CA": "/etc/ca.crt"}, "QUOTA_REDIS_TLS is not on"},
+		{map[string]string{"QUOTA_REDIS_TLS": "on", "QUOTA_REDIS_TLS_KEY": "/etc/k"}, "QUOTA_REDIS_TLS_CERT"},
+		{map[string]string{"QUOTA_REDIS_TLS": "on", "QUOTA_REDIS_TLS_CA": "/nonexistent/ca.crt"}, "QUOTA_REDIS_TLS_CA"},
+		{map[string]string{"QUOTA_RULES_STORE": "etcd"}, "QUOTA_RULES_STORE"},
+		{map[string]string{"QUOTA_RULES_POLL": "10ms"}, "QUOTA_RULES_POLL"},
+		{map[string]string{"QUOTA_DRAIN": "-1s"}, "QUOTA_DRAIN"},
+		{map[string]string{"QUOTA_DRAIN": "later"}, "QUOTA_DRAIN"},
+		{map[string]string{"QUOTA_DRAIN": "1h"}, "QUOTA_DRAIN"},
 	}
 	for _, tc := range cases {
 		_, err := config.Load(envOf(tc.env))

@@ -102,13 +102,20 @@ func newRedis(s config.Settings) redis.UniversalClient {
 		Addrs:        s.RedisAddrs,
 		Password:     s.RedisPassword,
 		DB:           s.RedisDB,
+		// TLS, ACL user, Sentinel and a cluster configuration endpoint
+		// (redisoptions.go); every client quotad makes goes through here.
+		Username:         s.RedisUsername,
+		MasterName:       s.RedisSentinelMaster,
+		SentinelPassword: s.RedisSentinelPassword,
+		IsClusterMode:    s.RedisCluster,
+		TLSConfig:        s.RedisTLSConfig,
 		DialTimeout:  s.RedisTimeout,
 		ReadTimeout:  s.RedisTimeout,
 		WriteTimeout: s.RedisTimeout,
 		PoolTimeout:  s.RedisTimeout,
 		PoolSize:     s.RedisPoolSize,
 		// Failed dials must not trip go-redis' dial gate (redisdial.go).
-		Dialer: redisDialer(s.RedisTimeout),
+		Dialer: redisTLSDialer(s.RedisTimeout, s.RedisTLSConfig),
 		// No idle connections kept warm: each one lost in an outage would
 		// be re-dialled at once, for nothing.
 		MinIdleConns: 0,
@@ -155,7 +162,7 @@ func serve() error {
 	// check wait out QUOTA_REDIS_TIMEOUT, and probes it every 100 ms with a
 	// PING outside the pool (see redisProbe).
 	store := tiers.NewBreaker(routed, clock.Real{}, 3, 100*time.Millisecond).
-		WithProbe(redisProbe(s.RedisAddrs), s.RedisTimeout)
+		WithProbe(redisProbeFor(s), s.RedisTimeout)
 	lim, err := limiter.New(store, clock.Real{}, set)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.RulesPath, err)

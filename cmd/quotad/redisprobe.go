@@ -37,6 +37,11 @@ func pingRedis(ctx context.Context, addr string) error {
 		return err
 	}
 	defer c.Close()
+	return pingConn(ctx, c, addr)
+}
+
+// pingConn sends PING on c and reads the answer (see redisProbe).
+func pingConn(ctx context.Context, c net.Conn, addr string) error {
 	if dl, ok := ctx.Deadline(); ok {
 		_ = c.SetDeadline(dl)
 	}
