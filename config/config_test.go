@@ -67,9 +67,13 @@ func TestLoad_RedisOptionsRulesStoreAndDrain(t *testing.T) {
 		{"sentinels are not a cluster", map[string]string{"QUOTA_REDIS_ADDRS": "10.0.0.1:26379,10.0.0.2:26379", "QUOTA_REDIS_SENTINEL_MASTER": "main"},
 			func(s config.Settings) bool { return !s.RedisCluster && s.RedisSentinelMaster == "main" }},
 		{"TLS with the system's CAs", map[string]string{"QUOTA_REDIS_TLS": "on", "QUOTA_REDIS_TLS_SERVER_NAME": "redis.internal"},
-			func(s config.Settings) bool { return s.RedisTLSConfig != nil && s.RedisTLSConfig.ServerName == "redis.internal" && s.RedisTLSConfig.RootCAs == nil }},
+			func(s config.Settings) bool {
+				return s.RedisTLSConfig != nil && s.RedisTLSConfig.ServerName == "redis.internal" && s.RedisTLSConfig.RootCAs == nil
+			}},
 		{"file rules store, drain off", map[string]string{"QUOTA_RULES_STORE": "file", "QUOTA_DRAIN": "0s", "QUOTA_RULES_POLL": "250ms"},
-			func(s config.Settings) bool { return s.RulesStore == "file" && s.Drain == 0 && s.RulesPoll == 250*time.Millisecond }},
+			func(s config.Settings) bool {
+				return s.RulesStore == "file" && s.Drain == 0 && s.RulesPoll == 250*time.Millisecond
+			}},
 	}
 	for _, tc := range cases {
 		s, err := config.Load(envOf(tc.env))

@@ -102,13 +102,6 @@ func newRedis(s config.Settings) redis.UniversalClient {
 		Addrs:        s.RedisAddrs,
 		Password:     s.RedisPassword,
 		DB:           s.RedisDB,
-		// TLS, ACL user, Sentinel and a cluster configuration endpoint
-		// (redisoptions.go); every client quotad makes goes through here.
-		Username:         s.RedisUsername,
-		MasterName:       s.RedisSentinelMaster,
-		SentinelPassword: s.RedisSentinelPassword,
-		IsClusterMode:    s.RedisCluster,
-		TLSConfig:        s.RedisTLSConfig,
 		DialTimeout:  s.RedisTimeout,
 		ReadTimeout:  s.RedisTimeout,
 		WriteTimeout: s.RedisTimeout,
@@ -125,6 +118,13 @@ func newRedis(s config.Settings) redis.UniversalClient {
 		// A check is not retried: a retry would double its latency and the
 		// fail mode answers it instead.
 		MaxRetries: -1,
+		// TLS, ACL user, Sentinel and a cluster configuration endpoint
+		// (redisoptions.go); every client quotad makes goes through here.
+		Username:         s.RedisUsername,
+		MasterName:       s.RedisSentinelMaster,
+		SentinelPassword: s.RedisSentinelPassword,
+		IsClusterMode:    s.RedisCluster,
+		TLSConfig:        s.RedisTLSConfig,
 	})
 }
 

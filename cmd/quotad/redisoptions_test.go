@@ -249,5 +249,3 @@ func runQuotad(t *testing.T, env ...string) (string, error) {
 	err := cmd.Run()
 	return stderr.String(), err
 }
-
-
