@@ -86,7 +86,7 @@ type Settings struct {
 	NewTier          string // QUOTA_NEW_TIER: where a cell never seen before starts; only hot (the hot script counts it with no lookup)
 	ColdHints        int    // QUOTA_COLD_HINTS: slots (8 B each) remembering cells found cold, so their checks skip the row lookup; 0 = off
 
-	// Redis connection options (docs/fleet.md). Every Redis client quotad
+	// Redis connection options (docs/operations.md). Every Redis client quotad
 	// makes uses all of them.
 	RedisUsername         string      // QUOTA_REDIS_USERNAME: ACL user ("" = default user)
 	RedisPasswordFile     string      // QUOTA_REDIS_PASSWORD_FILE: read at start into RedisPassword
