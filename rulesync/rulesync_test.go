@@ -57,6 +57,17 @@ func (in *instance) start(ctx context.Context, file *rules.Set) {
 	in.cur.Store(in.y.Bootstrap(ctx, file))
 }
 
+// started is one instance on the test Redis, started with a file of limit
+// 5 (which seeds the store).
+func started(t *testing.T) (*instance, redis.UniversalClient, *rules.Set) {
+	t.Helper()
+	rdb, prefix := testenv.Redis(t)
+	file := ruleSet(t, 5)
+	in := newInstance(rdb, prefix, "a", file)
+	in.start(context.Background(), file)
+	return in, rdb, file
+}
+
 func TestBootstrap_FirstInstanceSeedsTheStoreAndTheNextTakesItsRules(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
@@ -109,11 +120,8 @@ func TestPublish_ReachesEveryInstanceAtItsNextPoll(t *testing.T) {
 
 func TestPublish_InvalidRulesOrAnUnreachableStoreChangeNothing(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := testenv.Redis(t)
 	ctx := context.Background()
-	file := ruleSet(t, 5)
-	in := newInstance(rdb, prefix, "a", file)
-	in.start(ctx, file)
+	in, _, file := started(t)
 	if err := in.y.Publish(ctx, ruleSet(t, 13)); err == nil || errors.Is(err, rulesync.ErrUnavailable) {
 		t.Fatalf("publish of rules the instance refuses: %v", err)
 	}
@@ -124,7 +132,7 @@ func TestPublish_InvalidRulesOrAnUnreachableStoreChangeNothing(t *testing.T) {
 	r := testenv.StartRedis(t)
 	dead := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer dead.Close()
-	down := newInstance(dead, prefix, "b", file)
+	down := newInstance(dead, "q:", "b", file)
 	down.start(ctx, file)
 	r.Kill()
 	err := down.y.Publish(ctx, ruleSet(t, 6))
@@ -171,11 +179,8 @@ func TestBootstrap_StoreDownAtStartUsesTheFileThenFollowsTheStore(t *testing.T) 
 // or by hand) are not applied and not retried; a later valid write is.
 func TestPoll_RefusedStoreRulesKeepTheRulesInForce(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := testenv.Redis(t)
 	ctx := context.Background()
-	file := ruleSet(t, 5)
-	in := newInstance(rdb, prefix, "a", file)
-	in.start(ctx, file)
+	in, rdb, file := started(t)
 	if _, err := in.y.Store.Put(ctx, ruleSet(t, 13), "elsewhere"); err != nil {
 		t.Fatal(err)
 	}
@@ -202,11 +207,8 @@ func TestPoll_RefusedStoreRulesKeepTheRulesInForce(t *testing.T) {
 // racing) are replaced by the store's at the next poll.
 func TestPoll_RulesThatDifferFromTheStoreAreReplaced(t *testing.T) {
 	t.Parallel()
-	rdb, prefix := testenv.Redis(t)
 	ctx := context.Background()
-	file := ruleSet(t, 5)
-	in := newInstance(rdb, prefix, "a", file)
-	in.start(ctx, file)
+	in, _, file := started(t)
 	in.cur.Store(ruleSet(t, 4))
 	in.y.Poll(ctx)
 	if in.cur.Load().Version != file.Version {

@@ -137,31 +137,20 @@ func MakeTLSFiles(t testing.TB, dir string) TLSFiles {
 		ServerCert: filepath.Join(dir, "server.crt"), ServerKey: filepath.Join(dir, "server.key"),
 		ClientCert: filepath.Join(dir, "client.crt"), ClientKey: filepath.Join(dir, "client.key"),
 	}
-	caKey, caCert, caDER := newCA(t, "quota test CA")
+	caKey, caCert, caDER := signCert(t, "quota test CA", nil, nil, func(c *x509.Certificate) {
+		c.IsCA, c.BasicConstraintsValid = true, true
+		c.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature
+	})
 	writePEM(t, f.CA, "CERTIFICATE", caDER)
-	_, _, otherDER := newCA(t, "some other CA")
+	_, _, otherDER := signCert(t, "some other CA", nil, nil, func(c *x509.Certificate) { c.IsCA, c.BasicConstraintsValid = true, true })
 	writePEM(t, f.OtherCA, "CERTIFICATE", otherDER)
 	leaf := func(certPath, keyPath, cn string, usage x509.ExtKeyUsage, server bool) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(time.Now().UnixNano()),
-			Subject:      pkix.Name{CommonName: cn},
-			NotBefore:    time.Now().Add(-time.Hour),
-			NotAfter:     time.Now().Add(24 * time.Hour),
-			KeyUsage:     x509.KeyUsageDigitalSignature,
-			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
-		}
-		if server {
-			tmpl.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
-			tmpl.DNSNames = []string{"localhost"}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
+		key, _, der := signCert(t, cn, caCert, caKey, func(c *x509.Certificate) {
+			c.KeyUsage, c.ExtKeyUsage = x509.KeyUsageDigitalSignature, []x509.ExtKeyUsage{usage}
+			if server {
+				c.IPAddresses, c.DNSNames = []net.IP{net.ParseIP("127.0.0.1")}, []string{"localhost"}
+			}
+		})
 		writePEM(t, certPath, "CERTIFICATE", der)
 		kb, err := x509.MarshalPKCS8PrivateKey(key)
 		if err != nil {
@@ -174,22 +163,25 @@ func MakeTLSFiles(t testing.TB, dir string) TLSFiles {
 	return f
 }
 
-func newCA(t testing.TB, cn string) (*ecdsa.PrivateKey, *x509.Certificate, []byte) {
+// signCert makes a key and a certificate for cn valid for a day, shaped by
+// shape, signed by parent (self-signed when parent is nil).
+func signCert(t testing.TB, cn string, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, shape func(*x509.Certificate)) (*ecdsa.PrivateKey, *x509.Certificate, []byte) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(time.Now().UnixNano()),
-		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: cn},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	shape(tmpl)
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
 	if err != nil {
 		t.Fatal(err)
 	}
