@@ -74,7 +74,8 @@ func startRules(ctx context.Context, s config.Settings, rdb redis.UniversalClien
 	return rulesWiring{
 		publish: publish,
 		persist: func(set *rules.Set) error {
-			if err := publish(ctx, set); err != nil {
+			// Not ctx: a PUT during the drain wait, after SIGTERM, still counts.
+			if err := publish(context.Background(), set); err != nil {
 				return err
 			}
 			if err := writeFile(set); err != nil {
