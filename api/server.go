@@ -44,8 +44,10 @@ type Deps struct {
 	Metrics  *metrics.Metrics
 	Gatherer prometheus.Gatherer
 	Log      *slog.Logger
-	// PersistRules saves rules accepted by PUT /v1/rules (to the rules file)
-	// before they take effect; nil keeps them in memory only.
+	// PersistRules saves rules accepted by PUT /v1/rules (to the shared
+	// rules store and the rules file, or the file only: cmd/quotad) before
+	// they take effect; nil keeps them in memory only. An error wrapping
+	// rulesync.ErrUnavailable is a 503: nothing changed.
 	PersistRules func(*rules.Set) error
 	Ready        []ReadinessCheck
 	// Checks decides single checks; nil means Limiter.Check. quotad passes a
