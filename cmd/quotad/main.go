@@ -132,6 +132,10 @@ func serve() error {
 	if err != nil {
 		return err
 	}
+	envoyConf, err := loadEnvoyConfig(s)
+	if err != nil {
+		return err
+	}
 	rdb := newRedis(s)
 	defer rdb.Close()
 	dbs, err := openShards(s.MySQLShards)
@@ -200,6 +204,12 @@ func serve() error {
 		Tiers:        tiersAdmin,
 	})
 	go reloadOnHangup(ctx, s.RulesPath, lim, m, log)
+	envoy := api.NewEnvoyConfig(envoyConf)
+	go reloadEnvoyOnHangup(ctx, s, envoy, log)
+	waitGRPC, err := startGRPC(ctx, s, srv, envoy, log)
+	if err != nil {
+		return err
+	}
 	if s.PprofListen != "" {
 		go func() {
 			if err := servePprof(ctx, s.PprofListen, log); err != nil {
@@ -208,6 +218,8 @@ func serve() error {
 		}()
 	}
 	err = listenAndServe(ctx, s, srv, log)
+	stop() // ends the gRPC server too when HTTP stopped on its own
+	waitGRPC()
 	// No check runs any more: write what analytics still holds.
 	stopAnalytics()
 	return err

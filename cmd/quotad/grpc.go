@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/quota-platform/quota/api"
+	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/envoyconf"
+)
+
+// loadEnvoyConfig reads QUOTA_ENVOY_CONFIG ("" : no domains, every
+// descriptor OK).
+func loadEnvoyConfig(s config.Settings) (*envoyconf.Config, error) {
+	if s.EnvoyConfig == "" {
+		return envoyconf.Empty(), nil
+	}
+	c, err := envoyconf.Load(s.EnvoyConfig)
+	if err != nil {
+		return nil, fmt.Errorf("QUOTA_ENVOY_CONFIG: %w", err)
+	}
+	return c, nil
+}
+
+// startGRPC serves Envoy's rate limit service on QUOTA_GRPC_LISTEN (nothing
+// with "off") and returns a function that waits until it has stopped. On
+// ctx's end (SIGTERM) health turns NOT_SERVING first, then the server
+// drains, with the HTTP server, for at most 10 s.
+func startGRPC(ctx context.Context, s config.Settings, srv *api.Server, conf *api.EnvoyConfig, log *slog.Logger) (func(), error) {
+	if s.GRPCListen == "off" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", s.GRPCListen)
+	if err != nil {
+		return nil, fmt.Errorf("QUOTA_GRPC_LISTEN %s: %w", s.GRPCListen, err)
+	}
+	gs, health := srv.NewGRPC(conf)
+	go func() {
+		if err := gs.Serve(ln); err != nil {
+			log.Error("grpc server stopped", "err", err)
+		}
+	}()
+	log.Info("quotad grpc listening", "addr", ln.Addr().String(), "envoy_domains", conf.Load().Domains())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		health.Shutdown()
+		stopped := make(chan struct{})
+		go func() { gs.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second):
+			gs.Stop()
+		}
+	}()
+	return func() { <-done }, nil
+}
+
+// reloadEnvoyOnHangup re-reads QUOTA_ENVOY_CONFIG on SIGHUP (with the rules
+// file, reloadOnHangup), keeping the configuration in force when the new
+// one is invalid.
+func reloadEnvoyOnHangup(ctx context.Context, s config.Settings, conf *api.EnvoyConfig, log *slog.Logger) {
+	if s.EnvoyConfig == "" {
+		return
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		c, err := loadEnvoyConfig(s)
+		if err != nil {
+			log.Error("envoy config reload failed; keeping the configuration in force", "err", err, "domains", conf.Load().Domains())
+			continue
+		}
+		conf.Store(c)
+		log.Info("envoy config reloaded", "domains", c.Domains())
+	}
+}
