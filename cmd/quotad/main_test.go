@@ -81,7 +81,7 @@ func TestStartup_InvalidConfigurationExitsWithOneClearLine(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, quotadBin, args...)
-			cmd.Env = append(environWithoutQuota(), tc.env...)
+			cmd.Env = append(environWithoutQuota(), append([]string{"QUOTA_GRPC_LISTEN=off"}, tc.env...)...)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			err := cmd.Run()
@@ -124,7 +124,7 @@ func TestStartup_SchemaOnStart(t *testing.T) {
 				defer cancel()
 				cmd := exec.CommandContext(ctx, quotadBin, "serve")
 				cmd.Env = append(environWithoutQuota(), append(env, "QUOTA_RULES="+rulesPath,
-					fmt.Sprintf("QUOTA_LISTEN=127.0.0.1:%d", testenv.FreePort(t)))...)
+					fmt.Sprintf("QUOTA_LISTEN=127.0.0.1:%d", testenv.FreePort(t)), "QUOTA_GRPC_LISTEN=off")...)
 				var stderr bytes.Buffer
 				cmd.Stderr = &stderr
 				if err := cmd.Run(); err == nil {
@@ -221,6 +221,7 @@ func startServer(t *testing.T, rulesPath string, env ...string) *server {
 	cmd := exec.Command(quotadBin)
 	cmd.Env = append(environWithoutQuota(),
 		fmt.Sprintf("QUOTA_LISTEN=127.0.0.1:%d", port),
+		"QUOTA_GRPC_LISTEN=off", // a test that wants it passes a port of its own in env
 		"QUOTA_MYSQL_SHARDS="+dsn0+","+dsn1,
 		"QUOTA_RULES="+rulesPath,
 		"QUOTA_REDIS_KEY_PREFIX=t:"+testenv.RandomHex(6)+":",

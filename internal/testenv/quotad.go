@@ -154,7 +154,9 @@ func NewQuotad(t testing.TB, env ...string) *Quotad {
 			q.env = append(q.env, kv)
 		}
 	}
-	q.env = append(q.env, "QUOTA_LISTEN="+addr)
+	// No gRPC unless a test asks (QUOTA_GRPC_LISTEN in env): its default
+	// port would be shared by every quotad a test run starts.
+	q.env = append(q.env, "QUOTA_LISTEN="+addr, "QUOTA_GRPC_LISTEN=off")
 	q.env = append(q.env, env...)
 	t.Cleanup(q.Kill)
 	return q
