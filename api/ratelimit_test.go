@@ -292,7 +292,7 @@ func TestShouldRateLimit_HitsAddend(t *testing.T) {
 func TestShouldRateLimit_DeniedRequestConsumesNothing(t *testing.T) {
 	t.Parallel()
 	h := newRLS(t)
-	bar := desc("foo", "a", "bar", "b")                                     // 3 a minute
+	bar := desc("foo", "a", "bar", "b")                                    // 3 a minute
 	mock := desc("source_cluster", "proxy", "destination_cluster", "mock") // 1 a minute
 	if r := h.must("rl", 0, bar, mock); r.OverallCode != ok {
 		t.Fatalf("first: %v", r)
