@@ -70,6 +70,8 @@ func TestStartup_InvalidConfigurationExitsWithOneClearLine(t *testing.T) {
 		{"invalid rules file", []string{"QUOTA_RULES=" + writeFile(t, dir, "bad.yaml", "rules:\n  - {name: x, dimensions: [a], limit: 0, window: 1h, algorithm: fixed_window}\n")}, "limit must be"},
 		{"unknown algorithm", []string{"QUOTA_RULES=" + writeFile(t, dir, "algo.yaml", "rules:\n  - {name: x, dimensions: [a], limit: 1, window: 1h, algorithm: leaky}\n")}, "unknown algorithm"},
 		{"shard without a database", []string{"QUOTA_RULES=" + good, "QUOTA_MYSQL_SHARDS=quota:quota@tcp(127.0.0.1:3306)/"}, "QUOTA_MYSQL_SHARDS entry 0: names no database"},
+		{"invalid envoy config", []string{"QUOTA_RULES=" + good, "QUOTA_ENVOY_CONFIG=" + writeFile(t, dir, "envoy.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")}, "QUOTA_ENVOY_CONFIG: " + dir + "/envoy.yaml: invalid rate limit unit 'fortnight'"},
+		{"bad grpc listen", []string{"QUOTA_RULES=" + good, "QUOTA_GRPC_LISTEN=nohost"}, "QUOTA_GRPC_LISTEN"},
 		{"unknown command", []string{"QUOTA_RULES=" + good}, "unknown command"},
 	}
 	for _, tc := range cases {
