@@ -327,19 +327,9 @@ func (n *node) load(name, parentKey string, descs []yamlDescriptor) error {
 // Load reads path: one file, or every *.yaml / *.yml file of a directory
 // (dot files skipped), each one domain.
 func Load(path string) (*Config, error) {
-	names, err := configFiles(path)
+	names, files, err := readFiles(path)
 	if err != nil {
 		return nil, err
-	}
-	files := make([]*File, len(names))
-	for i, n := range names {
-		b, err := os.ReadFile(n)
-		if err != nil {
-			return nil, fmt.Errorf("envoy config: %w", err)
-		}
-		if files[i], err = ParseFile(n, b); err != nil {
-			return nil, err
-		}
 	}
 	return Build(names, files)
 }
@@ -370,4 +360,35 @@ func configFiles(path string) ([]string, error) {
 		return nil, errors.New("envoy config: directory " + path + " has no .yaml or .yml file")
 	}
 	return names, nil // ReadDir sorts by name
+}
+
+// ReadFiles reads path (a file or a directory, as Load), checks it as Load
+// does and returns its parsed files, for tools that translate them.
+func ReadFiles(path string) ([]string, []*File, error) {
+	names, files, err := readFiles(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := Build(names, files); err != nil {
+		return nil, nil, err
+	}
+	return names, files, nil
+}
+
+func readFiles(path string) ([]string, []*File, error) {
+	names, err := configFiles(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	files := make([]*File, len(names))
+	for i, n := range names {
+		b, err := os.ReadFile(n)
+		if err != nil {
+			return nil, nil, fmt.Errorf("envoy config: %w", err)
+		}
+		if files[i], err = ParseFile(n, b); err != nil {
+			return nil, nil, err
+		}
+	}
+	return names, files, nil
 }

@@ -9,6 +9,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/quota-platform/quota/envoyconf"
 )
 
 // runRules: `rules get` prints the rules in force (GET /v1/rules) as
@@ -24,8 +26,11 @@ func runRules(ctx context.Context, cl *client, args []string, stdout, stderr io.
 		}
 		return 2
 	}
+	if len(pos) == 2 && pos[0] == "from-envoy" {
+		return rulesFromEnvoy(pos[1], stdout, stderr)
+	}
 	if len(pos) != 1 || pos[0] != "get" {
-		fmt.Fprintln(stderr, "usage: quotactl rules get [--url URL]")
+		fmt.Fprintln(stderr, "usage: quotactl rules get [--url URL] | quotactl rules from-envoy FILE|DIR")
 		return 2
 	}
 	var raw json.RawMessage
@@ -40,6 +45,28 @@ func runRules(ctx context.Context, cl *client, args []string, stdout, stderr io.
 	}
 	out.WriteByte('\n')
 	_, _ = stdout.Write(out.Bytes())
+	return 0
+}
+
+// rulesFromEnvoy prints the quota rules equivalent to an envoy ratelimit
+// configuration (a file or a directory), and on stderr what has no exact
+// equivalent. Exit status 1 when the configuration is invalid.
+func rulesFromEnvoy(path string, stdout, stderr io.Writer) int {
+	_, files, err := envoyconf.ReadFiles(path)
+	if err != nil {
+		fmt.Fprintln(stderr, "quotactl rules from-envoy:", err)
+		return 1
+	}
+	set, notes := envoyconf.QuotaRules(files)
+	for _, n := range notes {
+		fmt.Fprintln(stderr, "note:", n)
+	}
+	b, err := set.MarshalYAML()
+	if err != nil {
+		fmt.Fprintln(stderr, "quotactl rules from-envoy:", err)
+		return 1
+	}
+	_, _ = stdout.Write(b)
 	return 0
 }
 
