@@ -90,7 +90,7 @@ func (r *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 	limits := make([]*envoyconf.Limit, n)
 	costs := make([]int64, n)
 	var entries []envoyconf.Entry
-	replaced := map[string]bool{}
+	var replaced map[string]bool
 	for i, d := range descs {
 		if len(d.GetEntries()) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
@@ -119,6 +119,9 @@ func (r *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		limits[i] = conf.Lookup(req.GetDomain(), entries)
 		if limits[i] != nil {
 			for _, name := range limits[i].Replaces {
+				if replaced == nil {
+					replaced = map[string]bool{}
+				}
 				replaced[name] = true
 			}
 		}
@@ -177,13 +180,14 @@ const (
 )
 
 // decide counts the descriptors with a limit. Descriptors of one cost are
-// one all-or-nothing check (the common case: every descriptor has the
-// request's hits_addend); a request whose descriptors carry different
-// per-descriptor costs is one check per cost, all in one store trip, and
-// the all-or-nothing then holds within each cost.
+// one all-or-nothing check, on the path of POST /v1/check (the common
+// case: every descriptor has the request's hits_addend); a request whose
+// descriptors carry different per-descriptor costs is one check per cost,
+// all in one store trip, and the all-or-nothing then holds within each
+// cost.
 func (r *rateLimitService) decide(ctx context.Context, req *rlsv3.RateLimitRequest, limits []*envoyconf.Limit, costs []int64) (*rlsv3.RateLimitResponse, error) {
 	appKey := r.s.deps.Settings.EnvoyAppKey
-	var reqs []*limiter.CounterRequest
+	var reqs []*limiter.Request
 	type slot struct{ req, counter int }
 	where := make([]slot, len(limits))
 	app, iface, user := "", "", ""
@@ -212,7 +216,7 @@ func (r *rateLimitService) decide(ctx context.Context, req *rlsv3.RateLimitReque
 		}
 		if k < 0 {
 			k = len(reqs)
-			reqs = append(reqs, &limiter.CounterRequest{Scope: scopePrefix + req.GetDomain(), Cost: costs[i]})
+			reqs = append(reqs, &limiter.Request{Scope: scopePrefix + req.GetDomain(), Cost: costs[i]})
 		}
 		ids := make([]string, 0, 2*len(d.GetEntries()))
 		dApp, dUser := "", ""
@@ -232,11 +236,19 @@ func (r *rateLimitService) decide(ctx context.Context, req *rlsv3.RateLimitReque
 		})
 	}
 	var ds []limiter.Decision
-	if len(reqs) > 0 {
-		var err error
-		if ds, err = r.s.deps.Limiter.CheckCounters(ctx, reqs); err != nil {
-			return r.storeFailure(err, len(limits))
-		}
+	var err error
+	switch len(reqs) {
+	case 0:
+	case 1:
+		// The path of POST /v1/check: the coalescer shares Redis pipelines.
+		var d limiter.Decision
+		d, err = r.s.deps.Checks.Check(ctx, reqs[0])
+		ds = []limiter.Decision{d}
+	default:
+		ds, err = r.s.deps.Limiter.CheckBatch(ctx, reqs)
+	}
+	if err != nil {
+		return r.storeFailure(err, len(limits))
 	}
 	allowed := true
 	for i := range ds {

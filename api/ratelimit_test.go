@@ -23,6 +23,7 @@ import (
 
 	"github.com/quota-platform/quota/api"
 	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/coalesce"
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/envoyconf"
 	"github.com/quota-platform/quota/internal/testenv"
@@ -80,7 +81,10 @@ func newRLS(t *testing.T, opts ...harnessOption) *rlsHarness {
 	}
 	reg := prometheus.NewRegistry()
 	usage := &usageLog{}
-	srv := api.New(api.Deps{Settings: hc.settings, Limiter: lim, Metrics: metrics.New(reg), Gatherer: reg, Usage: usage})
+	// quotad's path: single checks through the coalescer (QUOTA_COALESCE, 4 by default).
+	co := coalesce.New(lim, hc.settings.Coalesce, 64)
+	t.Cleanup(co.Close)
+	srv := api.New(api.Deps{Settings: hc.settings, Limiter: lim, Checks: co, Metrics: metrics.New(reg), Gatherer: reg, Usage: usage})
 	gs, _ := srv.NewGRPC(api.NewEnvoyConfig(conf))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -283,6 +287,17 @@ func TestShouldRateLimit_HitsAddend(t *testing.T) {
 	d.HitsAddend = wrapperspb.UInt64(3)
 	if r := h.must("rl", 1, d); r.OverallCode != ok || r.Statuses[0].LimitRemaining != 0 {
 		t.Fatalf("descriptor hits_addend: %v", r)
+	}
+	// Descriptors of different costs in one request: each counts its own
+	// (rl.foo is 2 a minute, rl.foo.bar 3).
+	d2 := desc("foo", "h5", "bar", "b")
+	d2.HitsAddend = wrapperspb.UInt64(2)
+	r := h.must("rl", 1, desc("foo", "h5"), d2)
+	if r.OverallCode != ok || r.Statuses[0].LimitRemaining != 1 || r.Statuses[1].LimitRemaining != 1 {
+		t.Fatalf("mixed costs: %v", r)
+	}
+	if r := h.must("rl", 0, desc("foo", "h5"), desc("foo", "h5", "bar", "b")); r.OverallCode != ok || r.Statuses[0].LimitRemaining != 0 || r.Statuses[1].LimitRemaining != 0 {
+		t.Fatalf("after mixed costs: %v", r)
 	}
 }
 

@@ -20,12 +20,20 @@ type Dim struct {
 	Name, Value string
 }
 
-// Request is one limit check.
+// Request is one limit check: of the rules that apply to Dims, or, when
+// Counters is set, of those counters only (the rules are not consulted).
 type Request struct {
 	Dims   []Dim
 	Cost   int64
 	DryRun bool
 	Report bool
+	// Counters are counters the caller names itself (the Envoy rate limit
+	// service: its configuration, not quota's rules, says which counters a
+	// request has), decided all-or-nothing like a rule check's cells.
+	// Scope keeps them apart from the rules' counters: rule names match
+	// [a-z][a-z0-9_]*, so a scope with another character never meets one.
+	Counters []Counter
+	Scope    string
 }
 
 // Lookup returns the value of dimension name.
@@ -209,9 +217,9 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 	})
 }
 
-// entryOwner says which rule and limit a cell belongs to.
+// entryOwner says which rule (or explicit counter) and limit a cell belongs to.
 type entryOwner struct {
-	rule  *rules.Rule
+	name  string
 	limit rules.Limit
 }
 
@@ -240,8 +248,13 @@ func buildOp(set *compiledSet, req *Request, now time.Time) (*tiers.Op, []entryO
 	}
 	owners := buf.owners[:0]
 	var values [rules.MaxDimensions]string
-	for i := range set.rules {
-		cr := &set.rules[i]
+	scan := set.rules
+	if req.Counters != nil {
+		owners = appendCounterCells(op, owners, req, now)
+		scan = nil
+	}
+	for i := range scan {
+		cr := &scan[i]
 		if !cr.rule.Applies(req.Lookup) {
 			continue
 		}
@@ -281,7 +294,7 @@ func buildOp(set *compiledSet, req *Request, now time.Time) (*tiers.Op, []entryO
 				Tag:       tag,
 				ShardKey:  shardKey,
 			})
-			owners = append(owners, entryOwner{rule: cr.rule, limit: lim})
+			owners = append(owners, entryOwner{name: cr.rule.Name, limit: lim})
 		}
 	}
 	if len(op.Cells) <= inlineCells {
@@ -297,7 +310,7 @@ func decision(op *tiers.Op, owners []entryOwner) Decision {
 	for i := range op.Cells {
 		o := op.Out[i]
 		d.Entries[i] = Entry{
-			Rule:       owners[i].rule.Name,
+			Rule:       owners[i].name,
 			Window:     time.Duration(owners[i].limit.Window),
 			Limit:      owners[i].limit.Limit,
 			Remaining:  o.Remaining,
@@ -359,66 +372,16 @@ type Counter struct {
 	App, User string
 }
 
-// CounterRequest is one request over explicit counters, decided
-// all-or-nothing: allowed only if every non-shadow counter has room for
-// Cost, and then counted in all of them.
-type CounterRequest struct {
-	// Scope keeps these counters apart from the rules': rule names match
-	// [a-z][a-z0-9_]*, so a scope with another character never meets one.
-	Scope    string
-	Counters []Counter
-	Cost     int64
-}
-
-// CheckCounters decides reqs, each all-or-nothing and as if sent alone, in
-// one trip to the store (the same store, tiers and migration as Check).
-// A request without counters is allowed and touches nothing.
-func (l *Limiter) CheckCounters(ctx context.Context, reqs []*CounterRequest) ([]Decision, error) {
-	now := l.clock.Now()
-	ops := make([]*tiers.Op, 0, len(reqs))
-	out := make([]Decision, len(reqs))
-	built := make([]*tiers.Op, len(reqs))
-	for i, r := range reqs {
-		if len(r.Counters) == 0 {
-			out[i] = Decision{Allowed: true}
-			continue
-		}
-		built[i] = counterOp(r, now)
-		ops = append(ops, built[i])
-	}
-	if len(ops) > 0 {
-		if err := l.store.Check(ctx, now, ops); err != nil {
-			return nil, fmt.Errorf("check: %w", err)
-		}
-	}
-	for i, op := range built {
-		if op == nil {
-			continue
-		}
-		d := Decision{Allowed: op.Allowed(), Entries: make([]Entry, len(op.Cells))}
-		for j := range op.Cells {
-			c, o := &reqs[i].Counters[j], op.Out[j]
-			d.Entries[j] = Entry{
-				Rule: c.Name, Window: c.Window, Limit: c.Limit,
-				Remaining: o.Remaining, ResetAfter: o.ResetAfter, RetryAfter: o.RetryAfter,
-				Tier: o.Tier, Allowed: o.Allowed, Shadow: c.Shadow,
-			}
-		}
-		out[i] = d
-	}
-	return out, nil
-}
-
-func counterOp(r *CounterRequest, now time.Time) *tiers.Op {
-	op := &tiers.Op{Cost: r.Cost, Mode: tiers.Enforce, Cells: make([]tiers.Cell, len(r.Counters)), Out: make([]tiers.Outcome, len(r.Counters))}
-	for j := range r.Counters {
-		c := &r.Counters[j]
-		id := tiers.IdentityOf(r.Scope, c.Identity)
+// appendCounterCells appends req's explicit counters to op.
+func appendCounterCells(op *tiers.Op, owners []entryOwner, req *Request, now time.Time) []entryOwner {
+	for j := range req.Counters {
+		c := &req.Counters[j]
+		id := tiers.IdentityOf(req.Scope, c.Identity)
 		tag, shardKey := tiers.TagOfIdentity(id), tiers.ShardKeyOfIdentity(id)
 		if c.App != "" {
 			tag, shardKey = tiers.TagOf(c.App), tiers.ShardKeyOf(c.App, c.User)
 		}
-		op.Cells[j] = tiers.Cell{
+		op.Cells = append(op.Cells, tiers.Cell{
 			Algorithm: rules.FixedWindow,
 			Limit:     c.Limit,
 			Window:    c.Window,
@@ -427,7 +390,8 @@ func counterOp(r *CounterRequest, now time.Time) *tiers.Op {
 			Key:       tiers.FixedKeyOf(tiers.CellIDOf(id, c.Window), now.UnixMilli()/c.Window.Milliseconds()),
 			Tag:       tag,
 			ShardKey:  shardKey,
-		}
+		})
+		owners = append(owners, entryOwner{name: c.Name, limit: rules.Limit{Limit: c.Limit, Window: rules.Duration(c.Window)}})
 	}
-	return op
+	return owners
 }

@@ -16,7 +16,7 @@ import (
 func TestRulesFromEnvoy_PlatformConfigGivesTheDeployRules(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"rules", "from-envoy", "../../envoyconf/testdata/platform.yaml"}, &stdout, &stderr); code != 0 {
+	if code := run([]string{"rules", "from-envoy", "../../deploy/envoy/ratelimit.yaml"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	got, err := rules.ParseYAML(stdout.Bytes())
