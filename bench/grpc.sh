@@ -67,6 +67,6 @@ until curl -sf -o /dev/null "http://$LISTEN/readyz"; do
 done
 
 # shellcheck disable=SC2086 # GRPCBENCH_ARGS is a list of flags
-"$GRPCBENCH_BIN" -url "http://$LISTEN" -grpc "$GRPC_LISTEN" -json "$OUT_DIR/grpcbench.json" ${GRPCBENCH_ARGS:-} |
+"$GRPCBENCH_BIN" -url "http://$LISTEN" -grpc "$GRPC_LISTEN" -server-pid "$QUOTAD_PID" -json "$OUT_DIR/grpcbench.json" ${GRPCBENCH_ARGS:-} |
 	tee "$OUT_DIR/grpcbench.txt"
 echo "bench: figures in $OUT_DIR/grpcbench.txt and grpcbench.json (measured on this machine as it is loaded)"

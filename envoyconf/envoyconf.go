@@ -108,12 +108,14 @@ func (c *Config) Lookup(domain string, entries []Entry) *Limit {
 	}
 	var found *Limit
 	level := d
+	var buf [128]byte
 	for i, e := range entries {
-		next := level.children[e.Key+"_"+e.Value]
+		// "key_value", built without allocating (as envoy ratelimit's map key).
+		kv := append(append(append(buf[:0], e.Key...), '_'), e.Value...)
+		next := level.children[string(kv)]
 		if next == nil {
-			kv := e.Key + "_" + e.Value
 			for _, w := range level.wildcards {
-				if strings.HasPrefix(kv, strings.TrimSuffix(w, "*")) {
+				if p := w[:len(w)-1]; len(kv) >= len(p) && string(kv[:len(p)]) == p {
 					next = level.children[w]
 					break
 				}

@@ -8,6 +8,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,8 +17,10 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
@@ -36,6 +39,7 @@ type options struct {
 	phase                 time.Duration
 	rate                  float64
 	jsonPath              string
+	serverPID             int
 }
 
 func main() {
@@ -57,6 +61,7 @@ func run(args []string, out io.Writer) error {
 	fs.DurationVar(&o.phase, "phase", 5*time.Second, "length of one turn")
 	fs.Float64Var(&o.rate, "rate", 4630, "checks/s of the fixed-rate turns (0: none)")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results as JSON here")
+	fs.IntVar(&o.serverPID, "server-pid", 0, "quotad's pid: report its CPU time per check (Linux /proc)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -87,6 +92,7 @@ func run(args []string, out io.Writer) error {
 			for _, entry := range order {
 				var s summary
 				var h *hdrhistogram.Histogram
+				srv0, cli0 := procCPU(o.serverPID), selfCPU()
 				if entry == "grpc" {
 					s, h = g.run(ctx, o, rate, seed)
 				} else {
@@ -95,6 +101,7 @@ func run(args []string, out io.Writer) error {
 						return err
 					}
 				}
+				s.ServerCPUSec, s.ClientCPUSec = (procCPU(o.serverPID) - srv0).Seconds(), (selfCPU() - cli0).Seconds()
 				fmt.Fprintf(out, "round %d %-4s %s\n", round+1, entry, s.line())
 				hist[entry].Merge(h)
 				total[entry].add(s)
@@ -133,6 +140,8 @@ type summary struct {
 	P99Ms        float64 `json:"p99_ms"`
 	P999Ms       float64 `json:"p999_ms"`
 	MaxMs        float64 `json:"max_ms"`
+	ServerCPUSec float64 `json:"server_cpu_s"` // quotad's CPU time over the turns (0 without -server-pid)
+	ClientCPUSec float64 `json:"client_cpu_s"` // this process's
 }
 
 func (s *summary) add(o summary) {
@@ -140,6 +149,8 @@ func (s *summary) add(o summary) {
 	s.Seconds += o.Seconds
 	s.Errors += o.Errors
 	s.Denied += o.Denied
+	s.ServerCPUSec += o.ServerCPUSec
+	s.ClientCPUSec += o.ClientCPUSec
 }
 
 func (s *summary) finish(h *hdrhistogram.Histogram) {
@@ -155,8 +166,14 @@ func (s *summary) line() string {
 	if s.Rate > 0 {
 		mode = "at " + strconv.FormatFloat(s.Rate, 'f', 0, 64) + "/s"
 	}
-	return fmt.Sprintf("%-11s %9.0f checks/s  p50 %6.2f ms  p99 %6.2f ms  p99.9 %6.2f ms  max %7.2f ms  errors %d  denied %d",
-		mode, s.ChecksPerSec, s.P50Ms, s.P99Ms, s.P999Ms, s.MaxMs, s.Errors, s.Denied)
+	perCheck := func(sec float64) float64 {
+		if s.Checks == 0 {
+			return 0
+		}
+		return sec * 1e6 / float64(s.Checks)
+	}
+	return fmt.Sprintf("%-11s %6.0f checks/s  p50 %7.2f ms  p99 %7.2f ms  p99.9 %7.2f ms  max %7.2f ms  CPU/check: quotad %4.0f µs, client %4.0f µs  errors %d  denied %d",
+		mode, s.ChecksPerSec, s.P50Ms, s.P99Ms, s.P999Ms, s.MaxMs, perCheck(s.ServerCPUSec), perCheck(s.ClientCPUSec), s.Errors, s.Denied)
 }
 
 // runHTTP is one turn of POST /v1/check through loadgen (what make bench's
@@ -268,4 +285,37 @@ func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint
 	s := summary{Entry: "grpc", Rate: rate, Checks: checks.Load(), Seconds: time.Since(start).Seconds(), Errors: errs.Load(), Denied: denied.Load()}
 	s.finish(h)
 	return s, h
+}
+
+// procCPU is the user+system CPU time of process pid so far (0 if unknown).
+func procCPU(pid int) time.Duration {
+	if pid <= 0 {
+		return 0
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	const ticks = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticks
+}
+
+// selfCPU is this process's user+system CPU time so far.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

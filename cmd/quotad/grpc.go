@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/quota-platform/quota/api"
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/envoyconf"
@@ -28,6 +30,10 @@ func loadEnvoyConfig(s config.Settings) (*envoyconf.Config, error) {
 	return c, nil
 }
 
+// grpcWorkers is how many calls run on pooled workers at once (more start
+// goroutines of their own): about the concurrency of a loaded quotad.
+const grpcWorkers = 256
+
 // startGRPC serves Envoy's rate limit service on QUOTA_GRPC_LISTEN (nothing
 // with "off") and returns a function that waits until it has stopped. On
 // ctx's end (SIGTERM) health turns NOT_SERVING first, then the server
@@ -40,7 +46,9 @@ func startGRPC(ctx context.Context, s config.Settings, srv *api.Server, conf *ap
 	if err != nil {
 		return nil, fmt.Errorf("QUOTA_GRPC_LISTEN %s: %w", s.GRPCListen, err)
 	}
-	gs, health := srv.NewGRPC(conf)
+	// Handlers run on long-lived workers, whose stacks are already grown,
+	// instead of a new goroutine per call that grows its stack each time.
+	gs, health := srv.NewGRPC(conf, grpc.NumStreamWorkers(grpcWorkers))
 	go func() {
 		if err := gs.Serve(ln); err != nil {
 			log.Error("grpc server stopped", "err", err)
