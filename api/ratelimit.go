@@ -107,8 +107,9 @@ func (r *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
 		}
 		costs[i] = cost
-		if o := d.GetLimit(); o != nil {
-			// A limit sent by Envoy itself (its limit override) wins over the file.
+		if o := d.GetLimit(); o != nil && conf.HasDomain(req.GetDomain()) {
+			// A limit sent by Envoy itself (its limit override) wins over the
+			// file, in a configured domain (as envoy ratelimit has it).
 			u := envoyconf.Unit(o.GetUnit())
 			if envoyconf.Window(u) == 0 {
 				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: limit override has no valid unit", i)

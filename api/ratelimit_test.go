@@ -11,6 +11,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -450,5 +452,28 @@ func TestGRPC_HealthIsServing(t *testing.T) {
 		if err != nil || r.Status != healthpb.HealthCheckResponse_SERVING {
 			t.Fatalf("health %q: %v %v", svc, r, err)
 		}
+	}
+}
+
+func TestShouldRateLimit_LimitOverrideAndCheckToken(t *testing.T) {
+	t.Parallel()
+	h := newRLS(t, settings(func(s *config.Settings) { s.CheckToken = "grpc-check-token-0123456789" }))
+	d := desc("key2", "o")
+	d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
+	if _, err := h.call("test-domain", 0, d); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("no token: %v, want Unauthenticated", err)
+	}
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer grpc-check-token-0123456789")
+	req := &rlsv3.RateLimitRequest{Domain: "test-domain", Descriptors: []*rlcommon.RateLimitDescriptor{d}}
+	for i, want := range []rlsv3.RateLimitResponse_Code{ok, over} {
+		r, err := h.client.ShouldRateLimit(ctx, req)
+		if err != nil || r.OverallCode != want || r.Statuses[0].CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR {
+			t.Fatalf("override call %d: %v %v", i, r, err)
+		}
+	}
+	// In an unknown domain the override is not applied (envoy ratelimit: no domain, no limit).
+	req.Domain = "nodomain"
+	if r, err := h.client.ShouldRateLimit(ctx, req); err != nil || r.OverallCode != ok || r.Statuses[0].CurrentLimit != nil {
+		t.Fatalf("override in unknown domain: %v %v", r, err)
 	}
 }

@@ -91,6 +91,9 @@ func (c *Config) Domains() []string {
 	return out
 }
 
+// HasDomain reports whether domain is configured.
+func (c *Config) HasDomain(domain string) bool { return c.domains[domain] != nil }
+
 // Files lists the files the configuration was read from.
 func (c *Config) Files() []string { return c.files }
 
