@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -78,21 +75,13 @@ func reloadEnvoyOnHangup(ctx context.Context, s config.Settings, conf *api.Envoy
 	if s.EnvoyConfig == "" {
 		return
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-		}
+	onHangup(ctx, func() {
 		c, err := loadEnvoyConfig(s)
 		if err != nil {
 			log.Error("envoy config reload failed; keeping the configuration in force", "err", err, "domains", conf.Load().Domains())
-			continue
+			return
 		}
 		conf.Store(c)
 		log.Info("envoy config reloaded", "domains", c.Domains())
-	}
+	})
 }

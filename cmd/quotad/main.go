@@ -309,6 +309,24 @@ func readiness(hot *tiers.HotStore, dbs []*sql.DB) []api.ReadinessCheck {
 // reloadOnHangup re-reads the rules file on SIGHUP, keeping the rules in
 // force when the file is invalid.
 func reloadOnHangup(ctx context.Context, path string, lim *limiter.Limiter, m *metrics.Metrics, log *slog.Logger) {
+	onHangup(ctx, func() {
+		set, err := rules.ReadFile(path)
+		if err == nil {
+			err = lim.SetRules(set)
+		}
+		if err != nil {
+			m.RulesReloads.WithLabelValues("error").Inc()
+			log.Error("rules reload failed; keeping the rules in force", "err", err, "version", lim.Rules().Version)
+			return
+		}
+		m.RulesReloads.WithLabelValues("ok").Inc()
+		m.SetRulesVersion(set.Version)
+		log.Info("rules reloaded", "version", set.Version, "rules", len(set.Rules))
+	})
+}
+
+// onHangup calls reload on every SIGHUP until ctx ends.
+func onHangup(ctx context.Context, reload func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -318,18 +336,7 @@ func reloadOnHangup(ctx context.Context, path string, lim *limiter.Limiter, m *m
 			return
 		case <-hup:
 		}
-		set, err := rules.ReadFile(path)
-		if err == nil {
-			err = lim.SetRules(set)
-		}
-		if err != nil {
-			m.RulesReloads.WithLabelValues("error").Inc()
-			log.Error("rules reload failed; keeping the rules in force", "err", err, "version", lim.Rules().Version)
-			continue
-		}
-		m.RulesReloads.WithLabelValues("ok").Inc()
-		m.SetRulesVersion(set.Version)
-		log.Info("rules reloaded", "version", set.Version, "rules", len(set.Rules))
+		reload()
 	}
 }
 
