@@ -109,8 +109,8 @@ func TestLookup_ReadsTheLimitBlock(t *testing.T) {
 		{"foo=x,baz=shady", "rl", 1, rlsv3.RateLimitResponse_RateLimit_MINUTE, false, true, "", nil},
 		{"foo=x,bay=y", "rl", 0, rlsv3.RateLimitResponse_RateLimit_UNKNOWN, true, false, "", nil},
 		{"qux=y", "rl", 0, rlsv3.RateLimitResponse_RateLimit_UNKNOWN, true, false, "", nil},
-		{"key_1=value_1,user=bkthomps", "example7", 5, rlsv3.RateLimitResponse_RateLimit_SECOND, false, false, "specific_limit", nil},
-		{"key_2=value_2,user=bkthomps", "example7", 10, rlsv3.RateLimitResponse_RateLimit_SECOND, false, false, "", []string{"specific_limit"}},
+		{"key_1=value_1,user=bkthomps", "example7", 5, rlsv3.RateLimitResponse_RateLimit_MINUTE, false, false, "specific_limit", nil},
+		{"key_2=value_2,user=bkthomps", "example7", 10, rlsv3.RateLimitResponse_RateLimit_MINUTE, false, false, "", []string{"specific_limit"}},
 	}
 	for _, tc := range cases {
 		l := c.Lookup(tc.domain, entries(tc.desc))
