@@ -68,6 +68,14 @@ func (s *Server) NewGRPC(conf *EnvoyConfig, opts ...grpc.ServerOption) (*grpc.Se
 	return gs, hs
 }
 
+// Bounds on one request, far above what Envoy's rate limit actions produce:
+// every descriptor with a limit is a counter of one Redis script call.
+const (
+	maxDescriptors = 64
+	maxEntries     = 32
+	maxEntryBytes  = 4096
+)
+
 // scopePrefix keeps envoy counters apart from the rules' (limiter.CounterRequest).
 const scopePrefix = "envoy/"
 
@@ -85,6 +93,9 @@ func (r *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 	if len(descs) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
 	}
+	if len(descs) > maxDescriptors {
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors, at most %d", len(descs), maxDescriptors)
+	}
 	conf := r.conf.Load()
 	n := len(descs)
 	limits := make([]*envoyconf.Limit, n)
@@ -95,10 +106,16 @@ func (r *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		if len(d.GetEntries()) == 0 {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
 		}
+		if len(d.GetEntries()) > maxEntries {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, at most %d", i, len(d.GetEntries()), maxEntries)
+		}
 		entries = entries[:0]
 		for j, e := range d.GetEntries() {
 			if e.GetKey() == "" || e.GetValue() == "" {
 				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d entry %d: key and value must not be empty", i, j)
+			}
+			if len(e.GetKey()) > maxEntryBytes || len(e.GetValue()) > maxEntryBytes {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d entry %d: key and value must be at most %d bytes", i, j, maxEntryBytes)
 			}
 			entries = append(entries, envoyconf.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -375,6 +377,9 @@ func TestShouldRateLimit_BadInputIsInvalidArgumentAndCountsNothing(t *testing.T)
 		{"empty value", "rl", []*rlcommon.RateLimitDescriptor{good, desc("foo", "")}},
 		{"negative hits", "rl", []*rlcommon.RateLimitDescriptor{good, negative}},
 		{"zero per-descriptor hits_addend", "rl", []*rlcommon.RateLimitDescriptor{good, zero}},
+		{"too many descriptors", "rl", slices.Repeat([]*rlcommon.RateLimitDescriptor{good}, 65)},
+		{"too many entries", "rl", []*rlcommon.RateLimitDescriptor{good, desc(slices.Repeat([]string{"k", "v"}, 33)...)}},
+		{"value too long", "rl", []*rlcommon.RateLimitDescriptor{good, desc("foo", strings.Repeat("v", 4097))}},
 	}
 	for _, tc := range cases {
 		_, err := h.call(tc.domain, 0, tc.descs...)
