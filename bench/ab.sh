@@ -100,7 +100,7 @@ for r in $(seq 1 "$ROUNDS"); do
 		for w in $v; do
 			if [[ $w == BIN=* ]]; then bin=${w#BIN=}; else vars+=("$w"); fi
 		done
-		/usr/bin/time -f '%U %S' -o "$log.time" env QUOTA_REDIS_DB="$BENCH_QUOTAD_REDIS_DB" QUOTA_LISTEN="$LISTEN" \
+		/usr/bin/time -f '%U %S' -o "$log.time" env QUOTA_REDIS_DB="$BENCH_QUOTAD_REDIS_DB" QUOTA_LISTEN="$LISTEN" QUOTA_GRPC_LISTEN=off \
 			QUOTA_REDIS_KEY_PREFIX="ab$RANDOM:" "${vars[@]}" "$bin" >"$log" 2>&1 &
 		TP=$!
 		until curl -sf "$LISTEN/readyz" >/dev/null; do

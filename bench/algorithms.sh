@@ -30,7 +30,7 @@ rules:
   - {name: app_user_iface_hourly, dimensions: [app_id, user_id, interface_id], limit: 1000, window: 1h, algorithm: $algo}
 YAML
   prefix="benchalgo:$algo:$RANDOM:"
-  QUOTA_LISTEN=$LISTEN QUOTA_REDIS_DB=$BENCH_QUOTAD_REDIS_DB QUOTA_RULES=$rules QUOTA_REDIS_KEY_PREFIX=$prefix QUOTA_ANALYTICS=off \
+  QUOTA_LISTEN=$LISTEN QUOTA_GRPC_LISTEN=off QUOTA_REDIS_DB=$BENCH_QUOTAD_REDIS_DB QUOTA_RULES=$rules QUOTA_REDIS_KEY_PREFIX=$prefix QUOTA_ANALYTICS=off \
     "$QUOTAD_BIN" serve > "bench-out/quotad-$algo.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 100); do

@@ -97,7 +97,7 @@ total=$((WARMUP + 2 * PAIRS * SLOT + 600))
 for i in 0 1; do
 	vars=()
 	read -r -a vars <<< "${variants[i]}"
-	env QUOTA_REDIS_DB="$BENCH_QUOTAD_REDIS_DB" QUOTA_LISTEN="127.0.0.1:${ports[i]}" \
+	env QUOTA_REDIS_DB="$BENCH_QUOTAD_REDIS_DB" QUOTA_LISTEN="127.0.0.1:${ports[i]}" QUOTA_GRPC_LISTEN=off \
 		QUOTA_REDIS_KEY_PREFIX="il$i$RANDOM:" "${vars[@]}" bin/quotad >"$OUT/quotad$i.log" 2>&1 &
 	QP[i]=$!
 	until curl -sf "127.0.0.1:${ports[i]}/readyz" >/dev/null; do

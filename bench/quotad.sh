@@ -14,6 +14,7 @@
 # Environment only:
 #   BENCH_OUT          output directory               (default bench-out)
 #   BENCH_LISTEN       quotad's QUOTA_LISTEN          (default 127.0.0.1:18080)
+#   BENCH_GRPC_LISTEN  quotad's QUOTA_GRPC_LISTEN     (default off)
 #   BENCH_TOKEN        sent by quotabench as a bearer token, if set
 #   BENCH_CLIENT       quotabench -client: raw (its default) or nethttp, if set
 #   BENCH_MAX_ERROR_PCT  fail when more than this % of requests erred (default 1)
@@ -112,7 +113,7 @@ if port_in_use; then
 fi
 
 echo "bench: starting $QUOTAD_BIN on $LISTEN"
-QUOTA_LISTEN=$LISTEN QUOTA_REDIS_DB=$BENCH_QUOTAD_REDIS_DB QUOTA_REDIS_KEY_PREFIX=bench: "$QUOTAD_BIN" >"$QUOTAD_LOG" 2>&1 &
+QUOTA_LISTEN=$LISTEN QUOTA_GRPC_LISTEN=${BENCH_GRPC_LISTEN:-off} QUOTA_REDIS_DB=$BENCH_QUOTAD_REDIS_DB QUOTA_REDIS_KEY_PREFIX=bench: "$QUOTAD_BIN" >"$QUOTAD_LOG" 2>&1 &
 QUOTAD_PID=$!
 
 deadline=$((SECONDS + READY_TIMEOUT))

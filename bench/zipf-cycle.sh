@@ -255,6 +255,7 @@ root_sql "$sql" || die "could not create ${DBS[*]} as MariaDB root (mysql -uroot
 SHARDS="quota:quota@tcp(127.0.0.1:$MYSQL_PORT)/${DBS[0]},quota:quota@tcp(127.0.0.1:$MYSQL_PORT)/${DBS[1]}"
 quotad_env=(
 	QUOTA_LISTEN="127.0.0.1:$LISTEN_PORT"
+	QUOTA_GRPC_LISTEN=off
 	QUOTA_REDIS_ADDRS="127.0.0.1:$REDIS_PORT"
 	QUOTA_REDIS_DB=0
 	QUOTA_REDIS_PASSWORD=

@@ -58,6 +58,11 @@ type Settings struct {
 	PprofListen    string        // QUOTA_PPROF_LISTEN: loopback host:port of net/http/pprof; "" (default) = off
 	SchemaOnStart  SchemaOnStart // QUOTA_SCHEMA_ON_START: what serve does about a shard's schema before answering checks
 
+	// Envoy's rate limit service (api/ratelimit.go).
+	GRPCListen  string // QUOTA_GRPC_LISTEN: host:port of the gRPC server; "off" = none
+	EnvoyConfig string // QUOTA_ENVOY_CONFIG: envoy ratelimit YAML, a file or a directory; "" = no domains
+	EnvoyAppKey string // QUOTA_ENVOY_APP_KEY: descriptor key whose value is the app for analytics
+
 	// Analytics (package analytics).
 	Analytics                 bool          // QUOTA_ANALYTICS: on (default) or off
 	AnalyticsFlush            time.Duration // QUOTA_ANALYTICS_FLUSH: period of the MySQL flush (15s)
@@ -126,6 +131,8 @@ func Defaults() Settings {
 		TTLJitter:     60 * time.Second,
 		Coalesce:      4,
 		SchemaOnStart: SchemaCheck,
+		GRPCListen:    "127.0.0.1:8081",
+		EnvoyAppKey:   "app_id",
 
 		Analytics:                 true,
 		AnalyticsFlush:            15 * time.Second,
@@ -196,6 +203,9 @@ func Load(getenv func(string) string) (Settings, error) {
 	if r.str("QUOTA_SCHEMA_ON_START", &so) {
 		s.SchemaOnStart = SchemaOnStart(so)
 	}
+	r.str("QUOTA_GRPC_LISTEN", &s.GRPCListen)
+	r.str("QUOTA_ENVOY_CONFIG", &s.EnvoyConfig)
+	r.str("QUOTA_ENVOY_APP_KEY", &s.EnvoyAppKey)
 	r.onOff("QUOTA_ANALYTICS", &s.Analytics)
 	r.duration("QUOTA_ANALYTICS_FLUSH", &s.AnalyticsFlush)
 	r.integer("QUOTA_ANALYTICS_BUFFER_MAX", &s.AnalyticsBufferMax)
@@ -383,6 +393,11 @@ func (s Settings) Validate() error {
 		h, _, err := net.SplitHostPort(s.PprofListen)
 		if err != nil || !isLoopback(h) {
 			return fmt.Errorf("QUOTA_PPROF_LISTEN %q: want a loopback host:port, e.g. 127.0.0.1:6060", s.PprofListen)
+		}
+	}
+	if s.GRPCListen != "off" {
+		if _, _, err := net.SplitHostPort(s.GRPCListen); err != nil {
+			return fmt.Errorf("QUOTA_GRPC_LISTEN %q: want host:port, or off", s.GRPCListen)
 		}
 	}
 	if s.AdminToken == "" && !isLoopback(host) {

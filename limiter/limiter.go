@@ -20,12 +20,20 @@ type Dim struct {
 	Name, Value string
 }
 
-// Request is one limit check.
+// Request is one limit check: of the rules that apply to Dims, or, when
+// Counters is set, of those counters only (the rules are not consulted).
 type Request struct {
 	Dims   []Dim
 	Cost   int64
 	DryRun bool
 	Report bool
+	// Counters are counters the caller names itself (the Envoy rate limit
+	// service: its configuration, not quota's rules, says which counters a
+	// request has), decided all-or-nothing like a rule check's cells.
+	// Scope keeps them apart from the rules' counters: rule names match
+	// [a-z][a-z0-9_]*, so a scope with another character never meets one.
+	Counters []Counter
+	Scope    string
 }
 
 // Lookup returns the value of dimension name.
@@ -209,9 +217,9 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 	})
 }
 
-// entryOwner says which rule and limit a cell belongs to.
+// entryOwner says which rule (or explicit counter) and limit a cell belongs to.
 type entryOwner struct {
-	rule  *rules.Rule
+	name  string
 	limit rules.Limit
 }
 
@@ -240,8 +248,13 @@ func buildOp(set *compiledSet, req *Request, now time.Time) (*tiers.Op, []entryO
 	}
 	owners := buf.owners[:0]
 	var values [rules.MaxDimensions]string
-	for i := range set.rules {
-		cr := &set.rules[i]
+	scan := set.rules
+	if req.Counters != nil {
+		owners = appendCounterCells(op, owners, req, now)
+		scan = nil
+	}
+	for i := range scan {
+		cr := &scan[i]
 		if !cr.rule.Applies(req.Lookup) {
 			continue
 		}
@@ -281,7 +294,7 @@ func buildOp(set *compiledSet, req *Request, now time.Time) (*tiers.Op, []entryO
 				Tag:       tag,
 				ShardKey:  shardKey,
 			})
-			owners = append(owners, entryOwner{rule: cr.rule, limit: lim})
+			owners = append(owners, entryOwner{name: cr.rule.Name, limit: lim})
 		}
 	}
 	if len(op.Cells) <= inlineCells {
@@ -297,7 +310,7 @@ func decision(op *tiers.Op, owners []entryOwner) Decision {
 	for i := range op.Cells {
 		o := op.Out[i]
 		d.Entries[i] = Entry{
-			Rule:       owners[i].rule.Name,
+			Rule:       owners[i].name,
 			Window:     time.Duration(owners[i].limit.Window),
 			Limit:      owners[i].limit.Limit,
 			Remaining:  o.Remaining,
@@ -340,4 +353,45 @@ func (d *Decision) RetryAfter() time.Duration {
 		}
 	}
 	return r
+}
+
+// Counter is one counter a caller names itself instead of having the rules
+// find it (the Envoy rate limit service: its configuration, not quota's
+// rules, says which counters a request has). It is a fixed window aligned
+// on the Unix epoch.
+type Counter struct {
+	Name string // what answers and metrics call it (bounded, not a request value)
+	// Identity, with the request's Scope, is whose counter it is: two
+	// counters share a count exactly when Scope and every value are equal.
+	Identity []string
+	Limit    int64
+	Window   time.Duration // a whole number of seconds
+	Shadow   bool          // counted, never denies
+	// App and User place the cell as a rule's app_id and user_id do (hash
+	// tag, cold shard); empty App places it by its identity.
+	App, User string
+}
+
+// appendCounterCells appends req's explicit counters to op.
+func appendCounterCells(op *tiers.Op, owners []entryOwner, req *Request, now time.Time) []entryOwner {
+	for j := range req.Counters {
+		c := &req.Counters[j]
+		id := tiers.IdentityOf(req.Scope, c.Identity)
+		tag, shardKey := tiers.TagOfIdentity(id), tiers.ShardKeyOfIdentity(id)
+		if c.App != "" {
+			tag, shardKey = tiers.TagOf(c.App), tiers.ShardKeyOf(c.App, c.User)
+		}
+		op.Cells = append(op.Cells, tiers.Cell{
+			Algorithm: rules.FixedWindow,
+			Limit:     c.Limit,
+			Window:    c.Window,
+			Shadow:    c.Shadow,
+			Identity:  id,
+			Key:       tiers.FixedKeyOf(tiers.CellIDOf(id, c.Window), now.UnixMilli()/c.Window.Milliseconds()),
+			Tag:       tag,
+			ShardKey:  shardKey,
+		})
+		owners = append(owners, entryOwner{name: c.Name, limit: rules.Limit{Limit: c.Limit, Window: rules.Duration(c.Window)}})
+	}
+	return owners
 }

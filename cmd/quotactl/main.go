@@ -37,7 +37,7 @@ type command struct {
 // are added here by the packages that own them.
 var commands = map[string]command{
 	"stats": {"an app's figures for a UTC day: stats APP [--date YYYY-MM-DD]", runStats},
-	"rules": {"the rules in force: rules get | rules versions [--instances URL,...]", runRules},
+	"rules": {"the rules in force: rules get | rules versions [--instances URL,...]; from envoy ratelimit YAML: rules from-envoy FILE", runRules},
 	"check": {"one limit check: check app_id=a1 user_id=u1 [cost=N] [--dry-run]", runCheck},
 }
 

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/quota-platform/quota/envoyconf"
 )
 
 // runRules: `rules get` prints the rules in force (GET /v1/rules) as
@@ -36,8 +38,11 @@ func runRules(ctx context.Context, cl *client, args []string, stdout, stderr io.
 		}
 		return rulesVersions(ctx, cl, strings.Split(list, ","), stdout, stderr)
 	}
+	if len(pos) == 2 && pos[0] == "from-envoy" {
+		return rulesFromEnvoy(pos[1], stdout, stderr)
+	}
 	if len(pos) != 1 || pos[0] != "get" {
-		fmt.Fprintln(stderr, "usage: quotactl rules get [--url URL] | quotactl rules versions [--instances URL,URL,...]")
+		fmt.Fprintln(stderr, "usage: quotactl rules get [--url URL] | quotactl rules versions [--instances URL,URL,...] | quotactl rules from-envoy FILE|DIR")
 		return 2
 	}
 	var raw json.RawMessage
@@ -116,6 +121,28 @@ func rulesVersions(ctx context.Context, cl *client, urls []string, stdout, stder
 		return 1
 	}
 	fmt.Fprintf(stdout, "all %d instances on version %s\n", len(answers), answers[0].version)
+	return 0
+}
+
+// rulesFromEnvoy prints the quota rules equivalent to an envoy ratelimit
+// configuration (a file or a directory), and on stderr what has no exact
+// equivalent. Exit status 1 when the configuration is invalid.
+func rulesFromEnvoy(path string, stdout, stderr io.Writer) int {
+	_, files, err := envoyconf.ReadFiles(path)
+	if err != nil {
+		fmt.Fprintln(stderr, "quotactl rules from-envoy:", err)
+		return 1
+	}
+	set, notes := envoyconf.QuotaRules(files)
+	for _, n := range notes {
+		fmt.Fprintln(stderr, "note:", n)
+	}
+	b, err := set.MarshalYAML()
+	if err != nil {
+		fmt.Fprintln(stderr, "quotactl rules from-envoy:", err)
+		return 1
+	}
+	_, _ = stdout.Write(b)
 	return 0
 }
 

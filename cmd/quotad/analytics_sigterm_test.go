@@ -95,7 +95,7 @@ func TestSIGTERMFlushesAnalytics(t *testing.T) {
 	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	base := "http://" + addr
 	env := []string{
-		"QUOTA_LISTEN=" + addr, "QUOTA_REDIS_ADDRS=" + testenv.RedisAddr(), "QUOTA_REDIS_KEY_PREFIX=" + prefix,
+		"QUOTA_LISTEN=" + addr, "QUOTA_GRPC_LISTEN=off", "QUOTA_REDIS_ADDRS=" + testenv.RedisAddr(), "QUOTA_REDIS_KEY_PREFIX=" + prefix,
 		"QUOTA_MYSQL_SHARDS=" + dsn0 + "," + dsn1, "QUOTA_RULES=" + rulesPath, "QUOTA_ADMIN_TOKEN=" + sigtermAdmin,
 		"QUOTA_ANALYTICS_FLUSH=10m", "QUOTA_DRAIN=0s",
 	}

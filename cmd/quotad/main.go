@@ -138,6 +138,10 @@ func serve() error {
 	if err != nil {
 		return err
 	}
+	envoyConf, err := loadEnvoyConfig(s)
+	if err != nil {
+		return err
+	}
 	rdb := newRedis(s)
 	defer rdb.Close()
 	dbs, err := openShards(s.MySQLShards)
@@ -207,6 +211,12 @@ func serve() error {
 		Tiers:        tiersAdmin,
 	})
 	go reloadOnHangup(ctx, s.RulesPath, lim, rw.publish, m, log)
+	envoy := api.NewEnvoyConfig(envoyConf)
+	go reloadEnvoyOnHangup(ctx, s, envoy, log)
+	rls, err := startGRPC(s, srv, envoy, log)
+	if err != nil {
+		return err
+	}
 	if s.PprofListen != "" {
 		go func() {
 			if err := servePprof(ctx, s.PprofListen, log); err != nil {
@@ -214,7 +224,7 @@ func serve() error {
 			}
 		}()
 	}
-	err = listenAndServe(ctx, s, srv, srv.StartDraining, log)
+	err = listenAndServe(ctx, s, srv, srv.StartDraining, rls, log)
 	// No check runs any more: write what analytics still holds.
 	stopAnalytics()
 	return err
@@ -305,6 +315,24 @@ func readiness(hot *tiers.HotStore, dbs []*sql.DB) []api.ReadinessCheck {
 // shared store and this instance, or this instance only: startRules),
 // keeping the rules in force when the file is invalid.
 func reloadOnHangup(ctx context.Context, path string, lim *limiter.Limiter, publish func(context.Context, *rules.Set) error, m *metrics.Metrics, log *slog.Logger) {
+	onHangup(ctx, func() {
+		set, err := rules.ReadFile(path)
+		if err == nil {
+			err = publish(ctx, set)
+		}
+		if err != nil {
+			m.RulesReloads.WithLabelValues("error").Inc()
+			log.Error("rules reload failed; keeping the rules in force", "err", err, "version", lim.Rules().Version)
+			return
+		}
+		m.RulesReloads.WithLabelValues("ok").Inc()
+		m.SetRulesVersion(set.Version)
+		log.Info("rules reloaded", "version", set.Version, "rules", len(set.Rules))
+	})
+}
+
+// onHangup calls reload on every SIGHUP until ctx ends.
+func onHangup(ctx context.Context, reload func()) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -314,22 +342,13 @@ func reloadOnHangup(ctx context.Context, path string, lim *limiter.Limiter, publ
 			return
 		case <-hup:
 		}
-		set, err := rules.ReadFile(path)
-		if err == nil {
-			err = publish(ctx, set)
-		}
-		if err != nil {
-			m.RulesReloads.WithLabelValues("error").Inc()
-			log.Error("rules reload failed; keeping the rules in force", "err", err, "version", lim.Rules().Version)
-			continue
-		}
-		m.RulesReloads.WithLabelValues("ok").Inc()
-		m.SetRulesVersion(set.Version)
-		log.Info("rules reloaded", "version", set.Version, "rules", len(set.Rules))
+		reload()
 	}
 }
 
-func listenAndServe(ctx context.Context, s config.Settings, h http.Handler, notReady func(), log *slog.Logger) error {
+// listenAndServe serves h (and rls, when not nil) until ctx ends, then
+// drains both; when the HTTP server stops on its own, rls stops with it.
+func listenAndServe(ctx context.Context, s config.Settings, h http.Handler, notReady func(), rls *grpcServer, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", s.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", s.Listen, err)
@@ -345,11 +364,21 @@ func listenAndServe(ctx context.Context, s config.Settings, h http.Handler, notR
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	log.Info("quotad listening", "addr", ln.Addr().String(), "fail_mode", s.FailMode)
+	servers := []stopper{httpStopper(hs)}
+	if rls != nil {
+		servers = append(servers, rls.stopper)
+		httpNotReady := notReady
+		notReady = func() { httpNotReady(); rls.notReady() }
+	}
 	select {
 	case err := <-errc:
+		if rls != nil {
+			rls.notReady()
+			_ = rls.stopper.stop(context.Background())
+		}
 		return err
 	case <-ctx.Done():
 	}
 	log.Info("shutting down", "drain", s.Drain.String())
-	return drain(log, notReady, drainWait(s.Drain), 10*time.Second, httpStopper(hs))
+	return drain(log, notReady, drainWait(s.Drain), 10*time.Second, servers...)
 }

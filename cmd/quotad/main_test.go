@@ -70,6 +70,8 @@ func TestStartup_InvalidConfigurationExitsWithOneClearLine(t *testing.T) {
 		{"invalid rules file", []string{"QUOTA_RULES=" + writeFile(t, dir, "bad.yaml", "rules:\n  - {name: x, dimensions: [a], limit: 0, window: 1h, algorithm: fixed_window}\n")}, "limit must be"},
 		{"unknown algorithm", []string{"QUOTA_RULES=" + writeFile(t, dir, "algo.yaml", "rules:\n  - {name: x, dimensions: [a], limit: 1, window: 1h, algorithm: leaky}\n")}, "unknown algorithm"},
 		{"shard without a database", []string{"QUOTA_RULES=" + good, "QUOTA_MYSQL_SHARDS=quota:quota@tcp(127.0.0.1:3306)/"}, "QUOTA_MYSQL_SHARDS entry 0: names no database"},
+		{"invalid envoy config", []string{"QUOTA_RULES=" + good, "QUOTA_ENVOY_CONFIG=" + writeFile(t, dir, "envoy.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")}, "QUOTA_ENVOY_CONFIG: " + dir + "/envoy.yaml: invalid rate limit unit 'fortnight'"},
+		{"bad grpc listen", []string{"QUOTA_RULES=" + good, "QUOTA_GRPC_LISTEN=nohost"}, "QUOTA_GRPC_LISTEN"},
 		{"unknown command", []string{"QUOTA_RULES=" + good}, "unknown command"},
 	}
 	for _, tc := range cases {
@@ -81,7 +83,7 @@ func TestStartup_InvalidConfigurationExitsWithOneClearLine(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, quotadBin, args...)
-			cmd.Env = append(environWithoutQuota(), tc.env...)
+			cmd.Env = append(environWithoutQuota(), append([]string{"QUOTA_GRPC_LISTEN=off"}, tc.env...)...)
 			var stderr bytes.Buffer
 			cmd.Stderr = &stderr
 			err := cmd.Run()
@@ -124,7 +126,7 @@ func TestStartup_SchemaOnStart(t *testing.T) {
 				defer cancel()
 				cmd := exec.CommandContext(ctx, quotadBin, "serve")
 				cmd.Env = append(environWithoutQuota(), append(env, "QUOTA_RULES="+rulesPath,
-					fmt.Sprintf("QUOTA_LISTEN=127.0.0.1:%d", testenv.FreePort(t)))...)
+					fmt.Sprintf("QUOTA_LISTEN=127.0.0.1:%d", testenv.FreePort(t)), "QUOTA_GRPC_LISTEN=off")...)
 				var stderr bytes.Buffer
 				cmd.Stderr = &stderr
 				if err := cmd.Run(); err == nil {
@@ -243,6 +245,7 @@ func startServer(t *testing.T, rulesPath string, env ...string) *server {
 	cmd := exec.Command(quotadBin)
 	cmd.Env = append(environWithoutQuota(),
 		fmt.Sprintf("QUOTA_LISTEN=127.0.0.1:%d", port),
+		"QUOTA_GRPC_LISTEN=off", // a test that wants it passes a port of its own in env
 		"QUOTA_MYSQL_SHARDS="+dsn0+","+dsn1,
 		"QUOTA_RULES="+rulesPath,
 		"QUOTA_REDIS_KEY_PREFIX=t:"+testenv.RandomHex(6)+":",

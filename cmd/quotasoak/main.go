@@ -193,7 +193,7 @@ func soak(ctx context.Context, o options) (*Report, error) {
 		return nil, err
 	}
 	listen := "127.0.0.1:" + strconv.Itoa(listenPort)
-	env := append(os.Environ(), "QUOTA_LISTEN="+listen, "QUOTA_REDIS_ADDRS="+redisAddr,
+	env := append(os.Environ(), "QUOTA_LISTEN="+listen, "QUOTA_GRPC_LISTEN=off", "QUOTA_REDIS_ADDRS="+redisAddr,
 		"QUOTA_MYSQL_SHARDS="+strings.Join(dsns, ","))
 	mig := exec.CommandContext(ctx, o.quotad, "migrate-schema")
 	mig.Env = env

@@ -154,7 +154,9 @@ func NewQuotad(t testing.TB, env ...string) *Quotad {
 			q.env = append(q.env, kv)
 		}
 	}
-	q.env = append(q.env, "QUOTA_LISTEN="+addr)
+	// No gRPC unless a test asks (QUOTA_GRPC_LISTEN in env): its default
+	// port would be shared by every quotad a test run starts.
+	q.env = append(q.env, "QUOTA_LISTEN="+addr, "QUOTA_GRPC_LISTEN=off")
 	// No drain wait on SIGTERM (there is no load balancer); a test that
 	// measures the drain sets QUOTA_DRAIN in env, which comes later and wins.
 	q.env = append(q.env, "QUOTA_DRAIN=0s")

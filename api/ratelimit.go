@@ -1,0 +1,322 @@
+package api
+
+import (
+	"context"
+	"math"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/envoyconf"
+	"github.com/quota-platform/quota/limiter"
+)
+
+// EnvoyConfig holds the envoy ratelimit configuration in force; SIGHUP
+// replaces it with Store.
+type EnvoyConfig struct {
+	p atomic.Pointer[envoyconf.Config]
+}
+
+// NewEnvoyConfig holds c (nil: no domains).
+func NewEnvoyConfig(c *envoyconf.Config) *EnvoyConfig {
+	e := &EnvoyConfig{}
+	e.Store(c)
+	return e
+}
+
+// Load is the configuration in force.
+func (e *EnvoyConfig) Load() *envoyconf.Config { return e.p.Load() }
+
+// Store puts c in force; requests already running finish under the old one.
+func (e *EnvoyConfig) Store(c *envoyconf.Config) {
+	if c == nil {
+		c = envoyconf.Empty()
+	}
+	e.p.Store(c)
+}
+
+// rateLimitService is envoy.service.ratelimit.v3.RateLimitService over the
+// limiter: the same counters store, metrics and analytics as /v1/check.
+type rateLimitService struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	s    *Server
+	conf *EnvoyConfig
+}
+
+// NewGRPC returns quotad's gRPC server: the Envoy rate limit service under
+// conf, gRPC health checking (SERVING until the returned health server is
+// shut down) and reflection.
+func (s *Server) NewGRPC(conf *EnvoyConfig, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+	gs := grpc.NewServer(opts...)
+	rlsv3.RegisterRateLimitServiceServer(gs, &rateLimitService{s: s, conf: conf})
+	hs := health.NewServer()
+	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(gs, hs)
+	reflection.Register(gs)
+	return gs, hs
+}
+
+// Bounds on one request, far above what Envoy's rate limit actions produce:
+// every descriptor with a limit is a counter of one Redis script call.
+const (
+	maxDescriptors = 64
+	maxEntries     = 32
+	maxEntryBytes  = 4096
+)
+
+// scopePrefix keeps envoy counters apart from the rules' (limiter.CounterRequest).
+const scopePrefix = "envoy/"
+
+// ShouldRateLimit decides the request's descriptors as envoy ratelimit
+// would, except that they are decided together: a request denied by one
+// descriptor is counted in none.
+func (r *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if err := r.authorize(ctx); err != nil {
+		return nil, err
+	}
+	if req.GetDomain() == "" {
+		return nil, status.Error(codes.InvalidArgument, "rate limit domain must not be empty")
+	}
+	descs := req.GetDescriptors()
+	if len(descs) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "rate limit descriptor list must not be empty")
+	}
+	if len(descs) > maxDescriptors {
+		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors, at most %d", len(descs), maxDescriptors)
+	}
+	conf := r.conf.Load()
+	n := len(descs)
+	limits := make([]*envoyconf.Limit, n)
+	costs := make([]int64, n)
+	var entries []envoyconf.Entry
+	var replaced map[string]bool
+	for i, d := range descs {
+		if len(d.GetEntries()) == 0 {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has no entries", i)
+		}
+		if len(d.GetEntries()) > maxEntries {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries, at most %d", i, len(d.GetEntries()), maxEntries)
+		}
+		entries = entries[:0]
+		for j, e := range d.GetEntries() {
+			if e.GetKey() == "" || e.GetValue() == "" {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d entry %d: key and value must not be empty", i, j)
+			}
+			if len(e.GetKey()) > maxEntryBytes || len(e.GetValue()) > maxEntryBytes {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d entry %d: key and value must be at most %d bytes", i, j, maxEntryBytes)
+			}
+			entries = append(entries, envoyconf.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		cost, err := hitsAddend(req, d)
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
+		}
+		costs[i] = cost
+		if o := d.GetLimit(); o != nil && conf.HasDomain(req.GetDomain()) {
+			// A limit sent by Envoy itself (its limit override) wins over the
+			// file, in a configured domain (as envoy ratelimit has it).
+			u := envoyconf.Unit(o.GetUnit())
+			if envoyconf.Window(u) == 0 {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: limit override has no valid unit", i)
+			}
+			limits[i] = &envoyconf.Limit{FullKey: req.GetDomain() + ".override", RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u}
+			continue
+		}
+		limits[i] = conf.Lookup(req.GetDomain(), entries)
+		if limits[i] != nil {
+			for _, name := range limits[i].Replaces {
+				if replaced == nil {
+					replaced = map[string]bool{}
+				}
+				replaced[name] = true
+			}
+		}
+	}
+	// A named limit that another matched descriptor replaces is not applied.
+	for i, l := range limits {
+		if l != nil && l.Name != "" && replaced[l.Name] {
+			limits[i] = nil
+		}
+	}
+	return r.decide(ctx, req, limits, costs)
+}
+
+// authorize asks for QUOTA_CHECK_TOKEN, when set, as "authorization:
+// Bearer <token>" metadata (Envoy's grpc_service initial_metadata).
+func (r *rateLimitService) authorize(ctx context.Context) error {
+	want := r.s.deps.Settings.CheckToken
+	if want == "" {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		if tok, ok := strings.CutPrefix(v, "Bearer "); ok && sameToken(tok, want) {
+			return nil
+		}
+	}
+	return status.Error(codes.Unauthenticated, "checks need the check token as authorization: Bearer metadata")
+}
+
+// hitsAddend is a descriptor's cost as envoy ratelimit reads it: the
+// descriptor's own hits_addend if set, else the request's (0: 1).
+func hitsAddend(req *rlsv3.RateLimitRequest, d *rlcommon.RateLimitDescriptor) (int64, error) {
+	if d.GetIsNegativeHits() {
+		return 0, errNegativeHits
+	}
+	if h := d.GetHitsAddend(); h != nil {
+		if h.GetValue() == 0 {
+			return 0, errZeroHits
+		}
+		if h.GetValue() > math.MaxUint32 {
+			return 0, errHugeHits
+		}
+		return int64(h.GetValue()), nil
+	}
+	return max(1, int64(req.GetHitsAddend())), nil
+}
+
+type rlsError string
+
+func (e rlsError) Error() string { return string(e) }
+
+const (
+	errNegativeHits = rlsError("is_negative_hits (giving hits back) is not supported by quota")
+	errZeroHits     = rlsError("a hits_addend of 0 (check without counting) is not supported by quota")
+	errHugeHits     = rlsError("hits_addend is over 4294967295")
+)
+
+// decide counts the descriptors with a limit. Descriptors of one cost are
+// one all-or-nothing check, on the path of POST /v1/check (the common
+// case: every descriptor has the request's hits_addend); a request whose
+// descriptors carry different per-descriptor costs is one check per cost,
+// all in one store trip, and the all-or-nothing then holds within each
+// cost.
+func (r *rateLimitService) decide(ctx context.Context, req *rlsv3.RateLimitRequest, limits []*envoyconf.Limit, costs []int64) (*rlsv3.RateLimitResponse, error) {
+	appKey := r.s.deps.Settings.EnvoyAppKey
+	var reqs []*limiter.Request
+	type slot struct{ req, counter int }
+	where := make([]slot, len(limits))
+	app, iface, user := "", "", ""
+	for i, d := range req.GetDescriptors() {
+		where[i] = slot{-1, -1}
+		for _, e := range d.GetEntries() {
+			switch e.GetKey() {
+			case appKey:
+				app = e.GetValue()
+			case "interface_id":
+				iface = e.GetValue()
+			case "user_id":
+				user = e.GetValue()
+			}
+		}
+		l := limits[i]
+		if l == nil || l.Unlimited {
+			continue
+		}
+		k := -1
+		for j, cr := range reqs {
+			if cr.Cost == costs[i] {
+				k = j
+				break
+			}
+		}
+		if k < 0 {
+			k = len(reqs)
+			reqs = append(reqs, &limiter.Request{Scope: scopePrefix + req.GetDomain(), Cost: costs[i]})
+		}
+		ids := make([]string, 0, 2*len(d.GetEntries()))
+		dApp, dUser := "", ""
+		for _, e := range d.GetEntries() {
+			ids = append(ids, e.GetKey(), e.GetValue())
+			switch e.GetKey() {
+			case appKey:
+				dApp = e.GetValue()
+			case "user_id":
+				dUser = e.GetValue()
+			}
+		}
+		where[i] = slot{k, len(reqs[k].Counters)}
+		reqs[k].Counters = append(reqs[k].Counters, limiter.Counter{
+			Name: l.FullKey, Identity: ids, Limit: int64(l.RequestsPerUnit), Window: l.Window(),
+			Shadow: l.Shadow, App: dApp, User: dUser,
+		})
+	}
+	var ds []limiter.Decision
+	var err error
+	switch len(reqs) {
+	case 0:
+	case 1:
+		// The path of POST /v1/check: the coalescer shares Redis pipelines.
+		var d limiter.Decision
+		d, err = r.s.deps.Checks.Check(ctx, reqs[0])
+		ds = []limiter.Decision{d}
+	default:
+		ds, err = r.s.deps.Limiter.CheckBatch(ctx, reqs)
+	}
+	if err != nil {
+		return r.storeFailure(err, len(limits))
+	}
+	allowed := true
+	for i := range ds {
+		r.s.count(&ds[i])
+		allowed = allowed && ds[i].Allowed
+	}
+	if app != "" && r.s.deps.Usage != nil {
+		r.s.deps.Usage.Record(app, iface, user, allowed)
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(limits))}
+	for i, l := range limits {
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		switch {
+		case l == nil:
+			continue
+		case l.Unlimited:
+			st.LimitRemaining = math.MaxUint32
+			continue
+		}
+		e := &ds[where[i].req].Entries[where[i].counter]
+		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
+		st.LimitRemaining = uint32(min(max(e.Remaining, 0), math.MaxUint32))
+		st.DurationUntilReset = &durationpb.Duration{Seconds: ceilSeconds(e.ResetAfter)}
+		if !e.Allowed && !e.Shadow {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			st.LimitRemaining = 0
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+	}
+	return resp, nil
+}
+
+// storeFailure applies QUOTA_FAIL_MODE as /v1/check does: open answers OK
+// (nothing was counted), closed answers UNAVAILABLE, which Envoy's
+// rate_limit filter turns into its own failure_mode_deny choice, as it does
+// when envoy ratelimit loses its Redis.
+func (r *rateLimitService) storeFailure(err error, n int) (*rlsv3.RateLimitResponse, error) {
+	s := r.s
+	s.deps.Metrics.StoreErrors.WithLabelValues("hot").Inc()
+	if ok, suppressed := s.undecidedLog.allow(time.Now()); ok {
+		s.deps.Log.Warn("check undecided", "err", err, "fail_mode", string(s.deps.Settings.FailMode), "not_logged_since_last", suppressed, "entry", "grpc")
+	}
+	if s.deps.Settings.FailMode == config.FailClosed {
+		return nil, status.Error(codes.Unavailable, "the counter store is unreachable; no decision could be made")
+	}
+	s.deps.Metrics.Unenforced.Inc()
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	}
+	return resp, nil
+}
