@@ -82,6 +82,8 @@ type Settings struct {
 	MigrateMinWindow time.Duration
 	NewTier          string // QUOTA_NEW_TIER: where a cell never seen before starts; only hot (the hot script counts it with no lookup)
 	ColdHints        int    // QUOTA_COLD_HINTS: slots (8 B each) remembering cells found cold, so their checks skip the row lookup; 0 = off
+
+	Gateway // forward auth and rate-limit headers (gateway.go)
 }
 
 // Defaults are the settings of a local development machine.
@@ -124,6 +126,8 @@ func Defaults() Settings {
 		MigrateMinWindow: 2 * time.Hour,
 		NewTier:          "hot",
 		ColdHints:        1 << 20, // 8 MiB
+
+		Gateway: defaultGateway(),
 	}
 }
 
@@ -173,6 +177,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.duration("QUOTA_MIGRATE_MIN_WINDOW", &s.MigrateMinWindow)
 	r.str("QUOTA_NEW_TIER", &s.NewTier)
 	r.integer("QUOTA_COLD_HINTS", &s.ColdHints)
+	r.loadGateway(&s.Gateway)
 	var buckets string
 	if r.str("QUOTA_WARM_BUCKETS_PER_TAG", &buckets) && r.err == nil {
 		// Warm buckets now follow each app's population (tiers/directory.go).
