@@ -25,6 +25,7 @@ run: schema
 	QUOTA_ADMIN_TOKEN=$${QUOTA_ADMIN_TOKEN:-$(DEV_ADMIN_TOKEN)} $(BIN)/quotad serve
 
 test: services
+	@bash deploy/ensure-nginx.sh
 	$(GO) test -race -count=1 ./...
 
 bench: schema
