@@ -107,6 +107,7 @@ func New(d Deps) *Server {
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{})))
 	s.analyticsRoutes(e)
 	s.tiersRoutes(e)
+	s.openAPIRoute(e)
 	return s
 }
 

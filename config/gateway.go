@@ -120,8 +120,9 @@ func (r *reader) loadGateway(g *Gateway) {
 	}
 	if r.str("QUOTA_AUTH_DENY_STATUS", &v) && r.err == nil {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 400 || n > 499 {
-			r.err = fmt.Errorf("QUOTA_AUTH_DENY_STATUS %q: want a 4xx status (429, or 403 for nginx's auth_request)", v)
+		// 400 and 401 already mean bad input and a wrong token on /v1/auth.
+		if err != nil || n < 402 || n > 499 {
+			r.err = fmt.Errorf("QUOTA_AUTH_DENY_STATUS %q: want a 4xx status from 402 to 499 (429, or 403 for nginx's auth_request)", v)
 			return
 		}
 		g.AuthDenyStatus = n

@@ -51,6 +51,8 @@ func TestGateway_InvalidSettingsGiveOneClearLine(t *testing.T) {
 		{"QUOTA_AUTH_HEADERS", ",,"},
 		{"QUOTA_AUTH_DENY_STATUS", "200"},
 		{"QUOTA_AUTH_DENY_STATUS", "503"},
+		{"QUOTA_AUTH_DENY_STATUS", "400"},
+		{"QUOTA_AUTH_DENY_STATUS", "401"},
 		{"QUOTA_AUTH_DENY_STATUS", "forbidden"},
 		{"QUOTA_HEADERS", "ietf"},
 	}
