@@ -65,6 +65,7 @@ bench-algorithms: schema
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCheck$$' -fuzztime $(FUZZTIME) ./api/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAuth$$' -fuzztime $(FUZZTIME) ./api/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseYAML$$' -fuzztime $(FUZZTIME) ./rules/
 	$(GO) test -run '^$$' -fuzz '^FuzzWarmRecordDecode$$' -fuzztime $(FUZZTIME) ./tiers/
 
