@@ -25,6 +25,7 @@ run: schema
 	QUOTA_ADMIN_TOKEN=$${QUOTA_ADMIN_TOKEN:-$(DEV_ADMIN_TOKEN)} $(BIN)/quotad serve
 
 test: services
+	@bash deploy/ensure-nginx.sh
 	$(GO) test -race -count=1 ./...
 
 bench: schema
@@ -71,6 +72,7 @@ bench-algorithms: schema
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCheck$$' -fuzztime $(FUZZTIME) ./api/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME) ./api/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAuth$$' -fuzztime $(FUZZTIME) ./api/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseYAML$$' -fuzztime $(FUZZTIME) ./rules/
 	$(GO) test -run '^$$' -fuzz '^FuzzWarmRecordDecode$$' -fuzztime $(FUZZTIME) ./tiers/
 

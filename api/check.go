@@ -21,15 +21,18 @@ import (
 const HeaderEnforced = "Quota-Enforced"
 
 func (s *Server) authorizeCheck(c echo.Context) error {
-	want := s.deps.Settings.CheckToken
-	if want == "" {
+	if s.deps.Settings.CheckToken == "" {
 		return nil
 	}
-	tok := bearer(c)
+	return s.checkToken(bearer(c))
+}
+
+// checkToken compares tok, as the caller found it, with QUOTA_CHECK_TOKEN.
+func (s *Server) checkToken(tok string) error {
 	if tok == "" {
-		return newError(http.StatusUnauthorized, "unauthorized", "checks need the check token as Authorization: Bearer")
+		return newError(http.StatusUnauthorized, "unauthorized", "checks need the check token as Authorization: Bearer (or X-Quota-Token on /v1/auth)")
 	}
-	if !sameToken(tok, want) {
+	if !sameToken(tok, s.deps.Settings.CheckToken) {
 		return newError(http.StatusUnauthorized, "unauthorized", "the check token is wrong")
 	}
 	return nil
@@ -48,17 +51,24 @@ func (s *Server) check(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	d, err := s.deps.Checks.Check(c.Request().Context(), &req)
+	return s.decide(c, &req, http.StatusTooManyRequests)
+}
+
+// decide runs one check and answers it: 200 when allowed, denyStatus when
+// denied, with the rate-limit headers; metrics, analytics and the fail
+// mode are the same whichever entry point decoded req.
+func (s *Server) decide(c echo.Context, req *limiter.Request, denyStatus int) error {
+	d, err := s.deps.Checks.Check(c.Request().Context(), req)
 	if err != nil {
 		return s.storeFailure(c, err, 0)
 	}
 	s.count(&d)
-	s.recordUsage(&req, d.Allowed)
+	s.recordUsage(req, d.Allowed)
 	status := http.StatusOK
 	if !d.Allowed {
-		status = http.StatusTooManyRequests
+		status = denyStatus
 	}
-	setRateLimitHeaders(c.Response().Header(), &d)
+	s.setRateLimitHeaders(c.Response().Header(), &d)
 	return writeJSON(c, status, appendDecision(make([]byte, 0, 256), &d))
 }
 
@@ -158,11 +168,23 @@ func (s *Server) count(d *limiter.Decision) {
 	}
 }
 
-// setRateLimitHeaders sets the RateLimit-* and Retry-After headers. They
-// are written into the header map under their canonical keys, all values
-// cut from one string and their slices from one array: two allocations per
-// answer instead of two per header (this runs on every check).
-func setRateLimitHeaders(h http.Header, d *limiter.Decision) {
+// setRateLimitHeaders sets the rate-limit headers QUOTA_HEADERS asks for
+// (legacy, draft or both) and, on a denial, Retry-After.
+func (s *Server) setRateLimitHeaders(h http.Header, d *limiter.Decision) {
+	style := s.deps.Settings.Headers
+	setLegacyHeaders(h, d, style.Legacy())
+	if style.Draft() {
+		setDraftHeaders(h, d)
+	}
+}
+
+// setLegacyHeaders sets RateLimit-Limit, RateLimit-Remaining and
+// RateLimit-Reset of the most restrictive entry (when limits is true) and,
+// on a denial, Retry-After. They are written into the header map under
+// their canonical keys, all values cut from one string and their slices
+// from one array: two allocations per answer instead of two per header
+// (this runs on every check).
+func setLegacyHeaders(h http.Header, d *limiter.Decision, limits bool) {
 	var keys [4]string
 	var ends [4]int
 	var buf [80]byte
@@ -172,7 +194,7 @@ func setRateLimitHeaders(h http.Header, d *limiter.Decision) {
 		keys[n], ends[n] = key, len(b)
 		n++
 	}
-	if i := d.MostRestrictive(); i >= 0 {
+	if i := d.MostRestrictive(); i >= 0 && limits {
 		e := &d.Entries[i]
 		add("Ratelimit-Limit", e.Limit) // textproto's canonical forms
 		add("Ratelimit-Remaining", e.Remaining)

@@ -54,6 +54,10 @@ func TestFailMode_RedisDown(t *testing.T) {
 			if r.status != tc.status || r.header.Get("Quota-Enforced") != tc.enforced || r.errorCode() != tc.code {
 				t.Fatalf("status %d enforced %q code %q: %s", r.status, r.header.Get("Quota-Enforced"), r.errorCode(), r.raw)
 			}
+			a := h.do("GET", "/v1/auth", "", "", "X-User-Id", "u")
+			if a.status != tc.status || a.header.Get("Quota-Enforced") != tc.enforced || a.errorCode() != tc.code {
+				t.Fatalf("/v1/auth: status %d enforced %q code %q: %s", a.status, a.header.Get("Quota-Enforced"), a.errorCode(), a.raw)
+			}
 			b := h.do("POST", "/v1/check/batch", "application/json", `{"checks":[{"user_id":"u"},{"user_id":"v"}]}`)
 			if tc.mode == config.FailOpen && (b.status != 200 || len(b.body["results"].([]any)) != 2) {
 				t.Fatalf("fail-open batch should answer one result per item: %d %s", b.status, b.raw)

@@ -16,7 +16,7 @@ func TestRateLimitHeaders_AddToOneLeavesTheOthers(t *testing.T) {
 		{Rule: "b", Limit: 1000, Remaining: 7, ResetAfter: time.Hour, Allowed: true},
 	}}
 	h := http.Header{}
-	setRateLimitHeaders(h, &d)
+	setLegacyHeaders(h, &d, true)
 	h.Add("RateLimit-Limit", "extra")
 	want := map[string][]string{
 		"RateLimit-Limit":     {"10", "extra"},

@@ -104,6 +104,7 @@ func New(d Deps) *Server {
 
 	e.POST("/v1/check", s.check)
 	e.POST("/v1/check/batch", s.checkBatch)
+	e.Any("/v1/auth", s.auth)
 	e.GET("/v1/rules", s.getRules)
 	e.PUT("/v1/rules", s.putRules, s.requireAdmin)
 	e.GET("/healthz", s.healthz)
@@ -111,6 +112,7 @@ func New(d Deps) *Server {
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{})))
 	s.analyticsRoutes(e)
 	s.tiersRoutes(e)
+	s.openAPIRoute(e)
 	return s
 }
 
@@ -309,7 +311,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		code := c.Response().Status
 		s.deps.Metrics.Requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
-		if strings.HasPrefix(route, "/v1/check") {
+		if strings.HasPrefix(route, "/v1/check") || route == "/v1/auth" {
 			s.deps.Metrics.CheckLatency.WithLabelValues(route).Observe(time.Since(start).Seconds())
 		}
 		return nil

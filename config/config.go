@@ -108,6 +108,8 @@ type Settings struct {
 	RulesStore string        // QUOTA_RULES_STORE: redis (default: the rules in force are shared through Redis) or file (each instance its own)
 	RulesPoll  time.Duration // QUOTA_RULES_POLL: how often an instance looks for a new version in the shared store (1s)
 	Drain      time.Duration // QUOTA_DRAIN: on SIGTERM, /readyz answers 503 this long before the servers drain (5s)
+
+	Gateway // forward auth and rate-limit headers (gateway.go)
 }
 
 // Defaults are the settings of a local development machine.
@@ -155,6 +157,8 @@ func Defaults() Settings {
 		MigrateMinWindow: 2 * time.Hour,
 		NewTier:          "hot",
 		ColdHints:        1 << 20, // 8 MiB
+
+		Gateway: defaultGateway(),
 	}
 }
 
@@ -224,6 +228,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.duration("QUOTA_MIGRATE_MIN_WINDOW", &s.MigrateMinWindow)
 	r.str("QUOTA_NEW_TIER", &s.NewTier)
 	r.integer("QUOTA_COLD_HINTS", &s.ColdHints)
+	r.loadGateway(&s.Gateway)
 	var buckets string
 	if r.str("QUOTA_WARM_BUCKETS_PER_TAG", &buckets) && r.err == nil {
 		// Warm buckets now follow each app's population (tiers/directory.go).
