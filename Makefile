@@ -79,7 +79,7 @@ clean:
 # screenshots land in test-output/.
 .PHONY: test-dashboard
 test-dashboard: services
-	bash deploy/chromium-test.sh
+	bash internal/testenv/ensure-tool.sh chromium
 	$(GO) test -count=1 -run TestDashboardInChromium -v ./api/
 
 # Fault injection (build tag `faults`, not in `make test`): quotad binaries
