@@ -26,12 +26,14 @@ import (
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/coalesce"
 	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/internal/version"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/schedule"
 	schema "github.com/quota-platform/quota/sql"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tracing"
 )
 
 func main() {
@@ -45,11 +47,16 @@ func main() {
 		err = serve()
 	case "migrate-schema":
 		err = migrateSchema()
+	case "version":
+		fmt.Println("quotad", version.Get())
+		return
+	case "healthcheck":
+		err = healthcheck(os.Args[2:])
 	case "-h", "--help", "help":
-		fmt.Println("usage: quotad [serve | migrate-schema]\nconfiguration: QUOTA_* environment variables (see README.md)")
+		fmt.Println("usage: quotad [serve | migrate-schema | version | healthcheck [URL]]\nconfiguration: QUOTA_* environment variables (see README.md)")
 		return
 	default:
-		err = fmt.Errorf("unknown command %q (want serve or migrate-schema)", cmd)
+		err = fmt.Errorf("unknown command %q (want serve, migrate-schema, version or healthcheck)", cmd)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "quotad:", err)
@@ -123,11 +130,17 @@ func newRedis(s config.Settings) redis.UniversalClient {
 }
 
 func serve() error {
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	s, err := config.Load(os.Getenv)
 	if err != nil {
 		return err
 	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: s.LogLevel}))
+	build := version.Get()
+	tp, stopTracing, err := startTracing(s, build.Version, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	set, err := rules.ReadFile(s.RulesPath)
 	if err != nil {
 		return err
@@ -155,6 +168,9 @@ func serve() error {
 	// The breaker answers at once while Redis is down instead of letting every
 	// check wait out QUOTA_REDIS_TIMEOUT, and probes it every 100 ms with a
 	// PING outside the pool (see redisProbe).
+	if tp != nil {
+		routed = tracing.Store(routed, tp)
+	}
 	store := tiers.NewBreaker(routed, clock.Real{}, 3, 100*time.Millisecond).
 		WithProbe(redisProbe(s.RedisAddrs), s.RedisTimeout)
 	lim, err := limiter.New(store, clock.Real{}, set)
@@ -167,6 +183,7 @@ func serve() error {
 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
+	metrics.RegisterBuildInfo(reg, build.Version, build.Revision, build.GoVersion)
 	m.SetRulesVersion(set.Version)
 	rec, stopAnalytics, err := startAnalytics(s, dbs, reg, log)
 	if err != nil {
@@ -199,6 +216,10 @@ func serve() error {
 		Analytics:    rec,
 		Tiers:        tiersAdmin,
 	})
+	var h http.Handler = srv
+	if tp != nil {
+		h = tracing.Handler(srv, tp)
+	}
 	go reloadOnHangup(ctx, s.RulesPath, lim, m, log)
 	if s.PprofListen != "" {
 		go func() {
@@ -207,7 +228,7 @@ func serve() error {
 			}
 		}()
 	}
-	err = listenAndServe(ctx, s, srv, log)
+	err = listenAndServe(ctx, s, h, log)
 	// No check runs any more: write what analytics still holds.
 	stopAnalytics()
 	return err
@@ -336,7 +357,7 @@ func listenAndServe(ctx context.Context, s config.Settings, h http.Handler, log 
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	log.Info("quotad listening", "addr", ln.Addr().String(), "fail_mode", s.FailMode)
+	log.Info("quotad listening", "addr", ln.Addr().String(), "fail_mode", s.FailMode, "version", version.Get().Version)
 	select {
 	case err := <-errc:
 		return err
