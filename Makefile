@@ -136,3 +136,9 @@ bench-tiering: schema
 .PHONY: bench-zipf-cycle
 bench-zipf-cycle: services build
 	bash bench/zipf-cycle.sh
+
+# What tracing costs a check through the handler: off (no OTLP endpoint,
+# nothing wrapped) against on (spans made, exported nowhere); allocs/op.
+.PHONY: bench-tracing
+bench-tracing: services
+	$(GO) test -run '^$$' -bench BenchmarkCheckTracing -benchmem -benchtime 5000x -count 3 ./tracing/
