@@ -203,6 +203,8 @@ func serve() error {
 		defer co.Close()
 		checks = co
 	}
+	ready := readiness(hot, dbs)
+	go probeDependencies(ctx, ready, metrics.NewDependencyUp(reg))
 	srv := api.New(api.Deps{
 		Settings:     s,
 		Limiter:      lim,
@@ -211,7 +213,7 @@ func serve() error {
 		Gatherer:     reg,
 		Log:          log,
 		PersistRules: func(set *rules.Set) error { return rules.WriteFile(s.RulesPath, set) },
-		Ready:        readiness(hot, dbs),
+		Ready:        ready,
 		Usage:        usage,
 		Analytics:    rec,
 		Tiers:        tiersAdmin,

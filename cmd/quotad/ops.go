@@ -9,8 +9,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/quota-platform/quota/api"
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/tracing"
 )
@@ -75,4 +77,34 @@ func startTracing(s config.Settings, version string, log *slog.Logger) (trace.Tr
 			log.Warn("tracing: last spans not sent", "err", err)
 		}
 	}, nil
+}
+
+// probeDependencies runs the readiness checks every 10 s until ctx ends and
+// exports each result as quota_dependency_up, so that an outage of one
+// MySQL shard or of Redis shows (and alerts) even between checks that
+// reach it.
+func probeDependencies(ctx context.Context, checks []api.ReadinessCheck, up *prometheus.GaugeVec) {
+	probe := func() {
+		for _, c := range checks {
+			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := c.Check(pctx)
+			cancel()
+			v := 1.0
+			if err != nil {
+				v = 0
+			}
+			up.WithLabelValues(c.Name).Set(v)
+		}
+	}
+	probe()
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			probe()
+		}
+	}
 }

@@ -13,3 +13,14 @@ func RegisterBuildInfo(reg prometheus.Registerer, version, revision, goVersion s
 	g.Set(1)
 	reg.MustRegister(g)
 }
+
+// NewDependencyUp registers quota_dependency_up{dependency}: 1 when the last
+// probe of a backing service (redis, mysql_shard_N) answered, 0 when not.
+func NewDependencyUp(reg prometheus.Registerer) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "quota_dependency_up",
+		Help: "1 when the last probe (every 10 s, the checks /readyz runs) of a backing service answered: redis, mysql_shard_N.",
+	}, []string{"dependency"})
+	reg.MustRegister(g)
+	return g
+}
