@@ -36,9 +36,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Unix time at which this instance last finished a migration cycle without error (0: none since start).",
 		}),
 	}
-	// Both results exist from the start, so that rate() sees a first error.
+	// Every series exists from the start, so that rate() and increase()
+	// see the first cycle, error or move.
 	m.cycles.WithLabelValues("ok")
 	m.cycles.WithLabelValues("error")
+	for _, d := range [][2]tiers.Tier{{tiers.Hot, tiers.Warm}, {tiers.Hot, tiers.Cold}, {tiers.Warm, tiers.Hot}, {tiers.Warm, tiers.Cold}, {tiers.Cold, tiers.Hot}, {tiers.Cold, tiers.Warm}} {
+		m.moves.WithLabelValues(string(d[0]), string(d[1]))
+	}
 	if reg != nil {
 		reg.MustRegister(m.moves, m.failures, m.cycles, m.lastSuccess)
 	}
