@@ -93,7 +93,7 @@ func TestCheck_TracedGivesServerSpanWithStoreChild(t *testing.T) {
 	}
 	attrs := map[string]string{}
 	for _, a := range storeSpan.Attributes() {
-		attrs[string(a.Key)] = a.Value.Emit()
+		attrs[string(a.Key)] = a.Value.String()
 	}
 	if attrs["quota.tier"] != "hot" || attrs["quota.ops"] != "1" {
 		t.Fatalf("store span attributes %v", attrs)
