@@ -45,6 +45,8 @@ func (r *Recorder) flush(ctx context.Context, final bool, pace *pacer, hold int6
 	r.updateGauges()
 	if len(errs) > 0 {
 		r.met.flushErrors.Inc()
+	} else {
+		r.met.lastFlush.Set(float64(now.Unix()))
 	}
 	return errors.Join(errs...)
 }

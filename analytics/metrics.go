@@ -12,6 +12,7 @@ type collectors struct {
 	pendingRows  prometheus.Gauge
 	pendingAdds  *prometheus.GaugeVec // scope
 	hllDense     prometheus.Counter
+	lastFlush    prometheus.Gauge
 }
 
 func newCollectors(reg prometheus.Registerer) *collectors {
@@ -53,9 +54,13 @@ func newCollectors(reg prometheus.Registerer) *collectors {
 			Name: "quota_analytics_hll_dense_total",
 			Help: "Distinct-user HyperLogLogs the flusher converted to Redis' dense encoding (QUOTA_ANALYTICS_HLL_DENSE_AT).",
 		}),
+		lastFlush: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "quota_analytics_last_flush_success_timestamp_seconds",
+			Help: "Unix time of the last analytics flush that failed nowhere (the recorder's start until the first); time() minus it is the flush lag.",
+		}),
 	}
 	if reg != nil {
-		reg.MustRegister(c.rowsWritten, c.statements, c.flushSeconds, c.dropped, c.droppedAdds, c.flushErrors, c.pendingRows, c.pendingAdds, c.hllDense)
+		reg.MustRegister(c.rowsWritten, c.statements, c.flushSeconds, c.dropped, c.droppedAdds, c.flushErrors, c.pendingRows, c.pendingAdds, c.hllDense, c.lastFlush)
 	}
 	return c
 }

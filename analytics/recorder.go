@@ -281,6 +281,7 @@ func New(o Options) (*Recorder, error) {
 		r.shards = append(r.shards, &dbShard{db: db, pending: newRowset()})
 	}
 	r.lastPersist = r.clk.Now()
+	r.met.lastFlush.Set(float64(r.lastPersist.Unix()))
 	r.lastIfacePass = r.lastPersist
 	return r, nil
 }

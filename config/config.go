@@ -8,8 +8,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -110,6 +112,12 @@ type Settings struct {
 	Drain      time.Duration // QUOTA_DRAIN: on SIGTERM, /readyz answers 503 this long before the servers drain (5s)
 
 	Gateway // forward auth and rate-limit headers (gateway.go)
+	// Operations.
+	LogLevel slog.Level // QUOTA_LOG_LEVEL: debug, info (default), warn or error
+	// OTelEndpoint is where check traces go (OTLP over HTTP): QUOTA_OTEL_ENDPOINT,
+	// else OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT;
+	// "" (default) = tracing off.
+	OTelEndpoint string
 }
 
 // Defaults are the settings of a local development machine.
@@ -229,6 +237,15 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.str("QUOTA_NEW_TIER", &s.NewTier)
 	r.integer("QUOTA_COLD_HINTS", &s.ColdHints)
 	r.loadGateway(&s.Gateway)
+	r.logLevel("QUOTA_LOG_LEVEL", &s.LogLevel)
+	for _, name := range []string{"QUOTA_OTEL_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+		if r.str(name, &s.OTelEndpoint) {
+			if u, err := url.Parse(s.OTelEndpoint); r.err == nil && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+				r.err = fmt.Errorf("%s %q: want an http:// or https:// URL of an OTLP collector, e.g. http://otel-collector:4318", name, s.OTelEndpoint)
+			}
+			break
+		}
+	}
 	var buckets string
 	if r.str("QUOTA_WARM_BUCKETS_PER_TAG", &buckets) && r.err == nil {
 		// Warm buckets now follow each app's population (tiers/directory.go).
@@ -473,6 +490,25 @@ func (r *reader) list(name string, dst *[]string) {
 		}
 	}
 	*dst = out
+}
+
+func (r *reader) logLevel(name string, dst *slog.Level) {
+	var v string
+	if !r.str(name, &v) || r.err != nil {
+		return
+	}
+	switch strings.ToLower(v) {
+	case "debug":
+		*dst = slog.LevelDebug
+	case "info":
+		*dst = slog.LevelInfo
+	case "warn":
+		*dst = slog.LevelWarn
+	case "error":
+		*dst = slog.LevelError
+	default:
+		r.err = fmt.Errorf("%s %q: want debug, info, warn or error", name, v)
+	}
 }
 
 func (r *reader) float(name string, dst *float64) {

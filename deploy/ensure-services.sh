@@ -6,8 +6,10 @@
 # restarted); a second run changes nothing. Debian/Ubuntu (apt-get); no systemd
 # needed. Installing and starting need root (sudo is used when not root).
 #
-#   Redis:   127.0.0.1:${REDIS_PORT:-6379}, no persistence.
-#   MariaDB: 127.0.0.1:${MYSQL_PORT:-3306}; user quota/quota (hosts localhost,
+#   Redis:   127.0.0.1:${REDIS_PORT:-6379}; one this script starts runs with
+#            deploy/redis.conf (append-only file in /var/lib/redis).
+#   MariaDB: 127.0.0.1:${MYSQL_PORT:-3306}; one this script starts runs with
+#            deploy/mariadb/quota.cnf; user quota/quota (hosts localhost,
 #            127.0.0.1, ::1) with ALL on databases matching `quota%`;
 #            databases quota_0 and quota_1 (utf8mb4).
 #
@@ -18,6 +20,7 @@ set -euo pipefail
 REDIS_PORT="${REDIS_PORT:-6379}"
 MYSQL_PORT="${MYSQL_PORT:-3306}"
 QUOTA_DATABASES=(quota_0 quota_1)
+DEPLOY_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 die() {
 	echo "$*" >&2
@@ -70,15 +73,19 @@ ensure_redis() {
 		fi
 	fi
 
-	local logdir=/var/log/redis datadir=/var/lib/redis logfile
+	local logdir=/var/log/redis datadir=/var/lib/redis logfile files=()
 	if [ "$REDIS_PORT" = 6379 ]; then
 		logfile="$logdir/ci.log"
 	else
+		# A server on another port keeps its own log and data files.
 		logfile="$logdir/ci-$REDIS_PORT.log"
+		files=(--appenddirname "appendonlydir-$REDIS_PORT" --dbfilename "dump-$REDIS_PORT.rdb")
 	fi
 	as_root mkdir -p "$logdir" "$datadir"
-	as_root redis-server --daemonize yes --bind 127.0.0.1 -::1 --port "$REDIS_PORT" \
-		--save "" --appendonly no --dir "$datadir" --logfile "$logfile" \
+	# The production settings (deploy/redis.conf), with this machine's
+	# address, port, directory and log file.
+	as_root redis-server "$DEPLOY_DIR/redis.conf" --daemonize yes --bind 127.0.0.1 -::1 --port "$REDIS_PORT" \
+		--dir "$datadir" --logfile "$logfile" "${files[@]}" \
 		|| die "redis: redis-server failed to start on 127.0.0.1:$REDIS_PORT (see $logfile)"
 
 	local deadline=$((SECONDS + 20)) last
@@ -181,8 +188,16 @@ ensure_mariadb() {
 				as_root mariadb-install-db --user=mysql --datadir="$datadir" >/dev/null 2>&1 \
 					|| die "mariadb: mariadb-install-db --user=mysql --datadir=$datadir failed"
 			fi
-			local args=()
-			[ "$MYSQL_PORT" = 3306 ] || args=(-- "--port=$MYSQL_PORT")
+			# The production settings (deploy/mariadb/quota.cnf) on top of the
+			# system's; mariadbd reads the file as its own user.
+			local cnf="$DEPLOY_DIR/mariadb/quota.cnf" args=()
+			if as_root runuser -u mysql -- test -r "$cnf" 2>/dev/null; then
+				args=(-- "--defaults-extra-file=$cnf")
+			else
+				echo "mariadb: $cnf not readable by user mysql; starting with the system's settings only" >&2
+				args=(--)
+			fi
+			[ "$MYSQL_PORT" = 3306 ] || args+=("--port=$MYSQL_PORT")
 			as_root start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd "${args[@]}" \
 				|| die "mariadb: start-stop-daemon could not start /usr/sbin/mariadbd (see $logerr)"
 			local deadline=$((SECONDS + 30)) up=""

@@ -52,6 +52,11 @@ func New(reg prometheus.Registerer) *Metrics {
 			Name: "quota_http_rejected_total", Help: "Requests refused with 503 because QUOTA_MAX_IN_FLIGHT were already being served.",
 		}),
 	}
+	// Series an alert takes rate() of exist from the start, so that the
+	// first error is an increase from 0.
+	m.StoreErrors.WithLabelValues("hot")
+	m.RulesReloads.WithLabelValues("ok")
+	m.RulesReloads.WithLabelValues("error")
 	reg.MustRegister(m.Checks, m.Requests, m.CheckLatency, m.StoreErrors, m.Unenforced,
 		m.RulesReloads, m.RulesVersion, m.InFlight, m.Rejected)
 	return m

@@ -1,6 +1,8 @@
 package migrate
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quota-platform/quota/tiers"
@@ -8,8 +10,10 @@ import (
 
 // Metrics are the migration's collectors. A nil *Metrics records nothing.
 type Metrics struct {
-	moves    *prometheus.CounterVec
-	failures prometheus.Counter
+	moves       *prometheus.CounterVec
+	failures    prometheus.Counter
+	cycles      *prometheus.CounterVec // result: ok | error
+	lastSuccess prometheus.Gauge
 }
 
 // NewMetrics creates the collectors and registers them on reg (when not nil).
@@ -23,9 +27,24 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "quota_migration_failures_total",
 			Help: "Move batches that failed (the next run repairs them).",
 		}),
+		cycles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quota_migration_cycles_total",
+			Help: "Migration cycles this instance took part in, by result: ok, or error (some of its work failed).",
+		}, []string{"result"}),
+		lastSuccess: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "quota_migration_last_success_timestamp_seconds",
+			Help: "Unix time at which this instance last finished a migration cycle without error (0: none since start).",
+		}),
+	}
+	// Every series exists from the start, so that rate() and increase()
+	// see the first cycle, error or move.
+	m.cycles.WithLabelValues("ok")
+	m.cycles.WithLabelValues("error")
+	for _, d := range [][2]tiers.Tier{{tiers.Hot, tiers.Warm}, {tiers.Hot, tiers.Cold}, {tiers.Warm, tiers.Hot}, {tiers.Warm, tiers.Cold}, {tiers.Cold, tiers.Hot}, {tiers.Cold, tiers.Warm}} {
+		m.moves.WithLabelValues(string(d[0]), string(d[1]))
 	}
 	if reg != nil {
-		reg.MustRegister(m.moves, m.failures)
+		reg.MustRegister(m.moves, m.failures, m.cycles, m.lastSuccess)
 	}
 	return m
 }
@@ -40,4 +59,17 @@ func (m *Metrics) failed() {
 	if m != nil {
 		m.failures.Inc()
 	}
+}
+
+// cycleDone records the end of a cycle at now.
+func (m *Metrics) cycleDone(err error, now time.Time) {
+	if m == nil {
+		return
+	}
+	if err != nil {
+		m.cycles.WithLabelValues("error").Inc()
+		return
+	}
+	m.cycles.WithLabelValues("ok").Inc()
+	m.lastSuccess.Set(float64(now.Unix()))
 }

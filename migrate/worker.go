@@ -165,7 +165,9 @@ func (w *Worker) runCycle(ctx context.Context, want string) (CycleReport, error)
 	}
 	rep.Failures += failures
 	rep.Duration = time.Since(start).Round(time.Millisecond).String()
-	return rep, errors.Join(errs...)
+	err = errors.Join(errs...)
+	w.Mover.Metrics.cycleDone(err, time.Now())
+	return rep, err
 }
 
 // runPart scans part p's range of its shard's cell_activity in key order,

@@ -25,12 +25,14 @@ import (
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/coalesce"
 	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/internal/version"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/schedule"
 	schema "github.com/quota-platform/quota/sql"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tracing"
 )
 
 func main() {
@@ -44,11 +46,16 @@ func main() {
 		err = serve()
 	case "migrate-schema":
 		err = migrateSchema()
+	case "version":
+		fmt.Println("quotad", version.Get())
+		return
+	case "healthcheck":
+		err = healthcheck(os.Args[2:])
 	case "-h", "--help", "help":
-		fmt.Println("usage: quotad [serve | migrate-schema]\nconfiguration: QUOTA_* environment variables (see README.md)")
+		fmt.Println("usage: quotad [serve | migrate-schema | version | healthcheck [URL]]\nconfiguration: QUOTA_* environment variables (see README.md)")
 		return
 	default:
-		err = fmt.Errorf("unknown command %q (want serve or migrate-schema)", cmd)
+		err = fmt.Errorf("unknown command %q (want serve, migrate-schema, version or healthcheck)", cmd)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "quotad:", err)
@@ -129,11 +136,17 @@ func newRedis(s config.Settings) redis.UniversalClient {
 }
 
 func serve() error {
-	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	s, err := config.Load(os.Getenv)
 	if err != nil {
 		return err
 	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: s.LogLevel}))
+	build := version.Get()
+	tp, stopTracing, err := startTracing(s, build.Version, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	set, err := rules.ReadFile(s.RulesPath)
 	if err != nil {
 		return err
@@ -165,6 +178,9 @@ func serve() error {
 	// The breaker answers at once while Redis is down instead of letting every
 	// check wait out QUOTA_REDIS_TIMEOUT, and probes it every 100 ms with a
 	// PING outside the pool (see redisProbe).
+	if tp != nil {
+		routed = tracing.Store(routed, tp)
+	}
 	store := tiers.NewBreaker(routed, clock.Real{}, 3, 100*time.Millisecond).
 		WithProbe(redisProbeFor(s), s.RedisTimeout)
 	lim, err := limiter.New(store, clock.Real{}, set)
@@ -177,6 +193,7 @@ func serve() error {
 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
+	metrics.RegisterBuildInfo(reg, build.Version, build.Revision, build.GoVersion)
 	m.SetRulesVersion(set.Version)
 	rw := startRules(ctx, s, rdb, lim, m, log)
 	rec, stopAnalytics, err := startAnalytics(s, dbs, reg, log)
@@ -197,6 +214,8 @@ func serve() error {
 		defer co.Close()
 		checks = co
 	}
+	ready := readiness(hot, dbs)
+	go probeDependencies(ctx, ready, metrics.NewDependencyUp(reg))
 	srv := api.New(api.Deps{
 		Settings:     s,
 		Limiter:      lim,
@@ -205,11 +224,15 @@ func serve() error {
 		Gatherer:     reg,
 		Log:          log,
 		PersistRules: rw.persist,
-		Ready:        readiness(hot, dbs),
+		Ready:        ready,
 		Usage:        usage,
 		Analytics:    rec,
 		Tiers:        tiersAdmin,
 	})
+	var h http.Handler = srv
+	if tp != nil {
+		h = tracing.Handler(srv, tp)
+	}
 	go reloadOnHangup(ctx, s.RulesPath, lim, rw.publish, m, log)
 	envoy := api.NewEnvoyConfig(envoyConf)
 	go reloadEnvoyOnHangup(ctx, s, envoy, log)
@@ -224,7 +247,7 @@ func serve() error {
 			}
 		}()
 	}
-	err = listenAndServe(ctx, s, srv, srv.StartDraining, rls, log)
+	err = listenAndServe(ctx, s, h, srv.StartDraining, rls, log)
 	// No check runs any more: write what analytics still holds.
 	stopAnalytics()
 	return err
@@ -363,7 +386,7 @@ func listenAndServe(ctx context.Context, s config.Settings, h http.Handler, notR
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
-	log.Info("quotad listening", "addr", ln.Addr().String(), "fail_mode", s.FailMode)
+	log.Info("quotad listening", "addr", ln.Addr().String(), "fail_mode", s.FailMode, "version", version.Get().Version)
 	servers := []stopper{httpStopper(hs)}
 	if rls != nil {
 		servers = append(servers, rls.stopper)

@@ -239,10 +239,15 @@ type server struct {
 
 func startServer(t *testing.T, rulesPath string, env ...string) *server {
 	t.Helper()
+	return startServerBinary(t, quotadBin, rulesPath, env...)
+}
+
+func startServerBinary(t *testing.T, bin, rulesPath string, env ...string) *server {
+	t.Helper()
 	port := testenv.FreePort(t)
 	_, dsn0 := testenv.MySQL(t)
 	_, dsn1 := testenv.MySQL(t)
-	cmd := exec.Command(quotadBin)
+	cmd := exec.Command(bin)
 	cmd.Env = append(environWithoutQuota(),
 		fmt.Sprintf("QUOTA_LISTEN=127.0.0.1:%d", port),
 		"QUOTA_GRPC_LISTEN=off", // a test that wants it passes a port of its own in env
