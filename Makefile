@@ -136,3 +136,15 @@ bench-tiering: schema
 .PHONY: bench-zipf-cycle
 bench-zipf-cycle: services build
 	bash bench/zipf-cycle.sh
+
+# A production-shaped fleet on this machine (bench/fleet/fleet.sh): Redis
+# Cluster of 3 masters + 3 replicas (7101-7106), two mariadbd with one shard
+# each (3317, 3318), three quotad (18081-18083) behind nginx (18080). Run dir
+# FLEET_DIR (/tmp/quota-fleet); QUOTA_* in the environment reach every quotad.
+# make fleet-down stops exactly what make fleet started.
+.PHONY: fleet fleet-down test-fleet bench-fleet
+fleet: build
+	bash bench/fleet/fleet.sh up
+
+fleet-down:
+	bash bench/fleet/fleet.sh down
