@@ -125,6 +125,8 @@ type call struct {
 	// last value, kept by decode so that the router need not convert
 	// the reply again.
 	counted bool
+	// err: the call failed (its node down, a bad reply); set by runEach.
+	err error
 }
 
 // Check decides ops in one pipeline (one round trip). A check whose cells
@@ -252,6 +254,22 @@ func (s *HotStore) args(c *call, now time.Time, mode Mode) ([]string, []any) {
 }
 
 func (s *HotStore) run(ctx context.Context, now time.Time, calls []call) error {
+	if err := s.runEach(ctx, now, calls); err != nil {
+		return err
+	}
+	for i := range calls {
+		if calls[i].err != nil {
+			return calls[i].err
+		}
+	}
+	return nil
+}
+
+// runEach sends calls in one round trip and decodes each reply, leaving a
+// call's failure in its err: on a Redis Cluster the calls go to several
+// masters, and one master down must fail only the calls whose keys it
+// holds. It returns an error only when no call could be sent.
+func (s *HotStore) runEach(ctx context.Context, now time.Time, calls []call) error {
 	for i := range calls {
 		for _, c := range calls[i].op.Cells {
 			if !SupportsAlgorithm(c.Algorithm) {
@@ -267,14 +285,10 @@ func (s *HotStore) run(ctx context.Context, now time.Time, calls []call) error {
 	}
 	for i := range calls {
 		c := &calls[i]
-		var err error
 		if c.fixed {
-			err = s.decodeFixed(c, now)
+			c.err = s.decodeFixed(c, now)
 		} else {
-			err = s.decode(c)
-		}
-		if err != nil {
-			return err
+			c.err = s.decode(c)
 		}
 	}
 	return nil

@@ -157,6 +157,12 @@ func serve() error {
 	// PING outside the pool (see redisProbe).
 	store := tiers.NewBreaker(routed, clock.Real{}, 3, 100*time.Millisecond).
 		WithProbe(redisProbe(s.RedisAddrs), s.RedisTimeout)
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		// A circuit per master: one dead master fails fast only the checks
+		// of its slots, and its probe reloads the slot map so that they
+		// follow the replica's promotion (redisprobe.go).
+		store.WithPartitions(tiers.ClusterPartition(cc), clusterProbe(cc, s.RedisAddrs), s.RedisTimeout)
+	}
 	lim, err := limiter.New(store, clock.Real{}, set)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.RulesPath, err)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // redisProbe returns the circuit breaker's probe of Redis: a PING on a
@@ -53,4 +55,30 @@ func pingRedis(ctx context.Context, addr string) error {
 		}
 	}
 	return nil
+}
+
+// clusterProbe returns the probe of one part of a Redis Cluster (a master's
+// address, or several comma-separated; see tiers.ClusterPartition): a PING
+// of each, outside the pool, as redisProbe. Each probe first asks go-redis
+// to reload its slot map (at most every 200 ms, in the background): go-redis
+// reloads it on its own only on a MOVED reply or once a minute
+// (ClusterStateReloadInterval), and a master that died answers nothing, so
+// without this the checks of its slots would keep going to the dead address
+// for up to a minute after its replica took over. Once the map names the new
+// master, those checks belong to the new master's part and its circuit.
+func clusterProbe(cc *redis.ClusterClient, addrs []string) func(ctx context.Context, part string) error {
+	anyNode := redisProbe(addrs)
+	return func(ctx context.Context, part string) error {
+		cc.ReloadState(ctx)
+		if part == "" {
+			return anyNode(ctx)
+		}
+		var errs []error
+		for _, addr := range strings.Split(part, ",") {
+			if err := pingRedis(ctx, addr); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
 }
