@@ -10,6 +10,8 @@
 #   fleet.sh down            stops exactly what `up` started (PIDs in the run dir)
 #   fleet.sh status          what runs, per process
 #   fleet.sh start-quotad N  / stop-quotad N: one quotad (1..3) of a running fleet
+#   fleet.sh revive          starts again the redis-server and mariadbd that died
+#                            (a killed master rejoins as a replica)
 #
 # Everything comes from Debian packages (redis-server, redis-tools,
 # mariadb-server, nginx), installed with apt-get when missing, and from this
@@ -295,11 +297,17 @@ cmd_status() {
 	done
 }
 
+cmd_revive() {
+	up_redis
+	up_mariadb
+}
+
 case ${1:-} in
 up) cmd_up ;;
+revive) cmd_revive ;;
 down) cmd_down ;;
 status) cmd_status ;;
 start-quotad) start_quotad "${2:?quotad number}" ;;
 stop-quotad) stop "quotad-${2:?quotad number}" 15 ;;
-*) die "usage: fleet.sh up | down | status | start-quotad N | stop-quotad N" ;;
+*) die "usage: fleet.sh up | down | status | revive | start-quotad N | stop-quotad N" ;;
 esac
