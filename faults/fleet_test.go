@@ -551,6 +551,22 @@ func TestFleet_RedisMasterKilledUnderLoad(t *testing.T) {
 	fig.add("kill -9 master %s (%d of 1000 apps' slots) under 400 checks/s via nginx: %d answers after the kill, 5xx %d, max latency %s, unenforced: %d on the dead master's slots, %d on healthy masters; enforcement back after %.1f s (node timeout %s ms, old master dead)",
 		victim, onVictim, len(samples), fivexx, maxLat.Round(time.Millisecond), unenforcedVictim, unenforcedHealthy, back, f.env["FLEET_NODE_TIMEOUT_MS"])
 
+	// Analytics' own Redis client follows the promotion too (its HLL adds).
+	var flushErrors, dropped, addsDropped float64
+	for _, q := range f.qs {
+		m, err := q.Metrics()
+		if err != nil {
+			t.Fatal(err)
+		}
+		flushErrors += testenv.SumMetric(m, "quota_analytics_flush_errors_total")
+		dropped += m["quota_analytics_dropped_total"]
+		addsDropped += m["quota_analytics_unique_adds_dropped_total"]
+	}
+	if dropped != 0 || addsDropped != 0 {
+		t.Errorf("analytics dropped %g calls and %g distinct-user adds at the failover", dropped, addsDropped)
+	}
+	fig.add("analytics over the failover: %g failed flushes (3 instances), %g calls and %g distinct-user adds dropped", flushErrors, dropped, addsDropped)
+
 	// (d) What the promoted replica holds against what was answered.
 	var answered, held int64
 	for k := range counted {

@@ -10,6 +10,7 @@
 #   fleet.sh down            stops exactly what `up` started (PIDs in the run dir)
 #   fleet.sh status          what runs, per process
 #   fleet.sh start-quotad N  / stop-quotad N: one quotad (1..3) of a running fleet
+#   fleet.sh lb N            nginx balances over the first N quotads (reloaded)
 #   fleet.sh revive          starts again the redis-server and mariadbd that died
 #                            (a killed master rejoins as a replica)
 #
@@ -195,10 +196,11 @@ up_quotads() {
 	for ((n = 1; n <= FLEET_QUOTADS; n++)); do start_quotad "$n"; done
 }
 
-up_nginx() {
+# nginx_conf N: nginx.conf balancing over the first N quotads.
+nginx_conf() {
 	local d="$FLEET_DIR/nginx" p servers=""
 	mkdir -p "$d/logs" "$d/tmp"
-	for p in "${QUOTAD_PORTS[@]}"; do
+	for p in "${QUOTAD_PORTS[@]:0:$1}"; do
 		servers+="        server 127.0.0.1:$p max_fails=0;"$'\n'
 	done
 	cat >"$d/nginx.conf" <<-EOF
@@ -232,6 +234,11 @@ up_nginx() {
 		    }
 		}
 	EOF
+}
+
+up_nginx() {
+	local d="$FLEET_DIR/nginx"
+	nginx_conf "$FLEET_QUOTADS"
 	start nginx "$d/logs/stderr.log" "$(command -v nginx || echo /usr/sbin/nginx)" -p "$d" -c "$d/nginx.conf"
 	wait_for 20 "nginx :$LB_PORT" curl -fsS "http://127.0.0.1:$LB_PORT/healthz"
 }
@@ -305,9 +312,15 @@ cmd_revive() {
 case ${1:-} in
 up) cmd_up ;;
 revive) cmd_revive ;;
+lb)
+	nginx_conf "${2:?how many quotads}"
+	alive nginx || die "nginx not running"
+	kill -HUP "$(cut -d' ' -f1 "$PIDS/nginx")"
+	sleep 1
+	;;
 down) cmd_down ;;
 status) cmd_status ;;
 start-quotad) start_quotad "${2:?quotad number}" ;;
 stop-quotad) stop "quotad-${2:?quotad number}" 15 ;;
-*) die "usage: fleet.sh up | down | status | revive | start-quotad N | stop-quotad N" ;;
+*) die "usage: fleet.sh up | down | status | revive | lb N | start-quotad N | stop-quotad N" ;;
 esac

@@ -140,6 +140,7 @@ func serve() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	followFailovers(ctx, rdb)
 	if err := prepareSchema(ctx, s, dbs, log); err != nil {
 		return err
 	}
@@ -230,7 +231,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 	// may take longer than a check's QUOTA_REDIS_TIMEOUT.
 	as := s
 	as.RedisTimeout, as.RedisPoolSize = 5*time.Second, 16
-	ardb := newRedis(as)
+	ardb := followFailovers(context.Background(), newRedis(as))
 	rec, err := analytics.New(analytics.Options{
 		DBs:              dbs,
 		Redis:            ardb,

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -81,4 +82,32 @@ func clusterProbe(cc *redis.ClusterClient, addrs []string) func(ctx context.Cont
 		}
 		return errors.Join(errs...)
 	}
+}
+
+// followFailovers reloads a Redis Cluster client's slot map every second
+// until ctx ends (nothing for a single Redis) and returns rdb. go-redis
+// reloads it on its own only on a MOVED reply or once a minute, and a dead
+// master answers nothing: a client that sends nothing else to the promoted
+// replica (the migration's, analytics') would keep failing on the dead
+// address for up to a minute. The checks' client also reloads from the
+// breaker's probe, within 200 ms (clusterProbe). A reload is one CLUSTER
+// SLOTS to one node.
+func followFailovers(ctx context.Context, rdb redis.UniversalClient) redis.UniversalClient {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return rdb
+	}
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				cc.ReloadState(ctx)
+			}
+		}
+	}()
+	return rdb
 }

@@ -36,7 +36,7 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 	// than a check's and may take longer than QUOTA_REDIS_TIMEOUT.
 	ms := s
 	ms.RedisTimeout, ms.RedisPoolSize = 10*time.Second, 8
-	mrdb := newRedis(ms)
+	mrdb := followFailovers(ctx, newRedis(ms))
 	mhot := tiers.NewHotStore(mrdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter})
 	mwarm := warm.WithClient(mrdb) // shares the checks' cell locks
 	mover := &migrate.Mover{
