@@ -12,6 +12,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/schedule"
 	"github.com/quota-platform/quota/tiers"
 )
@@ -156,7 +157,7 @@ func (w *Worker) runCycle(ctx context.Context, want string) (CycleReport, error)
 	}
 	id, err := w.joinCycle(ctx, want)
 	if err == nil && w.Config.ActivityWait > 0 {
-		err = sleepCtx(ctx, w.Config.ActivityWait)
+		err = clock.Sleep(ctx, w.Config.ActivityWait)
 	}
 	if err == nil {
 		hour := w.now().Unix() / 3600
@@ -506,15 +507,4 @@ func (a Admin) RebuildColdFilters(ctx context.Context) (any, error) {
 func (a Admin) Migrate(ctx context.Context) (any, error) {
 	rep, err := a.W.RunCycle(ctx)
 	return rep, err
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/rules"
 )
 
@@ -242,14 +243,7 @@ func (r *Router) checkOp(ctx context.Context, now time.Time, op *Op, attempt int
 // 0.5 ms doubling to 20 ms.
 func routerBackoff(ctx context.Context, attempt int) error {
 	d := min(500*time.Microsecond<<min(attempt-2, 6), 20*time.Millisecond)
-	t := time.NewTimer(d/2 + time.Duration(int64(d)/2*int64(attempt%7)/7))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return clock.Sleep(ctx, d/2+time.Duration(int64(d)/2*int64(attempt%7)/7))
 }
 
 // finish completes op after its hot-script calls: decides its warm and cold
