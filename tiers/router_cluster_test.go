@@ -13,9 +13,19 @@ import (
 
 // On a Redis Cluster with one master dead, a batch of checks over every
 // master decides the checks of the live masters and fails only those of
-// the dead one's slots (before, the first failed call failed the batch).
+// the dead one's slots (before, the first failed call failed the batch),
+// through the tier router and through the hot store alone (tiering off).
 func TestRouter_OnAClusterADeadMasterFailsOnlyTheChecksOfItsSlots(t *testing.T) {
 	t.Parallel()
+	for _, name := range []string{"router", "hot store"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			deadMasterFailsOnlyItsChecks(t, name == "router")
+		})
+	}
+}
+
+func deadMasterFailsOnlyItsChecks(t *testing.T, routed bool) {
 	nodes := testenv.StartRedisCluster(t, 3)
 	var addrs []string
 	for _, n := range nodes {
@@ -24,7 +34,10 @@ func TestRouter_OnAClusterADeadMasterFailsOnlyTheChecksOfItsSlots(t *testing.T) 
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second, ReadTimeout: time.Second})
 	t.Cleanup(func() { cc.Close() })
 	hot := NewHotStore(cc, HotOptions{Prefix: "c:"})
-	r := NewRouter(hot, NewWarmStore(cc, WarmOptions{Prefix: "c:"}), NewColdStore(testenv.MySQLShards(t, 1), ColdOptions{}))
+	var r EachChecker = hot
+	if routed {
+		r = NewRouter(hot, NewWarmStore(cc, WarmOptions{Prefix: "c:"}), NewColdStore(testenv.MySQLShards(t, 1), ColdOptions{}))
+	}
 	partition := ClusterPartition(cc)
 	ctx := context.Background()
 
