@@ -179,3 +179,30 @@ bench-zipf-cycle: services build
 .PHONY: bench-tracing
 bench-tracing: services
 	$(GO) test -run '^$$' -bench BenchmarkCheckTracing -benchmem -benchtime 5000x -count 3 ./tracing/
+# A production-shaped fleet on this machine (bench/fleet/fleet.sh): Redis
+# Cluster of 3 masters + 3 replicas (7101-7106), two mariadbd with one shard
+# each (3317, 3318), three quotad (18081-18083) behind nginx (18080). Run dir
+# FLEET_DIR (/tmp/quota-fleet); QUOTA_* in the environment reach every quotad.
+# make fleet-down stops exactly what make fleet started.
+.PHONY: fleet fleet-down test-fleet bench-fleet
+fleet: build
+	bash bench/fleet/fleet.sh up
+
+fleet-down:
+	bash bench/fleet/fleet.sh down
+
+# The fleet scenarios (issue 32) on a fleet make test-fleet starts and stops:
+# exact limits per tier through nginx, one migration cycle for the fleet
+# (and a crash in it), a Redis master killed under load (and the counts it
+# lost), a shard server killed (faults/fleet_test.go; ~3 minutes plus the
+# fleet's start). Figures: bench-out/fleet.txt; log: bench-out/fleet-test.log.
+test-fleet: build
+	@mkdir -p bench-out
+	bash bench/fleet/fleet.sh up
+	set -o pipefail; FAULTS_FIGURES=$(CURDIR)/bench-out/fleet.txt $(GO) test -tags 'faults fleet' -count=1 -timeout 20m \
+		-run '^TestFleet' -v ./faults/ 2>&1 | tee bench-out/fleet-test.log; rc=$$?; bash bench/fleet/fleet.sh down; exit $$rc
+
+# Checks/s and p99 through nginx with 1 and 3 quotad on the cluster
+# (bench/fleet/bench.sh; bench-out/fleet/summary.txt).
+bench-fleet: build
+	bash bench/fleet/bench.sh

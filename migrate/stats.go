@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 
@@ -45,9 +46,10 @@ func (m *Mover) Stats(ctx context.Context) (TierStats, error) {
 	var hotSample, warmSample, filters []string
 	var buckets []string
 	var hotKeys int64
-	iter := m.RDB.Scan(ctx, 0, m.Prefix+"{*", 5000).Iterator()
-	for iter.Next(ctx) {
-		k := iter.Val()
+	var mu sync.Mutex
+	err := scanAll(ctx, m.RDB, m.Prefix+"{*", func(k string) {
+		mu.Lock()
+		defer mu.Unlock()
 		switch {
 		case len(k) == hotLen:
 			hotKeys++
@@ -64,8 +66,8 @@ func (m *Mover) Stats(ctx context.Context) (TierStats, error) {
 		case len(k) == hotLen+1 && strings.HasSuffix(k, "~"):
 			st.Moving++
 		}
-	}
-	if err := iter.Err(); err != nil {
+	})
+	if err != nil {
 		return st, fmt.Errorf("tier stats: %w", err)
 	}
 	hotMean, err := m.meanUsage(ctx, hotSample)
@@ -162,4 +164,21 @@ func (m *Mover) meanUsage(ctx context.Context, keys []string) (float64, error) {
 		return 0, nil
 	}
 	return float64(sum) / float64(n), nil
+}
+
+// scanAll calls fn with every key matching match: on a Redis Cluster on
+// every master (a SCAN through the cluster client reaches one node only, so
+// the counts would hold only that node's share), concurrently.
+func scanAll(ctx context.Context, rdb redis.UniversalClient, match string, fn func(string)) error {
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, match, 5000).Iterator()
+		for iter.Next(ctx) {
+			fn(iter.Val())
+		}
+		return iter.Err()
+	}
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		return cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	}
+	return scan(ctx, rdb)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/robfig/cron/v3"
 
+	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/schedule"
 	"github.com/quota-platform/quota/tiers"
 )
@@ -39,6 +40,13 @@ type Config struct {
 	// PartWorkers is how many parts of a cycle an instance runs at once;
 	// 0: 2.
 	PartWorkers int
+	// ActivityWait is how long an instance waits after joining a cycle
+	// before its first part, so that every instance of the fleet (watching
+	// for cycles, WatchCycles) has flushed its activity: a cell only one
+	// other instance has seen since its last flush has no cell_activity row
+	// yet, and a part scanned before that row lands would skip the cell.
+	// 0: no wait (one instance).
+	ActivityWait time.Duration
 }
 
 // Worker runs migration cycles and on-call moves.
@@ -148,6 +156,9 @@ func (w *Worker) runCycle(ctx context.Context, want string) (CycleReport, error)
 		}
 	}
 	id, err := w.joinCycle(ctx, want)
+	if err == nil && w.Config.ActivityWait > 0 {
+		err = clock.Sleep(ctx, w.Config.ActivityWait)
+	}
 	if err == nil {
 		hour := w.now().Unix() / 3600
 		run := func(ctx context.Context, p int) partReport {
@@ -168,6 +179,35 @@ func (w *Worker) runCycle(ctx context.Context, want string) (CycleReport, error)
 	err = errors.Join(errs...)
 	w.Mover.Metrics.cycleDone(err, time.Now())
 	return rep, err
+}
+
+// WatchCycles flushes the activity whenever a cycle this instance has not
+// seen starts (the cycle key polled every interval), until ctx ends: the
+// fleet's other instances then have their activity in cell_activity within
+// about interval + one flush of a cycle's start, which is what
+// Config.ActivityWait waits for.
+func (w *Worker) WatchCycles(ctx context.Context, interval time.Duration) {
+	if w.Activity == nil {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	last := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		id, err := w.Mover.RDB.Get(ctx, w.cycleKey()).Result()
+		if err != nil || id == last {
+			continue
+		}
+		last = id
+		if err := w.Activity.Flush(ctx); err != nil {
+			w.log().Warn("migration activity flush at a cycle's start failed", "cycle", id, "err", err)
+		}
+	}
 }
 
 // runPart scans part p's range of its shard's cell_activity in key order,

@@ -1,6 +1,7 @@
 package tiers
 
 import (
+	"cmp"
 	"context"
 	_ "embed"
 	"errors"
@@ -125,6 +126,8 @@ type call struct {
 	// last value, kept by decode so that the router need not convert
 	// the reply again.
 	counted bool
+	// err: the call failed (its node down, a bad reply); set by runEach.
+	err error
 }
 
 // Check decides ops in one pipeline (one round trip). A check whose cells
@@ -149,6 +152,67 @@ func (s *HotStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 		}
 	}
 	return nil
+}
+
+// CheckEach decides ops as Check does, reporting each op on its own
+// (EachChecker): on a Redis Cluster a batch goes to several masters, and a
+// failed call fails only its own op (having given back what the op's other
+// calls counted), so that one dead master leaves the others' checks
+// decided.
+func (s *HotStore) CheckEach(ctx context.Context, now time.Time, ops []*Op, done func(i int, err error)) error {
+	var first error
+	start := 0
+	for i, op := range ops {
+		if i == len(ops)-1 || (s.splitBySlot && !sameTag(op.Cells)) {
+			base := start
+			err := s.checkEach(ctx, now, ops[start:i+1], func(k int, err error) { done(base+k, err) })
+			first = cmp.Or(first, err)
+			start = i + 1
+		}
+	}
+	return first
+}
+
+// checkEach is check reporting each op to done.
+func (s *HotStore) checkEach(ctx context.Context, now time.Time, ops []*Op, done func(i int, err error)) error {
+	calls := s.plan(ops)
+	if err := s.runEach(ctx, now, calls); err != nil {
+		for i := range ops {
+			done(i, err)
+		}
+		return err
+	}
+	var first error
+	for i, op := range ops {
+		var err error
+		var refunds []call
+		for _, c := range calls {
+			if c.op == op && c.err != nil {
+				err = cmp.Or(err, c.err)
+			}
+		}
+		if err != nil {
+			// Give back what the op's other calls counted.
+			for _, c := range calls {
+				if c.op == op && c.committed() {
+					refunds = append(refunds, call{op: op, cells: c.cells})
+				}
+			}
+		} else {
+			op.Committed = op.Mode != DryRun && op.Allowed()
+			if op.Mode == Enforce && !op.Committed {
+				refunds = s.partsToRefund(op, calls)
+			}
+		}
+		if len(refunds) > 0 {
+			if rerr := s.refund(ctx, now, refunds); rerr != nil {
+				err = cmp.Or(err, rerr)
+			}
+		}
+		first = cmp.Or(first, err)
+		done(i, err)
+	}
+	return first
 }
 
 func (s *HotStore) check(ctx context.Context, now time.Time, ops []*Op) error {
@@ -252,6 +316,22 @@ func (s *HotStore) args(c *call, now time.Time, mode Mode) ([]string, []any) {
 }
 
 func (s *HotStore) run(ctx context.Context, now time.Time, calls []call) error {
+	if err := s.runEach(ctx, now, calls); err != nil {
+		return err
+	}
+	for i := range calls {
+		if calls[i].err != nil {
+			return calls[i].err
+		}
+	}
+	return nil
+}
+
+// runEach sends calls in one round trip and decodes each reply, leaving a
+// call's failure in its err: on a Redis Cluster the calls go to several
+// masters, and one master down must fail only the calls whose keys it
+// holds. It returns an error only when no call could be sent.
+func (s *HotStore) runEach(ctx context.Context, now time.Time, calls []call) error {
 	for i := range calls {
 		for _, c := range calls[i].op.Cells {
 			if !SupportsAlgorithm(c.Algorithm) {
@@ -267,14 +347,10 @@ func (s *HotStore) run(ctx context.Context, now time.Time, calls []call) error {
 	}
 	for i := range calls {
 		c := &calls[i]
-		var err error
 		if c.fixed {
-			err = s.decodeFixed(c, now)
+			c.err = s.decodeFixed(c, now)
 		} else {
-			err = s.decode(c)
-		}
-		if err != nil {
-			return err
+			c.err = s.decode(c)
 		}
 	}
 	return nil

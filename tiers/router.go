@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/rules"
 )
 
@@ -101,7 +102,9 @@ func (r *Router) Check(ctx context.Context, now time.Time, ops []*Op) error {
 // CheckEach is Check reporting each op to done as soon as it is decided
 // (EachChecker): after the hot pipeline, first every op the hot script
 // decided alone (all its cells hot), then the others as Check finishes
-// them. If the hot pipeline fails, every op gets its error.
+// them. An op whose hot-script call failed gets that call's error (on a
+// Redis Cluster, only the ops with keys on the failed master); if the
+// pipeline could not be sent at all, every op gets its error.
 //
 // Answering an all-hot op before the warm and cold parts of the ops sent
 // before it keeps each op decided as if sent alone, in order: what it
@@ -119,7 +122,7 @@ func (r *Router) CheckEach(ctx context.Context, now time.Time, ops []*Op, done f
 		op.Out = make([]Outcome, len(op.Cells))
 	}
 	calls := r.hot.plan(ops)
-	if err := r.hot.run(ctx, now, calls); err != nil {
+	if err := r.hot.runEach(ctx, now, calls); err != nil {
 		for i := range ops {
 			done(i, err)
 		}
@@ -136,6 +139,13 @@ func (r *Router) CheckEach(ctx context.Context, now time.Time, ops []*Op, done f
 	}
 	var rest []int // the ops with a cell outside hot, in order
 	for i, op := range ops {
+		if err := callsErr(byOp[op]); err != nil {
+			// A call of op failed (on a cluster: its master is down); the
+			// other ops of the batch are not affected. What op's other
+			// calls counted is given back.
+			report(i, r.undo(ctx, now, op, hotCounted(op, byOp[op]), err))
+			continue
+		}
 		if op.route != nil {
 			rest = append(rest, i)
 			continue
@@ -149,6 +159,16 @@ func (r *Router) CheckEach(ctx context.Context, now time.Time, ops []*Op, done f
 		k += r.finishRun(ctx, now, ops, rest[k:], byOp, report)
 	}
 	return first
+}
+
+// callsErr is the first error of calls.
+func callsErr(calls []call) error {
+	for i := range calls {
+		if calls[i].err != nil {
+			return calls[i].err
+		}
+	}
+	return nil
 }
 
 // finishOne finishes op alone.
@@ -223,14 +243,7 @@ func (r *Router) checkOp(ctx context.Context, now time.Time, op *Op, attempt int
 // 0.5 ms doubling to 20 ms.
 func routerBackoff(ctx context.Context, attempt int) error {
 	d := min(500*time.Microsecond<<min(attempt-2, 6), 20*time.Millisecond)
-	t := time.NewTimer(d/2 + time.Duration(int64(d)/2*int64(attempt%7)/7))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return clock.Sleep(ctx, d/2+time.Duration(int64(d)/2*int64(attempt%7)/7))
 }
 
 // finish completes op after its hot-script calls: decides its warm and cold

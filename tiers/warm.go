@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/rules"
 )
 
@@ -296,14 +297,7 @@ func (s *WarmStore) runCAS(ctx context.Context, calls []warmCAS) ([]bool, error)
 // capped at 5 ms.
 func tierBackoff(ctx context.Context, attempt int) error {
 	d := min(50*time.Microsecond<<min(attempt, 10), 5*time.Millisecond)
-	t := time.NewTimer(d/2 + rand.N(d/2+1))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return clock.Sleep(ctx, d/2+rand.N(d/2+1))
 }
 
 // warmPlan is where an op's cells live and, in an attempt, its write.

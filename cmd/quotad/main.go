@@ -163,6 +163,7 @@ func serve() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	followFailovers(ctx, rdb)
 	if err := prepareSchema(ctx, s, dbs, log); err != nil {
 		return err
 	}
@@ -183,6 +184,12 @@ func serve() error {
 	}
 	store := tiers.NewBreaker(routed, clock.Real{}, 3, 100*time.Millisecond).
 		WithProbe(redisProbeFor(s), s.RedisTimeout)
+	if cc, ok := rdb.(*redis.ClusterClient); ok {
+		// A circuit per master: one dead master fails fast only the checks
+		// of its slots, and its probe reloads the slot map so that they
+		// follow the replica's promotion (redisprobe.go).
+		store.WithPartitions(tiers.ClusterPartition(cc), clusterProbe(cc, s.RedisAddrs, redisPing(s)), s.RedisTimeout)
+	}
 	lim, err := limiter.New(store, clock.Real{}, set)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.RulesPath, err)
@@ -264,7 +271,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 	// may take longer than a check's QUOTA_REDIS_TIMEOUT.
 	as := s
 	as.RedisTimeout, as.RedisPoolSize = 5*time.Second, 16
-	ardb := newRedis(as)
+	ardb := followFailovers(context.Background(), newRedis(as))
 	rec, err := analytics.New(analytics.Options{
 		DBs:              dbs,
 		Redis:            ardb,

@@ -53,14 +53,25 @@ func tlsHandshake(ctx context.Context, c net.Conn, addr string, cfg *tls.Config,
 	return tc, nil
 }
 
-// redisProbeFor is the circuit breaker's probe (redisProbe) for quotad's
-// Redis options: over TLS when it is on, and with Sentinel a PING of the
-// master the sentinels name (a sentinel answering proves nothing about it).
-func redisProbeFor(s config.Settings) func(context.Context) error {
-	if s.RedisTLSConfig == nil && s.RedisSentinelMaster == "" {
-		return redisProbe(s.RedisAddrs)
+// redisPing is a PING of one Redis address on a connection of its own
+// (pingConn), over TLS when quotad's Redis options say so.
+func redisPing(s config.Settings) func(ctx context.Context, addr string) error {
+	if s.RedisTLSConfig == nil {
+		return pingRedis
 	}
-	dial := func(ctx context.Context, addr string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) error {
+		c, err := redisDial(s)(ctx, addr)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		return pingConn(ctx, c, addr)
+	}
+}
+
+// redisDial opens a connection to addr, over TLS when it is on.
+func redisDial(s config.Settings) func(ctx context.Context, addr string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil || s.RedisTLSConfig == nil {
@@ -68,29 +79,25 @@ func redisProbeFor(s config.Settings) func(context.Context) error {
 		}
 		return tlsHandshake(ctx, c, addr, s.RedisTLSConfig, s.RedisTimeout)
 	}
-	ping := func(ctx context.Context, addr string) error {
-		c, err := dial(ctx, addr)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		return pingConn(ctx, c, addr)
+}
+
+// redisProbeFor is the circuit breaker's probe (redisProbe) for quotad's
+// Redis options: over TLS when it is on, and with Sentinel a PING of the
+// master the sentinels name (a sentinel answering proves nothing about it).
+func redisProbeFor(s config.Settings) func(context.Context) error {
+	ping := redisPing(s)
+	if s.RedisSentinelMaster == "" {
+		return redisProbe(s.RedisAddrs, ping)
 	}
+	dial := redisDial(s)
 	return func(ctx context.Context) error {
 		var errs []error
 		for _, addr := range s.RedisAddrs {
-			target := addr
-			if s.RedisSentinelMaster != "" {
-				m, err := sentinelMaster(ctx, dial, addr, s.RedisSentinelMaster, s.RedisSentinelPassword)
-				if err != nil {
-					errs = append(errs, err)
-					continue
-				}
-				target = m
-			}
-			err := ping(ctx, target)
+			m, err := sentinelMaster(ctx, dial, addr, s.RedisSentinelMaster, s.RedisSentinelPassword)
 			if err == nil {
-				return nil
+				if err = ping(ctx, m); err == nil {
+					return nil
+				}
 			}
 			errs = append(errs, err)
 		}

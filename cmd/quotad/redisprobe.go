@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // redisProbe returns the circuit breaker's probe of Redis: a PING on a
@@ -16,11 +19,11 @@ import (
 // succeeds when one of addrs answers anything but a "not ready" error: a
 // Redis that accepts connections but hangs (SIGSTOP, a long command) fails
 // by the context's deadline, and -NOAUTH still proves Redis is answering.
-func redisProbe(addrs []string) func(context.Context) error {
+func redisProbe(addrs []string, ping func(ctx context.Context, addr string) error) func(context.Context) error {
 	return func(ctx context.Context) error {
 		var errs []error
 		for _, addr := range addrs {
-			err := pingRedis(ctx, addr)
+			err := ping(ctx, addr)
 			if err == nil {
 				return nil
 			}
@@ -58,4 +61,58 @@ func pingConn(ctx context.Context, c net.Conn, addr string) error {
 		}
 	}
 	return nil
+}
+
+// clusterProbe returns the probe of one part of a Redis Cluster (a master's
+// address, or several comma-separated; see tiers.ClusterPartition): a PING
+// of each, outside the pool, as redisProbe. Each probe first asks go-redis
+// to reload its slot map (at most every 200 ms, in the background): go-redis
+// reloads it on its own only on a MOVED reply or once a minute
+// (ClusterStateReloadInterval), and a master that died answers nothing, so
+// without this the checks of its slots would keep going to the dead address
+// for up to a minute after its replica took over. Once the map names the new
+// master, those checks belong to the new master's part and its circuit.
+func clusterProbe(cc *redis.ClusterClient, addrs []string, ping func(ctx context.Context, addr string) error) func(ctx context.Context, part string) error {
+	anyNode := redisProbe(addrs, ping)
+	return func(ctx context.Context, part string) error {
+		cc.ReloadState(ctx)
+		if part == "" {
+			return anyNode(ctx)
+		}
+		var errs []error
+		for _, addr := range strings.Split(part, ",") {
+			if err := ping(ctx, addr); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	}
+}
+
+// followFailovers reloads a Redis Cluster client's slot map every second
+// until ctx ends (nothing for a single Redis) and returns rdb. go-redis
+// reloads it on its own only on a MOVED reply or once a minute, and a dead
+// master answers nothing: a client that sends nothing else to the promoted
+// replica (the migration's, analytics') would keep failing on the dead
+// address for up to a minute. The checks' client also reloads from the
+// breaker's probe, within 200 ms (clusterProbe). A reload is one CLUSTER
+// SLOTS to one node.
+func followFailovers(ctx context.Context, rdb redis.UniversalClient) redis.UniversalClient {
+	cc, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return rdb
+	}
+	go func() {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				cc.ReloadState(ctx)
+			}
+		}
+	}()
+	return rdb
 }

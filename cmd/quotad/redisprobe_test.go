@@ -60,7 +60,7 @@ func TestRedisProbe(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 			defer cancel()
 			began := time.Now()
-			err := redisProbe(tc.addrs)(ctx)
+			err := redisProbe(tc.addrs, pingRedis)(ctx)
 			if (err == nil) != tc.ok {
 				t.Fatalf("probe: %v, want ok=%v", err, tc.ok)
 			}

@@ -36,7 +36,7 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 	// than a check's and may take longer than QUOTA_REDIS_TIMEOUT.
 	ms := s
 	ms.RedisTimeout, ms.RedisPoolSize = 10*time.Second, 8
-	mrdb := newRedis(ms)
+	mrdb := followFailovers(ctx, newRedis(ms))
 	mhot := tiers.NewHotStore(mrdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter})
 	mwarm := warm.WithClient(mrdb) // shares the checks' cell locks
 	mover := &migrate.Mover{
@@ -57,6 +57,9 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 			ColdThreshold:   s.ColdThreshold,
 			PromoteInterval: s.PromoteInterval,
 			DemoteInterval:  s.DemoteInterval,
+			// Every instance flushes its activity within ~1 s of a cycle's
+			// start (WatchCycles below); the cycle's parts wait for it.
+			ActivityWait: 2 * time.Second,
 		},
 	}
 	router.Observe = w.Observe
@@ -83,9 +86,15 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 			}
 		}
 	}()
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		w.WatchCycles(flushCtx, time.Second)
+	}()
 	stop := func() {
 		stopFlush()
 		<-flushed
+		<-watched
 		stopWorker()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()

@@ -30,6 +30,7 @@ type RedisProcess struct {
 	t    testing.TB
 	Port int
 	cmd  *exec.Cmd
+	args []string // extra redis-server options
 }
 
 // Addr is host:port of the process.
@@ -52,6 +53,7 @@ func (p *RedisProcess) Start() {
 	p.t.Helper()
 	p.cmd = exec.Command("redis-server", "--port", strconv.Itoa(p.Port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning")
+	p.cmd.Args = append(p.cmd.Args, p.args...)
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatalf("start redis-server: %v", err)
 	}
