@@ -55,7 +55,7 @@ func (s *WarmStore) SwitchToCold(ctx context.Context, swaps []DirSwap, capacity 
 			ci = len(calls)
 			byTag[l.base] = ci
 			calls = append(calls, dirCall{keys: []string{l.headerKey()}, args: []any{0}})
-			tags = append(tags, s.tagOf(swaps[i].Identity, swaps[i].Tag))
+			tags = append(tags, swaps[i].Tag)
 		}
 		c := &calls[ci]
 		c.args = append(c.args, l.field, swaps[i].Old)
@@ -87,7 +87,7 @@ func ones(vals []any) []bool {
 
 // DirTag returns the tag whose buckets and cold filter hold r's directory
 // (r's own, or its pool's for a rule without app_id).
-func (s *WarmStore) DirTag(r *Ref) Tag { return s.tagOf(r.Identity, r.Tag) }
+func (s *WarmStore) DirTag(r *Ref) Tag { return r.Tag }
 
 // Client returns the store's Redis client.
 func (s *WarmStore) Client() redis.UniversalClient { return s.rdb }

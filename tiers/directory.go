@@ -93,9 +93,9 @@ func (s *WarmStore) dirCalls(locs []warmLoc) []dirCall {
 	return calls
 }
 
-// runDirCalls runs sc for each call in one pipeline (EVALSHA; a script
-// Redis lost is loaded and the pipeline sent again). Per-command errors are
-// left in the commands.
+// runDirCalls runs sc for each call in one pipeline (EVALSHA; a call Redis
+// refused for want of the script is sent again once it is loaded, and only
+// that call: the others ran). Per-command errors are left in the commands.
 func runDirCalls(ctx context.Context, rdb redis.UniversalClient, sc *redis.Script, calls []dirCall) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, len(calls))
 	switch len(calls) {
@@ -105,18 +105,25 @@ func runDirCalls(ctx context.Context, rdb redis.UniversalClient, sc *redis.Scrip
 		cmds[0] = sc.Run(ctx, rdb, calls[0].keys, calls[0].args...)
 		return cmds, nil
 	}
-	for attempt := 0; attempt < 2; attempt++ {
-		pipe := rdb.Pipeline()
-		for i := range calls {
-			cmds[i] = sc.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+	pipe := rdb.Pipeline()
+	for i := range calls {
+		cmds[i] = sc.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+	}
+	if _, err := pipe.Exec(ctx); err == nil {
+		return cmds, nil
+	}
+	loaded := false
+	for i := range calls {
+		if !isNoScript(cmds[i].Err()) {
+			continue
 		}
-		_, err := pipe.Exec(ctx)
-		if !isNoScript(err) {
-			break
+		if !loaded {
+			if err := sc.Load(ctx, rdb).Err(); err != nil {
+				return nil, wrapUnavailable(err)
+			}
+			loaded = true
 		}
-		if err := sc.Load(ctx, rdb).Err(); err != nil {
-			return nil, wrapUnavailable(err)
-		}
+		cmds[i] = sc.EvalSha(ctx, rdb, calls[i].keys, calls[i].args...)
 	}
 	return cmds, nil
 }

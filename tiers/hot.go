@@ -552,14 +552,32 @@ func (s *HotStore) runPipelined(ctx context.Context, now time.Time, calls []call
 		sc, keys, args := s.request(&calls[i], now)
 		calls[i].cmd = sc.EvalSha(ctx, pipe, keys, args...)
 	}
-	_, err := pipe.Exec(ctx)
-	if err != nil && retry && isNoScript(err) {
-		if err := s.Load(ctx); err != nil {
-			return err
-		}
-		return s.runPipelined(ctx, now, calls, false)
+	if _, err := pipe.Exec(ctx); err == nil || !retry {
+		return nil // per-command errors are read in decode
 	}
-	return nil // per-command errors are read in decode
+	// Only the calls refused for want of a script are sent again: the
+	// others ran (on a cluster a restarted or newly promoted master lacks
+	// the scripts the other masters have) and must not count twice.
+	var again []call
+	var at []int
+	for i := range calls {
+		if isNoScript(calls[i].cmd.Err()) {
+			again, at = append(again, calls[i]), append(at, i)
+		}
+	}
+	if len(again) == 0 {
+		return nil
+	}
+	if err := s.Load(ctx); err != nil {
+		return err
+	}
+	if err := s.runPipelined(ctx, now, again, false); err != nil {
+		return err
+	}
+	for j, i := range at {
+		calls[i].cmd = again[j].cmd
+	}
+	return nil
 }
 
 func isNoScript(err error) bool {

@@ -62,9 +62,13 @@ func TagOf(value string) Tag {
 	return Tag{sum[0], sum[1], sum[2]}
 }
 
-// TagOfIdentity is the tag of an identity whose rule has no app_id: the
-// identity's own hash, so all of its keys still share a slot.
-func TagOfIdentity(id Identity) Tag { return Tag{id[0], id[1], id[2]} }
+// TagOfIdentity is the tag of an identity whose rule has no app_id: one of
+// 4,096 pools picked by the identity's first 12 bits. A tag of its own would
+// give every such cell a warm bucket of its own; a pool packs them as an
+// app's cells are packed, and the cell's hot key, warm bucket and cold
+// filter bits all live under the one tag, so one script reaches them on a
+// Redis Cluster.
+func TagOfIdentity(id Identity) Tag { return Tag{id[0], id[1] & 0xf0, 0} }
 
 // FixedKeyOf is the CounterKey of a fixed-window cell's counter for one
 // window index: MD5("quota/fixed/1" ‖ CellID ‖ index as a varint). Deriving

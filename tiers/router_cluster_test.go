@@ -83,3 +83,42 @@ func deadMasterFailsOnlyItsChecks(t *testing.T, routed bool) {
 		}
 	}
 }
+
+// A cell of a rule without app_id is tagged by its identity's pool, and its
+// hot key, warm bucket and cold filter share that one slot: on a Redis
+// Cluster its checks are enforced, alone and beside an app's cell (before,
+// its hot key and its directory header hashed to different slots and every
+// such check failed with CROSSSLOT).
+func TestRouter_OnAClusterCellsWithoutAppAreEnforced(t *testing.T) {
+	t.Parallel()
+	nodes := testenv.StartRedisCluster(t, 3)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { cc.Close() })
+	r := NewRouter(NewHotStore(cc, HotOptions{Prefix: "c:"}), NewWarmStore(cc, WarmOptions{Prefix: "c:"}), NewColdStore(testenv.MySQLShards(t, 1), ColdOptions{}))
+	ctx := context.Background()
+	for range 20 {
+		noApp, withApp := newConfCell(2, time.Hour), newConfCell(5, time.Hour)
+		for n := int64(1); n <= 3; n++ {
+			alone := confOp(confT0, 1, Enforce, noApp)
+			both := confOp(confT0, 1, Enforce, noApp, withApp)
+			for _, op := range []*Op{alone, both} {
+				id := op.Cells[0].Identity
+				op.Cells[0].Tag, op.Cells[0].ShardKey = TagOfIdentity(id), ShardKeyOfIdentity(id)
+			}
+			if err := r.Check(ctx, confT0, []*Op{alone}); err != nil {
+				t.Fatalf("check %d of a cell without app: %v", n, err)
+			}
+			if err := r.Check(ctx, confT0, []*Op{both}); err != nil {
+				t.Fatalf("check %d of a cell without app beside an app's: %v", n, err)
+			}
+			// Limit 2, two units a round: the first round fills it.
+			if want := n == 1; alone.Committed != want || both.Committed != (n == 1) {
+				t.Fatalf("round %d: committed alone %v, both %v; want %v", n, alone.Committed, both.Committed, want)
+			}
+		}
+	}
+}

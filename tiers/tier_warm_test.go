@@ -99,9 +99,9 @@ func TestWarm_BucketsFollowTheTagsPopulationAndStayListpacks(t *testing.T) {
 
 func TestWarm_CellsWithoutAppArePooled(t *testing.T) {
 	t.Parallel()
-	s, _, prefix := newWarm(t, WarmOptions{PoolBits: 4})
+	s, _, prefix := newWarm(t, WarmOptions{})
 	keys := map[string]bool{}
-	for range 2000 {
+	for range 20000 {
 		c := newConfCell(1, time.Hour).at(confT0)
 		c.Tag = TagOfIdentity(c.Identity) // a rule without app_id
 		l := s.locate(c.Identity, c.Window, c.Tag)
@@ -110,8 +110,8 @@ func TestWarm_CellsWithoutAppArePooled(t *testing.T) {
 		}
 		keys[l.base] = true
 	}
-	if len(keys) > 16 {
-		t.Fatalf("%d tags for 2000 cells without app, want at most 2^4 pools", len(keys))
+	if len(keys) > 4096 {
+		t.Fatalf("%d tags for 20000 cells without app, want at most 4096 pools", len(keys))
 	}
 }
 

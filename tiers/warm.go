@@ -34,13 +34,8 @@ var warmCASSource string
 // warm_cas.lua), so a split never races a read or a write. Buckets of one
 // tag share its hash slot: the cells of one check (which share the app's
 // tag) are compared-and-set by one script even on a Redis Cluster. Cells
-// whose tag is their own identity's (rules without app_id) would each get a
-// tag, and so a bucket, of their own; they are pooled instead into
-// 2^PoolBits tags taken from the identity's first bits. (Such cells are
-// recognised by Tag == TagOfIdentity(Identity); an app tag equal to that
-// by chance, odds 2^-24 a cell, is pooled too: harmless, the mapping is
-// deterministic, but on a Redis Cluster its checks fail until phase 2
-// splits checks by slot.)
+// of rules without app_id share 4,096 pooled tags (TagOfIdentity), so they
+// fill buckets as an app's cells do.
 //
 // Buckets must stay listpack-encoded (hash-max-listpack-entries, 128 in the
 // shipped redis.conf; hash-max-listpack-value 64 is never reached), which
@@ -65,7 +60,6 @@ type WarmStore struct {
 	cas         *redis.Script
 	prefix      string
 	fieldBytes  int
-	poolMask    uint32
 	maxAttempts int
 	cluster     bool
 	locks       *warmLocks
@@ -77,10 +71,6 @@ type WarmStore struct {
 // WarmOptions configures a WarmStore.
 type WarmOptions struct {
 	Prefix string // prepended to every key, e.g. "q:"
-	// PoolBits is how many leading bits of the identity pick the pooled tag
-	// of a cell whose rule has no app_id, 0..24; 0: 12 (4096 pools). 24
-	// keeps such cells in their own tag.
-	PoolBits int
 	// FieldBytes is the width of a hash field, 6..8; 0: 7. Each byte less
 	// saves ~1.1 bytes a cell and multiplies the collision odds by 256
 	// (see WarmStore).
@@ -91,11 +81,6 @@ type WarmOptions struct {
 // NewWarmStore returns a warm store over rdb.
 func NewWarmStore(rdb redis.UniversalClient, o WarmOptions) *WarmStore {
 	_, cluster := rdb.(*redis.ClusterClient)
-	p := o.PoolBits
-	if p <= 0 {
-		p = 12
-	}
-	p = min(p, 24)
 	a := o.MaxAttempts
 	if a <= 0 {
 		a = 32
@@ -110,7 +95,6 @@ func NewWarmStore(rdb redis.UniversalClient, o WarmOptions) *WarmStore {
 		cas:         dirScript(warmCASSource),
 		prefix:      o.Prefix,
 		fieldBytes:  f,
-		poolMask:    (1<<24 - 1) &^ (1<<(24-p) - 1),
 		maxAttempts: a,
 		cluster:     cluster,
 		locks:       newWarmLocks(),
@@ -148,15 +132,6 @@ type warmLoc struct {
 	field string
 }
 
-// tagOf is the tag of the hash that holds a cell: its own, or its pool's.
-func (s *WarmStore) tagOf(id Identity, tag Tag) Tag {
-	if tag != TagOfIdentity(id) {
-		return tag
-	}
-	v := (uint32(id[0])<<16 | uint32(id[1])<<8 | uint32(id[2])) & s.poolMask
-	return Tag{byte(v >> 16), byte(v >> 8), byte(v)}
-}
-
 // Field returns the warm field of a cell's record (where the cell's
 // directory entry lives within its tag; directory.lua locates its bucket).
 func (s *WarmStore) Field(r *Ref) string {
@@ -165,7 +140,7 @@ func (s *WarmStore) Field(r *Ref) string {
 
 func (s *WarmStore) locate(id Identity, window time.Duration, tag Tag) warmLoc {
 	cid := CellIDOf(id, window)
-	t := s.tagOf(id, tag)
+	t := tag
 	const hexdigits = "0123456789abcdef"
 	var buf [64]byte
 	k := append(buf[:0], s.prefix...)
@@ -323,7 +298,7 @@ func (s *WarmStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 				return fmt.Errorf("warm check: %w", err)
 			}
 			p.locs[j] = s.locate(c.Identity, c.Window, c.Tag)
-			if s.cluster && j > 0 && s.tagOf(c.Identity, c.Tag) != s.tagOf(op.Cells[0].Identity, op.Cells[0].Tag) {
+			if s.cluster && j > 0 && c.Tag != op.Cells[0].Tag {
 				return errors.New("warm check: on a Redis Cluster the cells of one check must share a tag")
 			}
 		}
