@@ -93,13 +93,13 @@ FAULTS_RACE ?=
 test-faults: services
 	@mkdir -p bench-out
 	set -o pipefail; QUOTA_TEST_RACE=$(FAULTS_RACE) FAULTS_FIGURES=$(CURDIR)/bench-out/faults.txt \
-		$(GO) test -tags faults -count=1 -timeout 30m -v ./faults/ 2>&1 | tee bench-out/faults-test.log
+		$(GO) test -tags faults -count=1 -timeout 30m -v ./internal/faults/ 2>&1 | tee bench-out/faults-test.log
 
 # Soak: the maximum throughput (closed loop, 20 s, 64 connections), then an
 # open loop at 70% of it for SOAK_DURATION (default 10m) on a private Redis,
 # sampling RSS and goroutines; bench-out/soak.json and soak.txt.
 soak: services build
-	$(BIN)/quotasoak
+	$(GO) run ./bench/cmd/quotasoak
 
 # Bytes per counter in each storage tier for BENCH_MEMORY_N identities: hot
 # (alone and through the tier router) and warm on a private redis-server
@@ -111,9 +111,9 @@ soak: services build
 BENCH_MEMORY_N ?= 1000000
 bench-memory: services
 	@mkdir -p bench-out
-	set -o pipefail; { $(GO) run ./cmd/quotabench-memory -n $(BENCH_MEMORY_N) -tiers hot,warm,cold && \
-		$(GO) run ./cmd/quotabench-memory -n 100000 -apps 1000 -tiers filter && \
-		$(GO) run ./cmd/quotabench-memory -n 1000000 -apps 1 -tiers filter; } | tee bench-out/memory.txt
+	set -o pipefail; { $(GO) run ./bench/cmd/quotabench-memory -n $(BENCH_MEMORY_N) -tiers hot,warm,cold && \
+		$(GO) run ./bench/cmd/quotabench-memory -n 100000 -apps 1000 -tiers filter && \
+		$(GO) run ./bench/cmd/quotabench-memory -n 1000000 -apps 1 -tiers filter; } | tee bench-out/memory.txt
 
 # What a move of 1,000 hot cells (each of its own app) to cold costs, step
 # by step (migrate's BenchmarkMoveCells_HotToCold; ~5 s).

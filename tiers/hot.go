@@ -635,3 +635,18 @@ func (s *HotStore) Ping(ctx context.Context) error {
 	}
 	return nil
 }
+
+// outcome is a cell's answer from its script reply values (ms); retry is
+// 0 when the cell allows.
+func outcome(allowed bool, rem, reset, retry int64) Outcome {
+	if allowed {
+		retry = 0
+	}
+	return Outcome{
+		Allowed:    allowed,
+		Remaining:  max(rem, 0),
+		ResetAfter: time.Duration(reset) * time.Millisecond,
+		RetryAfter: time.Duration(retry) * time.Millisecond,
+		Tier:       Hot,
+	}
+}
