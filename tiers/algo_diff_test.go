@@ -33,7 +33,7 @@ type diffScenario struct {
 	rules  []diffRule
 	ids    []string
 	models map[string]tiermodel.Model // rule|identity|window -> model
-	log    []string         // what happened, for a failure message
+	log    []string                   // what happened, for a failure message
 }
 
 var diffAlgos = []rules.Algorithm{rules.FixedWindow, rules.SlidingWindow, rules.TokenBucket, rules.SlidingLog, rules.MinInterval}
