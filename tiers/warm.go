@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/rules"
 )
 
@@ -38,8 +39,8 @@ var warmCASSource string
 // 2^PoolBits tags taken from the identity's first bits. (Such cells are
 // recognised by Tag == TagOfIdentity(Identity); an app tag equal to that
 // by chance, odds 2^-24 a cell, is pooled too: harmless, the mapping is
-// deterministic, but on a Redis Cluster its checks fail until phase 2
-// splits checks by slot.)
+// deterministic, but on a Redis Cluster a check of such a cell with the
+// app's other cells fails: the cells of one warm check must share a tag.)
 //
 // Buckets must stay listpack-encoded (hash-max-listpack-entries, 128 in the
 // shipped redis.conf; hash-max-listpack-value 64 is never reached), which
@@ -68,9 +69,7 @@ type WarmStore struct {
 	maxAttempts int
 	cluster     bool
 	locks       *warmLocks
-	// beforeCAS, when set (tests), runs between the read and the
-	// compare-and-set of every attempt.
-	beforeCAS func(attempt int)
+	faults      faultpoint.Points // nil in production
 }
 
 // WarmOptions configures a WarmStore.
@@ -85,6 +84,9 @@ type WarmOptions struct {
 	// (see WarmStore).
 	FieldBytes  int
 	MaxAttempts int // compare-and-set attempts per check before ErrContention; 0: 32
+	// Faults, set by tests only, lets a concurrent writer in between a
+	// check's read and its compare-and-set.
+	Faults faultpoint.Points
 }
 
 // NewWarmStore returns a warm store over rdb.
@@ -113,6 +115,7 @@ func NewWarmStore(rdb redis.UniversalClient, o WarmOptions) *WarmStore {
 		maxAttempts: a,
 		cluster:     cluster,
 		locks:       newWarmLocks(),
+		faults:      o.Faults,
 	}
 }
 
@@ -353,8 +356,8 @@ func (s *WarmStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 				return err
 			}
 		}
-		if s.beforeCAS != nil {
-			s.beforeCAS(attempt)
+		if s.faults != nil {
+			s.faults.BeforeWarmCAS(attempt)
 		}
 		ok, err := s.runCAS(ctx, calls)
 		if err != nil {

@@ -32,9 +32,8 @@ import (
 // First is the latest time its class allows. There is no window index:
 // rule windows are whole seconds, so floor(Last / window) is exact.
 //
-// Every byte counts (a warm cell costs ~11 bytes of field and value
-// overhead before its record): see the memory benchmark in
-// bench/cmd/quotabench-memory.
+// Every byte counts: the record is most of what a warm cell costs beside
+// its field (`make bench-memory` measures it).
 
 const (
 	recordEpoch     = 1_704_067_200 // 2024-01-01T00:00:00Z
