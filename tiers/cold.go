@@ -73,9 +73,6 @@ func NewColdStore(dbs []*sql.DB, o ColdOptions) *ColdStore {
 // Tier returns Cold.
 func (s *ColdStore) Tier() Tier { return Cold }
 
-// Shards is the number of shard databases.
-func (s *ColdStore) Shards() int { return len(s.dbs) }
-
 // ShardOf returns the shard of a cell.
 func (s *ColdStore) ShardOf(r *Ref) int {
 	return JumpShard(cellShardKey(r.ShardKey, r.Identity), len(s.dbs))

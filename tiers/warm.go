@@ -159,12 +159,6 @@ func (s *WarmStore) tagOf(id Identity, tag Tag) Tag {
 	return Tag{byte(v >> 16), byte(v >> 8), byte(v)}
 }
 
-// Field returns the warm field of a cell's record (where the cell's
-// directory entry lives within its tag; directory.lua locates its bucket).
-func (s *WarmStore) Field(r *Ref) string {
-	return s.locate(r.Identity, r.Window, r.Tag).field
-}
-
 func (s *WarmStore) locate(id Identity, window time.Duration, tag Tag) warmLoc {
 	cid := CellIDOf(id, window)
 	t := s.tagOf(id, tag)
