@@ -74,4 +74,3 @@ func (h *ColdHints) Forget(id CellID) {
 	s, tag := h.slot(id)
 	s.CompareAndSwap(tag, 0)
 }
-
