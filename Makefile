@@ -99,7 +99,8 @@ test-faults: services
 # open loop at 70% of it for SOAK_DURATION (default 10m) on a private Redis,
 # sampling RSS and goroutines; bench-out/soak.json and soak.txt.
 soak: services build
-	$(GO) run ./bench/cmd/quotasoak
+	$(GO) build -o $(BIN)/ ./bench/cmd/quotasoak
+	$(BIN)/quotasoak
 
 # Bytes per counter in each storage tier for BENCH_MEMORY_N identities: hot
 # (alone and through the tier router) and warm on a private redis-server
