@@ -488,14 +488,19 @@ func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, 
 	if err := m.step(StepDelete); err != nil {
 		return nil, err
 	}
+	if err := m.RDB.HDel(ctx, m.journalKey(), journalFields(refs)...).Err(); err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	return append(active, done...), nil
+}
+
+// journalFields are refs' fields in the journal.
+func journalFields(refs []tiers.Ref) []string {
 	fields := make([]string, len(refs))
 	for i := range refs {
 		fields[i] = EncodeRef(&refs[i])
 	}
-	if err := m.RDB.HDel(ctx, m.journalKey(), fields...).Err(); err != nil {
-		return nil, fmt.Errorf("journal: %w", err)
-	}
-	return append(active, done...), nil
+	return fields
 }
 
 // copies returns the destination's record of each of refs: its exported
@@ -525,11 +530,7 @@ func (m *Mover) copies(refs []tiers.Ref, recs []tiers.Record) []tiers.Record {
 
 // stillJournaled returns the refs whose journal entry reads from>to.
 func (m *Mover) stillJournaled(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier) ([]tiers.Ref, error) {
-	fields := make([]string, len(refs))
-	for i := range refs {
-		fields[i] = EncodeRef(&refs[i])
-	}
-	vals, err := m.RDB.HMGet(ctx, m.journalKey(), fields...).Result()
+	vals, err := m.RDB.HMGet(ctx, m.journalKey(), journalFields(refs)...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
