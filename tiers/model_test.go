@@ -12,7 +12,7 @@ func checkModels(now time.Time, cost int64, mode Mode, cells []tiermodel.Cell) (
 	outs, counted := tiermodel.CheckModels(now, cost, tiermodel.Mode(mode), cells)
 	res := make([]Outcome, len(outs))
 	for i, o := range outs {
-		res[i] = Outcome{Allowed: o.Allowed, Remaining: o.Remaining, ResetAfter: o.ResetAfter, RetryAfter: o.RetryAfter, Tier: Hot}
+		res[i] = outcome(o.Allowed, o.Remaining, o.Reset, o.Retry)
 	}
 	return res, counted
 }

@@ -52,12 +52,12 @@ const (
 	Report              // count unconditionally
 )
 
-// Outcome is one cell's answer, as tiers.Outcome's first four fields.
+// Outcome is one cell's answer as the script replies it: whether the cell
+// allows, and remaining, reset and retry (ms) as Model.Metrics returns
+// them (tiers turns them into a tiers.Outcome).
 type Outcome struct {
-	Allowed    bool
-	Remaining  int64
-	ResetAfter time.Duration
-	RetryAfter time.Duration
+	Allowed                 bool
+	Remaining, Reset, Retry int64
 }
 
 // New returns the reference model of a cell.
@@ -109,7 +109,7 @@ func CheckModels(now time.Time, cost int64, mode Mode, cells []Cell) ([]Outcome,
 	out := make([]Outcome, len(cells))
 	for i, c := range cells {
 		rem, reset, retry := c.Model.Metrics(ms, cost, post)
-		out[i] = outcome(allowed[i], rem, reset, retry)
+		out[i] = Outcome{Allowed: allowed[i], Remaining: rem, Reset: reset, Retry: retry}
 	}
 	if commit {
 		for _, c := range cells {
@@ -117,18 +117,6 @@ func CheckModels(now time.Time, cost int64, mode Mode, cells []Cell) ([]Outcome,
 		}
 	}
 	return out, commit
-}
-
-func outcome(allowed bool, rem, reset, retry int64) Outcome {
-	if allowed {
-		retry = 0
-	}
-	return Outcome{
-		Allowed:    allowed,
-		Remaining:  max(rem, 0),
-		ResetAfter: time.Duration(reset) * time.Millisecond,
-		RetryAfter: time.Duration(retry) * time.Millisecond,
-	}
 }
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
