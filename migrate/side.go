@@ -38,22 +38,36 @@ type side interface {
 func (m *Mover) side(t tiers.Tier) (side, error) {
 	switch t {
 	case tiers.Hot:
-		return hotSide{m}, nil
+		return hotSide{storeSide{m.Hot}, m}, nil
 	case tiers.Warm:
 		return warmSide{m}, nil
 	case tiers.Cold:
 		if m.Cold == nil {
 			return nil, errors.New("migrate: no cold store")
 		}
-		return coldSide{m}, nil
+		return coldSide{storeSide{m.Cold}, m}, nil
 	}
 	return nil, fmt.Errorf("migrate: unknown tier %q", t)
+}
+
+// storeSide is what hot and cold share: a store of their own that exports,
+// imports and deletes records (tiers.Mover), and "M" in the directory while
+// a move out of them has a cell frozen.
+type storeSide struct{ tiers.Mover }
+
+func (storeSide) Frozen(v string) bool { return v == tiers.DirMoving }
+
+func (s storeSide) Export(ctx context.Context, refs []tiers.Ref, _ []string) ([]tiers.Record, error) {
+	return s.Mover.Export(ctx, refs)
 }
 
 // hotSide: counter keys; hot_freeze.lua writes "M" and renames the live
 // keys in one step, and a switch to hot deletes the field (the imported key
 // counts, and a cell without one is new).
-type hotSide struct{ m *Mover }
+type hotSide struct {
+	storeSide
+	m *Mover
+}
 
 func (h hotSide) Freeze(ctx context.Context, fresh, _ []tiers.Ref) error {
 	ok, err := h.m.Hot.Freeze(ctx, fresh)
@@ -68,22 +82,8 @@ func (h hotSide) Freeze(ctx context.Context, fresh, _ []tiers.Ref) error {
 	return nil
 }
 
-func (hotSide) Frozen(v string) bool { return v == tiers.DirMoving }
-
-func (h hotSide) Export(ctx context.Context, refs []tiers.Ref, _ []string) ([]tiers.Record, error) {
-	return h.m.Hot.Export(ctx, refs)
-}
-
-func (h hotSide) Import(ctx context.Context, recs []tiers.Record) error {
-	return h.m.Hot.Import(ctx, recs)
-}
-
 func (h hotSide) Switch(ctx context.Context, swaps []tiers.DirSwap, _ []tiers.Record, _ func(tiers.Tag) int) error {
 	return h.m.cas(ctx, swaps)
-}
-
-func (h hotSide) Delete(ctx context.Context, refs []tiers.Ref) error {
-	return h.m.Hot.Delete(ctx, refs)
 }
 
 // warmSide: the directory field is the warm record, so freezing sets its
@@ -130,7 +130,10 @@ func (warmSide) Delete(context.Context, []tiers.Ref) error { return nil }
 // coldSide: rows in the MySQL shards; the directory's "M" stops new routing
 // to cold before the rows are frozen, and a switch to cold deletes the field
 // and sets the cell's bit in its tag's cold filter in one script.
-type coldSide struct{ m *Mover }
+type coldSide struct {
+	storeSide
+	m *Mover
+}
 
 func (c coldSide) Freeze(ctx context.Context, fresh, frozen []tiers.Ref) error {
 	swaps := make([]tiers.DirSwap, len(fresh))
@@ -143,24 +146,10 @@ func (c coldSide) Freeze(ctx context.Context, fresh, frozen []tiers.Ref) error {
 	return c.m.Cold.Freeze(ctx, frozen)
 }
 
-func (coldSide) Frozen(v string) bool { return v == tiers.DirMoving }
-
-func (c coldSide) Export(ctx context.Context, refs []tiers.Ref, _ []string) ([]tiers.Record, error) {
-	return c.m.Cold.Export(ctx, refs)
-}
-
-func (c coldSide) Import(ctx context.Context, recs []tiers.Record) error {
-	return c.m.Cold.Import(ctx, recs)
-}
-
 func (c coldSide) Switch(ctx context.Context, swaps []tiers.DirSwap, _ []tiers.Record, capacity func(tiers.Tag) int) error {
 	ok, err := c.m.Warm.SwitchToCold(ctx, swaps, capacity)
 	if err != nil {
 		return err
 	}
 	return allSwitched(swaps, ok)
-}
-
-func (c coldSide) Delete(ctx context.Context, refs []tiers.Ref) error {
-	return c.m.Cold.Delete(ctx, refs)
 }
