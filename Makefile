@@ -130,12 +130,13 @@ FAULTS_RACE ?=
 test-faults: services
 	@mkdir -p bench-out
 	set -o pipefail; QUOTA_TEST_RACE=$(FAULTS_RACE) FAULTS_FIGURES=$(CURDIR)/bench-out/faults.txt \
-		$(GO) test -tags faults -count=1 -timeout 30m -v ./faults/ 2>&1 | tee bench-out/faults-test.log
+		$(GO) test -tags faults -count=1 -timeout 30m -v ./internal/faults/ 2>&1 | tee bench-out/faults-test.log
 
 # Soak: the maximum throughput (closed loop, 20 s, 64 connections), then an
 # open loop at 70% of it for SOAK_DURATION (default 10m) on a private Redis,
 # sampling RSS and goroutines; bench-out/soak.json and soak.txt.
 soak: services build
+	$(GO) build -o $(BIN)/ ./bench/cmd/quotasoak
 	$(BIN)/quotasoak
 
 # Bytes per counter in each storage tier for BENCH_MEMORY_N identities: hot
@@ -148,9 +149,9 @@ soak: services build
 BENCH_MEMORY_N ?= 1000000
 bench-memory: services
 	@mkdir -p bench-out
-	set -o pipefail; { $(GO) run ./cmd/quotabench-memory -n $(BENCH_MEMORY_N) -tiers hot,warm,cold && \
-		$(GO) run ./cmd/quotabench-memory -n 100000 -apps 1000 -tiers filter && \
-		$(GO) run ./cmd/quotabench-memory -n 1000000 -apps 1 -tiers filter; } | tee bench-out/memory.txt
+	set -o pipefail; { $(GO) run ./bench/cmd/quotabench-memory -n $(BENCH_MEMORY_N) -tiers hot,warm,cold && \
+		$(GO) run ./bench/cmd/quotabench-memory -n 100000 -apps 1000 -tiers filter && \
+		$(GO) run ./bench/cmd/quotabench-memory -n 1000000 -apps 1 -tiers filter; } | tee bench-out/memory.txt
 
 # What a move of 1,000 hot cells (each of its own app) to cold costs, step
 # by step (migrate's BenchmarkMoveCells_HotToCold; ~5 s).
@@ -194,13 +195,13 @@ fleet-down:
 # The fleet scenarios (issue 32) on a fleet make test-fleet starts and stops:
 # exact limits per tier through nginx, one migration cycle for the fleet
 # (and a crash in it), a Redis master killed under load (and the counts it
-# lost), a shard server killed (faults/fleet_test.go; ~3 minutes plus the
+# lost), a shard server killed (internal/faults/fleet_test.go; ~3 minutes plus the
 # fleet's start). Figures: bench-out/fleet.txt; log: bench-out/fleet-test.log.
 test-fleet: build
 	@mkdir -p bench-out
 	bash bench/fleet/fleet.sh up
 	set -o pipefail; FAULTS_FIGURES=$(CURDIR)/bench-out/fleet.txt $(GO) test -tags 'faults fleet' -count=1 -timeout 20m \
-		-run '^TestFleet' -v ./faults/ 2>&1 | tee bench-out/fleet-test.log; rc=$$?; bash bench/fleet/fleet.sh down; exit $$rc
+		-run '^TestFleet' -v ./internal/faults/ 2>&1 | tee bench-out/fleet-test.log; rc=$$?; bash bench/fleet/fleet.sh down; exit $$rc
 
 # Checks/s and p99 through nginx with 1 and 3 quotad on the cluster
 # (bench/fleet/bench.sh; bench-out/fleet/summary.txt).

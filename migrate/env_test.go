@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
@@ -195,4 +196,10 @@ func (e *env) expectCell(t *testing.T, when string, c cellSpec, tier tiers.Tier,
 	if want := min(10, c.limit-n); allowed != want {
 		t.Fatalf("%s: %d more allowed, want %d", when, allowed, want)
 	}
+}
+
+// afterStep is fault points that run fn after each step of a move; an
+// error stops the move there, as a crash would.
+func afterStep(fn func(Step) error) faultpoint.Points {
+	return &faultpoint.Funcs{MoveStep: func(s int) error { return fn(Step(s)) }}
 }

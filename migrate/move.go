@@ -16,6 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/tiers"
 )
 
@@ -48,10 +49,10 @@ type Mover struct {
 	// renews its leases every LeaseTTL/4 while a batch runs, so a batch
 	// may take longer. 0: 10 s.
 	LeaseTTL time.Duration
-	// AfterStep, when set (tests), runs after each step; an error stops
-	// the move there, as a crash would (leases and journal are left).
-	AfterStep func(step Step) error
-	Metrics   *Metrics
+	// Faults, set by tests only, stops a move after a chosen step
+	// (faultpoint.Points.AfterMoveStep).
+	Faults  faultpoint.Points
+	Metrics *Metrics
 	// ColdHints, when set (the router's), learns the cells moved to cold,
 	// so that their next checks in this process skip the cold-row lookup,
 	// and forgets those moved out of it.
@@ -101,11 +102,14 @@ func DecodeRef(s string) (tiers.Ref, error) {
 	return r, nil
 }
 
+// step marks the end of a step; an error from the fault points stops the
+// move there as a crash would (errStopped: the leases are abandoned).
 func (m *Mover) step(s Step) error {
-	if m.AfterStep != nil {
-		if err := m.AfterStep(s); err != nil {
-			return fmt.Errorf("move stopped after %s: %w", s, err)
-		}
+	if m.Faults == nil {
+		return nil
+	}
+	if err := m.Faults.AfterMoveStep(int(s)); err != nil {
+		return fmt.Errorf("%w after %s: %w", errStopped, s, err)
 	}
 	return nil
 }
@@ -223,15 +227,14 @@ const (
 
 // classify places a cell from its directory value v and whether the cold
 // tier has a row for it (consulted only when v is empty).
-func classify(v string, row bool, from, to tiers.Tier) state {
+func classify(v string, row bool, from, to tiers.Tier, src side) state {
 	cur := tierOf(v, row)
 	switch {
 	case cur == from:
 		return stSource
 	case cur == to:
 		return stSwitched
-	case cur == "" && (from == tiers.Warm) == (v != tiers.DirMoving):
-		// frozen: a Moved record out of warm, "M" out of hot or cold
+	case cur == "" && src.Frozen(v):
 		return stFrozen
 	}
 	return stOther
@@ -325,8 +328,13 @@ func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 	if from == to || len(refs) == 0 {
 		return res, nil
 	}
-	if (from == tiers.Cold || to == tiers.Cold) && m.Cold == nil {
-		return res, errors.New("migrate: no cold store")
+	src, err := m.side(from)
+	if err != nil {
+		return res, err
+	}
+	dst, err := m.side(to)
+	if err != nil {
+		return res, err
 	}
 	held, err := m.lease(ctx, refs)
 	if err != nil {
@@ -353,7 +361,7 @@ func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 	if len(got) == 0 {
 		return res, nil
 	}
-	moved, err := m.move(ctx, held, got, from, to, capacity)
+	moved, err := m.move(ctx, held, got, from, to, src, dst, capacity)
 	if err != nil {
 		stopped = errors.Is(err, errStopped)
 		m.Metrics.failed()
@@ -380,7 +388,7 @@ func (m *Mover) hint(moved []tiers.Ref, from, to tiers.Tier) {
 	}
 }
 
-var errStopped = errors.New("stopped by test hook")
+var errStopped = errors.New("move stopped at a fault point")
 
 // move runs the steps for the cells held leases. Before each step that
 // changes anything it drops the cells whose lease is no longer this
@@ -391,13 +399,7 @@ var errStopped = errors.New("stopped by test hook")
 // (A stall in the moment between that check and the step is not covered;
 // the switch is a compare-and-set from the frozen state, which such a
 // worker cannot win.)
-func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, to tiers.Tier, capacity func(tiers.Tag) int) ([]tiers.Ref, error) {
-	stop := func(s Step) error {
-		if err := m.step(s); err != nil {
-			return fmt.Errorf("%w: %w", errStopped, err)
-		}
-		return nil
-	}
+func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, to tiers.Tier, src, dst side, capacity func(tiers.Tag) int) ([]tiers.Ref, error) {
 	dir := string(from) + ">" + string(to)
 	// Journal first: from here on a crash is repaired by Repair.
 	vals := make([]any, 0, 2*len(refs))
@@ -407,7 +409,7 @@ func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, 
 	if err := m.RDB.HSet(ctx, m.journalKey(), vals...).Err(); err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
-	if err := stop(StepJournal); err != nil {
+	if err := m.step(StepJournal); err != nil {
 		return nil, err
 	}
 	raws, rows, err := m.dir(ctx, refs)
@@ -416,7 +418,7 @@ func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, 
 	}
 	var toFreeze, active, done []tiers.Ref
 	for i, v := range raws {
-		switch classify(v, rows[i], from, to) {
+		switch classify(v, rows[i], from, to, src) {
 		case stSource:
 			toFreeze = append(toFreeze, refs[i])
 			active = append(active, refs[i])
@@ -433,38 +435,10 @@ func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, 
 	if active, err = held.owned(ctx, active); err != nil {
 		return nil, err
 	}
-	toFreeze = within(toFreeze, active)
-	// Freeze.
-	switch from {
-	case tiers.Hot:
-		ok, err := m.Hot.Freeze(ctx, toFreeze)
-		if err != nil {
-			return nil, err
-		}
-		for i, b := range ok {
-			if !b {
-				return nil, fmt.Errorf("freeze: cell %x changed tier under its lease", toFreeze[i].ID())
-			}
-		}
-	case tiers.Warm:
-		if _, err := m.Warm.Freeze(ctx, toFreeze); err != nil {
-			return nil, err
-		}
-	case tiers.Cold:
-		swaps := make([]tiers.DirSwap, len(toFreeze))
-		for i := range toFreeze {
-			swaps[i] = tiers.DirSwap{Ref: toFreeze[i], Old: "", New: tiers.DirMoving}
-		}
-		if err := m.cas(ctx, swaps); err != nil {
-			return nil, err
-		}
-		// Every run freezes the rows again: a crash may have come between
-		// the directory and the rows.
-		if err := m.Cold.Freeze(ctx, active); err != nil {
-			return nil, err
-		}
+	if err := src.Freeze(ctx, within(toFreeze, active), active); err != nil {
+		return nil, err
 	}
-	if err := stop(StepFreeze); err != nil {
+	if err := m.step(StepFreeze); err != nil {
 		return nil, err
 	}
 	// Copy the frozen state, of the cells still frozen by this move.
@@ -475,25 +449,65 @@ func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, 
 	if err != nil {
 		return nil, err
 	}
-	active, frozen = stillFrozen(active, frozen, from)
-	var recs []tiers.Record
-	switch from {
-	case tiers.Hot:
-		recs, err = m.Hot.Export(ctx, active)
-	case tiers.Warm:
-		for i, v := range frozen {
-			if r, ok := tiers.IsWarmRecord(v); ok {
-				r.Ref = active[i]
-				recs = append(recs, r)
-			}
-		}
-	case tiers.Cold:
-		recs, err = m.Cold.Export(ctx, active)
-	}
+	active, frozen = stillFrozen(active, frozen, src)
+	recs, err := src.Export(ctx, active, frozen)
 	if err != nil {
 		return nil, err
 	}
-	byID := map[tiers.CellID]*tiers.Record{}
+	full := m.copies(active, recs)
+	if err := dst.Import(ctx, full); err != nil {
+		return nil, err
+	}
+	if err := m.step(StepCopy); err != nil {
+		return nil, err
+	}
+	// Switch, from the frozen values.
+	if kept, err := held.owned(ctx, active); err != nil {
+		return nil, err
+	} else if len(kept) != len(active) {
+		return nil, fmt.Errorf("switch: %d of %d cells' leases lapsed during the copy", len(active)-len(kept), len(active))
+	}
+	swaps := make([]tiers.DirSwap, len(active))
+	for i := range active {
+		swaps[i] = tiers.DirSwap{Ref: active[i], Old: frozen[i]}
+	}
+	if err := dst.Switch(ctx, swaps, full, capacity); err != nil {
+		return nil, err
+	}
+	if err := m.step(StepSwitch); err != nil {
+		return nil, err
+	}
+	// Delete the sources.
+	del, err := held.owned(ctx, append(append([]tiers.Ref(nil), active...), done...))
+	if err != nil {
+		return nil, err
+	}
+	if err := src.Delete(ctx, del); err != nil {
+		return nil, err
+	}
+	if err := m.step(StepDelete); err != nil {
+		return nil, err
+	}
+	if err := m.RDB.HDel(ctx, m.journalKey(), journalFields(refs)...).Err(); err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	return append(active, done...), nil
+}
+
+// journalFields are refs' fields in the journal.
+func journalFields(refs []tiers.Ref) []string {
+	fields := make([]string, len(refs))
+	for i := range refs {
+		fields[i] = EncodeRef(&refs[i])
+	}
+	return fields
+}
+
+// copies returns the destination's record of each of refs: its exported
+// record with Moved cleared, or an empty one (the directory (warm) and
+// routed checks (cold) need the cell to exist).
+func (m *Mover) copies(refs []tiers.Ref, recs []tiers.Record) []tiers.Record {
+	byID := make(map[tiers.CellID]*tiers.Record, len(recs))
 	for i := range recs {
 		recs[i].Moved = false
 		byID[recs[i].ID()] = &recs[i]
@@ -503,101 +517,20 @@ func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, 
 		now = m.Hot.Now()
 	}
 	nowS := now.Unix()
-	// A cell with no record gets an empty one in warm and cold: the
-	// directory (warm) and routed checks (cold) need it to exist.
-	full := make([]tiers.Record, len(active))
-	for i := range active {
-		if r, ok := byID[active[i].ID()]; ok {
+	full := make([]tiers.Record, len(refs))
+	for i := range refs {
+		if r, ok := byID[refs[i].ID()]; ok {
 			full[i] = *r
 		} else {
-			full[i] = tiers.Record{Ref: active[i], Last: nowS, First: nowS}
+			full[i] = tiers.Record{Ref: refs[i], Last: nowS, First: nowS}
 		}
 	}
-	switch to {
-	case tiers.Hot:
-		err = m.Hot.Import(ctx, full)
-	case tiers.Cold:
-		err = m.Cold.Import(ctx, full)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := stop(StepCopy); err != nil {
-		return nil, err
-	}
-	// Switch.
-	if kept, err := held.owned(ctx, active); err != nil {
-		return nil, err
-	} else if len(kept) != len(active) {
-		return nil, fmt.Errorf("switch: %d of %d cells' leases lapsed during the copy", len(active)-len(kept), len(active))
-	}
-	if err := m.switchTo(ctx, to, active, frozen, full, capacity); err != nil {
-		return nil, err
-	}
-	if err := stop(StepSwitch); err != nil {
-		return nil, err
-	}
-	// Delete the sources.
-	del, err := held.owned(ctx, append(append([]tiers.Ref(nil), active...), done...))
-	if err != nil {
-		return nil, err
-	}
-	switch from {
-	case tiers.Hot:
-		err = m.Hot.Delete(ctx, del)
-	case tiers.Cold:
-		err = m.Cold.Delete(ctx, del)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := stop(StepDelete); err != nil {
-		return nil, err
-	}
-	fields := make([]string, len(refs))
-	for i := range refs {
-		fields[i] = EncodeRef(&refs[i])
-	}
-	if err := m.RDB.HDel(ctx, m.journalKey(), fields...).Err(); err != nil {
-		return nil, fmt.Errorf("journal: %w", err)
-	}
-	return append(active, done...), nil
-}
-
-// switchTo switches the directory of the frozen cells (dir: their frozen
-// values) to the destination: to their records (warm: full), to no field
-// (hot: the live key now counts, and a cell without one is new), or to no
-// field and a bit in the tag's cold filter (cold: the row made by the copy
-// now answers), each a compare-and-set from the frozen value.
-func (m *Mover) switchTo(ctx context.Context, to tiers.Tier, refs []tiers.Ref, dir []string, full []tiers.Record, capacity func(tiers.Tag) int) error {
-	swaps := make([]tiers.DirSwap, len(refs))
-	for i := range refs {
-		swaps[i] = tiers.DirSwap{Ref: refs[i], Old: dir[i]}
-		if to == tiers.Warm {
-			v, err := tiers.EncodeDirRecord(&full[i])
-			if err != nil {
-				return err
-			}
-			swaps[i].New = v
-		}
-	}
-	if to != tiers.Cold {
-		return m.cas(ctx, swaps)
-	}
-	ok, err := m.Warm.SwitchToCold(ctx, swaps, capacity)
-	if err != nil {
-		return err
-	}
-	return allSwitched(swaps, ok)
+	return full
 }
 
 // stillJournaled returns the refs whose journal entry reads from>to.
 func (m *Mover) stillJournaled(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier) ([]tiers.Ref, error) {
-	fields := make([]string, len(refs))
-	for i := range refs {
-		fields[i] = EncodeRef(&refs[i])
-	}
-	vals, err := m.RDB.HMGet(ctx, m.journalKey(), fields...).Result()
+	vals, err := m.RDB.HMGet(ctx, m.journalKey(), journalFields(refs)...).Result()
 	if err != nil {
 		return nil, fmt.Errorf("journal: %w", err)
 	}
@@ -612,19 +545,14 @@ func (m *Mover) stillJournaled(ctx context.Context, refs []tiers.Ref, from, to t
 }
 
 // stillFrozen keeps the cells (and their directory values) that are frozen
-// by a move out of from: "M" out of hot or cold, a warm record marked Moved
-// out of warm. Any other value means the move is over (another worker's
-// Repair finished it) and this worker has nothing left to do for the cell.
-func stillFrozen(refs []tiers.Ref, dir []string, from tiers.Tier) ([]tiers.Ref, []string) {
+// by a move out of src. Any other value means the move is over (another
+// worker's Repair finished it) and this worker has nothing left to do for
+// the cell.
+func stillFrozen(refs []tiers.Ref, dir []string, src side) ([]tiers.Ref, []string) {
 	var keptRefs []tiers.Ref
 	var keptDir []string
 	for i, v := range dir {
-		frozen := v == tiers.DirMoving
-		if from == tiers.Warm {
-			r, ok := tiers.IsWarmRecord(v)
-			frozen = ok && r.Moved
-		}
-		if frozen {
+		if src.Frozen(v) {
 			keptRefs = append(keptRefs, refs[i])
 			keptDir = append(keptDir, v)
 		}

@@ -19,11 +19,11 @@ func BenchmarkMoveCells_HotToCold(b *testing.B) {
 	var took time.Duration
 	var last time.Time
 	perStep := map[Step]time.Duration{}
-	e.mover.AfterStep = func(s Step) error {
+	e.mover.Faults = afterStep(func(s Step) error {
 		perStep[s] += time.Since(last)
 		last = time.Now()
 		return nil
-	}
+	})
 	for b.Loop() {
 		b.StopTimer()
 		cells := make([]cellSpec, batch)

@@ -249,12 +249,12 @@ func TestMoveCrashThenRepair(t *testing.T) {
 					}
 					crashing := *e.mover
 					crashing.LeaseTTL = 300 * time.Millisecond
-					crashing.AfterStep = func(s Step) error {
+					crashing.Faults = afterStep(func(s Step) error {
 						if s == step {
 							return errors.New("crash")
 						}
 						return nil
-					}
+					})
 					if _, err := crashing.MoveCells(context.Background(), refsOf(c), from, to); err == nil {
 						t.Fatal("the crashing move succeeded")
 					}
@@ -419,13 +419,13 @@ func TestMove_LeasesOutliveTheirTTLWhileTheBatchRuns(t *testing.T) {
 	slow.LeaseTTL = 500 * time.Millisecond
 	inFreeze := make(chan struct{})
 	release := make(chan struct{})
-	slow.AfterStep = func(s Step) error {
+	slow.Faults = afterStep(func(s Step) error {
 		if s == StepFreeze {
 			close(inFreeze)
 			<-release // the batch stalls for 4 lease lifetimes
 		}
 		return nil
-	}
+	})
 	done := make(chan error, 1)
 	go func() {
 		res, err := slow.MoveCells(context.Background(), refsOf(cells...), tiers.Hot, tiers.Warm)
@@ -467,12 +467,12 @@ func TestRouter_FrozenCellWaitsAtMostMovedWait(t *testing.T) {
 	e.check(t, tiers.Enforce, c)
 	crashing := *e.mover
 	crashing.LeaseTTL = time.Minute // the dead worker's lease outlives the test
-	crashing.AfterStep = func(s Step) error {
+	crashing.Faults = afterStep(func(s Step) error {
 		if s == StepFreeze {
 			return errors.New("crash")
 		}
 		return nil
-	}
+	})
 	if _, err := crashing.MoveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Cold); err == nil {
 		t.Fatal("the crashing move succeeded")
 	}

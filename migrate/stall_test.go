@@ -40,13 +40,13 @@ func TestMove_StalledWorkerResumingAfterRepairLosesNoCount(t *testing.T) {
 						}
 						stalled, resume := make(chan struct{}), make(chan struct{})
 						slow := *e.mover
-						slow.AfterStep = func(s Step) error {
+						slow.Faults = afterStep(func(s Step) error {
 							if s == step {
 								close(stalled)
 								<-resume
 							}
 							return nil
-						}
+						})
 						moved := make(chan error, 1)
 						go func() {
 							_, err := slow.MoveCells(context.Background(), refsOf(c), from, to)

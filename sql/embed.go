@@ -1,4 +1,4 @@
-// Package schema holds the MySQL/MariaDB schema of quota (cold tier, analytics)
+// Package sqlschema holds the MySQL/MariaDB schema of quota (cold tier, analytics)
 // as numbered migration files embedded in the binary, and applies them.
 //
 // Rules for the .sql files in this folder:
@@ -18,7 +18,7 @@
 //   - MySQL commits DDL implicitly, so a file that fails half-way is not rolled
 //     back and is not recorded: write statements that can run again
 //     (CREATE TABLE IF NOT EXISTS, ...) so that a re-run after a fix converges.
-package schema
+package sqlschema
 
 import (
 	"context"

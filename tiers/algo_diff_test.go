@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/tiermodel"
 	"github.com/quota-platform/quota/rules"
 )
 
 // The differential test: random call sequences run through HotStore.Check
 // (the Lua script on the real Redis, under an injected clock) and through
-// the Go reference models (model.go). Every field of every answer must be
+// the Go reference models (internal/tiermodel). Every field of every answer must be
 // equal: allowed, remaining, reset_after and retry_after of every cell, and
 // whether the op counted. All of them are exact (integer milliseconds).
 
@@ -31,8 +32,8 @@ type diffScenario struct {
 	seed   uint64
 	rules  []diffRule
 	ids    []string
-	models map[string]Model // rule|identity|window -> model
-	log    []string         // what happened, for a failure message
+	models map[string]tiermodel.Model // rule|identity|window -> model
+	log    []string                   // what happened, for a failure message
 }
 
 var diffAlgos = []rules.Algorithm{rules.FixedWindow, rules.SlidingWindow, rules.TokenBucket, rules.SlidingLog, rules.MinInterval}
@@ -46,7 +47,7 @@ var longWindows = []time.Duration{time.Minute, time.Hour, 3 * time.Hour, 24 * ti
 // cell counted over its limit may be shadow (see README: refund).
 func newDiffScenario(seed uint64, only rules.Algorithm, exactRefunds bool) *diffScenario {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	sc := &diffScenario{seed: seed, models: map[string]Model{}}
+	sc := &diffScenario{seed: seed, models: map[string]tiermodel.Model{}}
 	windows := shortWindows
 	if rng.IntN(3) == 0 {
 		windows = longWindows
@@ -88,9 +89,9 @@ func newDiffScenario(seed uint64, only rules.Algorithm, exactRefunds bool) *diff
 }
 
 // op builds the store op and the model cells of one call by identity id.
-func (sc *diffScenario) op(id string, now time.Time, cost int64, mode Mode) (*Op, []ModelCell) {
+func (sc *diffScenario) op(id string, now time.Time, cost int64, mode Mode) (*Op, []tiermodel.Cell) {
 	op := &Op{Cost: cost, Mode: mode}
-	var mcs []ModelCell
+	var mcs []tiermodel.Cell
 	for _, r := range sc.rules {
 		for _, l := range r.limits {
 			w := time.Duration(l.Window)
@@ -109,12 +110,12 @@ func (sc *diffScenario) op(id string, now time.Time, cost int64, mode Mode) (*Op
 			m := sc.models[mk]
 			if m == nil {
 				var err error
-				if m, err = NewModel(r.algo, l.Limit, w); err != nil {
+				if m, err = tiermodel.New(r.algo, l.Limit, w); err != nil {
 					panic(err)
 				}
 				sc.models[mk] = m
 			}
-			mcs = append(mcs, ModelCell{Model: m, Shadow: r.shadow})
+			mcs = append(mcs, tiermodel.Cell{Model: m, Shadow: r.shadow})
 		}
 	}
 	return op, mcs
@@ -208,7 +209,7 @@ func runDiffScenario(ctx context.Context, s *HotStore, sc *diffScenario, steps i
 		now := time.UnixMilli(nowMs)
 		batch := 1 + rng.IntN(3)
 		ops := make([]*Op, batch)
-		models := make([][]ModelCell, batch)
+		models := make([][]tiermodel.Cell, batch)
 		for i := range ops {
 			mode := Enforce
 			switch p := rng.IntN(100); {
@@ -229,7 +230,7 @@ func runDiffScenario(ctx context.Context, s *HotStore, sc *diffScenario, steps i
 			return fmt.Errorf("check: %w", err)
 		}
 		for i, op := range ops {
-			want, committed := CheckModels(now, op.Cost, op.Mode, models[i])
+			want, committed := checkModels(now, op.Cost, op.Mode, models[i])
 			// A split dry run reports, in a part that allows while another
 			// part denies, what that part would have left: compare decisions only.
 			decisionsOnly := split && op.Mode == DryRun && !allAllowed(want, models[i])
@@ -253,7 +254,7 @@ func runDiffScenario(ctx context.Context, s *HotStore, sc *diffScenario, steps i
 	return nil
 }
 
-func allAllowed(out []Outcome, cells []ModelCell) bool {
+func allAllowed(out []Outcome, cells []tiermodel.Cell) bool {
 	for i := range out {
 		if !out[i].Allowed && !cells[i].Shadow {
 			return false

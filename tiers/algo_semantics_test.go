@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/tiermodel"
 	"github.com/quota-platform/quota/rules"
 )
 
@@ -19,13 +20,13 @@ const t0 = int64(1_800_000_000_000)
 type algoEnv struct {
 	t      *testing.T
 	s      *HotStore
-	models map[string]Model
+	models map[string]tiermodel.Model
 }
 
 func newAlgoEnv(t *testing.T, o HotOptions) *algoEnv {
 	rdb, prefix := testenv.Redis(t)
 	o.Prefix = prefix
-	return &algoEnv{t: t, s: NewHotStore(rdb, o), models: map[string]Model{}}
+	return &algoEnv{t: t, s: NewHotStore(rdb, o), models: map[string]tiermodel.Model{}}
 }
 
 func algoCell(a rules.Algorithm, limit int64, window time.Duration, id string) Cell {
@@ -43,7 +44,7 @@ func algoCell(a rules.Algorithm, limit int64, window time.Duration, id string) C
 func (e *algoEnv) check(now, cost int64, mode Mode, cells ...Cell) *Op {
 	e.t.Helper()
 	op := &Op{Cost: cost, Mode: mode}
-	var mcs []ModelCell
+	var mcs []tiermodel.Cell
 	for _, c := range cells {
 		if c.Algorithm == rules.FixedWindow {
 			idx := now / c.Window.Milliseconds()
@@ -54,12 +55,12 @@ func (e *algoEnv) check(now, cost int64, mode Mode, cells ...Cell) *Op {
 		m := e.models[mk]
 		if m == nil {
 			var err error
-			if m, err = NewModel(c.Algorithm, c.Limit, c.Window); err != nil {
+			if m, err = tiermodel.New(c.Algorithm, c.Limit, c.Window); err != nil {
 				e.t.Fatal(err)
 			}
 			e.models[mk] = m
 		}
-		mcs = append(mcs, ModelCell{Model: m, Shadow: c.Shadow})
+		mcs = append(mcs, tiermodel.Cell{Model: m, Shadow: c.Shadow})
 	}
 	if err := e.s.Check(context.Background(), time.UnixMilli(now), []*Op{op}); err != nil {
 		e.t.Fatal(err)
@@ -70,7 +71,7 @@ func (e *algoEnv) check(now, cost int64, mode Mode, cells ...Cell) *Op {
 	for i := range op.Cells {
 		e.s.rdb.Persist(context.Background(), e.s.Key(&op.Cells[i]))
 	}
-	want, committed := CheckModels(time.UnixMilli(now), cost, mode, mcs)
+	want, committed := checkModels(time.UnixMilli(now), cost, mode, mcs)
 	for i := range want {
 		if op.Out[i] != want[i] {
 			e.t.Fatalf("at %+d ms cost %d: redis %+v, model %+v", now-t0, cost, op.Out[i], want[i])

@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/rules"
 )
 
@@ -44,15 +45,14 @@ import (
 type ColdStore struct {
 	dbs         []*sql.DB
 	maxAttempts int
-	// beforeCommit, when set (tests), runs before the commit of each shard
-	// of a counting check (i counts the shards committed so far); an error
-	// fails that commit.
-	beforeCommit func(shard, i int) error
+	faults      faultpoint.Points // nil in production
 }
 
 // ColdOptions configures a ColdStore.
 type ColdOptions struct {
 	MaxAttempts int // tries per check on deadlocks and insert races; 0: 10
+	// Faults, set by tests only, fails chosen shard commits.
+	Faults faultpoint.Points
 }
 
 // coldTable is the table of cold cells.
@@ -67,14 +67,11 @@ func NewColdStore(dbs []*sql.DB, o ColdOptions) *ColdStore {
 	if a <= 0 {
 		a = 10
 	}
-	return &ColdStore{dbs: dbs, maxAttempts: a}
+	return &ColdStore{dbs: dbs, maxAttempts: a, faults: o.Faults}
 }
 
 // Tier returns Cold.
 func (s *ColdStore) Tier() Tier { return Cold }
-
-// Shards is the number of shard databases.
-func (s *ColdStore) Shards() int { return len(s.dbs) }
 
 // ShardOf returns the shard of a cell.
 func (s *ColdStore) ShardOf(r *Ref) int {

@@ -304,8 +304,8 @@ func (s *ColdStore) reserveMissing(ctx context.Context, g *coldGroup, rows map[C
 func (s *ColdStore) commitAll(ctx context.Context, g *coldGroup, txs []*shardTx, commits []shardCommit) error {
 	for k, sh := range g.shards {
 		var err error
-		if s.beforeCommit != nil {
-			err = s.beforeCommit(sh, k)
+		if s.faults != nil {
+			err = s.faults.BeforeColdCommit(sh, k)
 		}
 		if err == nil {
 			err = txs[k].commit(ctx, commits[k].query, commits[k].args)

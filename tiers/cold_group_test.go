@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/internal/testenv"
 )
 
@@ -29,7 +30,7 @@ func cellOnShard(t *testing.T, s *ColdStore, shard int, limit int64) confCell {
 // countCommits makes s count its shard commits.
 func countCommits(s *ColdStore) *atomic.Int64 {
 	var n atomic.Int64
-	s.beforeCommit = func(int, int) error { n.Add(1); return nil }
+	s.faults = &faultpoint.Funcs{ColdCommit: func(int, int) error { n.Add(1); return nil }}
 	return &n
 }
 
@@ -159,19 +160,19 @@ func TestColdGroup_CommitFailureFailsTheOpsOnThatShardAndRefundsTheirOtherParts(
 	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, a0, a1, b0, b1)}); err != nil {
 		t.Fatal(err)
 	}
-	s.beforeCommit = func(shard, i int) error {
+	s.faults = &faultpoint.Funcs{ColdCommit: func(shard, i int) error {
 		if shard == 1 && i == 1 {
 			return errors.New("injected: connection lost at commit")
 		}
 		return nil
-	}
+	}}
 	ops := []*Op{
 		confOp(confT0, 2, Enforce, a0),     // shard 0 only: commits
 		confOp(confT0, 3, Enforce, a1),     // shard 1 only: lost
 		confOp(confT0, 4, Enforce, b0, b1), // both: lost, its shard-0 part refunded
 	}
 	errs := s.checkEach(ctx, confT0, ops)
-	s.beforeCommit = nil
+	s.faults = nil
 	if errs[0] != nil || !errors.Is(errs[1], ErrUnavailable) || !errors.Is(errs[2], ErrUnavailable) {
 		t.Fatalf("errors %v, want nil, ErrUnavailable, ErrUnavailable", errs)
 	}

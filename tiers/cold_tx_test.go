@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/internal/testenv"
 )
 
@@ -149,14 +150,14 @@ func TestColdCheck_FailedCommitHandsBackNoOpenTransaction(t *testing.T) {
 	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); err != nil {
 		t.Fatal(err)
 	}
-	s.beforeCommit = func(int, int) error { return errors.New("injected: commit fails") }
+	s.faults = &faultpoint.Funcs{ColdCommit: func(int, int) error { return errors.New("injected: commit fails") }}
 	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err %v, want ErrUnavailable", err)
 	}
 	if inTransaction(t, dbs[0]) {
 		t.Fatal("the pooled connection still has the failed check's transaction open")
 	}
-	s.beforeCommit = nil
+	s.faults = nil
 	e := &confEnv{name: "cold", store: s, mover: s}
 	if n := e.count(t, confT0, c); n != 1 {
 		t.Fatalf("count %d, want 1", n)
@@ -182,7 +183,7 @@ func TestColdCheck_ConnectionKilledBeforeCommitCountsNothingAndTheNextCheckWorks
 		t.Fatal(err)
 	}
 	killed := 0
-	s.beforeCommit = func(int, int) error {
+	s.faults = &faultpoint.Funcs{ColdCommit: func(int, int) error {
 		// The check holds its row lock on one of the shard's connections.
 		rows, err := admin.Query("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ?", name)
 		if err != nil {
@@ -199,11 +200,11 @@ func TestColdCheck_ConnectionKilledBeforeCommitCountsNothingAndTheNextCheckWorks
 			}
 		}
 		return rows.Err()
-	}
+	}}
 	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err %v, want ErrUnavailable", err)
 	}
-	s.beforeCommit = nil
+	s.faults = nil
 	if killed == 0 {
 		t.Fatal("no connection killed: the test did not test anything")
 	}

@@ -74,11 +74,3 @@ func (h *ColdHints) Forget(id CellID) {
 	s, tag := h.slot(id)
 	s.CompareAndSwap(tag, 0)
 }
-
-// Slots returns the table's size (0 for nil).
-func (h *ColdHints) Slots() int {
-	if h == nil {
-		return 0
-	}
-	return len(h.slots)
-}

@@ -186,3 +186,11 @@ func TestRouter_StaleColdHintCountsOnce(t *testing.T) {
 		})
 	}
 }
+
+// Slots returns the table's size (0 for nil).
+func (h *ColdHints) Slots() int {
+	if h == nil {
+		return 0
+	}
+	return len(h.slots)
+}

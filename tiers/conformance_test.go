@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/tiermodel"
 	"github.com/quota-platform/quota/rules"
 )
 
@@ -412,18 +413,18 @@ func spreadShards2(t *testing.T, s *ColdStore, a, b confCell) (confCell, confCel
 }
 
 // confDifferential runs a random sequence of ops over a few cells through
-// the store and through FixedWindowModel (model.go, the reference the hot
+// the store and through tiermodel.FixedWindow (internal/tiermodel, the reference the hot
 // script is held to) and requires every answer to agree.
 func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 7))
 	var cells []confCell
-	models := map[string]Model{}
+	models := map[string]tiermodel.Model{}
 	for range 3 {
 		w := []time.Duration{time.Minute, 2 * time.Minute, hour}[rng.IntN(3)]
 		c := newConfCell(int64(1+rng.IntN(8)), w)
 		c.shadow = rng.IntN(4) == 0
 		cells = append(cells, c)
-		m, err := NewModel(rules.FixedWindow, c.limit, c.window)
+		m, err := tiermodel.New(rules.FixedWindow, c.limit, c.window)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -445,11 +446,11 @@ func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 		mode := []Mode{Enforce, Enforce, Enforce, DryRun, Report}[rng.IntN(5)]
 		cost := int64(1 + rng.IntN(3))
 		op := e.check(t, now, cost, mode, pick...)
-		var mcs []ModelCell
+		var mcs []tiermodel.Cell
 		for _, c := range pick {
-			mcs = append(mcs, ModelCell{Model: models[c.rule], Shadow: c.shadow})
+			mcs = append(mcs, tiermodel.Cell{Model: models[c.rule], Shadow: c.shadow})
 		}
-		wantOut, wantCommit := CheckModels(now, cost, mode, mcs)
+		wantOut, wantCommit := checkModels(now, cost, mode, mcs)
 		log = append(log, fmt.Sprintf("step %d: +%s cost %d mode %d cells %d", step, now.Sub(confT0), cost, mode, len(pick)))
 		for i := range wantOut {
 			got := op.Out[i]
@@ -465,7 +466,7 @@ func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 		if op.Committed && mode == Enforce && rng.IntN(6) == 0 {
 			e.check(t, now, cost, Refund, pick...)
 			for _, c := range pick {
-				models[c.rule].(*FixedWindowModel).Commit(now.UnixMilli(), -cost)
+				models[c.rule].(*tiermodel.FixedWindow).Commit(now.UnixMilli(), -cost)
 			}
 		}
 	}

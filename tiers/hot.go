@@ -3,7 +3,7 @@ package tiers
 import (
 	"cmp"
 	"context"
-	_ "embed"
+	"embed"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -15,8 +15,29 @@ import (
 	"github.com/quota-platform/quota/rules"
 )
 
-//go:embed hot_check.lua
-var hotCheckSource string
+// hot_check.lua, the script of every check that is not all fixed windows,
+// is kept as one file per algorithm between a shared head and tail, so that
+// an algorithm reads on its own; NewHotStore joins them, in this order,
+// into the one script each check runs (one EVALSHA).
+var (
+	//go:embed hot_check/*.lua
+	hotCheckFiles embed.FS
+	hotCheckParts = [...]string{"preamble", "fixed_window", "sliding_window", "token_bucket", "sliding_log", "min_interval", "dispatch"}
+)
+
+// hotCheckSource returns hot_check.lua: its parts joined.
+func hotCheckSource() string {
+	var b strings.Builder
+	for _, name := range hotCheckParts {
+		part, err := hotCheckFiles.ReadFile("hot_check/" + name + ".lua")
+		if err != nil {
+			panic(err) // embedded at build time: cannot happen
+		}
+		b.Write(part)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
 
 //go:embed hot_fixed.lua
 var hotFixedSource string
@@ -74,7 +95,7 @@ func NewHotStore(rdb redis.UniversalClient, o HotOptions) *HotStore {
 	_, cluster := rdb.(*redis.ClusterClient)
 	return &HotStore{
 		rdb:         rdb,
-		script:      dirScript(hotCheckSource),
+		script:      dirScript(hotCheckSource()),
 		fixed:       dirScript(hotFixedSource),
 		prefix:      o.Prefix,
 		jitter:      o.Jitter,
@@ -728,4 +749,19 @@ func (s *HotStore) Ping(ctx context.Context) error {
 		return fmt.Errorf("redis ping: %w", err)
 	}
 	return nil
+}
+
+// outcome is a cell's answer from its script reply values (ms); retry is
+// 0 when the cell allows.
+func outcome(allowed bool, rem, reset, retry int64) Outcome {
+	if allowed {
+		retry = 0
+	}
+	return Outcome{
+		Allowed:    allowed,
+		Remaining:  max(rem, 0),
+		ResetAfter: time.Duration(reset) * time.Millisecond,
+		RetryAfter: time.Duration(retry) * time.Millisecond,
+		Tier:       Hot,
+	}
 }

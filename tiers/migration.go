@@ -67,7 +67,7 @@ type Record struct {
 	MeanInterval int64
 	Samples      uint8
 	// Moved marks a record frozen by a move in progress: a check that finds
-	// it fails with ErrMoved instead of counting (phase 2: "look elsewhere").
+	// it fails with ErrMoved instead of counting ("look elsewhere").
 	Moved bool
 }
 
@@ -88,17 +88,11 @@ func (r *Record) NewerThan(o *Record) bool {
 	return r.Last >= o.Last
 }
 
-// Mover is what a tier offers the migration worker. All three calls are
-// batched (one pipeline or a few multi-row statements per call, whatever the
-// number of refs) and safe to repeat.
-//
-// Intended use (phase 2), moving cells from tier S to tier D under a lease:
-// copy (S.Export, D.Import: D holds a copy nothing routes to), freeze (set
-// Moved on S's records; checks that find them get ErrMoved and retry),
-// re-copy the frozen records (Import: the final state replaces the copy),
-// switch (the directory names D; a Moved record is never counted, so a
-// stale router cannot count in S), delete (S.Delete). A crash after the
-// freeze is rolled forward by the next run from the frozen records.
+// Mover is how records leave and enter a tier; package migrate's tier sides
+// (migrate/side.go, PROTOCOL.md) drive them around the freeze and the
+// directory switch. All three calls are batched (one pipeline or a few
+// multi-row statements per call, whatever the number of refs) and safe to
+// repeat.
 type Mover interface {
 	Tier() Tier
 	// Export returns the records held for refs, in refs order; refs the tier
@@ -118,5 +112,6 @@ type Mover interface {
 var ErrContention = errors.New("too much contention on a cell")
 
 // ErrMoved means a check found a record frozen by a move in progress; nothing
-// was counted (phase 2 routes such cells to the move's destination).
+// was counted (the router retries such cells where the directory then
+// points: the move's destination).
 var ErrMoved = errors.New("cell is being moved")

@@ -481,8 +481,8 @@ func (r *Router) forgetHints(op *Op, idx []int, err error) {
 // decision. Each cell is refunded by an op of its own: a refund op is sent
 // again while it finds a cell moving, and one that had already been applied
 // to some cells when it found another moving would apply to them again on
-// every attempt (TestRouter_RefundRetriedOverAFrozenCellRefundsTheOthersOnce;
-// TestMoveRace over-admitted by up to 16 of 300 before).
+// every attempt, and the cell would then admit more than its limit
+// (TestRouter_RefundRetriedOverAFrozenCellRefundsTheOthersOnce).
 func (r *Router) refundCells(ctx context.Context, now time.Time, op *Op, idx []int) error {
 	ctx = context.WithoutCancel(ctx)
 	var errs []error

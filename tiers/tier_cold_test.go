@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/internal/testenv"
 )
 
@@ -21,17 +22,17 @@ func TestCold_CommitFailureAfterAnotherShardCommittedIsRefunded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, failAt := range []int{1, 0} {
-		s.beforeCommit = func(shard, i int) error {
+		s.faults = &faultpoint.Funcs{ColdCommit: func(shard, i int) error {
 			if i == failAt {
 				return errors.New("injected: connection lost at commit")
 			}
 			return nil
-		}
+		}}
 		err := s.Check(ctx, confT0, []*Op{confOp(confT0, 3, Enforce, a, b)})
 		if !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("fail at %d: err %v, want ErrUnavailable", failAt, err)
 		}
-		s.beforeCommit = nil
+		s.faults = nil
 		recs, err := s.Export(ctx, []Ref{a.ref(), b.ref()})
 		if err != nil {
 			t.Fatal(err)

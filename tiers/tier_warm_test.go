@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/rules"
 )
@@ -124,13 +125,13 @@ func TestWarm_LostRaceIsRetriedAndCountsExactlyOnce(t *testing.T) {
 	// Between our read and our write, another server takes the last unit
 	// but one: our op must be decided again, and so must the dry run after
 	// it, which read the state our op would have left.
-	s.beforeCAS = func(attempt int) {
+	s.faults = &faultpoint.Funcs{WarmCAS: func(attempt int) {
 		if attempt == 1 {
 			if err := other.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); err != nil {
 				t.Error(err)
 			}
 		}
-	}
+	}}
 	ops := []*Op{confOp(confT0, 1, Enforce, c), confOp(confT0, 1, DryRun, c)}
 	if err := s.Check(ctx, confT0, ops); err != nil {
 		t.Fatal(err)
@@ -153,11 +154,11 @@ func TestWarm_EndlessContentionGivesUpAndCountsNothing(t *testing.T) {
 	other := NewWarmStore(rdb, WarmOptions{Prefix: prefix})
 	ctx := context.Background()
 	c := newConfCell(100, time.Hour)
-	s.beforeCAS = func(int) {
+	s.faults = &faultpoint.Funcs{WarmCAS: func(int) {
 		if err := other.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); err != nil {
 			t.Error(err)
 		}
-	}
+	}}
 	err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)})
 	if !errors.Is(err, ErrContention) {
 		t.Fatalf("err %v, want ErrContention", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/rules"
 )
 
@@ -63,9 +64,7 @@ type WarmStore struct {
 	maxAttempts int
 	cluster     bool
 	locks       *warmLocks
-	// beforeCAS, when set (tests), runs between the read and the
-	// compare-and-set of every attempt.
-	beforeCAS func(attempt int)
+	faults      faultpoint.Points // nil in production
 }
 
 // WarmOptions configures a WarmStore.
@@ -76,6 +75,9 @@ type WarmOptions struct {
 	// (see WarmStore).
 	FieldBytes  int
 	MaxAttempts int // compare-and-set attempts per check before ErrContention; 0: 32
+	// Faults, set by tests only, lets a concurrent writer in between a
+	// check's read and its compare-and-set.
+	Faults faultpoint.Points
 }
 
 // NewWarmStore returns a warm store over rdb.
@@ -98,6 +100,7 @@ func NewWarmStore(rdb redis.UniversalClient, o WarmOptions) *WarmStore {
 		maxAttempts: a,
 		cluster:     cluster,
 		locks:       newWarmLocks(),
+		faults:      o.Faults,
 	}
 }
 
@@ -132,20 +135,13 @@ type warmLoc struct {
 	field string
 }
 
-// Field returns the warm field of a cell's record (where the cell's
-// directory entry lives within its tag; directory.lua locates its bucket).
-func (s *WarmStore) Field(r *Ref) string {
-	return s.locate(r.Identity, r.Window, r.Tag).field
-}
-
 func (s *WarmStore) locate(id Identity, window time.Duration, tag Tag) warmLoc {
 	cid := CellIDOf(id, window)
-	t := tag
 	const hexdigits = "0123456789abcdef"
 	var buf [64]byte
 	k := append(buf[:0], s.prefix...)
 	k = append(k, '{')
-	for _, c := range t {
+	for _, c := range tag {
 		k = append(k, hexdigits[c>>4], hexdigits[c&15])
 	}
 	k = append(k, '}')
@@ -322,8 +318,8 @@ func (s *WarmStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 				return err
 			}
 		}
-		if s.beforeCAS != nil {
-			s.beforeCAS(attempt)
+		if s.faults != nil {
+			s.faults.BeforeWarmCAS(attempt)
 		}
 		ok, err := s.runCAS(ctx, calls)
 		if err != nil {

@@ -32,9 +32,8 @@ import (
 // First is the latest time its class allows. There is no window index:
 // rule windows are whole seconds, so floor(Last / window) is exact.
 //
-// Every byte counts (a warm cell costs ~11 bytes of field and value
-// overhead before its record): see the memory benchmark in
-// cmd/quotabench-memory.
+// Every byte counts: the record is most of what a warm cell costs beside
+// its field (`make bench-memory` measures it).
 
 const (
 	recordEpoch     = 1_704_067_200 // 2024-01-01T00:00:00Z
@@ -248,7 +247,7 @@ func fixedWindowSeconds(c *Cell) (int64, error) {
 // decideFixed decides op at now against st (one state per cell, shared
 // between cells naming the same record), fills op.Out and op.Committed, and
 // updates st when the op counts (or refunds). It reports whether any state
-// changed. The semantics are hot_check.lua's and FixedWindowModel's: every
+// changed. The semantics are hot_check.lua's and tiermodel.FixedWindow's: every
 // cell peeks; the op counts in every cell when mode is Report, or Enforce
 // and every non-shadow cell allows; each cell answers the state after the
 // call when counted (or, in a dry run where every non-shadow cell allows,

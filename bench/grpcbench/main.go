@@ -29,7 +29,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/quota-platform/quota/loadgen"
+	"github.com/quota-platform/quota/bench/loadgen"
 )
 
 type options struct {

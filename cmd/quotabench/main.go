@@ -15,7 +15,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/quota-platform/quota/loadgen"
+	"github.com/quota-platform/quota/bench/loadgen"
 )
 
 func main() {

@@ -30,7 +30,7 @@ import (
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/schedule"
-	schema "github.com/quota-platform/quota/sql"
+	sqlschema "github.com/quota-platform/quota/sql"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tracing"
 )
@@ -94,7 +94,7 @@ func migrateSchema() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for i, db := range dbs {
-		applied, err := schema.Apply(ctx, db)
+		applied, err := sqlschema.Apply(ctx, db)
 		if err != nil {
 			return fmt.Errorf("shard %d: %w", i, err)
 		}

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/testenv"
-	schema "github.com/quota-platform/quota/sql"
+	sqlschema "github.com/quota-platform/quota/sql"
 )
 
 var quotadBin string
@@ -134,14 +134,14 @@ func TestStartup_SchemaOnStart(t *testing.T) {
 				}
 				lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 				if len(lines) != 1 || !strings.Contains(lines[0], tc.want) ||
-					!strings.Contains(lines[0], strings.Join(schema.Files(), ", ")) || !strings.Contains(lines[0], "quotad migrate-schema") {
+					!strings.Contains(lines[0], strings.Join(sqlschema.Files(), ", ")) || !strings.Contains(lines[0], "quotad migrate-schema") {
 					t.Fatalf("stderr %q, want one line naming %q, the missing files and the remedy", stderr.String(), tc.want)
 				}
 			}
-			left, err := schema.Pending(context.Background(), empty)
+			left, err := sqlschema.Pending(context.Background(), empty)
 			want := tc.left
 			if want == nil {
-				want = schema.Files()
+				want = sqlschema.Files()
 			}
 			if err != nil || !slices.Equal(left, want) {
 				t.Fatalf("files the unmigrated shard lacks: %q, %v; want %q", left, err, want)

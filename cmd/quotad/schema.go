@@ -12,7 +12,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/quota-platform/quota/config"
-	schema "github.com/quota-platform/quota/sql"
+	sqlschema "github.com/quota-platform/quota/sql"
 )
 
 // shardSchemaTimeout bounds how long start-up waits for one shard to answer
@@ -57,7 +57,7 @@ func prepareShardSchema(ctx context.Context, mode config.SchemaOnStart, i int, n
 		// Apply waits up to 30 s for another instance applying the same files.
 		actx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
-		applied, err := schema.Apply(actx, db)
+		applied, err := sqlschema.Apply(actx, db)
 		if err != nil {
 			return fmt.Errorf("mysql shard %d (database %s): QUOTA_SCHEMA_ON_START=apply: %w", i, name, err)
 		}
@@ -66,7 +66,7 @@ func prepareShardSchema(ctx context.Context, mode config.SchemaOnStart, i int, n
 		}
 		return nil
 	}
-	pending, err := schema.Pending(pctx, db)
+	pending, err := sqlschema.Pending(pctx, db)
 	if err != nil {
 		log.Warn("mysql shard's schema could not be read at start; not checked", "shard", i, "database", name, "err", err)
 		return nil

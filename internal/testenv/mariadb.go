@@ -18,7 +18,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	schema "github.com/quota-platform/quota/sql"
+	sqlschema "github.com/quota-platform/quota/sql"
 )
 
 // MariaDBProcess is a private mariadbd of a test's own, on a spare loopback
@@ -187,7 +187,7 @@ func (p *MariaDBProcess) CreateDatabase(name string) string {
 		p.t.Fatal(err)
 	}
 	defer db.Close()
-	if _, err := schema.Apply(ctx, db); err != nil {
+	if _, err := sqlschema.Apply(ctx, db); err != nil {
 		p.t.Fatalf("%s: apply schema to %s: %v", p, name, err)
 	}
 	return dsn

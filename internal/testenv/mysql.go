@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	schema "github.com/quota-platform/quota/sql"
+	sqlschema "github.com/quota-platform/quota/sql"
 )
 
 // MySQL creates one fresh database quota_t_<random hex> with the whole
@@ -18,7 +18,7 @@ func MySQL(t testing.TB) (*sql.DB, string) {
 	db, dsn := EmptyMySQL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := schema.Apply(ctx, db); err != nil {
+	if _, err := sqlschema.Apply(ctx, db); err != nil {
 		t.Fatalf("schema on a fresh test database: %v", err)
 	}
 	return db, dsn

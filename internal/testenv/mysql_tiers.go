@@ -9,7 +9,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	schema "github.com/quota-platform/quota/sql"
+	sqlschema "github.com/quota-platform/quota/sql"
 )
 
 // MySQLDSNBase is the account the tests use (QUOTA_TEST_MYSQL_DSN_BASE,
@@ -76,7 +76,7 @@ func MySQLShards(t testing.TB, n int) []*sql.DB {
 		db.SetMaxOpenConns(40)
 		db.SetMaxIdleConns(40)
 		t.Cleanup(func() { db.Close() })
-		if _, err := schema.Apply(ctx, db); err != nil {
+		if _, err := sqlschema.Apply(ctx, db); err != nil {
 			t.Fatalf("schema on %s: %v", name, err)
 		}
 		dbs[i] = db

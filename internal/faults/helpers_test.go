@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/bench/loadgen"
 	"github.com/quota-platform/quota/internal/testenv"
-	"github.com/quota-platform/quota/loadgen"
 )
 
 func TestMain(m *testing.M) {

@@ -35,7 +35,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/quota-platform/quota/loadgen"
+	"github.com/quota-platform/quota/bench/loadgen"
 )
 
 type options struct {

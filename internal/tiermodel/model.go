@@ -1,4 +1,8 @@
-package tiers
+// Package tiermodel holds pure-Go reference models of the five algorithms,
+// the semantics tiers/hot_check.lua implements in Redis. Only tests import
+// it: the differential tests in package tiers run random call sequences
+// through both and require every answer to agree.
+package tiermodel
 
 import (
 	"fmt"
@@ -7,12 +11,9 @@ import (
 	"github.com/quota-platform/quota/rules"
 )
 
-// This file holds pure-Go reference models of the five algorithms: the
-// semantics hot_check.lua implements in Redis, written for clarity rather
-// than speed, in the same integer milliseconds. The differential test runs
-// random call sequences through both and requires every answer to agree.
-// The sliding window model keeps exact per-second counts, so it also checks
-// the script's multi-level bucket arithmetic.
+// The models are written for clarity rather than speed, in the script's
+// integer milliseconds. The sliding window model keeps exact per-second
+// counts, so it also checks the script's multi-level bucket arithmetic.
 //
 // Shared definitions (now in ms since the Unix epoch, W the window in ms,
 // L the limit, c the cost):
@@ -40,29 +41,48 @@ type Model interface {
 	Commit(now, cost int64)
 }
 
-// NewModel returns the reference model of a cell.
-func NewModel(a rules.Algorithm, limit int64, window time.Duration) (Model, error) {
+// Mode is how a check counts, numbered as tiers.Mode and hot_check.lua's
+// ARGV[3] (refunds are not modelled).
+type Mode uint8
+
+// The modes.
+const (
+	Enforce Mode = iota // count only if every non-shadow cell allows
+	DryRun              // count nothing
+	Report              // count unconditionally
+)
+
+// Outcome is one cell's answer as the script replies it: whether the cell
+// allows, and remaining, reset and retry (ms) as Model.Metrics returns
+// them (tiers turns them into a tiers.Outcome).
+type Outcome struct {
+	Allowed                 bool
+	Remaining, Reset, Retry int64
+}
+
+// New returns the reference model of a cell.
+func New(a rules.Algorithm, limit int64, window time.Duration) (Model, error) {
 	w := window.Milliseconds()
 	if limit < 1 || w < 1000 || w%1000 != 0 {
-		return nil, fmt.Errorf("model: limit %d window %s", limit, window)
+		return nil, fmt.Errorf("tiermodel: limit %d window %s", limit, window)
 	}
 	switch a {
 	case rules.FixedWindow:
-		return &FixedWindowModel{Limit: limit, Window: w, used: map[int64]int64{}}, nil
+		return &FixedWindow{Limit: limit, Window: w, used: map[int64]int64{}}, nil
 	case rules.SlidingWindow:
-		return &SlidingWindowModel{Limit: limit, Window: w}, nil
+		return &SlidingWindow{Limit: limit, Window: w}, nil
 	case rules.TokenBucket:
-		return &TokenBucketModel{Limit: limit, Window: w}, nil
+		return &TokenBucket{Limit: limit, Window: w}, nil
 	case rules.SlidingLog:
-		return &SlidingLogModel{Limit: limit, Window: w}, nil
+		return &SlidingLog{Limit: limit, Window: w}, nil
 	case rules.MinInterval:
-		return &MinIntervalModel{Limit: limit, Window: w}, nil
+		return &MinInterval{Limit: limit, Window: w}, nil
 	}
-	return nil, fmt.Errorf("model: unknown algorithm %q", a)
+	return nil, fmt.Errorf("tiermodel: unknown algorithm %q", a)
 }
 
-// ModelCell is a model with its cell's shadow flag.
-type ModelCell struct {
+// Cell is a model with its cell's shadow flag.
+type Cell struct {
 	Model  Model
 	Shadow bool
 }
@@ -72,9 +92,9 @@ type ModelCell struct {
 // when mode is Report, or Enforce and every non-shadow cell allows; each
 // cell answers its own decision with the state after the call when counted
 // (or, in a dry run where every non-shadow cell allows, would be), else the
-// state now. It returns one Outcome per cell (Tier Hot) and whether the
+// state now. It returns one Outcome per cell and whether the
 // cost was counted.
-func CheckModels(now time.Time, cost int64, mode Mode, cells []ModelCell) ([]Outcome, bool) {
+func CheckModels(now time.Time, cost int64, mode Mode, cells []Cell) ([]Outcome, bool) {
 	ms := now.UnixMilli()
 	allowed := make([]bool, len(cells))
 	all := true
@@ -89,7 +109,7 @@ func CheckModels(now time.Time, cost int64, mode Mode, cells []ModelCell) ([]Out
 	out := make([]Outcome, len(cells))
 	for i, c := range cells {
 		rem, reset, retry := c.Model.Metrics(ms, cost, post)
-		out[i] = outcome(allowed[i], rem, reset, retry)
+		out[i] = Outcome{Allowed: allowed[i], Remaining: rem, Reset: reset, Retry: retry}
 	}
 	if commit {
 		for _, c := range cells {
@@ -99,47 +119,23 @@ func CheckModels(now time.Time, cost int64, mode Mode, cells []ModelCell) ([]Out
 	return out, commit
 }
 
-func outcome(allowed bool, rem, reset, retry int64) Outcome {
-	if allowed {
-		retry = 0
-	}
-	return Outcome{
-		Allowed:    allowed,
-		Remaining:  max(rem, 0),
-		ResetAfter: time.Duration(reset) * time.Millisecond,
-		RetryAfter: time.Duration(retry) * time.Millisecond,
-		Tier:       Hot,
-	}
-}
-
-// checkOne decides a single-cell op.
-func checkOne(m Model, now, cost int64, mode Mode) Outcome {
-	out, _ := CheckModels(time.UnixMilli(now), cost, mode, []ModelCell{{Model: m}})
-	return out[0]
-}
-
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
-// FixedWindowModel: windows aligned to the Unix epoch (index = now / W); a
+// FixedWindow: windows aligned to the Unix epoch (index = now / W); a
 // call fits when the window's count plus c is at most L. Reset and retry:
 // the window's end.
-type FixedWindowModel struct {
+type FixedWindow struct {
 	Limit, Window int64
 	used          map[int64]int64 // window index -> count
 }
 
-// Check decides a single-cell op.
-func (m *FixedWindowModel) Check(now, cost int64, mode Mode) Outcome {
-	return checkOne(m, now, cost, mode)
-}
-
 // Peek implements Model.
-func (m *FixedWindowModel) Peek(now, cost int64) bool {
+func (m *FixedWindow) Peek(now, cost int64) bool {
 	return m.used[now/m.Window]+cost <= m.Limit
 }
 
 // Metrics implements Model.
-func (m *FixedWindowModel) Metrics(now, cost int64, post bool) (int64, int64, int64) {
+func (m *FixedWindow) Metrics(now, cost int64, post bool) (int64, int64, int64) {
 	used := m.used[now/m.Window]
 	if post {
 		used += cost
@@ -149,7 +145,7 @@ func (m *FixedWindowModel) Metrics(now, cost int64, post bool) (int64, int64, in
 }
 
 // Commit implements Model.
-func (m *FixedWindowModel) Commit(now, cost int64) {
+func (m *FixedWindow) Commit(now, cost int64) {
 	idx := now / m.Window
 	m.used[idx] += cost
 	for k := range m.used {
@@ -159,26 +155,21 @@ func (m *FixedWindowModel) Commit(now, cost int64) {
 	}
 }
 
-// SlidingWindowModel keeps the exact count of calls per second. The window
+// SlidingWindow keeps the exact count of calls per second. The window
 // at now is the W/1000 seconds ending with now's second; a call of second s
 // leaves it at (s + W/1000) * 1000 ms. A call fits when the calls in the
 // window plus c are at most L. Reset: when the oldest call in the window
 // leaves; retry: when enough have left for c to fit (cost > L: when the
 // newest leaves).
-type SlidingWindowModel struct {
+type SlidingWindow struct {
 	Limit, Window int64
 	secs          []secCount // ascending seconds with calls
 }
 
 type secCount struct{ sec, n int64 }
 
-// Check decides a single-cell op.
-func (m *SlidingWindowModel) Check(now, cost int64, mode Mode) Outcome {
-	return checkOne(m, now, cost, mode)
-}
-
 // inWindow returns the calls of the window at now, oldest first.
-func (m *SlidingWindowModel) inWindow(now int64) []secCount {
+func (m *SlidingWindow) inWindow(now int64) []secCount {
 	s0 := now/1000 - m.Window/1000 + 1
 	i := 0
 	for i < len(m.secs) && m.secs[i].sec < s0 {
@@ -196,12 +187,12 @@ func sumCounts(cs []secCount) int64 {
 }
 
 // Peek implements Model.
-func (m *SlidingWindowModel) Peek(now, cost int64) bool {
+func (m *SlidingWindow) Peek(now, cost int64) bool {
 	return sumCounts(m.inWindow(now))+cost <= m.Limit
 }
 
 // Metrics implements Model.
-func (m *SlidingWindowModel) Metrics(now, cost int64, post bool) (int64, int64, int64) {
+func (m *SlidingWindow) Metrics(now, cost int64, post bool) (int64, int64, int64) {
 	cs := append([]secCount(nil), m.inWindow(now)...)
 	if post {
 		cs = append(cs, secCount{now / 1000, cost})
@@ -233,7 +224,7 @@ func (m *SlidingWindowModel) Metrics(now, cost int64, post bool) (int64, int64, 
 }
 
 // Commit implements Model.
-func (m *SlidingWindowModel) Commit(now, cost int64) {
+func (m *SlidingWindow) Commit(now, cost int64) {
 	m.secs = m.inWindow(now)
 	sec := now / 1000
 	if n := len(m.secs); n > 0 && m.secs[n-1].sec >= sec {
@@ -246,23 +237,18 @@ func (m *SlidingWindowModel) Commit(now, cost int64) {
 	m.secs = append(m.secs, secCount{sec, cost})
 }
 
-// TokenBucketModel holds tokens in units of 1/W of a token: capacity L*W
+// TokenBucket holds tokens in units of 1/W of a token: capacity L*W
 // units, refilled by L units per ms since the last refill, a call of cost c
 // takes c*W units and fits when c <= L and they are there. A count may
 // leave debt down to -L*W units (one full bucket). Remaining: whole tokens;
 // reset: ms to full; retry: ms until c tokens are there (cost > L: to full).
-type TokenBucketModel struct {
+type TokenBucket struct {
 	Limit, Window int64
 	has           bool
 	tokens, last  int64
 }
 
-// Check decides a single-cell op.
-func (m *TokenBucketModel) Check(now, cost int64, mode Mode) Outcome {
-	return checkOne(m, now, cost, mode)
-}
-
-func (m *TokenBucketModel) at(now int64) (tokens, last int64) {
+func (m *TokenBucket) at(now int64) (tokens, last int64) {
 	capacity := m.Limit * m.Window
 	if !m.has {
 		return capacity, now
@@ -280,7 +266,7 @@ func (m *TokenBucketModel) at(now int64) (tokens, last int64) {
 	return tokens, last
 }
 
-func (m *TokenBucketModel) charge(tokens, cost int64) int64 {
+func (m *TokenBucket) charge(tokens, cost int64) int64 {
 	capacity := m.Limit * m.Window
 	if cost >= 2*m.Limit {
 		return -capacity
@@ -289,13 +275,13 @@ func (m *TokenBucketModel) charge(tokens, cost int64) int64 {
 }
 
 // Peek implements Model.
-func (m *TokenBucketModel) Peek(now, cost int64) bool {
+func (m *TokenBucket) Peek(now, cost int64) bool {
 	t, _ := m.at(now)
 	return cost <= m.Limit && t >= cost*m.Window
 }
 
 // Metrics implements Model.
-func (m *TokenBucketModel) Metrics(now, cost int64, post bool) (int64, int64, int64) {
+func (m *TokenBucket) Metrics(now, cost int64, post bool) (int64, int64, int64) {
 	t, _ := m.at(now)
 	if post {
 		t = m.charge(t, cost)
@@ -310,34 +296,29 @@ func (m *TokenBucketModel) Metrics(now, cost int64, post bool) (int64, int64, in
 }
 
 // Commit implements Model.
-func (m *TokenBucketModel) Commit(now, cost int64) {
+func (m *TokenBucket) Commit(now, cost int64) {
 	t, last := m.at(now)
 	m.tokens, m.last, m.has = m.charge(t, cost), last, true
 }
 
-// SlidingLogModel keeps the times of the last L counted calls (a call of
+// SlidingLog keeps the times of the last L counted calls (a call of
 // cost c is c entries), each stamped max(now, newest) so they never
 // decrease. A call fits when c <= L and the entries in (now-W, now] plus c
 // are at most L. Reset: when the oldest entry in the window leaves; retry:
 // when enough have left for c to fit (cost > L: when the newest leaves).
-type SlidingLogModel struct {
+type SlidingLog struct {
 	Limit, Window int64
 	log           []int64
 }
 
-// Check decides a single-cell op.
-func (m *SlidingLogModel) Check(now, cost int64, mode Mode) Outcome {
-	return checkOne(m, now, cost, mode)
-}
-
-func (m *SlidingLogModel) stamp(now int64) int64 {
+func (m *SlidingLog) stamp(now int64) int64 {
 	if n := len(m.log); n > 0 && m.log[n-1] > now {
 		return m.log[n-1]
 	}
 	return now
 }
 
-func (m *SlidingLogModel) after(now, cost int64) []int64 {
+func (m *SlidingLog) after(now, cost int64) []int64 {
 	log := append([]int64(nil), m.log...)
 	ts := m.stamp(now)
 	for range min(cost, m.Limit) {
@@ -349,7 +330,7 @@ func (m *SlidingLogModel) after(now, cost int64) []int64 {
 	return log
 }
 
-func (m *SlidingLogModel) inWindow(log []int64, now int64) []int64 {
+func (m *SlidingLog) inWindow(log []int64, now int64) []int64 {
 	i := 0
 	for i < len(log) && log[i] <= now-m.Window {
 		i++
@@ -358,12 +339,12 @@ func (m *SlidingLogModel) inWindow(log []int64, now int64) []int64 {
 }
 
 // Peek implements Model.
-func (m *SlidingLogModel) Peek(now, cost int64) bool {
+func (m *SlidingLog) Peek(now, cost int64) bool {
 	return cost <= m.Limit && int64(len(m.inWindow(m.log, now)))+cost <= m.Limit
 }
 
 // Metrics implements Model.
-func (m *SlidingLogModel) Metrics(now, cost int64, post bool) (int64, int64, int64) {
+func (m *SlidingLog) Metrics(now, cost int64, post bool) (int64, int64, int64) {
 	log := m.log
 	if post {
 		log = m.after(now, cost)
@@ -386,27 +367,22 @@ func (m *SlidingLogModel) Metrics(now, cost int64, post bool) (int64, int64, int
 }
 
 // Commit implements Model.
-func (m *SlidingLogModel) Commit(now, cost int64) { m.log = m.after(now, cost) }
+func (m *SlidingLog) Commit(now, cost int64) { m.log = m.after(now, cost) }
 
-// MinIntervalModel spaces counted calls interval = ceil(W/L) ms apart: next
+// MinInterval spaces counted calls interval = ceil(W/L) ms apart: next
 // is the earliest time the next call may be counted; a call fits when
 // c <= L and now >= next; counting it sets next = max(next, now) +
 // c*interval, at most now + L*interval. Remaining: 1 when a call may go
 // now, else 0; reset and retry: until next.
-type MinIntervalModel struct {
+type MinInterval struct {
 	Limit, Window int64
 	has           bool
 	next          int64
 }
 
-// Check decides a single-cell op.
-func (m *MinIntervalModel) Check(now, cost int64, mode Mode) Outcome {
-	return checkOne(m, now, cost, mode)
-}
+func (m *MinInterval) interval() int64 { return ceilDiv(m.Window, m.Limit) }
 
-func (m *MinIntervalModel) interval() int64 { return ceilDiv(m.Window, m.Limit) }
-
-func (m *MinIntervalModel) charged(now, cost int64) int64 {
+func (m *MinInterval) charged(now, cost int64) int64 {
 	i := m.interval()
 	limit := now + m.Limit*i
 	if cost >= m.Limit {
@@ -420,12 +396,12 @@ func (m *MinIntervalModel) charged(now, cost int64) int64 {
 }
 
 // Peek implements Model.
-func (m *MinIntervalModel) Peek(now, cost int64) bool {
+func (m *MinInterval) Peek(now, cost int64) bool {
 	return cost <= m.Limit && (!m.has || now >= m.next)
 }
 
 // Metrics implements Model.
-func (m *MinIntervalModel) Metrics(now, cost int64, post bool) (int64, int64, int64) {
+func (m *MinInterval) Metrics(now, cost int64, post bool) (int64, int64, int64) {
 	next, has := m.next, m.has
 	if post {
 		next, has = m.charged(now, cost), true
@@ -442,6 +418,6 @@ func (m *MinIntervalModel) Metrics(now, cost int64, post bool) (int64, int64, in
 }
 
 // Commit implements Model.
-func (m *MinIntervalModel) Commit(now, cost int64) {
+func (m *MinInterval) Commit(now, cost int64) {
 	m.next, m.has = m.charged(now, cost), true
 }

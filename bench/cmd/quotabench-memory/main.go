@@ -46,7 +46,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/rules"
-	schema "github.com/quota-platform/quota/sql"
+	sqlschema "github.com/quota-platform/quota/sql"
 	"github.com/quota-platform/quota/tiers"
 )
 
@@ -538,7 +538,7 @@ func coldTier(ctx context.Context, c *config) error {
 			return err
 		}
 		dbs = append(dbs, db)
-		if _, err := schema.Apply(ctx, db); err != nil {
+		if _, err := sqlschema.Apply(ctx, db); err != nil {
 			return fmt.Errorf("schema on %s: %w", name, err)
 		}
 	}
