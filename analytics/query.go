@@ -342,14 +342,14 @@ func (r *Recorder) Uniques(ctx context.Context, app string, from, to Day) (int64
 	return r.uniqueCount(ctx, keys, extra)
 }
 
-// Apps lists the apps that have a key or had calls in the last 31 days, in
-// order (at most limit).
+// Apps lists the apps that had calls in the last 31 days, in order (at
+// most limit).
 func (r *Recorder) Apps(ctx context.Context, limit int) ([]string, error) {
 	set := map[string]struct{}{}
 	since := (DayOf(r.clk.Now()) - 31).String()
 	for _, sh := range r.shards {
 		rows, err := sh.db.QueryContext(ctx,
-			"SELECT app_id FROM app_keys UNION SELECT DISTINCT app_id FROM usage_daily WHERE day >= ?", since)
+			"SELECT DISTINCT app_id FROM usage_daily WHERE day >= ?", since)
 		if err != nil {
 			return nil, err
 		}

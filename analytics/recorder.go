@@ -176,7 +176,6 @@ type Recorder struct {
 	addSorter     addSort                // sorts hllQueue (the flusher's alone)
 	pfaddUsers    stringArena            // PFADD arguments (the flusher's alone)
 	names         nameTable              // names of keys kept past a flush (the flusher's alone)
-	appKeys       keyCache               // apps of recently verified keys
 	lastPersist   time.Time
 	lastDropLog   time.Time
 

@@ -68,7 +68,7 @@ func (s *Server) caller(c echo.Context) (app string, admin bool, err error) {
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), 5*time.Second)
 	defer cancel()
-	app, ok, err := s.deps.Analytics.AppForKey(ctx, tok)
+	app, ok, err := s.deps.Keys.App(ctx, tok)
 	if err != nil {
 		s.deps.Log.Warn("app key lookup failed", "err", err)
 		return "", false, newError(http.StatusServiceUnavailable, "store_unavailable", "app keys cannot be checked right now; retry shortly")

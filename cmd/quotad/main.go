@@ -23,6 +23,7 @@ import (
 
 	"github.com/quota-platform/quota/analytics"
 	"github.com/quota-platform/quota/api"
+	"github.com/quota-platform/quota/apps"
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/coalesce"
 	"github.com/quota-platform/quota/config"
@@ -197,6 +198,7 @@ func serve() error {
 		Ready:        readiness(hot, dbs),
 		Usage:        usage,
 		Analytics:    rec,
+		Keys:         apps.New(dbs, nil),
 		Tiers:        tiersAdmin,
 	})
 	go reloadOnHangup(ctx, s.RulesPath, lim, m, log)
