@@ -62,8 +62,8 @@ func (r *Recorder) swapLive(ctx context.Context, pace *pacer) {
 		}
 	}
 	var lost liveLoss
-	for i := range r.live {
-		l := &r.live[i]
+	for i := range r.live.shards {
+		l := &r.live.shards[i]
 		r.mu.Lock()
 		l.mu.Lock()
 		if len(l.rows.keys) == 0 {
@@ -71,12 +71,11 @@ func (r *Recorder) swapLive(ctx context.Context, pace *pacer) {
 			r.mu.Unlock()
 			continue
 		}
-		rows := l.take(r.liveSpare[i])
+		rows := r.live.take(i)
 		l.mu.Unlock()
 		r.fold(rows, held, &lost)
 		r.mu.Unlock()
-		clear(rows.keys) // the spare keeps no row ids alive
-		r.liveSpare[i] = rows
+		r.live.putBack(i, rows)
 		pace.rest(ctx)
 	}
 	// Sorted so that pfaddPending walks it in runs of one key; the sort
@@ -126,7 +125,7 @@ func (r *Recorder) fold(rows liveRows, held []int, lost *liveLoss) {
 			continue
 		}
 		held[si] += grow
-		d := p.ifaceDay(dk, pd, &r.names)
+		d := p.ifaceDay(dk, pd)
 		p.add(d, k.min, c)
 		if user == "" {
 			continue

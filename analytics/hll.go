@@ -188,13 +188,12 @@ type touchedHLL struct {
 }
 
 // touchedKey returns k's entry in touched, made (TTL not yet set) if none.
-// A new entry's key takes app and iface from the name table: they are
-// substrings of a row id (in an idArena block that the entry, kept up to a
-// day, would hold).
+// A new entry's key holds the canonical copies of app and iface (see
+// rowset.ifaceDay).
 func (r *Recorder) touchedKey(k hllKey) *touchedHLL {
 	t := r.touched[k]
 	if t == nil {
-		k.app, k.iface = r.names.of(k.app), r.names.of(k.iface)
+		k.app, k.iface = intern(k.app), intern(k.iface)
 		t = &touchedHLL{name: k.redisKey(r.opt.KeyPrefix)}
 		r.touched[k] = t
 	}

@@ -21,7 +21,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"io"
 	"log/slog"
 	"math"
@@ -104,46 +103,6 @@ func (c *Counts) sub(o Counts) {
 	c.Denied -= o.Denied
 }
 
-type liveKey struct {
-	id  rowID // a copy of the call's app, interface and user (not the request's strings)
-	min int64 // Unix seconds of the minute's start
-}
-
-// liveShard is one of the live aggregate tables. The table holds an index
-// into rows rather than a *Counts, so a new row costs no allocation of its
-// own and the collector has one pointer-free array to skip, not a small
-// object per row.
-type liveShard struct {
-	mu    sync.Mutex
-	table liveTable
-	rows  liveRows
-	ids   idArena  // the new rows' ids
-	_     [16]byte // keep neighbouring shards' mutexes off one cache line
-}
-
-// liveRows are a live shard's rows in the order Record added them:
-// keys[i]'s counts are counts[i]. The fold walks them in this order, not
-// the map's: the rows' ids were allocated in it too, so the walk reads
-// memory in sequence where the map's order missed the cache on every row.
-type liveRows struct {
-	keys   []liveKey
-	counts []Counts
-}
-
-// take empties the shard and returns its rows (caller holds mu). The
-// table is cleared, keeping its room for the next flush's rows, and spare
-// (a previous take's rows, or none) takes over as the shard's rows, so
-// that a flush allocates neither anew.
-func (l *liveShard) take(spare liveRows) liveRows {
-	rows := l.rows
-	l.table.reset()
-	if spare.keys == nil {
-		spare = liveRows{keys: make([]liveKey, 0, cap(rows.keys)), counts: make([]Counts, 0, cap(rows.counts))}
-	}
-	l.rows = liveRows{keys: spare.keys[:0], counts: spare.counts[:0]}
-	return rows
-}
-
 // Recorder records usage and answers questions about it. It is safe for
 // concurrent use.
 type Recorder struct {
@@ -152,13 +111,7 @@ type Recorder struct {
 	log  *slog.Logger
 	rdb  redis.UniversalClient
 	met  *collectors
-	seed maphash.Seed
-	live []liveShard
-	mask uint64
-	// liveSpare[i] is the rows the flusher last took from live[i], empty,
-	// for its next take (the flusher's alone).
-	liveSpare []liveRows
-	maxPer    int // max live rows per live shard
+	live *live
 
 	// mu orders readers (stats queries: DB, then memory) against the
 	// flusher's moves of rows between memory and MySQL, so a row is seen
@@ -175,7 +128,6 @@ type Recorder struct {
 	touched       map[hllKey]*touchedHLL // keys added to since persisted
 	addSorter     addSort                // sorts hllQueue (the flusher's alone)
 	pfaddUsers    stringArena            // PFADD arguments (the flusher's alone)
-	names         nameTable              // names of keys kept past a flush (the flusher's alone)
 	lastPersist   time.Time
 	lastDropLog   time.Time
 
@@ -267,11 +219,7 @@ func New(o Options) (*Recorder, error) {
 		log:       o.Log,
 		rdb:       o.Redis,
 		met:       newCollectors(o.Registerer),
-		seed:      maphash.MakeSeed(),
-		live:      make([]liveShard, n),
-		liveSpare: make([]liveRows, n),
-		mask:      uint64(n - 1),
-		maxPer:    max(1, o.MaxPendingRows/n),
+		live:      newLive(n, o.MaxPendingRows),
 		touched:   map[hllKey]*touchedHLL{},
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
@@ -285,38 +233,12 @@ func New(o Options) (*Recorder, error) {
 }
 
 // Record adds one decided call. It never blocks on I/O: it takes one of
-// many small locks for a table update.
+// many small locks for a map update.
 func (r *Recorder) Record(appID, interfaceID, userID string, allowed bool) {
 	m := floorDiv(r.clk.Now().Unix(), 60) * 60
-	// The row's id is built on the stack (IDs longer than the buffer spill
-	// to the heap) and looked up as bytes: a call to an existing row
-	// allocates nothing, a new row copies its id into the shard's arena.
-	var buf [192]byte
-	id := appendRowID(buf[:0], appID, interfaceID, userID)
-	idHash := maphash.Bytes(r.seed, id)
-	s := &r.live[idHash&r.mask]
-	h := rowHash(idHash, m)
-	s.mu.Lock()
-	i, slot := s.table.find(h, id, m, s.rows.keys)
-	if i < 0 {
-		if len(s.rows.keys) >= r.maxPer {
-			s.mu.Unlock()
-			r.met.dropped.Inc()
-			return
-		}
-		i = int32(len(s.rows.counts))
-		s.rows.counts = append(s.rows.counts, Counts{})
-		s.rows.keys = append(s.rows.keys, liveKey{id: s.ids.add(id), min: m})
-		s.table.insert(slot, h, i, s.rows.keys, r.seed)
+	if !r.live.record(m, appID, interfaceID, userID, allowed) {
+		r.met.dropped.Inc()
 	}
-	c := &s.rows.counts[i]
-	c.Calls++
-	if allowed {
-		c.Allowed++
-	} else {
-		c.Denied++
-	}
-	s.mu.Unlock()
 }
 
 // Run flushes every FlushEvery until ctx is done or Close is called.

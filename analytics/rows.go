@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unique"
 )
 
 // Resolution is the width of a curve point.
@@ -264,20 +265,20 @@ func (r *rowset) next() *rowset {
 func (r *rowset) len() int { return r.nSeries + len(r.daily) + r.nUsers }
 
 // ifaceDay returns k's row, which the caller has looked up (cur; nil:
-// none yet, and it is made).
-//
-// A new row's key takes its app and iface from names (nil: copies of its
-// own): they are substrings of a row id, in a block of a live shard's
-// idArena, and the key outlives the flush (a held minute's row is carried
-// over to the next rowset, and its (app, day) with it to the next
-// flush's), which would keep the whole block alive.
-func (r *rowset) ifaceDay(k dailyKey, cur *ifaceDay, names *nameTable) *ifaceDay {
+// none yet, and it is made). A new row's key holds the canonical copies
+// of its app and interface (unique.Make): its strings are substrings of a
+// row id, and the key outlives the flush (a held minute's row is carried
+// over), so one copy a name rather than a copy (or a row id) a pair.
+func (r *rowset) ifaceDay(k dailyKey, cur *ifaceDay) *ifaceDay {
 	if cur != nil {
 		return cur
 	}
-	k.app, k.iface = names.of(k.app), names.of(k.iface)
+	k.app, k.iface = intern(k.app), intern(k.iface)
 	return r.newIfaceDay(k)
 }
+
+// intern is the canonical copy of s.
+func intern(s string) string { return unique.Make(s).Value() }
 
 // ownIfaceDay is ifaceDay for a key of another rowset's row (its strings
 // are copies already).
