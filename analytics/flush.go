@@ -78,9 +78,11 @@ func (r *Recorder) swapLive(ctx context.Context, pace *pacer) {
 		r.live.putBack(i, rows)
 		pace.rest(ctx)
 	}
-	// Sorted so that pfaddPending walks it in runs of one key; the sort
-	// moves the adds under mu, because readers scan the queue.
-	r.addSorter.sort(r.hllQueue, &r.mu)
+	// Sorted so that pfaddPending walks it in runs of one key; under mu,
+	// because readers scan the queue.
+	r.mu.Lock()
+	sortByGroup(r.hllQueue, func(a *userAdd) uint64 { return a.group })
+	r.mu.Unlock()
 	if lost.adds > 0 {
 		r.met.droppedAdds.Add(float64(lost.adds))
 	}

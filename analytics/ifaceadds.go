@@ -79,7 +79,9 @@ const ifaceViewSize = 1 << 14
 func (r *Recorder) ifacePass(ctx context.Context, pace *pacer, convert []*touchedHLL) ([]*touchedHLL, error) {
 	now := r.clk.Now()
 	q := &r.ifaceQueue
-	sortByGroup(&r.addSorter, q.adds, func(a *ifaceAdd) uint64 { return a.group }, &r.mu) // readers scan the adds
+	r.mu.Lock() // readers scan the adds
+	sortByGroup(q.adds, func(a *ifaceAdd) uint64 { return a.group })
+	r.mu.Unlock()
 	for lo := 0; lo < len(q.adds); lo += ifaceViewSize {
 		view := q.view(lo, min(lo+ifaceViewSize, len(q.adds)), r.ifaceView[:0])
 		var err error

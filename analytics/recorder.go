@@ -126,7 +126,6 @@ type Recorder struct {
 	ifaceView     []userAdd              // the interface pass's view of ifaceQueue (the flusher's alone)
 	lastIfacePass time.Time              // when the interface pass last sent all of ifaceQueue
 	touched       map[hllKey]*touchedHLL // keys added to since persisted
-	addSorter     addSort                // sorts hllQueue (the flusher's alone)
 	pfaddUsers    stringArena            // PFADD arguments (the flusher's alone)
 	lastPersist   time.Time
 	lastDropLog   time.Time
@@ -187,8 +186,7 @@ func New(o Options) (*Recorder, error) {
 		o.MaxPendingRows = 2_000_000
 	}
 	if o.MaxPendingRows > math.MaxInt32 {
-		// The flush sorts the distinct-user queue (up to this long) by
-		// 32-bit indexes.
+		// The live rows (up to this many) are indexed with 32 bits.
 		return nil, fmt.Errorf("analytics: MaxPendingRows %d: want at most %d", o.MaxPendingRows, math.MaxInt32)
 	}
 	if o.RowsPerStatement <= 0 {
@@ -214,15 +212,15 @@ func New(o Options) (*Recorder, error) {
 		n <<= 1
 	}
 	r := &Recorder{
-		opt:       o,
-		clk:       o.Clock,
-		log:       o.Log,
-		rdb:       o.Redis,
-		met:       newCollectors(o.Registerer),
-		live:      newLive(n, o.MaxPendingRows),
-		touched:   map[hllKey]*touchedHLL{},
-		stop:      make(chan struct{}),
-		done:      make(chan struct{}),
+		opt:     o,
+		clk:     o.Clock,
+		log:     o.Log,
+		rdb:     o.Redis,
+		met:     newCollectors(o.Registerer),
+		live:    newLive(n, o.MaxPendingRows),
+		touched: map[hllKey]*touchedHLL{},
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	for _, db := range o.DBs {
 		r.shards = append(r.shards, &dbShard{db: db, pending: newRowset()})

@@ -414,12 +414,34 @@ func (r *rowset) userGroups() []*userGroup {
 	return out
 }
 
-// sortGroup sorts g's rows into write order and sums rows of equal keys,
-// with s's buffers.
-func (r *rowset) sortGroup(g *userGroup, s *groupSort) {
+// sortGroup sorts g's rows into write order and sums rows of equal keys.
+func (r *rowset) sortGroup(g *userGroup) {
 	n := len(g.rows)
-	g.rows = s.sort(g.rows)
+	g.rows = sortUserRows(g.rows)
 	r.nUsers -= n - len(g.rows)
+}
+
+// sortUserRows sorts rows into write order (compareGroupRows) and sums rows
+// of equal keys, in place, and returns them.
+func sortUserRows(rows []userRow) []userRow {
+	slices.SortFunc(rows, func(a, b userRow) int { return compareGroupRows(&a, &b) })
+	n := 0
+	for i := range rows {
+		if n > 0 && rows[n-1].userKey == rows[i].userKey {
+			rows[n-1].Counts.add(rows[i].Counts)
+			continue
+		}
+		rows[n] = rows[i]
+		n++
+	}
+	clear(rows[n:]) // drop the merged rows' ids
+	return rows[:n]
+}
+
+// sortByGroup sorts q by the group of its elements: the distinct-user adds
+// by HyperLogLog.
+func sortByGroup[T any](q []T, group func(*T) uint64) {
+	slices.SortFunc(q, func(a, b T) int { return cmp.Compare(group(&a), group(&b)) })
 }
 
 // userChunks sorts each (day, app)'s rows into write order (sortGroup) and
@@ -429,10 +451,9 @@ func (r *rowset) sortGroup(g *userGroup, s *groupSort) {
 func (r *rowset) userChunks(mu sync.Locker, maxRaw int) []userChunk {
 	var out []userChunk
 	var buf chunkBuffers
-	var sorter groupSort
 	for _, g := range r.userGroups() {
 		mu.Lock()
-		r.sortGroup(g, &sorter)
+		r.sortGroup(g)
 		mu.Unlock()
 		out = appendAppChunks(out, g.rows, maxRaw, &buf)
 	}
