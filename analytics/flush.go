@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -81,7 +82,7 @@ func (r *Recorder) swapLive(ctx context.Context, pace *pacer) {
 	// Sorted so that pfaddPending walks it in runs of one key; under mu,
 	// because readers scan the queue.
 	r.mu.Lock()
-	sortByGroup(r.hllQueue, func(a *userAdd) uint64 { return a.group })
+	slices.SortFunc(r.hllQueue, func(a, b userAdd) int { return cmp.Compare(a.group, b.group) })
 	r.mu.Unlock()
 	if lost.adds > 0 {
 		r.met.droppedAdds.Add(float64(lost.adds))

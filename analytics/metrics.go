@@ -11,7 +11,6 @@ type collectors struct {
 	flushErrors  prometheus.Counter
 	pendingRows  prometheus.Gauge
 	pendingAdds  *prometheus.GaugeVec // scope
-	hllDense     prometheus.Counter
 }
 
 func newCollectors(reg prometheus.Registerer) *collectors {
@@ -49,13 +48,9 @@ func newCollectors(reg prometheus.Registerer) *collectors {
 			Name: "quota_analytics_pending_user_adds",
 			Help: "Distinct-user adds held in memory after the last flush, by HyperLogLog scope: app (Redis failed) or interface (waiting for the interface pass, QUOTA_ANALYTICS_IFACE_USERS_EVERY, or Redis failed).",
 		}, []string{"scope"}),
-		hllDense: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "quota_analytics_hll_dense_total",
-			Help: "Distinct-user HyperLogLogs the flusher converted to Redis' dense encoding (QUOTA_ANALYTICS_HLL_DENSE_AT).",
-		}),
 	}
 	if reg != nil {
-		reg.MustRegister(c.rowsWritten, c.statements, c.flushSeconds, c.dropped, c.droppedAdds, c.flushErrors, c.pendingRows, c.pendingAdds, c.hllDense)
+		reg.MustRegister(c.rowsWritten, c.statements, c.flushSeconds, c.dropped, c.droppedAdds, c.flushErrors, c.pendingRows, c.pendingAdds)
 	}
 	return c
 }

@@ -54,10 +54,10 @@ type Options struct {
 	// HLLTTL is the expiry of the daily HyperLogLog keys (default 48 h).
 	HLLTTL time.Duration
 	// HLLDenseAt is the size (bytes of Redis' sparse encoding) past which
-	// the flusher converts a HyperLogLog to the dense encoding, where an
-	// add costs the same however many users the key holds (0: default
-	// DefaultHLLDenseAt; negative: never, Redis converts at its
-	// hll-sparse-max-bytes). hlldense.go says why.
+	// Redis turns a HyperLogLog dense, where an add costs the same however
+	// many users the key holds: the first flush sets Redis'
+	// hll-sparse-max-bytes to it (0: default DefaultHLLDenseAt; negative:
+	// left as Redis has it). hlldense.go says why.
 	HLLDenseAt int
 	// IfaceUsersEvery is how often Run's flushes send the distinct users
 	// of the (app, interface) HyperLogLogs (default 1 min; the app-level
@@ -130,10 +130,11 @@ type Recorder struct {
 	lastPersist   time.Time
 	lastDropLog   time.Time
 
-	runOnce  sync.Once
-	stop     chan struct{}
-	stopOnce sync.Once
-	done     chan struct{}
+	sparseOnce sync.Once // sets hll-sparse-max-bytes
+	runOnce    sync.Once
+	stop       chan struct{}
+	stopOnce   sync.Once
+	done       chan struct{}
 }
 
 type dbShard struct {

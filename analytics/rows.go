@@ -438,12 +438,6 @@ func sortUserRows(rows []userRow) []userRow {
 	return rows[:n]
 }
 
-// sortByGroup sorts q by the group of its elements: the distinct-user adds
-// by HyperLogLog.
-func sortByGroup[T any](q []T, group func(*T) uint64) {
-	slices.SortFunc(q, func(a, b T) int { return cmp.Compare(group(&a), group(&b)) })
-}
-
 // userChunks sorts each (day, app)'s rows into write order (sortGroup) and
 // turns them into chunks of at most about maxRaw bytes before compression
 // (chunkMaxRaw), a group at a time while its rows are in the CPU's cache.

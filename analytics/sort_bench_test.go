@@ -1,6 +1,8 @@
 package analytics
 
 import (
+	"cmp"
+	"slices"
 	"strconv"
 	"testing"
 )
@@ -47,6 +49,6 @@ func BenchmarkSortUserAdds(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i += len(src) {
 		copy(q, src)
-		sortByGroup(q, func(a *userAdd) uint64 { return a.group })
+		slices.SortFunc(q, func(a, b userAdd) int { return cmp.Compare(a.group, b.group) })
 	}
 }
