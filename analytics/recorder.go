@@ -2,14 +2,20 @@
 // per app, interface, user and day, distinct users (Redis HyperLogLogs), and
 // call curves at falling resolution.
 //
-// The check path calls Record, which adds one to an in-process aggregate
-// keyed by (app, interface, user, minute) in one of many mutex-protected
-// maps (chosen by a hash of the key, so two cores rarely meet on one lock).
-// Every FlushEvery (15 s by default) Flush moves those aggregates into
-// per-shard pending row sets and writes them to MySQL in multi-row
-// INSERT … ON DUPLICATE KEY UPDATE statements, one transaction per shard,
-// so the write rate depends on the number of distinct rows, not on calls.
-// Distinct users go to Redis with batched PFADDs in the same flush.
+// A Recorder does five things, each in its own files:
+//   - recording (record.go): Record adds one to a count per (app,
+//     interface, user, minute) in one of many small maps, no I/O;
+//   - flushing (flush.go, rows.go): every FlushEvery (15 s by default) the
+//     counts move into per-shard rows, written to MySQL in multi-row
+//     INSERT … ON DUPLICATE KEY UPDATE statements, one transaction per
+//     shard, so the write rate follows the distinct rows, not the calls;
+//   - distinct users (hll.go, ifaceadds.go, hllstore.go, hlldense.go):
+//     pipelined PFADDs to Redis HyperLogLogs in the same flush, their
+//     registers saved to MySQL;
+//   - per-user figures (userchunk.go, chunkmerge.go, userfold.go,
+//     userseal.go): compressed chunks per (day, app), merged as the day
+//     goes on and sealed once it is over (rollup.go runs both);
+//   - queries (query.go): MySQL's figures plus what is still in memory.
 //
 // Exactly once: a transaction that fails before COMMIT is rolled back and
 // its rows stay pending for the next flush; a COMMIT whose answer is lost is
@@ -106,35 +112,45 @@ func (c *Counts) sub(o Counts) {
 // Recorder records usage and answers questions about it. It is safe for
 // concurrent use.
 type Recorder struct {
-	opt  Options
-	clk  clock.Clock
-	log  *slog.Logger
-	rdb  redis.UniversalClient
-	met  *collectors
+	opt Options
+	clk clock.Clock
+	log *slog.Logger
+	rdb redis.UniversalClient
+	met *collectors
+
+	// Recording (record.go): the calls not yet folded into rows.
 	live *live
 
 	// mu orders readers (stats queries: DB, then memory) against the
 	// flusher's moves of rows between memory and MySQL, so a row is seen
-	// exactly once. Only the flusher (holding flushing) writes shards,
-	// hllQueue and ifaceQueue, and only with mu held; touched is the
-	// flusher's alone.
-	mu            sync.RWMutex
-	flushing      sync.Mutex
-	shards        []*dbShard
-	hllQueue      []userAdd              // distinct-user adds not yet sent to Redis
-	ifaceQueue    ifaceAdds              // adds whose interface-level add waits for the interface pass
-	ifaceView     []userAdd              // the interface pass's view of ifaceQueue (the flusher's alone)
-	lastIfacePass time.Time              // when the interface pass last sent all of ifaceQueue
-	touched       map[hllKey]*touchedHLL // keys added to since persisted
-	pfaddUsers    stringArena            // PFADD arguments (the flusher's alone)
-	lastPersist   time.Time
-	lastDropLog   time.Time
+	// exactly once. Only the flusher (holding flushing) writes shards and
+	// the distinct-user queues, and only with mu held.
+	mu       sync.RWMutex
+	flushing sync.Mutex
+	// Flushing (flush.go, rows.go): each MySQL shard's rows not yet
+	// written, day and curve figures and per-user figures (userchunk.go).
+	shards      []*dbShard
+	lastDropLog time.Time
+	// Distinct users (hll.go, ifaceadds.go, hllstore.go): the adds
+	// waiting for Redis and the keys to save to MySQL.
+	uniques
 
 	sparseOnce sync.Once // sets hll-sparse-max-bytes
 	runOnce    sync.Once
 	stop       chan struct{}
 	stopOnce   sync.Once
 	done       chan struct{}
+}
+
+// uniques is the flusher's state of the distinct-user HyperLogLogs.
+type uniques struct {
+	hllQueue      []userAdd              // distinct-user adds not yet sent to Redis
+	ifaceQueue    ifaceAdds              // adds whose interface-level add waits for the interface pass
+	ifaceView     []userAdd              // the interface pass's view of ifaceQueue (the flusher's alone)
+	lastIfacePass time.Time              // when the interface pass last sent all of ifaceQueue
+	touched       map[hllKey]*touchedHLL // keys added to since persisted (the flusher's alone)
+	pfaddUsers    stringArena            // PFADD arguments (the flusher's alone)
+	lastPersist   time.Time
 }
 
 type dbShard struct {
@@ -219,7 +235,7 @@ func New(o Options) (*Recorder, error) {
 		rdb:     o.Redis,
 		met:     newCollectors(o.Registerer),
 		live:    newLive(n, o.MaxPendingRows),
-		touched: map[hllKey]*touchedHLL{},
+		uniques: uniques{touched: map[hllKey]*touchedHLL{}},
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
