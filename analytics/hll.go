@@ -184,9 +184,11 @@ func (r *Recorder) dropQueued(n int) {
 	defer r.mu.Unlock()
 	var lost int
 	for i := range r.hllQueue[:n] {
-		if len(r.ifaceQueue.adds) >= r.opt.MaxPendingRows || !r.ifaceQueue.add(&r.hllQueue[i]) {
+		if len(r.ifaceQueue.adds) >= r.opt.MaxPendingRows {
 			lost++
+			continue
 		}
+		r.ifaceQueue.add(&r.hllQueue[i])
 	}
 	if lost > 0 {
 		r.met.droppedAdds.Add(float64(lost))
