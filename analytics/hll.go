@@ -184,11 +184,9 @@ func (r *Recorder) dropQueued(n int) {
 	defer r.mu.Unlock()
 	var lost int
 	for i := range r.hllQueue[:n] {
-		if len(r.ifaceQueue.adds) >= r.opt.MaxPendingRows {
+		if len(r.ifaceQueue.adds) >= r.opt.MaxPendingRows || !r.ifaceQueue.add(&r.hllQueue[i]) {
 			lost++
-			continue
 		}
-		r.ifaceQueue.add(&r.hllQueue[i])
 	}
 	if lost > 0 {
 		r.met.droppedAdds.Add(float64(lost))

@@ -146,7 +146,7 @@ func TestFlush_InterfacePassInStepsSendsEveryUser(t *testing.T) {
 	day := DayOf(clk.Now())
 	ctx := context.Background()
 	ifaces := []string{"a", "b", "c"}
-	const users = 12_288 // 3 interfaces: the adds take several pipelines
+	const users = ifaceViewSize * 3 / 4 // 3 interfaces: the adds take 3 steps
 	for _, iface := range ifaces {
 		ref := r.opt.KeyPrefix + "test-ref:" + iface
 		var args []any

@@ -146,6 +146,7 @@ type Recorder struct {
 type uniques struct {
 	hllQueue      []userAdd              // distinct-user adds not yet sent to Redis
 	ifaceQueue    ifaceAdds              // adds whose interface-level add waits for the interface pass
+	ifaceView     []userAdd              // the interface pass's view of ifaceQueue (the flusher's alone)
 	lastIfacePass time.Time              // when the interface pass last sent all of ifaceQueue
 	touched       map[hllKey]*touchedHLL // keys added to since persisted (the flusher's alone)
 	lastPersist   time.Time
