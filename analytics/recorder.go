@@ -149,6 +149,7 @@ type uniques struct {
 	ifaceView     []userAdd              // the interface pass's view of ifaceQueue (the flusher's alone)
 	lastIfacePass time.Time              // when the interface pass last sent all of ifaceQueue
 	touched       map[hllKey]*touchedHLL // keys added to since persisted (the flusher's alone)
+	pfaddUsers    stringArena            // PFADD arguments (the flusher's alone)
 	lastPersist   time.Time
 }
 
