@@ -141,6 +141,7 @@ func (r *Recorder) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scop
 // pipeline's users once, serves every later pipeline: one arena a call grew
 // from empty in each of the ~80 calls a minute of the interface pass, 78 MB
 // a minute at ~23,000 checks a second (quotad's alloc profile, BENCHMARKS).
+// Kept with ifaceAdds' buffer: see there (BenchmarkRecordAndFlush).
 type stringArena struct{ buf []string }
 
 // ref stores s and returns a pointer to it as an argument. A full array is
