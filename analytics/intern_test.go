@@ -5,8 +5,6 @@ import (
 	"unsafe"
 )
 
-func sameBytes(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
-
 // The pending day rows and the touched HyperLogLogs of many interfaces of
 // one app share one copy of its name, and interfaces theirs across apps:
 // two objects per pair were what the collector marked on every cycle.

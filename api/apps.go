@@ -35,12 +35,14 @@ func (s *Server) listApps(c echo.Context) error {
 		if err != nil {
 			return s.storeError(err)
 		}
-		keyed, err := s.deps.Keys.List(ctx)
-		if err != nil {
-			return s.storeError(err)
+		if s.deps.Keys != nil {
+			keyed, err := s.deps.Keys.List(ctx)
+			if err != nil {
+				return s.storeError(err)
+			}
+			ids = slices.Compact(slices.Sorted(slices.Values(append(ids, keyed...))))
+			ids = ids[:min(len(ids), maxListedApps)]
 		}
-		ids = slices.Compact(slices.Sorted(slices.Values(append(ids, keyed...))))
-		ids = ids[:min(len(ids), maxListedApps)]
 		for _, id := range ids {
 			list = append(list, appJSON{id})
 		}

@@ -55,8 +55,8 @@ type Deps struct {
 	Usage UsageRecorder
 	// Analytics answers the stats API and the dashboard; nil serves neither.
 	Analytics *analytics.Recorder
-	// Keys mints and verifies the app keys of the stats API (required
-	// with Analytics).
+	// Keys mints and verifies the app keys of the stats API; nil: only the
+	// admin token reads stats, and POST /v1/admin/apps answers 404.
 	Keys *apps.Keys
 	// Tiers answers GET /v1/admin/tiers and POST /v1/admin/migrate; nil
 	// (tiering off) answers them 404.
