@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"math"
 	"math/bits"
@@ -17,19 +18,24 @@ import (
 // 8 bytes, so most comparisons read whole strings) and splitting them
 // again cost quotad 1.3–1.7 µs an entry (BenchmarkMergeUserChunks), at up
 // to three merges an entry a day. Here the entries stay where their chunk
-// decoded to and are radix-sorted by their user's FNV-1a hash, which the
-// part needs anyway: 0.3–0.6 µs an entry.
+// decoded to and are sorted by their user's FNV-1a hash, which the part
+// needs anyway, so most comparisons compare integers.
 //
 // Memory, per entry: its decoded bytes in raw (~23 with make bench's
-// names), a mergeEntry (40 bytes) and two sort keys (16 bytes each, in
-// radixSort's two buffers). A Rollup keeps
-// one chunkMerge for all its merges, so the buffers grow to its largest.
+// names), a mergeEntry (40 bytes) and a sort key (16 bytes). A Rollup
+// keeps one chunkMerge for all its merges, so the buffers grow to its
+// largest.
 type chunkMerge struct {
 	raw     []byte       // the chunks' decoded bodies, one after another
 	entries []mergeEntry // each entry of raw, in the order decoded
-	keys    []addSortKey // group: the user's hash, bits reversed (see sum); idx: the entry
-	spare   []addSortKey // radixSort's other buffer
+	keys    []mergeKey   // the entries in the order to write them (see sum)
 	out     []byte       // the chunk being cut
+}
+
+// mergeKey is an entry's place in the merge's sort.
+type mergeKey struct {
+	hash uint64 // the user's FNV-1a hash, bits reversed (see sum)
+	idx  int32  // the entry
 }
 
 // mergeEntry is one decoded entry: its user and interface as spans of raw.
@@ -45,7 +51,7 @@ func (m *chunkMerge) bytes(s rawSpan) []byte { return m.raw[s.off : s.off+s.n] }
 
 // reset empties m, keeping its buffers.
 func (m *chunkMerge) reset() {
-	m.raw, m.entries, m.keys, m.out = m.raw[:0], m.entries[:0], m.keys[:0], m.out[:0] // spare: radixSort empties it
+	m.raw, m.entries, m.keys, m.out = m.raw[:0], m.entries[:0], m.keys[:0], m.out[:0]
 }
 
 // add decodes a chunk body and adds its entries.
@@ -71,7 +77,7 @@ func (m *chunkMerge) add(body []byte) error {
 		if !ok {
 			return errBadChunk
 		}
-		m.keys = append(m.keys, addSortKey{group: bits.Reverse64(fnv1a64Continue(fnvOffset, m.bytes(e.user))), idx: int32(len(m.entries))})
+		m.keys = append(m.keys, mergeKey{hash: bits.Reverse64(fnv1a64Continue(fnvOffset, m.bytes(e.user))), idx: int32(len(m.entries))})
 		m.entries = append(m.entries, e)
 		i = next
 	}
@@ -91,7 +97,7 @@ func (m *chunkMerge) chunks(day Day, app string, level uint8, maxRaw int) []user
 	}
 	partBits := partBitsFor(len(keys))
 	var out []userChunk
-	cur := userChunk{day: day, app: app, level: level, part: partOfHash(bits.Reverse64(keys[0].group), partBits)}
+	cur := userChunk{day: day, app: app, level: level, part: partOfHash(bits.Reverse64(keys[0].hash), partBits)}
 	emit := func() {
 		cur.body = snappy.Encode(nil, m.out)
 		out = append(out, cur)
@@ -99,7 +105,7 @@ func (m *chunkMerge) chunks(day Day, app string, level uint8, maxRaw int) []user
 		cur.entries, m.out = 0, m.out[:0]
 	}
 	for _, k := range keys {
-		part := partOfHash(bits.Reverse64(k.group), partBits)
+		part := partOfHash(bits.Reverse64(k.hash), partBits)
 		if part != cur.part {
 			if cur.entries > 0 { // else the bound just cut the last part
 				emit()
@@ -124,26 +130,13 @@ func (m *chunkMerge) chunks(day Day, app string, level uint8, maxRaw int) []user
 // of equal (user, interface) into the first of them and returns one key
 // per (user, interface). The reversed hash puts a user's part (the hash's
 // low bits, partOfHash) in the key's top bits, so each part of every split
-// is one run of the keys. The keys are radix-sorted by the hash alone (a
-// comparison sort took half of the merge's time); only the runs of one
-// hash, a user's interfaces and the rare collision, are then sorted by
-// name.
-func (m *chunkMerge) sum() []addSortKey {
-	m.keys, m.spare = radixSort(m.keys, m.spare)
+// is one run of the keys; names are compared only within a hash.
+func (m *chunkMerge) sum() []mergeKey {
 	keys := m.keys
-	for lo := 0; lo < len(keys); {
-		hi := lo + 1
-		for hi < len(keys) && keys[hi].group == keys[lo].group {
-			hi++
-		}
-		if hi-lo > 1 {
-			slices.SortFunc(keys[lo:hi], m.compareNames)
-		}
-		lo = hi
-	}
+	slices.SortFunc(keys, func(a, b mergeKey) int { return cmp.Or(cmp.Compare(a.hash, b.hash), m.compareNames(a, b)) })
 	n := 0
 	for _, k := range keys {
-		if n > 0 && keys[n-1].group == k.group && m.compareNames(keys[n-1], k) == 0 {
+		if n > 0 && keys[n-1].hash == k.hash && m.compareNames(keys[n-1], k) == 0 {
 			m.entries[keys[n-1].idx].Counts.add(m.entries[k.idx].Counts)
 			continue
 		}
@@ -155,7 +148,7 @@ func (m *chunkMerge) sum() []addSortKey {
 }
 
 // compareNames orders two keys' entries by user, then interface.
-func (m *chunkMerge) compareNames(a, b addSortKey) int {
+func (m *chunkMerge) compareNames(a, b mergeKey) int {
 	ea, eb := &m.entries[a.idx], &m.entries[b.idx]
 	if c := bytes.Compare(m.bytes(ea.user), m.bytes(eb.user)); c != 0 {
 		return c

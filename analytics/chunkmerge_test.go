@@ -124,7 +124,7 @@ func TestChunkMerge_UsersOfOneHashSummedApart(t *testing.T) {
 		}
 	}
 	for i := range m.keys {
-		m.keys[i].group = 42
+		m.keys[i].hash = 42
 	}
 	got := map[[2]string]Counts{}
 	for _, k := range m.sum() {

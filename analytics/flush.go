@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -64,8 +65,8 @@ func (r *Recorder) swapLive(ctx context.Context, pace *pacer) {
 		}
 	}
 	var lost liveLoss
-	for i := range r.live {
-		l := &r.live[i]
+	for i := range r.live.shards {
+		l := &r.live.shards[i]
 		r.mu.Lock()
 		l.mu.Lock()
 		if len(l.rows.keys) == 0 {
@@ -73,17 +74,18 @@ func (r *Recorder) swapLive(ctx context.Context, pace *pacer) {
 			r.mu.Unlock()
 			continue
 		}
-		rows := l.take(r.liveSpare[i])
+		rows := r.live.take(i)
 		l.mu.Unlock()
 		r.fold(rows, held, &lost)
 		r.mu.Unlock()
-		clear(rows.keys) // the spare keeps no row ids alive
-		r.liveSpare[i] = rows
+		r.live.putBack(i, rows)
 		pace.rest(ctx)
 	}
-	// Sorted so that pfaddPending walks it in runs of one key; the sort
-	// moves the adds under mu, because readers scan the queue.
-	r.addSorter.sort(r.hllQueue, &r.mu)
+	// Sorted so that pfaddPending walks it in runs of one key; under mu,
+	// because readers scan the queue.
+	r.mu.Lock()
+	slices.SortFunc(r.hllQueue, func(a, b userAdd) int { return cmp.Compare(a.group, b.group) })
+	r.mu.Unlock()
 	if lost.adds > 0 {
 		r.met.droppedAdds.Add(float64(lost.adds))
 	}
@@ -128,7 +130,7 @@ func (r *Recorder) fold(rows liveRows, held []int, lost *liveLoss) {
 			continue
 		}
 		held[si] += grow
-		d := p.ifaceDay(dk, pd, &r.names)
+		d := p.ifaceDay(dk, pd)
 		p.add(d, k.min, c)
 		if user == "" {
 			continue

@@ -3,6 +3,8 @@ package analytics
 import (
 	"context"
 	"database/sql"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -89,6 +91,7 @@ func benchFlushServerCPU(b *testing.B, pool string) {
 	}
 	chunkBytes0 := chunkBytes(b, dbs)
 	cpu0, redis0, own0 := srv.CPUTime(), rs.CPUTime(), ownCPU(b)
+	cmds0, stmts0 := redisCommands(b, rdb), mysqlStatements(b, dbs[0])
 	b.ResetTimer()
 	for range b.N {
 		minute()
@@ -98,6 +101,8 @@ func benchFlushServerCPU(b *testing.B, pool string) {
 	own := ownCPU(b) - own0
 	cpu, redisCPU := srv.CPUTime()-cpu0, rs.CPUTime()-redis0
 	calls := float64(b.N * flushes * perFlush)
+	b.ReportMetric((redisCommands(b, rdb)-cmds0)/float64(b.N), "redis-cmds/minute")
+	b.ReportMetric((mysqlStatements(b, dbs[0])-stmts0)/float64(b.N), "mysql-stmts/minute")
 	b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "mariadb-ms/minute")
 	b.ReportMetric(float64(cpu.Microseconds())/calls, "mariadb-us/call")
 	b.ReportMetric(float64(redisCPU.Milliseconds())/float64(b.N), "redis-ms/minute")
@@ -146,4 +151,31 @@ func chunkBytes(b *testing.B, dbs []*sql.DB) int64 {
 		total += n.Int64
 	}
 	return total
+}
+
+// redisCommands is the commands the Redis server has processed.
+func redisCommands(b *testing.B, rdb *redis.Client) float64 {
+	info, err := rdb.Info(context.Background(), "stats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+			n, _ := strconv.ParseFloat(v, 64)
+			return n
+		}
+	}
+	b.Fatal("no total_commands_processed")
+	return 0
+}
+
+// mysqlStatements is the statements the MariaDB server has run for
+// clients (Questions: its whole server, both shards).
+func mysqlStatements(b *testing.B, db *sql.DB) float64 {
+	var name string
+	var n float64
+	if err := db.QueryRow("SHOW GLOBAL STATUS LIKE 'Questions'").Scan(&name, &n); err != nil {
+		b.Fatal(err)
+	}
+	return n
 }

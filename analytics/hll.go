@@ -43,13 +43,11 @@ func groupOf(appHash uint64, day Day, iface string) uint64 {
 // half-way is simply sent again: the app-days sent before it leave the
 // queue; an interface pass that failed is made again whole.
 func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer, all bool) error {
-	sent, convert, err := r.pfaddRuns(ctx, pace, r.hllQueue, scopeApp, nil)
+	r.sparseLimit(ctx)
+	sent, err := r.pfaddRuns(ctx, pace, r.hllQueue, scopeApp)
 	r.dropQueued(sent)
 	if err == nil && (all || r.ifaceDue(r.clk.Now())) {
-		convert, err = r.ifacePass(ctx, pace, convert)
-	}
-	if cerr := r.convertDense(ctx, convert, pace); err == nil {
-		err = cerr
+		err = r.ifacePass(ctx, pace)
 	}
 	return err
 }
@@ -57,14 +55,12 @@ func (r *Recorder) pfaddPending(ctx context.Context, pace *pacer, all bool) erro
 // pfaddRuns sends the users of q (sorted by group) to their HyperLogLogs of
 // scope, in pipelines of whole runs of one app-day, resting after each as
 // pace says. It returns how many of q Redis has (a prefix) and, appended to
-// convert, the keys to make dense.
-func (r *Recorder) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope uint8, convert []*touchedHLL) (int, []*touchedHLL, error) {
+func (r *Recorder) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope uint8) (int, error) {
 	now := r.clk.Now()
 	args := make([]any, 0, pfaddChunk)
 	users := &r.pfaddUsers
 	defer users.reset()   // no ids kept alive past the call, whatever its end
 	var expiring []hllKey // keys whose TTL this pipeline sets
-	var probes []denseProbe
 	// pfadd adds the users of adds to k, each the rest of its id from
 	// userAt (-1: each id's own user field).
 	pfadd := func(pipe redis.Pipeliner, k hllKey, adds []userAdd, userAt int) int {
@@ -90,7 +86,6 @@ func (r *Recorder) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scop
 			pipe.PFAdd(ctx, rk, args...)
 			cmds++
 		}
-		probes = r.probeDense(ctx, pipe, t, len(adds), probes)
 		if now.Sub(t.ttlSet) >= r.expireEvery() {
 			pipe.Expire(ctx, rk, r.opt.HLLTTL)
 			expiring = append(expiring, k)
@@ -102,7 +97,7 @@ func (r *Recorder) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scop
 	for sent < len(q) {
 		pipe := r.rdb.Pipeline()
 		cmds, hi := 0, sent
-		expiring, probes = expiring[:0], probes[:0]
+		expiring = expiring[:0]
 		for hi < len(q) && cmds < pipelineChunk {
 			// Runs compare the ids' first bytes, through the app or the
 			// interface: the fields are length-prefixed, so equal bytes
@@ -126,24 +121,17 @@ func (r *Recorder) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scop
 			hi = end
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
-			return sent, convert, err
+			return sent, err
 		}
 		users.reset()
 		for _, k := range expiring {
 			t := r.touched[k] // through the pointer: assigning would store k's strings as the key
 			t.ttlSet = now
-			if t.dense {
-				// Redis may have lost the key since it was made dense (a
-				// restart) and PFADD re-made it sparse: ask its size again
-				// with the next add, once an expireEvery, not once a day.
-				t.dense, t.probeAt = false, 0
-			}
 		}
-		convert = r.readDenseProbes(probes, convert)
 		sent = hi
 		pace.rest(ctx)
 	}
-	return sent, convert, nil
+	return sent, nil
 }
 
 // stringArena holds strings for command arguments as *string, which go-redis
@@ -153,6 +141,7 @@ func (r *Recorder) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scop
 // pipeline's users once, serves every later pipeline: one arena a call grew
 // from empty in each of the ~80 calls a minute of the interface pass, 78 MB
 // a minute at ~23,000 checks a second (quotad's alloc profile, BENCHMARKS).
+// Kept with ifaceAdds' buffer: see there (BenchmarkRecordAndFlush).
 type stringArena struct{ buf []string }
 
 // ref stores s and returns a pointer to it as an argument. A full array is
@@ -180,21 +169,15 @@ type touchedHLL struct {
 	// name is its Redis key, kept rather than built again every flush the
 	// key is added to (every flush, for most keys under uniform traffic).
 	name string
-	// sent counts the users the flusher added to it (repeats included),
-	// probeAt the count at which it next asks Redis for its size, and
-	// dense says Redis holds it dense (hlldense.go).
-	sent, probeAt int
-	dense         bool
 }
 
 // touchedKey returns k's entry in touched, made (TTL not yet set) if none.
-// A new entry's key takes app and iface from the name table: they are
-// substrings of a row id (in an idArena block that the entry, kept up to a
-// day, would hold).
+// A new entry's key holds the canonical copies of app and iface (see
+// rowset.ifaceDay).
 func (r *Recorder) touchedKey(k hllKey) *touchedHLL {
 	t := r.touched[k]
 	if t == nil {
-		k.app, k.iface = r.names.of(k.app), r.names.of(k.iface)
+		k.app, k.iface = intern(k.app), intern(k.iface)
 		t = &touchedHLL{name: k.redisKey(r.opt.KeyPrefix)}
 		r.touched[k] = t
 	}

@@ -4,31 +4,26 @@ import (
 	"fmt"
 	"math"
 	"testing"
-
-	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// A HyperLogLog that the flusher finds past HLLDenseAt bytes is made dense
-// (its header's encoding byte 0, 12 KB), keeping its count; one whose users
-// only repeat, or with the conversion off, stays sparse (encoding 1).
+// A HyperLogLog past HLLDenseAt bytes (1,000 by default; Redis' own is
+// 3,000) is made dense (its header's encoding byte 0, 12 KB), keeping its
+// count; one whose users only repeat stays sparse (encoding 1).
 func TestFlush_BusyHyperLogLogsTurnDenseAndKeepTheirCount(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
-		name            string
-		denseAt         int
-		users, flushes  int // each flush records every user of 0..users-1 from first
-		distinctEach    bool
-		wantDense       bool
-		wantConversions float64
+		name           string
+		users, flushes int // each flush records every user of 0..users-1 from first
+		distinctEach   bool
+		wantDense      bool
 	}{
-		{"300 new users a flush", 256, 300, 2, true, true, 2},
-		{"the same 5 users for 120 flushes", 256, 5, 120, false, false, 0},
-		{"conversion off", -1, 300, 2, true, false, 0},
+		{"300 new users a flush", 300, 2, true, true},
+		{"the same 5 users for 120 flushes", 5, 120, false, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			r, _, clk := newShardRecorderWith(t, Options{HLLDenseAt: c.denseAt})
+			r, _, clk := newShardRecorder(t)
 			rdb, prefix := r.rdb, r.opt.KeyPrefix
 			distinct := 0
 			for f := range c.flushes {
@@ -62,48 +57,15 @@ func TestFlush_BusyHyperLogLogsTurnDenseAndKeepTheirCount(t *testing.T) {
 					t.Errorf("%s: %d distinct users, want %d within 2%%", rk, got, distinct)
 				}
 			}
-			if got := testutil.ToFloat64(r.met.hllDense); got != c.wantConversions {
-				t.Errorf("quota_analytics_hll_dense_total %v, want %v", got, c.wantConversions)
-			}
 		})
 	}
 }
 
-// Conversions go in pipelines of convertChunk keys: every key of a flush
-// that brings many busy keys at once (the first minute of a day) is
-// converted, over several pipelines.
-func TestFlush_ManyBusyHyperLogLogsAllTurnDense(t *testing.T) {
-	t.Parallel()
-	r, _, clk := newShardRecorderWith(t, Options{HLLDenseAt: 256})
-	rdb, prefix := r.rdb, r.opt.KeyPrefix
-	const apps = 2*convertChunk + 3
-	for a := range apps {
-		for u := range 300 {
-			r.Record(fmt.Sprint("app-", a), "users.get", fmt.Sprint("user-", u), true)
-		}
-	}
-	if err := r.Flush(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	if got := testutil.ToFloat64(r.met.hllDense); got != 2*apps {
-		t.Errorf("%v keys converted, want %d (an app and an interface key per app)", got, 2*apps)
-	}
-	day := DayOf(clk.Now())
-	for a := range apps {
-		k := hllKey{app: fmt.Sprint("app-", a), scope: scopeApp, day: day}
-		if n := rdb.StrLen(t.Context(), k.redisKey(prefix)).Val(); n != hllDenseSize {
-			t.Errorf("app-%d: %d bytes, want dense (%d)", a, n, hllDenseSize)
-		}
-	}
-}
-
-// A key that Redis lost after the flusher made it dense (a restart) is
-// re-made sparse by the next PFADD; the flusher asks its size again when
-// it next sets the key's TTL (once an expireEvery) and converts it again,
-// rather than trusting its note until the day is over.
+// A key that Redis lost after it was made dense (a restart) is re-made
+// sparse by the next PFADD, and dense again once it passes HLLDenseAt.
 func TestFlush_LostDenseHyperLogLogIsConvertedAgain(t *testing.T) {
 	t.Parallel()
-	r, _, clk := newShardRecorderWith(t, Options{HLLDenseAt: 256})
+	r, _, clk := newShardRecorder(t)
 	rdb := r.rdb
 	k := hllKey{app: "app", iface: "users.get", scope: scopeIface, day: DayOf(clk.Now())}
 	rk := k.redisKey(r.opt.KeyPrefix)
@@ -129,7 +91,7 @@ func TestFlush_LostDenseHyperLogLogIsConvertedAgain(t *testing.T) {
 	if n := rdb.StrLen(t.Context(), rk).Val(); n >= hllDenseSize {
 		t.Fatalf("%s: %d bytes right after the loss, want sparse (the test would prove nothing)", rk, n)
 	}
-	flushNewUsers() // asks its size, converts it
+	flushNewUsers() // past HLLDenseAt: Redis makes it dense
 	if n := rdb.StrLen(t.Context(), rk).Val(); n != hllDenseSize {
 		t.Errorf("%s: %d bytes, want dense (%d) again", rk, n, hllDenseSize)
 	}
@@ -137,3 +99,7 @@ func TestFlush_LostDenseHyperLogLogIsConvertedAgain(t *testing.T) {
 		t.Errorf("%s: %d distinct users, want the 600 added since the loss, within 2%%", rk, got)
 	}
 }
+
+// hllDenseSize is the length of a dense HyperLogLog: a 16-byte header and
+// 16,384 6-bit registers.
+const hllDenseSize = 16 + 16384*6/8

@@ -11,7 +11,6 @@ type collectors struct {
 	flushErrors  prometheus.Counter
 	pendingRows  prometheus.Gauge
 	pendingAdds  *prometheus.GaugeVec // scope
-	hllDense     prometheus.Counter
 	lastFlush    prometheus.Gauge
 }
 
@@ -50,17 +49,13 @@ func newCollectors(reg prometheus.Registerer) *collectors {
 			Name: "quota_analytics_pending_user_adds",
 			Help: "Distinct-user adds held in memory after the last flush, by HyperLogLog scope: app (Redis failed) or interface (waiting for the interface pass, QUOTA_ANALYTICS_IFACE_USERS_EVERY, or Redis failed).",
 		}, []string{"scope"}),
-		hllDense: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "quota_analytics_hll_dense_total",
-			Help: "Distinct-user HyperLogLogs the flusher converted to Redis' dense encoding (QUOTA_ANALYTICS_HLL_DENSE_AT).",
-		}),
 		lastFlush: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "quota_analytics_last_flush_success_timestamp_seconds",
 			Help: "Unix time of the last analytics flush that failed nowhere (the recorder's start until the first); time() minus it is the flush lag.",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(c.rowsWritten, c.statements, c.flushSeconds, c.dropped, c.droppedAdds, c.flushErrors, c.pendingRows, c.pendingAdds, c.hllDense, c.lastFlush)
+		reg.MustRegister(c.rowsWritten, c.statements, c.flushSeconds, c.dropped, c.droppedAdds, c.flushErrors, c.pendingRows, c.pendingAdds, c.lastFlush)
 	}
 	return c
 }

@@ -56,18 +56,7 @@ func (r *Recorder) Now() time.Time { return r.clk.Now() }
 // minute).
 
 // scanLive calls f for each live aggregate of app (under its shard's lock).
-func (r *Recorder) scanLive(app string, f func(k liveKey, c Counts)) {
-	for i := range r.live {
-		l := &r.live[i]
-		l.mu.Lock()
-		for i, k := range l.rows.keys {
-			if k.id.app() == app {
-				f(k, l.rows.counts[i])
-			}
-		}
-		l.mu.Unlock()
-	}
-}
+func (r *Recorder) scanLive(app string, f func(k liveKey, c Counts)) { r.live.scan(app, f) }
 
 // rowsets are the shard's rows not known to be in MySQL (caller holds r.mu).
 func (r *Recorder) rowsets(app string) []*rowset {
@@ -342,14 +331,14 @@ func (r *Recorder) Uniques(ctx context.Context, app string, from, to Day) (int64
 	return r.uniqueCount(ctx, keys, extra)
 }
 
-// Apps lists the apps that have a key or had calls in the last 31 days, in
-// order (at most limit).
+// Apps lists the apps that had calls in the last 31 days, in order (at
+// most limit).
 func (r *Recorder) Apps(ctx context.Context, limit int) ([]string, error) {
 	set := map[string]struct{}{}
 	since := (DayOf(r.clk.Now()) - 31).String()
 	for _, sh := range r.shards {
 		rows, err := sh.db.QueryContext(ctx,
-			"SELECT app_id FROM app_keys UNION SELECT DISTINCT app_id FROM usage_daily WHERE day >= ?", since)
+			"SELECT DISTINCT app_id FROM usage_daily WHERE day >= ?", since)
 		if err != nil {
 			return nil, err
 		}
@@ -375,14 +364,7 @@ func (r *Recorder) Apps(ctx context.Context, limit int) ([]string, error) {
 		}
 	}
 	r.mu.RUnlock()
-	for i := range r.live {
-		l := &r.live[i]
-		l.mu.Lock()
-		for _, k := range l.rows.keys {
-			set[k.id.app()] = struct{}{}
-		}
-		l.mu.Unlock()
-	}
+	r.live.apps(set)
 	out := make([]string, 0, len(set))
 	for a := range set {
 		out = append(out, a)

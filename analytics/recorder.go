@@ -2,14 +2,20 @@
 // per app, interface, user and day, distinct users (Redis HyperLogLogs), and
 // call curves at falling resolution.
 //
-// The check path calls Record, which adds one to an in-process aggregate
-// keyed by (app, interface, user, minute) in one of many mutex-protected
-// maps (chosen by a hash of the key, so two cores rarely meet on one lock).
-// Every FlushEvery (15 s by default) Flush moves those aggregates into
-// per-shard pending row sets and writes them to MySQL in multi-row
-// INSERT … ON DUPLICATE KEY UPDATE statements, one transaction per shard,
-// so the write rate depends on the number of distinct rows, not on calls.
-// Distinct users go to Redis with batched PFADDs in the same flush.
+// A Recorder does five things, each in its own files:
+//   - recording (record.go): Record adds one to a count per (app,
+//     interface, user, minute) in one of many small maps, no I/O;
+//   - flushing (flush.go, rows.go): every FlushEvery (15 s by default) the
+//     counts move into per-shard rows, written to MySQL in multi-row
+//     INSERT … ON DUPLICATE KEY UPDATE statements, one transaction per
+//     shard, so the write rate follows the distinct rows, not the calls;
+//   - distinct users (hll.go, ifaceadds.go, hllstore.go, hlldense.go):
+//     pipelined PFADDs to Redis HyperLogLogs in the same flush, their
+//     registers saved to MySQL;
+//   - per-user figures (userchunk.go, chunkmerge.go, userfold.go,
+//     userseal.go): compressed chunks per (day, app), merged as the day
+//     goes on and sealed once it is over (rollup.go runs both);
+//   - queries (query.go): MySQL's figures plus what is still in memory.
 //
 // Exactly once: a transaction that fails before COMMIT is rolled back and
 // its rows stay pending for the next flush; a COMMIT whose answer is lost is
@@ -21,7 +27,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"io"
 	"log/slog"
 	"math"
@@ -55,10 +60,10 @@ type Options struct {
 	// HLLTTL is the expiry of the daily HyperLogLog keys (default 48 h).
 	HLLTTL time.Duration
 	// HLLDenseAt is the size (bytes of Redis' sparse encoding) past which
-	// the flusher converts a HyperLogLog to the dense encoding, where an
-	// add costs the same however many users the key holds (0: default
-	// DefaultHLLDenseAt; negative: never, Redis converts at its
-	// hll-sparse-max-bytes). hlldense.go says why.
+	// Redis turns a HyperLogLog dense, where an add costs the same however
+	// many users the key holds: the first flush sets Redis'
+	// hll-sparse-max-bytes to it (0: default DefaultHLLDenseAt; negative:
+	// left as Redis has it). hlldense.go says why.
 	HLLDenseAt int
 	// IfaceUsersEvery is how often Run's flushes send the distinct users
 	// of the (app, interface) HyperLogLogs (default 1 min; the app-level
@@ -104,86 +109,48 @@ func (c *Counts) sub(o Counts) {
 	c.Denied -= o.Denied
 }
 
-type liveKey struct {
-	id  rowID // a copy of the call's app, interface and user (not the request's strings)
-	min int64 // Unix seconds of the minute's start
-}
-
-// liveShard is one of the live aggregate tables. The table holds an index
-// into rows rather than a *Counts, so a new row costs no allocation of its
-// own and the collector has one pointer-free array to skip, not a small
-// object per row.
-type liveShard struct {
-	mu    sync.Mutex
-	table liveTable
-	rows  liveRows
-	ids   idArena  // the new rows' ids
-	_     [16]byte // keep neighbouring shards' mutexes off one cache line
-}
-
-// liveRows are a live shard's rows in the order Record added them:
-// keys[i]'s counts are counts[i]. The fold walks them in this order, not
-// the map's: the rows' ids were allocated in it too, so the walk reads
-// memory in sequence where the map's order missed the cache on every row.
-type liveRows struct {
-	keys   []liveKey
-	counts []Counts
-}
-
-// take empties the shard and returns its rows (caller holds mu). The
-// table is cleared, keeping its room for the next flush's rows, and spare
-// (a previous take's rows, or none) takes over as the shard's rows, so
-// that a flush allocates neither anew.
-func (l *liveShard) take(spare liveRows) liveRows {
-	rows := l.rows
-	l.table.reset()
-	if spare.keys == nil {
-		spare = liveRows{keys: make([]liveKey, 0, cap(rows.keys)), counts: make([]Counts, 0, cap(rows.counts))}
-	}
-	l.rows = liveRows{keys: spare.keys[:0], counts: spare.counts[:0]}
-	return rows
-}
-
 // Recorder records usage and answers questions about it. It is safe for
 // concurrent use.
 type Recorder struct {
-	opt  Options
-	clk  clock.Clock
-	log  *slog.Logger
-	rdb  redis.UniversalClient
-	met  *collectors
-	seed maphash.Seed
-	live []liveShard
-	mask uint64
-	// liveSpare[i] is the rows the flusher last took from live[i], empty,
-	// for its next take (the flusher's alone).
-	liveSpare []liveRows
-	maxPer    int // max live rows per live shard
+	opt Options
+	clk clock.Clock
+	log *slog.Logger
+	rdb redis.UniversalClient
+	met *collectors
+
+	// Recording (record.go): the calls not yet folded into rows.
+	live *live
 
 	// mu orders readers (stats queries: DB, then memory) against the
 	// flusher's moves of rows between memory and MySQL, so a row is seen
-	// exactly once. Only the flusher (holding flushing) writes shards,
-	// hllQueue and ifaceQueue, and only with mu held; touched is the
-	// flusher's alone.
-	mu            sync.RWMutex
-	flushing      sync.Mutex
-	shards        []*dbShard
+	// exactly once. Only the flusher (holding flushing) writes shards and
+	// the distinct-user queues, and only with mu held.
+	mu       sync.RWMutex
+	flushing sync.Mutex
+	// Flushing (flush.go, rows.go): each MySQL shard's rows not yet
+	// written, day and curve figures and per-user figures (userchunk.go).
+	shards      []*dbShard
+	lastDropLog time.Time
+	// Distinct users (hll.go, ifaceadds.go, hllstore.go): the adds
+	// waiting for Redis and the keys to save to MySQL.
+	uniques
+
+	sparseOnce sync.Once // sets hll-sparse-max-bytes
+	runOnce    sync.Once
+	stop       chan struct{}
+	stopOnce   sync.Once
+	done       chan struct{}
+}
+
+// uniques is the flusher's state of the distinct-user HyperLogLogs.
+type uniques struct {
 	hllQueue      []userAdd              // distinct-user adds not yet sent to Redis
 	ifaceQueue    ifaceAdds              // adds whose interface-level add waits for the interface pass
 	ifaceView     []userAdd              // the interface pass's view of ifaceQueue (the flusher's alone)
 	lastIfacePass time.Time              // when the interface pass last sent all of ifaceQueue
-	touched       map[hllKey]*touchedHLL // keys added to since persisted
-	addSorter     addSort                // sorts hllQueue (the flusher's alone)
+	touched       map[hllKey]*touchedHLL // keys added to since persisted (the flusher's alone)
 	pfaddUsers    stringArena            // PFADD arguments (the flusher's alone)
-	names         nameTable              // names of keys kept past a flush (the flusher's alone)
-	appKeys       keyCache               // apps of recently verified keys
 	lastPersist   time.Time
-	lastDropLog   time.Time
-
-	runOnce  sync.Once
-	stop     chan struct{}
-	stopOnce sync.Once
-	done     chan struct{}
 }
 
 type dbShard struct {
@@ -236,8 +203,7 @@ func New(o Options) (*Recorder, error) {
 		o.MaxPendingRows = 2_000_000
 	}
 	if o.MaxPendingRows > math.MaxInt32 {
-		// The flush sorts the distinct-user queue (up to this long) by
-		// 32-bit indexes.
+		// The live rows (up to this many) are indexed with 32 bits.
 		return nil, fmt.Errorf("analytics: MaxPendingRows %d: want at most %d", o.MaxPendingRows, math.MaxInt32)
 	}
 	if o.RowsPerStatement <= 0 {
@@ -263,19 +229,15 @@ func New(o Options) (*Recorder, error) {
 		n <<= 1
 	}
 	r := &Recorder{
-		opt:       o,
-		clk:       o.Clock,
-		log:       o.Log,
-		rdb:       o.Redis,
-		met:       newCollectors(o.Registerer),
-		seed:      maphash.MakeSeed(),
-		live:      make([]liveShard, n),
-		liveSpare: make([]liveRows, n),
-		mask:      uint64(n - 1),
-		maxPer:    max(1, o.MaxPendingRows/n),
-		touched:   map[hllKey]*touchedHLL{},
-		stop:      make(chan struct{}),
-		done:      make(chan struct{}),
+		opt:     o,
+		clk:     o.Clock,
+		log:     o.Log,
+		rdb:     o.Redis,
+		met:     newCollectors(o.Registerer),
+		live:    newLive(n, o.MaxPendingRows),
+		uniques: uniques{touched: map[hllKey]*touchedHLL{}},
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	for _, db := range o.DBs {
 		r.shards = append(r.shards, &dbShard{db: db, pending: newRowset()})
@@ -287,38 +249,12 @@ func New(o Options) (*Recorder, error) {
 }
 
 // Record adds one decided call. It never blocks on I/O: it takes one of
-// many small locks for a table update.
+// many small locks for a map update.
 func (r *Recorder) Record(appID, interfaceID, userID string, allowed bool) {
 	m := floorDiv(r.clk.Now().Unix(), 60) * 60
-	// The row's id is built on the stack (IDs longer than the buffer spill
-	// to the heap) and looked up as bytes: a call to an existing row
-	// allocates nothing, a new row copies its id into the shard's arena.
-	var buf [192]byte
-	id := appendRowID(buf[:0], appID, interfaceID, userID)
-	idHash := maphash.Bytes(r.seed, id)
-	s := &r.live[idHash&r.mask]
-	h := rowHash(idHash, m)
-	s.mu.Lock()
-	i, slot := s.table.find(h, id, m, s.rows.keys)
-	if i < 0 {
-		if len(s.rows.keys) >= r.maxPer {
-			s.mu.Unlock()
-			r.met.dropped.Inc()
-			return
-		}
-		i = int32(len(s.rows.counts))
-		s.rows.counts = append(s.rows.counts, Counts{})
-		s.rows.keys = append(s.rows.keys, liveKey{id: s.ids.add(id), min: m})
-		s.table.insert(slot, h, i, s.rows.keys, r.seed)
+	if !r.live.record(m, appID, interfaceID, userID, allowed) {
+		r.met.dropped.Inc()
 	}
-	c := &s.rows.counts[i]
-	c.Calls++
-	if allowed {
-		c.Allowed++
-	} else {
-		c.Denied++
-	}
-	s.mu.Unlock()
 }
 
 // Run flushes every FlushEvery until ctx is done or Close is called.

@@ -3,6 +3,7 @@ package analytics
 import (
 	"database/sql"
 	"encoding/binary"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -112,44 +113,44 @@ func TestRecordExistingRowDoesNotAllocate(t *testing.T) {
 	}
 	var k liveKey
 	var c Counts
-	for i := range r.live {
-		for ci, kk := range r.live[i].rows.keys {
-			k, c = kk, r.live[i].rows.counts[ci]
-		}
+	for i := range r.live.shards {
+		r.live.shards[i].rows.each(func(kk liveKey, cc Counts) { k, c = kk, cc })
 	}
 	if k.id.app() != app || k.id.iface() != iface || k.id.user() != user || c.Calls != 102 {
 		t.Errorf("live row %+q %+v", []string{k.id.app(), k.id.iface(), k.id.user()}, c)
 	}
 }
 
-// A live shard's rows come out of take in the order Record added them, the
-// shard is left empty, and the spare rows handed to take become the
-// shard's, so flushes reuse two sets of rows instead of allocating anew.
-func TestLiveShard_TakeReturnsRowsInOrderAndReusesTheSpare(t *testing.T) {
+// A live shard's rows come out of take summed per row, the shard is left
+// empty, and the map put back becomes the shard's at the next take, so
+// flushes reuse two maps instead of allocating anew.
+func TestLiveShard_TakeReturnsEveryRowAndReusesTheSpare(t *testing.T) {
 	t.Parallel()
 	r := newOfflineRecorder(t, Options{LiveShards: 1})
 	users := []string{"u9", "u1", "u5", "u1", "u3"}
-	l := &r.live[0]
-	var spare liveRows
+	l := &r.live.shards[0]
+	var put map[liveKey]int32
 	for round := range 3 {
 		for _, u := range users {
 			r.Record("app", "if", u, true)
 		}
-		rows := l.take(spare)
+		rows := r.live.take(0)
 		var got []string
-		for i, k := range rows.keys {
-			got = append(got, k.id.user()+":"+strconv.FormatInt(rows.counts[i].Calls, 10))
-		}
-		if want := []string{"u9:1", "u1:2", "u5:1", "u3:1"}; !slices.Equal(got, want) {
+		rows.each(func(k liveKey, c Counts) {
+			got = append(got, k.id.user()+":"+strconv.FormatInt(c.Calls, 10))
+		})
+		slices.Sort(got)
+		if want := []string{"u1:2", "u3:1", "u5:1", "u9:1"}; !slices.Equal(got, want) {
 			t.Fatalf("round %d: took %v, want %v", round, got, want)
 		}
-		if slices.ContainsFunc(l.table.slots, func(s uint64) bool { return s != 0 }) || len(l.rows.keys) != 0 || len(l.rows.counts) != 0 {
-			t.Fatalf("round %d: the shard holds %d/%d rows after take, or its table is not empty", round, len(l.rows.keys), len(l.rows.counts))
+		if l.rows.len() != 0 || len(l.rows.index) != 0 {
+			t.Fatalf("round %d: the shard holds %d rows after take", round, l.rows.len())
 		}
-		if spare.keys != nil && (&l.rows.keys[:1][0] != &spare.keys[:1][0] || &l.rows.counts[:1][0] != &spare.counts[:1][0]) {
-			t.Fatalf("round %d: the shard did not take over the spare rows", round)
+		if put != nil && reflect.ValueOf(l.rows.index).UnsafePointer() != reflect.ValueOf(put).UnsafePointer() {
+			t.Fatalf("round %d: the shard did not take over the map put back", round)
 		}
-		spare = rows
+		r.live.putBack(0, rows)
+		put = rows.index
 	}
 }
 

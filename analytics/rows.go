@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unique"
 )
 
 // Resolution is the width of a curve point.
@@ -264,20 +265,20 @@ func (r *rowset) next() *rowset {
 func (r *rowset) len() int { return r.nSeries + len(r.daily) + r.nUsers }
 
 // ifaceDay returns k's row, which the caller has looked up (cur; nil:
-// none yet, and it is made).
-//
-// A new row's key takes its app and iface from names (nil: copies of its
-// own): they are substrings of a row id, in a block of a live shard's
-// idArena, and the key outlives the flush (a held minute's row is carried
-// over to the next rowset, and its (app, day) with it to the next
-// flush's), which would keep the whole block alive.
-func (r *rowset) ifaceDay(k dailyKey, cur *ifaceDay, names *nameTable) *ifaceDay {
+// none yet, and it is made). A new row's key holds the canonical copies
+// of its app and interface (unique.Make): its strings are substrings of a
+// row id, and the key outlives the flush (a held minute's row is carried
+// over), so one copy a name rather than a copy (or a row id) a pair.
+func (r *rowset) ifaceDay(k dailyKey, cur *ifaceDay) *ifaceDay {
 	if cur != nil {
 		return cur
 	}
-	k.app, k.iface = names.of(k.app), names.of(k.iface)
+	k.app, k.iface = intern(k.app), intern(k.iface)
 	return r.newIfaceDay(k)
 }
+
+// intern is the canonical copy of s.
+func intern(s string) string { return unique.Make(s).Value() }
 
 // ownIfaceDay is ifaceDay for a key of another rowset's row (its strings
 // are copies already).
@@ -413,12 +414,28 @@ func (r *rowset) userGroups() []*userGroup {
 	return out
 }
 
-// sortGroup sorts g's rows into write order and sums rows of equal keys,
-// with s's buffers.
-func (r *rowset) sortGroup(g *userGroup, s *groupSort) {
+// sortGroup sorts g's rows into write order and sums rows of equal keys.
+func (r *rowset) sortGroup(g *userGroup) {
 	n := len(g.rows)
-	g.rows = s.sort(g.rows)
+	g.rows = sortUserRows(g.rows)
 	r.nUsers -= n - len(g.rows)
+}
+
+// sortUserRows sorts rows into write order (compareGroupRows) and sums rows
+// of equal keys, in place, and returns them.
+func sortUserRows(rows []userRow) []userRow {
+	slices.SortFunc(rows, func(a, b userRow) int { return compareGroupRows(&a, &b) })
+	n := 0
+	for i := range rows {
+		if n > 0 && rows[n-1].userKey == rows[i].userKey {
+			rows[n-1].Counts.add(rows[i].Counts)
+			continue
+		}
+		rows[n] = rows[i]
+		n++
+	}
+	clear(rows[n:]) // drop the merged rows' ids
+	return rows[:n]
 }
 
 // userChunks sorts each (day, app)'s rows into write order (sortGroup) and
@@ -428,10 +445,9 @@ func (r *rowset) sortGroup(g *userGroup, s *groupSort) {
 func (r *rowset) userChunks(mu sync.Locker, maxRaw int) []userChunk {
 	var out []userChunk
 	var buf chunkBuffers
-	var sorter groupSort
 	for _, g := range r.userGroups() {
 		mu.Lock()
-		r.sortGroup(g, &sorter)
+		r.sortGroup(g)
 		mu.Unlock()
 		out = appendAppChunks(out, g.rows, maxRaw, &buf)
 	}

@@ -49,7 +49,7 @@ func TestUserRowsAreWrittenInThePrimaryKeyOrderOfMySQL(t *testing.T) {
 	}
 	rows = rows[:0]
 	for _, g := range rs.userGroups() {
-		rs.sortGroup(g, &groupSort{})
+		rs.sortGroup(g)
 		rows = append(rows, g.rows...)
 	}
 	res, err := db.QueryContext(ctx, "SELECT app_id, user_id, day, interface_id FROM usage_user_daily ORDER BY day, app_id, user_id, interface_id")

@@ -39,7 +39,7 @@ func TestRowset_RowsPerMinuteDayAndUser(t *testing.T) {
 				k := dailyKey{app: cl.app, iface: cl.iface, day: Day(floorDiv(cl.t, 86400))}
 				before := rs.len()
 				grow := rs.daily[k].newRows(cl.t)
-				d := rs.ifaceDay(k, rs.daily[k], nil)
+				d := rs.ifaceDay(k, rs.daily[k])
 				rs.add(d, cl.t, Counts{Calls: 1, Allowed: 1})
 				if cl.user != "" {
 					rs.addUser(d.users, newUserRow(userKey{id: makeRowID(cl.app, cl.iface, cl.user), day: k.day}, Counts{Calls: 1, Allowed: 1}))

@@ -65,5 +65,5 @@ func TestUncertainCommitResolvedByBatchID(t *testing.T) {
 // adds a fold's rows with ifaceDay and add).
 func (r *rowset) addCalls(app, iface string, t int64, c Counts) {
 	k := dailyKey{app: app, iface: iface, day: Day(floorDiv(t, 86400))}
-	r.add(r.ifaceDay(k, r.daily[k], nil), t, c)
+	r.add(r.ifaceDay(k, r.daily[k]), t, c)
 }

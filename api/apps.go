@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/quota-platform/quota/analytics"
+	"github.com/quota-platform/quota/apps"
 )
 
 // maxListedApps bounds GET /v1/apps.
@@ -26,7 +27,7 @@ func (s *Server) listApps(c echo.Context) error {
 	type appJSON struct {
 		AppID string `json:"app_id"`
 	}
-	apps := []appJSON{}
+	list := []appJSON{}
 	if admin {
 		ctx, cancel := s.queryCtx(c)
 		defer cancel()
@@ -34,13 +35,21 @@ func (s *Server) listApps(c echo.Context) error {
 		if err != nil {
 			return s.storeError(err)
 		}
+		if s.deps.Keys != nil {
+			keyed, err := s.deps.Keys.List(ctx)
+			if err != nil {
+				return s.storeError(err)
+			}
+			ids = slices.Compact(slices.Sorted(slices.Values(append(ids, keyed...))))
+			ids = ids[:min(len(ids), maxListedApps)]
+		}
 		for _, id := range ids {
-			apps = append(apps, appJSON{id})
+			list = append(list, appJSON{id})
 		}
 	} else {
-		apps = append(apps, appJSON{own})
+		list = append(list, appJSON{own})
 	}
-	return c.JSON(http.StatusOK, map[string]any{"admin": admin, "apps": apps})
+	return c.JSON(http.StatusOK, map[string]any{"admin": admin, "apps": list})
 }
 
 // createApp mints an app's key (admin only).
@@ -74,8 +83,8 @@ func (s *Server) createApp(c echo.Context) error {
 	}
 	ctx, cancel := s.queryCtx(c)
 	defer cancel()
-	key, err := s.deps.Analytics.CreateAppKey(ctx, *req.AppID, req.Rotate)
-	if errors.Is(err, analytics.ErrAppExists) {
+	key, err := s.deps.Keys.Create(ctx, *req.AppID, req.Rotate)
+	if errors.Is(err, apps.ErrAppExists) {
 		return newError(http.StatusConflict, "app_exists", "app "+strconvQuote(*req.AppID)+` has a key already; send "rotate": true to replace it`)
 	}
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/quota-platform/quota/analytics"
+	"github.com/quota-platform/quota/apps"
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
@@ -57,6 +58,9 @@ type Deps struct {
 	Usage UsageRecorder
 	// Analytics answers the stats API and the dashboard; nil serves neither.
 	Analytics *analytics.Recorder
+	// Keys mints and verifies the app keys of the stats API; nil: only the
+	// admin token reads stats, and POST /v1/admin/apps answers 404.
+	Keys *apps.Keys
 	// Tiers answers GET /v1/admin/tiers and POST /v1/admin/migrate; nil
 	// (tiering off) answers them 404.
 	Tiers TiersAdmin

@@ -15,6 +15,7 @@ import (
 
 	"github.com/quota-platform/quota/analytics"
 	"github.com/quota-platform/quota/api"
+	"github.com/quota-platform/quota/apps"
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/internal/testenv"
@@ -66,7 +67,7 @@ func newStatsHarnessAt(t *testing.T, at time.Time) *statsHarness {
 	}
 	srv := httptest.NewServer(api.New(api.Deps{
 		Settings: s, Limiter: lim, Metrics: metrics.New(reg), Gatherer: reg,
-		Usage: rec, Analytics: rec,
+		Usage: rec, Analytics: rec, Keys: apps.New(dbs, clk),
 	}))
 	t.Cleanup(srv.Close)
 	return &statsHarness{harness: &harness{t: t, srv: srv, clk: clk, rdb: rdb, prefix: prefix, lim: lim, reg: reg}, rec: rec}

@@ -73,7 +73,7 @@ type Settings struct {
 	AnalyticsFlushDuty        float64       // QUOTA_ANALYTICS_FLUSH_DUTY: share of wall time a flush works, resting in between (0.25; 1 = flat out)
 	AnalyticsHoldMinute       bool          // QUOTA_ANALYTICS_HOLD_MINUTE: on (default): day and curve rows of the minute in progress wait until it is over
 	AnalyticsIfaceUsersEvery  time.Duration // QUOTA_ANALYTICS_IFACE_USERS_EVERY: how often the (app, interface) distinct users go to Redis (1m; app-level ones go with every flush)
-	AnalyticsHLLDenseAt       int           // QUOTA_ANALYTICS_HLL_DENSE_AT: bytes of sparse encoding past which a distinct-user HyperLogLog is made dense (1000); 0 = left to Redis
+	AnalyticsHLLDenseAt       int           // QUOTA_ANALYTICS_HLL_DENSE_AT: Redis' hll-sparse-max-bytes, set by the first flush (1000); 0 = left as Redis has it
 	RollupSchedule            string        // QUOTA_ROLLUP_SCHEDULE: cron spec of the curve rollup job (UTC)
 
 	// Storage tiers and migration (package migrate).

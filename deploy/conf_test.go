@@ -46,7 +46,7 @@ func TestRedisConf_ServerRunsWithTheSettingsTheCodeReliesOn(t *testing.T) {
 		"maxmemory-policy":          "noeviction",
 		"hash-max-listpack-entries": "128",
 		"hash-max-listpack-value":   "64",
-		"hll-sparse-max-bytes":      "3000",
+		"hll-sparse-max-bytes":      "1000",
 	} {
 		got, err := rdb.ConfigGet(ctx, name).Result()
 		if err != nil {

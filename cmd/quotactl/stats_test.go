@@ -12,6 +12,7 @@ import (
 
 	"github.com/quota-platform/quota/analytics"
 	"github.com/quota-platform/quota/api"
+	"github.com/quota-platform/quota/apps"
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/internal/testenv"
@@ -33,7 +34,7 @@ func TestStatsTable(t *testing.T) {
 	}
 	s := config.Defaults()
 	s.AdminToken = admin
-	srv := httptest.NewServer(api.New(api.Deps{Settings: s, Metrics: metrics.New(reg), Gatherer: reg, Analytics: rec}))
+	srv := httptest.NewServer(api.New(api.Deps{Settings: s, Metrics: metrics.New(reg), Gatherer: reg, Analytics: rec, Keys: apps.New(dbs, clk)}))
 	defer srv.Close()
 	for i := 0; i < 12345; i++ {
 		rec.Record("shop", []string{"users.get", "orders.list"}[i%2], "u"+string(rune('a'+i%5)), i%10 != 0)

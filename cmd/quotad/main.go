@@ -22,6 +22,7 @@ import (
 
 	"github.com/quota-platform/quota/analytics"
 	"github.com/quota-platform/quota/api"
+	"github.com/quota-platform/quota/apps"
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/coalesce"
 	"github.com/quota-platform/quota/config"
@@ -234,6 +235,7 @@ func serve() error {
 		Ready:        ready,
 		Usage:        usage,
 		Analytics:    rec,
+		Keys:         apps.New(dbs, nil),
 		Tiers:        tiersAdmin,
 	})
 	var h http.Handler = srv
