@@ -31,14 +31,13 @@ run: schema
 	QUOTA_ADMIN_TOKEN=$${QUOTA_ADMIN_TOKEN:-$(DEV_ADMIN_TOKEN)} $(BIN)/quotad serve
 
 test: services test-tools
-	@bash deploy/ensure-nginx.sh
 	$(GO) test -race -count=1 ./...
 
-# The tools deploy/'s tests run (promtool, systemd-analyze, docker-compose),
+# The tools deploy/'s and gateways/' tests run (promtool, systemd-analyze, docker-compose, nginx),
 # installed with apt-get when missing.
 .PHONY: test-tools
 test-tools:
-	@bash internal/testenv/ensure-tool.sh promtool systemd-analyze docker-compose >/dev/null
+	@bash internal/testenv/ensure-tool.sh promtool systemd-analyze docker-compose nginx >/dev/null
 
 # Static binaries (quotad, quotactl) for each platform, with the LICENSE,
 # README, CHANGELOG, default rules and systemd unit, as

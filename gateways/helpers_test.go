@@ -112,7 +112,7 @@ func startNginx(t *testing.T, conf string) *nginx {
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
 		if bin, err = exec.LookPath("/usr/sbin/nginx"); err != nil {
-			t.Fatalf("nginx is not installed: run deploy/ensure-nginx.sh (make test does): %v", err)
+			t.Fatalf("nginx is not installed: run internal/testenv/ensure-tool.sh nginx (make test does): %v", err)
 		}
 	}
 	dir := t.TempDir()

@@ -2,7 +2,8 @@
 # ensure-tool.sh TOOL... — make sure the command-line tools some tests run
 # are installed: chromium (the dashboard's browser test), promtool (the
 # Prometheus rules' checks), systemd-analyze (the unit file's verification),
-# docker-compose (the compose file's validation; no Docker engine needed).
+# docker-compose (the compose file's validation; no Docker engine needed),
+# nginx (the forward-auth tests; each test starts its own on a private port).
 # Idempotent: prints the path of each tool and exits 0 when it is there;
 # installs the Debian package with apt-get (as root, or through sudo) when it
 # is not; exits 1 with one line on stderr when it cannot be installed.
@@ -22,7 +23,17 @@ ensure() {
 	fi
 	command -v apt-get >/dev/null 2>&1 || { echo "$name: not installed and apt-get is missing" >&2; exit 1; }
 	log="$(mktemp -t ensure-tool.XXXXXX)"
-	if ! { as_root apt-get update && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"; } >"$log" 2>&1; then
+	# A package that ships a service (nginx, prometheus) must not start it:
+	# policy-rc.d's exit 101 tells invoke-rc.d the start is forbidden.
+	local policy=/usr/sbin/policy-rc.d added="" status=0
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null && as_root chmod 755 "$policy" && added=1
+	fi
+	{ as_root apt-get update && as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"; } >"$log" 2>&1 || status=$?
+	if [ -n "$added" ]; then
+		as_root rm -f "$policy"
+	fi
+	if [ "$status" -ne 0 ]; then
 		tail -n 5 "$log" >&2
 		echo "$name: apt-get install $* failed (log: $log)" >&2
 		exit 1
@@ -32,7 +43,7 @@ ensure() {
 	command -v "$name"
 }
 
-[ $# -gt 0 ] || { echo "usage: ensure-tool.sh chromium|promtool|systemd-analyze|docker-compose..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: ensure-tool.sh chromium|promtool|systemd-analyze|docker-compose|nginx..." >&2; exit 2; }
 for tool in "$@"; do
 	case "$tool" in
 	chromium)
@@ -47,6 +58,7 @@ for tool in "$@"; do
 	promtool) ensure promtool prometheus ;;
 	systemd-analyze) ensure systemd-analyze systemd ;;
 	docker-compose) ensure docker-compose docker-compose ;;
+	nginx) ensure nginx nginx ;;
 	*)
 		echo "ensure-tool.sh: unknown tool $tool" >&2
 		exit 2
