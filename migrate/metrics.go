@@ -14,6 +14,9 @@ type Metrics struct {
 	failures    prometheus.Counter
 	cycles      *prometheus.CounterVec // result: ok | error
 	lastSuccess prometheus.Gauge
+	tierCells   *prometheus.GaugeVec // tier
+	tierBytes   *prometheus.GaugeVec // tier
+	tierCounted prometheus.Gauge
 }
 
 // NewMetrics creates the collectors and registers them on reg (when not nil).
@@ -35,6 +38,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "quota_migration_last_success_timestamp_seconds",
 			Help: "Unix time at which this instance last finished a migration cycle without error (0: none since start).",
 		}),
+		tierCells: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "quota_tier_cells",
+			Help: "Cells in each tier as of the last count (GET /v1/admin/tiers, quotactl tiers: a scan of every key, so not on each scrape).",
+		}, []string{"tier"}),
+		tierBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "quota_tier_bytes",
+			Help: "Estimated bytes of each tier as of the last count (see quota_tier_cells).",
+		}, []string{"tier"}),
+		tierCounted: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "quota_tier_counted_timestamp_seconds",
+			Help: "Unix time of the last count of the tiers (0: none since start).",
+		}),
 	}
 	// Every series exists from the start, so that rate() and increase()
 	// see the first cycle, error or move.
@@ -43,8 +58,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, d := range [][2]tiers.Tier{{tiers.Hot, tiers.Warm}, {tiers.Hot, tiers.Cold}, {tiers.Warm, tiers.Hot}, {tiers.Warm, tiers.Cold}, {tiers.Cold, tiers.Hot}, {tiers.Cold, tiers.Warm}} {
 		m.moves.WithLabelValues(string(d[0]), string(d[1]))
 	}
+	for _, t := range []tiers.Tier{tiers.Hot, tiers.Warm, tiers.Cold} {
+		m.tierCells.WithLabelValues(string(t))
+		m.tierBytes.WithLabelValues(string(t))
+	}
 	if reg != nil {
-		reg.MustRegister(m.moves, m.failures, m.cycles, m.lastSuccess)
+		reg.MustRegister(m.moves, m.failures, m.cycles, m.lastSuccess, m.tierCells, m.tierBytes, m.tierCounted)
 	}
 	return m
 }
@@ -72,4 +91,16 @@ func (m *Metrics) cycleDone(err error, now time.Time) {
 	}
 	m.cycles.WithLabelValues("ok").Inc()
 	m.lastSuccess.Set(float64(now.Unix()))
+}
+
+// counted records a count of the tiers made at now.
+func (m *Metrics) counted(st TierStats, now time.Time) {
+	if m == nil {
+		return
+	}
+	for t, u := range map[tiers.Tier]TierUsage{tiers.Hot: st.Hot, tiers.Warm: st.Warm, tiers.Cold: st.Cold} {
+		m.tierCells.WithLabelValues(string(t)).Set(float64(u.Identities))
+		m.tierBytes.WithLabelValues(string(t)).Set(float64(u.Bytes))
+	}
+	m.tierCounted.Set(float64(now.Unix()))
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -39,7 +40,17 @@ const statsSample = 256
 // TABLE_ROWS estimate) and DATA_LENGTH + INDEX_LENGTH of cold_cells,
 // summed over the shards, plus the cold filters' MEMORY USAGE in Redis.
 // It reads every key under the prefix: an admin tool, not for a hot loop.
+//
+// Each count it finishes also sets the tier-size gauges (Metrics.counted).
 func (m *Mover) Stats(ctx context.Context) (TierStats, error) {
+	st, err := m.countTiers(ctx)
+	if err == nil {
+		m.Metrics.counted(st, time.Now())
+	}
+	return st, err
+}
+
+func (m *Mover) countTiers(ctx context.Context) (TierStats, error) {
 	st := TierStats{Method: "hot: counter keys counted; warm: directory fields counted; MEMORY USAGE sampled (256 keys of each kind); cold: rows and information_schema data+index length, plus the cold filters in Redis"}
 	hotLen := len(m.Prefix) + 8 + 16
 	warmLen := len(m.Prefix) + 8 + 3

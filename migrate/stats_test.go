@@ -1,0 +1,39 @@
+package migrate
+
+import (
+	"context"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/quota-platform/quota/tiers"
+)
+
+// A count of the tiers sets the tier-size gauges a dashboard reads: cells
+// checked, then moved, appear in their tier's gauge at the next count.
+func TestStats_CountSetsTheTierGauges(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	e.mover.Metrics = NewMetrics(reg)
+	hot, warm := newCell(10), newCell(10)
+	e.check(t, tiers.Enforce, hot)
+	e.check(t, tiers.Enforce, warm)
+	e.move(t, tiers.Hot, tiers.Warm, warm)
+	st, err := e.mover.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for tier, want := range map[string]int64{"hot": st.Hot.Identities, "warm": st.Warm.Identities, "cold": st.Cold.Identities} {
+		if got := testutil.ToFloat64(e.mover.Metrics.tierCells.WithLabelValues(tier)); got != float64(want) {
+			t.Errorf("quota_tier_cells{tier=%q} = %v, want %d (the count's)", tier, got, want)
+		}
+	}
+	if st.Hot.Identities < 1 || st.Warm.Identities < 1 {
+		t.Errorf("count %+v: want the hot and the warm cell", st)
+	}
+	if testutil.ToFloat64(e.mover.Metrics.tierCounted) == 0 {
+		t.Error("quota_tier_counted_timestamp_seconds not set")
+	}
+}
