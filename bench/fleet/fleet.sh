@@ -5,7 +5,8 @@
 #
 #   fleet.sh up              Redis Cluster (3 masters + 3 replicas, 7101-7106),
 #                            two mariadbd (3317, 3318; one shard each), three
-#                            quotad (18081-18083) and nginx in front (18080);
+#                            quotad (HTTP 18081-18083, Envoy's gRPC 18181-18183)
+#                            and nginx in front (18080);
 #                            prints the addresses
 #   fleet.sh down            stops exactly what `up` started (PIDs in the run dir)
 #   fleet.sh status          what runs, per process
@@ -169,7 +170,7 @@ quotad_env() {
 	printf '%s\n' "QUOTA_REDIS_ADDRS=$(redis_addrs)" "QUOTA_MYSQL_SHARDS=$shards" \
 		"QUOTA_REDIS_KEY_PREFIX=fleet:" "QUOTA_ADMIN_TOKEN=$ADMIN_TOKEN" \
 		"QUOTA_RULES=$FLEET_DIR/rules.yaml"
-	env | grep '^QUOTA_' | grep -v '^QUOTA_LISTEN=' || true
+	env | grep '^QUOTA_' | grep -v '^QUOTA_LISTEN=\|^QUOTA_GRPC_LISTEN=' || true
 }
 
 start_quotad() {
@@ -179,7 +180,7 @@ start_quotad() {
 	mapfile -t envs < <(quotad_env)
 	# Working directory: the module root, as `make run` (relative paths in
 	# QUOTA_* settings work the same).
-	(cd "$ROOT" && start "quotad-$n" "$d/quotad.log" /usr/bin/env "${envs[@]}" "QUOTA_LISTEN=127.0.0.1:$p" "$ROOT/bin/quotad" serve)
+	(cd "$ROOT" && start "quotad-$n" "$d/quotad.log" /usr/bin/env "${envs[@]}" "QUOTA_LISTEN=127.0.0.1:$p" "QUOTA_GRPC_LISTEN=127.0.0.1:$((p + 100))" "$ROOT/bin/quotad" serve)
 	# env execs quotad in place: the recorded PID is quotad's.
 	echo "$(cut -d' ' -f1 "$PIDS/quotad-$n") quotad" >"$PIDS/quotad-$n"
 	wait_for 60 "quotad $n (:$p)" curl -fsS "http://127.0.0.1:$p/healthz"
