@@ -67,6 +67,13 @@ func TestRedisHangsUnderLoad(t *testing.T) {
 					if err := r.Signal(sig); err != nil {
 						t.Fatal(err)
 					}
+					if sig == syscall.SIGSTOP {
+						// The fault starts when Redis has stopped, not when
+						// the signal was sent.
+						if err := r.WaitStopped(time.Second); err != nil {
+							t.Fatal(err)
+						}
+					}
 				}
 			}
 			runOutage(t, r, outage{

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -77,6 +78,29 @@ func (p *RedisProcess) Kill() {
 	_ = p.cmd.Process.Kill()
 	_ = p.cmd.Wait()
 	p.cmd = nil
+}
+
+// WaitStopped returns once the kernel shows the server stopped (state T in
+// /proc): a signal is delivered asynchronously, and a server SIGSTOPped on a
+// busy machine can answer a few more calls before it stops.
+func (p *RedisProcess) WaitStopped(timeout time.Duration) error {
+	if p.cmd == nil || p.cmd.Process == nil {
+		return fmt.Errorf("%s: not running", p)
+	}
+	stat := fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid)
+	for end := time.Now().Add(timeout); ; time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			return err
+		}
+		// pid (comm) state ...: the state follows the last ')'.
+		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && b[i+2] == 'T' {
+			return nil
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("%s: not stopped after %s", p, timeout)
+		}
+	}
 }
 
 // Signal sends sig to the server, e.g. SIGSTOP and SIGCONT to make it hang
