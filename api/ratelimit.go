@@ -59,6 +59,7 @@ type rateLimitService struct {
 // conf, gRPC health checking (SERVING until the returned health server is
 // shut down) and reflection.
 func (s *Server) NewGRPC(conf *EnvoyConfig, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+	opts = append(opts, grpc.ChainUnaryInterceptor(s.timeRateLimit))
 	gs := grpc.NewServer(opts...)
 	rlsv3.RegisterRateLimitServiceServer(gs, &rateLimitService{s: s, conf: conf})
 	hs := health.NewServer()
@@ -66,6 +67,22 @@ func (s *Server) NewGRPC(conf *EnvoyConfig, opts ...grpc.ServerOption) (*grpc.Se
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	return gs, hs
+}
+
+// rateLimitMethod is the route label of Envoy's checks in
+// quota_check_duration_seconds, beside the HTTP routes.
+const rateLimitMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+// timeRateLimit observes how long ShouldRateLimit took to answer, as the
+// HTTP middleware does for /v1/check (health and reflection are not checks).
+func (s *Server) timeRateLimit(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if info.FullMethod != rateLimitMethod || s.deps.Metrics == nil {
+		return handler(ctx, req)
+	}
+	start := time.Now()
+	resp, err := handler(ctx, req)
+	s.deps.Metrics.CheckLatency.WithLabelValues(rateLimitMethod).Observe(time.Since(start).Seconds())
+	return resp, err
 }
 
 // Bounds on one request, far above what Envoy's rate limit actions produce:

@@ -171,6 +171,22 @@ func TestShouldRateLimit_CountsAsEnvoyRatelimit(t *testing.T) {
 	if got := testutil.ToFloat64(metricsChecks(t, h.reg, "rl.foo.bar", "denied")); got != 1 {
 		t.Fatalf("quota_checks_total denied = %v, want 1", got)
 	}
+	// Each call is timed beside the HTTP checks, under its gRPC method.
+	mfs, err := h.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var timed uint64
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == "quota_check_duration_seconds" && m.GetLabel()[0].GetValue() == "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" {
+				timed = m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	if timed != 5 {
+		t.Fatalf("quota_check_duration_seconds of ShouldRateLimit: %d samples, want the 5 calls", timed)
+	}
 }
 
 func metricsChecks(t *testing.T, reg *prometheus.Registry, rule, decision string) prometheus.Collector {
