@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -240,8 +241,11 @@ func (w *Worker) fleetReport(ctx context.Context, id string, rep *CycleReport) e
 	return nil
 }
 
+//go:embed cycle_end.lua
+var cycleEndSource string
+
 // endCycle deletes the cycle key if it names the cycle that ended.
-var endCycle = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+var endCycle = redis.NewScript(cycleEndSource)
 
 // partRange is the shard and the key range [lo, hi) of part p (hi nil: to
 // the end).

@@ -8,6 +8,7 @@ package rulesync
 
 import (
 	"context"
+	_ "embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,18 +50,16 @@ type Entry struct {
 	At  time.Time
 }
 
-// putScript writes a new entry and increments the sequence, atomically.
-var putScript = redis.NewScript(`
-local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-redis.call('HSET', KEYS[1], 'version', ARGV[1], 'doc', ARGV[2], 'by', ARGV[3], 'at', ARGV[4])
-return seq`)
-
-// seedScript writes the first entry only if the store is empty, so that
-// instances starting together agree on one file's rules.
-var seedScript = redis.NewScript(`
-if redis.call('HEXISTS', KEYS[1], 'seq') == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'seq', 1, 'version', ARGV[1], 'doc', ARGV[2], 'by', ARGV[3], 'at', ARGV[4])
-return 1`)
+var (
+	//go:embed put.lua
+	putSource string
+	//go:embed seed.lua
+	seedSource string
+	// putScript writes a new entry and increments the sequence.
+	putScript = redis.NewScript(putSource)
+	// seedScript writes the first entry only if the store is empty.
+	seedScript = redis.NewScript(seedSource)
+)
 
 func args(set *rules.Set, by string, now time.Time) ([]any, error) {
 	doc, err := json.Marshal(rules.File{Rules: set.Rules})

@@ -92,13 +92,10 @@ func (s *WarmStore) DirTag(r *Ref) Tag { return r.Tag }
 // Client returns the store's Redis client.
 func (s *WarmStore) Client() redis.UniversalClient { return s.rdb }
 
-var coldProbeScript = dirScript(`
-local out = {}
-for i = 1, #ARGV, 2 do
-  local m = cold_maybe(dir_header(KEYS[tonumber(ARGV[i])]), ARGV[i + 1])
-  if m then out[#out + 1] = 1 else out[#out + 1] = 0 end
-end
-return out`)
+//go:embed cold_probe.lua
+var coldProbeSource string
+
+var coldProbeScript = dirScript(coldProbeSource)
 
 // MayBeCold reports, per ref, whether its tag's cold filter holds it
 // (a false positive included): what the hot script's probe answers. One

@@ -1,0 +1,14 @@
+-- cold_probe.lua: ask the cold filters about cells, after directory.lua
+-- (for the mover, tools and tests; the hot script probes on its own).
+--
+-- KEYS     tags' headers (all in one hash slot)
+-- ARGV     pairs: header index into KEYS (1-based), the cell's warm field
+--
+-- Reply: per pair 1 when the tag's cold filter may hold the cell (a false
+-- positive included), 0 when it does not.
+local out = {}
+for i = 1, #ARGV, 2 do
+  local m = cold_maybe(dir_header(KEYS[tonumber(ARGV[i])]), ARGV[i + 1])
+  if m then out[#out + 1] = 1 else out[#out + 1] = 0 end
+end
+return out
