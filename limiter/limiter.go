@@ -263,24 +263,19 @@ func buildOp(set *compiledSet, req *Request, now time.Time) (*tiers.Op, []entryO
 			vals[j], _ = req.Lookup(d)
 		}
 		id := tiers.IdentityOf(cr.rule.Name, vals)
-		tag := tiers.TagOfIdentity(id)
+		var app, user string
 		if cr.tagDim >= 0 {
-			tag = tiers.TagOf(vals[cr.tagDim])
-		}
-		shardKey := tiers.ShardKeyOfIdentity(id)
-		if cr.tagDim >= 0 {
-			user := ""
+			app = vals[cr.tagDim]
 			if cr.userDim >= 0 {
 				user = vals[cr.userDim]
 			}
-			shardKey = tiers.ShardKeyOf(vals[cr.tagDim], user)
 		}
+		tag, shardKey := place(id, cr.tagDim >= 0, app, user)
 		for _, lim := range cr.limits {
 			w := time.Duration(lim.Window)
 			var key tiers.CounterKey
 			if cr.rule.Algorithm == rules.FixedWindow {
-				// Derived from the cell id, so a mover finds it (tiers.FixedKeyOf).
-				key = tiers.FixedKeyOf(tiers.CellIDOf(id, w), now.UnixMilli()/w.Milliseconds())
+				key = fixedKey(id, w, now)
 			} else {
 				key = tiers.CounterKeyOf(cr.rule.Name, vals, int64(w/time.Second), 0)
 			}
@@ -377,21 +372,33 @@ func appendCounterCells(op *tiers.Op, owners []entryOwner, req *Request, now tim
 	for j := range req.Counters {
 		c := &req.Counters[j]
 		id := tiers.IdentityOf(req.Scope, c.Identity)
-		tag, shardKey := tiers.TagOfIdentity(id), tiers.ShardKeyOfIdentity(id)
-		if c.App != "" {
-			tag, shardKey = tiers.TagOf(c.App), tiers.ShardKeyOf(c.App, c.User)
-		}
+		tag, shardKey := place(id, c.App != "", c.App, c.User)
 		op.Cells = append(op.Cells, tiers.Cell{
 			Algorithm: rules.FixedWindow,
 			Limit:     c.Limit,
 			Window:    c.Window,
 			Shadow:    c.Shadow,
 			Identity:  id,
-			Key:       tiers.FixedKeyOf(tiers.CellIDOf(id, c.Window), now.UnixMilli()/c.Window.Milliseconds()),
+			Key:       fixedKey(id, c.Window, now),
 			Tag:       tag,
 			ShardKey:  shardKey,
 		})
 		owners = append(owners, entryOwner{name: c.Name, limit: rules.Limit{Limit: c.Limit, Window: rules.Duration(c.Window)}})
 	}
 	return owners
+}
+
+// place is where a cell lives: by its app (hash tag) and app and user (cold
+// shard) when it has an app, else by its identity.
+func place(id tiers.Identity, byApp bool, app, user string) (tiers.Tag, uint64) {
+	if byApp {
+		return tiers.TagOf(app), tiers.ShardKeyOf(app, user)
+	}
+	return tiers.TagOfIdentity(id), tiers.ShardKeyOfIdentity(id)
+}
+
+// fixedKey is a fixed-window cell's counter key at now, derived from the
+// cell id so that a mover finds it (tiers.FixedKeyOf).
+func fixedKey(id tiers.Identity, w time.Duration, now time.Time) tiers.CounterKey {
+	return tiers.FixedKeyOf(tiers.CellIDOf(id, w), now.UnixMilli()/w.Milliseconds())
 }
