@@ -35,15 +35,7 @@ source "$(dirname "$0")/redis-db.sh"
 # shellcheck source=bench/stop-pid.sh
 source "$(dirname "$0")/stop-pid.sh"
 QUOTAD_PID=""
-stop_quotad() {
-	[[ -n $QUOTAD_PID ]] || return 0
-	stop_pid "$QUOTAD_PID" quotad 30
-	QUOTAD_PID=""
-	bench_db_cleanup
-}
-trap stop_quotad EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+stop_quotad_on_exit
 
 for addr in "$LISTEN" "$GRPC_LISTEN"; do
 	if (exec 3<>"/dev/tcp/${addr%:*}/${addr##*:}") 2>/dev/null; then

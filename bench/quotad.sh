@@ -90,17 +90,7 @@ source "$(dirname "$0")/redis-db.sh"
 # shellcheck source=bench/stop-pid.sh
 source "$(dirname "$0")/stop-pid.sh"
 QUOTAD_PID=""
-stop_quotad() {
-	[[ -n $QUOTAD_PID ]] || return 0
-	# quotad flushes analytics on SIGTERM: after 20 s of uniform keys that
-	# took 10.0 s here (21:41); quotad gives its final flush 30 s.
-	stop_pid "$QUOTAD_PID" quotad 30
-	QUOTAD_PID=""
-	bench_db_cleanup
-}
-trap stop_quotad EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+stop_quotad_on_exit
 
 show_log() {
 	echo "---- quotad log ($QUOTAD_LOG) ----" >&2

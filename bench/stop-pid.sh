@@ -19,3 +19,20 @@ stop_pid() {
 	fi
 	wait "$pid" 2>/dev/null || true
 }
+
+# stop_quotad stops the quotad a script started (QUOTAD_PID) and empties its
+# Redis database (redis-db.sh's bench_db_cleanup). quotad flushes analytics
+# on SIGTERM and gives its final flush 30 s.
+stop_quotad() {
+	[[ -n ${QUOTAD_PID:-} ]] || return 0
+	stop_pid "$QUOTAD_PID" quotad 30
+	QUOTAD_PID=""
+	bench_db_cleanup
+}
+
+# stop_quotad_on_exit: stop_quotad however the script ends.
+stop_quotad_on_exit() {
+	trap stop_quotad EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+}
