@@ -9,6 +9,7 @@ import (
 
 	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -53,15 +54,21 @@ type rateLimitService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	s    *Server
 	conf *EnvoyConfig
+	// latency times each call in quota_check_duration_seconds under the
+	// method's name, beside the HTTP routes (nil without metrics).
+	latency prometheus.Observer
 }
 
 // NewGRPC returns quotad's gRPC server: the Envoy rate limit service under
 // conf, gRPC health checking (SERVING until the returned health server is
 // shut down) and reflection.
 func (s *Server) NewGRPC(conf *EnvoyConfig, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	opts = append(opts, grpc.ChainUnaryInterceptor(s.timeRateLimit))
 	gs := grpc.NewServer(opts...)
-	rlsv3.RegisterRateLimitServiceServer(gs, &rateLimitService{s: s, conf: conf})
+	rls := &rateLimitService{s: s, conf: conf}
+	if s.deps.Metrics != nil {
+		rls.latency = s.deps.Metrics.CheckLatency.WithLabelValues(rateLimitMethod)
+	}
+	rlsv3.RegisterRateLimitServiceServer(gs, rls)
 	hs := health.NewServer()
 	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
@@ -70,19 +77,11 @@ func (s *Server) NewGRPC(conf *EnvoyConfig, opts ...grpc.ServerOption) (*grpc.Se
 }
 
 // rateLimitMethod is the route label of Envoy's checks in
-// quota_check_duration_seconds, beside the HTTP routes.
+// quota_check_duration_seconds.
 const rateLimitMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
-// timeRateLimit observes how long ShouldRateLimit took to answer, as the
-// HTTP middleware does for /v1/check (health and reflection are not checks).
-func (s *Server) timeRateLimit(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if info.FullMethod != rateLimitMethod || s.deps.Metrics == nil {
-		return handler(ctx, req)
-	}
-	start := time.Now()
-	resp, err := handler(ctx, req)
-	s.deps.Metrics.CheckLatency.WithLabelValues(rateLimitMethod).Observe(time.Since(start).Seconds())
-	return resp, err
+func (r *rateLimitService) observe(start time.Time) {
+	r.latency.Observe(time.Since(start).Seconds())
 }
 
 // Bounds on one request, far above what Envoy's rate limit actions produce:
@@ -100,6 +99,9 @@ const scopePrefix = "envoy/"
 // would, except that they are decided together: a request denied by one
 // descriptor is counted in none.
 func (r *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	if r.latency != nil {
+		defer r.observe(time.Now())
+	}
 	if err := r.authorize(ctx); err != nil {
 		return nil, err
 	}
