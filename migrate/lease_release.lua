@@ -1,12 +1,17 @@
--- lease_release.lua: delete a move lease only if this worker still holds it
--- (a lease that lapsed and was taken by another worker is left alone).
+-- lease_release.lua: delete move leases this worker still holds (a lease
+-- that lapsed and was taken by another worker is left alone).
 --
--- KEYS[1]  the lease key (prefix .. "mig:lease:" .. hex cell id)
+-- KEYS     the lease keys (prefix .. "mig:lease:" .. hex cell id)
 -- ARGV[1]  the worker's token
 --
--- Reply: 1 when the lease was deleted, 0 when it was not this worker's.
-
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+-- Reply: per key 1 when the lease was deleted, 0 when it was not this
+-- worker's.
+local out = {}
+for i, k in ipairs(KEYS) do
+  if redis.call('GET', k) == ARGV[1] then
+    out[i] = redis.call('DEL', k)
+  else
+    out[i] = 0
+  end
 end
-return 0
+return out

@@ -114,101 +114,6 @@ func (m *Mover) step(s Step) error {
 	return nil
 }
 
-var (
-	//go:embed lease_release.lua
-	releaseSource string
-	//go:embed lease_renew.lua
-	renewSource   string
-	releaseScript = redis.NewScript(releaseSource)
-	renewScript   = redis.NewScript(renewSource)
-)
-
-// leases are the cells one MoveCells holds, kept alive until released or
-// abandoned.
-type leases struct {
-	m     *Mover
-	token string
-	refs  []tiers.Ref
-	stop  chan struct{}
-	done  chan struct{}
-}
-
-// lease takes the lease of every ref it can and renews them every
-// LeaseTTL/4 until release or abandon.
-func (m *Mover) lease(ctx context.Context, refs []tiers.Ref) (*leases, error) {
-	l := &leases{m: m, token: fmt.Sprintf("%d-%s", time.Now().UnixNano(), hex.EncodeToString([]byte(EncodeRef(&refs[0]))[:8])),
-		stop: make(chan struct{}), done: make(chan struct{})}
-	pipe := m.RDB.Pipeline()
-	cmds := make([]*redis.BoolCmd, len(refs))
-	for i := range refs {
-		cmds[i] = pipe.SetNX(ctx, m.leaseKey(&refs[i]), l.token, m.leaseTTL())
-	}
-	_, _ = pipe.Exec(ctx)
-	var err error
-	for i, c := range cmds {
-		ok, e := c.Result()
-		if e != nil {
-			err = e
-			continue
-		}
-		if ok {
-			l.refs = append(l.refs, refs[i])
-		}
-	}
-	go l.keep(context.WithoutCancel(ctx))
-	if err != nil {
-		l.release()
-		return nil, fmt.Errorf("lease: %w", err)
-	}
-	return l, nil
-}
-
-// keep renews the leases until stopped. A renewal that fails (Redis down)
-// is tried again at the next tick; the lease lasts LeaseTTL from the last
-// success.
-func (l *leases) keep(ctx context.Context) {
-	defer close(l.done)
-	if len(l.refs) == 0 {
-		return
-	}
-	ttl := l.m.leaseTTL()
-	t := time.NewTicker(ttl / 4)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-t.C:
-		}
-		p := l.m.RDB.Pipeline()
-		for i := range l.refs {
-			renewScript.Eval(ctx, p, []string{l.m.leaseKey(&l.refs[i])}, l.token, ttl.Milliseconds())
-		}
-		_, _ = p.Exec(ctx)
-	}
-}
-
-// abandon stops renewing and leaves the leases to expire, as a crash would.
-func (l *leases) abandon() {
-	close(l.stop)
-	<-l.done
-}
-
-// release stops renewing and deletes the leases that are still this
-// worker's.
-func (l *leases) release() {
-	l.abandon()
-	if len(l.refs) == 0 {
-		return
-	}
-	ctx := context.Background()
-	p := l.m.RDB.Pipeline()
-	for i := range l.refs {
-		releaseScript.Eval(ctx, p, []string{l.m.leaseKey(&l.refs[i])}, l.token)
-	}
-	_, _ = p.Exec(ctx)
-}
-
 // Result says what MoveCells did.
 type Result struct {
 	Moved   []tiers.Ref // now in the destination (moved by this call)
@@ -573,28 +478,6 @@ func within(part, of []tiers.Ref) []tiers.Ref {
 		}
 	}
 	return out
-}
-
-// owned returns the refs whose lease this worker still holds.
-func (l *leases) owned(ctx context.Context, refs []tiers.Ref) ([]tiers.Ref, error) {
-	if len(refs) == 0 {
-		return refs, nil
-	}
-	pipe := l.m.RDB.Pipeline()
-	cmds := make([]*redis.StringCmd, len(refs))
-	for i := range refs {
-		cmds[i] = pipe.Get(ctx, l.m.leaseKey(&refs[i]))
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("lease check: %w", err)
-	}
-	var out []tiers.Ref
-	for i, c := range cmds {
-		if v, err := c.Result(); err == nil && v == l.token {
-			out = append(out, refs[i])
-		}
-	}
-	return out, nil
 }
 
 // cas runs directory compare-and-sets that must all succeed: under the

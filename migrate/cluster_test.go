@@ -1,0 +1,73 @@
+package migrate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/tiers"
+)
+
+// On a Redis Cluster the cells of one batch live on several masters, and
+// so do their lease keys (which carry no hash tag): a batch of cells of 40
+// apps moves through every tier with its counts exact, and its leases are
+// taken and released on each master.
+func TestMoveCells_OnARedisClusterCellsOfManySlotsKeepTheirCounts(t *testing.T) {
+	t.Parallel()
+	nodes := testenv.StartRedisCluster(t, 3)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { cc.Close() })
+	hot := tiers.NewHotStore(cc, tiers.HotOptions{Prefix: "c:"})
+	warm := tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"})
+	cold := tiers.NewColdStore(testenv.MySQLShards(t, 2), tiers.ColdOptions{})
+	e := &env{router: tiers.NewRouter(hot, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0)}
+	e.hot = &tiers.HotMover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}
+	e.mover = &Mover{RDB: cc, Prefix: "c:", Hot: e.hot, Warm: warm, Cold: cold, LeaseTTL: 5 * time.Second}
+
+	cells := make([]cellSpec, 40)
+	for i := range cells {
+		cells[i] = newCell(100)
+	}
+	want := int64(0)
+	from := tiers.Hot
+	for _, to := range []tiers.Tier{tiers.Warm, tiers.Cold, tiers.Hot, tiers.Cold, tiers.Warm, tiers.Hot} {
+		for range 2 {
+			for _, c := range cells {
+				if op := e.check(t, tiers.Enforce, c); op == nil || !op.Allowed() {
+					t.Fatalf("in %s: a check under the limit was not allowed", from)
+				}
+			}
+			want++
+		}
+		e.move(t, from, to, cells...)
+		for _, c := range cells {
+			if got := e.tierOf(t, c); got != to {
+				t.Fatalf("%s>%s: tier %q", from, to, got)
+			}
+			if n := e.count(t, c); n != want {
+				t.Fatalf("%s>%s: count %d, want %d", from, to, n, want)
+			}
+		}
+		from = to
+	}
+	leases := 0
+	for _, n := range nodes {
+		c := redis.NewClient(&redis.Options{Addr: n.Addr()})
+		keys, err := c.Keys(t.Context(), "c:mig:lease:*").Result()
+		c.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		leases += len(keys)
+	}
+	if leases != 0 {
+		t.Fatalf("%d leases left after the moves", leases)
+	}
+}

@@ -1,0 +1,173 @@
+package migrate
+
+import (
+	"cmp"
+	"context"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/internal/redisscript"
+	"github.com/quota-platform/quota/tiers"
+)
+
+var (
+	//go:embed lease_take.lua
+	takeSource string
+	//go:embed lease_release.lua
+	releaseSource string
+	//go:embed lease_renew.lua
+	renewSource   string
+	takeScript    = redis.NewScript(takeSource)
+	releaseScript = redis.NewScript(releaseSource)
+	renewScript   = redis.NewScript(renewSource)
+)
+
+// leaseChunk bounds the keys of one lease script: a batch's leases are
+// taken, renewed and released in a few calls on a single Redis, each
+// short enough not to hold up the checks behind it.
+const leaseChunk = 500
+
+// leases are the cells one MoveCells holds, kept alive until released or
+// abandoned.
+type leases struct {
+	m     *Mover
+	token string
+	refs  []tiers.Ref
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// leaseCalls cuts the lease keys of refs into script calls: chunks on a
+// single Redis, one key a call on a cluster (lease keys carry no hash tag,
+// so each may live on another master).
+func (m *Mover) leaseCalls(refs []tiers.Ref, args ...any) []redisscript.Call {
+	size := leaseChunk
+	if _, cluster := m.RDB.(*redis.ClusterClient); cluster {
+		size = 1
+	}
+	var calls []redisscript.Call
+	for part := range slices.Chunk(refs, size) {
+		keys := make([]string, len(part))
+		for i := range part {
+			keys[i] = m.leaseKey(&part[i])
+		}
+		calls = append(calls, redisscript.Call{Keys: keys, Args: args})
+	}
+	return calls
+}
+
+// runLeases runs a lease script over refs and returns its per-key replies
+// in refs' order (1: done for that key).
+func (m *Mover) runLeases(ctx context.Context, sc *redis.Script, refs []tiers.Ref, args ...any) ([]bool, error) {
+	calls := m.leaseCalls(refs, args...)
+	cmds, err := redisscript.RunEach(ctx, m.RDB, sc, calls)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bool, 0, len(refs))
+	var first error
+	for i, c := range cmds {
+		vals, err := c.Int64Slice()
+		if err == nil && len(vals) != len(calls[i].Keys) {
+			err = fmt.Errorf("%d replies for %d keys", len(vals), len(calls[i].Keys))
+		}
+		if err != nil {
+			first = cmp.Or(first, err)
+			vals = make([]int64, len(calls[i].Keys))
+		}
+		for _, v := range vals {
+			out = append(out, v == 1)
+		}
+	}
+	return out, first
+}
+
+// lease takes the lease of every ref it can and renews them every
+// LeaseTTL/4 until release or abandon.
+func (m *Mover) lease(ctx context.Context, refs []tiers.Ref) (*leases, error) {
+	l := &leases{m: m, token: fmt.Sprintf("%d-%s", time.Now().UnixNano(), hex.EncodeToString([]byte(EncodeRef(&refs[0]))[:8])),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	got, err := m.runLeases(ctx, takeScript, refs, l.token, m.leaseTTL().Milliseconds())
+	for i, ok := range got {
+		if ok {
+			l.refs = append(l.refs, refs[i])
+		}
+	}
+	go l.keep(context.WithoutCancel(ctx))
+	if err != nil {
+		l.release()
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	return l, nil
+}
+
+// keep renews the leases until stopped. A renewal that fails (Redis down)
+// is tried again at the next tick; the lease lasts LeaseTTL from the last
+// success.
+func (l *leases) keep(ctx context.Context) {
+	defer close(l.done)
+	if len(l.refs) == 0 {
+		return
+	}
+	ttl := l.m.leaseTTL()
+	t := time.NewTicker(ttl / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		_, _ = l.m.runLeases(ctx, renewScript, l.refs, l.token, ttl.Milliseconds())
+	}
+}
+
+// abandon stops renewing and leaves the leases to expire, as a crash would.
+func (l *leases) abandon() {
+	close(l.stop)
+	<-l.done
+}
+
+// release stops renewing and deletes the leases that are still this
+// worker's.
+func (l *leases) release() {
+	l.abandon()
+	if len(l.refs) == 0 {
+		return
+	}
+	_, _ = l.m.runLeases(context.Background(), releaseScript, l.refs, l.token)
+}
+
+// owned returns the refs whose lease this worker still holds: one MGET a
+// chunk on a single Redis, a GET a key on a cluster.
+func (l *leases) owned(ctx context.Context, refs []tiers.Ref) ([]tiers.Ref, error) {
+	if len(refs) == 0 {
+		return refs, nil
+	}
+	calls := l.m.leaseCalls(refs)
+	pipe := l.m.RDB.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(calls))
+	for i := range calls {
+		cmds[i] = pipe.MGet(ctx, calls[i].Keys...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("lease check: %w", err)
+	}
+	var out []tiers.Ref
+	i := 0
+	for _, c := range cmds {
+		for _, v := range c.Val() {
+			if s, ok := v.(string); ok && s == l.token {
+				out = append(out, refs[i])
+			}
+			i++
+		}
+	}
+	return out, nil
+}
