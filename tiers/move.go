@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/internal/redisscript"
 )
 
 // This file holds the tier-side steps of a move (package migrate drives
@@ -174,29 +176,21 @@ func (m *HotMover) Delete(ctx context.Context, refs []Ref) error {
 // cell is frozen (false: its directory does not say hot).
 func (m *HotMover) Freeze(ctx context.Context, refs []Ref) ([]bool, error) {
 	now := m.now()
-	type part struct {
-		keys []string
-		args []any
-	}
-	var parts []part
+	var calls []redisscript.Call
 	for i := range refs {
 		if i == 0 || m.Warm.cluster {
-			parts = append(parts, part{})
+			calls = append(calls, redisscript.Call{})
 		}
-		p := &parts[len(parts)-1]
+		p := &calls[len(calls)-1]
 		l := m.Warm.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
 		cur, next, _ := m.keys(&refs[i], now)
-		b := len(p.keys)
-		p.keys = append(p.keys, l.headerKey(), cur, next)
-		p.args = append(p.args, b+1, l.field, b+2, b+3)
+		b := len(p.Keys)
+		p.Keys = append(p.Keys, l.headerKey(), cur, next)
+		p.Args = append(p.Args, b+1, l.field, b+2, b+3)
 	}
-	pipe := m.Hot.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(parts))
-	for i := range parts {
-		cmds[i] = hotFreezeScript.Eval(ctx, pipe, parts[i].keys, parts[i].args...)
-	}
-	if len(parts) > 0 {
-		_, _ = pipe.Exec(ctx)
+	cmds, err := redisscript.RunEach(ctx, m.Hot.rdb, hotFreezeScript, calls)
+	if err != nil {
+		return nil, fmt.Errorf("hot freeze: %w", wrapUnavailable(err))
 	}
 	var out []bool
 	for _, c := range cmds {
