@@ -4,9 +4,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/quota-platform/quota/internal/testenv"
 )
 
 // nginxConf is the README's nginx snippet in a complete file: every
@@ -137,4 +141,69 @@ func TestNginx_AuthRequestAllowsExactlyTheLimitThenAnswers429WithHeaders(t *test
 	if st["allowed"] != float64(5) || st["denied"] != float64(calls-5) {
 		t.Errorf("analytics of the burst: %v", st)
 	}
+}
+
+// The README's nginx snippet, as printed, inside the least nginx needs
+// around it (a server, temp paths): quotad on 127.0.0.1:8080 and the
+// backend are replaced by the test's own; 5 calls pass, the 6th is a 429
+// that never reaches the backend.
+func TestNginx_TheREADMESnippetWorksAsPrinted(t *testing.T) {
+	t.Parallel()
+	snippet := readmeBlock(t, "### nginx", "nginx")
+	q := startQuotad(t, appIPRule, "QUOTA_AUTH_DENY_STATUS=403")
+	up := startUpstream(t)
+	conf := strings.NewReplacer(
+		"{snippet}", strings.NewReplacer("127.0.0.1:8080", q.Addr, "http://backend", "http://"+up.addr).Replace(snippet),
+	).Replace(`
+daemon off;
+master_process off;
+worker_processes 1;
+pid {dir}/nginx.pid;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path {dir}/tmp/body;
+    proxy_temp_path {dir}/tmp/proxy;
+    fastcgi_temp_path {dir}/tmp/fastcgi;
+    uwsgi_temp_path {dir}/tmp/uwsgi;
+    scgi_temp_path {dir}/tmp/scgi;
+    server {
+        listen 127.0.0.1:{port};
+{snippet}
+    }
+}
+`)
+	n := startNginx(t, conf)
+	for i := 1; i <= 6; i++ {
+		resp, _ := get(t, "http://"+n.Addr+"/hello", "X-App-Id", "readme")
+		if want := map[bool]int{true: 200, false: 429}[i <= 5]; resp.StatusCode != want {
+			t.Fatalf("call %d: %d, want %d\nnginx: %s", i, resp.StatusCode, want, n.errorLog())
+		}
+	}
+	if got := up.hits.Load(); got != 5 {
+		t.Fatalf("backend saw %d calls, want 5", got)
+	}
+}
+
+// readmeBlock returns the first fenced block of language lang after the
+// heading in the repository's README.md.
+func readmeBlock(t *testing.T, heading, lang string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testenv.ModuleRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("README.md has no heading %q", heading)
+	}
+	_, block, ok := strings.Cut(after, "```"+lang+"\n")
+	if !ok {
+		t.Fatalf("README.md has no %s block after %q", lang, heading)
+	}
+	block, _, ok = strings.Cut(block, "```")
+	if !ok {
+		t.Fatalf("README.md: the %s block after %q is not closed", lang, heading)
+	}
+	return block
 }
