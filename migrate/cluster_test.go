@@ -17,19 +17,7 @@ import (
 // taken and released on each master.
 func TestMoveCells_OnARedisClusterCellsOfManySlotsKeepTheirCounts(t *testing.T) {
 	t.Parallel()
-	nodes := testenv.StartRedisCluster(t, 3)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.Addr())
-	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { cc.Close() })
-	hot := tiers.NewHotStore(cc, tiers.HotOptions{Prefix: "c:"})
-	warm := tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"})
-	cold := tiers.NewColdStore(testenv.MySQLShards(t, 2), tiers.ColdOptions{})
-	e := &env{router: tiers.NewRouter(hot, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0)}
-	e.hot = &tiers.HotMover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}
-	e.mover = &Mover{RDB: cc, Prefix: "c:", Hot: e.hot, Warm: warm, Cold: cold, LeaseTTL: 5 * time.Second}
+	e := newClusterEnv(t)
 
 	cells := make([]cellSpec, 40)
 	for i := range cells {
@@ -58,7 +46,7 @@ func TestMoveCells_OnARedisClusterCellsOfManySlotsKeepTheirCounts(t *testing.T) 
 		from = to
 	}
 	leases := 0
-	for _, n := range nodes {
+	for _, n := range e.nodes {
 		c := redis.NewClient(&redis.Options{Addr: n.Addr()})
 		keys, err := c.Keys(t.Context(), "c:mig:lease:*").Result()
 		c.Close()
@@ -70,4 +58,56 @@ func TestMoveCells_OnARedisClusterCellsOfManySlotsKeepTheirCounts(t *testing.T) 
 	if leases != 0 {
 		t.Fatalf("%d leases left after the moves", leases)
 	}
+}
+
+// On a Redis Cluster a check whose cells are warm under two tags (two hash
+// slots) is decided all or nothing: the cell of limit 3 allows three, and
+// the other cell counts those three only, every later check being denied
+// and given back.
+func TestRouter_OnAClusterAWarmCheckOfTwoTagsIsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	e := newClusterEnv(t)
+	tight, loose := newCell(3), newCell(100)
+	e.move(t, tiers.Hot, tiers.Warm, tight, loose)
+	allowed := 0
+	for range 6 {
+		op := e.check(t, tiers.Enforce, tight, loose)
+		if op == nil {
+			t.FailNow()
+		}
+		if op.Allowed() {
+			allowed++
+		}
+	}
+	if allowed != 3 {
+		t.Fatalf("%d checks allowed, want 3", allowed)
+	}
+	for _, c := range []cellSpec{tight, loose} {
+		if got := e.tierOf(t, c); got != tiers.Warm {
+			t.Fatalf("tier %q, want warm", got)
+		}
+		if n := e.count(t, c); n != 3 {
+			t.Fatalf("count %d, want 3", n)
+		}
+	}
+}
+
+// newClusterEnv is newEnv on a Redis Cluster of three masters the test
+// starts (its nodes in env.nodes).
+func newClusterEnv(t *testing.T) *env {
+	t.Helper()
+	nodes := testenv.StartRedisCluster(t, 3)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { cc.Close() })
+	hot := tiers.NewHotStore(cc, tiers.HotOptions{Prefix: "c:"})
+	warm := tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"})
+	cold := tiers.NewColdStore(testenv.MySQLShards(t, 2), tiers.ColdOptions{})
+	e := &env{router: tiers.NewRouter(hot, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0), nodes: nodes}
+	e.hot = &tiers.HotMover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}
+	e.mover = &Mover{RDB: cc, Prefix: "c:", Hot: e.hot, Warm: warm, Cold: cold, LeaseTTL: 5 * time.Second}
+	return e
 }

@@ -21,7 +21,8 @@ type env struct {
 	hot    *tiers.HotMover
 	warm   *tiers.WarmStore
 	cold   *tiers.ColdStore
-	clock  *clock.Fake // the tests' time; the worker's goroutines read it too
+	clock  *clock.Fake             // the tests' time; the worker's goroutines read it too
+	nodes  []*testenv.RedisProcess // the Redis Cluster's masters, if on one
 }
 
 // newEnv builds the three tiers (Redis prefix and two shard DBs of the

@@ -332,8 +332,8 @@ func (r *Router) decideParts(ctx context.Context, now time.Time, op *Op, counted
 			return errNotCold
 		}
 	}
-	if len(warmIdx) > 0 {
-		if err := r.decidePart(ctx, now, op, warmIdx, r.warm, Warm, counted); err != nil {
+	for _, part := range r.warmParts(op, warmIdx) {
+		if err := r.decidePart(ctx, now, op, part, r.warm, Warm, counted); err != nil {
 			return err
 		}
 	}
@@ -344,6 +344,35 @@ func (r *Router) decideParts(ctx context.Context, now time.Time, op *Op, counted
 		return r.decidePart(ctx, now, op, coldIdx, r.cold, Cold, counted)
 	}
 	return nil
+}
+
+// warmParts cuts op's warm cells at idx into the parts the warm tier
+// decides at once: all of them on a single Redis; on a Redis Cluster one
+// part a tag, since one compare-and-set reaches one hash slot (an Envoy
+// request's descriptors with and without the app key, say, have two). The
+// parts then count one after the other and an op denied by a later one
+// gives back what the earlier ones counted, as its parts in different
+// tiers do.
+func (r *Router) warmParts(op *Op, idx []int) [][]int {
+	if len(idx) == 0 {
+		return nil
+	}
+	if !r.warm.cluster {
+		return [][]int{idx}
+	}
+	var parts [][]int
+	at := map[Tag]int{}
+	for _, i := range idx {
+		t := op.Cells[i].Tag
+		k, ok := at[t]
+		if !ok {
+			k = len(parts)
+			at[t] = k
+			parts = append(parts, nil)
+		}
+		parts[k] = append(parts[k], i)
+	}
+	return parts
 }
 
 // decidePart sends op's cells at idx to store as one op.
