@@ -141,14 +141,17 @@ soak: services build
 # Bytes per counter in each storage tier for BENCH_MEMORY_N identities: hot
 # (alone and through the tier router) and warm on a private redis-server
 # (redis.conf's listpack limits), cold on fresh quota_bench_* databases on
-# the local MariaDB, dropped afterwards; then the cold filter (a cold cell's
-# Redis) for 1,000 apps x 100 cells and for 1 app x 1,000,000 cells.
-# ~5 minutes; figures in bench-out/memory.txt.
+# the local MariaDB, dropped afterwards; then warm for 1 app x 1,000,000
+# cells and 1,000 apps x 100 cells (per-key overheads weigh most there), and
+# the cold filter (a cold cell's Redis) for 1,000 apps x 100 cells and for
+# 1 app x 1,000,000 cells. ~10 minutes; figures in bench-out/memory.txt.
 .PHONY: bench-memory
 BENCH_MEMORY_N ?= 1000000
 bench-memory: services
 	@mkdir -p bench-out
 	set -o pipefail; { $(GO) run ./bench/cmd/quotabench-memory -n $(BENCH_MEMORY_N) -tiers hot,warm,cold && \
+		$(GO) run ./bench/cmd/quotabench-memory -n 1000000 -apps 1 -tiers warm && \
+		$(GO) run ./bench/cmd/quotabench-memory -n 100000 -apps 1000 -tiers warm && \
 		$(GO) run ./bench/cmd/quotabench-memory -n 100000 -apps 1000 -tiers filter && \
 		$(GO) run ./bench/cmd/quotabench-memory -n 1000000 -apps 1 -tiers filter; } | tee bench-out/memory.txt
 

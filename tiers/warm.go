@@ -24,7 +24,7 @@ var warmCASSource string
 //
 //	key   = prefix + "{" + hex(tag) + "}w" + bucket (2 bytes, big-endian)
 //	field = CellID[8:8+FieldBytes] (7 raw bytes by default)
-//	value = snappy(record) (warmrecord.go), 9-10 bytes
+//	value = the record (warmrecord.go), 7-8 bytes
 //
 // A tag's buckets follow its population (directory.lua, directory.go): a
 // tag starts with one bucket, and a bucket grown to 96 fields splits the

@@ -1,6 +1,6 @@
 -- warm_cas.lua: compare-and-set warm-tier records, all or nothing, after
 -- directory.lua (which locates each field in its tag's buckets). Go reads
--- the records (warm_read.lua), decides and encodes (Lua has no snappy);
+-- the records (warm_read.lua), decides and encodes (the record codec is Go);
 -- this script then writes the new values only if no record changed in
 -- between.
 --

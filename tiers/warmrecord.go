@@ -13,9 +13,9 @@ import (
 )
 
 // The record codec of the warm and cold tiers, and the fixed-window rules
-// both apply to a record. The warm tier stores snappy.Encode(raw) as a hash
-// value; the cold tier stores raw itself (MySQL gains nothing from snappy's
-// two bytes of framing on a record this small).
+// both apply to a record. The cold tier stores raw itself; the warm tier
+// stores the same fields as a warm value (below), without the snappy
+// framing older versions wrapped around raw.
 //
 // raw, version 1 (7 bytes for a fresh record, 8 for a typical warm one):
 //
@@ -32,8 +32,18 @@ import (
 // First is the latest time its class allows. There is no window index:
 // rule windows are whole seconds, so floor(Last / window) is exact.
 //
-// Every byte counts: the record is most of what a warm cell costs beside
-// its field (`make bench-memory` measures it).
+// The warm value is raw with its first 4 bytes as one big-endian uint32
+// whose bit 31 is set: same size as raw, and its first byte is 0x80 or
+// more. Versions before it stored snappy.Encode(raw), whose first byte is
+// raw's length (7..25, a uvarint under 0x80) followed by snappy's literal
+// tag: two bytes a cell that bought nothing on 7-9 bytes, which snappy
+// cannot shorten. Those values are still read (DecodeWarmValue); any write
+// of the cell replaces them with the new form. First bytes 0x1a..0x7f are
+// free for a later form.
+//
+// Every byte counts: the value is most of what a warm cell costs beside
+// its field (`make bench-memory` measures it); a listpack entry costs its
+// length plus 2.
 
 const (
 	recordEpoch     = 1_704_067_200 // 2024-01-01T00:00:00Z
@@ -121,20 +131,46 @@ func parseRecordRaw(b []byte) (Record, error) {
 	return r, nil
 }
 
-// EncodeWarmValue returns the warm-tier hash value of r: its raw encoding,
-// snappy-compressed.
+// recordWarmBit marks a warm value's big-endian header (the warm value
+// described above).
+const recordWarmBit = 1 << 31
+
+// EncodeWarmValue returns the warm-tier hash value of r: its raw encoding
+// with the header big-endian and bit 31 set.
 func EncodeWarmValue(r *Record) ([]byte, error) {
 	var buf [recordMaxRaw]byte
 	raw, err := appendRecordRaw(buf[:0], r)
 	if err != nil {
 		return nil, err
 	}
-	return snappy.Encode(nil, raw), nil
+	h := binary.LittleEndian.Uint32(raw)
+	binary.BigEndian.PutUint32(raw, h|recordWarmBit)
+	return append([]byte(nil), raw...), nil
 }
 
-// DecodeWarmValue decodes a warm-tier hash value. Any bytes that are not
-// one give an error wrapping ErrRecordCorrupt, never a panic.
+// DecodeWarmValue decodes a warm-tier hash value, of this version or
+// snappy-framed as older versions wrote it. Any bytes that are not one
+// give an error wrapping ErrRecordCorrupt, never a panic.
 func DecodeWarmValue(b []byte) (Record, error) {
+	if len(b) == 0 || b[0] < 0x80 {
+		return decodeWarmSnappy(b)
+	}
+	if len(b) > recordMaxRaw {
+		return Record{}, fmt.Errorf("%w: %d bytes", ErrRecordCorrupt, len(b))
+	}
+	var buf [recordMaxRaw]byte
+	raw := buf[:len(b)]
+	copy(raw, b)
+	if len(raw) >= 4 {
+		h := binary.BigEndian.Uint32(raw) &^ recordWarmBit
+		binary.LittleEndian.PutUint32(raw, h)
+	}
+	return parseRecordRaw(raw)
+}
+
+// decodeWarmSnappy decodes a warm value as versions before the current
+// form wrote it: snappy.Encode(raw).
+func decodeWarmSnappy(b []byte) (Record, error) {
 	n, err := snappy.DecodedLen(b)
 	if err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrRecordCorrupt, err)
