@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/internal/redisscript"
 )
 
 // The cold filter lets the hot script tell a new cell from a cold one by
@@ -54,11 +56,11 @@ func (s *WarmStore) SwitchToCold(ctx context.Context, swaps []DirSwap, capacity 
 		if !ok {
 			ci = len(calls)
 			byTag[l.base] = ci
-			calls = append(calls, dirCall{keys: []string{l.headerKey()}, args: []any{0}})
+			calls = append(calls, dirCall{Call: redisscript.Call{Keys: []string{l.headerKey()}, Args: []any{0}}})
 			tags = append(tags, swaps[i].Tag)
 		}
 		c := &calls[ci]
-		c.args = append(c.args, l.field, swaps[i].Old)
+		c.Args = append(c.Args, l.field, swaps[i].Old)
 		c.at = append(c.at, i)
 	}
 	for ci := range calls {
@@ -66,7 +68,7 @@ func (s *WarmStore) SwitchToCold(ctx context.Context, swaps []DirSwap, capacity 
 		if capacity != nil {
 			want = max(want, capacity(tags[ci]))
 		}
-		calls[ci].args[0] = want
+		calls[ci].Args[0] = want
 	}
 	vals, err := perCell(ctx, s.rdb, coldSwitchScript, calls, len(swaps))
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/internal/redisscript"
 )
 
 // The directory says where a fixed-window cell lives (migrate/PROTOCOL.md).
@@ -52,9 +54,8 @@ func (s *WarmStore) HeaderKey(r *Ref) string {
 // headers as KEYS and, per cell, its header's index (1-based) and its
 // field as ARGV.
 type dirCall struct {
-	keys []string
-	args []any
-	at   []int // per cell of the call, its index in the caller's list
+	redisscript.Call
+	at []int // per cell of the call, its index in the caller's list
 }
 
 // dirCalls groups locs into calls: one on a single Redis (a call per tag
@@ -70,10 +71,10 @@ func (s *WarmStore) dirCalls(locs []warmLoc) []dirCall {
 			if !ok {
 				ci = len(calls)
 				byBase[l.base] = ci
-				calls = append(calls, dirCall{keys: []string{hk}})
+				calls = append(calls, dirCall{Call: redisscript.Call{Keys: []string{hk}}})
 			}
 			c := &calls[ci]
-			c.args = append(c.args, 1, l.field)
+			c.Args = append(c.Args, 1, l.field)
 			c.at = append(c.at, i)
 			continue
 		}
@@ -83,47 +84,26 @@ func (s *WarmStore) dirCalls(locs []warmLoc) []dirCall {
 		c := &calls[0]
 		ki, ok := byBase[l.base]
 		if !ok {
-			c.keys = append(c.keys, hk)
-			ki = len(c.keys)
+			c.Keys = append(c.Keys, hk)
+			ki = len(c.Keys)
 			byBase[l.base] = ki
 		}
-		c.args = append(c.args, ki, l.field)
+		c.Args = append(c.Args, ki, l.field)
 		c.at = append(c.at, i)
 	}
 	return calls
 }
 
-// runDirCalls runs sc for each call in one pipeline (EVALSHA; a call Redis
-// refused for want of the script is sent again once it is loaded, and only
-// that call: the others ran). Per-command errors are left in the commands.
+// runDirCalls runs sc for each call in one pipeline (redisscript.RunEach).
+// Per-command errors are left in the commands.
 func runDirCalls(ctx context.Context, rdb redis.UniversalClient, sc *redis.Script, calls []dirCall) ([]*redis.Cmd, error) {
-	cmds := make([]*redis.Cmd, len(calls))
-	switch len(calls) {
-	case 0:
-		return cmds, nil
-	case 1:
-		cmds[0] = sc.Run(ctx, rdb, calls[0].keys, calls[0].args...)
-		return cmds, nil
-	}
-	pipe := rdb.Pipeline()
+	each := make([]redisscript.Call, len(calls))
 	for i := range calls {
-		cmds[i] = sc.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
+		each[i] = calls[i].Call
 	}
-	if _, err := pipe.Exec(ctx); err == nil {
-		return cmds, nil
-	}
-	loaded := false
-	for i := range calls {
-		if !isNoScript(cmds[i].Err()) {
-			continue
-		}
-		if !loaded {
-			if err := sc.Load(ctx, rdb).Err(); err != nil {
-				return nil, wrapUnavailable(err)
-			}
-			loaded = true
-		}
-		cmds[i] = sc.EvalSha(ctx, rdb, calls[i].keys, calls[i].args...)
+	cmds, err := redisscript.RunEach(ctx, rdb, sc, each)
+	if err != nil {
+		return nil, wrapUnavailable(err)
 	}
 	return cmds, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-platform/quota/internal/redisscript"
 	"github.com/quota-platform/quota/rules"
 )
 
@@ -582,7 +583,7 @@ func (s *HotStore) runPipelined(ctx context.Context, now time.Time, calls []call
 	var again []call
 	var at []int
 	for i := range calls {
-		if isNoScript(calls[i].cmd.Err()) {
+		if redisscript.IsNoScript(calls[i].cmd.Err()) {
 			again, at = append(again, calls[i]), append(at, i)
 		}
 	}
@@ -599,11 +600,6 @@ func (s *HotStore) runPipelined(ctx context.Context, now time.Time, calls []call
 		calls[i].cmd = again[j].cmd
 	}
 	return nil
-}
-
-func isNoScript(err error) bool {
-	var re redis.Error
-	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "NOSCRIPT")
 }
 
 // replyInts converts a script reply to integers; a string in it (a warm

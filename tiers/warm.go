@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/faultpoint"
+	"github.com/quota-platform/quota/internal/redisscript"
 	"github.com/quota-platform/quota/rules"
 )
 
@@ -207,26 +207,23 @@ func (s *WarmStore) readFields(ctx context.Context, locs []warmLoc) (map[warmLoc
 }
 
 // warmCAS is one call of warm_cas.lua.
-type warmCAS struct {
-	keys []string
-	args []any
-}
+type warmCAS struct{ redisscript.Call }
 
 // add appends a record's expected and new value, deduplicating the keys.
 func (c *warmCAS) add(l warmLoc, old, new string) {
 	hk := l.headerKey()
 	ki := -1
-	for i, k := range c.keys {
+	for i, k := range c.Keys {
 		if k == hk {
 			ki = i
 			break
 		}
 	}
 	if ki < 0 {
-		c.keys = append(c.keys, hk)
-		ki = len(c.keys) - 1
+		c.Keys = append(c.Keys, hk)
+		ki = len(c.Keys) - 1
 	}
-	c.args = append(c.args, ki+1, l.field, old, new)
+	c.Args = append(c.Args, ki+1, l.field, old, new)
 }
 
 // runCAS runs the calls in one pipeline and reports which succeeded.
@@ -234,22 +231,13 @@ func (s *WarmStore) runCAS(ctx context.Context, calls []warmCAS) ([]bool, error)
 	if len(calls) == 0 {
 		return nil, nil
 	}
-	cmds := make([]*redis.Cmd, len(calls))
-	if len(calls) == 1 {
-		cmds[0] = s.cas.Run(ctx, s.rdb, calls[0].keys, calls[0].args...)
-	} else {
-		pipe := s.rdb.Pipeline()
-		for i := range calls {
-			cmds[i] = s.cas.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)
-		}
-		_, _ = pipe.Exec(ctx) // errors are read per command
-		for i := range calls {
-			// A script missing from Redis' cache (restart, SCRIPT FLUSH)
-			// did not run: run just that call again, loading the script.
-			if err := cmds[i].Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-				cmds[i] = s.cas.Run(ctx, s.rdb, calls[i].keys, calls[i].args...)
-			}
-		}
+	each := make([]redisscript.Call, len(calls))
+	for i := range calls {
+		each[i] = calls[i].Call
+	}
+	cmds, err := redisscript.RunEach(ctx, s.rdb, s.cas, each)
+	if err != nil {
+		return nil, fmt.Errorf("warm compare-and-set: %w", wrapUnavailable(err))
 	}
 	ok := make([]bool, len(calls))
 	for i, c := range cmds {
