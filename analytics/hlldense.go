@@ -21,14 +21,14 @@ const DefaultHLLDenseAt = 1000
 // sparseLimit sets Redis' hll-sparse-max-bytes to HLLDenseAt, once. A Redis
 // that refuses CONFIG (a managed one may) keeps its own limit: adds then
 // cost more, and a warning says so.
-func (r *Recorder) sparseLimit(ctx context.Context) {
-	if r.opt.HLLDenseAt < 0 {
+func (u *uniques) sparseLimit(ctx context.Context) {
+	if u.opt.HLLDenseAt < 0 {
 		return
 	}
-	r.sparseOnce.Do(func() {
-		if err := r.rdb.ConfigSet(ctx, "hll-sparse-max-bytes", strconv.Itoa(r.opt.HLLDenseAt)).Err(); err != nil {
-			r.log.Warn("analytics: Redis refused CONFIG SET hll-sparse-max-bytes; busy distinct-user counts stay sparse longer and cost Redis more",
-				"err", err, "want_bytes", r.opt.HLLDenseAt)
+	u.sparseOnce.Do(func() {
+		if err := u.rdb.ConfigSet(ctx, "hll-sparse-max-bytes", strconv.Itoa(u.opt.HLLDenseAt)).Err(); err != nil {
+			u.log.Warn("analytics: Redis refused CONFIG SET hll-sparse-max-bytes; busy distinct-user counts stay sparse longer and cost Redis more",
+				"err", err, "want_bytes", u.opt.HLLDenseAt)
 		}
 	})
 }

@@ -20,7 +20,7 @@ const DefaultFlushDuty = 0.25
 // the time, until the budget (a deadline, half the flush interval) is spent;
 // from then on it runs flat out, so a slow flush never runs into the next.
 //
-// It measures real time, not the Recorder's clock: it shares real cores.
+// It measures real time, not analytics' clock: it shares real cores.
 // A nil *pacer never rests (explicit Flush and Close), nor does one whose
 // hurry channel is closed (Close while a paced flush runs: shutdown must
 // not wait out the rests).

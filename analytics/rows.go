@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -476,48 +475,4 @@ func (r *rowset) merge(o *rowset) {
 			r.addUser(g, row)
 		}
 	}
-}
-
-// hllKey names one daily distinct-user HyperLogLog.
-type hllKey struct {
-	app   string
-	iface string // "" for the app scope
-	scope uint8  // scopeApp or scopeIface
-	day   Day
-}
-
-const (
-	scopeApp   = 0
-	scopeIface = 1
-)
-
-// redisKey is the HLL's Redis key: prefix + "hll:{" + hash of the app + "}:"
-// + day + ":a" or ":i:" + hash of the interface. Hashes keep the key free of
-// separators from the values, and the {…} tag keeps one app's keys in one
-// cluster slot (needed by PFCOUNT and PFMERGE over several keys).
-// It is built by hand, not with fmt: a flush names tens of thousands.
-func (k hllKey) redisKey(prefix string) string {
-	b := make([]byte, 0, len(prefix)+80)
-	b = append(b, prefix...)
-	b = append(b, "hll:{"...)
-	b = appendHex16(b, FNV1a64(k.app))
-	b = append(b, "}:"...)
-	b = strconv.AppendInt(b, int64(k.day), 10)
-	if k.scope == scopeApp {
-		b = append(b, ":a"...)
-	} else {
-		b = append(b, ":i:"...)
-		b = appendHex16(b, FNV1a64(k.iface))
-		b = appendHex16(b, fnv1a64Continue(fnv1a64Continue(fnvOffset, "\x00"), k.iface))
-	}
-	return string(b)
-}
-
-// appendHex16 appends x as 16 lower-case hex digits (%016x).
-func appendHex16(b []byte, x uint64) []byte {
-	const digits = "0123456789abcdef"
-	for shift := 60; shift >= 0; shift -= 4 {
-		b = append(b, digits[x>>uint(shift)&0xf])
-	}
-	return b
 }
