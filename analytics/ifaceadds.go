@@ -17,15 +17,15 @@ import (
 //
 // Why: with keys spread like make bench's (1,000 apps × 50 interfaces),
 // every flush touches nearly every (app, interface) key with a handful of
-// users, and those 50,000 PFADDs a flush were 83 % of what analytics cost
-// Redis (BenchmarkFlushServerCPU: 504 ms of Redis CPU a minute at 16,000
-// calls/s, 86 ms without them): the cost is the command, not the user.
-// Once a minute the same users go in a quarter of the commands.
+// users, and those PFADDs were most of what analytics cost Redis
+// (BenchmarkFlushServerCPU): the cost is the command, not the user. Once
+// a minute the same users go in a quarter of the commands.
 //
 // The ids are copied into one byte buffer, so that the minute's adds hold
 // no pointers for the collector to mark while they wait (a queue of row ids
 // would give it a pointer and an object an add).
-// Kept, with stringArena: without both, BenchmarkRecordAndFlush (callgrind) passed the flush CPU budget.
+// Kept, with stringArena: without both, BenchmarkRecordAndFlush (callgrind)
+// passed the flush CPU budget.
 type ifaceAdds struct {
 	buf    []byte
 	adds   []ifaceAdd

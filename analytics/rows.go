@@ -45,9 +45,6 @@ func (r Resolution) String() string {
 	return fmt.Sprintf("%ds", int64(r))
 }
 
-// Duration is the width as a time.Duration.
-func (r Resolution) Duration() time.Duration { return time.Duration(r) * time.Second }
-
 // ParseResolution reads "1m", "5m", "1h" or "1w".
 func ParseResolution(s string) (Resolution, bool) {
 	for _, r := range allResolutions {
@@ -191,10 +188,9 @@ type userGroup struct {
 // and sums equal neighbours (the same user and interface in two minutes of
 // a flush, or a row carried over from a failed flush). Sorting an app's
 // few hundred rows at a time, in the CPU's cache, and chunking them while
-// they are still there, took 0.66 s of CPU where one sort of all of a
-// flush's rows and then the chunks took 1.14 s (BenchmarkRecordAndFlush,
-// 1.8 M calls, profiled). nUsers counts such duplicates, so the pending
-// bound errs on the safe side.
+// they are still there, costs far less than one sort of all of a flush's
+// rows and then the chunks (BenchmarkRecordAndFlush). nUsers counts such
+// duplicates, so the pending bound errs on the safe side.
 //
 // The usage_daily and usage_series rows of one (app, interface, day) are
 // one ifaceDay, found with one map probe per live aggregate the flush

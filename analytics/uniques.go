@@ -201,10 +201,9 @@ func (u *uniques) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope
 // writes as the string: an any holding a *string needs no allocation of its
 // own, one holding a string does (one per user added, 16 bytes each). The
 // uniques keep one for the sender, so that its array, grown to a
-// pipeline's users once, serves every later pipeline: one arena a call grew
-// from empty in each of the ~80 calls a minute of the interface pass, 78 MB
-// a minute at ~23,000 checks a second (quotad's alloc profile, BENCHMARKS).
-// Kept with ifaceAdds' buffer: see there (BenchmarkRecordAndFlush).
+// pipeline's users once, serves every later pipeline rather than each
+// call of the interface pass growing one from empty. Kept with ifaceAdds'
+// buffer: see there (BenchmarkRecordAndFlush).
 type stringArena struct{ buf []string }
 
 // ref stores s and returns a pointer to it as an argument. A full array is

@@ -40,7 +40,7 @@ const (
 	// mergeFanIn−1 batches per level. With calls spread like make bench's
 	// a merge sums almost nothing (nearly every call is a new (user,
 	// interface) of the day), so each level an entry climbs costs quotad
-	// and MariaDB 0.5–0.75 µs of CPU (BenchmarkMergeUserChunks). A day
+	// and MariaDB a rewrite of it (BenchmarkMergeUserChunks). A day
 	// of one quotad's 10-minute rollups makes 144 level-1 batches (at most
 	// 5,760/32 = 180 on any schedule): at 16 they end as 9 of level 2, an
 	// entry rewritten twice before the day's seal, and a query reads at

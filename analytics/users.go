@@ -88,9 +88,9 @@ func (u *userFigures) insertChunks(ctx context.Context, tx *sql.Tx, pace *pacer,
 
 // chunkStatements are the prepared INSERTs into a chunk table of one
 // transaction, by their rows. The bodies go as binary parameters: sent in
-// an interpolated statement, each body byte was escaped here and unescaped
-// by MariaDB's lexer, 7 % of MariaDB's perf samples in
-// BenchmarkFlushServerCPU and 18 % in BenchmarkMergeUserChunks. A flush's
+// an interpolated statement, each body byte would be escaped here and
+// unescaped by MariaDB's lexer, a share of MariaDB's CPU worth saving in
+// BenchmarkFlushServerCPU and BenchmarkMergeUserChunks. A flush's
 // statements but its last have the same rows, so it prepares two.
 type chunkStatements struct {
 	table  chunkTable

@@ -17,10 +17,10 @@ import (
 //
 // It used to fold them into usage_user_daily, one upserted row per
 // (user, interface) of the day. With keys spread like make bench's nearly
-// every call is one, and the fold cost MariaDB 7.8–8.9 µs and quotad
-// 3.3–3.5 µs of CPU a row (BenchmarkFoldDay): all of it after midnight
-// UTC, on the check path's cores, for hours at full load. A seal rewrites
-// each entry once, as one more merge level does.
+// every call is one, and an upserted row costs MariaDB many times what an
+// entry of a chunk does: all of it after midnight UTC, on the check
+// path's cores, for hours at full load. A seal rewrites each entry once,
+// as one more merge level does (BenchmarkSealDay).
 
 // seal seals every (day, app) with chunks of a day before today,
 // one per transaction, so a crash neither loses nor doubles a figure and a
