@@ -14,7 +14,6 @@ import (
 // day's batches as it goes on (userfold.go) and seals them once it is over
 // (userseal.go), and a user's query reads the chunks of its part.
 type userFigures struct {
-	perUserRows  bool    // EVALUATION ONLY: one row per (day, app, user)
 	perStatement int     // Options.RowsPerStatement
 	duty         float64 // Options.FlushDuty, for merges and seals
 	met          *collectors
@@ -24,9 +23,6 @@ type userFigures struct {
 // range over them) as one batch of chunks in tx and returns the chunks
 // written.
 func (u *userFigures) write(ctx context.Context, tx *sql.Tx, pace *pacer, p *rowset, mu sync.Locker, batchID [16]byte) (int, error) {
-	if u.perUserRows {
-		return u.writePerUser(ctx, tx, pace, p, mu)
-	}
 	chunks := p.userChunks(mu, chunkMaxRaw)
 	if err := u.insertChunks(ctx, tx, pace, todayChunks, batchID, chunks); err != nil {
 		return 0, err
