@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
@@ -129,14 +130,9 @@ func newUserRow(k userKey, c Counts) userRow {
 // prefix8 is s's first 8 bytes as a big-endian integer (zero-padded): two
 // strings whose prefix8 differ compare as those integers do.
 func prefix8(s string) uint64 {
-	var v uint64
-	for i := 0; i < 8; i++ {
-		v <<= 8
-		if i < len(s) {
-			v |= uint64(s[i])
-		}
-	}
-	return v
+	var b [8]byte
+	copy(b[:], s)
+	return binary.BigEndian.Uint64(b[:])
 }
 
 // The user rows are ordered as usage_user_daily's primary key (day,
