@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -388,11 +387,13 @@ func (f *Flusher) afterWrite(sh *dbShard, written *rowset) {
 	}
 }
 
-// columns of the tables the flush upserts, in INSERT order.
-const (
-	seriesCols = "app_id, res, t, interface_id, calls, allowed, denied"
-	dailyCols  = "app_id, day, interface_id, calls, allowed, denied"
-	addCounts  = " ON DUPLICATE KEY UPDATE calls = calls + VALUES(calls), allowed = allowed + VALUES(allowed), denied = denied + VALUES(denied)"
+// addCounts makes an INSERT of counts add them to the row already there.
+const addCounts = " ON DUPLICATE KEY UPDATE calls = calls + VALUES(calls), allowed = allowed + VALUES(allowed), denied = denied + VALUES(denied)"
+
+// The tables the flush upserts, their columns in INSERT order.
+var (
+	seriesTable = insertTable{name: "usage_series", cols: "app_id, res, t, interface_id, calls, allowed, denied", suffix: addCounts}
+	dailyTable  = insertTable{name: "usage_daily", cols: "app_id, day, interface_id, calls, allowed, denied", suffix: addCounts}
 )
 
 // writeRows writes p's rows in tx and returns the rows written by table.
@@ -403,23 +404,23 @@ func (f *Flusher) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, batchID 
 	// same order and do not deadlock, and each B-tree page is visited once.
 	daily := p.dailyRows()
 	series := seriesRows(daily)
-	err := f.insert(ctx, tx, pace, "usage_series", seriesCols, 7, len(series), func(args []any, i int) []any {
+	err := insertRows(ctx, tx, pace, f.met, f.opt.RowsPerStatement, seriesTable, len(series), nil, func(args []any, i int) []any {
 		s := &series[i]
 		return append(args, s.app, int64(Res1m), s.t, s.iface, s.Calls, s.Allowed, s.Denied)
 	})
 	if err != nil {
 		return nil, err
 	}
-	written["usage_series"] = len(series)
+	written[seriesTable.name] = len(series)
 	var days dayStrings
-	err = f.insert(ctx, tx, pace, "usage_daily", dailyCols, 6, len(daily), func(args []any, i int) []any {
+	err = insertRows(ctx, tx, pace, f.met, f.opt.RowsPerStatement, dailyTable, len(daily), nil, func(args []any, i int) []any {
 		d := &daily[i]
 		return append(args, d.app, days.of(d.day), d.iface, d.Calls, d.Allowed, d.Denied)
 	})
 	if err != nil {
 		return nil, err
 	}
-	written["usage_daily"] = len(daily)
+	written[dailyTable.name] = len(daily)
 	n, err := f.users.write(ctx, tx, pace, p, &f.mu, batchID)
 	if err != nil {
 		return nil, err
@@ -440,72 +441,6 @@ func (d *dayStrings) of(day Day) string {
 		d.day, d.s = day, day.String()
 	}
 	return d.s
-}
-
-// insert writes n rows in statements of at most RowsPerStatement rows,
-// resting after each as pace says; the full-size statement is prepared once
-// per transaction.
-func (f *Flusher) insert(ctx context.Context, tx *sql.Tx, pace *pacer, table, cols string, ncols, n int, row func(args []any, i int) []any) error {
-	if n == 0 {
-		return nil
-	}
-	per := f.opt.RowsPerStatement
-	var full *sql.Stmt
-	defer func() {
-		if full != nil {
-			full.Close()
-		}
-	}()
-	args := make([]any, 0, min(per, n)*ncols)
-	for lo := 0; lo < n; lo += per {
-		hi := min(lo+per, n)
-		args = args[:0]
-		for i := lo; i < hi; i++ {
-			args = row(args, i)
-		}
-		var err error
-		f.met.statements.WithLabelValues(table).Inc()
-		if hi-lo == per {
-			if full == nil {
-				if full, err = tx.PrepareContext(ctx, insertSQL(table, cols, ncols, per)); err != nil {
-					return fmt.Errorf("%s: %w", table, err)
-				}
-			}
-			_, err = full.ExecContext(ctx, args...)
-		} else {
-			_, err = tx.ExecContext(ctx, insertSQL(table, cols, ncols, hi-lo), args...)
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", table, err)
-		}
-		pace.rest(ctx)
-	}
-	return nil
-}
-
-func insertSQL(table, cols string, ncols, rows int) string {
-	return valuesSQL(table, cols, ncols, rows, addCounts)
-}
-
-// valuesSQL is "INSERT INTO table (cols) VALUES (?,…),… suffix" for rows
-// rows of ncols placeholders.
-func valuesSQL(table, cols string, ncols, rows int, suffix string) string {
-	var b strings.Builder
-	tuple := "(" + strings.TrimSuffix(strings.Repeat("?,", ncols), ",") + ")"
-	b.Grow(len(table) + len(cols) + rows*(len(tuple)+1) + len(suffix) + 32)
-	b.WriteString("INSERT INTO ")
-	b.WriteString(table)
-	b.WriteString(" (")
-	b.WriteString(cols)
-	b.WriteString(") VALUES ")
-	for i := range rows {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(tuple)
-	}
-	b.WriteString(suffix)
-	return b.String()
 }
 
 func (f *Flusher) updateGauges() {

@@ -3,7 +3,6 @@ package analytics
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -116,19 +115,23 @@ func (s *Stats) AppDay(ctx context.Context, app string, day Day) (AppDayStats, e
 	if err != nil {
 		return out, err
 	}
-	for iface, c := range ifaces {
-		out.Counts.add(*c)
-		out.Interfaces = append(out.Interfaces, InterfaceCounts{InterfaceID: iface, Counts: *c})
-	}
-	sortInterfaces(out.Interfaces)
+	out.Counts, out.Interfaces = byInterface(ifaces)
 	out.UniqueUsers, err = s.uniq.count(ctx, []hllKey{appKey}, extra)
 	return out, err
 }
 
-func sortInterfaces(l []InterfaceCounts) {
-	slices.SortFunc(l, func(a, b InterfaceCounts) int {
+// byInterface is the total of ifaces and its interfaces, most calls first.
+func byInterface(ifaces map[string]*Counts) (Counts, []InterfaceCounts) {
+	var total Counts
+	var out []InterfaceCounts
+	for iface, c := range ifaces {
+		total.add(*c)
+		out = append(out, InterfaceCounts{InterfaceID: iface, Counts: *c})
+	}
+	slices.SortFunc(out, func(a, b InterfaceCounts) int {
 		return cmp.Or(cmp.Compare(b.Calls, a.Calls), strings.Compare(a.InterfaceID, b.InterfaceID))
 	})
+	return total, out
 }
 
 // InterfaceDay answers one interface's figures for day.
@@ -195,11 +198,7 @@ func (s *Stats) UserDay(ctx context.Context, app, user string, day Day) (UserDay
 	if err != nil {
 		return out, err
 	}
-	for iface, c := range ifaces {
-		out.Counts.add(*c)
-		out.Interfaces = append(out.Interfaces, InterfaceCounts{InterfaceID: iface, Counts: *c})
-	}
-	sortInterfaces(out.Interfaces)
+	out.Counts, out.Interfaces = byInterface(ifaces)
 	return out, nil
 }
 
@@ -327,7 +326,21 @@ func (s *Stats) Apps(ctx context.Context, limit int) ([]string, error) {
 	set := map[string]struct{}{}
 	since := (DayOf(s.clk.Now()) - 31).String()
 	for i, db := range s.dbs {
-		if err := appsSince(ctx, db, since, set); err != nil {
+		rows, err := db.QueryContext(ctx,
+			"SELECT DISTINCT app_id FROM usage_daily WHERE day >= ?", since)
+		if err != nil {
+			return nil, fmt.Errorf("apps of shard %d: %w", i, err)
+		}
+		for rows.Next() {
+			var a string
+			if err := rows.Scan(&a); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("apps of shard %d: %w", i, err)
+			}
+			set[a] = struct{}{}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("apps of shard %d: %w", i, err)
 		}
 	}
@@ -342,21 +355,4 @@ func (s *Stats) Apps(ctx context.Context, limit int) ([]string, error) {
 		out = out[:limit]
 	}
 	return out, nil
-}
-
-// appsSince adds to set the apps of db's usage_daily rows from day since on.
-func appsSince(ctx context.Context, db *sql.DB, since string, set map[string]struct{}) error {
-	rows, err := db.QueryContext(ctx, "SELECT DISTINCT app_id FROM usage_daily WHERE day >= ?", since)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var a string
-		if err := rows.Scan(&a); err != nil {
-			return err
-		}
-		set[a] = struct{}{}
-	}
-	return rows.Err()
 }

@@ -33,86 +33,28 @@ func (u *userFigures) write(ctx context.Context, tx *sql.Tx, pace *pacer, p *row
 // chunkTable is a table of per-user chunks: today's, with each chunk's
 // batch and level, or the finished days' sealed ones (userseal.go).
 type chunkTable struct {
-	name, cols string
-	sealed     bool
+	insertTable
+	sealed bool
 }
 
 var (
-	todayChunks  = chunkTable{name: "usage_user_chunks", cols: "day, app_id, part, batch_id, seq, level, entries, body"}
-	sealedChunks = chunkTable{name: "usage_user_sealed", cols: "day, app_id, part, seq, entries, body", sealed: true}
+	todayChunks  = chunkTable{insertTable: insertTable{name: "usage_user_chunks", cols: "day, app_id, part, batch_id, seq, level, entries, body"}}
+	sealedChunks = chunkTable{insertTable: insertTable{name: "usage_user_sealed", cols: "day, app_id, part, seq, entries, body"}, sealed: true}
 )
 
-func (t chunkTable) ncols() int { return strings.Count(t.cols, ",") + 1 }
-
-func (t chunkTable) appendRow(args []any, day string, c *userChunk, batchID []byte) []any {
-	if t.sealed {
-		return append(args, day, c.app, c.part, c.seq, c.entries, c.body)
-	}
-	return append(args, day, c.app, c.part, batchID, c.seq, c.level, c.entries, c.body)
-}
-
-// chunkStatementBytes bounds the chunk bodies of one INSERT (its execute
-// packet must stay below max_allowed_packet, 16 MiB by default).
-const chunkStatementBytes = 4 << 20
-
-// insertChunks writes chunks into table in statements of at most
-// RowsPerStatement chunks and chunkStatementBytes of bodies; batchID is
-// their batch's (not written to the sealed table).
+// insertChunks writes chunks into table, a batch (batchID: not written to
+// the sealed table).
 func (u *userFigures) insertChunks(ctx context.Context, tx *sql.Tx, pace *pacer, table chunkTable, batchID [16]byte, chunks []userChunk) error {
 	var days dayStrings
-	stmts := chunkStatements{table: table}
-	defer stmts.close()
-	args := make([]any, 0, table.ncols()*min(len(chunks), u.perStatement))
-	for lo := 0; lo < len(chunks); {
-		hi, size := lo, 0
-		args = args[:0]
-		for hi < len(chunks) && hi-lo < u.perStatement && (hi == lo || size+len(chunks[hi].body) <= chunkStatementBytes) {
-			c := &chunks[hi]
-			args = table.appendRow(args, days.of(c.day), c, batchID[:])
-			size += len(c.body)
-			hi++
-		}
-		u.met.statements.WithLabelValues(table.name).Inc()
-		if err := stmts.exec(ctx, tx, hi-lo, args); err != nil {
-			return fmt.Errorf("%s: %w", table.name, err)
-		}
-		pace.rest(ctx)
-		lo = hi
-	}
-	return nil
-}
-
-// chunkStatements are the prepared INSERTs into a chunk table of one
-// transaction, by their rows. The bodies go as binary parameters: sent in
-// an interpolated statement, each body byte would be escaped here and
-// unescaped by MariaDB's lexer, a share of MariaDB's CPU worth saving in
-// BenchmarkFlushServerCPU and BenchmarkMergeUserChunks. A flush's
-// statements but its last have the same rows, so it prepares two.
-type chunkStatements struct {
-	table  chunkTable
-	byRows map[int]*sql.Stmt
-}
-
-func (s *chunkStatements) exec(ctx context.Context, tx *sql.Tx, rows int, args []any) error {
-	if s.byRows == nil {
-		s.byRows = map[int]*sql.Stmt{}
-	}
-	stmt := s.byRows[rows]
-	if stmt == nil {
-		var err error
-		if stmt, err = tx.PrepareContext(ctx, valuesSQL(s.table.name, s.table.cols, s.table.ncols(), rows, "")); err != nil {
-			return err
-		}
-		s.byRows[rows] = stmt
-	}
-	_, err := stmt.ExecContext(ctx, args...)
-	return err
-}
-
-func (s *chunkStatements) close() {
-	for _, stmt := range s.byRows {
-		stmt.Close()
-	}
+	return insertRows(ctx, tx, pace, u.met, u.perStatement, table.insertTable, len(chunks),
+		func(i int) int { return len(chunks[i].body) },
+		func(args []any, i int) []any {
+			c := &chunks[i]
+			if table.sealed {
+				return append(args, days.of(c.day), c.app, c.part, c.seq, c.entries, c.body)
+			}
+			return append(args, days.of(c.day), c.app, c.part, batchID[:], c.seq, c.level, c.entries, c.body)
+		})
 }
 
 // userDayStatement is stored's statement and its arguments: the
