@@ -69,55 +69,87 @@ func (s *Stats) Now() time.Time { return s.clk.Now() }
 // AppDay answers an app's figures for day.
 func (s *Stats) AppDay(ctx context.Context, app string, day Day) (AppDayStats, error) {
 	var out AppDayStats
+	key := hllKey{app: app, scope: scopeApp, day: day}
+	ifaces, users, err := s.day(ctx, key)
+	if err != nil {
+		return out, err
+	}
+	out.Counts, out.Interfaces = byInterface(ifaces)
+	out.UniqueUsers, err = s.uniq.count(ctx, []hllKey{key}, users)
+	return out, err
+}
+
+// InterfaceDay answers one interface's figures for day.
+func (s *Stats) InterfaceDay(ctx context.Context, app, iface string, day Day) (InterfaceDayStats, error) {
+	var out InterfaceDayStats
+	key := hllKey{app: app, iface: iface, scope: scopeIface, day: day}
+	ifaces, users, err := s.day(ctx, key)
+	if err != nil {
+		return out, err
+	}
+	out.Counts, _ = byInterface(ifaces)
+	out.UniqueUsers, err = s.uniq.count(ctx, []hllKey{key}, users)
+	return out, err
+}
+
+// day reads the figures of k's app (of its interface only, for an
+// interface's key) on k's day by interface, and the users not yet in
+// k's HyperLogLog.
+func (s *Stats) day(ctx context.Context, k hllKey) (map[string]*Counts, map[hllKey][]string, error) {
 	ifaces := map[string]*Counts{}
-	appKey := hllKey{app: app, scope: scopeApp, day: day}
-	extra := map[hllKey][]string{}
+	users := map[hllKey][]string{}
+	query := "SELECT interface_id, calls, allowed, denied FROM usage_daily WHERE app_id = ? AND day = ?"
+	args := []any{k.app, k.day.String()}
+	if k.scope == scopeIface {
+		query += " AND interface_id = ?"
+		args = append(args, k.iface)
+	}
 	err := s.flusher.readRows(func() error {
-		rows, err := s.dbs.of(app).QueryContext(ctx,
-			"SELECT interface_id, calls, allowed, denied FROM usage_daily WHERE app_id = ? AND day = ?", app, day.String())
+		rows, err := s.dbs.of(k.app).QueryContext(ctx, query, args...)
 		if err != nil {
-			return fmt.Errorf("usage_daily of %q: %w", app, err)
+			return fmt.Errorf("usage_daily of %q: %w", k.app, err)
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var iface string
 			var c Counts
 			if err := rows.Scan(&iface, &c.Calls, &c.Allowed, &c.Denied); err != nil {
-				return fmt.Errorf("usage_daily of %q: %w", app, err)
+				return fmt.Errorf("usage_daily of %q: %w", k.app, err)
 			}
 			addTo(ifaces, iface, c)
 		}
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("usage_daily of %q: %w", app, err)
+			return fmt.Errorf("usage_daily of %q: %w", k.app, err)
 		}
-		for _, rs := range s.flusher.unwritten(app) {
-			for k, d := range rs.daily {
-				if k.app == app && k.day == day {
+		for _, rs := range s.flusher.unwritten(k.app) {
+			if k.scope == scopeIface {
+				if d := rs.daily[dailyKey{app: k.app, iface: k.iface, day: k.day}]; d != nil {
 					addTo(ifaces, k.iface, d.Counts)
+				}
+				continue
+			}
+			for dk, d := range rs.daily {
+				if dk.app == k.app && dk.day == k.day {
+					addTo(ifaces, dk.iface, d.Counts)
 				}
 			}
 		}
 		seen := map[string]struct{}{}
-		s.rec.scan(app, func(k liveKey, c Counts) {
-			if Day(floorDiv(k.min, 86400)) != day {
+		s.rec.scan(k.app, func(lk liveKey, c Counts) {
+			_, iface, user := lk.id.split()
+			if Day(floorDiv(lk.min, 86400)) != k.day || (k.scope == scopeIface && iface != k.iface) {
 				return
 			}
-			_, iface, user := k.id.split()
 			addTo(ifaces, iface, c)
 			if _, ok := seen[user]; !ok && user != "" {
 				seen[user] = struct{}{}
-				extra[appKey] = append(extra[appKey], user)
+				users[k] = append(users[k], user)
 			}
 		})
-		s.uniq.pending(appKey, appKey.day, extra)
+		s.uniq.pending(k, k.day, users)
 		return nil
 	})
-	if err != nil {
-		return out, err
-	}
-	out.Counts, out.Interfaces = byInterface(ifaces)
-	out.UniqueUsers, err = s.uniq.count(ctx, []hllKey{appKey}, extra)
-	return out, err
+	return ifaces, users, err
 }
 
 // byInterface is the total of ifaces and its interfaces, most calls first.
@@ -132,43 +164,6 @@ func byInterface(ifaces map[string]*Counts) (Counts, []InterfaceCounts) {
 		return cmp.Or(cmp.Compare(b.Calls, a.Calls), strings.Compare(a.InterfaceID, b.InterfaceID))
 	})
 	return total, out
-}
-
-// InterfaceDay answers one interface's figures for day.
-func (s *Stats) InterfaceDay(ctx context.Context, app, iface string, day Day) (InterfaceDayStats, error) {
-	var out InterfaceDayStats
-	key := hllKey{app: app, iface: iface, scope: scopeIface, day: day}
-	extra := map[hllKey][]string{}
-	err := s.flusher.readRows(func() error {
-		var c Counts
-		err := s.dbs.of(app).QueryRowContext(ctx,
-			"SELECT COALESCE(SUM(calls),0), COALESCE(SUM(allowed),0), COALESCE(SUM(denied),0) FROM usage_daily WHERE app_id = ? AND day = ? AND interface_id = ?",
-			app, day.String(), iface).Scan(&c.Calls, &c.Allowed, &c.Denied)
-		if err != nil {
-			return fmt.Errorf("usage_daily of %q, %q: %w", app, iface, err)
-		}
-		out.Counts = c
-		for _, rs := range s.flusher.unwritten(app) {
-			if d := rs.daily[dailyKey{app: app, iface: iface, day: day}]; d != nil {
-				out.Counts.add(d.Counts)
-			}
-		}
-		s.rec.scan(app, func(k liveKey, c Counts) {
-			if k.id.iface() == iface && Day(floorDiv(k.min, 86400)) == day {
-				out.Counts.add(c)
-				if user := k.id.user(); user != "" {
-					extra[key] = append(extra[key], user)
-				}
-			}
-		})
-		s.uniq.pending(key, key.day, extra)
-		return nil
-	})
-	if err != nil {
-		return out, err
-	}
-	out.UniqueUsers, err = s.uniq.count(ctx, []hllKey{key}, extra)
-	return out, err
 }
 
 // UserDay answers one user's figures in app for day.
