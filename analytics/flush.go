@@ -329,11 +329,13 @@ func (f *Flusher) writeShard(ctx context.Context, i int, pace *pacer, hold int64
 	_, _ = rand.Read(id[:])
 	tx, err := sh.db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("begin: %w", err)
 	}
 	written, err := f.writeRows(ctx, tx, p, id, pace)
 	if err == nil {
-		_, err = tx.ExecContext(ctx, "INSERT INTO analytics_batches (batch_id) VALUES (?)", id[:])
+		if _, err = tx.ExecContext(ctx, "INSERT INTO analytics_batches (batch_id) VALUES (?)", id[:]); err != nil {
+			err = fmt.Errorf("analytics_batches: %w", err)
+		}
 	}
 	if err != nil {
 		_ = tx.Rollback()

@@ -81,12 +81,12 @@ func (r *Rollup) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (Ro
 	var res RollupResult
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("connection: %w", err)
 	}
 	defer conn.Close()
 	var dbName sql.NullString
 	if err := conn.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&dbName); err != nil {
-		return res, err
+		return res, fmt.Errorf("database name: %w", err)
 	}
 	lock := "quota_rollup:" + dbName.String
 	if len(lock) > 64 {
@@ -94,7 +94,7 @@ func (r *Rollup) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (Ro
 	}
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 10)", lock).Scan(&got); err != nil {
-		return res, err
+		return res, fmt.Errorf("rollup lock: %w", err)
 	}
 	if got.Int64 != 1 {
 		return res, nil // another instance is rolling this shard up
@@ -108,7 +108,7 @@ func (r *Rollup) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (Ro
 			var minT sql.NullInt64
 			if err := conn.QueryRowContext(ctx, "SELECT MIN(t) FROM usage_series WHERE res = ? AND t < ?",
 				int64(st.fine), cutoff).Scan(&minT); err != nil {
-				return res, err
+				return res, fmt.Errorf("oldest %s point: %w", st.fine, err)
 			}
 			if !minT.Valid {
 				break
@@ -156,7 +156,7 @@ func (r *Rollup) rollChunk(ctx context.Context, conn *sql.Conn, st rollStep, lo,
 	w := int64(st.coarse)
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	// t >= lo >= off, so integer division floors.
@@ -173,7 +173,7 @@ GROUP BY app_id, (t - ?) DIV ?, interface_id`+addCounts,
 	}
 	n, _ := del.RowsAffected()
 	if err := tx.Commit(); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("commit the roll of %s points: %w", st.fine, err)
 	}
 	return n, nil
 }

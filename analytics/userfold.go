@@ -152,7 +152,7 @@ type chunkRewrite struct {
 func (u *userFigures) rewriteChunks(ctx context.Context, conn *sql.Conn, pace *pacer, m *chunkMerge, w chunkRewrite) error {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	// Locking reads: a flush writing one of these chunks meanwhile waits
@@ -181,7 +181,7 @@ func (u *userFigures) rewriteChunks(ctx context.Context, conn *sql.Conn, pace *p
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return err
+		return fmt.Errorf("commit: %w", err)
 	}
 	u.met.rowsWritten.WithLabelValues(w.to.name).Add(float64(len(chunks)))
 	return nil

@@ -86,7 +86,7 @@ func (u *userFigures) stored(ctx context.Context, db *sql.DB, app, user string, 
 	q, args := userDayStatement(app, user, day)
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
-		return err
+		return fmt.Errorf("per-user figures of %q on %s: %w", app, day, err)
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -94,7 +94,7 @@ func (u *userFigures) stored(ctx context.Context, db *sql.DB, app, user string, 
 		var c Counts
 		var body []byte
 		if err := rows.Scan(&iface, &c.Calls, &c.Allowed, &c.Denied, &body); err != nil {
-			return err
+			return fmt.Errorf("per-user figures of %q on %s: %w", app, day, err)
 		}
 		if body == nil {
 			addTo(ifaces, iface, c)
@@ -109,5 +109,8 @@ func (u *userFigures) stored(ctx context.Context, db *sql.DB, app, user string, 
 			return fmt.Errorf("user chunk of %s on %s: %w", app, day, err)
 		}
 	}
-	return rows.Err()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("per-user figures of %q on %s: %w", app, day, err)
+	}
+	return nil
 }
