@@ -3,6 +3,7 @@ package analytics
 import (
 	"cmp"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -105,20 +106,8 @@ func (s *Stats) day(ctx context.Context, k hllKey) (map[string]*Counts, map[hllK
 		args = append(args, k.iface)
 	}
 	err := s.flusher.readRows(func() error {
-		rows, err := s.dbs.of(k.app).QueryContext(ctx, query, args...)
+		err := scanCounts(ctx, s.dbs.of(k.app), query, args, func(iface string, c Counts) { addTo(ifaces, iface, c) })
 		if err != nil {
-			return fmt.Errorf("usage_daily of %q: %w", k.app, err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var iface string
-			var c Counts
-			if err := rows.Scan(&iface, &c.Calls, &c.Allowed, &c.Denied); err != nil {
-				return fmt.Errorf("usage_daily of %q: %w", k.app, err)
-			}
-			addTo(ifaces, iface, c)
-		}
-		if err := rows.Err(); err != nil {
 			return fmt.Errorf("usage_daily of %q: %w", k.app, err)
 		}
 		for _, rs := range s.flusher.unwritten(k.app) {
@@ -150,6 +139,25 @@ func (s *Stats) day(ctx context.Context, k hllKey) (map[string]*Counts, map[hllK
 		return nil
 	})
 	return ifaces, users, err
+}
+
+// scanCounts runs query on db, whose rows are a key and calls, allowed,
+// denied, and calls f with each row.
+func scanCounts[K any](ctx context.Context, db *sql.DB, query string, args []any, f func(K, Counts)) error {
+	rows, err := db.QueryContext(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k K
+		var c Counts
+		if err := rows.Scan(&k, &c.Calls, &c.Allowed, &c.Denied); err != nil {
+			return err
+		}
+		f(k, c)
+	}
+	return rows.Err()
 }
 
 // byInterface is the total of ifaces and its interfaces, most calls first.
@@ -252,20 +260,7 @@ func (s *Stats) Series(ctx context.Context, q SeriesQuery) ([]Point, error) {
 		args = append(args, q.Interface)
 	}
 	err := s.flusher.readRows(func() error {
-		rows, err := s.dbs.of(q.App).QueryContext(ctx, query+" GROUP BY res, t", args...)
-		if err != nil {
-			return fmt.Errorf("usage_series of %q: %w", q.App, err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var t int64
-			var c Counts
-			if err := rows.Scan(&t, &c.Calls, &c.Allowed, &c.Denied); err != nil {
-				return fmt.Errorf("usage_series of %q: %w", q.App, err)
-			}
-			add(t, c)
-		}
-		if err := rows.Err(); err != nil {
+		if err := scanCounts(ctx, s.dbs.of(q.App), query+" GROUP BY res, t", args, add); err != nil {
 			return fmt.Errorf("usage_series of %q: %w", q.App, err)
 		}
 		for _, rs := range s.flusher.unwritten(q.App) {
