@@ -29,7 +29,7 @@ type env struct {
 	prefix string
 	clk    *clock.Fake
 	reg    *prometheus.Registry
-	rec    *analytics.Recorder
+	rec    *analytics.Analytics
 }
 
 func newEnv(t *testing.T, shards int, mod func(*analytics.Options)) *env {
@@ -43,7 +43,7 @@ func newEnv(t *testing.T, shards int, mod func(*analytics.Options)) *env {
 
 // open makes a new Recorder on the same databases, Redis prefix and clock
 // (as a restarted quotad would).
-func (e *env) open(mod func(*analytics.Options)) *analytics.Recorder {
+func (e *env) open(mod func(*analytics.Options)) *analytics.Analytics {
 	e.t.Helper()
 	e.reg = prometheus.NewRegistry()
 	o := analytics.Options{DBs: e.dbs, Redis: e.rdb, KeyPrefix: e.prefix, Clock: e.clk, Registerer: e.reg}
@@ -59,7 +59,7 @@ func (e *env) open(mod func(*analytics.Options)) *analytics.Recorder {
 
 func (e *env) flush() {
 	e.t.Helper()
-	if err := e.rec.Flush(context.Background()); err != nil {
+	if err := e.rec.Flusher.Flush(context.Background()); err != nil {
 		e.t.Fatalf("flush: %v", err)
 	}
 }
@@ -128,7 +128,7 @@ func recordMix(e *env) expect {
 					n := 1 + (m+ai+ii+u)%3
 					for k := 0; k < n; k++ {
 						allowed := (k+u)%4 != 0
-						e.rec.Record(a, it, user, allowed)
+						e.rec.Recorder.Record(a, it, user, allowed)
 						add := analytics.Counts{Calls: 1}
 						if allowed {
 							add.Allowed = 1
@@ -165,7 +165,7 @@ func checkMix(t *testing.T, e *env, x expect, when string) {
 	t.Helper()
 	ctx := context.Background()
 	for a, want := range x.app {
-		got, err := e.rec.AppDay(ctx, a, day(t0))
+		got, err := e.rec.Stats.AppDay(ctx, a, day(t0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +182,7 @@ func checkMix(t *testing.T, e *env, x expect, when string) {
 		}
 	}
 	for k, want := range x.iface {
-		got, err := e.rec.InterfaceDay(ctx, k[0], k[1], day(t0))
+		got, err := e.rec.Stats.InterfaceDay(ctx, k[0], k[1], day(t0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +192,7 @@ func checkMix(t *testing.T, e *env, x expect, when string) {
 		}
 	}
 	for k, want := range x.user {
-		got, err := e.rec.UserDay(ctx, k[0], k[1], day(t0))
+		got, err := e.rec.Stats.UserDay(ctx, k[0], k[1], day(t0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -211,7 +211,7 @@ func checkMix(t *testing.T, e *env, x expect, when string) {
 	}
 	// The curve: five 1-minute points summing to the app's totals.
 	for a, want := range x.app {
-		pts, err := e.rec.Series(ctx, analytics.SeriesQuery{App: a, From: t0, To: t0.Add(5 * time.Minute), Res: analytics.Res1m})
+		pts, err := e.rec.Stats.Series(ctx, analytics.SeriesQuery{App: a, From: t0, To: t0.Add(5 * time.Minute), Res: analytics.Res1m})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -250,18 +250,18 @@ func TestUniqueUsersWithin2Percent(t *testing.T) {
 	e := newEnv(t, 1, nil)
 	const n = 100_000
 	for u := 0; u < n; u++ {
-		e.rec.Record("big", fmt.Sprintf("if%d", u%2), fmt.Sprintf("user-%d", u), true)
+		e.rec.Recorder.Record("big", fmt.Sprintf("if%d", u%2), fmt.Sprintf("user-%d", u), true)
 	}
 	e.flush()
 	ctx := context.Background()
-	got, err := e.rec.AppDay(ctx, "big", day(t0))
+	got, err := e.rec.Stats.AppDay(ctx, "big", day(t0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := math.Abs(float64(got.UniqueUsers-n)) / n; d > 0.02 {
 		t.Fatalf("unique users %d, want %d within 2%% (off by %.2f%%)", got.UniqueUsers, n, 100*d)
 	}
-	ic, err := e.rec.InterfaceDay(ctx, "big", "if0", day(t0))
+	ic, err := e.rec.Stats.InterfaceDay(ctx, "big", "if0", day(t0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -279,27 +279,27 @@ func TestUniquesSurviveRedisLossAndMergeOverDays(t *testing.T) {
 	ctx := context.Background()
 	// Day 1: users 0..999; day 2: users 500..1499.
 	for u := 0; u < 1000; u++ {
-		e.rec.Record("app", "i", fmt.Sprintf("u%d", u), true)
+		e.rec.Recorder.Record("app", "i", fmt.Sprintf("u%d", u), true)
 	}
 	e.flush()
 	e.clk.Advance(24 * time.Hour)
 	for u := 500; u < 1500; u++ {
-		e.rec.Record("app", "i", fmt.Sprintf("u%d", u), true)
+		e.rec.Recorder.Record("app", "i", fmt.Sprintf("u%d", u), true)
 	}
-	if err := e.rec.Close(ctx); err != nil { // saves every touched key
+	if err := e.rec.Flusher.Close(ctx); err != nil { // saves every touched key
 		t.Fatal(err)
 	}
 	testenv.DeletePrefix(ctx, e.rdb, e.prefix) // Redis loses everything
 	e.rec = e.open(nil)
 	for d, want := range map[analytics.Day]int64{day(t0): 1000, day(t0) + 1: 1000} {
-		got, err := e.rec.AppDay(ctx, "app", d)
+		got, err := e.rec.Stats.AppDay(ctx, "app", d)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if math.Abs(float64(got.UniqueUsers-want))/float64(want) > 0.02 {
 			t.Errorf("day %s: %d unique users after Redis lost the key, want ~%d", d, got.UniqueUsers, want)
 		}
-		ic, err := e.rec.InterfaceDay(ctx, "app", "i", d)
+		ic, err := e.rec.Stats.InterfaceDay(ctx, "app", "i", d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,7 +307,7 @@ func TestUniquesSurviveRedisLossAndMergeOverDays(t *testing.T) {
 			t.Errorf("day %s: interface: %d unique users, want ~%d", d, ic.UniqueUsers, want)
 		}
 	}
-	week, err := e.rec.Uniques(ctx, "app", day(t0), day(t0)+6)
+	week, err := e.rec.Stats.Uniques(ctx, "app", day(t0), day(t0)+6)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,9 +315,9 @@ func TestUniquesSurviveRedisLossAndMergeOverDays(t *testing.T) {
 		t.Errorf("distinct users over the week = %d, want ~1500", week)
 	}
 	// A new user today lands in Redis again, on top of the restored registers.
-	e.rec.Record("app", "i", "brand-new", true)
+	e.rec.Recorder.Record("app", "i", "brand-new", true)
 	e.flush()
-	got, _ := e.rec.AppDay(ctx, "app", day(t0)+1)
+	got, _ := e.rec.Stats.AppDay(ctx, "app", day(t0)+1)
 	if got.UniqueUsers < 990 {
 		t.Errorf("after a new call the restored day shows %d users", got.UniqueUsers)
 	}
@@ -336,7 +336,7 @@ func TestFinalPersistBatchesHyperLogLogs(t *testing.T) {
 	for a := 0; a < apps; a++ {
 		for f := 0; f < ifaces; f++ {
 			for u := 0; u < users(a, f); u++ {
-				e.rec.Record(fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), fmt.Sprintf("u%d", u), true)
+				e.rec.Recorder.Record(fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), fmt.Sprintf("u%d", u), true)
 			}
 		}
 	}
@@ -344,10 +344,10 @@ func TestFinalPersistBatchesHyperLogLogs(t *testing.T) {
 	// One more user on every interface after the app-level persist.
 	for a := 0; a < apps; a++ {
 		for f := 0; f < ifaces; f++ {
-			e.rec.Record(fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), "late", true)
+			e.rec.Recorder.Record(fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), "late", true)
 		}
 	}
-	if err := e.rec.Close(ctx); err != nil {
+	if err := e.rec.Flusher.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	statements := e.metric("quota_analytics_statements_total", "table", "usage_uniques")
@@ -362,7 +362,7 @@ func TestFinalPersistBatchesHyperLogLogs(t *testing.T) {
 	e.rec = e.open(nil)
 	for _, c := range [][2]int{{0, 0}, {3, 17}, {9, 99}} {
 		a, f := c[0], c[1]
-		got, err := e.rec.InterfaceDay(ctx, fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), day(t0))
+		got, err := e.rec.Stats.InterfaceDay(ctx, fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), day(t0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -370,7 +370,7 @@ func TestFinalPersistBatchesHyperLogLogs(t *testing.T) {
 			t.Errorf("app%d if%d: %d unique users after Redis lost the key, want %d", a, f, got.UniqueUsers, want)
 		}
 	}
-	got, err := e.rec.AppDay(ctx, "app3", day(t0))
+	got, err := e.rec.Stats.AppDay(ctx, "app3", day(t0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +393,7 @@ func TestWritesBoundedByPairsNotCalls(t *testing.T) {
 		if a == 3 && i%7 == 0 {
 			app3Denied++
 		}
-		e.rec.Record(fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), fmt.Sprintf("u%d", (i/100)%users), i%7 != 0)
+		e.rec.Recorder.Record(fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), fmt.Sprintf("u%d", (i/100)%users), i%7 != 0)
 		if (i+1)%(calls/flushes) == 0 {
 			e.clk.Advance(15 * time.Second)
 			e.flush()
@@ -421,7 +421,7 @@ func TestWritesBoundedByPairsNotCalls(t *testing.T) {
 	if total := gotSeries + gotDaily + gotUsers; total > calls/100 {
 		t.Fatalf("%v statements for %d calls", total, calls)
 	}
-	got, err := e.rec.AppDay(context.Background(), "app3", day(t0))
+	got, err := e.rec.Stats.AppDay(context.Background(), "app3", day(t0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,12 +437,12 @@ func TestFailedFlushRetriesWithoutDoubleCount(t *testing.T) {
 	e := newEnv(t, 1, nil)
 	ctx := context.Background()
 	for i := 0; i < 1000; i++ {
-		e.rec.Record("app", fmt.Sprintf("if%d", i%7), fmt.Sprintf("u%d", i%13), i%3 != 0)
+		e.rec.Recorder.Record("app", fmt.Sprintf("if%d", i%7), fmt.Sprintf("u%d", i%13), i%3 != 0)
 	}
 	if _, err := e.dbs[0].Exec("RENAME TABLE usage_user_chunks TO usage_user_chunks_gone"); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.rec.Flush(ctx); err == nil {
+	if err := e.rec.Flusher.Flush(ctx); err == nil {
 		t.Fatal("flush succeeded without usage_user_chunks")
 	}
 	var n int
@@ -450,19 +450,19 @@ func TestFailedFlushRetriesWithoutDoubleCount(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("a failed flush left %d series rows committed", n)
 	}
-	got, err := e.rec.AppDay(ctx, "app", day(t0))
+	got, err := e.rec.Stats.AppDay(ctx, "app", day(t0))
 	if err != nil || got.Calls != 1000 {
 		t.Fatalf("while MySQL fails: %+v %v, want 1000 calls (from memory)", got.Counts, err)
 	}
 	for i := 0; i < 500; i++ {
-		e.rec.Record("app", "if0", "u0", true)
+		e.rec.Recorder.Record("app", "if0", "u0", true)
 	}
 	if _, err := e.dbs[0].Exec("RENAME TABLE usage_user_chunks_gone TO usage_user_chunks"); err != nil {
 		t.Fatal(err)
 	}
 	e.flush()
 	e.flush()
-	got, err = e.rec.AppDay(ctx, "app", day(t0))
+	got, err = e.rec.Stats.AppDay(ctx, "app", day(t0))
 	if err != nil || got.Calls != 1500 || got.Denied != 334 {
 		t.Fatalf("after the retry: %+v %v, want 1500 calls, 334 denied", got.Counts, err)
 	}
@@ -480,9 +480,9 @@ func TestPendingRowsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 1000; i++ {
-		e.rec.Record("app", "if", fmt.Sprintf("u%d", i), true)
+		e.rec.Recorder.Record("app", "if", fmt.Sprintf("u%d", i), true)
 	}
-	_ = e.rec.Flush(context.Background())
+	_ = e.rec.Flusher.Flush(context.Background())
 	if pend := e.metric("quota_analytics_pending_rows"); pend > 300 {
 		t.Fatalf("pending rows %v > 300", pend)
 	}
@@ -494,7 +494,7 @@ func TestPendingRowsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.flush()
-	got, _ := e.rec.AppDay(context.Background(), "app", day(t0))
+	got, _ := e.rec.Stats.AppDay(context.Background(), "app", day(t0))
 	if got.Calls+int64(dropped) != 1000 {
 		t.Fatalf("kept %d + dropped %v calls, want 1000", got.Calls, dropped)
 	}
@@ -523,12 +523,12 @@ func TestFlushWritesShardsIndependently(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 50; i++ {
-		e.rec.Record(apps[0], "if", fmt.Sprintf("u%d", i), true)
-		e.rec.Record(apps[1], "if", fmt.Sprintf("u%d", i), true)
+		e.rec.Recorder.Record(apps[0], "if", fmt.Sprintf("u%d", i), true)
+		e.rec.Recorder.Record(apps[1], "if", fmt.Sprintf("u%d", i), true)
 	}
 	fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if err := e.rec.Flush(fctx); err == nil {
+	if err := e.rec.Flusher.Flush(fctx); err == nil {
 		t.Fatal("the flush succeeded with shard 0 locked")
 	}
 	calls := func(shard int, app string) int64 {
@@ -555,17 +555,17 @@ func TestCloseFlushesPending(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2, nil)
 	ctx := context.Background()
-	go e.rec.Run(ctx)
+	go e.rec.Flusher.Run(ctx)
 	for i := 0; i < 777; i++ {
-		e.rec.Record(fmt.Sprintf("app%d", i%3), "if", fmt.Sprintf("u%d", i%50), i%7 != 0)
+		e.rec.Recorder.Record(fmt.Sprintf("app%d", i%3), "if", fmt.Sprintf("u%d", i%50), i%7 != 0)
 	}
-	if err := e.rec.Close(ctx); err != nil {
+	if err := e.rec.Flusher.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	e.rec = e.open(nil)
 	var total int64
 	for a := 0; a < 3; a++ {
-		got, err := e.rec.AppDay(ctx, fmt.Sprintf("app%d", a), day(t0))
+		got, err := e.rec.Stats.AppDay(ctx, fmt.Sprintf("app%d", a), day(t0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -589,9 +589,9 @@ func TestClose_WritesTheHeldMinute(t *testing.T) {
 	})
 	ctx := context.Background()
 	for i := 0; i < 300; i++ {
-		e.rec.Record("app", fmt.Sprintf("if%d", i%3), fmt.Sprintf("u%d", i%20), true)
+		e.rec.Recorder.Record("app", fmt.Sprintf("if%d", i%3), fmt.Sprintf("u%d", i%20), true)
 	}
-	go e.rec.Run(ctx)
+	go e.rec.Flusher.Run(ctx)
 	for deadline := time.Now().Add(10 * time.Second); e.metric("quota_analytics_flush_seconds") < 3; {
 		if time.Now().After(deadline) {
 			t.Fatal("Run did not flush three times in 10 s")
@@ -611,7 +611,7 @@ func TestClose_WritesTheHeldMinute(t *testing.T) {
 	if n := e.metric("quota_analytics_rows_written_total", "table", "usage_user_chunks"); n == 0 {
 		t.Fatal("Run's flushes held the per-user figures too")
 	}
-	if err := e.rec.Close(ctx); err != nil {
+	if err := e.rec.Flusher.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := dailyCalls(); n != 300 {
@@ -653,7 +653,7 @@ func TestRetentionRollupKeepsTotals(t *testing.T) {
 		e.clk.Set(at)
 		for k := 0; k < 3; k++ {
 			iface := []string{"a", "b"}[k%2]
-			e.rec.Record("app", iface, "u", k != 2)
+			e.rec.Recorder.Record("app", iface, "u", k != 2)
 			total++
 			perIface[iface]++
 			if k == 2 {
@@ -663,7 +663,7 @@ func TestRetentionRollupKeepsTotals(t *testing.T) {
 		// Flush and roll up now and then, as the cron would.
 		if at.Hour() < 8 {
 			e.flush()
-			if _, err := e.rec.Rollup(ctx); err != nil {
+			if _, err := e.rec.Rollup.Run(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -671,13 +671,13 @@ func TestRetentionRollupKeepsTotals(t *testing.T) {
 	e.flush()
 	now := start.Add(121 * 24 * time.Hour)
 	e.clk.Set(now)
-	res, err := e.rec.Rollup(ctx)
+	res, err := e.rec.Rollup.Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("final rollup: %+v", res)
 	before := seriesTable(t, e.dbs[0])
-	res, err = e.rec.Rollup(ctx)
+	res, err = e.rec.Rollup.Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -709,7 +709,7 @@ func TestRetentionRollupKeepsTotals(t *testing.T) {
 				// 1-minute curve over a year max: sum two halves.
 				var sum int64
 				for _, rng := range [][2]time.Time{{from, from2}, {from2, now}} {
-					pts, err := e.rec.Series(ctx, analytics.SeriesQuery{App: "app", From: rng[0], To: rng[1], Res: r})
+					pts, err := e.rec.Stats.Series(ctx, analytics.SeriesQuery{App: "app", From: rng[0], To: rng[1], Res: r})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -723,7 +723,7 @@ func TestRetentionRollupKeepsTotals(t *testing.T) {
 				continue
 			}
 		}
-		pts, err := e.rec.Series(ctx, analytics.SeriesQuery{App: "app", From: from, To: to, Res: r})
+		pts, err := e.rec.Stats.Series(ctx, analytics.SeriesQuery{App: "app", From: from, To: to, Res: r})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -735,7 +735,7 @@ func TestRetentionRollupKeepsTotals(t *testing.T) {
 		if sum != total || den != denied {
 			t.Errorf("%s curve: %d calls, %d denied, want %d, %d", r, sum, den, total, denied)
 		}
-		pts, err = e.rec.Series(ctx, analytics.SeriesQuery{App: "app", ByInterface: true, Interface: "b", From: from, To: to, Res: r})
+		pts, err = e.rec.Stats.Series(ctx, analytics.SeriesQuery{App: "app", ByInterface: true, Interface: "b", From: from, To: to, Res: r})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -750,7 +750,7 @@ func TestRetentionRollupKeepsTotals(t *testing.T) {
 	// Daily totals are not affected by the rollup.
 	var days int64
 	for d := day(start); d <= day(now); d++ {
-		s, err := e.rec.AppDay(ctx, "app", d)
+		s, err := e.rec.Stats.AppDay(ctx, "app", d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -805,21 +805,21 @@ func TestDistinctUsersWaitForRedisAndAreAddedOnce(t *testing.T) {
 	// in two minutes, so the queue holds repeats.
 	for m := 0; m < 2; m++ {
 		for u := 0; u < 2500; u++ {
-			e.rec.Record("a", "i1", fmt.Sprintf("u%d", u), true)
+			e.rec.Recorder.Record("a", "i1", fmt.Sprintf("u%d", u), true)
 		}
 		for u := 0; u < 30; u++ {
-			e.rec.Record("a", "i2", fmt.Sprintf("u%d", u), true)
-			e.rec.Record("b", "i2", fmt.Sprintf("v%d", u%10), true)
+			e.rec.Recorder.Record("a", "i2", fmt.Sprintf("u%d", u), true)
+			e.rec.Recorder.Record("b", "i2", fmt.Sprintf("v%d", u%10), true)
 		}
 		e.clk.Advance(time.Minute)
 	}
-	if err := e.rec.Flush(ctx); err == nil {
+	if err := e.rec.Flusher.Flush(ctx); err == nil {
 		t.Fatal("flush with Redis failing returned no error")
 	}
 	failing.Store(false)
 	e.flush()
 	e.flush() // nothing left to add
-	appA, err := e.rec.AppDay(ctx, "a", day(t0))
+	appA, err := e.rec.Stats.AppDay(ctx, "a", day(t0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -830,7 +830,7 @@ func TestDistinctUsersWaitForRedisAndAreAddedOnce(t *testing.T) {
 		app, iface string
 		users      int64
 	}{{"a", "i1", 2500}, {"a", "i2", 30}, {"b", "i2", 10}} {
-		got, err := e.rec.InterfaceDay(ctx, c.app, c.iface, day(t0))
+		got, err := e.rec.Stats.InterfaceDay(ctx, c.app, c.iface, day(t0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -838,7 +838,7 @@ func TestDistinctUsersWaitForRedisAndAreAddedOnce(t *testing.T) {
 			t.Errorf("%s/%s: %d unique users, want %d ± 2%%", c.app, c.iface, got.UniqueUsers, c.users)
 		}
 	}
-	u, err := e.rec.UserDay(ctx, "a", "u7", day(t0))
+	u, err := e.rec.Stats.UserDay(ctx, "a", "u7", day(t0))
 	if err != nil || u.Calls != 4 {
 		t.Fatalf("user u7 of a: %d calls (%v), want 4 (2 minutes × 2 interfaces)", u.Calls, err)
 	}
@@ -854,7 +854,7 @@ func TestDistinctUsers_TTLIsSetAgainHourlyNotEveryFlush(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1, func(o *analytics.Options) { o.PersistEvery = 24 * time.Hour })
 	ctx := context.Background()
-	e.rec.Record("app", "iface", "u1", true)
+	e.rec.Recorder.Record("app", "iface", "u1", true)
 	e.flush()
 	keys, err := e.rdb.Keys(ctx, e.prefix+"hll:*").Result()
 	if err != nil || len(keys) != 2 {
@@ -876,7 +876,7 @@ func TestDistinctUsers_TTLIsSetAgainHourlyNotEveryFlush(t *testing.T) {
 		e.rdb.Expire(ctx, k, 100*time.Second)
 	}
 	e.clk.Advance(15 * time.Second)
-	e.rec.Record("app", "iface", "u2", true)
+	e.rec.Recorder.Record("app", "iface", "u2", true)
 	e.flush()
 	for _, ttl := range ttls() {
 		if ttl > 100*time.Second {
@@ -884,7 +884,7 @@ func TestDistinctUsers_TTLIsSetAgainHourlyNotEveryFlush(t *testing.T) {
 		}
 	}
 	e.clk.Advance(time.Hour)
-	e.rec.Record("app", "iface", "u3", true)
+	e.rec.Recorder.Record("app", "iface", "u3", true)
 	e.flush()
 	for _, ttl := range ttls() {
 		if ttl < 47*time.Hour {

@@ -16,13 +16,13 @@ import (
 // cut into chunks again, without making a user row of each. Building row
 // ids, sorting them by user name (make bench's names share their first
 // 8 bytes, so most comparisons read whole strings) and splitting them
-// again cost quotad 1.3–1.7 µs an entry (BenchmarkMergeUserChunks), at up
-// to three merges an entry a day. Here the entries stay where their chunk
+// again is most of a merge's CPU (BenchmarkMergeUserChunks), at up to
+// three merges an entry a day. Here the entries stay where their chunk
 // decoded to and are sorted by their user's FNV-1a hash, which the part
 // needs anyway, so most comparisons compare integers.
 //
-// Memory, per entry: its decoded bytes in raw (~23 with make bench's
-// names), a mergeEntry (40 bytes) and a sort key (16 bytes). A Rollup
+// Memory, per entry: its decoded bytes in raw, a mergeEntry (40 bytes)
+// and a sort key (16 bytes). A Rollup
 // keeps one chunkMerge for all its merges, so the buffers grow to its
 // largest.
 type chunkMerge struct {

@@ -37,15 +37,15 @@ func BenchmarkRecordAndFlush(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		app, iface, user := load.Next()
-		rec.Record(app, iface, user, true)
+		rec.Recorder.Record(app, iface, user, true)
 		if (i+1)%flushEvery == 0 {
 			clk.Advance(15 * time.Second)
-			if err := rec.Flush(ctx); err != nil {
+			if err := rec.Flusher.Flush(ctx); err != nil {
 				b.Fatal(err)
 			}
 		}
 	}
-	if err := rec.Flush(ctx); err != nil {
+	if err := rec.Flusher.Flush(ctx); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -54,7 +54,7 @@ var names = analytics.BenchNames
 
 // unreachableRecorder is a Recorder whose MySQL shard and Redis cannot be
 // reached, so every flush fails and keeps its rows pending in memory.
-func unreachableRecorder(b *testing.B) (*analytics.Recorder, *prometheus.Registry) {
+func unreachableRecorder(b *testing.B) (*analytics.Analytics, *prometheus.Registry) {
 	db, err := sql.Open("mysql", "quota:quota@tcp(127.0.0.1:1)/none?timeout=50ms")
 	if err != nil {
 		b.Fatal(err)
@@ -87,12 +87,12 @@ func BenchmarkPendingRowHeap(b *testing.B) {
 	b.ResetTimer()
 	for i := range b.N {
 		app, iface, user := load.Next()
-		rec.Record(app, iface, user, true)
+		rec.Recorder.Record(app, iface, user, true)
 		if (i+1)%50_000 == 0 {
-			_ = rec.Flush(context.Background()) // fails: the rows stay pending
+			_ = rec.Flusher.Flush(context.Background()) // fails: the rows stay pending
 		}
 	}
-	_ = rec.Flush(context.Background())
+	_ = rec.Flusher.Flush(context.Background())
 	b.StopTimer()
 	runtime.GC()
 	runtime.ReadMemStats(&after)
@@ -146,12 +146,12 @@ func BenchmarkPendingRowGC(b *testing.B) {
 	runtime.ReadMemStats(&before)
 	for i := range calls {
 		app, iface, user := load.Next()
-		rec.Record(strings.Clone(app), strings.Clone(iface), strings.Clone(user), true)
+		rec.Recorder.Record(strings.Clone(app), strings.Clone(iface), strings.Clone(user), true)
 		if (i+1)%50_000 == 0 {
-			_ = rec.Flush(context.Background()) // fails: the rows stay pending
+			_ = rec.Flusher.Flush(context.Background()) // fails: the rows stay pending
 		}
 	}
-	_ = rec.Flush(context.Background())
+	_ = rec.Flusher.Flush(context.Background())
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	rows := gauge(b, reg, "quota_analytics_pending_rows")
@@ -195,14 +195,14 @@ func BenchmarkUserDayFromChunks(b *testing.B) {
 	for f := range flushes {
 		for range callsPerFlush {
 			v := x.Next()
-			rec.Record("app", ifaces[v%10], users[(v>>8)%100_000], true)
+			rec.Recorder.Record("app", ifaces[v%10], users[(v>>8)%100_000], true)
 		}
 		clk.Advance(15 * time.Second)
-		if err := rec.Flush(ctx); err != nil {
+		if err := rec.Flusher.Flush(ctx); err != nil {
 			b.Fatal(err)
 		}
 		if (f+1)%40 == 0 {
-			if _, err := rec.Rollup(ctx); err != nil {
+			if _, err := rec.Rollup.Run(ctx); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -217,7 +217,7 @@ func BenchmarkUserDayFromChunks(b *testing.B) {
 		}
 		i := 0
 		for b.Loop() {
-			if _, err := rec.UserDay(ctx, "app", users[i%100_000], day); err != nil {
+			if _, err := rec.Stats.UserDay(ctx, "app", users[i%100_000], day); err != nil {
 				b.Fatal(err)
 			}
 			i++
@@ -230,7 +230,7 @@ func BenchmarkUserDayFromChunks(b *testing.B) {
 	b.Run("sealed", func(b *testing.B) {
 		if !sealed { // once, though -count runs this again
 			clk.Advance(24 * time.Hour)
-			if res, err := rec.Rollup(ctx); err != nil || res.SealedDays != 1 {
+			if res, err := rec.Rollup.Run(ctx); err != nil || res.SealedDays != 1 {
 				b.Fatalf("rollup sealed %d days, want 1: %v", res.SealedDays, err)
 			}
 			sealed = true

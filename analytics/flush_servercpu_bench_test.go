@@ -74,16 +74,18 @@ func benchFlushServerCPU(b *testing.B, pool string) {
 		for range flushes {
 			for range perFlush {
 				app, iface, user := load.Next()
-				rec.Record(app, iface, user, true)
+				rec.Recorder.Record(app, iface, user, true)
 			}
 			clk.Advance(15 * time.Second)
-			if err := rec.flush(ctx, false, nil, rec.periodicHold()); err != nil {
+			if err := rec.Flusher.flush(ctx, false, nil, rec.Flusher.periodicHold()); err != nil {
 				b.Fatal(err)
 			}
 		}
 	}
 	minute()
-	rows := func(table string) float64 { return testutil.ToFloat64(rec.met.rowsWritten.WithLabelValues(table)) }
+	rows := func(table string) float64 {
+		return testutil.ToFloat64(rec.Flusher.met.rowsWritten.WithLabelValues(table))
+	}
 	tables := []string{"usage_series", "usage_daily", "usage_user_chunks"}
 	before := map[string]float64{}
 	for _, t := range tables {

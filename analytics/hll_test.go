@@ -75,22 +75,22 @@ func TestPFADD_InterfacesWhoseGroupsCollideKeepTheirOwnUsers(t *testing.T) {
 	}
 	r, _, clk := newShardRecorder(t)
 	for i := range 3 {
-		r.Record("app", a, fmt.Sprintf("a-user-%d", i), true)
+		r.Recorder.Record("app", a, fmt.Sprintf("a-user-%d", i), true)
 	}
 	for i := range 5 {
-		r.Record("app", b, fmt.Sprintf("b-user-%d", i), true)
+		r.Recorder.Record("app", b, fmt.Sprintf("b-user-%d", i), true)
 	}
-	if err := r.Flush(t.Context()); err != nil {
+	if err := r.Flusher.Flush(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	day := DayOf(clk.Now())
 	for iface, want := range map[string]int64{a: 3, b: 5} {
 		k := hllKey{app: "app", iface: iface, scope: scopeIface, day: day}
-		if got := r.rdb.PFCount(t.Context(), k.redisKey(r.opt.KeyPrefix)).Val(); got != want {
+		if got := r.Flusher.uniq.rdb.PFCount(t.Context(), k.redisKey(r.Flusher.opt.KeyPrefix)).Val(); got != want {
 			t.Errorf("interface %q: %d distinct users in Redis, want %d", iface, got, want)
 		}
 	}
-	if got := r.rdb.PFCount(t.Context(), hllKey{app: "app", scope: scopeApp, day: day}.redisKey(r.opt.KeyPrefix)).Val(); got != 8 {
+	if got := r.Flusher.uniq.rdb.PFCount(t.Context(), hllKey{app: "app", scope: scopeApp, day: day}.redisKey(r.Flusher.opt.KeyPrefix)).Val(); got != 8 {
 		t.Errorf("app: %d distinct users in Redis, want 8", got)
 	}
 }

@@ -24,7 +24,7 @@ func TestFlush_BusyHyperLogLogsTurnDenseAndKeepTheirCount(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			r, _, clk := newShardRecorder(t)
-			rdb, prefix := r.rdb, r.opt.KeyPrefix
+			rdb, prefix := r.Flusher.uniq.rdb, r.Flusher.opt.KeyPrefix
 			distinct := 0
 			for f := range c.flushes {
 				first := 0
@@ -32,10 +32,10 @@ func TestFlush_BusyHyperLogLogsTurnDenseAndKeepTheirCount(t *testing.T) {
 					first = f * c.users
 				}
 				for u := first; u < first+c.users; u++ {
-					r.Record("app", "users.get", fmt.Sprint("user-", u), true)
+					r.Recorder.Record("app", "users.get", fmt.Sprint("user-", u), true)
 				}
 				distinct = max(distinct, first+c.users)
-				if err := r.Flush(t.Context()); err != nil {
+				if err := r.Flusher.Flush(t.Context()); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -66,17 +66,17 @@ func TestFlush_BusyHyperLogLogsTurnDenseAndKeepTheirCount(t *testing.T) {
 func TestFlush_LostDenseHyperLogLogIsConvertedAgain(t *testing.T) {
 	t.Parallel()
 	r, _, clk := newShardRecorder(t)
-	rdb := r.rdb
+	rdb := r.Flusher.uniq.rdb
 	k := hllKey{app: "app", iface: "users.get", scope: scopeIface, day: DayOf(clk.Now())}
-	rk := k.redisKey(r.opt.KeyPrefix)
+	rk := k.redisKey(r.Flusher.opt.KeyPrefix)
 	next := 0
 	flushNewUsers := func() {
 		t.Helper()
 		for range 300 {
-			r.Record("app", "users.get", fmt.Sprint("user-", next), true)
+			r.Recorder.Record("app", "users.get", fmt.Sprint("user-", next), true)
 			next++
 		}
-		if err := r.Flush(t.Context()); err != nil {
+		if err := r.Flusher.Flush(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -86,7 +86,7 @@ func TestFlush_LostDenseHyperLogLogIsConvertedAgain(t *testing.T) {
 		t.Fatalf("%s: %d bytes before the loss, want dense (%d)", rk, n, hllDenseSize)
 	}
 	rdb.Del(t.Context(), rk) // Redis restarted without its data
-	clk.Advance(r.expireEvery())
+	clk.Advance(r.Flusher.uniq.expireEvery())
 	flushNewUsers() // re-creates the key sparse and sets its TTL again
 	if n := rdb.StrLen(t.Context(), rk).Val(); n >= hllDenseSize {
 		t.Fatalf("%s: %d bytes right after the loss, want sparse (the test would prove nothing)", rk, n)

@@ -53,11 +53,11 @@ func TestUnpackRegisters(t *testing.T) {
 func TestPersist_DenseRegistersAreSavedCompressed(t *testing.T) {
 	t.Parallel()
 	r, db, clk := newShardRecorderWith(t, Options{})
-	rdb, prefix, opt := r.rdb, r.opt.KeyPrefix, r.opt
+	rdb, prefix, opt := r.Flusher.uniq.rdb, r.Flusher.opt.KeyPrefix, r.Flusher.opt
 	for u := range 600 {
-		r.Record("app", "users.get", fmt.Sprint("user-", u), true)
+		r.Recorder.Record("app", "users.get", fmt.Sprint("user-", u), true)
 	}
-	if err := r.Close(t.Context()); err != nil { // flushes (600 users: made dense), then saves every key
+	if err := r.Flusher.Close(t.Context()); err != nil { // flushes (600 users: made dense), then saves every key
 		t.Fatal(err)
 	}
 	var stored []byte
@@ -75,8 +75,8 @@ func TestPersist_DenseRegistersAreSavedCompressed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close(t.Context())
-	s, err := r.AppDay(t.Context(), "app", DayOf(clk.Now()))
+	defer r.Flusher.Close(t.Context())
+	s, err := r.Stats.AppDay(t.Context(), "app", DayOf(clk.Now()))
 	if err != nil {
 		t.Fatal(err)
 	}

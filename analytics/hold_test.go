@@ -12,10 +12,10 @@ import (
 
 // heldFlush is one of Run's flushes with Options.HoldOpenMinute, at the
 // recorder's clock (unpaced).
-func heldFlush(t *testing.T, r *Recorder) error {
+func heldFlush(t *testing.T, r *Analytics) error {
 	t.Helper()
-	r.opt.HoldOpenMinute = true
-	return r.flush(context.Background(), false, nil, r.periodicHold())
+	r.Flusher.opt.HoldOpenMinute = true
+	return r.Flusher.flush(context.Background(), false, nil, r.Flusher.periodicHold())
 }
 
 // storedSeries is usage_series' 1-minute points of app, summed over its
@@ -49,15 +49,15 @@ func storedDaily(t *testing.T, db *sql.DB, app string) int64 {
 
 // memoryAndStored is what the stats answer: the app's calls today and the
 // calls of its curve's points from 10:00 for three minutes.
-func memoryAndStored(t *testing.T, r *Recorder, app string) (day int64, curve []int64) {
+func memoryAndStored(t *testing.T, r *Analytics, app string) (day int64, curve []int64) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := r.AppDay(ctx, app, DayOf(r.clk.Now()))
+	st, err := r.Stats.AppDay(ctx, app, DayOf(r.Flusher.clk.Now()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	from := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
-	pts, err := r.Series(ctx, SeriesQuery{App: app, From: from, To: from.Add(3 * time.Minute), Res: Res1m})
+	pts, err := r.Stats.Series(ctx, SeriesQuery{App: app, From: from, To: from.Add(3 * time.Minute), Res: Res1m})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestHeldMinute_WrittenOnceByTheFirstFlushAfterIt(t *testing.T) {
 		clk.Advance(s.advance)
 		for i := 0; i < s.calls; i++ {
 			n++
-			r.Record("app", "if", fmt.Sprintf("u%d", n%3), n%4 != 0) // calls 4 and 8 denied
+			r.Recorder.Record("app", "if", fmt.Sprintf("u%d", n%3), n%4 != 0) // calls 4 and 8 denied
 		}
 		if err := heldFlush(t, r); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
@@ -107,7 +107,7 @@ func TestHeldMinute_WrittenOnceByTheFirstFlushAfterIt(t *testing.T) {
 		if got := storedDaily(t, db, "app"); got != s.daily {
 			t.Errorf("%s: usage_daily holds %d calls, want %d", s.name, got, s.daily)
 		}
-		if got := testutil.ToFloat64(r.met.statements.WithLabelValues("usage_series")); got != s.statement {
+		if got := testutil.ToFloat64(r.Flusher.met.statements.WithLabelValues("usage_series")); got != s.statement {
 			t.Errorf("%s: %v usage_series statements, want %v", s.name, got, s.statement)
 		}
 		day, curve := memoryAndStored(t, r, "app")
@@ -116,11 +116,11 @@ func TestHeldMinute_WrittenOnceByTheFirstFlushAfterIt(t *testing.T) {
 		}
 	}
 	// The per-user figures were written by every flush, held minute or not.
-	u, err := r.UserDay(context.Background(), "app", "u1", DayOf(clk.Now()))
+	u, err := r.Stats.UserDay(context.Background(), "app", "u1", DayOf(clk.Now()))
 	if err != nil || u.Calls != 4 {
 		t.Fatalf("u1: %+v %v, want 4 calls", u.Counts, err)
 	}
-	if p := r.shards[0].pending.len(); p != 0 {
+	if p := r.Flusher.shards[0].pending.len(); p != 0 {
 		t.Fatalf("%d rows pending after a flush past every call's minute", p)
 	}
 }
@@ -133,7 +133,7 @@ func TestHeldMinute_FailedWriteLosesAndDoublesNothing(t *testing.T) {
 	m0 := clk.Now().Unix()
 	record := func(n int) {
 		for i := 0; i < n; i++ {
-			r.Record("app", fmt.Sprintf("if%d", i%2), fmt.Sprintf("u%d", i%5), true)
+			r.Recorder.Record("app", fmt.Sprintf("if%d", i%2), fmt.Sprintf("u%d", i%5), true)
 		}
 	}
 	record(10)
@@ -167,7 +167,7 @@ func TestHeldMinute_FailedWriteLosesAndDoublesNothing(t *testing.T) {
 	if day, curve := memoryAndStored(t, r, "app"); day != 17 || fmt.Sprint(curve) != "[10 6 1]" {
 		t.Fatalf("after the retry: %d calls, curve %v; want 17, [10 6 1]", day, curve)
 	}
-	if err := r.Flush(context.Background()); err != nil { // writes the held minute too
+	if err := r.Flusher.Flush(context.Background()); err != nil { // writes the held minute too
 		t.Fatal(err)
 	}
 	if got := storedDaily(t, db, "app"); got != 17 {

@@ -12,20 +12,20 @@ import (
 
 // ifaceAdds are the distinct-user adds whose app-level add Redis has and
 // whose interface-level add waits for the next interface pass, which
-// pfaddPending makes once every IfaceUsersEvery (a minute by default), not
+// send makes once every IfaceUsersEvery (a minute by default), not
 // with every flush.
 //
 // Why: with keys spread like make bench's (1,000 apps × 50 interfaces),
 // every flush touches nearly every (app, interface) key with a handful of
-// users, and those 50,000 PFADDs a flush were 83 % of what analytics cost
-// Redis (BenchmarkFlushServerCPU: 504 ms of Redis CPU a minute at 16,000
-// calls/s, 86 ms without them): the cost is the command, not the user.
-// Once a minute the same users go in a quarter of the commands.
+// users, and those PFADDs were most of what analytics cost Redis
+// (BenchmarkFlushServerCPU): the cost is the command, not the user. Once
+// a minute the same users go in a quarter of the commands.
 //
 // The ids are copied into one byte buffer, so that the minute's adds hold
 // no pointers for the collector to mark while they wait (a queue of row ids
 // would give it a pointer and an object an add).
-// Kept, with stringArena: without both, BenchmarkRecordAndFlush (callgrind) passed the flush CPU budget.
+// Kept, with stringArena: without both, BenchmarkRecordAndFlush (callgrind)
+// passed the flush CPU budget.
 type ifaceAdds struct {
 	buf    []byte
 	adds   []ifaceAdd
@@ -38,8 +38,8 @@ type ifaceAdd struct {
 	off, n uint32 // the id's bytes in buf
 }
 
-// add copies a's id (the flusher's, under the Recorder's mu), unless the
-// buffer would pass the 4 GiB its offsets address (false: a is dropped).
+// add copies a's id (under the uniques' mu), unless the buffer would
+// pass the 4 GiB its offsets address (false: a is dropped).
 func (q *ifaceAdds) add(a *userAdd) bool {
 	if len(q.buf)+len(a.id) > math.MaxUint32 {
 		return false
@@ -79,26 +79,26 @@ const ifaceViewSize = 1 << 14
 // ifacePass sends the waiting adds to their interface-level HyperLogLogs,
 // sorted by group and viewed a step at a time, and empties the queue when
 // Redis has them all.
-func (r *Recorder) ifacePass(ctx context.Context, pace *pacer) error {
-	now := r.clk.Now()
-	q := &r.ifaceQueue
-	r.mu.Lock() // readers scan the adds
+func (u *uniques) ifacePass(ctx context.Context, pace *pacer) error {
+	now := u.clk.Now()
+	q := &u.ifaceQueue
+	u.mu.Lock() // readers scan the adds
 	slices.SortFunc(q.adds, func(a, b ifaceAdd) int { return cmp.Compare(a.group, b.group) })
-	r.mu.Unlock()
+	u.mu.Unlock()
 	for lo := 0; lo < len(q.adds); lo += ifaceViewSize {
-		view := q.view(lo, min(lo+ifaceViewSize, len(q.adds)), r.ifaceView[:0])
+		view := q.view(lo, min(lo+ifaceViewSize, len(q.adds)), u.ifaceView[:0])
 		var err error
-		_, err = r.pfaddRuns(ctx, pace, view, scopeIface)
+		_, err = u.pfaddRuns(ctx, pace, view, scopeIface)
 		clear(view) // no strings over the buffer kept past the pass
-		r.ifaceView = view[:0]
+		u.ifaceView = view[:0]
 		if err != nil {
 			return err // the whole pass is made again
 		}
 	}
-	r.mu.Lock()
+	u.mu.Lock()
 	q.reset()
-	r.mu.Unlock()
-	r.lastIfacePass = now
+	u.mu.Unlock()
+	u.lastIfacePass = now
 	return nil
 }
 
@@ -109,20 +109,20 @@ func (q *ifaceAdds) reset() {
 
 // due reports whether the interface pass is due at now: IfaceUsersEvery
 // has passed since the last one, or an add is of a day before now's, whose
-// keys persistHLL saves now that the day is over.
-func (r *Recorder) ifaceDue(now time.Time) bool {
-	if len(r.ifaceQueue.adds) == 0 {
+// keys persist saves now that the day is over.
+func (u *uniques) ifaceDue(now time.Time) bool {
+	if len(u.ifaceQueue.adds) == 0 {
 		return false
 	}
-	return now.Sub(r.lastIfacePass) >= r.opt.IfaceUsersEvery || r.ifaceQueue.minDay < DayOf(now)
+	return now.Sub(u.lastIfacePass) >= u.opt.IfaceUsersEvery || u.ifaceQueue.minDay < DayOf(now)
 }
 
 // pendingIfaceUsers adds to extra the users still waiting for the
 // interface pass of the interface-level keys like k from k.day to last
-// (caller holds r.mu). The users are copied: the buffer is reused once the
-// pass is done.
-func (r *Recorder) pendingIfaceUsers(k hllKey, last Day, extra map[hllKey][]string) {
-	q := &r.ifaceQueue
+// (caller holds u.mu's read lock). The users are copied: the buffer is
+// reused once the pass is done.
+func (u *uniques) pendingIfaceUsers(k hllKey, last Day, extra map[hllKey][]string) {
+	q := &u.ifaceQueue
 	for i := range q.adds {
 		day := q.adds[i].day
 		if day < k.day || day > last {

@@ -13,21 +13,21 @@ import (
 
 // keyUsers is PFCOUNT of HyperLogLog k in Redis (0 when there is no such
 // key).
-func keyUsers(t *testing.T, r *Recorder, k hllKey) int64 {
+func keyUsers(t *testing.T, r *Analytics, k hllKey) int64 {
 	t.Helper()
-	n, err := r.rdb.PFCount(context.Background(), k.redisKey(r.opt.KeyPrefix)).Result()
+	n, err := r.Flusher.uniq.rdb.PFCount(context.Background(), k.redisKey(r.Flusher.opt.KeyPrefix)).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n
 }
 
-func interfaceKeyUsers(t *testing.T, r *Recorder, app, iface string, day Day) int64 {
+func interfaceKeyUsers(t *testing.T, r *Analytics, app, iface string, day Day) int64 {
 	t.Helper()
 	return keyUsers(t, r, hllKey{app: app, iface: iface, scope: scopeIface, day: day})
 }
 
-func appKeyUsers(t *testing.T, r *Recorder, app string, day Day) int64 {
+func appKeyUsers(t *testing.T, r *Analytics, app string, day Day) int64 {
 	t.Helper()
 	return keyUsers(t, r, hllKey{app: app, scope: scopeApp, day: day})
 }
@@ -42,7 +42,7 @@ func TestFlush_InterfaceUsersWaitForTheInterfacePass(t *testing.T) {
 	ctx := context.Background()
 	record := func(from, to int) {
 		for i := from; i < to; i++ {
-			r.Record("app", "iface", fmt.Sprintf("user-%d", i), true)
+			r.Recorder.Record("app", "iface", fmt.Sprintf("user-%d", i), true)
 		}
 	}
 	// The app key and the interface key get the same users, so their
@@ -73,7 +73,7 @@ func TestFlush_InterfaceUsersWaitForTheInterfacePass(t *testing.T) {
 		}
 	}
 	// A query counts the waiting users (adding them to the key itself).
-	st, err := r.InterfaceDay(ctx, "app", "iface", day)
+	st, err := r.Stats.InterfaceDay(ctx, "app", "iface", day)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestFlush_InterfaceUsersWaitForTheInterfacePass(t *testing.T) {
 	if got := interfaceKeyUsers(t, r, "app", "iface", day); got != appUsers || got < 57 {
 		t.Fatalf("after a minute the interface key counts %d users, want %d as the app key (~60)", got, appUsers)
 	}
-	if n := len(r.ifaceQueue.adds); n != 0 {
+	if n := len(r.Flusher.uniq.ifaceQueue.adds); n != 0 {
 		t.Fatalf("%d adds still wait after the interface pass", n)
 	}
 	if got := pendingAdds(r, "interface"); got != 0 {
@@ -97,8 +97,8 @@ func TestFlush_InterfaceUsersWaitForTheInterfacePass(t *testing.T) {
 }
 
 // pendingAdds is the quota_analytics_pending_user_adds gauge of scope.
-func pendingAdds(r *Recorder, scope string) float64 {
-	return testutil.ToFloat64(r.met.pendingAdds.WithLabelValues(scope))
+func pendingAdds(r *Analytics, scope string) float64 {
+	return testutil.ToFloat64(r.Flusher.met.pendingAdds.WithLabelValues(scope))
 }
 
 // Some flushes send the interface-level users whatever the minute: the
@@ -109,22 +109,22 @@ func TestFlush_InterfaceUsersSentAtOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		start time.Duration // after 10:00:00, when the users call
-		flush func(*testing.T, *Recorder, *clock.Fake) error
+		flush func(*testing.T, *Analytics, *clock.Fake) error
 	}{
-		{"first flush after the day is over", 14*time.Hour - 10*time.Second, func(t *testing.T, r *Recorder, clk *clock.Fake) error {
+		{"first flush after the day is over", 14*time.Hour - 10*time.Second, func(t *testing.T, r *Analytics, clk *clock.Fake) error {
 			clk.Advance(15 * time.Second) // 00:00:05 the next day
 			return heldFlush(t, r)
 		}},
-		{"Flush", 0, func(_ *testing.T, r *Recorder, _ *clock.Fake) error { return r.Flush(context.Background()) }},
+		{"Flush", 0, func(_ *testing.T, r *Analytics, _ *clock.Fake) error { return r.Flusher.Flush(context.Background()) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r, _, clk := newShardRecorder(t) // 10:00:00
 			clk.Advance(tc.start)
-			r.lastIfacePass = clk.Now()
+			r.Flusher.uniq.lastIfacePass = clk.Now()
 			day := DayOf(clk.Now())
 			for i := range 5 {
-				r.Record("app", "iface", fmt.Sprintf("user-%d", i), true)
+				r.Recorder.Record("app", "iface", fmt.Sprintf("user-%d", i), true)
 			}
 			if err := tc.flush(t, r, clk); err != nil {
 				t.Fatal(err)
@@ -148,23 +148,23 @@ func TestFlush_InterfacePassInStepsSendsEveryUser(t *testing.T) {
 	ifaces := []string{"a", "b", "c"}
 	const users = ifaceViewSize * 3 / 4 // 3 interfaces: the adds take 3 steps
 	for _, iface := range ifaces {
-		ref := r.opt.KeyPrefix + "test-ref:" + iface
+		ref := r.Flusher.opt.KeyPrefix + "test-ref:" + iface
 		var args []any
 		for i := range users {
 			u := fmt.Sprintf("%s-user-%d", iface, i)
-			r.Record("app", iface, u, true)
+			r.Recorder.Record("app", iface, u, true)
 			args = append(args, u)
 		}
-		if err := r.rdb.PFAdd(ctx, ref, args...).Err(); err != nil {
+		if err := r.Flusher.uniq.rdb.PFAdd(ctx, ref, args...).Err(); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { r.rdb.Del(context.Background(), ref) })
+		t.Cleanup(func() { r.Flusher.uniq.rdb.Del(context.Background(), ref) })
 	}
-	if err := r.Flush(ctx); err != nil {
+	if err := r.Flusher.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for _, iface := range ifaces {
-		want, err := r.rdb.PFCount(ctx, r.opt.KeyPrefix+"test-ref:"+iface).Result()
+		want, err := r.Flusher.uniq.rdb.PFCount(ctx, r.Flusher.opt.KeyPrefix+"test-ref:"+iface).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

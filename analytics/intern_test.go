@@ -13,7 +13,7 @@ func TestFlush_KeysKeptPastAFlushShareTheirNames(t *testing.T) {
 	r, _, _ := newShardRecorder(t)
 	for _, app := range []string{"app-1", "app-2"} {
 		for _, iface := range []string{"a.get", "b.get", "c.get"} {
-			r.Record(app, iface, "user", true)
+			r.Recorder.Record(app, iface, "user", true)
 		}
 	}
 	if err := heldFlush(t, r); err != nil {
@@ -26,11 +26,11 @@ func TestFlush_KeysKeptPastAFlushShareTheirNames(t *testing.T) {
 		}
 		copies[s][unsafe.StringData(s)] = true
 	}
-	for k := range r.shards[0].pending.daily {
+	for k := range r.Flusher.shards[0].pending.daily {
 		note(k.app)
 		note(k.iface)
 	}
-	for k := range r.touched {
+	for k := range r.Flusher.uniq.touched {
 		note(k.app)
 		if k.iface != "" {
 			note(k.iface)

@@ -52,14 +52,14 @@ const (
 	mergeBenchSettleTime = 300 * time.Millisecond
 )
 
-func benchMergeLevel(b *testing.B, r *Recorder, srv *testenv.MariaDBProcess, db *sql.DB, level uint8) {
+func benchMergeLevel(b *testing.B, r *Analytics, srv *testenv.MariaDBProcess, db *sql.DB, level uint8) {
 	ctx := context.Background()
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	day := DayOf(r.clk.Now())
+	day := DayOf(r.Flusher.clk.Now())
 	exec := func(q string) {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			b.Fatalf("%s: %v", q, err)
@@ -81,7 +81,7 @@ func benchMergeLevel(b *testing.B, r *Recorder, srv *testenv.MariaDBProcess, db 
 		exec("DELETE FROM usage_user_chunks")
 		exec("INSERT INTO usage_user_chunks SELECT * FROM bench_merge_chunks")
 		cpu.measure(b, srv, func() {
-			if err := r.mergeAppChunks(ctx, conn, nil, &m, day, mergeBenchApp, level); err != nil {
+			if err := r.Flusher.users.mergeAppChunks(ctx, conn, nil, &m, day, mergeBenchApp, level); err != nil {
 				b.Fatal(err)
 			}
 		})
@@ -101,7 +101,7 @@ func benchMergeLevel(b *testing.B, r *Recorder, srv *testenv.MariaDBProcess, db 
 // buildMergeLevel writes the batches that a merge of level takes, for
 // mergeBenchApp on day: flush batches as the flushes write them
 // (rowset.userChunks, insertChunks) and, for level 1, merges of them.
-func buildMergeLevel(b *testing.B, r *Recorder, conn *sql.Conn, day Day, level uint8) {
+func buildMergeLevel(b *testing.B, r *Analytics, conn *sql.Conn, day Day, level uint8) {
 	ctx := context.Background()
 	load := newUniformLoad()
 	rounds := 1 // level 0: one round of flush batches, not merged
@@ -123,7 +123,7 @@ func buildMergeLevel(b *testing.B, r *Recorder, conn *sql.Conn, day Day, level u
 			}
 		}
 		if level == 1 {
-			if err := r.mergeAppChunks(ctx, conn, nil, &chunkMerge{}, day, mergeBenchApp, 0); err != nil {
+			if err := r.Flusher.users.mergeAppChunks(ctx, conn, nil, &chunkMerge{}, day, mergeBenchApp, 0); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -159,7 +159,7 @@ func (c *opCPU) report(b *testing.B, n float64, unit string) {
 // writeFlushBatch writes, in tx, one flush batch of app's per-user chunks
 // on day as a flush writes it (rowset.userChunks, insertChunks): n calls,
 // each of the (interface, user) that next returns.
-func writeFlushBatch(b *testing.B, r *Recorder, tx *sql.Tx, day Day, app string, n int, next func() (iface, user string)) {
+func writeFlushBatch(b *testing.B, r *Analytics, tx *sql.Tx, day Day, app string, n int, next func() (iface, user string)) {
 	rs := newRowset()
 	g := rs.group(appDay{app: app, day: day})
 	for range n {
@@ -168,7 +168,7 @@ func writeFlushBatch(b *testing.B, r *Recorder, tx *sql.Tx, day Day, app string,
 	}
 	var id [16]byte
 	_, _ = rand.Read(id[:])
-	if err := r.insertChunks(context.Background(), tx, nil, todayChunks, id, rs.userChunks(&sync.Mutex{}, chunkMaxRaw)); err != nil {
+	if err := r.Flusher.users.insertChunks(context.Background(), tx, nil, todayChunks, id, rs.userChunks(&sync.Mutex{}, chunkMaxRaw)); err != nil {
 		b.Fatal(err)
 	}
 }

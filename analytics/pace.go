@@ -13,14 +13,14 @@ const DefaultFlushDuty = 0.25
 // shares its cores with Redis and MySQL (a small deployment, and every
 // benchmark of this project), a flush run flat out takes them for a second
 // or more — the fold of the live maps, tens of thousands of PFADDs, upserts
-// of as many rows — and the checks arriving meanwhile wait: p99 went from
-// 3–5 ms to 20–35 ms in the seconds after each flush at 4,630 checks/s
-// (BENCHMARKS.md, Analytics). Paced, the flusher rests after each step
+// of as many rows — and the checks arriving meanwhile wait: their p99
+// rose severalfold in the seconds after each flush (make
+// bench-analytics). Paced, the flusher rests after each step
 // (1/duty − 1) times as long as the step took, so it works at most duty of
 // the time, until the budget (a deadline, half the flush interval) is spent;
 // from then on it runs flat out, so a slow flush never runs into the next.
 //
-// It measures real time, not the Recorder's clock: it shares real cores.
+// It measures real time, not analytics' clock: it shares real cores.
 // A nil *pacer never rests (explicit Flush and Close), nor does one whose
 // hurry channel is closed (Close while a paced flush runs: shutdown must
 // not wait out the rests).

@@ -3,23 +3,30 @@ package analytics
 import (
 	"hash/maphash"
 	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quota-platform/quota/clock"
 )
 
-// live is the recording side: the calls not yet folded into rows, one
-// Counts per (app, interface, user, minute) in one of many small maps
-// (chosen by a hash of the row, so two cores rarely meet on one lock).
-type live struct {
-	seed   maphash.Seed
-	shards []liveShard
-	mask   uint64
-	maxPer int // max rows per shard
+// Recorder counts the decided calls in memory, one Counts per (app,
+// interface, user, minute), in one of many small maps (chosen by a hash
+// of the row, so two cores rarely meet on one lock). The Flusher takes the
+// maps' rows; Stats reads them.
+type Recorder struct {
+	clk     clock.Clock
+	dropped prometheus.Counter // calls not counted: their map was full
+	seed    maphash.Seed
+	shards  []liveShard
+	mask    uint64
+	maxPer  int // max rows per shard
 	// spare[i] is the map the flusher last took from shards[i], empty,
 	// for its next take (the flusher's alone).
 	spare []liveRows
 }
 
-// liveRows are a live shard's rows in the order Record added them
-// (keys[i]'s counts are counts[i]), indexed by index.
+// liveRows are a shard's rows in the order Record added them (keys[i]'s
+// counts are counts[i]), indexed by index.
 type liveRows struct {
 	index  map[liveKey]int32
 	keys   []liveKey
@@ -46,30 +53,43 @@ type liveShard struct {
 	_    [48]byte // keep neighbouring shards' mutexes off one cache line
 }
 
-// newLive makes n shards (a power of two) holding at most maxRows rows
-// together.
-func newLive(n, maxRows int) *live {
-	l := &live{seed: maphash.MakeSeed(), shards: make([]liveShard, n), mask: uint64(n - 1),
-		maxPer: max(1, maxRows/n), spare: make([]liveRows, n)}
-	for i := range l.shards {
-		l.shards[i].rows = liveRows{index: map[liveKey]int32{}}
+// newRecorder makes o.LiveShards maps (rounded up to a power of two)
+// holding at most o.MaxPendingRows rows together.
+func newRecorder(o Options, met *collectors) *Recorder {
+	n := 1
+	for n < o.LiveShards {
+		n <<= 1
 	}
-	return l
+	r := &Recorder{clk: o.Clock, dropped: met.dropped, seed: maphash.MakeSeed(), shards: make([]liveShard, n),
+		mask: uint64(n - 1), maxPer: max(1, o.MaxPendingRows/n), spare: make([]liveRows, n)}
+	for i := range r.shards {
+		r.shards[i].rows = liveRows{index: map[liveKey]int32{}}
+	}
+	return r
+}
+
+// Record adds one decided call. It never blocks on I/O: it takes one of
+// many small locks for a map update.
+func (r *Recorder) Record(appID, interfaceID, userID string, allowed bool) {
+	m := floorDiv(r.clk.Now().Unix(), 60) * 60
+	if !r.record(m, appID, interfaceID, userID, allowed) {
+		r.dropped.Inc()
+	}
 }
 
 // record adds one call of minute m; false: the shard is full and the call
 // is dropped.
-func (l *live) record(m int64, appID, interfaceID, userID string, allowed bool) bool {
+func (r *Recorder) record(m int64, appID, interfaceID, userID string, allowed bool) bool {
 	// The id is built on the stack (ids longer than the buffer spill to the
 	// heap) and looked up as bytes: a call to an existing row allocates
 	// nothing, a new row copies its id.
 	var buf [192]byte
 	id := appendRowID(buf[:0], appID, interfaceID, userID)
-	s := &l.shards[maphash.Bytes(l.seed, id)&l.mask]
+	s := &r.shards[maphash.Bytes(r.seed, id)&r.mask]
 	s.mu.Lock()
 	i, ok := s.rows.index[liveKey{id: rowID(id), min: m}]
 	if !ok {
-		if len(s.rows.keys) >= l.maxPer {
+		if len(s.rows.keys) >= r.maxPer {
 			s.mu.Unlock()
 			return false
 		}
@@ -93,28 +113,28 @@ func (l *live) record(m int64, appID, interfaceID, userID string, allowed bool) 
 // take empties shard i and returns its rows (caller holds its mu). The
 // shard takes over the spare map of the previous take, so that a flush
 // allocates no map anew; give the rows back with putBack once folded.
-func (l *live) take(i int) liveRows {
-	s := &l.shards[i]
+func (r *Recorder) take(i int) liveRows {
+	s := &r.shards[i]
 	rows := s.rows
-	if l.spare[i].index == nil {
-		l.spare[i] = liveRows{index: make(map[liveKey]int32, len(rows.keys)),
+	if r.spare[i].index == nil {
+		r.spare[i] = liveRows{index: make(map[liveKey]int32, len(rows.keys)),
 			keys: make([]liveKey, 0, len(rows.keys)), counts: make([]Counts, 0, len(rows.keys))}
 	}
-	s.rows, l.spare[i] = l.spare[i], liveRows{}
+	s.rows, r.spare[i] = r.spare[i], liveRows{}
 	return rows
 }
 
 // putBack keeps rows, folded, as shard i's spare.
-func (l *live) putBack(i int, rows liveRows) {
+func (r *Recorder) putBack(i int, rows liveRows) {
 	clear(rows.index)
 	clear(rows.keys) // no row ids kept alive
-	l.spare[i] = liveRows{index: rows.index, keys: rows.keys[:0], counts: rows.counts[:0]}
+	r.spare[i] = liveRows{index: rows.index, keys: rows.keys[:0], counts: rows.counts[:0]}
 }
 
-// scan calls f for each live row of app (under its shard's lock).
-func (l *live) scan(app string, f func(k liveKey, c Counts)) {
-	for i := range l.shards {
-		s := &l.shards[i]
+// scan calls f for each row of app (under its shard's lock).
+func (r *Recorder) scan(app string, f func(k liveKey, c Counts)) {
+	for i := range r.shards {
+		s := &r.shards[i]
 		s.mu.Lock()
 		s.rows.each(func(k liveKey, c Counts) {
 			if k.id.app() == app {
@@ -125,10 +145,10 @@ func (l *live) scan(app string, f func(k liveKey, c Counts)) {
 	}
 }
 
-// apps adds the apps of the live rows to set.
-func (l *live) apps(set map[string]struct{}) {
-	for i := range l.shards {
-		s := &l.shards[i]
+// apps adds the apps of the rows to set.
+func (r *Recorder) apps(set map[string]struct{}) {
+	for i := range r.shards {
+		s := &r.shards[i]
 		s.mu.Lock()
 		for _, k := range s.rows.keys {
 			set[k.id.app()] = struct{}{}

@@ -32,7 +32,7 @@ func BenchmarkRecord(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			i++
-			rec.Record(apps[i%10], apps[(i/10)%10], users[(i*7)%1000], i%9 != 0)
+			rec.Recorder.Record(apps[i%10], apps[(i/10)%10], users[(i*7)%1000], i%9 != 0)
 		}
 	})
 }

@@ -31,14 +31,14 @@ func BenchmarkRecordAndFold(b *testing.B) {
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		app, iface, user := load.Next()
-		r.Record(app, iface, user, true)
+		r.Recorder.Record(app, iface, user, true)
 		if (i+1)%flushEvery == 0 {
 			clk.Advance(15 * time.Second)
-			r.swapLive(b.Context(), nil)
-			for _, s := range r.shards { // as a written flush leaves them
+			r.Flusher.swapLive(b.Context(), nil)
+			for _, s := range r.Flusher.shards { // as a written flush leaves them
 				s.pending = s.pending.next()
 			}
-			r.dropQueued(len(r.hllQueue))
+			r.Flusher.uniq.dropQueued(len(r.Flusher.uniq.queue))
 		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/quota-platform/quota/clock"
 )
 
 // rollStep moves points of one resolution into the next coarser one once
@@ -22,6 +24,18 @@ var rollSteps = []rollStep{
 	{Res1h, Res1w, Keep1h, int64(Res1w)},
 }
 
+// Rollup is the scheduled job of analytics (QUOTA_ROLLUP_SCHEDULE): curve
+// points past their resolution's retention rolled up into coarser ones,
+// today's per-user chunks merged and finished days' sealed (userFigures),
+// finished days' distinct-user registers saved (uniques), and old flush
+// batch ids forgotten.
+type Rollup struct {
+	clk   clock.Clock
+	dbs   shards
+	users *userFigures
+	uniq  *uniques
+}
+
 // RollupResult says what one Rollup did.
 type RollupResult struct {
 	Periods    int   // transactions that moved points
@@ -30,7 +44,7 @@ type RollupResult struct {
 	UserMerges int   // merges of today's user chunks: one per app and level merged
 }
 
-// Rollup folds curve points past their resolution's retention into the
+// Run folds curve points past their resolution's retention into the
 // next coarser resolution and deletes them, on every shard. Each chunk of
 // points is added to the coarse points and deleted in one transaction, so a
 // crash never counts a call twice or loses it, and a second run finds
@@ -39,12 +53,12 @@ type RollupResult struct {
 // distinct-user counts, seals finished days' per-user chunks (userseal.go)
 // and merges today's (userfold.go), and forgets flush batch ids older than
 // two days.
-func (r *Recorder) Rollup(ctx context.Context) (RollupResult, error) {
+func (r *Rollup) Run(ctx context.Context) (RollupResult, error) {
 	var total RollupResult
 	now := r.clk.Now()
 	var errs []error
-	for i, sh := range r.shards {
-		res, err := r.rollupShard(ctx, sh.db, now)
+	for i, db := range r.dbs {
+		res, err := r.rollupShard(ctx, db, now)
 		total.Periods += res.Periods
 		total.Moved += res.Moved
 		total.SealedDays += res.SealedDays
@@ -57,22 +71,22 @@ func (r *Recorder) Rollup(ctx context.Context) (RollupResult, error) {
 		return total, err
 	}
 	// Finished days' interface-level registers.
-	r.flushing.Lock()
-	err := r.persistHLL(ctx, false)
-	r.flushing.Unlock()
-	return total, err
+	if err := r.uniq.persist(ctx, false); err != nil {
+		return total, fmt.Errorf("persist HLL: %w", err)
+	}
+	return total, nil
 }
 
-func (r *Recorder) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (RollupResult, error) {
+func (r *Rollup) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (RollupResult, error) {
 	var res RollupResult
 	conn, err := db.Conn(ctx)
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("connection: %w", err)
 	}
 	defer conn.Close()
 	var dbName sql.NullString
 	if err := conn.QueryRowContext(ctx, "SELECT DATABASE()").Scan(&dbName); err != nil {
-		return res, err
+		return res, fmt.Errorf("database name: %w", err)
 	}
 	lock := "quota_rollup:" + dbName.String
 	if len(lock) > 64 {
@@ -80,7 +94,7 @@ func (r *Recorder) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (
 	}
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 10)", lock).Scan(&got); err != nil {
-		return res, err
+		return res, fmt.Errorf("rollup lock: %w", err)
 	}
 	if got.Int64 != 1 {
 		return res, nil // another instance is rolling this shard up
@@ -94,7 +108,7 @@ func (r *Recorder) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (
 			var minT sql.NullInt64
 			if err := conn.QueryRowContext(ctx, "SELECT MIN(t) FROM usage_series WHERE res = ? AND t < ?",
 				int64(st.fine), cutoff).Scan(&minT); err != nil {
-				return res, err
+				return res, fmt.Errorf("oldest %s point: %w", st.fine, err)
 			}
 			if !minT.Valid {
 				break
@@ -116,12 +130,12 @@ func (r *Recorder) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (
 	// (day, app) commits on its own), and a day that cannot be sealed (a
 	// corrupt chunk) fails every run until someone removes it.
 	var errs []error
-	merges, err := r.mergeTodayChunks(ctx, conn, today)
+	merges, err := r.users.merge(ctx, conn, today)
 	res.UserMerges = merges
 	if err != nil {
 		errs = append(errs, err)
 	}
-	sealed, err := r.sealUserDays(ctx, conn, today)
+	sealed, err := r.users.seal(ctx, conn, today)
 	res.SealedDays = sealed
 	if err != nil {
 		errs = append(errs, err)
@@ -134,7 +148,7 @@ func (r *Recorder) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (
 
 // rollChunk adds the fine points with lo <= t < hi to their coarse points
 // and deletes them, in one transaction.
-func (r *Recorder) rollChunk(ctx context.Context, conn *sql.Conn, st rollStep, lo, hi int64) (int64, error) {
+func (r *Rollup) rollChunk(ctx context.Context, conn *sql.Conn, st rollStep, lo, hi int64) (int64, error) {
 	off := int64(0)
 	if st.coarse == Res1w {
 		off = weekOffset
@@ -142,7 +156,7 @@ func (r *Recorder) rollChunk(ctx context.Context, conn *sql.Conn, st rollStep, l
 	w := int64(st.coarse)
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	// t >= lo >= off, so integer division floors.
@@ -159,7 +173,7 @@ GROUP BY app_id, (t - ?) DIV ?, interface_id`+addCounts,
 	}
 	n, _ := del.RowsAffected()
 	if err := tx.Commit(); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("commit the roll of %s points: %w", st.fine, err)
 	}
 	return n, nil
 }

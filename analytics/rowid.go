@@ -13,11 +13,10 @@ import (
 // row used to hold the request's three strings, each its own heap object
 // (the HTTP decoder allocates each value), in the live map key, the pending
 // per-user row and the distinct-user queue: ~9 pointers to follow and 3
-// objects to mark per row. Under load (64 connections, 1,000 apps × 100,000
-// users × 50 interfaces) the GC's mark worker took ~12 % of quotad's CPU
-// with analytics on against ~3 % off, as much as analytics' own work
-// (BENCHMARKS.md's git history, "One string per row"). A rowID is one pointer and one
-// object per row, and the request's strings are not retained.
+// objects to mark per row: under make bench's uniform load the GC's mark
+// work with analytics on was as much as analytics' own
+// (BenchmarkPendingRowGC). A rowID is one pointer and one object per row,
+// and the request's strings are not retained.
 type rowID string
 
 // appendRowID appends the encoding of (app, iface, user) to b.

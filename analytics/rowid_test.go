@@ -107,14 +107,14 @@ func TestRowIDDistinguishesTriples(t *testing.T) {
 func TestRecordExistingRowDoesNotAllocate(t *testing.T) {
 	r := newOfflineRecorder(t, Options{})
 	app, iface, user := "app-1", "iface.2", "user-3"
-	r.Record(app, iface, user, true)
-	if got := testing.AllocsPerRun(100, func() { r.Record(app, iface, user, true) }); got != 0 {
+	r.Recorder.Record(app, iface, user, true)
+	if got := testing.AllocsPerRun(100, func() { r.Recorder.Record(app, iface, user, true) }); got != 0 {
 		t.Errorf("Record of an existing row: %v allocations, want 0", got)
 	}
 	var k liveKey
 	var c Counts
-	for i := range r.live.shards {
-		r.live.shards[i].rows.each(func(kk liveKey, cc Counts) { k, c = kk, cc })
+	for i := range r.Recorder.shards {
+		r.Recorder.shards[i].rows.each(func(kk liveKey, cc Counts) { k, c = kk, cc })
 	}
 	if k.id.app() != app || k.id.iface() != iface || k.id.user() != user || c.Calls != 102 {
 		t.Errorf("live row %+q %+v", []string{k.id.app(), k.id.iface(), k.id.user()}, c)
@@ -128,13 +128,13 @@ func TestLiveShard_TakeReturnsEveryRowAndReusesTheSpare(t *testing.T) {
 	t.Parallel()
 	r := newOfflineRecorder(t, Options{LiveShards: 1})
 	users := []string{"u9", "u1", "u5", "u1", "u3"}
-	l := &r.live.shards[0]
+	l := &r.Recorder.shards[0]
 	var put map[liveKey]int32
 	for round := range 3 {
 		for _, u := range users {
-			r.Record("app", "if", u, true)
+			r.Recorder.Record("app", "if", u, true)
 		}
-		rows := r.live.take(0)
+		rows := r.Recorder.take(0)
 		var got []string
 		rows.each(func(k liveKey, c Counts) {
 			got = append(got, k.id.user()+":"+strconv.FormatInt(c.Calls, 10))
@@ -149,7 +149,7 @@ func TestLiveShard_TakeReturnsEveryRowAndReusesTheSpare(t *testing.T) {
 		if put != nil && reflect.ValueOf(l.rows.index).UnsafePointer() != reflect.ValueOf(put).UnsafePointer() {
 			t.Fatalf("round %d: the shard did not take over the map put back", round)
 		}
-		r.live.putBack(0, rows)
+		r.Recorder.putBack(0, rows)
 		put = rows.index
 	}
 }
@@ -157,14 +157,14 @@ func TestLiveShard_TakeReturnsEveryRowAndReusesTheSpare(t *testing.T) {
 // newShardRecorder is a Recorder over one fresh shard database and a Redis
 // prefix of the test's own, on a fake clock at 2026-11-23 10:00 UTC; it
 // returns the shard too.
-func newShardRecorder(t *testing.T) (*Recorder, *sql.DB, *clock.Fake) {
+func newShardRecorder(t *testing.T) (*Analytics, *sql.DB, *clock.Fake) {
 	t.Helper()
 	return newShardRecorderWith(t, Options{})
 }
 
 // newShardRecorderWith is newShardRecorder with o's settings (its servers
 // and clock are set here).
-func newShardRecorderWith(t *testing.T, o Options) (*Recorder, *sql.DB, *clock.Fake) {
+func newShardRecorderWith(t *testing.T, o Options) (*Analytics, *sql.DB, *clock.Fake) {
 	t.Helper()
 	dbs := testenv.MySQLShards(t, 1)
 	rdb, prefix := testenv.Redis(t)
@@ -180,7 +180,7 @@ func newShardRecorderWith(t *testing.T, o Options) (*Recorder, *sql.DB, *clock.F
 // newOfflineRecorder is a Recorder over servers that are not there, on a
 // fake clock: for tests of what Record and the fold do in memory (Record
 // does no I/O).
-func newOfflineRecorder(t *testing.T, o Options) *Recorder {
+func newOfflineRecorder(t *testing.T, o Options) *Analytics {
 	t.Helper()
 	db, err := sql.Open("mysql", "nobody:x@tcp(127.0.0.1:1)/none")
 	if err != nil {

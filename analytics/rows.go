@@ -2,9 +2,9 @@ package analytics
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -45,9 +45,6 @@ func (r Resolution) String() string {
 	}
 	return fmt.Sprintf("%ds", int64(r))
 }
-
-// Duration is the width as a time.Duration.
-func (r Resolution) Duration() time.Duration { return time.Duration(r) * time.Second }
 
 // ParseResolution reads "1m", "5m", "1h" or "1w".
 func ParseResolution(s string) (Resolution, bool) {
@@ -133,14 +130,9 @@ func newUserRow(k userKey, c Counts) userRow {
 // prefix8 is s's first 8 bytes as a big-endian integer (zero-padded): two
 // strings whose prefix8 differ compare as those integers do.
 func prefix8(s string) uint64 {
-	var v uint64
-	for i := 0; i < 8; i++ {
-		v <<= 8
-		if i < len(s) {
-			v |= uint64(s[i])
-		}
-	}
-	return v
+	var b [8]byte
+	copy(b[:], s)
+	return binary.BigEndian.Uint64(b[:])
 }
 
 // The user rows are ordered as usage_user_daily's primary key (day,
@@ -192,10 +184,9 @@ type userGroup struct {
 // and sums equal neighbours (the same user and interface in two minutes of
 // a flush, or a row carried over from a failed flush). Sorting an app's
 // few hundred rows at a time, in the CPU's cache, and chunking them while
-// they are still there, took 0.66 s of CPU where one sort of all of a
-// flush's rows and then the chunks took 1.14 s (BenchmarkRecordAndFlush,
-// 1.8 M calls, profiled). nUsers counts such duplicates, so the pending
-// bound errs on the safe side.
+// they are still there, costs far less than one sort of all of a flush's
+// rows and then the chunks (BenchmarkRecordAndFlush). nUsers counts such
+// duplicates, so the pending bound errs on the safe side.
 //
 // The usage_daily and usage_series rows of one (app, interface, day) are
 // one ifaceDay, found with one map probe per live aggregate the flush
@@ -476,48 +467,4 @@ func (r *rowset) merge(o *rowset) {
 			r.addUser(g, row)
 		}
 	}
-}
-
-// hllKey names one daily distinct-user HyperLogLog.
-type hllKey struct {
-	app   string
-	iface string // "" for the app scope
-	scope uint8  // scopeApp or scopeIface
-	day   Day
-}
-
-const (
-	scopeApp   = 0
-	scopeIface = 1
-)
-
-// redisKey is the HLL's Redis key: prefix + "hll:{" + hash of the app + "}:"
-// + day + ":a" or ":i:" + hash of the interface. Hashes keep the key free of
-// separators from the values, and the {…} tag keeps one app's keys in one
-// cluster slot (needed by PFCOUNT and PFMERGE over several keys).
-// It is built by hand, not with fmt: a flush names tens of thousands.
-func (k hllKey) redisKey(prefix string) string {
-	b := make([]byte, 0, len(prefix)+80)
-	b = append(b, prefix...)
-	b = append(b, "hll:{"...)
-	b = appendHex16(b, FNV1a64(k.app))
-	b = append(b, "}:"...)
-	b = strconv.AppendInt(b, int64(k.day), 10)
-	if k.scope == scopeApp {
-		b = append(b, ":a"...)
-	} else {
-		b = append(b, ":i:"...)
-		b = appendHex16(b, FNV1a64(k.iface))
-		b = appendHex16(b, fnv1a64Continue(fnv1a64Continue(fnvOffset, "\x00"), k.iface))
-	}
-	return string(b)
-}
-
-// appendHex16 appends x as 16 lower-case hex digits (%016x).
-func appendHex16(b []byte, x uint64) []byte {
-	const digits = "0123456789abcdef"
-	for shift := 60; shift >= 0; shift -= 4 {
-		b = append(b, digits[x>>uint(shift)&0xf])
-	}
-	return b
 }

@@ -13,9 +13,9 @@ func TestUncertainCommitResolvedByBatchID(t *testing.T) {
 	r, db, clk := newShardRecorder(t)
 	ctx := context.Background()
 	for i := 0; i < 10; i++ {
-		r.Record("app", "if", "u", true)
+		r.Recorder.Record("app", "if", "u", true)
 	}
-	if err := r.Flush(ctx); err != nil {
+	if err := r.Flusher.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Pretend the COMMIT of a batch of 10 more calls answered an error but
@@ -33,7 +33,7 @@ func TestUncertainCommitResolvedByBatchID(t *testing.T) {
 	lost := &batch{id: [16]byte{4, 5, 6}, rows: mk(3)}
 	// The committed one's rows are in MySQL already.
 	tx, _ := db.Begin()
-	if _, err := r.writeRows(ctx, tx, committed.rows, committed.id, nil); err != nil {
+	if _, err := r.Flusher.writeRows(ctx, tx, committed.rows, committed.id, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec("INSERT INTO analytics_batches (batch_id) VALUES (?)", committed.id[:]); err != nil {
@@ -42,20 +42,20 @@ func TestUncertainCommitResolvedByBatchID(t *testing.T) {
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	r.mu.Lock()
-	r.shards[0].uncertain = []*batch{committed, lost}
-	r.mu.Unlock()
-	if err := r.Flush(ctx); err != nil {
+	r.Flusher.mu.Lock()
+	r.Flusher.shards[0].uncertain = []*batch{committed, lost}
+	r.Flusher.mu.Unlock()
+	if err := r.Flusher.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	st, err := r.AppDay(ctx, "app", day)
+	st, err := r.Stats.AppDay(ctx, "app", day)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Calls != 23 || len(r.shards[0].uncertain) != 0 || r.shards[0].pending.len() != 0 {
-		t.Fatalf("calls %d (want 10 + 10 committed + 3 rewritten = 23), uncertain %d", st.Calls, len(r.shards[0].uncertain))
+	if st.Calls != 23 || len(r.Flusher.shards[0].uncertain) != 0 || r.Flusher.shards[0].pending.len() != 0 {
+		t.Fatalf("calls %d (want 10 + 10 committed + 3 rewritten = 23), uncertain %d", st.Calls, len(r.Flusher.shards[0].uncertain))
 	}
-	u, err := r.UserDay(ctx, "app", "u", day)
+	u, err := r.Stats.UserDay(ctx, "app", "u", day)
 	if err != nil || u.Calls != 23 {
 		t.Fatalf("user calls %d %v, want 23", u.Calls, err)
 	}

@@ -40,7 +40,7 @@ const (
 	// mergeFanIn−1 batches per level. With calls spread like make bench's
 	// a merge sums almost nothing (nearly every call is a new (user,
 	// interface) of the day), so each level an entry climbs costs quotad
-	// and MariaDB 0.5–0.75 µs of CPU (BenchmarkMergeUserChunks). A day
+	// and MariaDB a rewrite of it (BenchmarkMergeUserChunks). A day
 	// of one quotad's 10-minute rollups makes 144 level-1 batches (at most
 	// 5,760/32 = 180 on any schedule): at 16 they end as 9 of level 2, an
 	// entry rewritten twice before the day's seal, and a query reads at
@@ -68,13 +68,13 @@ func mergeThreshold(level uint8) int {
 // mergeTarget is the level that the merge of level's chunks writes.
 func mergeTarget(level uint8) uint8 { return min(level+1, maxChunkLevel) }
 
-// mergeTodayChunks compacts today's chunks (see mergeMinBatches): for each
+// merge compacts today's chunks (see mergeMinBatches): for each
 // level from 0 up, each app with at least mergeThreshold batches of that
 // level has them merged into one batch of mergeTarget. Levels go upwards
 // so that a merge's batch counts towards the next level in the same run,
 // and a second run finds nothing to merge. It returns the merges done.
-func (r *Recorder) mergeTodayChunks(ctx context.Context, conn *sql.Conn, today Day) (int, error) {
-	pace := newPacer(r.opt.FlushDuty, time.Now().Add(time.Hour), nil)
+func (u *userFigures) merge(ctx context.Context, conn *sql.Conn, today Day) (int, error) {
+	pace := newPacer(u.duty, time.Now().Add(time.Hour), nil)
 	var m chunkMerge
 	var errs []error
 	merges := 0
@@ -84,7 +84,7 @@ func (r *Recorder) mergeTodayChunks(ctx context.Context, conn *sql.Conn, today D
 			return merges, errors.Join(append(errs, err)...)
 		}
 		for _, app := range apps {
-			if err := r.mergeAppChunks(ctx, conn, pace, &m, today, app, level); err != nil {
+			if err := u.mergeAppChunks(ctx, conn, pace, &m, today, app, level); err != nil {
 				errs = append(errs, fmt.Errorf("merge level-%d user chunks of %q: %w", level, app, err))
 				continue
 			}
@@ -121,8 +121,8 @@ func appsToMerge(ctx context.Context, conn *sql.Conn, day Day, level uint8) ([]s
 // mergeAppChunks replaces app's chunks of level on day with one batch of
 // mergeTarget(level) chunks of the same entries summed (rewriteChunks).
 // Only merges write the levels above 0, one at a time under Rollup's lock.
-func (r *Recorder) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pacer, m *chunkMerge, day Day, app string, level uint8) error {
-	return r.rewriteChunks(ctx, conn, pace, m, chunkRewrite{
+func (u *userFigures) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pacer, m *chunkMerge, day Day, app string, level uint8) error {
+	return u.rewriteChunks(ctx, conn, pace, m, chunkRewrite{
 		from:  []chunkTable{todayChunks},
 		where: "day = ? AND app_id = ? AND level = ?",
 		args:  []any{day.String(), app, level},
@@ -149,10 +149,10 @@ type chunkRewrite struct {
 // rewriteChunks does w in one transaction: a crash leaves the old chunks
 // or the new, never both. m is the working set, reused from one rewrite
 // to the next.
-func (r *Recorder) rewriteChunks(ctx context.Context, conn *sql.Conn, pace *pacer, m *chunkMerge, w chunkRewrite) error {
+func (u *userFigures) rewriteChunks(ctx context.Context, conn *sql.Conn, pace *pacer, m *chunkMerge, w chunkRewrite) error {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
 	// Locking reads: a flush writing one of these chunks meanwhile waits
@@ -177,13 +177,13 @@ func (r *Recorder) rewriteChunks(ctx context.Context, conn *sql.Conn, pace *pace
 	}
 	var id [16]byte
 	_, _ = rand.Read(id[:])
-	if err := r.insertChunks(ctx, tx, pace, w.to, id, chunks); err != nil {
+	if err := u.insertChunks(ctx, tx, pace, w.to, id, chunks); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return err
+		return fmt.Errorf("commit: %w", err)
 	}
-	r.met.rowsWritten.WithLabelValues(w.to.name).Add(float64(len(chunks)))
+	u.met.rowsWritten.WithLabelValues(w.to.name).Add(float64(len(chunks)))
 	return nil
 }
 

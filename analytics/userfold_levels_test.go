@@ -37,7 +37,7 @@ func TestChunkMerge_TopLevelMergesIntoItself(t *testing.T) {
 			}
 			var id [16]byte
 			_, _ = rand.Read(id[:])
-			if err := r.insertChunks(ctx, tx, nil, todayChunks, id, chunks); err != nil {
+			if err := r.Flusher.users.insertChunks(ctx, tx, nil, todayChunks, id, chunks); err != nil {
 				t.Fatal(err)
 			}
 			if err := tx.Commit(); err != nil {
@@ -65,7 +65,7 @@ func TestChunkMerge_TopLevelMergesIntoItself(t *testing.T) {
 	}
 	for i, st := range steps {
 		plant(st.plant)
-		res, err := r.Rollup(ctx)
+		res, err := r.Rollup.Run(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +75,7 @@ func TestChunkMerge_TopLevelMergesIntoItself(t *testing.T) {
 				i, res.UserMerges, batches, maxChunkLevel, entries, st.wantMerges, st.wantBatches, st.wantEntries)
 		}
 		for _, u := range []string{"u0", "u123", "u599"} {
-			got, err := r.UserDay(ctx, "app", u, today)
+			got, err := r.Stats.UserDay(ctx, "app", u, today)
 			if err != nil {
 				t.Fatal(err)
 			}

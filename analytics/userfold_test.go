@@ -37,7 +37,7 @@ func (u userTruth) add(d analytics.Day, app, user, iface string, allowed bool) {
 // record records one call with e's Recorder, on the day of e's clock, and
 // adds it to the truth.
 func (u userTruth) record(e *env, app, iface, user string, allowed bool) {
-	e.rec.Record(app, iface, user, allowed)
+	e.rec.Recorder.Record(app, iface, user, allowed)
 	u.add(day(e.clk.Now()), app, user, iface, allowed)
 }
 
@@ -47,7 +47,7 @@ func (u userTruth) check(t *testing.T, e *env, when string) {
 	for d, apps := range u {
 		for app, users := range apps {
 			for user, want := range users {
-				got, err := e.rec.UserDay(context.Background(), app, user, d)
+				got, err := e.rec.Stats.UserDay(context.Background(), app, user, d)
 				if err != nil {
 					t.Fatalf("%s: UserDay(%s, %s, %s): %v", when, app, user, d, err)
 				}
@@ -139,7 +139,7 @@ func TestUserFigures_SealedOnceTheDayIsOver(t *testing.T) {
 	}
 
 	// The late call is still in memory: Rollup seals what was flushed.
-	res, err := e.rec.Rollup(ctx)
+	res, err := e.rec.Rollup.Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestUserFigures_SealedOnceTheDayIsOver(t *testing.T) {
 	}
 	truth.check(t, e, "after the seal and a late flush of the sealed day")
 
-	res, err = e.rec.Rollup(ctx)
+	res, err = e.rec.Rollup.Run(ctx)
 	if err != nil || res.SealedDays != 1 {
 		t.Fatalf("rollup after the late flush: %d (day, app) sealed (%v), want 1 (quiet on day 1)", res.SealedDays, err)
 	}
@@ -205,7 +205,7 @@ func TestUserChunks_TodaysFlushChunksMergedAsTheDayGoesOn(t *testing.T) {
 		t.Fatalf("%d flush chunks of app many, want 40", n)
 	}
 	truth.check(t, e, "before the merge")
-	res, err := e.rec.Rollup(ctx)
+	res, err := e.rec.Rollup.Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,13 +219,13 @@ func TestUserChunks_TodaysFlushChunksMergedAsTheDayGoesOn(t *testing.T) {
 		truth.record(e, "many", "if0", fmt.Sprintf("u%d", i), true)
 	}
 	e.flush()
-	if res, err = e.rec.Rollup(ctx); err != nil || res.UserMerges != 0 {
+	if res, err = e.rec.Rollup.Run(ctx); err != nil || res.UserMerges != 0 {
 		t.Fatalf("one more flush chunk: %d merges (%v), want 0", res.UserMerges, err)
 	}
 	truth.check(t, e, "after a flush since the merge")
 
 	e.clk.Advance(24 * time.Hour)
-	if _, err = e.rec.Rollup(ctx); err != nil {
+	if _, err = e.rec.Rollup.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.count(t, "SELECT COUNT(*) FROM usage_user_chunks"); n != 0 {
@@ -249,7 +249,7 @@ func TestUserDay_FindsAUserOfA256PartSplit(t *testing.T) {
 	for _, table := range []string{"usage_user_chunks", "usage_user_sealed"} {
 		if table == "usage_user_sealed" {
 			e.clk.Advance(24 * time.Hour)
-			if res, err := e.rec.Rollup(ctx); err != nil || res.SealedDays != 1 {
+			if res, err := e.rec.Rollup.Run(ctx); err != nil || res.SealedDays != 1 {
 				t.Fatalf("rollup sealed %d (day, app), want 1: %v", res.SealedDays, err)
 			}
 		}
@@ -281,7 +281,7 @@ VALUES (?, 'broken', 0, UNHEX(REPEAT('ab', 16)), 0, 0, 1, 'not a snappy body')`,
 		e.flush()
 		e.clk.Advance(15 * time.Second)
 	}
-	res, err := e.rec.Rollup(ctx)
+	res, err := e.rec.Rollup.Run(ctx)
 	if err == nil || !strings.Contains(err.Error(), "broken") {
 		t.Fatalf("rollup error %v, want the broken app's seal reported", err)
 	}

@@ -87,12 +87,12 @@ func (e *env) tables(t *testing.T) []string {
 func (e *env) rollup(t *testing.T, when string) analytics.RollupResult {
 	t.Helper()
 	ctx := context.Background()
-	res, err := e.rec.Rollup(ctx)
+	res, err := e.rec.Rollup.Run(ctx)
 	if err != nil {
 		t.Fatalf("%s: rollup: %v", when, err)
 	}
 	before := e.tables(t)
-	again, err := e.rec.Rollup(ctx)
+	again, err := e.rec.Rollup.Run(ctx)
 	if err != nil {
 		t.Fatalf("%s: second rollup: %v", when, err)
 	}
@@ -237,7 +237,7 @@ func TestUserChunks_BatchesAQueryReadsStayBoundedAllDay(t *testing.T) {
 			}
 			truth.check(t, e, "end of the day")
 			e.clk.Advance(24 * time.Hour)
-			if _, err := e.rec.Rollup(context.Background()); err != nil {
+			if _, err := e.rec.Rollup.Run(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			if n := e.count(t, "SELECT COUNT(*) FROM usage_user_chunks"); n != 0 {
@@ -313,7 +313,7 @@ func TestUserChunks_MergedLevelByLevelAtTheThresholds(t *testing.T) {
 	for _, st := range steps {
 		for range st.flushes {
 			user := fmt.Sprintf("u%d", flushes%5)
-			e.rec.Record("tiny", "if", user, flushes%4 != 0)
+			e.rec.Recorder.Record("tiny", "if", user, flushes%4 != 0)
 			truth.add(today, "tiny", user, "if", flushes%4 != 0)
 			e.flush()
 			e.clk.Advance(15 * time.Second)
@@ -349,7 +349,7 @@ func TestUserChunks_MergeTriggerCountsBatchesNotRows(t *testing.T) {
 		for _, a := range apps {
 			for i := range a.users {
 				user := fmt.Sprintf("%s-%d", a.name, (f*a.users+i)%(3*a.users))
-				e.rec.Record(a.name, "if", user, i%3 != 0)
+				e.rec.Recorder.Record(a.name, "if", user, i%3 != 0)
 				truth.add(today, a.name, user, "if", i%3 != 0)
 			}
 		}

@@ -17,17 +17,17 @@ import (
 //
 // It used to fold them into usage_user_daily, one upserted row per
 // (user, interface) of the day. With keys spread like make bench's nearly
-// every call is one, and the fold cost MariaDB 7.8–8.9 µs and quotad
-// 3.3–3.5 µs of CPU a row (BenchmarkFoldDay): all of it after midnight
-// UTC, on the check path's cores, for hours at full load. A seal rewrites
-// each entry once, as one more merge level does.
+// every call is one, and an upserted row costs MariaDB many times what an
+// entry of a chunk does: all of it after midnight UTC, on the check
+// path's cores, for hours at full load. A seal rewrites each entry once,
+// as one more merge level does (BenchmarkSealDay).
 
-// sealUserDays seals every (day, app) with chunks of a day before today,
+// seal seals every (day, app) with chunks of a day before today,
 // one per transaction, so a crash neither loses nor doubles a figure and a
 // second run finds nothing to do. It rests as the flush does (FlushDuty).
 // It returns the (day, app) pairs sealed.
-func (r *Recorder) sealUserDays(ctx context.Context, conn *sql.Conn, today Day) (int, error) {
-	pace := newPacer(r.opt.FlushDuty, time.Now().Add(time.Hour), nil)
+func (u *userFigures) seal(ctx context.Context, conn *sql.Conn, today Day) (int, error) {
+	pace := newPacer(u.duty, time.Now().Add(time.Hour), nil)
 	var m chunkMerge // the merges' working set, reused
 	var errs []error
 	sealed := 0
@@ -48,7 +48,7 @@ WHERE day < ? AND (day, app_id) > (?, ?) ORDER BY day, app_id LIMIT 1`,
 		app = string(next)
 		day, err := ParseDay(d)
 		if err == nil {
-			err = r.sealAppDay(ctx, conn, pace, &m, day, app)
+			err = u.sealAppDay(ctx, conn, pace, &m, day, app)
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("seal user chunks of %q on %s: %w", app, d, err))
@@ -64,8 +64,8 @@ WHERE day < ? AND (day, app_id) > (?, ?) ORDER BY day, app_id LIMIT 1`,
 // sealAppDay replaces app's chunks of day, today's and sealed, with one
 // sealed batch of the same entries summed (rewriteChunks). A late flush
 // writing a chunk of the day meanwhile waits for the seal's commit.
-func (r *Recorder) sealAppDay(ctx context.Context, conn *sql.Conn, pace *pacer, m *chunkMerge, day Day, app string) error {
-	return r.rewriteChunks(ctx, conn, pace, m, chunkRewrite{
+func (u *userFigures) sealAppDay(ctx context.Context, conn *sql.Conn, pace *pacer, m *chunkMerge, day Day, app string) error {
+	return u.rewriteChunks(ctx, conn, pace, m, chunkRewrite{
 		from:  []chunkTable{todayChunks, sealedChunks},
 		where: "day = ? AND app_id = ?",
 		args:  []any{day.String(), app},

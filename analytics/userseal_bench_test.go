@@ -38,7 +38,7 @@ func BenchmarkSealDay(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	start := DayOf(r.clk.Now())
+	start := DayOf(r.Flusher.clk.Now())
 	maxRollup, allRollups := buildBenchDay(b, r, conn, start)
 	chunks, batches, read := dayBenchCount(b, db)
 	for _, q := range []string{
@@ -62,7 +62,7 @@ func BenchmarkSealDay(b *testing.B) {
 			}
 		}
 		cpu.measure(b, srv, func() {
-			if sealed, err := r.sealUserDays(ctx, conn, start+1); err != nil || sealed != 1 {
+			if sealed, err := r.Flusher.users.seal(ctx, conn, start+1); err != nil || sealed != 1 {
 				b.Fatalf("%d (day, app) sealed, want 1: %v", sealed, err)
 			}
 		})
@@ -93,7 +93,7 @@ const (
 
 // dayBenchRecorder is a Recorder on the shard db, its clock at the
 // start of a UTC day, working flat out.
-func dayBenchRecorder(b *testing.B, db *sql.DB) (*Recorder, *sql.DB) {
+func dayBenchRecorder(b *testing.B, db *sql.DB) (*Analytics, *sql.DB) {
 	rdb, prefix := testenv.Redis(b)
 	clk := clock.NewFake(time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC))
 	r, err := New(Options{DBs: []*sql.DB{db}, Redis: rdb, KeyPrefix: prefix, Clock: clk, FlushDuty: 1})
@@ -108,13 +108,13 @@ func dayBenchRecorder(b *testing.B, db *sql.DB) (*Recorder, *sql.DB) {
 // period's flushes share a transaction, which leaves the same rows), with
 // a Rollup after every dayBenchRollupEvery flushes. It returns the longest
 // Rollup and their sum.
-func buildBenchDay(b *testing.B, r *Recorder, conn *sql.Conn, day Day) (longest, total time.Duration) {
+func buildBenchDay(b *testing.B, r *Analytics, conn *sql.Conn, day Day) (longest, total time.Duration) {
 	ctx := context.Background()
 	users, ifaces := make([]string, dayBenchUsers), []string{"iface.0", "iface.1"}
 	for i := range users {
 		users[i] = "user-" + strconv.Itoa(i)
 	}
-	clk := r.clk.(*clock.Fake)
+	clk := r.Flusher.clk.(*clock.Fake)
 	x := newXorshift()
 	for f := 0; f < dayBenchFlushes; f += dayBenchRollupEvery {
 		tx, err := conn.BeginTx(ctx, nil)
@@ -135,7 +135,7 @@ func buildBenchDay(b *testing.B, r *Recorder, conn *sql.Conn, day Day) (longest,
 			break // the last period's rollup would seal the day
 		}
 		began := time.Now()
-		if _, err := r.Rollup(ctx); err != nil {
+		if _, err := r.Rollup.Run(ctx); err != nil {
 			b.Fatal(err)
 		}
 		longest = max(longest, time.Since(began))

@@ -72,7 +72,7 @@ func TestDashboardInChromium(t *testing.T) {
 	rec := func(at time.Time, n int, denyEvery int) {
 		h.clk.Set(at)
 		for i := 0; i < n; i++ {
-			h.rec.Record("shop", ifaces[rnd.IntN(7)%3], fmt.Sprintf("user-%d", rnd.IntN(1500)), rnd.IntN(denyEvery) != 0)
+			h.rec.Recorder.Record("shop", ifaces[rnd.IntN(7)%3], fmt.Sprintf("user-%d", rnd.IntN(1500)), rnd.IntN(denyEvery) != 0)
 		}
 	}
 	wave := func(at time.Time) float64 { // busy afternoons (UTC), quiet nights
@@ -84,18 +84,18 @@ func TestDashboardInChromium(t *testing.T) {
 	for at := now.Add(-24 * time.Hour); at.Before(now); at = at.Add(time.Minute) {
 		rec(at, int(15*wave(at)*(0.6+0.8*rnd.Float64())), 9)
 	}
-	h.rec.Record("blog", "posts.list", "reader", true)
+	h.rec.Recorder.Record("blog", "posts.list", "reader", true)
 	h.clk.Set(now)
 	ctx := context.Background()
-	if err := h.rec.Flush(ctx); err != nil {
+	if err := h.rec.Flusher.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.rec.Rollup(ctx); err != nil {
+	if _, err := h.rec.Rollup.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// A few calls after the flush: the page must show them too (from memory).
 	for i := 0; i < 5; i++ {
-		h.rec.Record("shop", "users.get", "late-user", false)
+		h.rec.Recorder.Record("shop", "users.get", "late-user", false)
 	}
 	want := h.get("/v1/apps/shop/stats", key)
 	if want.status != 200 || num(want, "calls") == 0 {

@@ -57,7 +57,7 @@ type Deps struct {
 	// Usage receives every decided check for analytics; nil records nothing.
 	Usage UsageRecorder
 	// Analytics answers the stats API and the dashboard; nil serves neither.
-	Analytics *analytics.Recorder
+	Analytics *analytics.Stats
 	// Keys mints and verifies the app keys of the stats API; nil: only the
 	// admin token reads stats, and POST /v1/admin/apps answers 404.
 	Keys *apps.Keys

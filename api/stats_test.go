@@ -36,7 +36,7 @@ const statsRules = `rules:
 
 type statsHarness struct {
 	*harness
-	rec *analytics.Recorder
+	rec *analytics.Analytics
 }
 
 // newStatsHarness is quotad with analytics on real Redis and a fresh
@@ -67,7 +67,7 @@ func newStatsHarnessAt(t *testing.T, at time.Time) *statsHarness {
 	}
 	srv := httptest.NewServer(api.New(api.Deps{
 		Settings: s, Limiter: lim, Metrics: metrics.New(reg), Gatherer: reg,
-		Usage: rec, Analytics: rec, Keys: apps.New(dbs, clk),
+		Usage: rec.Recorder, Analytics: rec.Stats, Keys: apps.New(dbs, clk),
 	}))
 	t.Cleanup(srv.Close)
 	return &statsHarness{harness: &harness{t: t, srv: srv, clk: clk, rdb: rdb, prefix: prefix, lim: lim, reg: reg}, rec: rec}
@@ -261,7 +261,7 @@ func TestStatsEndpointsExact(t *testing.T) {
 		}
 	}
 	verify("before the flush")
-	if err := h.rec.Flush(context.Background()); err != nil {
+	if err := h.rec.Flusher.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	verify("after the flush")

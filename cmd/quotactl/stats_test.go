@@ -34,14 +34,14 @@ func TestStatsTable(t *testing.T) {
 	}
 	s := config.Defaults()
 	s.AdminToken = admin
-	srv := httptest.NewServer(api.New(api.Deps{Settings: s, Metrics: metrics.New(reg), Gatherer: reg, Analytics: rec, Keys: apps.New(dbs, clk)}))
+	srv := httptest.NewServer(api.New(api.Deps{Settings: s, Metrics: metrics.New(reg), Gatherer: reg, Analytics: rec.Stats, Keys: apps.New(dbs, clk)}))
 	defer srv.Close()
 	for i := 0; i < 12345; i++ {
-		rec.Record("shop", []string{"users.get", "orders.list"}[i%2], "u"+string(rune('a'+i%5)), i%10 != 0)
+		rec.Recorder.Record("shop", []string{"users.get", "orders.list"}[i%2], "u"+string(rune('a'+i%5)), i%10 != 0)
 	}
 	clk.Advance(24 * time.Hour)
-	rec.Record("shop", "users.get", "x", true)
-	if err := rec.Flush(context.Background()); err != nil {
+	rec.Recorder.Record("shop", "users.get", "x", true)
+	if err := rec.Flusher.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer

@@ -204,13 +204,14 @@ func serve() error {
 	metrics.RegisterBuildInfo(reg, build.Version, build.Revision, build.GoVersion)
 	m.SetRulesVersion(set.Version)
 	rw := startRules(ctx, s, rdb, lim, m, log)
-	rec, stopAnalytics, err := startAnalytics(s, dbs, reg, log)
+	an, stopAnalytics, err := startAnalytics(s, dbs, reg, log)
 	if err != nil {
 		return err
 	}
 	var usage api.UsageRecorder
-	if rec != nil {
-		usage = rec
+	var stats *analytics.Stats
+	if an != nil {
+		usage, stats = an.Recorder, an.Stats
 	}
 	var checks api.SingleChecker = lim
 	if s.Coalesce > 0 {
@@ -234,7 +235,7 @@ func serve() error {
 		PersistRules: rw.persist,
 		Ready:        ready,
 		Usage:        usage,
-		Analytics:    rec,
+		Analytics:    stats,
 		Keys:         apps.New(dbs, nil),
 		Tiers:        tiersAdmin,
 	})
@@ -262,10 +263,10 @@ func serve() error {
 	return err
 }
 
-// startAnalytics creates the usage recorder (nil with QUOTA_ANALYTICS=off),
-// starts its periodic flush and the rollup cron job, and returns the
+// startAnalytics wires analytics (nil with QUOTA_ANALYTICS=off), starts
+// its periodic flush and the rollup cron job, and returns the
 // function that stops both and flushes what is pending (on SIGTERM/SIGINT).
-func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer, log *slog.Logger) (*analytics.Recorder, func(), error) {
+func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer, log *slog.Logger) (*analytics.Analytics, func(), error) {
 	if !s.Analytics {
 		return nil, func() {}, nil
 	}
@@ -274,7 +275,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 	as := s
 	as.RedisTimeout, as.RedisPoolSize = 5*time.Second, 16
 	ardb := followFailovers(context.Background(), newRedis(as))
-	rec, err := analytics.New(analytics.Options{
+	an, err := analytics.New(analytics.Options{
 		DBs:              dbs,
 		Redis:            ardb,
 		KeyPrefix:        s.RedisKeyPrefix,
@@ -292,7 +293,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 		ardb.Close()
 		return nil, nil, err
 	}
-	go rec.Run(context.Background()) // ended by rec.Close
+	go an.Flusher.Run(context.Background()) // ended by an.Flusher.Close
 	cr := schedule.New(log)
 	// Shutdown cancels a running rollup rather than wait for it: the seal
 	// of a finished day's per-user figures can take minutes, and a cancelled
@@ -302,7 +303,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 		ctx, cancel := context.WithTimeout(jobs, 10*time.Minute)
 		defer cancel()
 		start := time.Now()
-		res, err := rec.Rollup(ctx)
+		res, err := an.Rollup.Run(ctx)
 		// seconds: how long the job held MariaDB (a finished day's seal can
 		// take minutes), so that its load can be told from the checks'.
 		if err != nil {
@@ -322,14 +323,14 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 		<-cr.Stop().Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := rec.Close(ctx); err != nil {
+		if err := an.Flusher.Close(ctx); err != nil {
 			log.Error("analytics: final flush failed; calls since the last flush are lost", "err", err)
 		} else {
 			log.Info("analytics flushed")
 		}
 		ardb.Close()
 	}
-	return rec, stop, nil
+	return an, stop, nil
 }
 
 func readiness(hot *tiers.HotStore, dbs []*sql.DB) []api.ReadinessCheck {

@@ -1,0 +1,116 @@
+package analytics
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"sync"
+)
+
+// userFigures keeps the per-user figures (DESIGN.md: per app, user, day
+// and interface) as compressed chunks per (day, app) (userchunk.go): a
+// flush writes its users' rows as a batch of chunks, Rollup merges the
+// day's batches as it goes on (userfold.go) and seals them once it is over
+// (userseal.go), and a user's query reads the chunks of its part.
+type userFigures struct {
+	perStatement int     // Options.RowsPerStatement
+	duty         float64 // Options.FlushDuty, for merges and seals
+	met          *collectors
+}
+
+// write writes the user rows of p (a flush's, sorted under mu: readers
+// range over them) as one batch of chunks in tx and returns the chunks
+// written.
+func (u *userFigures) write(ctx context.Context, tx *sql.Tx, pace *pacer, p *rowset, mu sync.Locker, batchID [16]byte) (int, error) {
+	chunks := p.userChunks(mu, chunkMaxRaw)
+	if err := u.insertChunks(ctx, tx, pace, todayChunks, batchID, chunks); err != nil {
+		return 0, err
+	}
+	return len(chunks), nil
+}
+
+// chunkTable is a table of per-user chunks: today's, with each chunk's
+// batch and level, or the finished days' sealed ones (userseal.go).
+type chunkTable struct {
+	insertTable
+	sealed bool
+}
+
+var (
+	todayChunks  = chunkTable{insertTable: insertTable{name: "usage_user_chunks", cols: "day, app_id, part, batch_id, seq, level, entries, body"}}
+	sealedChunks = chunkTable{insertTable: insertTable{name: "usage_user_sealed", cols: "day, app_id, part, seq, entries, body"}, sealed: true}
+)
+
+// insertChunks writes chunks into table, a batch (batchID: not written to
+// the sealed table).
+func (u *userFigures) insertChunks(ctx context.Context, tx *sql.Tx, pace *pacer, table chunkTable, batchID [16]byte, chunks []userChunk) error {
+	var days dayStrings
+	return insertRows(ctx, tx, pace, u.met, u.perStatement, table.insertTable, len(chunks),
+		func(i int) int { return len(chunks[i].body) },
+		func(args []any, i int) []any {
+			c := &chunks[i]
+			if table.sealed {
+				return append(args, days.of(c.day), c.app, c.part, c.seq, c.entries, c.body)
+			}
+			return append(args, days.of(c.day), c.app, c.part, batchID[:], c.seq, c.level, c.entries, c.body)
+		})
+}
+
+// userDayStatement is stored's statement and its arguments: the
+// rows of usage_user_daily, then the chunks of each chunk table that may
+// hold user (partsOf).
+func userDayStatement(app, user string, day Day) (string, []any) {
+	d := day.String()
+	q := "SELECT interface_id, calls, allowed, denied, NULL FROM usage_user_daily WHERE app_id = ? AND user_id = ? AND day = ?"
+	args := []any{app, user, d}
+	parts := partsOf(user)
+	in := strings.TrimSuffix(strings.Repeat("?, ", len(parts)), ", ")
+	for _, t := range []chunkTable{todayChunks, sealedChunks} {
+		q += "\nUNION ALL\nSELECT '', 0, 0, 0, body FROM " + t.name + " WHERE day = ? AND app_id = ? AND part IN (" + in + ")"
+		args = append(args, d, app)
+		for _, p := range parts {
+			args = append(args, p)
+		}
+	}
+	return q, args
+}
+
+// stored adds user's stored figures for day to ifaces: the entries
+// of the day's chunks (userchunk.go) and of its sealed chunks
+// (userseal.go), and the rows of usage_user_daily (where versions before
+// the seal folded finished days). One statement, so one snapshot: a seal
+// that commits meanwhile moves entries between the chunk tables, and two
+// statements could see them in neither or in both.
+func (u *userFigures) stored(ctx context.Context, db *sql.DB, app, user string, day Day, ifaces map[string]*Counts) error {
+	q, args := userDayStatement(app, user, day)
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return fmt.Errorf("per-user figures of %q on %s: %w", app, day, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var iface string
+		var c Counts
+		var body []byte
+		if err := rows.Scan(&iface, &c.Calls, &c.Allowed, &c.Denied, &body); err != nil {
+			return fmt.Errorf("per-user figures of %q on %s: %w", app, day, err)
+		}
+		if body == nil {
+			addTo(ifaces, iface, c)
+			continue
+		}
+		err := eachUserEntry(body, func(u, f string, c Counts) {
+			if u == user {
+				addTo(ifaces, f, c)
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("user chunk of %s on %s: %w", app, day, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("per-user figures of %q on %s: %w", app, day, err)
+	}
+	return nil
+}
