@@ -111,11 +111,13 @@ const (
 	grpcConnWindow   = 1 << 20
 )
 
-// grpcTransport is quotad's gRPC transport configuration.
+// grpcTransport is quotad's gRPC transport configuration: the windows
+// above and the codec that decodes Envoy's requests by hand (rlsCodec).
 func grpcTransport() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.StaticStreamWindowSize(grpcStreamWindow),
 		grpc.StaticConnWindowSize(grpcConnWindow),
+		grpc.ForceServerCodecV2(newRLSCodec()),
 	}
 }
 
