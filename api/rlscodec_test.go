@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 
@@ -12,6 +13,21 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
+
+// platformRequests are ShouldRateLimit requests with the platform's two
+// descriptors (deploy/envoy/ratelimit.yaml), for n different keys.
+func platformRequests(n int) []*rlsv3.RateLimitRequest {
+	reqs := make([]*rlsv3.RateLimitRequest, n)
+	for i := range reqs {
+		app := "app-" + strconv.Itoa(i%100)
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "platform", Descriptors: []*rlcommon.RateLimitDescriptor{
+			{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "app_id", Value: app}, {Key: "ip", Value: "10.0.0." + strconv.Itoa(i%250)}}},
+			{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "app_id", Value: app},
+				{Key: "user_id", Value: "user-" + strconv.Itoa(i)}, {Key: "interface_id", Value: "iface-3"}}},
+		}}
+	}
+	return reqs
+}
 
 func entries(kv ...string) *rlcommon.RateLimitDescriptor {
 	d := &rlcommon.RateLimitDescriptor{}

@@ -17,6 +17,8 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/quota-platform/quota/bench/loadgen"
 )
 
 // The raw gRPC client (-grpc-client raw, the default) is a minimal gRPC
@@ -286,13 +288,8 @@ func staleConnError(err error) bool {
 }
 
 func (c *rawGRPC) dial(deadline time.Time) error {
-	d := net.Dialer{Deadline: deadline, KeepAlive: 30 * time.Second}
-	conn, err := d.Dial("tcp", c.t.addr)
+	conn, err := loadgen.DialDeadline(c.t.addr, deadline)
 	if err != nil {
-		return err
-	}
-	if err := conn.SetDeadline(deadline); err != nil {
-		conn.Close()
 		return err
 	}
 	c.conn = conn
