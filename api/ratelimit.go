@@ -226,10 +226,11 @@ func (r *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 // few); more take allocations of their own, as they would without it.
 const inlineDescriptors = 4
 
-// rlsCall is one call's working memory and answer, in one allocation
-// rather than a dozen: the limits and costs of its descriptors, its
-// limiter request and counters with their identities, and the response
-// with its statuses.
+// rlsCall is what of a call outlives its steps, in one allocation rather
+// than one per object: its limiter request and counters with their
+// identities (handed to the coalescer's goroutine), and the
+// response with its statuses (grpc-go marshals it after the handler
+// returns).
 type rlsCall struct {
 	ids      [4 * inlineDescriptors]string
 	req      limiter.Request

@@ -26,15 +26,16 @@ import (
 // and for the same reason: the load generator shares the machine's cores
 // with quotad, and grpc-go's client (a reader and a writer goroutine per
 // connection, a stream object, a context and flow-control bookkeeping
-// with a BDP ping per answer) spends more CPU per call than the check
-// costs quotad, which the comparison with HTTP would then measure.
+// with a BDP ping per answer) spends nearly as much CPU per call as the
+// check costs quotad, which the comparison with HTTP would then measure.
 //
 // Each caller has its own connection and makes one call at a time on it,
 // as each HTTP caller has its keep-alive connection. A call is one Write:
-// a HEADERS frame whose header block is built once (HPACK literals that
-// never enter the dynamic table, so the same bytes are valid on every
-// stream) and a DATA frame with the gRPC message, which the caller
-// appends field by field into a reused buffer (appendRequest). The answer
+// a HEADERS frame whose header block is built once (requestHeads: a
+// connection's first call adds the fields to the server's HPACK table,
+// later calls refer to them there) and a DATA frame with the gRPC
+// message, which the caller appends field by field into a reused buffer
+// (appendRequest). The answer
 // is read with golang.org/x/net/http2's Framer through a bufio.Reader and
 // checked as a gRPC client must: :status 200, a gRPC content-type, one
 // uncompressed message, grpc-status 0 in the trailers (any other status
