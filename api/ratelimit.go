@@ -27,7 +27,15 @@ import (
 // EnvoyConfig holds the envoy ratelimit configuration in force; SIGHUP
 // replaces it with Store.
 type EnvoyConfig struct {
-	p atomic.Pointer[envoyconf.Config]
+	p atomic.Pointer[envoyState]
+}
+
+// envoyState is a configuration and what calls under it read of it.
+type envoyState struct {
+	conf *envoyconf.Config
+	// scopes is each configured domain's limiter.Request Scope, made once
+	// rather than per call.
+	scopes map[string]string
 }
 
 // NewEnvoyConfig holds c (nil: no domains).
@@ -38,14 +46,26 @@ func NewEnvoyConfig(c *envoyconf.Config) *EnvoyConfig {
 }
 
 // Load is the configuration in force.
-func (e *EnvoyConfig) Load() *envoyconf.Config { return e.p.Load() }
+func (e *EnvoyConfig) Load() *envoyconf.Config { return e.p.Load().conf }
 
 // Store puts c in force; requests already running finish under the old one.
 func (e *EnvoyConfig) Store(c *envoyconf.Config) {
 	if c == nil {
 		c = envoyconf.Empty()
 	}
-	e.p.Store(c)
+	st := &envoyState{conf: c, scopes: map[string]string{}}
+	for _, d := range c.Domains() {
+		st.scopes[d] = scopePrefix + d
+	}
+	e.p.Store(st)
+}
+
+// scope is domain's Scope: counters are only made in configured domains.
+func (st *envoyState) scope(domain string) string {
+	if sc, ok := st.scopes[domain]; ok {
+		return sc
+	}
+	return scopePrefix + domain
 }
 
 // rateLimitService is envoy.service.ratelimit.v3.RateLimitService over the
@@ -61,9 +81,10 @@ type rateLimitService struct {
 
 // NewGRPC returns quotad's gRPC server: the Envoy rate limit service under
 // conf, gRPC health checking (SERVING until the returned health server is
-// shut down) and reflection.
+// shut down) and reflection. opts come after (and so win over) its own
+// transport options, grpcTransport.
 func (s *Server) NewGRPC(conf *EnvoyConfig, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	gs := grpc.NewServer(opts...)
+	gs := grpc.NewServer(append(grpcTransport(), opts...)...)
 	rls := &rateLimitService{s: s, conf: conf}
 	if s.deps.Metrics != nil {
 		rls.latency = s.deps.Metrics.CheckLatency.WithLabelValues(rateLimitMethod)
@@ -74,6 +95,30 @@ func (s *Server) NewGRPC(conf *EnvoyConfig, opts ...grpc.ServerOption) (*grpc.Se
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	return gs, hs
+}
+
+// Flow-control windows of quotad's gRPC connections. Static windows turn
+// off grpc-go's BDP estimation, which on a connection carrying one small
+// call at a time sends a PING (and a WINDOW_UPDATE) for nearly every
+// request and reads the client's PING ACK: several frames, a write and
+// reads of the server's per call, there to grow windows for bulk
+// transfers that rate limit calls never make. A stream's window holds
+// any request Envoy's rate limit actions produce; the connection's lets
+// many calls multiplexed on one Envoy connection arrive without waiting
+// for window updates.
+const (
+	grpcStreamWindow = 64 << 10
+	grpcConnWindow   = 1 << 20
+)
+
+// grpcTransport is quotad's gRPC transport configuration: the windows
+// above and the codec that decodes Envoy's requests by hand (rlsCodec).
+func grpcTransport() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.StaticStreamWindowSize(grpcStreamWindow),
+		grpc.StaticConnWindowSize(grpcConnWindow),
+		grpc.ForceServerCodecV2(newRLSCodec()),
+	}
 }
 
 // rateLimitMethod is the route label of Envoy's checks in
@@ -115,11 +160,14 @@ func (r *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 	if len(descs) > maxDescriptors {
 		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors, at most %d", len(descs), maxDescriptors)
 	}
-	conf := r.conf.Load()
-	n := len(descs)
-	limits := make([]*envoyconf.Limit, n)
-	costs := make([]int64, n)
-	var entries []envoyconf.Entry
+	st := r.conf.p.Load()
+	conf := st.conf
+	call := new(rlsCall)
+	// Working memory that outlives no step of the call stays on the stack.
+	var limitsBuf [inlineDescriptors]*envoyconf.Limit
+	var costsBuf [inlineDescriptors]int64
+	var entriesBuf [8]envoyconf.Entry
+	limits, costs, entries := limitsBuf[:0], costsBuf[:0], entriesBuf[:0]
 	var replaced map[string]bool
 	for i, d := range descs {
 		if len(d.GetEntries()) == 0 {
@@ -142,7 +190,7 @@ func (r *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 		if err != nil {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
 		}
-		costs[i] = cost
+		costs = append(costs, cost)
 		if o := d.GetLimit(); o != nil && conf.HasDomain(req.GetDomain()) {
 			// A limit sent by Envoy itself (its limit override) wins over the
 			// file, in a configured domain (as envoy ratelimit has it).
@@ -150,12 +198,13 @@ func (r *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 			if envoyconf.Window(u) == 0 {
 				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: limit override has no valid unit", i)
 			}
-			limits[i] = &envoyconf.Limit{FullKey: req.GetDomain() + ".override", RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u}
+			limits = append(limits, &envoyconf.Limit{FullKey: req.GetDomain() + ".override", RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u})
 			continue
 		}
-		limits[i] = conf.Lookup(req.GetDomain(), entries)
-		if limits[i] != nil {
-			for _, name := range limits[i].Replaces {
+		l := conf.Lookup(req.GetDomain(), entries)
+		limits = append(limits, l)
+		if l != nil {
+			for _, name := range l.Replaces {
 				if replaced == nil {
 					replaced = map[string]bool{}
 				}
@@ -169,7 +218,61 @@ func (r *rateLimitService) ShouldRateLimit(ctx context.Context, req *rlsv3.RateL
 			limits[i] = nil
 		}
 	}
-	return r.decide(ctx, req, limits, costs)
+	return r.decide(ctx, st, call, req, limits, costs)
+}
+
+// inlineDescriptors is how many descriptors a call decides in the one
+// allocation of its rlsCall (Envoy sends one per rate limit action: a
+// few); more take allocations of their own, as they would without it.
+const inlineDescriptors = 4
+
+// rlsCall is what of a call outlives its steps, in one allocation rather
+// than one per object: its limiter request and counters with their
+// identities (handed to the coalescer's goroutine), and the
+// response with its statuses (grpc-go marshals it after the handler
+// returns).
+type rlsCall struct {
+	ids      [4 * inlineDescriptors]string
+	req      limiter.Request
+	counters [inlineDescriptors]limiter.Counter
+	reqs     [1]*limiter.Request
+	ds       [1]limiter.Decision
+
+	resp     rlsv3.RateLimitResponse
+	statuses [inlineDescriptors]*rlsv3.RateLimitResponse_DescriptorStatus
+	status   [inlineDescriptors]rlsv3.RateLimitResponse_DescriptorStatus
+	current  [inlineDescriptors]rlsv3.RateLimitResponse_RateLimit
+	reset    [inlineDescriptors]durationpb.Duration
+}
+
+// counterSlot is where a descriptor's counter is: the limiter request
+// (one per cost) and its place among that request's counters; -1: none.
+type counterSlot struct{ req, counter int }
+
+// answer is the response with n statuses, OK, each cut from the call's
+// memory while it has room.
+func (c *rlsCall) answer(n int) *rlsv3.RateLimitResponse {
+	c.resp.OverallCode = rlsv3.RateLimitResponse_OK
+	c.resp.Statuses = c.statuses[:0]
+	for i := range n {
+		var st *rlsv3.RateLimitResponse_DescriptorStatus
+		if i < inlineDescriptors {
+			st = &c.status[i]
+		} else {
+			st = new(rlsv3.RateLimitResponse_DescriptorStatus)
+		}
+		st.Code = rlsv3.RateLimitResponse_OK
+		c.resp.Statuses = append(c.resp.Statuses, st)
+	}
+	return &c.resp
+}
+
+// limitOf is status i's current_limit and duration_until_reset.
+func (c *rlsCall) limitOf(i int) (*rlsv3.RateLimitResponse_RateLimit, *durationpb.Duration) {
+	if i < inlineDescriptors {
+		return &c.current[i], &c.reset[i]
+	}
+	return new(rlsv3.RateLimitResponse_RateLimit), new(durationpb.Duration)
 }
 
 // authorize asks for QUOTA_CHECK_TOKEN, when set, as "authorization:
@@ -222,14 +325,15 @@ const (
 // descriptors carry different per-descriptor costs is one check per cost,
 // all in one store trip, and the all-or-nothing then holds within each
 // cost.
-func (r *rateLimitService) decide(ctx context.Context, req *rlsv3.RateLimitRequest, limits []*envoyconf.Limit, costs []int64) (*rlsv3.RateLimitResponse, error) {
+func (r *rateLimitService) decide(ctx context.Context, st *envoyState, call *rlsCall, req *rlsv3.RateLimitRequest, limits []*envoyconf.Limit, costs []int64) (*rlsv3.RateLimitResponse, error) {
 	appKey := r.s.deps.Settings.EnvoyAppKey
-	var reqs []*limiter.Request
-	type slot struct{ req, counter int }
-	where := make([]slot, len(limits))
+	reqs := call.reqs[:0]
+	var whereBuf [inlineDescriptors]counterSlot
+	where := whereBuf[:0]
+	ids := call.ids[:0]
 	app, iface, user := "", "", ""
 	for i, d := range req.GetDescriptors() {
-		where[i] = slot{-1, -1}
+		where = append(where, counterSlot{-1, -1})
 		for _, e := range d.GetEntries() {
 			switch e.GetKey() {
 			case appKey:
@@ -252,10 +356,20 @@ func (r *rateLimitService) decide(ctx context.Context, req *rlsv3.RateLimitReque
 			}
 		}
 		if k < 0 {
+			var cr *limiter.Request
+			if len(reqs) == 0 { // the common case: one cost
+				cr = &call.req
+				cr.Counters = call.counters[:0]
+			} else {
+				cr = new(limiter.Request)
+			}
+			cr.Scope, cr.Cost = st.scope(req.GetDomain()), costs[i]
 			k = len(reqs)
-			reqs = append(reqs, &limiter.Request{Scope: scopePrefix + req.GetDomain(), Cost: costs[i]})
+			reqs = append(reqs, cr)
 		}
-		ids := make([]string, 0, 2*len(d.GetEntries()))
+		// The identity is cut from one array shared by the call's counters;
+		// once cut, it is never appended to.
+		start := len(ids)
 		dApp, dUser := "", ""
 		for _, e := range d.GetEntries() {
 			ids = append(ids, e.GetKey(), e.GetValue())
@@ -266,9 +380,9 @@ func (r *rateLimitService) decide(ctx context.Context, req *rlsv3.RateLimitReque
 				dUser = e.GetValue()
 			}
 		}
-		where[i] = slot{k, len(reqs[k].Counters)}
+		where[i] = counterSlot{k, len(reqs[k].Counters)}
 		reqs[k].Counters = append(reqs[k].Counters, limiter.Counter{
-			Name: l.FullKey, Identity: ids, Limit: int64(l.RequestsPerUnit), Window: l.Window(),
+			Name: l.FullKey, Identity: ids[start:len(ids):len(ids)], Limit: int64(l.RequestsPerUnit), Window: l.Window(),
 			Shadow: l.Shadow, App: dApp, User: dUser,
 		})
 	}
@@ -278,14 +392,13 @@ func (r *rateLimitService) decide(ctx context.Context, req *rlsv3.RateLimitReque
 	case 0:
 	case 1:
 		// The path of POST /v1/check: the coalescer shares Redis pipelines.
-		var d limiter.Decision
-		d, err = r.s.deps.Checks.Check(ctx, reqs[0])
-		ds = []limiter.Decision{d}
+		call.ds[0], err = r.s.deps.Checks.Check(ctx, reqs[0])
+		ds = call.ds[:]
 	default:
 		ds, err = r.s.deps.Limiter.CheckBatch(ctx, reqs)
 	}
 	if err != nil {
-		return r.storeFailure(err, len(limits))
+		return r.storeFailure(err, call, len(limits))
 	}
 	allowed := true
 	for i := range ds {
@@ -295,10 +408,9 @@ func (r *rateLimitService) decide(ctx context.Context, req *rlsv3.RateLimitReque
 	if app != "" && r.s.deps.Usage != nil {
 		r.s.deps.Usage.Record(app, iface, user, allowed)
 	}
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(limits))}
+	resp := call.answer(len(limits))
 	for i, l := range limits {
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-		resp.Statuses[i] = st
+		st := resp.Statuses[i]
 		switch {
 		case l == nil:
 			continue
@@ -307,9 +419,11 @@ func (r *rateLimitService) decide(ctx context.Context, req *rlsv3.RateLimitReque
 			continue
 		}
 		e := &ds[where[i].req].Entries[where[i].counter]
-		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
+		current, reset := call.limitOf(i)
+		current.Name, current.RequestsPerUnit, current.Unit = l.Name, l.RequestsPerUnit, l.Unit
+		reset.Seconds = ceilSeconds(e.ResetAfter)
+		st.CurrentLimit, st.DurationUntilReset = current, reset
 		st.LimitRemaining = uint32(min(max(e.Remaining, 0), math.MaxUint32))
-		st.DurationUntilReset = &durationpb.Duration{Seconds: ceilSeconds(e.ResetAfter)}
 		if !e.Allowed && !e.Shadow {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			st.LimitRemaining = 0
@@ -323,7 +437,7 @@ func (r *rateLimitService) decide(ctx context.Context, req *rlsv3.RateLimitReque
 // (nothing was counted), closed answers UNAVAILABLE, which Envoy's
 // rate_limit filter turns into its own failure_mode_deny choice, as it does
 // when envoy ratelimit loses its Redis.
-func (r *rateLimitService) storeFailure(err error, n int) (*rlsv3.RateLimitResponse, error) {
+func (r *rateLimitService) storeFailure(err error, call *rlsCall, n int) (*rlsv3.RateLimitResponse, error) {
 	s := r.s
 	s.deps.Metrics.StoreErrors.WithLabelValues("hot").Inc()
 	if ok, suppressed := s.undecidedLog.allow(time.Now()); ok {
@@ -333,9 +447,5 @@ func (r *rateLimitService) storeFailure(err error, n int) (*rlsv3.RateLimitRespo
 		return nil, status.Error(codes.Unavailable, "the counter store is unreachable; no decision could be made")
 	}
 	s.deps.Metrics.Unenforced.Inc()
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}
-	for i := range resp.Statuses {
-		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-	}
-	return resp, nil
+	return call.answer(n), nil
 }

@@ -471,6 +471,46 @@ func TestShouldRateLimit_StoreDownFollowsFailMode(t *testing.T) {
 	}
 }
 
+// A request with more descriptors, and more entries, than a call holds in
+// its own memory is answered like a small one, every status filled in.
+func TestShouldRateLimit_ManyDescriptors(t *testing.T) {
+	t.Parallel()
+	h := newRLS(t)
+	var descs []*rlcommon.RateLimitDescriptor
+	for i := range 7 {
+		descs = append(descs, desc("foo", "many"+itoa(i), "bar", "b")) // rl.foo.bar: 3 a minute
+	}
+	descs = append(descs, desc(slices.Repeat([]string{"k", "v"}, 12)...), desc("qux", "q")) // no limit; unlimited
+	for round := range 4 {
+		r := h.must("rl", 0, descs...)
+		for i, st := range r.Statuses[:7] {
+			wantCode, wantLeft := ok, uint32(2-round)
+			if round == 3 {
+				wantCode, wantLeft = over, 0
+			}
+			if st.Code != wantCode || st.LimitRemaining != wantLeft || st.CurrentLimit.GetRequestsPerUnit() != 3 ||
+				st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || st.DurationUntilReset.GetSeconds() < 1 {
+				t.Fatalf("round %d, status %d: %v, want %v with %d left", round, i, st, wantCode, wantLeft)
+			}
+		}
+		if st := r.Statuses[7]; st.Code != ok || st.CurrentLimit != nil {
+			t.Fatalf("round %d: descriptor without a limit: %v", round, st)
+		}
+		if st := r.Statuses[8]; st.Code != ok || st.LimitRemaining != math.MaxUint32 {
+			t.Fatalf("round %d: unlimited descriptor: %v", round, st)
+		}
+	}
+	// Under fail open, a store failure answers each of them OK.
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { down.Close() })
+	r := newRLS(t, redisClient(down), failMode(config.FailOpen)).must("rl", 0, descs...)
+	for i, st := range r.Statuses {
+		if st.Code != ok || st.CurrentLimit != nil {
+			t.Fatalf("fail open, status %d: %v", i, st)
+		}
+	}
+}
+
 func TestGRPC_HealthIsServing(t *testing.T) {
 	t.Parallel()
 	h := newRLS(t)

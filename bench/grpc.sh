@@ -10,7 +10,8 @@
 #   BENCH_OUT          output directory               (default bench-out)
 #   BENCH_LISTEN       quotad's QUOTA_LISTEN          (default 127.0.0.1:18090)
 #   BENCH_GRPC_LISTEN  quotad's QUOTA_GRPC_LISTEN     (default 127.0.0.1:18091)
-#   GRPCBENCH_ARGS     extra grpcbench flags (e.g. "-rounds 5 -phase 10s -grpc-conns 4")
+#   GRPCBENCH_ARGS     extra grpcbench flags (e.g. "-rounds 5 -phase 10s", "-closed=false
+#                      -entries grpc", or grpc-go's client: "-grpc-client grpc-go -grpc-conns 4")
 # Writes $BENCH_OUT/grpcbench.txt, grpcbench.json and quotad-grpc.log.
 set -euo pipefail
 

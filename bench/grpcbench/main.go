@@ -3,8 +3,16 @@
 // platform's two descriptors) and quota's own POST /v1/check (loadgen's
 // HTTP client), same keys, taking turns. It runs rounds of a closed loop
 // (as fast as the connections go) and then rounds at a fixed rate, and
-// prints checks/s and latency percentiles of both. `make bench-grpc` runs
-// it against a quotad it starts (bench/grpc.sh).
+// prints checks/s and latency percentiles of both, with the CPU time per
+// check of quotad and of this load generator. `make bench-grpc` runs it
+// against a quotad it starts (bench/grpc.sh).
+//
+// The gRPC side is its own lean client by default (rawgrpc.go), as the
+// HTTP side is loadgen's raw client: on a machine whose cores the load
+// generator shares with quotad, a costly client takes the server's CPU
+// and the comparison measures the clients. -grpc-client grpc-go uses
+// grpc-go's client instead, with the callers spread over -grpc-conns
+// connections.
 package main
 
 import (
@@ -16,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,23 +33,35 @@ import (
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
-	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/quota-platform/quota/bench/loadgen"
 )
 
 type options struct {
 	url, grpcAddr, domain string
+	grpcClient            string
 	conns, grpcConns      int
 	rounds                int
 	phase                 time.Duration
 	rate                  float64
+	closed                bool
+	entries               []string
 	jsonPath              string
 	serverPID             int
 }
+
+// The gRPC clients of -grpc-client.
+const (
+	clientRaw    = "raw"
+	clientGRPCGo = "grpc-go"
+)
+
+// callTimeout bounds one call, of either entry point.
+const callTimeout = 10 * time.Second
 
 func main() {
 	if err := run(os.Args[1:], os.Stdout); err != nil {
@@ -55,11 +76,14 @@ func run(args []string, out io.Writer) error {
 	fs.StringVar(&o.url, "url", "http://127.0.0.1:18090", "quotad's HTTP base URL")
 	fs.StringVar(&o.grpcAddr, "grpc", "127.0.0.1:18091", "quotad's gRPC address")
 	fs.StringVar(&o.domain, "domain", "platform", "envoy domain of the two platform descriptors")
-	fs.IntVar(&o.conns, "c", 64, "concurrent requests of each entry point (HTTP: one keep-alive connection each)")
-	fs.IntVar(&o.grpcConns, "grpc-conns", 64, "gRPC connections the concurrent requests are spread over")
+	fs.IntVar(&o.conns, "c", 64, "concurrent requests of each entry point (one connection each, but with -grpc-client grpc-go)")
+	fs.StringVar(&o.grpcClient, "grpc-client", clientRaw, "gRPC client: raw (lean, one HTTP/2 connection per caller) or grpc-go")
+	fs.IntVar(&o.grpcConns, "grpc-conns", 64, "with -grpc-client grpc-go: connections the concurrent requests are spread over")
 	fs.IntVar(&o.rounds, "rounds", 3, "turns of each entry point, per mode")
 	fs.DurationVar(&o.phase, "phase", 5*time.Second, "length of one turn")
+	fs.BoolVar(&o.closed, "closed", true, "run the closed-loop turns")
 	fs.Float64Var(&o.rate, "rate", 4630, "checks/s of the fixed-rate turns (0: none)")
+	entries := fs.String("entries", "grpc,http", "entry points to run, comma-separated")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results as JSON here")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "quotad's pid: report its CPU time per check (Linux /proc)")
 	if err := fs.Parse(args); err != nil {
@@ -68,15 +92,30 @@ func run(args []string, out io.Writer) error {
 	if o.conns < 1 || o.grpcConns < 1 || o.rounds < 1 || o.phase <= 0 {
 		return errors.New("-c, -grpc-conns, -rounds and -phase must be positive")
 	}
+	if o.grpcClient != clientRaw && o.grpcClient != clientGRPCGo {
+		return fmt.Errorf("-grpc-client %q: want raw or grpc-go", o.grpcClient)
+	}
+	for _, e := range strings.Split(*entries, ",") {
+		if e != "grpc" && e != "http" {
+			return fmt.Errorf("-entries: unknown entry point %q (grpc, http)", e)
+		}
+		o.entries = append(o.entries, e)
+	}
 	g, err := newGRPCTarget(o)
 	if err != nil {
 		return err
 	}
 	defer g.close()
 	ctx := context.Background()
-	modes := []float64{0}
+	var modes []float64
+	if o.closed {
+		modes = append(modes, 0)
+	}
 	if o.rate > 0 {
 		modes = append(modes, o.rate)
+	}
+	if len(modes) == 0 {
+		return errors.New("nothing to run: -closed=false and -rate 0")
 	}
 	var results []summary
 	for _, rate := range modes {
@@ -85,9 +124,9 @@ func run(args []string, out io.Writer) error {
 		for round := range o.rounds {
 			seed := uint64(round + 1)
 			// Alternate which goes first so neither always runs on a warmer Redis.
-			order := []string{"grpc", "http"}
+			order := slices.Clone(o.entries)
 			if round%2 == 1 {
-				order = []string{"http", "grpc"}
+				slices.Reverse(order)
 			}
 			for _, entry := range order {
 				var s summary
@@ -107,16 +146,19 @@ func run(args []string, out io.Writer) error {
 				total[entry].add(s)
 			}
 		}
-		for _, entry := range []string{"grpc", "http"} {
+		for _, entry := range o.entries {
 			t := total[entry]
 			t.finish(hist[entry])
 			fmt.Fprintf(out, "TOTAL    %-4s %s\n", entry, t.line())
+			if len(t.ErrorsByKind) > 0 {
+				fmt.Fprintf(out, "         %-4s errors by kind: %v\n", entry, t.ErrorsByKind)
+			}
 			results = append(results, *t)
 		}
 	}
 	if o.jsonPath != "" {
 		b, _ := json.MarshalIndent(map[string]any{"options": map[string]any{
-			"connections": o.conns, "grpc_connections": o.grpcConns, "rounds": o.rounds,
+			"connections": o.conns, "grpc_client": o.grpcClient, "grpc_connections": o.grpcConns, "rounds": o.rounds,
 			"phase_s": o.phase.Seconds(), "rate": o.rate,
 		}, "results": results}, "", "  ")
 		return os.WriteFile(o.jsonPath, append(b, '\n'), 0o644)
@@ -135,19 +177,28 @@ type summary struct {
 	Seconds      float64 `json:"seconds"`
 	ChecksPerSec float64 `json:"checks_per_sec"`
 	Errors       int64   `json:"errors"`
-	Denied       int64   `json:"denied"`
-	P50Ms        float64 `json:"p50_ms"`
-	P99Ms        float64 `json:"p99_ms"`
-	P999Ms       float64 `json:"p999_ms"`
-	MaxMs        float64 `json:"max_ms"`
-	ServerCPUSec float64 `json:"server_cpu_s"` // quotad's CPU time over the turns (0 without -server-pid)
-	ClientCPUSec float64 `json:"client_cpu_s"` // this process's
+	// ErrorsByKind: gRPC status codes (grpc_Unavailable...), malformed
+	// answers, transport errors as loadgen names them; HTTP: loadgen's.
+	ErrorsByKind map[string]int64 `json:"errors_by_kind,omitempty"`
+	Denied       int64            `json:"denied"`
+	P50Ms        float64          `json:"p50_ms"`
+	P99Ms        float64          `json:"p99_ms"`
+	P999Ms       float64          `json:"p999_ms"`
+	MaxMs        float64          `json:"max_ms"`
+	ServerCPUSec float64          `json:"server_cpu_s"` // quotad's CPU time over the turns (0 without -server-pid)
+	ClientCPUSec float64          `json:"client_cpu_s"` // this process's
 }
 
 func (s *summary) add(o summary) {
 	s.Checks += o.Checks
 	s.Seconds += o.Seconds
 	s.Errors += o.Errors
+	for k, n := range o.ErrorsByKind {
+		if s.ErrorsByKind == nil {
+			s.ErrorsByKind = map[string]int64{}
+		}
+		s.ErrorsByKind[k] += n
+	}
 	s.Denied += o.Denied
 	s.ServerCPUSec += o.ServerCPUSec
 	s.ClientCPUSec += o.ClientCPUSec
@@ -187,19 +238,30 @@ func runHTTP(ctx context.Context, o options, rate float64, seed uint64) (summary
 		return summary{}, nil, err
 	}
 	h := res.Histogram
-	s := summary{Entry: "http", Rate: rate, Checks: res.Checks, Seconds: res.Seconds, Errors: res.Errors, Denied: res.Denied}
+	s := summary{Entry: "http", Rate: rate, Checks: res.Checks, Seconds: res.Seconds, Errors: res.Errors, ErrorsByKind: res.ErrorsByKind, Denied: res.Denied}
 	// loadgen's histogram is in the same unit (µs); its figures are taken as they are.
 	s.finish(h)
 	return s, h, nil
 }
 
+// grpcTarget holds the gRPC side's connections, kept from turn to turn
+// as loadgen keeps its within a run.
 type grpcTarget struct {
+	domain  string
+	raw     []*rawGRPC // -grpc-client raw: one per caller
 	conns   []*grpc.ClientConn
 	clients []rlsv3.RateLimitServiceClient
 }
 
 func newGRPCTarget(o options) (*grpcTarget, error) {
-	g := &grpcTarget{}
+	g := &grpcTarget{domain: o.domain}
+	if o.grpcClient == clientRaw {
+		t := newRawGRPCTarget(o.grpcAddr, callTimeout)
+		for range o.conns {
+			g.raw = append(g.raw, newRawGRPC(t))
+		}
+		return g, nil
+	}
 	for range o.grpcConns {
 		// Each ClientConn is its own HTTP/2 connection.
 		c, err := grpc.NewClient(o.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -214,16 +276,59 @@ func newGRPCTarget(o options) (*grpcTarget, error) {
 }
 
 func (g *grpcTarget) close() {
+	for _, c := range g.raw {
+		c.close()
+	}
 	for _, c := range g.conns {
 		c.Close()
 	}
+}
+
+// caller is caller i's ShouldRateLimit with the platform's two
+// descriptors of values v.
+func (g *grpcTarget) caller(ctx context.Context, i int) func(v *platformValues) (grpcAnswer, error) {
+	if g.raw != nil {
+		c := g.raw[i]
+		var msg []byte
+		return func(v *platformValues) (grpcAnswer, error) {
+			msg = appendRequest(msg[:0], g.domain, v)
+			return c.call(msg)
+		}
+	}
+	client := g.clients[i%len(g.clients)]
+	return func(v *platformValues) (grpcAnswer, error) {
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		resp, err := client.ShouldRateLimit(cctx, newRequest(g.domain, v))
+		if err != nil {
+			return grpcAnswer{}, err
+		}
+		return grpcAnswer{overall: int32(resp.GetOverallCode()), statuses: len(resp.GetStatuses())}, nil
+	}
+}
+
+// grpcErrorKind names a failed call's error for errors_by_kind.
+func grpcErrorKind(err error) string {
+	var se *grpcStatusError
+	var me *malformedGRPCError
+	switch {
+	case errors.As(err, &se):
+		return "grpc_" + se.code.String()
+	case errors.As(err, &me):
+		return "malformed_response"
+	}
+	if s, ok := status.FromError(err); ok { // grpc-go's client
+		return "grpc_" + s.Code().String()
+	}
+	return loadgen.ErrorKind(err)
 }
 
 // run is one turn of ShouldRateLimit with the platform's two descriptors,
 // (app_id, ip) and (app_id, user_id, interface_id), keys drawn as loadgen
 // draws them for the same seed. At a fixed rate each request has an
 // intended start and its latency counts from there (no coordinated
-// omission), as loadgen's open loop does.
+// omission), as loadgen's open loop does. A call counts as an error unless
+// it is answered OK or OVER_LIMIT with one status per descriptor.
 func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint64) (summary, *hdrhistogram.Histogram) {
 	keys := loadgen.DefaultConfig().Keys
 	start := time.Now()
@@ -234,13 +339,14 @@ func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint
 	}
 	var ticket, checks, errs, denied atomic.Int64
 	hists := make([]*hdrhistogram.Histogram, o.conns)
+	kinds := make([]map[string]int64, o.conns)
 	var wg sync.WaitGroup
 	for i := range o.conns {
-		hists[i] = newHist()
-		client := g.clients[i%len(g.clients)]
+		hists[i], kinds[i] = newHist(), map[string]int64{}
+		call := g.caller(ctx, i)
 		src := loadgen.NewKeySource(keys, seed, uint64(i))
 		wg.Go(func() {
-			var ip []byte
+			var v platformValues
 			for {
 				t0 := time.Now()
 				if interval > 0 {
@@ -253,25 +359,24 @@ func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint
 				} else if !t0.Before(end) {
 					return
 				}
-				k := src.Next()
-				ip = loadgen.AppendIP(ip[:0], k.IP)
-				app := "app-" + strconv.FormatUint(k.App, 10)
-				req := &rlsv3.RateLimitRequest{Domain: o.domain, Descriptors: []*rlcommon.RateLimitDescriptor{
-					{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "app_id", Value: app}, {Key: "ip", Value: string(ip)}}},
-					{Entries: []*rlcommon.RateLimitDescriptor_Entry{{Key: "app_id", Value: app},
-						{Key: "user_id", Value: "user-" + strconv.FormatUint(k.User, 10)},
-						{Key: "interface_id", Value: "iface-" + strconv.FormatUint(k.Iface, 10)}}},
-				}}
-				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				resp, err := client.ShouldRateLimit(cctx, req)
-				cancel()
+				v.set(src.Next())
+				a, err := call(&v)
 				_ = hists[i].RecordValue(max(1, time.Since(t0).Microseconds()))
+				kind := ""
 				switch {
 				case err != nil:
-					errs.Add(1)
-					time.Sleep(10 * time.Millisecond)
-				case resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT:
+					kind = grpcErrorKind(err)
+				case a.statuses != 2:
+					kind = "wrong_status_count"
+				case a.overall == int32(rlsv3.RateLimitResponse_OVER_LIMIT):
 					denied.Add(1)
+				case a.overall != int32(rlsv3.RateLimitResponse_OK):
+					kind = "bad_overall_code"
+				}
+				if kind != "" {
+					errs.Add(1)
+					kinds[i][kind]++
+					time.Sleep(10 * time.Millisecond)
 				}
 				checks.Add(1)
 			}
@@ -283,6 +388,14 @@ func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint
 		h.Merge(x)
 	}
 	s := summary{Entry: "grpc", Rate: rate, Checks: checks.Load(), Seconds: time.Since(start).Seconds(), Errors: errs.Load(), Denied: denied.Load()}
+	for _, k := range kinds {
+		for kind, n := range k {
+			if s.ErrorsByKind == nil {
+				s.ErrorsByKind = map[string]int64{}
+			}
+			s.ErrorsByKind[kind] += n
+		}
+	}
 	s.finish(h)
 	return s, h
 }

@@ -170,17 +170,28 @@ func staleConnError(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-func (c *rawConn) dial(deadline time.Time) error {
+// DialDeadline dials TCP addr by deadline and gives the connection that
+// deadline, as the raw clients connect (bench/grpcbench's raw gRPC client
+// too).
+func DialDeadline(addr string, deadline time.Time) (net.Conn, error) {
 	d := net.Dialer{Deadline: deadline, KeepAlive: 30 * time.Second}
-	conn, err := d.Dial("tcp", c.t.addr)
+	conn, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.SetDeadline(deadline); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+func (c *rawConn) dial(deadline time.Time) error {
+	conn, err := DialDeadline(c.t.addr, deadline)
 	if err != nil {
 		return err
 	}
 	c.t.opened.Add(1)
-	if err := conn.SetDeadline(deadline); err != nil {
-		conn.Close()
-		return err
-	}
 	c.conn = conn
 	c.br.Reset(conn)
 	c.served = 0

@@ -442,6 +442,11 @@ func (w *worker) fail(kind string, status int) {
 	}
 }
 
+// ErrorKind names the kind of a transport error as the run's
+// errors_by_kind does (timeout, conn_refused, conn_reset, eof, ...), for
+// other load generators that report errors alike (bench/grpcbench).
+func ErrorKind(err error) string { return classify(err) }
+
 // classify names a transport error.
 func classify(err error) string {
 	var ne net.Error
