@@ -13,13 +13,9 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 )
 
-// nginxConf is the README's nginx snippet in a complete file: every
-// request to / is first sent, headers only, to quota's /v1/auth; 2xx lets
-// it through to the upstream with the RateLimit-* headers added to the
-// answer; quota's 403 (QUOTA_AUTH_DENY_STATUS=403: auth_request turns any
-// status but 2xx, 401 and 403 into a 500) becomes a 429 with Retry-After.
-// {quota} is quotad's address, {upstream} the upstream's.
-const nginxConf = `
+// nginxPrelude opens an nginx configuration that runs in the foreground
+// from the test's directory {dir}, up to inside its http block.
+const nginxPrelude = `
 daemon off;
 master_process off;
 worker_processes 1;
@@ -31,7 +27,15 @@ http {
     proxy_temp_path {dir}/tmp/proxy;
     fastcgi_temp_path {dir}/tmp/fastcgi;
     uwsgi_temp_path {dir}/tmp/uwsgi;
-    scgi_temp_path {dir}/tmp/scgi;
+    scgi_temp_path {dir}/tmp/scgi;`
+
+// nginxConf is the README's nginx snippet in a complete file: every
+// request to / is first sent, headers only, to quota's /v1/auth; 2xx lets
+// it through to the upstream with the RateLimit-* headers added to the
+// answer; quota's 403 (QUOTA_AUTH_DENY_STATUS=403: auth_request turns any
+// status but 2xx, 401 and 403 into a 500) becomes a 429 with Retry-After.
+// {quota} is quotad's address, {upstream} the upstream's.
+const nginxConf = nginxPrelude + `
     upstream quota { server {quota}; keepalive 16; }
     server {
         listen 127.0.0.1:{port};
@@ -154,19 +158,7 @@ func TestNginx_TheREADMESnippetWorksAsPrinted(t *testing.T) {
 	up := startUpstream(t)
 	conf := strings.NewReplacer(
 		"{snippet}", strings.NewReplacer("127.0.0.1:8080", q.Addr, "http://backend", "http://"+up.addr).Replace(snippet),
-	).Replace(`
-daemon off;
-master_process off;
-worker_processes 1;
-pid {dir}/nginx.pid;
-events { worker_connections 64; }
-http {
-    access_log off;
-    client_body_temp_path {dir}/tmp/body;
-    proxy_temp_path {dir}/tmp/proxy;
-    fastcgi_temp_path {dir}/tmp/fastcgi;
-    uwsgi_temp_path {dir}/tmp/uwsgi;
-    scgi_temp_path {dir}/tmp/scgi;
+	).Replace(nginxPrelude + `
     server {
         listen 127.0.0.1:{port};
 {snippet}

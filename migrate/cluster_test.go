@@ -97,12 +97,7 @@ func TestRouter_OnAClusterAWarmCheckOfTwoTagsIsAllOrNothing(t *testing.T) {
 func newClusterEnv(t *testing.T) *env {
 	t.Helper()
 	nodes := testenv.StartRedisCluster(t, 3)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.Addr())
-	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { cc.Close() })
+	cc := testenv.ClusterClient(t, nodes, nil)
 	hot := tiers.NewHotStore(cc, tiers.HotOptions{Prefix: "c:"})
 	warm := tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"})
 	cold := tiers.NewColdStore(testenv.MySQLShards(t, 2), tiers.ColdOptions{})

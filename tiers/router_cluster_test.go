@@ -27,12 +27,7 @@ func TestRouter_OnAClusterADeadMasterFailsOnlyTheChecksOfItsSlots(t *testing.T) 
 
 func deadMasterFailsOnlyItsChecks(t *testing.T, routed bool) {
 	nodes := testenv.StartRedisCluster(t, 3)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.Addr())
-	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second, ReadTimeout: time.Second})
-	t.Cleanup(func() { cc.Close() })
+	cc := testenv.ClusterClient(t, nodes, &redis.ClusterOptions{MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second, ReadTimeout: time.Second})
 	hot := NewHotStore(cc, HotOptions{Prefix: "c:"})
 	var r EachChecker = hot
 	if routed {
@@ -91,13 +86,7 @@ func deadMasterFailsOnlyItsChecks(t *testing.T, routed bool) {
 // such check failed with CROSSSLOT).
 func TestRouter_OnAClusterCellsWithoutAppAreEnforced(t *testing.T) {
 	t.Parallel()
-	nodes := testenv.StartRedisCluster(t, 3)
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.Addr())
-	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { cc.Close() })
+	cc := testenv.ClusterClient(t, testenv.StartRedisCluster(t, 3), nil)
 	r := NewRouter(NewHotStore(cc, HotOptions{Prefix: "c:"}), NewWarmStore(cc, WarmOptions{Prefix: "c:"}), NewColdStore(testenv.MySQLShards(t, 1), ColdOptions{}))
 	ctx := context.Background()
 	for range 20 {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // StartRedisCluster starts masters redis-server processes with cluster
@@ -49,4 +51,21 @@ func StartRedisCluster(t testing.TB, masters int) []*RedisProcess {
 		}
 	}
 	return nodes
+}
+
+// ClusterClient returns a client of the cluster whose masters are nodes,
+// with opts' other settings (nil: go-redis' defaults), closed when the test
+// ends.
+func ClusterClient(t testing.TB, nodes []*RedisProcess, opts *redis.ClusterOptions) *redis.ClusterClient {
+	t.Helper()
+	o := redis.ClusterOptions{}
+	if opts != nil {
+		o = *opts
+	}
+	for _, n := range nodes {
+		o.Addrs = append(o.Addrs, n.Addr())
+	}
+	cc := redis.NewClusterClient(&o)
+	t.Cleanup(func() { cc.Close() })
+	return cc
 }
