@@ -691,13 +691,19 @@ func (s *HotStore) partsToRefund(op *Op, calls []call) []call {
 // remaining, reset and retry: the op counted nothing, so they describe the
 // state now, as for any denied check. Each cell keeps its decision.
 func (s *HotStore) refund(ctx context.Context, now time.Time, calls []call) error {
-	pipe := s.rdb.Pipeline()
+	each := make([]redisscript.Call, len(calls))
 	for i := range calls {
-		keys, args := s.args(&calls[i], now, Refund)
-		calls[i].cmd = s.script.Eval(ctx, pipe, keys, args...)
+		each[i].Keys, each[i].Args = s.args(&calls[i], now, Refund)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	cmds, err := redisscript.RunEach(ctx, s.rdb, s.script, each)
+	if err != nil {
 		return fmt.Errorf("hot refund: %w", wrapUnavailable(err))
+	}
+	for i := range calls {
+		calls[i].cmd = cmds[i]
+		if err := cmds[i].Err(); err != nil {
+			return fmt.Errorf("hot refund: %w", wrapUnavailable(err))
+		}
 	}
 	for i := range calls {
 		c := &calls[i]
