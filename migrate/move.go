@@ -120,31 +120,6 @@ type Result struct {
 	Skipped int         // leased by another worker, or not in the source tier
 }
 
-// state of a cell as its directory value says, relative to a move S->D.
-type state int
-
-const (
-	stSource   state = iota // still in S: to freeze
-	stFrozen                // frozen in S: copy and switch
-	stSwitched              // the directory names D: delete S
-	stOther                 // in neither: not this move's business
-)
-
-// classify places a cell from its directory value v and whether the cold
-// tier has a row for it (consulted only when v is empty).
-func classify(v string, row bool, from, to tiers.Tier, src side) state {
-	cur := tierOf(v, row)
-	switch {
-	case cur == from:
-		return stSource
-	case cur == to:
-		return stSwitched
-	case cur == "" && src.Frozen(v):
-		return stFrozen
-	}
-	return stOther
-}
-
 // tierOf is the tier a directory value names ("" while frozen). An empty
 // value is cold with a cold row, else hot (a cell the router has not marked
 // yet: checked before tiering, or never).
@@ -317,45 +292,27 @@ func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, 
 	if err := m.step(StepJournal); err != nil {
 		return nil, err
 	}
-	raws, rows, err := m.dir(ctx, refs)
+	fz, err := src.Freeze(ctx, held, refs)
 	if err != nil {
-		return nil, err
-	}
-	var toFreeze, active, done []tiers.Ref
-	for i, v := range raws {
-		switch classify(v, rows[i], from, to, src) {
-		case stSource:
-			toFreeze = append(toFreeze, refs[i])
-			active = append(active, refs[i])
-		case stFrozen:
-			active = append(active, refs[i])
-		case stSwitched:
-			done = append(done, refs[i])
-		default:
-			// In neither tier (a third one, or frozen by another move):
-			// not this move's business; its journal entry goes.
-		}
-	}
-	// One lease check for the step: toFreeze is a part of active.
-	if active, err = held.owned(ctx, active); err != nil {
-		return nil, err
-	}
-	if err := src.Freeze(ctx, within(toFreeze, active), active); err != nil {
 		return nil, err
 	}
 	if err := m.step(StepFreeze); err != nil {
 		return nil, err
 	}
-	// Copy the frozen state, of the cells still frozen by this move.
-	if active, err = held.owned(ctx, active); err != nil {
-		return nil, err
+	// Cells already in the destination (a re-run after the switch) only
+	// need their sources deleted; others are not this move's business
+	// (in a third tier, or frozen by another move) and their journal
+	// entries go.
+	var done []tiers.Ref
+	for i, r := range fz.left {
+		if tierOf(fz.leftDir[i], fz.leftRow[i]) == to {
+			done = append(done, r)
+		}
 	}
-	frozen, err := m.Warm.DirRaw(ctx, active)
-	if err != nil {
-		return nil, err
-	}
-	active, frozen = stillFrozen(active, frozen, src)
-	recs, err := src.Export(ctx, active, frozen)
+	// Copy the frozen state of the cells whose leases are still ours: a
+	// worker that stalled since the freeze may find another worker's
+	// Repair has finished the move (and the cell counted since).
+	active, frozen, recs, err := stillHeld(ctx, held, fz)
 	if err != nil {
 		return nil, err
 	}
@@ -449,20 +406,30 @@ func (m *Mover) stillJournaled(ctx context.Context, refs []tiers.Ref, from, to t
 	return out, nil
 }
 
-// stillFrozen keeps the cells (and their directory values) that are frozen
-// by a move out of src. Any other value means the move is over (another
-// worker's Repair finished it) and this worker has nothing left to do for
-// the cell.
-func stillFrozen(refs []tiers.Ref, dir []string, src side) ([]tiers.Ref, []string) {
-	var keptRefs []tiers.Ref
-	var keptDir []string
-	for i, v := range dir {
-		if src.Frozen(v) {
-			keptRefs = append(keptRefs, refs[i])
-			keptDir = append(keptDir, v)
+// stillHeld keeps the frozen cells (with their directory values and
+// records) whose leases are still the worker's.
+func stillHeld(ctx context.Context, held *leases, fz frozenBatch) ([]tiers.Ref, []string, []tiers.Record, error) {
+	kept, err := held.owned(ctx, fz.refs)
+	if err != nil || len(kept) == len(fz.refs) {
+		return kept, fz.old, fz.recs, err
+	}
+	in := make(map[tiers.CellID]bool, len(kept))
+	for i := range kept {
+		in[kept[i].ID()] = true
+	}
+	var old []string
+	for i := range fz.refs {
+		if in[fz.refs[i].ID()] {
+			old = append(old, fz.old[i])
 		}
 	}
-	return keptRefs, keptDir
+	var recs []tiers.Record
+	for i := range fz.recs {
+		if in[fz.recs[i].ID()] {
+			recs = append(recs, fz.recs[i])
+		}
+	}
+	return kept, old, recs, nil
 }
 
 // within returns the refs of part that are also in of.

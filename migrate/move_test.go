@@ -519,3 +519,42 @@ func TestMove_TeachesTheColdHints(t *testing.T) {
 		t.Fatal("a move between hot and warm dropped a hint")
 	}
 }
+
+// A move out of hot reads each cell's directory and cold filter in the
+// step that freezes it: a batch that also holds cells of other tiers
+// moves only its hot cells (a cell moved out of cold before, whose filter
+// bits stay, included) and leaves the others, with their counts, where
+// they are; cells already in the destination count as moved.
+func TestMoveOutOfHot_MovesOnlyItsHotCells(t *testing.T) {
+	t.Parallel()
+	for _, to := range []tiers.Tier{tiers.Warm, tiers.Cold} {
+		t.Run("hot>"+string(to), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			hot, wasCold, warm, cold := newCell(10), newCell(10), newCell(10), newCell(10)
+			cells := []cellSpec{hot, wasCold, warm, cold}
+			for i, c := range cells {
+				for range i + 1 {
+					e.check(t, tiers.Enforce, c)
+				}
+			}
+			e.place(t, tiers.Cold, wasCold)
+			e.move(t, tiers.Cold, tiers.Hot, wasCold)
+			e.place(t, tiers.Warm, warm)
+			e.place(t, tiers.Cold, cold)
+
+			res, err := e.mover.MoveCells(context.Background(), refsOf(cells...), tiers.Hot, to)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The two hot cells, and the one already in the destination.
+			wantMoved, wantTier := 3, map[int]tiers.Tier{0: to, 1: to, 2: tiers.Warm, 3: tiers.Cold}
+			if len(res.Moved) != wantMoved || res.Skipped != len(cells)-wantMoved {
+				t.Fatalf("moved %d, skipped %d; want %d and %d", len(res.Moved), res.Skipped, wantMoved, len(cells)-wantMoved)
+			}
+			for i, c := range cells {
+				e.expectCell(t, fmt.Sprintf("cell %d", i), c, wantTier[i], int64(i+1))
+			}
+		})
+	}
+}

@@ -1,33 +1,78 @@
 -- hot_freeze.lua: freeze hot fixed-window cells for a move out of the hot
--- tier (package migrate), after directory.lua. For each cell, atomically:
--- if its directory field is absent (hot) or 'H' (hot, older versions),
--- write 'M' there and rename the cell's live counter keys (this window's
--- and the next one's) to their frozen names (key .. '~'), keeping their
--- TTLs. From then on no check counts the cell: the hot script finds no key
--- and the 'M' marker, and answers "moving".
+-- tier and read their frozen counts (package migrate), after
+-- directory.lua. For each cell, atomically: if the cell is hot (its
+-- directory field is absent and its tag's cold filter does not hold it, or
+-- the caller has checked that the cold tier has no row for it; or the
+-- field is 'H', hot in older versions), write 'M' in its field and rename
+-- its live counter keys (this window's and the next one's) to their frozen
+-- names (key .. '~'), keeping their TTLs. From then on no check counts the
+-- cell: the hot script finds no key and the 'M' marker, and answers
+-- "moving". A cell frozen before (field 'M') is only read.
 --
 -- KEYS   tags' headers and counter keys, referred to by index
--- ARGV   4 values per cell: header key index, field, key index of this
---        window's counter, key index of the next window's counter
+-- ARGV   5 values per cell: header key index, field, key index of this
+--        window's counter, key index of the next window's counter, and
+--        '1' when the cell is known to have no cold row ('0' otherwise)
 --
--- Reply: per cell 1 (frozen now or already frozen: the field holds 'M'),
--- or 0 (the field holds something else: the cell is not hot).
+-- Reply: 3 values per cell:
+--   1, a count, its window ('0' this one, '1' the next; '' and '' when no
+--      counter exists): frozen, now or before. The next window's count
+--      wins (a check that counted there saw the latest window), frozen
+--      keys before live ones
+--   2, '', '': the field is absent and the cold filter may hold the cell:
+--      nothing was done (the caller asks the cold tier, then calls again
+--      with '1' for the cells without a row)
+--   0, the field's value, '': the cell is not hot (warm, or frozen by
+--      another kind of move); nothing was done
+
+-- frozen_count renames a live counter key to its frozen name and returns
+-- its count, or returns the frozen key's count ('' when neither exists).
+local function frozen_count(k)
+  local n = redis.call('GET', k)
+  if n then
+    redis.call('RENAME', k, k .. '~')
+    return n
+  end
+  return redis.call('GET', k .. '~') or ''
+end
+
+-- first_count returns the first of keys that exists, with its window.
+local function first_count(keys, windows)
+  for j = 1, #keys do
+    local n = redis.call('GET', keys[j])
+    if n then return n, windows[j] end
+  end
+  return '', ''
+end
+
 local out = {}
-for i = 1, #ARGV, 4 do
+local function reply(a, b, c)
+  out[#out + 1] = a
+  out[#out + 1] = b
+  out[#out + 1] = c
+end
+
+for i = 1, #ARGV, 5 do
   local h = dir_header(KEYS[tonumber(ARGV[i])])
   local field = ARGV[i + 1]
+  local cur, nxt = KEYS[tonumber(ARGV[i + 2])], KEYS[tonumber(ARGV[i + 3])]
   local v = warm_get(h, field)
-  if v == false or v == 'H' then
+  if v == 'M' then
+    reply(1, first_count({ nxt .. '~', cur .. '~', nxt, cur }, { '1', '0', '1', '0' }))
+  elseif v == 'H' or (v == false and (ARGV[i + 4] == '1' or not cold_maybe(h, field))) then
     warm_set(h, field, 'M')
-    for _, ki in ipairs({ ARGV[i + 2], ARGV[i + 3] }) do
-      local k = KEYS[tonumber(ki)]
-      if redis.call('EXISTS', k) == 1 then redis.call('RENAME', k, k .. '~') end
+    local c, n = frozen_count(cur), frozen_count(nxt)
+    if n ~= '' then
+      reply(1, n, '1')
+    elseif c ~= '' then
+      reply(1, c, '0')
+    else
+      reply(1, '', '')
     end
-    out[#out + 1] = 1
-  elseif v == 'M' then
-    out[#out + 1] = 1
+  elseif v == false then
+    reply(2, '', '')
   else
-    out[#out + 1] = 0
+    reply(0, v, '')
   end
 end
 return out

@@ -88,10 +88,8 @@ func (m *HotMover) Export(ctx context.Context, refs []Ref) ([]Record, error) {
 			return nil, fmt.Errorf("hot export: %w", wrapUnavailable(err))
 		}
 	}
-	nowS := recordFloorDiv(now.UnixMilli(), 1000)
 	var out []Record
 	for i := range refs {
-		wS := int64(refs[i].Window / time.Second)
 		for k, c := range cmds[i] {
 			v, err := c.Result()
 			if err == redis.Nil {
@@ -100,17 +98,11 @@ func (m *HotMover) Export(ctx context.Context, refs []Ref) ([]Record, error) {
 			if err != nil {
 				return nil, fmt.Errorf("hot export: %w", wrapUnavailable(err))
 			}
-			n, err := strconv.ParseInt(v, 10, 64)
+			rec, err := hotRecord(&refs[i], idxs[i], k%2 == 0, now, v)
 			if err != nil {
-				return nil, fmt.Errorf("hot export: counter %q: %w", v, err)
+				return nil, fmt.Errorf("hot export: %w", err)
 			}
-			idx := idxs[i]
-			if k%2 == 0 {
-				idx++
-			}
-			// Last: a second inside the count's window (Record).
-			last := min(max(nowS, idx*wS), idx*wS+wS-1)
-			out = append(out, Record{Ref: refs[i], Count: max(n, 0), Last: last, First: last})
+			out = append(out, rec)
 			break
 		}
 	}
@@ -171,11 +163,36 @@ func (m *HotMover) Delete(ctx context.Context, refs []Ref) error {
 	return nil
 }
 
-// Freeze freezes hot cells for a move (hot_freeze.lua), in one call on a
-// single Redis (one per cell on a cluster). It reports per ref whether the
-// cell is frozen (false: its directory does not say hot).
-func (m *HotMover) Freeze(ctx context.Context, refs []Ref) ([]bool, error) {
+// HotFrozen is what FreezeExport found of one cell.
+type HotFrozen int
+
+// What FreezeExport found.
+const (
+	HotNotHot    HotFrozen = iota // the directory names another tier (Dir)
+	HotFrozenNow                  // frozen, now or by an earlier run of the move (Record)
+	HotMaybeCold                  // no field, and the cold filter may hold the cell: nothing done
+)
+
+// HotFreeze is FreezeExport's answer for one ref.
+type HotFreeze struct {
+	State  HotFrozen
+	Dir    string  // HotNotHot: the directory value
+	Record *Record // HotFrozenNow: the frozen count (nil: the cell counted nothing)
+}
+
+// FreezeExport freezes the hot cells of refs for a move (hot_freeze.lua)
+// and returns their frozen counts, in one step: the directory read, the
+// cold filter probe, the freeze and the export are one script call on a
+// single Redis (one per cell on a cluster). A cell whose field is absent
+// but whose tag's cold filter may hold it is left alone (HotMaybeCold)
+// unless noColdRow says the caller found no cold row for it.
+func (m *HotMover) FreezeExport(ctx context.Context, refs []Ref, noColdRow bool) ([]HotFreeze, error) {
 	now := m.now()
+	force := "0"
+	if noColdRow {
+		force = "1"
+	}
+	idxs := make([]int64, len(refs))
 	var calls []redisscript.Call
 	for i := range refs {
 		if i == 0 || m.Warm.cluster {
@@ -183,26 +200,74 @@ func (m *HotMover) Freeze(ctx context.Context, refs []Ref) ([]bool, error) {
 		}
 		p := &calls[len(calls)-1]
 		l := m.Warm.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
-		cur, next, _ := m.keys(&refs[i], now)
+		cur, next, idx := m.keys(&refs[i], now)
+		idxs[i] = idx
 		b := len(p.Keys)
 		p.Keys = append(p.Keys, l.headerKey(), cur, next)
-		p.Args = append(p.Args, b+1, l.field, b+2, b+3)
+		p.Args = append(p.Args, b+1, l.field, b+2, b+3, force)
 	}
 	cmds, err := redisscript.RunEach(ctx, m.Hot.rdb, hotFreezeScript, calls)
 	if err != nil {
 		return nil, fmt.Errorf("hot freeze: %w", wrapUnavailable(err))
 	}
-	var out []bool
+	out := make([]HotFreeze, 0, len(refs))
 	for _, c := range cmds {
-		res, err := c.Int64Slice()
+		vals, err := c.Slice()
 		if err != nil {
 			return nil, fmt.Errorf("hot freeze: %w", wrapUnavailable(err))
 		}
-		for _, v := range res {
-			out = append(out, v == 1)
+		for k := 0; k+2 < len(vals); k += 3 {
+			f, err := m.frozenCell(&refs[len(out)], idxs[len(out)], now, vals[k:k+3])
+			if err != nil {
+				return nil, fmt.Errorf("hot freeze: %w", err)
+			}
+			out = append(out, f)
 		}
 	}
+	if len(out) != len(refs) {
+		return nil, fmt.Errorf("hot freeze: %d answers for %d cells", len(out), len(refs))
+	}
 	return out, nil
+}
+
+// frozenCell decodes hot_freeze.lua's three values for one cell.
+func (m *HotMover) frozenCell(r *Ref, idx int64, now time.Time, v []any) (HotFreeze, error) {
+	state, _ := v[0].(int64)
+	a, _ := v[1].(string)
+	w, _ := v[2].(string)
+	switch state {
+	case 0:
+		return HotFreeze{State: HotNotHot, Dir: a}, nil
+	case 2:
+		return HotFreeze{State: HotMaybeCold}, nil
+	case 1:
+		if a == "" {
+			return HotFreeze{State: HotFrozenNow}, nil
+		}
+		rec, err := hotRecord(r, idx, w == "1", now, a)
+		if err != nil {
+			return HotFreeze{}, err
+		}
+		return HotFreeze{State: HotFrozenNow, Record: &rec}, nil
+	}
+	return HotFreeze{}, fmt.Errorf("unexpected answer %v", v)
+}
+
+// hotRecord is the record of a counter's value v, counted in window idx
+// (or the next one).
+func hotRecord(r *Ref, idx int64, next bool, now time.Time, v string) (Record, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return Record{}, fmt.Errorf("counter %q: %w", v, err)
+	}
+	if next {
+		idx++
+	}
+	// Last: a second inside the count's window (Record).
+	wS := int64(r.Window / time.Second)
+	nowS := recordFloorDiv(now.UnixMilli(), 1000)
+	last := min(max(nowS, idx*wS), idx*wS+wS-1)
+	return Record{Ref: *r, Count: max(n, 0), Last: last, First: last}, nil
 }
 
 // readRaw reads directory values without decoding: markers are not

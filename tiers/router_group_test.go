@@ -223,7 +223,7 @@ func opOverAFrozenCell(t *testing.T, movedWait time.Duration, n int) (*Router, *
 		routerCheck(t, r, confOp(confT0, 1, Enforce, a, b))
 	}
 	mover := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
-	if _, err := mover.Freeze(context.Background(), []Ref{b.ref()}); err != nil {
+	if _, err := mover.FreezeExport(context.Background(), []Ref{b.ref()}, false); err != nil {
 		t.Fatal(err)
 	}
 	op := confOp(confT0, 1, Enforce, a, b)
