@@ -148,14 +148,11 @@ func (m *HotMover) Delete(ctx context.Context, refs []Ref) error {
 		return nil
 	}
 	now := m.now()
-	var keys []string
-	for i := range refs {
-		cur, next, _ := m.keys(&refs[i], now)
-		keys = append(keys, cur, next, cur+"~", next+"~")
-	}
 	pipe := m.Hot.rdb.Pipeline()
-	for _, k := range keys {
-		pipe.Del(ctx, k) // one key per DEL: keys of several slots
+	for i := range refs {
+		// One DEL a cell: its keys share its tag, so its slot.
+		cur, next, _ := m.keys(&refs[i], now)
+		pipe.Del(ctx, cur, next, cur+"~", next+"~")
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return fmt.Errorf("hot delete: %w", wrapUnavailable(err))
