@@ -51,6 +51,7 @@ type options struct {
 	closed                bool
 	entries               []string
 	jsonPath              string
+	timelinePath          string
 	serverPID             int
 }
 
@@ -85,6 +86,7 @@ func run(args []string, out io.Writer) error {
 	fs.Float64Var(&o.rate, "rate", 4630, "checks/s of the fixed-rate turns (0: none)")
 	entries := fs.String("entries", "grpc,http", "entry points to run, comma-separated")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results as JSON here")
+	fs.StringVar(&o.timelinePath, "timeline", "", "write the gRPC turns' worst latency per 10 ms of send times here")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "quotad's pid: report its CPU time per check (Linux /proc)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -106,6 +108,15 @@ func run(args []string, out io.Writer) error {
 		return err
 	}
 	defer g.close()
+	var tlOut io.Writer
+	if o.timelinePath != "" {
+		f, err := os.Create(o.timelinePath)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		tlOut = f
+	}
 	ctx := context.Background()
 	var modes []float64
 	if o.closed {
@@ -133,7 +144,16 @@ func run(args []string, out io.Writer) error {
 				var h *hdrhistogram.Histogram
 				srv0, cli0 := procCPU(o.serverPID), selfCPU()
 				if entry == "grpc" {
-					s, h = g.run(ctx, o, rate, seed)
+					var tl *timeline
+					if tlOut != nil {
+						tl = newTimeline(o.phase)
+					}
+					s, h = g.run(ctx, o, rate, seed, tl)
+					if tl != nil {
+						if err := tl.write(tlOut, fmt.Sprintf("round %d grpc %s", round+1, s.mode())); err != nil {
+							return err
+						}
+					}
 				} else {
 					s, h, err = runHTTP(ctx, o, rate, seed)
 					if err != nil {
@@ -212,11 +232,15 @@ func (s *summary) finish(h *hdrhistogram.Histogram) {
 	s.P50Ms, s.P99Ms, s.P999Ms, s.MaxMs = ms(50), ms(99), ms(99.9), float64(h.Max())/1000
 }
 
-func (s *summary) line() string {
-	mode := "closed loop"
+// mode is "closed loop" or "at R/s".
+func (s *summary) mode() string {
 	if s.Rate > 0 {
-		mode = "at " + strconv.FormatFloat(s.Rate, 'f', 0, 64) + "/s"
+		return "at " + strconv.FormatFloat(s.Rate, 'f', 0, 64) + "/s"
 	}
+	return "closed loop"
+}
+
+func (s *summary) line() string {
 	perCheck := func(sec float64) float64 {
 		if s.Checks == 0 {
 			return 0
@@ -224,7 +248,7 @@ func (s *summary) line() string {
 		return sec * 1e6 / float64(s.Checks)
 	}
 	return fmt.Sprintf("%-11s %6.0f checks/s  p50 %7.2f ms  p99 %7.2f ms  p99.9 %7.2f ms  max %7.2f ms  CPU/check: quotad %4.0f µs, client %4.0f µs  errors %d  denied %d",
-		mode, s.ChecksPerSec, s.P50Ms, s.P99Ms, s.P999Ms, s.MaxMs, perCheck(s.ServerCPUSec), perCheck(s.ClientCPUSec), s.Errors, s.Denied)
+		s.mode(), s.ChecksPerSec, s.P50Ms, s.P99Ms, s.P999Ms, s.MaxMs, perCheck(s.ServerCPUSec), perCheck(s.ClientCPUSec), s.Errors, s.Denied)
 }
 
 // runHTTP is one turn of POST /v1/check through loadgen (what make bench's
@@ -328,11 +352,15 @@ func grpcErrorKind(err error) string {
 // draws them for the same seed. At a fixed rate each request has an
 // intended start and its latency counts from there (no coordinated
 // omission), as loadgen's open loop does. A call counts as an error unless
-// it is answered OK or OVER_LIMIT with one status per descriptor.
-func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint64) (summary, *hdrhistogram.Histogram) {
+// it is answered OK or OVER_LIMIT with one status per descriptor. tl (nil:
+// none) keeps the worst latency per step of start times.
+func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint64, tl *timeline) (summary, *hdrhistogram.Histogram) {
 	keys := loadgen.DefaultConfig().Keys
 	start := time.Now()
 	end := start.Add(o.phase)
+	if tl != nil {
+		tl.start = start
+	}
 	var interval time.Duration
 	if rate > 0 {
 		interval = time.Duration(float64(time.Second) / rate)
@@ -361,7 +389,9 @@ func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint
 				}
 				v.set(src.Next())
 				a, err := call(&v)
-				_ = hists[i].RecordValue(max(1, time.Since(t0).Microseconds()))
+				lat := time.Since(t0)
+				_ = hists[i].RecordValue(max(1, lat.Microseconds()))
+				tl.record(t0, lat)
 				kind := ""
 				switch {
 				case err != nil:
@@ -376,7 +406,12 @@ func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint
 				if kind != "" {
 					errs.Add(1)
 					kinds[i][kind]++
-					time.Sleep(10 * time.Millisecond)
+					// As loadgen: a closed loop backs off after a failure, an
+					// open loop keeps its schedule (a pause there would make
+					// the calls after it late by the pause).
+					if interval == 0 {
+						time.Sleep(10 * time.Millisecond)
+					}
 				}
 				checks.Add(1)
 			}
@@ -431,4 +466,52 @@ func selfCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// timelineStep is the width of a timeline's windows of start times.
+const timelineStep = 10 * time.Millisecond
+
+// timeline is a turn's worst latency among the calls meant to start in
+// each timelineStep. It tells a tail's shapes apart: a stall followed by a
+// queue that drains at the spare capacity is a step and then a slope;
+// calls slow one by one are scattered spikes.
+type timeline struct {
+	start time.Time
+	worst []atomic.Int64 // ns
+}
+
+func newTimeline(phase time.Duration) *timeline {
+	return &timeline{worst: make([]atomic.Int64, int(phase/timelineStep)+1)}
+}
+
+// record keeps lat if it is the worst of the window of t0; nil records nothing.
+func (t *timeline) record(t0 time.Time, lat time.Duration) {
+	if t == nil {
+		return
+	}
+	d := t0.Sub(t.start)
+	if d < 0 || d/timelineStep >= time.Duration(len(t.worst)) {
+		return
+	}
+	i := int(d / timelineStep)
+	for w := &t.worst[i]; ; {
+		old := w.Load()
+		if int64(lat) <= old || w.CompareAndSwap(old, int64(lat)) {
+			return
+		}
+	}
+}
+
+// write appends one line per window that had a call: label, the window's
+// start (ms into the turn) and its worst latency (ms).
+func (t *timeline) write(w io.Writer, label string) error {
+	for i := range t.worst {
+		if v := t.worst[i].Load(); v > 0 {
+			ms := time.Duration(i) * timelineStep / time.Millisecond
+			if _, err := fmt.Fprintf(w, "%s\t%d\t%.3f\n", label, ms, float64(v)/1e6); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
