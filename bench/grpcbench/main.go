@@ -77,9 +77,9 @@ func run(args []string, out io.Writer) error {
 	fs.StringVar(&o.url, "url", "http://127.0.0.1:18090", "quotad's HTTP base URL")
 	fs.StringVar(&o.grpcAddr, "grpc", "127.0.0.1:18091", "quotad's gRPC address")
 	fs.StringVar(&o.domain, "domain", "platform", "envoy domain of the two platform descriptors")
-	fs.IntVar(&o.conns, "c", 64, "concurrent requests of each entry point (one connection each, but with -grpc-client grpc-go)")
-	fs.StringVar(&o.grpcClient, "grpc-client", clientRaw, "gRPC client: raw (lean, one HTTP/2 connection per caller) or grpc-go")
-	fs.IntVar(&o.grpcConns, "grpc-conns", 64, "with -grpc-client grpc-go: connections the concurrent requests are spread over")
+	fs.IntVar(&o.conns, "c", 64, "concurrent requests of each entry point (HTTP: one connection each)")
+	fs.StringVar(&o.grpcClient, "grpc-client", clientRaw, "gRPC client: raw (lean) or grpc-go")
+	fs.IntVar(&o.grpcConns, "grpc-conns", 64, "HTTP/2 connections the concurrent gRPC requests are spread over (raw: one call at a time on each when as many as -c, else each call a stream of its own on a shared connection, as Envoy)")
 	fs.IntVar(&o.rounds, "rounds", 3, "turns of each entry point, per mode")
 	fs.DurationVar(&o.phase, "phase", 5*time.Second, "length of one turn")
 	fs.BoolVar(&o.closed, "closed", true, "run the closed-loop turns")
@@ -272,7 +272,8 @@ func runHTTP(ctx context.Context, o options, rate float64, seed uint64) (summary
 // as loadgen keeps its within a run.
 type grpcTarget struct {
 	domain  string
-	raw     []*rawGRPC // -grpc-client raw: one per caller
+	raw     []*rawGRPC // -grpc-client raw, -grpc-conns ≥ -c: one per caller
+	mux     []*rawMux  // -grpc-client raw, -grpc-conns < -c: shared
 	conns   []*grpc.ClientConn
 	clients []rlsv3.RateLimitServiceClient
 }
@@ -281,6 +282,12 @@ func newGRPCTarget(o options) (*grpcTarget, error) {
 	g := &grpcTarget{domain: o.domain}
 	if o.grpcClient == clientRaw {
 		t := newRawGRPCTarget(o.grpcAddr, callTimeout)
+		if o.grpcConns < o.conns {
+			for range o.grpcConns {
+				g.mux = append(g.mux, newRawMux(t))
+			}
+			return g, nil
+		}
 		for range o.conns {
 			g.raw = append(g.raw, newRawGRPC(t))
 		}
@@ -303,6 +310,9 @@ func (g *grpcTarget) close() {
 	for _, c := range g.raw {
 		c.close()
 	}
+	for _, m := range g.mux {
+		m.close()
+	}
 	for _, c := range g.conns {
 		c.Close()
 	}
@@ -311,6 +321,14 @@ func (g *grpcTarget) close() {
 // caller is caller i's ShouldRateLimit with the platform's two
 // descriptors of values v.
 func (g *grpcTarget) caller(ctx context.Context, i int) func(v *platformValues) (grpcAnswer, error) {
+	if g.mux != nil {
+		k := newMuClient(g.mux[i%len(g.mux)])
+		var msg []byte
+		return func(v *platformValues) (grpcAnswer, error) {
+			msg = appendRequest(msg[:0], g.domain, v)
+			return k.call(msg)
+		}
+	}
 	if g.raw != nil {
 		c := g.raw[i]
 		var msg []byte

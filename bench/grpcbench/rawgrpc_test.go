@@ -324,7 +324,7 @@ func TestGRPCTurn_CountsDecisionsAndErrors(t *testing.T) {
 func TestGRPCTurn_OpenLoopKeepsItsScheduleAfterFailures(t *testing.T) {
 	_, addr := serveFake(t)
 	const rate, phase = 2000.0, 300 * time.Millisecond
-	o := options{grpcAddr: addr, domain: "bad", grpcClient: clientRaw, conns: 4, phase: phase}
+	o := options{grpcAddr: addr, domain: "bad", grpcClient: clientRaw, conns: 4, grpcConns: 4, phase: phase}
 	g, err := newGRPCTarget(o)
 	if err != nil {
 		t.Fatal(err)
