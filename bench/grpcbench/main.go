@@ -12,7 +12,9 @@
 // generator shares with quotad, a costly client takes the server's CPU
 // and the comparison measures the clients. -grpc-client grpc-go uses
 // grpc-go's client instead, with the callers spread over -grpc-conns
-// connections.
+// connections. The grpc-mux entry is the raw client with the callers'
+// calls multiplexed on -mux-conns connections, the way Envoy's rate limit
+// filter shares one connection per worker thread.
 package main
 
 import (
@@ -45,6 +47,7 @@ type options struct {
 	url, grpcAddr, domain string
 	grpcClient            string
 	conns, grpcConns      int
+	muxConns              int
 	rounds                int
 	phase                 time.Duration
 	rate                  float64
@@ -80,26 +83,27 @@ func run(args []string, out io.Writer) error {
 	fs.IntVar(&o.conns, "c", 64, "concurrent requests of each entry point (HTTP: one connection each)")
 	fs.StringVar(&o.grpcClient, "grpc-client", clientRaw, "gRPC client: raw (lean) or grpc-go")
 	fs.IntVar(&o.grpcConns, "grpc-conns", 64, "HTTP/2 connections the concurrent gRPC requests are spread over (raw: one call at a time on each when as many as -c, else each call a stream of its own on a shared connection, as Envoy)")
+	fs.IntVar(&o.muxConns, "mux-conns", 4, "connections of the grpc-mux entry (raw client, the callers' calls multiplexed on them)")
 	fs.IntVar(&o.rounds, "rounds", 3, "turns of each entry point, per mode")
 	fs.DurationVar(&o.phase, "phase", 5*time.Second, "length of one turn")
 	fs.BoolVar(&o.closed, "closed", true, "run the closed-loop turns")
 	fs.Float64Var(&o.rate, "rate", 4630, "checks/s of the fixed-rate turns (0: none)")
-	entries := fs.String("entries", "grpc,http", "entry points to run, comma-separated")
+	entries := fs.String("entries", "grpc,grpc-mux,http", "entry points to run, comma-separated: grpc (-grpc-client over -grpc-conns), grpc-mux (raw, -c calls on -mux-conns connections, as an Envoy), http")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results as JSON here")
 	fs.StringVar(&o.timelinePath, "timeline", "", "write the gRPC turns' worst latency per 10 ms of send times here")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "quotad's pid: report its CPU time per check (Linux /proc)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if o.conns < 1 || o.grpcConns < 1 || o.rounds < 1 || o.phase <= 0 {
-		return errors.New("-c, -grpc-conns, -rounds and -phase must be positive")
+	if o.conns < 1 || o.grpcConns < 1 || o.muxConns < 1 || o.rounds < 1 || o.phase <= 0 {
+		return errors.New("-c, -grpc-conns, -mux-conns, -rounds and -phase must be positive")
 	}
 	if o.grpcClient != clientRaw && o.grpcClient != clientGRPCGo {
 		return fmt.Errorf("-grpc-client %q: want raw or grpc-go", o.grpcClient)
 	}
 	for _, e := range strings.Split(*entries, ",") {
-		if e != "grpc" && e != "http" {
-			return fmt.Errorf("-entries: unknown entry point %q (grpc, http)", e)
+		if e != "grpc" && e != "grpc-mux" && e != "http" {
+			return fmt.Errorf("-entries: unknown entry point %q (grpc, grpc-mux, http)", e)
 		}
 		o.entries = append(o.entries, e)
 	}
@@ -108,6 +112,20 @@ func run(args []string, out io.Writer) error {
 		return err
 	}
 	defer g.close()
+	om := o // the grpc-mux entry's
+	om.grpcClient, om.grpcConns = clientRaw, min(o.muxConns, o.conns-1)
+	if o.conns == 1 {
+		om.grpcConns = 1
+	}
+	targets := map[string]*grpcTarget{"grpc": g}
+	if slices.Contains(o.entries, "grpc-mux") {
+		gm, err := newGRPCTarget(om)
+		if err != nil {
+			return err
+		}
+		defer gm.close()
+		targets["grpc-mux"] = gm
+	}
 	var tlOut io.Writer
 	if o.timelinePath != "" {
 		f, err := os.Create(o.timelinePath)
@@ -130,27 +148,28 @@ func run(args []string, out io.Writer) error {
 	}
 	var results []summary
 	for _, rate := range modes {
-		hist := map[string]*hdrhistogram.Histogram{"grpc": newHist(), "http": newHist()}
-		total := map[string]*summary{"grpc": {Entry: "grpc", Rate: rate}, "http": {Entry: "http", Rate: rate}}
+		hist, total := map[string]*hdrhistogram.Histogram{}, map[string]*summary{}
+		for _, e := range o.entries {
+			hist[e], total[e] = newHist(), &summary{Entry: e, Rate: rate}
+		}
 		for round := range o.rounds {
 			seed := uint64(round + 1)
-			// Alternate which goes first so neither always runs on a warmer Redis.
-			order := slices.Clone(o.entries)
-			if round%2 == 1 {
-				slices.Reverse(order)
-			}
+			// Rotate which goes first so none always runs on a warmer Redis.
+			k := round % len(o.entries)
+			order := append(slices.Clone(o.entries[k:]), o.entries[:k]...)
 			for _, entry := range order {
 				var s summary
 				var h *hdrhistogram.Histogram
 				srv0, cli0 := procCPU(o.serverPID), selfCPU()
-				if entry == "grpc" {
+				if gt := targets[entry]; gt != nil {
 					var tl *timeline
 					if tlOut != nil {
 						tl = newTimeline(o.phase)
 					}
-					s, h = g.run(ctx, o, rate, seed, tl)
+					s, h = gt.run(ctx, o, rate, seed, tl)
+					s.Entry = entry
 					if tl != nil {
-						if err := tl.write(tlOut, fmt.Sprintf("round %d grpc %s", round+1, s.mode())); err != nil {
+						if err := tl.write(tlOut, fmt.Sprintf("round %d %s %s", round+1, entry, s.mode())); err != nil {
 							return err
 						}
 					}
@@ -161,7 +180,7 @@ func run(args []string, out io.Writer) error {
 					}
 				}
 				s.ServerCPUSec, s.ClientCPUSec = (procCPU(o.serverPID) - srv0).Seconds(), (selfCPU() - cli0).Seconds()
-				fmt.Fprintf(out, "round %d %-4s %s\n", round+1, entry, s.line())
+				fmt.Fprintf(out, "round %d %-8s %s\n", round+1, entry, s.line())
 				hist[entry].Merge(h)
 				total[entry].add(s)
 			}
@@ -169,16 +188,16 @@ func run(args []string, out io.Writer) error {
 		for _, entry := range o.entries {
 			t := total[entry]
 			t.finish(hist[entry])
-			fmt.Fprintf(out, "TOTAL    %-4s %s\n", entry, t.line())
+			fmt.Fprintf(out, "TOTAL    %-8s %s\n", entry, t.line())
 			if len(t.ErrorsByKind) > 0 {
-				fmt.Fprintf(out, "         %-4s errors by kind: %v\n", entry, t.ErrorsByKind)
+				fmt.Fprintf(out, "         %-8s errors by kind: %v\n", entry, t.ErrorsByKind)
 			}
 			results = append(results, *t)
 		}
 	}
 	if o.jsonPath != "" {
 		b, _ := json.MarshalIndent(map[string]any{"options": map[string]any{
-			"connections": o.conns, "grpc_client": o.grpcClient, "grpc_connections": o.grpcConns, "rounds": o.rounds,
+			"connections": o.conns, "grpc_client": o.grpcClient, "grpc_connections": o.grpcConns, "mux_connections": om.grpcConns, "rounds": o.rounds,
 			"phase_s": o.phase.Seconds(), "rate": o.rate,
 		}, "results": results}, "", "  ")
 		return os.WriteFile(o.jsonPath, append(b, '\n'), 0o644)

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -182,5 +186,43 @@ func TestGRPCTurn_MultiplexedCountsDecisionsAndErrors(t *testing.T) {
 		case domain == "bad" && s.ErrorsByKind["grpc_InvalidArgument"] != s.Checks:
 			t.Fatalf("%+v: want every call an INVALID_ARGUMENT error", s)
 		}
+	}
+}
+
+// A run takes turns between the entries it is given, the grpc-mux entry
+// included, and reports each under its own name.
+func TestRun_ReportsEachEntryItTakesTurnsWith(t *testing.T) {
+	_, addr := serveFake(t)
+	dir := t.TempDir()
+	var out bytes.Buffer
+	args := []string{"-grpc", addr, "-entries", "grpc,grpc-mux", "-c", "4", "-grpc-conns", "4", "-mux-conns", "2",
+		"-rounds", "2", "-phase", "100ms", "-rate", "0", "-json", dir + "/r.json", "-timeline", dir + "/t.txt"}
+	if err := run(args, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"round 1 grpc ", "round 1 grpc-mux ", "round 2 grpc-mux ", "round 2 grpc ", "TOTAL    grpc ", "TOTAL    grpc-mux "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in\n%s", want, out.String())
+		}
+	}
+	b, err := os.ReadFile(dir + "/r.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Options struct {
+			MuxConnections int `json:"mux_connections"`
+		} `json:"options"`
+		Results []summary `json:"results"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Results) != 2 || r.Results[0].Entry != "grpc" || r.Results[1].Entry != "grpc-mux" || r.Results[1].Checks == 0 || r.Options.MuxConnections != 2 {
+		t.Fatalf("results %+v", r)
+	}
+	tl, err := os.ReadFile(dir + "/t.txt")
+	if err != nil || !strings.Contains(string(tl), "round 2 grpc-mux closed loop\t") {
+		t.Fatalf("timeline: %v\n%.300s", err, tl)
 	}
 }
