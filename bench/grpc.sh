@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench/grpc.sh — make bench-grpc: quotad's Envoy rate limit service
 # (ShouldRateLimit over gRPC, the platform's two descriptors) against its own
-# POST /v1/check, same keys, same quotad, taking turns (bench/grpcbench).
+# POST /v1/check, same keys, same quotad, taking turns (bench/grpcbench):
+# gRPC one call at a time on each of 64 connections ("grpc") and 64 calls
+# multiplexed on 4 connections as an Envoy ("grpc-mux").
 # quotad runs with its defaults, deploy/rules.yaml and
 # QUOTA_ENVOY_CONFIG=deploy/envoy/ratelimit.yaml (the same two limits).
 # Environment:
@@ -11,7 +13,8 @@
 #   BENCH_LISTEN       quotad's QUOTA_LISTEN          (default 127.0.0.1:18090)
 #   BENCH_GRPC_LISTEN  quotad's QUOTA_GRPC_LISTEN     (default 127.0.0.1:18091)
 #   GRPCBENCH_ARGS     extra grpcbench flags (e.g. "-rounds 5 -phase 10s", "-closed=false
-#                      -entries grpc", or grpc-go's client: "-grpc-client grpc-go -grpc-conns 4")
+#                      -entries grpc,http", "-mux-conns 2", "-timeline FILE", or
+#                      grpc-go's client: "-grpc-client grpc-go -grpc-conns 4")
 # Writes $BENCH_OUT/grpcbench.txt, grpcbench.json and quotad-grpc.log.
 set -euo pipefail
 

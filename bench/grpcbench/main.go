@@ -12,7 +12,9 @@
 // generator shares with quotad, a costly client takes the server's CPU
 // and the comparison measures the clients. -grpc-client grpc-go uses
 // grpc-go's client instead, with the callers spread over -grpc-conns
-// connections.
+// connections. The grpc-mux entry is the raw client with the callers'
+// calls multiplexed on -mux-conns connections, the way Envoy's rate limit
+// filter shares one connection per worker thread.
 package main
 
 import (
@@ -45,12 +47,14 @@ type options struct {
 	url, grpcAddr, domain string
 	grpcClient            string
 	conns, grpcConns      int
+	muxConns              int
 	rounds                int
 	phase                 time.Duration
 	rate                  float64
 	closed                bool
 	entries               []string
 	jsonPath              string
+	timelinePath          string
 	serverPID             int
 }
 
@@ -76,28 +80,30 @@ func run(args []string, out io.Writer) error {
 	fs.StringVar(&o.url, "url", "http://127.0.0.1:18090", "quotad's HTTP base URL")
 	fs.StringVar(&o.grpcAddr, "grpc", "127.0.0.1:18091", "quotad's gRPC address")
 	fs.StringVar(&o.domain, "domain", "platform", "envoy domain of the two platform descriptors")
-	fs.IntVar(&o.conns, "c", 64, "concurrent requests of each entry point (one connection each, but with -grpc-client grpc-go)")
-	fs.StringVar(&o.grpcClient, "grpc-client", clientRaw, "gRPC client: raw (lean, one HTTP/2 connection per caller) or grpc-go")
-	fs.IntVar(&o.grpcConns, "grpc-conns", 64, "with -grpc-client grpc-go: connections the concurrent requests are spread over")
+	fs.IntVar(&o.conns, "c", 64, "concurrent requests of each entry point (HTTP: one connection each)")
+	fs.StringVar(&o.grpcClient, "grpc-client", clientRaw, "gRPC client: raw (lean) or grpc-go")
+	fs.IntVar(&o.grpcConns, "grpc-conns", 64, "HTTP/2 connections the concurrent gRPC requests are spread over (raw: one call at a time on each when as many as -c, else each call a stream of its own on a shared connection, as Envoy)")
+	fs.IntVar(&o.muxConns, "mux-conns", 4, "connections of the grpc-mux entry (raw client, the callers' calls multiplexed on them)")
 	fs.IntVar(&o.rounds, "rounds", 3, "turns of each entry point, per mode")
 	fs.DurationVar(&o.phase, "phase", 5*time.Second, "length of one turn")
 	fs.BoolVar(&o.closed, "closed", true, "run the closed-loop turns")
 	fs.Float64Var(&o.rate, "rate", 4630, "checks/s of the fixed-rate turns (0: none)")
-	entries := fs.String("entries", "grpc,http", "entry points to run, comma-separated")
+	entries := fs.String("entries", "grpc,grpc-mux,http", "entry points to run, comma-separated: grpc (-grpc-client over -grpc-conns), grpc-mux (raw, -c calls on -mux-conns connections, as an Envoy), http")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results as JSON here")
+	fs.StringVar(&o.timelinePath, "timeline", "", "write the gRPC turns' worst latency per 10 ms of send times here")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "quotad's pid: report its CPU time per check (Linux /proc)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if o.conns < 1 || o.grpcConns < 1 || o.rounds < 1 || o.phase <= 0 {
-		return errors.New("-c, -grpc-conns, -rounds and -phase must be positive")
+	if o.conns < 1 || o.grpcConns < 1 || o.muxConns < 1 || o.rounds < 1 || o.phase <= 0 {
+		return errors.New("-c, -grpc-conns, -mux-conns, -rounds and -phase must be positive")
 	}
 	if o.grpcClient != clientRaw && o.grpcClient != clientGRPCGo {
 		return fmt.Errorf("-grpc-client %q: want raw or grpc-go", o.grpcClient)
 	}
 	for _, e := range strings.Split(*entries, ",") {
-		if e != "grpc" && e != "http" {
-			return fmt.Errorf("-entries: unknown entry point %q (grpc, http)", e)
+		if e != "grpc" && e != "grpc-mux" && e != "http" {
+			return fmt.Errorf("-entries: unknown entry point %q (grpc, grpc-mux, http)", e)
 		}
 		o.entries = append(o.entries, e)
 	}
@@ -106,6 +112,29 @@ func run(args []string, out io.Writer) error {
 		return err
 	}
 	defer g.close()
+	om := o // the grpc-mux entry's
+	om.grpcClient, om.grpcConns = clientRaw, min(o.muxConns, o.conns-1)
+	if o.conns == 1 {
+		om.grpcConns = 1
+	}
+	targets := map[string]*grpcTarget{"grpc": g}
+	if slices.Contains(o.entries, "grpc-mux") {
+		gm, err := newGRPCTarget(om)
+		if err != nil {
+			return err
+		}
+		defer gm.close()
+		targets["grpc-mux"] = gm
+	}
+	var tlOut io.Writer
+	if o.timelinePath != "" {
+		f, err := os.Create(o.timelinePath)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		tlOut = f
+	}
 	ctx := context.Background()
 	var modes []float64
 	if o.closed {
@@ -119,21 +148,31 @@ func run(args []string, out io.Writer) error {
 	}
 	var results []summary
 	for _, rate := range modes {
-		hist := map[string]*hdrhistogram.Histogram{"grpc": newHist(), "http": newHist()}
-		total := map[string]*summary{"grpc": {Entry: "grpc", Rate: rate}, "http": {Entry: "http", Rate: rate}}
+		hist, total := map[string]*hdrhistogram.Histogram{}, map[string]*summary{}
+		for _, e := range o.entries {
+			hist[e], total[e] = newHist(), &summary{Entry: e, Rate: rate}
+		}
 		for round := range o.rounds {
 			seed := uint64(round + 1)
-			// Alternate which goes first so neither always runs on a warmer Redis.
-			order := slices.Clone(o.entries)
-			if round%2 == 1 {
-				slices.Reverse(order)
-			}
+			// Rotate which goes first so none always runs on a warmer Redis.
+			k := round % len(o.entries)
+			order := append(slices.Clone(o.entries[k:]), o.entries[:k]...)
 			for _, entry := range order {
 				var s summary
 				var h *hdrhistogram.Histogram
 				srv0, cli0 := procCPU(o.serverPID), selfCPU()
-				if entry == "grpc" {
-					s, h = g.run(ctx, o, rate, seed)
+				if gt := targets[entry]; gt != nil {
+					var tl *timeline
+					if tlOut != nil {
+						tl = newTimeline(o.phase)
+					}
+					s, h = gt.run(ctx, o, rate, seed, tl)
+					s.Entry = entry
+					if tl != nil {
+						if err := tl.write(tlOut, fmt.Sprintf("round %d %s %s", round+1, entry, s.mode())); err != nil {
+							return err
+						}
+					}
 				} else {
 					s, h, err = runHTTP(ctx, o, rate, seed)
 					if err != nil {
@@ -141,7 +180,7 @@ func run(args []string, out io.Writer) error {
 					}
 				}
 				s.ServerCPUSec, s.ClientCPUSec = (procCPU(o.serverPID) - srv0).Seconds(), (selfCPU() - cli0).Seconds()
-				fmt.Fprintf(out, "round %d %-4s %s\n", round+1, entry, s.line())
+				fmt.Fprintf(out, "round %d %-8s %s\n", round+1, entry, s.line())
 				hist[entry].Merge(h)
 				total[entry].add(s)
 			}
@@ -149,16 +188,16 @@ func run(args []string, out io.Writer) error {
 		for _, entry := range o.entries {
 			t := total[entry]
 			t.finish(hist[entry])
-			fmt.Fprintf(out, "TOTAL    %-4s %s\n", entry, t.line())
+			fmt.Fprintf(out, "TOTAL    %-8s %s\n", entry, t.line())
 			if len(t.ErrorsByKind) > 0 {
-				fmt.Fprintf(out, "         %-4s errors by kind: %v\n", entry, t.ErrorsByKind)
+				fmt.Fprintf(out, "         %-8s errors by kind: %v\n", entry, t.ErrorsByKind)
 			}
 			results = append(results, *t)
 		}
 	}
 	if o.jsonPath != "" {
 		b, _ := json.MarshalIndent(map[string]any{"options": map[string]any{
-			"connections": o.conns, "grpc_client": o.grpcClient, "grpc_connections": o.grpcConns, "rounds": o.rounds,
+			"connections": o.conns, "grpc_client": o.grpcClient, "grpc_connections": o.grpcConns, "mux_connections": om.grpcConns, "rounds": o.rounds,
 			"phase_s": o.phase.Seconds(), "rate": o.rate,
 		}, "results": results}, "", "  ")
 		return os.WriteFile(o.jsonPath, append(b, '\n'), 0o644)
@@ -212,11 +251,15 @@ func (s *summary) finish(h *hdrhistogram.Histogram) {
 	s.P50Ms, s.P99Ms, s.P999Ms, s.MaxMs = ms(50), ms(99), ms(99.9), float64(h.Max())/1000
 }
 
-func (s *summary) line() string {
-	mode := "closed loop"
+// mode is "closed loop" or "at R/s".
+func (s *summary) mode() string {
 	if s.Rate > 0 {
-		mode = "at " + strconv.FormatFloat(s.Rate, 'f', 0, 64) + "/s"
+		return "at " + strconv.FormatFloat(s.Rate, 'f', 0, 64) + "/s"
 	}
+	return "closed loop"
+}
+
+func (s *summary) line() string {
 	perCheck := func(sec float64) float64 {
 		if s.Checks == 0 {
 			return 0
@@ -224,7 +267,7 @@ func (s *summary) line() string {
 		return sec * 1e6 / float64(s.Checks)
 	}
 	return fmt.Sprintf("%-11s %6.0f checks/s  p50 %7.2f ms  p99 %7.2f ms  p99.9 %7.2f ms  max %7.2f ms  CPU/check: quotad %4.0f µs, client %4.0f µs  errors %d  denied %d",
-		mode, s.ChecksPerSec, s.P50Ms, s.P99Ms, s.P999Ms, s.MaxMs, perCheck(s.ServerCPUSec), perCheck(s.ClientCPUSec), s.Errors, s.Denied)
+		s.mode(), s.ChecksPerSec, s.P50Ms, s.P99Ms, s.P999Ms, s.MaxMs, perCheck(s.ServerCPUSec), perCheck(s.ClientCPUSec), s.Errors, s.Denied)
 }
 
 // runHTTP is one turn of POST /v1/check through loadgen (what make bench's
@@ -248,7 +291,8 @@ func runHTTP(ctx context.Context, o options, rate float64, seed uint64) (summary
 // as loadgen keeps its within a run.
 type grpcTarget struct {
 	domain  string
-	raw     []*rawGRPC // -grpc-client raw: one per caller
+	raw     []*rawGRPC // -grpc-client raw, -grpc-conns ≥ -c: one per caller
+	mux     []*rawMux  // -grpc-client raw, -grpc-conns < -c: shared
 	conns   []*grpc.ClientConn
 	clients []rlsv3.RateLimitServiceClient
 }
@@ -257,6 +301,12 @@ func newGRPCTarget(o options) (*grpcTarget, error) {
 	g := &grpcTarget{domain: o.domain}
 	if o.grpcClient == clientRaw {
 		t := newRawGRPCTarget(o.grpcAddr, callTimeout)
+		if o.grpcConns < o.conns {
+			for range o.grpcConns {
+				g.mux = append(g.mux, newRawMux(t))
+			}
+			return g, nil
+		}
 		for range o.conns {
 			g.raw = append(g.raw, newRawGRPC(t))
 		}
@@ -279,6 +329,9 @@ func (g *grpcTarget) close() {
 	for _, c := range g.raw {
 		c.close()
 	}
+	for _, m := range g.mux {
+		m.close()
+	}
 	for _, c := range g.conns {
 		c.Close()
 	}
@@ -287,6 +340,14 @@ func (g *grpcTarget) close() {
 // caller is caller i's ShouldRateLimit with the platform's two
 // descriptors of values v.
 func (g *grpcTarget) caller(ctx context.Context, i int) func(v *platformValues) (grpcAnswer, error) {
+	if g.mux != nil {
+		k := newMuClient(g.mux[i%len(g.mux)])
+		var msg []byte
+		return func(v *platformValues) (grpcAnswer, error) {
+			msg = appendRequest(msg[:0], g.domain, v)
+			return k.call(msg)
+		}
+	}
 	if g.raw != nil {
 		c := g.raw[i]
 		var msg []byte
@@ -328,11 +389,15 @@ func grpcErrorKind(err error) string {
 // draws them for the same seed. At a fixed rate each request has an
 // intended start and its latency counts from there (no coordinated
 // omission), as loadgen's open loop does. A call counts as an error unless
-// it is answered OK or OVER_LIMIT with one status per descriptor.
-func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint64) (summary, *hdrhistogram.Histogram) {
+// it is answered OK or OVER_LIMIT with one status per descriptor. tl (nil:
+// none) keeps the worst latency per step of start times.
+func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint64, tl *timeline) (summary, *hdrhistogram.Histogram) {
 	keys := loadgen.DefaultConfig().Keys
 	start := time.Now()
 	end := start.Add(o.phase)
+	if tl != nil {
+		tl.start = start
+	}
 	var interval time.Duration
 	if rate > 0 {
 		interval = time.Duration(float64(time.Second) / rate)
@@ -361,7 +426,9 @@ func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint
 				}
 				v.set(src.Next())
 				a, err := call(&v)
-				_ = hists[i].RecordValue(max(1, time.Since(t0).Microseconds()))
+				lat := time.Since(t0)
+				_ = hists[i].RecordValue(max(1, lat.Microseconds()))
+				tl.record(t0, lat)
 				kind := ""
 				switch {
 				case err != nil:
@@ -376,7 +443,12 @@ func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint
 				if kind != "" {
 					errs.Add(1)
 					kinds[i][kind]++
-					time.Sleep(10 * time.Millisecond)
+					// As loadgen: a closed loop backs off after a failure, an
+					// open loop keeps its schedule (a pause there would make
+					// the calls after it late by the pause).
+					if interval == 0 {
+						time.Sleep(10 * time.Millisecond)
+					}
 				}
 				checks.Add(1)
 			}
@@ -431,4 +503,52 @@ func selfCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// timelineStep is the width of a timeline's windows of start times.
+const timelineStep = 10 * time.Millisecond
+
+// timeline is a turn's worst latency among the calls meant to start in
+// each timelineStep. It tells a tail's shapes apart: a stall followed by a
+// queue that drains at the spare capacity is a step and then a slope;
+// calls slow one by one are scattered spikes.
+type timeline struct {
+	start time.Time
+	worst []atomic.Int64 // ns
+}
+
+func newTimeline(phase time.Duration) *timeline {
+	return &timeline{worst: make([]atomic.Int64, int(phase/timelineStep)+1)}
+}
+
+// record keeps lat if it is the worst of the window of t0; nil records nothing.
+func (t *timeline) record(t0 time.Time, lat time.Duration) {
+	if t == nil {
+		return
+	}
+	d := t0.Sub(t.start)
+	if d < 0 || d/timelineStep >= time.Duration(len(t.worst)) {
+		return
+	}
+	i := int(d / timelineStep)
+	for w := &t.worst[i]; ; {
+		old := w.Load()
+		if int64(lat) <= old || w.CompareAndSwap(old, int64(lat)) {
+			return
+		}
+	}
+}
+
+// write appends one line per window that had a call: label, the window's
+// start (ms into the turn) and its worst latency (ms).
+func (t *timeline) write(w io.Writer, label string) error {
+	for i := range t.worst {
+		if v := t.worst[i].Load(); v > 0 {
+			ms := time.Duration(i) * timelineStep / time.Millisecond
+			if _, err := fmt.Fprintf(w, "%s\t%d\t%.3f\n", label, ms, float64(v)/1e6); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

@@ -513,8 +513,10 @@ func (c *rawGRPC) readBlock(f *http2.HeadersFrame) error {
 }
 
 // emit keeps the fields of the answer's header blocks the client checks.
-func (c *rawGRPC) emit(f hpack.HeaderField) {
-	h := &c.h
+func (c *rawGRPC) emit(f hpack.HeaderField) { c.h.emit(f) }
+
+// emit keeps f if it is a field the client checks.
+func (h *answerHead) emit(f hpack.HeaderField) {
 	switch f.Name {
 	case ":status":
 		if h.blocks == 1 {
@@ -539,7 +541,12 @@ func (c *rawGRPC) answer() (grpcAnswer, error) {
 		}
 		c.recvUnacked = 0
 	}
-	h := &c.h
+	return checkAnswer(&c.h, c.resp)
+}
+
+// checkAnswer checks an ended stream's headers, status and message (resp,
+// its DATA).
+func checkAnswer(h *answerHead, resp []byte) (grpcAnswer, error) {
 	if h.status != "200" {
 		return grpcAnswer{}, &malformedGRPCError{"HTTP status " + strconv.Quote(h.status)}
 	}
@@ -556,7 +563,7 @@ func (c *rawGRPC) answer() (grpcAnswer, error) {
 		}
 		return grpcAnswer{}, &grpcStatusError{code: codes.Code(n), msg: h.grpcMessage}
 	}
-	b := c.resp
+	b := resp
 	if len(b) < 5 || binary.BigEndian.Uint32(b[1:5]) != uint32(len(b)-5) {
 		return grpcAnswer{}, &malformedGRPCError{"not exactly one length-prefixed message"}
 	}

@@ -299,7 +299,7 @@ func TestGRPCTurn_CountsDecisionsAndErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, h := g.run(context.Background(), o, 0, 1)
+			s, h := g.run(context.Background(), o, 0, 1, nil)
 			g.close()
 			if s.Checks == 0 || h.TotalCount() != s.Checks {
 				t.Fatalf("%s %s: %d checks, %d latencies", client, domain, s.Checks, h.TotalCount())
@@ -316,4 +316,55 @@ func TestGRPCTurn_CountsDecisionsAndErrors(t *testing.T) {
 			}
 		}
 	}
+}
+
+// An open-loop turn keeps its schedule when calls fail (no pause after a
+// failure, as loadgen's open loop), so the failures' latencies are not
+// inflated by the client's own back-off.
+func TestGRPCTurn_OpenLoopKeepsItsScheduleAfterFailures(t *testing.T) {
+	_, addr := serveFake(t)
+	const rate, phase = 2000.0, 300 * time.Millisecond
+	o := options{grpcAddr: addr, domain: "bad", grpcClient: clientRaw, conns: 4, grpcConns: 4, phase: phase}
+	g, err := newGRPCTarget(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.close()
+	s, _ := g.run(context.Background(), o, rate, 1, nil)
+	// With a 10 ms pause per failure, 4 callers could make at most 120.
+	if want := int64(rate * phase.Seconds()); s.Errors != s.Checks || s.Checks < want*3/4 {
+		t.Fatalf("%d calls (%d errors), want about %d, all failed", s.Checks, s.Errors, want)
+	}
+}
+
+func TestTimeline_KeepsTheWorstLatencyOfEachWindow(t *testing.T) {
+	start := time.Unix(1000, 0)
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		calls []struct{ at, lat time.Duration }
+		want  string
+	}{
+		{"one call", []struct{ at, lat time.Duration }{{5 * ms, 2 * ms}}, "r\t0\t2.000\n"},
+		{"the worst of a window", []struct{ at, lat time.Duration }{{1 * ms, 3 * ms}, {9 * ms, 7 * ms}, {2 * ms, 1 * ms}}, "r\t0\t7.000\n"},
+		{"windows apart, empty ones left out", []struct{ at, lat time.Duration }{{1 * ms, 1 * ms}, {35 * ms, 120 * ms}}, "r\t0\t1.000\nr\t30\t120.000\n"},
+		{"outside the turn ignored", []struct{ at, lat time.Duration }{{-1 * ms, 9 * ms}, {time.Hour, 9 * ms}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tl := newTimeline(100 * ms)
+			tl.start = start
+			for _, c := range tc.calls {
+				tl.record(start.Add(c.at), c.lat)
+			}
+			var b bytes.Buffer
+			if err := tl.write(&b, "r"); err != nil {
+				t.Fatal(err)
+			}
+			if b.String() != tc.want {
+				t.Fatalf("got %q, want %q", b.String(), tc.want)
+			}
+		})
+	}
+	var none *timeline
+	none.record(start, ms) // a turn without a timeline records nothing, and does not panic
 }
