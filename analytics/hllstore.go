@@ -7,15 +7,11 @@ import (
 	"github.com/golang/snappy"
 )
 
-// usage_uniques.registers holds a HyperLogLog's Redis value as GET returns
-// it (it starts "HYLL"), or that value snappy-compressed when that is
-// shorter: a dense HyperLogLog of a few hundred users, which Redis makes
-// at HLLDenseAt (hlldense.go), is 12 KB of mostly zero registers
-// (BenchmarkPackedRegisters: the bytes stored by users). A snappy
-// block never starts "HYLL": after its one-byte length ('H') comes a
-// literal's tag, whose low bits are 00 ('Y' is 0x59). So rows saved before
-// compression read back as they are.
-
+// usage_uniques.registers holds a HyperLogLog's Redis value (it starts
+// "HYLL"), snappy-compressed when that is shorter (a dense key is 12 KB of
+// mostly zeros). A snappy block never starts "HYLL" (after its length byte
+// 'H' comes a literal's tag, low bits 00; 'Y' is 0x59), so rows saved raw
+// read back as they are.
 var hllMagic = []byte("HYLL")
 
 // packRegisters is v as usage_uniques stores it.

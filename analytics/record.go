@@ -33,15 +33,6 @@ type liveRows struct {
 	counts []Counts
 }
 
-func (r *liveRows) len() int { return len(r.keys) }
-
-// each calls f for each row.
-func (r *liveRows) each(f func(k liveKey, c Counts)) {
-	for i, k := range r.keys {
-		f(k, r.counts[i])
-	}
-}
-
 type liveKey struct {
 	id  rowID // a copy of the call's app, interface and user (not the request's strings)
 	min int64 // Unix seconds of the minute's start
@@ -80,8 +71,7 @@ func (r *Recorder) Record(appID, interfaceID, userID string, allowed bool) {
 // record adds one call of minute m; false: the shard is full and the call
 // is dropped.
 func (r *Recorder) record(m int64, appID, interfaceID, userID string, allowed bool) bool {
-	// The id is built on the stack (ids longer than the buffer spill to the
-	// heap) and looked up as bytes: a call to an existing row allocates
+	// The id is built on the stack: a call to an existing row allocates
 	// nothing, a new row copies its id.
 	var buf [192]byte
 	id := appendRowID(buf[:0], appID, interfaceID, userID)
@@ -110,9 +100,8 @@ func (r *Recorder) record(m int64, appID, interfaceID, userID string, allowed bo
 	return true
 }
 
-// take empties shard i and returns its rows (caller holds its mu). The
-// shard takes over the spare map of the previous take, so that a flush
-// allocates no map anew; give the rows back with putBack once folded.
+// take empties shard i and returns its rows (caller holds its mu); the
+// shard takes over the spare of the previous take (putBack).
 func (r *Recorder) take(i int) liveRows {
 	s := &r.shards[i]
 	rows := s.rows
@@ -136,11 +125,11 @@ func (r *Recorder) scan(app string, f func(k liveKey, c Counts)) {
 	for i := range r.shards {
 		s := &r.shards[i]
 		s.mu.Lock()
-		s.rows.each(func(k liveKey, c Counts) {
+		for j, k := range s.rows.keys {
 			if k.id.app() == app {
-				f(k, c)
+				f(k, s.rows.counts[j])
 			}
-		})
+		}
 		s.mu.Unlock()
 	}
 }

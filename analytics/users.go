@@ -45,15 +45,14 @@ var (
 // insertChunks writes chunks into table, a batch (batchID: not written to
 // the sealed table).
 func (u *userFigures) insertChunks(ctx context.Context, tx *sql.Tx, pace *pacer, table chunkTable, batchID [16]byte, chunks []userChunk) error {
-	var days dayStrings
 	return insertRows(ctx, tx, pace, u.met, u.perStatement, table.insertTable, len(chunks),
 		func(i int) int { return len(chunks[i].body) },
 		func(args []any, i int) []any {
 			c := &chunks[i]
 			if table.sealed {
-				return append(args, days.of(c.day), c.app, c.part, c.seq, c.entries, c.body)
+				return append(args, c.day.String(), c.app, c.part, c.seq, c.entries, c.body)
 			}
-			return append(args, days.of(c.day), c.app, c.part, batchID[:], c.seq, c.level, c.entries, c.body)
+			return append(args, c.day.String(), c.app, c.part, batchID[:], c.seq, c.level, c.entries, c.body)
 		})
 }
 

@@ -9,30 +9,20 @@ import (
 )
 
 // Once a UTC day is over, Rollup seals each app's per-user figures of it:
-// the day's chunks of every level (and the day's sealed chunks, when a
-// late flush added to a sealed day) merged into one batch of
-// usage_user_sealed (sql/007_user_sealed.sql), entries summed per (user,
-// interface) and cut into parts as a merge cuts them. A query for one user
-// of a sealed day reads the chunks of its part, of one batch.
-//
-// It used to fold them into usage_user_daily, one upserted row per
-// (user, interface) of the day. With keys spread like make bench's nearly
-// every call is one, and an upserted row costs MariaDB many times what an
-// entry of a chunk does: all of it after midnight UTC, on the check
-// path's cores, for hours at full load. A seal rewrites each entry once,
-// as one more merge level does (BenchmarkSealDay).
+// the day's chunks of every level (and its sealed chunks, when a late flush
+// added to a sealed day) merged into one batch of usage_user_sealed, cut
+// into parts as a merge cuts them. It used to fold them into
+// usage_user_daily rows, which cost MariaDB many times more an entry
+// (BenchmarkSealDay).
 
-// seal seals every (day, app) with chunks of a day before today,
-// one per transaction, so a crash neither loses nor doubles a figure and a
-// second run finds nothing to do. It rests as the flush does (FlushDuty).
-// It returns the (day, app) pairs sealed.
+// seal seals every (day, app) with chunks of a day before today, one per
+// transaction, resting as the flush does, and returns the pairs sealed.
 func (u *userFigures) seal(ctx context.Context, conn *sql.Conn, today Day) (int, error) {
 	pace := newPacer(u.duty, time.Now().Add(time.Hour), nil)
 	var m chunkMerge // the merges' working set, reused
 	var errs []error
 	sealed := 0
-	// A cursor, so that a (day, app) that fails (a corrupt chunk) is
-	// reported and passed over, not tried again and again before the others.
+	// A cursor: a (day, app) that fails (a corrupt chunk) is passed over.
 	d, app := "1000-01-01", "" // before any day
 	for {
 		var next []byte
@@ -62,8 +52,7 @@ WHERE day < ? AND (day, app_id) > (?, ?) ORDER BY day, app_id LIMIT 1`,
 }
 
 // sealAppDay replaces app's chunks of day, today's and sealed, with one
-// sealed batch of the same entries summed (rewriteChunks). A late flush
-// writing a chunk of the day meanwhile waits for the seal's commit.
+// sealed batch of the same entries summed.
 func (u *userFigures) sealAppDay(ctx context.Context, conn *sql.Conn, pace *pacer, m *chunkMerge, day Day, app string) error {
 	return u.rewriteChunks(ctx, conn, pace, m, chunkRewrite{
 		from:  []chunkTable{todayChunks, sealedChunks},
