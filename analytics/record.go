@@ -33,6 +33,13 @@ type liveRows struct {
 	counts []Counts
 }
 
+// each calls f for each row.
+func (r *liveRows) each(f func(k liveKey, c Counts)) {
+	for i, k := range r.keys {
+		f(k, r.counts[i])
+	}
+}
+
 type liveKey struct {
 	id  rowID // a copy of the call's app, interface and user (not the request's strings)
 	min int64 // Unix seconds of the minute's start
@@ -125,11 +132,11 @@ func (r *Recorder) scan(app string, f func(k liveKey, c Counts)) {
 	for i := range r.shards {
 		s := &r.shards[i]
 		s.mu.Lock()
-		for j, k := range s.rows.keys {
+		s.rows.each(func(k liveKey, c Counts) {
 			if k.id.app() == app {
-				f(k, s.rows.counts[j])
+				f(k, c)
 			}
-		}
+		})
 		s.mu.Unlock()
 	}
 }
