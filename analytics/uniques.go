@@ -108,53 +108,36 @@ func (u *uniques) send(ctx context.Context, pace *pacer, all bool) error {
 }
 
 // pfaddRuns sends the users of q (sorted by group) to their HyperLogLogs of
-// scope, in pipelines of whole runs of one app-day, resting after each as
-// pace says. It returns how many of q Redis has (a prefix).
+// scope, in pipelines of whole runs of one key, resting after each as pace
+// says. It returns how many of q Redis has (a prefix).
 func (u *uniques) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope uint8) (int, error) {
 	now := u.clk.Now()
 	args := make([]any, 0, pfaddChunk)
 	var expiring []hllKey // keys whose TTL this pipeline sets
-	pfadd := func(pipe redis.Pipeliner, k hllKey, adds []userAdd) int {
-		t := u.touchedKey(k)
-		cmds := 0
-		for c := range slices.Chunk(adds, pfaddChunk) {
-			args = args[:0]
-			for i := range c {
-				args = append(args, c[i].id.user())
-			}
-			pipe.PFAdd(ctx, t.name, args...) // go-redis copies args
-			cmds++
-		}
-		if now.Sub(t.ttlSet) >= u.expireEvery() {
-			pipe.Expire(ctx, t.name, u.opt.HLLTTL)
-			expiring = append(expiring, k)
-			cmds++
-		}
-		return cmds
-	}
 	sent := 0
 	for sent < len(q) {
 		pipe := u.rdb.Pipeline()
 		cmds, hi := 0, sent
 		expiring = expiring[:0]
 		for hi < len(q) && cmds < pipelineChunk {
-			// Runs compare the ids' first bytes, through the app or the
-			// interface: the fields are length-prefixed, so equal bytes
-			// are equal fields.
-			app, appEnd := rowField(q[hi].id, 0)
-			end := runEnd(q, hi, func(a, b *userAdd) bool {
-				return a.group>>24 == b.group>>24 && a.day == b.day && hasPrefix(b.id, a.id[:appEnd])
-			})
-			if scope == scopeApp {
-				cmds += pfadd(pipe, hllKey{app: app, scope: scopeApp, day: q[hi].day}, q[hi:end])
-				hi = end
-				continue
+			k := q[hi].key(scope)
+			end := hi + 1
+			for end < len(q) && q[end].key(scope) == k {
+				end++
 			}
-			for lo := hi; lo < end; {
-				iface, ifaceEnd := rowField(q[lo].id, appEnd)
-				iend := runEnd(q[:end], lo, func(a, b *userAdd) bool { return a.group == b.group && hasPrefix(b.id, a.id[:ifaceEnd]) })
-				cmds += pfadd(pipe, hllKey{app: app, iface: iface, scope: scopeIface, day: q[lo].day}, q[lo:iend])
-				lo = iend
+			t := u.touchedKey(k)
+			for c := range slices.Chunk(q[hi:end], pfaddChunk) {
+				args = args[:0]
+				for i := range c {
+					args = append(args, c[i].id.user())
+				}
+				pipe.PFAdd(ctx, t.name, args...) // go-redis copies args
+				cmds++
+			}
+			if now.Sub(t.ttlSet) >= u.expireEvery() {
+				pipe.Expire(ctx, t.name, u.opt.HLLTTL)
+				expiring = append(expiring, k)
+				cmds++
 			}
 			hi = end
 		}
@@ -220,17 +203,13 @@ func (u *uniques) touchedKey(k hllKey) *touchedHLL {
 // lives without one, without an EXPIRE beside every PFADD.
 func (u *uniques) expireEvery() time.Duration { return min(time.Hour, u.opt.HLLTTL/4) }
 
-// hasPrefix reports whether id begins with prefix.
-func hasPrefix(id, prefix rowID) bool { return len(id) >= len(prefix) && id[:len(prefix)] == prefix }
-
-// runEnd is the end of the run of q's elements from i that same says are
-// alike.
-func runEnd(q []userAdd, i int, same func(a, b *userAdd) bool) int {
-	j := i + 1
-	for j < len(q) && same(&q[i], &q[j]) {
-		j++
+// key is the HyperLogLog of scope that a adds to.
+func (a *userAdd) key(scope uint8) hllKey {
+	app, iface, _ := a.id.split()
+	if scope == scopeApp {
+		iface = ""
 	}
-	return j
+	return hllKey{app: app, iface: iface, scope: scope, day: a.day}
 }
 
 // dropQueued moves the first n queued adds, whose app-level add Redis has,
