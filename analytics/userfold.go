@@ -72,22 +72,18 @@ func (u *userFigures) merge(ctx context.Context, conn *sql.Conn, today Day) (int
 // appsToMerge lists the apps with at least mergeThreshold(level) batches
 // of level on day.
 func appsToMerge(ctx context.Context, conn *sql.Conn, day Day, level uint8) ([]string, error) {
-	rows, err := conn.QueryContext(ctx,
-		"SELECT app_id FROM usage_user_chunks WHERE day = ? AND level = ? GROUP BY app_id HAVING COUNT(DISTINCT batch_id) >= ?",
-		day.String(), level, mergeThreshold(level))
-	if err != nil {
-		return nil, fmt.Errorf("level-%d user chunks to merge: %w", level, err)
-	}
-	defer rows.Close()
 	var apps []string
-	for rows.Next() {
-		var app []byte
-		if err := rows.Scan(&app); err != nil {
-			return nil, fmt.Errorf("level-%d user chunks to merge: %w", level, err)
-		}
-		apps = append(apps, string(app))
-	}
-	if err := rows.Err(); err != nil {
+	err := eachRow(ctx, conn,
+		"SELECT app_id FROM usage_user_chunks WHERE day = ? AND level = ? GROUP BY app_id HAVING COUNT(DISTINCT batch_id) >= ?",
+		[]any{day.String(), level, mergeThreshold(level)}, func(rows *sql.Rows) error {
+			var app []byte
+			if err := rows.Scan(&app); err != nil {
+				return err
+			}
+			apps = append(apps, string(app))
+			return nil
+		})
+	if err != nil {
 		return nil, fmt.Errorf("level-%d user chunks to merge: %w", level, err)
 	}
 	return apps, nil
@@ -161,19 +157,11 @@ func (u *userFigures) rewriteChunks(ctx context.Context, conn *sql.Conn, pace *p
 // lockedChunks reads (and locks) the chunk bodies that query selects into
 // m, adding them to what m holds.
 func lockedChunks(ctx context.Context, tx *sql.Tx, m *chunkMerge, query string, args ...any) error {
-	rows, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
+	return eachRow(ctx, tx, query, args, func(rows *sql.Rows) error {
 		var body sql.RawBytes // decoded at once: no copy of the body
 		if err := rows.Scan(&body); err != nil {
 			return err
 		}
-		if err := m.add(body); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+		return m.add(body)
+	})
 }

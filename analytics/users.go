@@ -83,32 +83,24 @@ func userDayStatement(app, user string, day Day) (string, []any) {
 // statements could see them in neither or in both.
 func (u *userFigures) stored(ctx context.Context, db *sql.DB, app, user string, day Day, ifaces map[string]*Counts) error {
 	q, args := userDayStatement(app, user, day)
-	rows, err := db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return fmt.Errorf("per-user figures of %q on %s: %w", app, day, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err := eachRow(ctx, db, q, args, func(rows *sql.Rows) error {
 		var iface string
 		var c Counts
 		var body []byte
 		if err := rows.Scan(&iface, &c.Calls, &c.Allowed, &c.Denied, &body); err != nil {
-			return fmt.Errorf("per-user figures of %q on %s: %w", app, day, err)
+			return err
 		}
 		if body == nil {
 			addTo(ifaces, iface, c)
-			continue
+			return nil
 		}
-		err := eachUserEntry(body, func(u, f string, c Counts) {
+		return eachUserEntry(body, func(u, f string, c Counts) {
 			if u == user {
 				addTo(ifaces, f, c)
 			}
 		})
-		if err != nil {
-			return fmt.Errorf("user chunk of %s on %s: %w", app, day, err)
-		}
-	}
-	if err := rows.Err(); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("per-user figures of %q on %s: %w", app, day, err)
 	}
 	return nil
