@@ -18,6 +18,7 @@
 package analytics
 
 import (
+	"cmp"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -86,40 +87,29 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
-	if o.FlushEvery <= 0 {
-		o.FlushEvery = 15 * time.Second
-	}
-	if o.FlushDuty <= 0 {
-		o.FlushDuty = DefaultFlushDuty
-	}
-	if o.MaxPendingRows <= 0 {
-		o.MaxPendingRows = 2_000_000
-	}
-	if o.MaxPendingRows > math.MaxInt32 { // the Recorder's rows are indexed with 32 bits
-		return o, fmt.Errorf("analytics: MaxPendingRows %d: want at most %d", o.MaxPendingRows, math.MaxInt32)
-	}
-	if o.RowsPerStatement <= 0 {
-		o.RowsPerStatement = 500
-	}
-	if o.HLLTTL <= 0 {
-		o.HLLTTL = 48 * time.Hour
-	}
-	if o.HLLDenseAt == 0 {
-		o.HLLDenseAt = DefaultHLLDenseAt
-	}
-	if o.IfaceUsersEvery <= 0 {
-		o.IfaceUsersEvery = time.Minute
-	}
-	if o.PersistEvery <= 0 {
-		o.PersistEvery = 10 * time.Minute
-	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if o.LiveShards <= 0 {
-		o.LiveShards = 64
+	orDefault(&o.FlushEvery, 15*time.Second)
+	orDefault(&o.FlushDuty, DefaultFlushDuty)
+	orDefault(&o.MaxPendingRows, 2_000_000)
+	orDefault(&o.RowsPerStatement, 500)
+	orDefault(&o.HLLTTL, 48*time.Hour)
+	orDefault(&o.IfaceUsersEvery, time.Minute)
+	orDefault(&o.PersistEvery, 10*time.Minute)
+	orDefault(&o.LiveShards, 64)
+	o.HLLDenseAt = cmp.Or(o.HLLDenseAt, DefaultHLLDenseAt)
+	if o.MaxPendingRows > math.MaxInt32 { // the Recorder's rows are indexed with 32 bits
+		return o, fmt.Errorf("analytics: MaxPendingRows %d: want at most %d", o.MaxPendingRows, math.MaxInt32)
 	}
 	return o, nil
+}
+
+// orDefault sets *v to def unless it is positive.
+func orDefault[T int | float64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // Analytics is the parts New wires together. All are safe for concurrent

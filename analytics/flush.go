@@ -166,10 +166,9 @@ func (f *Flusher) unwrittenApps(set map[string]struct{}) {
 const writeAll int64 = math.MaxInt64
 
 // flush moves the Recorder's counts to the pending rows, adds distinct users
-// to Redis and writes every shard's pending rows, but for the day and curve
-// figures of minutes from hold (Unix seconds; writeAll: none) on. final also
-// persists every touched HyperLogLog (Close). pace (nil: flat out) spreads
-// the work.
+// to Redis and writes every shard's pending rows but the day and curve
+// figures of minutes from hold on (writeAll: none). final also persists
+// every touched HyperLogLog (Close). pace (nil: flat out) spreads the work.
 func (f *Flusher) flush(ctx context.Context, final bool, pace *pacer, hold int64) error {
 	f.flushing.Lock()
 	defer f.flushing.Unlock()
@@ -237,8 +236,7 @@ func (f *Flusher) swapLive(ctx context.Context, pace *pacer) {
 
 // fold adds one of the Recorder's maps to the shards' pending rows and
 // appends the users of the rows that fit to adds (caller holds mu). held
-// is the rows each shard holds; lost counts the calls whose rows did not
-// fit under MaxPendingRows.
+// is the rows each shard holds; lost counts the calls that did not fit.
 func (f *Flusher) fold(rows liveRows, held []int, lost *int64, adds []userAdd) []userAdd {
 	n := len(f.shards)
 	for i, k := range rows.keys {
@@ -290,9 +288,8 @@ func (f *Flusher) writeShards(ctx context.Context, pace *pacer, hold int64) []er
 	return slices.DeleteFunc(errs, func(err error) bool { return err == nil })
 }
 
-// writeShard resolves the shard's uncertain batches, then writes its pending
-// rows but for the day and curve figures of minutes from hold on in one
-// transaction, resting between statements as pace says.
+// writeShard resolves the shard's uncertain batches, then writes its
+// pending rows (but the held minutes) in one transaction.
 func (f *Flusher) writeShard(ctx context.Context, i int, pace *pacer, hold int64) error {
 	sh := f.shards[i]
 	for len(sh.uncertain) > 0 {
@@ -350,9 +347,9 @@ func (f *Flusher) writeShard(ctx context.Context, i int, pace *pacer, hold int64
 	return nil
 }
 
-// holdOpen returns the shard's rows to write: pending, whose minutes from
-// hold on it moves to sh.open (with what a failed write left there before:
-// a minute held then and over now is written this time).
+// holdOpen returns the shard's rows to write: pending, with what a failed
+// write left in sh.open, less the minutes from hold on, which go to
+// sh.open.
 func (f *Flusher) holdOpen(sh *dbShard, hold int64) *rowset {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"hash/maphash"
+	"math/bits"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -54,10 +55,7 @@ type liveShard struct {
 // newRecorder makes o.LiveShards maps (rounded up to a power of two)
 // holding at most o.MaxPendingRows rows together.
 func newRecorder(o Options, met *collectors) *Recorder {
-	n := 1
-	for n < o.LiveShards {
-		n <<= 1
-	}
+	n := 1 << bits.Len(uint(o.LiveShards-1))
 	r := &Recorder{clk: o.Clock, dropped: met.dropped, seed: maphash.MakeSeed(), shards: make([]liveShard, n),
 		mask: uint64(n - 1), maxPer: max(1, o.MaxPendingRows/n), spare: make([]liveRows, n)}
 	for i := range r.shards {

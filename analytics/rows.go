@@ -166,13 +166,11 @@ type userGroup struct {
 	rows []userRow
 }
 
-// rowset is a set of rows to add to the three tables. The per-user rows
-// are only appended, summed and written, so they are lists per (app, day),
-// sorted and summed a group at a time by the write. The usage_daily and
-// usage_series rows of one (app, interface, day) are one ifaceDay, found
-// with one map probe per row folded, which also leads to the (app, day)'s
-// user rows. nUsers counts user rows not yet summed, so the pending bound
-// errs on the safe side.
+// rowset is a set of rows to write. The per-user rows are lists per (app,
+// day), sorted and summed by the write; nUsers counts them unsummed (the
+// pending bound errs on the safe side). The usage_daily and usage_series
+// rows of one (app, interface, day) are one ifaceDay, which also leads to
+// the (app, day)'s user rows: one map probe per row folded.
 type rowset struct {
 	daily   map[dailyKey]*ifaceDay
 	users   map[appDay]*userGroup
@@ -235,35 +233,22 @@ func (r *rowset) next() *rowset {
 
 func (r *rowset) len() int { return r.nSeries + len(r.daily) + r.nUsers }
 
-// ifaceDay returns k's row, which the caller has looked up (cur; nil:
-// none yet, and it is made). A new row's key holds canonical copies of its
-// names (unique.Make), not substrings that keep a row id alive.
+// ifaceDay returns k's row: cur, which the caller has looked up, or else a
+// new one, whose key holds canonical copies of its names (unique.Make), not
+// substrings that keep a row id alive.
 func (r *rowset) ifaceDay(k dailyKey, cur *ifaceDay) *ifaceDay {
 	if cur != nil {
 		return cur
 	}
 	k.app, k.iface = intern(k.app), intern(k.iface)
-	return r.newIfaceDay(k)
-}
-
-// intern is the canonical copy of s.
-func intern(s string) string { return unique.Make(s).Value() }
-
-// ownIfaceDay is ifaceDay for a key of another rowset's row (its strings
-// are copies already).
-func (r *rowset) ownIfaceDay(k dailyKey) *ifaceDay {
-	if d := r.daily[k]; d != nil {
-		return d
-	}
-	return r.newIfaceDay(k)
-}
-
-func (r *rowset) newIfaceDay(k dailyKey) *ifaceDay {
 	d := &ifaceDay{users: r.group(appDay{app: k.app, day: k.day})}
 	d.mins = d.first[:0]
 	r.daily[k] = d
 	return d
 }
+
+// intern is the canonical copy of s.
+func intern(s string) string { return unique.Make(s).Value() }
 
 // add adds c to d's day and to its minute t.
 func (r *rowset) add(d *ifaceDay, t int64, c Counts) {
@@ -289,7 +274,7 @@ func (r *rowset) splitFrom(t0 int64) *rowset {
 				kept = append(kept, m)
 				continue
 			}
-			out.add(out.ownIfaceDay(k), m.t, m.Counts)
+			out.add(out.ifaceDay(k, out.daily[k]), m.t, m.Counts)
 			d.Counts.sub(m.Counts)
 			r.nSeries--
 		}
@@ -431,7 +416,7 @@ func addTo[K comparable](m map[K]*Counts, k K, c Counts) {
 
 func (r *rowset) merge(o *rowset) {
 	for k, od := range o.daily {
-		d := r.ownIfaceDay(k)
+		d := r.ifaceDay(k, r.daily[k])
 		for _, m := range od.mins {
 			r.add(d, m.t, m.Counts)
 		}

@@ -48,13 +48,9 @@ type Point struct {
 const MaxPoints = 366 * 24 * 60
 
 // Stats answers the figures of the stats API and the dashboard: what
-// MySQL holds plus what this instance has not written yet (the Recorder's
-// rows, the Flusher's pending and uncertain ones, the users waiting for
-// Redis), read in the Flusher's readRows, so that a flush moving rows
-// cannot make a call count twice or not at all. Figures of calls recorded
-// by other quotad instances appear once they have flushed them (within
-// QUOTA_ANALYTICS_FLUSH; day and curve figures of a minute held back by
-// Options.HoldOpenMinute within a flush after the minute).
+// MySQL holds plus what this instance has not written yet, read in the
+// Flusher's readRows, so that a flush moving rows cannot make a call count
+// twice or not at all. Other instances' calls appear once they flush them.
 type Stats struct {
 	clk     clock.Clock
 	dbs     shards

@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"database/sql"
@@ -15,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/golang/snappy"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/clock"
@@ -123,9 +125,9 @@ func (u *uniques) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope
 		cmds, hi := 0, sent
 		expiring = expiring[:0]
 		for hi < len(q) && cmds < pipelineChunk {
-			k := q[hi].key(scope)
+			k, n := q[hi].key(scope)
 			end := hi + 1
-			for end < len(q) && q[end].key(scope) == k {
+			for end < len(q) && q[end].day == k.day && strings.HasPrefix(string(q[end].id), string(q[hi].id[:n])) {
 				end++
 			}
 			t := u.touchedKey(k)
@@ -206,13 +208,16 @@ func (u *uniques) touchedKey(k hllKey) *touchedHLL {
 // lives without one, without an EXPIRE beside every PFADD.
 func (u *uniques) expireEvery() time.Duration { return min(time.Hour, u.opt.HLLTTL/4) }
 
-// key is the HyperLogLog of scope that a adds to.
-func (a *userAdd) key(scope uint8) hllKey {
-	app, iface, _ := a.id.split()
-	if scope == scopeApp {
-		iface = ""
+// key is the HyperLogLog of scope that a adds to, and the length of the
+// id's prefix that names it (its fields are length-prefixed: ids with that
+// prefix name the same app and interface).
+func (a *userAdd) key(scope uint8) (hllKey, int) {
+	app, n := rowField(a.id, 0)
+	k := hllKey{app: app, scope: scope, day: a.day}
+	if scope == scopeIface {
+		k.iface, n = rowField(a.id, n)
 	}
-	return hllKey{app: app, iface: iface, scope: scope, day: a.day}
+	return k, n
 }
 
 // dropQueued moves the first n queued adds, whose app-level add Redis has,
@@ -539,4 +544,53 @@ func (k hllKey) redisKey(prefix string) string {
 		return string(append(b, 'a'))
 	}
 	return string(hex16(hex16(append(b, "i:"...), FNV1a64(k.iface)), FNV1a64("\x00"+k.iface)))
+}
+
+// Redis keeps a HyperLogLog sparse until it passes hll-sparse-max-bytes,
+// and a PFADD into a sparse key walks the whole encoding, where a dense add
+// costs the same however many users (BenchmarkPFADD). So the first flush
+// sets that limit to Options.HLLDenseAt: busy keys turn dense early.
+
+// DefaultHLLDenseAt is Options.HLLDenseAt's default: a few hundred users.
+const DefaultHLLDenseAt = 1000
+
+// sparseLimit sets Redis' hll-sparse-max-bytes to HLLDenseAt, once; a Redis
+// that refuses CONFIG (a managed one may) keeps its own, with a warning.
+func (u *uniques) sparseLimit(ctx context.Context) {
+	if u.opt.HLLDenseAt < 0 {
+		return
+	}
+	u.sparseOnce.Do(func() {
+		if err := u.rdb.ConfigSet(ctx, "hll-sparse-max-bytes", strconv.Itoa(u.opt.HLLDenseAt)).Err(); err != nil {
+			u.log.Warn("analytics: Redis refused CONFIG SET hll-sparse-max-bytes; busy distinct-user counts stay sparse longer and cost Redis more",
+				"err", err, "want_bytes", u.opt.HLLDenseAt)
+		}
+	})
+}
+
+// usage_uniques.registers holds a HyperLogLog's Redis value (it starts
+// "HYLL"), snappy-compressed when that is shorter (a dense key is 12 KB of
+// mostly zeros). A snappy block never starts "HYLL" (after its length byte
+// 'H' comes a literal's tag, low bits 00; 'Y' is 0x59), so rows saved raw
+// read back as they are.
+var hllMagic = []byte("HYLL")
+
+// packRegisters is v as usage_uniques stores it.
+func packRegisters(v []byte) []byte {
+	if c := snappy.Encode(nil, v); len(c) < len(v) {
+		return c
+	}
+	return v
+}
+
+// unpackRegisters is the Redis value of a usage_uniques.registers.
+func unpackRegisters(b []byte) ([]byte, error) {
+	if bytes.HasPrefix(b, hllMagic) {
+		return b, nil
+	}
+	v, err := snappy.Decode(nil, b)
+	if err != nil || !bytes.HasPrefix(v, hllMagic) {
+		return nil, fmt.Errorf("registers of %d bytes: neither a HyperLogLog nor a compressed one", len(b))
+	}
+	return v, nil
 }

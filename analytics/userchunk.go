@@ -12,7 +12,7 @@ import (
 // nearly every call is a new one), and an InnoDB upsert costs MariaDB ~7 µs
 // of CPU a row. So a flush writes them as a few compressed chunks per (day,
 // app) into usage_user_chunks, merged as the day goes on (userfold.go) and
-// sealed once it is over (userseal.go).
+// sealed once it is over.
 //
 // A chunk holds one part of the app's users: all of them when the batch
 // has few, else one of 4, 16, 64 or 256 parts by a hash of the user, so a
