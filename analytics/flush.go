@@ -182,7 +182,7 @@ func (f *Flusher) flush(ctx context.Context, final bool, pace *pacer, hold int64
 		errs = append(errs, fmt.Errorf("redis PFADD: %w", err))
 	}
 	errs = append(errs, f.writeShards(ctx, pace, hold)...)
-	if err := f.uniq.persistDue(ctx, final); err != nil {
+	if err := f.uniq.persist(ctx, final, true); err != nil {
 		errs = append(errs, fmt.Errorf("persist HLL: %w", err))
 	}
 	f.updateGauges()

@@ -65,7 +65,7 @@ func (r *Rollup) Run(ctx context.Context) (RollupResult, error) {
 		return total, err
 	}
 	// Finished days' interface-level registers.
-	if err := r.uniq.persist(ctx, false); err != nil {
+	if err := r.uniq.persist(ctx, false, false); err != nil {
 		return total, fmt.Errorf("persist HLL: %w", err)
 	}
 	return total, nil

@@ -44,15 +44,16 @@ type uniques struct {
 
 	// mu orders readers (pending) against the moves of adds from queue to
 	// ifaceQueue and out of it.
-	mu          sync.RWMutex
-	queue       []userAdd // adds not yet sent to Redis
-	ifaceQueue  []userAdd // adds whose interface-level add waits for the interface pass
-	ifaceMinDay Day       // the earliest day of ifaceQueue (when not empty)
+	mu         sync.RWMutex
+	queue      []userAdd // adds not yet sent to Redis
+	ifaceQueue ifaceAdds // adds whose app-level add Redis has, waiting for the interface pass
 
 	// sending is held by send and persist: what follows is theirs alone.
 	sending       sync.Mutex
 	lastIfacePass time.Time              // when the interface pass last sent all of ifaceQueue
 	touched       map[hllKey]*touchedHLL // keys added to since persisted
+	ifaceView     []userAdd              // a step of the interface pass
+	args          stringArena            // PFADD's arguments
 	lastPersist   time.Time
 	sparseOnce    sync.Once // sets hll-sparse-max-bytes
 }
@@ -102,7 +103,7 @@ func (u *uniques) send(ctx context.Context, pace *pacer, all bool) error {
 	u.sparseLimit(ctx)
 	// Sorted into runs of one key, under mu: readers scan the queue.
 	u.mu.Lock()
-	slices.SortFunc(u.queue, byGroup)
+	slices.SortFunc(u.queue, func(a, b userAdd) int { return cmp.Compare(a.group, b.group) })
 	u.mu.Unlock()
 	sent, err := u.pfaddRuns(ctx, pace, u.queue, scopeApp)
 	u.dropQueued(sent)
@@ -118,6 +119,7 @@ func (u *uniques) send(ctx context.Context, pace *pacer, all bool) error {
 func (u *uniques) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope uint8) (int, error) {
 	now := u.clk.Now()
 	args := make([]any, 0, pfaddChunk)
+	defer u.args.reset()  // no ids kept alive past the call
 	var expiring []hllKey // keys whose TTL this pipeline sets
 	sent := 0
 	for sent < len(q) {
@@ -134,7 +136,7 @@ func (u *uniques) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope
 			for c := range slices.Chunk(q[hi:end], pfaddChunk) {
 				args = args[:0]
 				for i := range c {
-					args = append(args, c[i].id.user())
+					args = append(args, u.args.ref(c[i].id.user()))
 				}
 				pipe.PFAdd(ctx, t.name, args...) // go-redis copies args
 				cmds++
@@ -149,6 +151,7 @@ func (u *uniques) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope
 		if _, err := pipe.Exec(ctx); err != nil {
 			return sent, err
 		}
+		u.args.reset()
 		for _, k := range expiring {
 			u.touched[k].ttlSet = now
 		}
@@ -158,32 +161,40 @@ func (u *uniques) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope
 	return sent, nil
 }
 
-// ifacePass sends the waiting adds to their interface-level HyperLogLogs
-// and empties the queue when Redis has them all.
+// ifacePass sends the waiting adds to their interface-level HyperLogLogs,
+// viewed ifaceViewSize at a time (a view of a minute's adds would be tens
+// of MB for the collector), and empties the queue when Redis has them all.
 func (u *uniques) ifacePass(ctx context.Context, pace *pacer) error {
 	now := u.clk.Now()
+	q := &u.ifaceQueue
 	u.mu.Lock() // readers scan the adds
-	slices.SortFunc(u.ifaceQueue, byGroup)
+	slices.SortFunc(q.adds, func(a, b ifaceAdd) int { return cmp.Compare(a.group, b.group) })
 	u.mu.Unlock()
-	if _, err := u.pfaddRuns(ctx, pace, u.ifaceQueue, scopeIface); err != nil {
-		return err // the whole pass is made again
+	for lo := 0; lo < len(q.adds); lo += ifaceViewSize {
+		view := q.view(lo, min(lo+ifaceViewSize, len(q.adds)), u.ifaceView[:0])
+		_, err := u.pfaddRuns(ctx, pace, view, scopeIface)
+		clear(view) // no strings over the buffer kept past the pass
+		u.ifaceView = view[:0]
+		if err != nil {
+			return err // the whole pass is made again
+		}
 	}
 	u.mu.Lock()
-	clear(u.ifaceQueue) // no ids kept alive
-	u.ifaceQueue = u.ifaceQueue[:0]
+	q.reset()
 	u.mu.Unlock()
 	u.lastIfacePass = now
 	return nil
 }
 
+const ifaceViewSize = 1 << 14
+
 // ifaceDue reports whether the interface pass is due at now: IfaceUsersEvery
 // has passed since the last one, or an add is of a day before now's, whose
 // keys persist saves now that the day is over.
 func (u *uniques) ifaceDue(now time.Time) bool {
-	return len(u.ifaceQueue) > 0 && (now.Sub(u.lastIfacePass) >= u.opt.IfaceUsersEvery || u.ifaceMinDay < DayOf(now))
+	q := &u.ifaceQueue
+	return len(q.adds) > 0 && (now.Sub(u.lastIfacePass) >= u.opt.IfaceUsersEvery || q.minDay < DayOf(now))
 }
-
-func byGroup(a, b userAdd) int { return cmp.Compare(a.group, b.group) }
 
 // touchedHLL is a HyperLogLog added to since it was last persisted.
 type touchedHLL struct {
@@ -228,14 +239,13 @@ func (u *uniques) dropQueued(n int) {
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	moved := u.queue[:min(n, max(0, u.opt.MaxPendingRows-len(u.ifaceQueue)))]
-	for _, a := range moved {
-		if len(u.ifaceQueue) == 0 || a.day < u.ifaceMinDay {
-			u.ifaceMinDay = a.day
+	lost := 0
+	for i := range u.queue[:n] {
+		if len(u.ifaceQueue.adds) >= u.opt.MaxPendingRows || !u.ifaceQueue.add(&u.queue[i]) {
+			lost++
 		}
-		u.ifaceQueue = append(u.ifaceQueue, a)
 	}
-	if lost := n - len(moved); lost > 0 {
+	if lost > 0 {
 		u.met.droppedAdds.Add(float64(lost))
 	}
 	rest := copy(u.queue, u.queue[n:])
@@ -248,20 +258,17 @@ func (u *uniques) dropQueued(n int) {
 func (u *uniques) pending(k hllKey, last Day, extra map[hllKey][]string) {
 	u.mu.RLock()
 	defer u.mu.RUnlock()
-	scan := func(q []userAdd) {
-		for i := range q {
-			a := &q[i]
-			if a.day < k.day || a.day > last || a.id.app() != k.app || (k.scope == scopeIface && a.id.iface() != k.iface) {
-				continue
-			}
-			dk := k
-			dk.day = a.day
-			extra[dk] = append(extra[dk], a.id.user())
+	for i := range u.queue {
+		a := &u.queue[i]
+		if a.day < k.day || a.day > last || a.id.app() != k.app || (k.scope == scopeIface && a.id.iface() != k.iface) {
+			continue
 		}
+		dk := k
+		dk.day = a.day
+		extra[dk] = append(extra[dk], a.id.user())
 	}
-	scan(u.queue)
 	if k.scope == scopeIface {
-		scan(u.ifaceQueue)
+		u.ifaceQueue.pending(k, last, extra)
 	}
 }
 
@@ -272,42 +279,27 @@ func (u *uniques) updateGauges() {
 	// An add waiting for its app-level key waits for its interface-level
 	// one too.
 	u.met.pendingAdds.WithLabelValues("app").Set(float64(len(u.queue)))
-	u.met.pendingAdds.WithLabelValues("interface").Set(float64(len(u.queue) + len(u.ifaceQueue)))
+	u.met.pendingAdds.WithLabelValues("interface").Set(float64(len(u.queue) + len(u.ifaceQueue.adds)))
 }
 
 // persistChunk is how many HyperLogLogs one persisting step reads, merges
 // and saves: 200 dense ones (12 KB each) stay under max_allowed_packet.
 const persistChunk = 200
 
-// persistDue saves the registers when PersistEvery has passed since the
-// last save, or when final (Close): see persist.
-func (u *uniques) persistDue(ctx context.Context, final bool) error {
-	u.sending.Lock()
-	defer u.sending.Unlock()
-	now := u.clk.Now()
-	if !final && now.Sub(u.lastPersist) < u.opt.PersistEvery {
-		return nil
-	}
-	if err := u.persistLocked(ctx, final); err != nil {
-		return err
-	}
-	u.lastPersist = now
-	return nil
-}
-
 // persist saves the registers of the touched HyperLogLogs to MySQL: the
 // app-level keys of every day, interface-level keys once their day is over
 // (all of them when final). The saved registers are first merged back into
 // Redis, so a key that Redis lost never overwrites a fuller saved copy. A
-// shard that fails keeps its keys for the next run.
-func (u *uniques) persist(ctx context.Context, final bool) error {
+// shard that fails keeps its keys for the next run. With onlyDue, it saves
+// nothing before PersistEvery has passed since the last save (unless final).
+func (u *uniques) persist(ctx context.Context, final, onlyDue bool) error {
 	u.sending.Lock()
 	defer u.sending.Unlock()
-	return u.persistLocked(ctx, final)
-}
-
-func (u *uniques) persistLocked(ctx context.Context, final bool) error {
-	today := DayOf(u.clk.Now())
+	now := u.clk.Now()
+	if onlyDue && !final && now.Sub(u.lastPersist) < u.opt.PersistEvery {
+		return nil
+	}
+	today := DayOf(now)
 	byShard := make([][]hllKey, len(u.dbs))
 	for k := range u.touched {
 		if final || k.scope == scopeApp || k.day < today {
@@ -326,6 +318,9 @@ func (u *uniques) persistLocked(ctx context.Context, final bool) error {
 				delete(u.touched, k)
 			}
 		}
+	}
+	if len(errs) == 0 && onlyDue {
+		u.lastPersist = now
 	}
 	return errors.Join(errs...)
 }
