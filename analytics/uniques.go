@@ -5,8 +5,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -44,16 +42,15 @@ type uniques struct {
 
 	// mu orders readers (pending) against the moves of adds from queue to
 	// ifaceQueue and out of it.
-	mu         sync.RWMutex
-	queue      []userAdd // adds not yet sent to Redis
-	ifaceQueue ifaceAdds // adds whose app-level add Redis has, waiting for the interface pass
+	mu          sync.RWMutex
+	queue       []userAdd // adds not yet sent to Redis
+	ifaceQueue  []userAdd // adds whose interface-level add waits for the interface pass
+	ifaceMinDay Day       // the earliest day of ifaceQueue (when not empty)
 
 	// sending is held by send and persist: what follows is theirs alone.
 	sending       sync.Mutex
 	lastIfacePass time.Time              // when the interface pass last sent all of ifaceQueue
 	touched       map[hllKey]*touchedHLL // keys added to since persisted
-	ifaceView     []userAdd              // a step of the interface pass
-	args          stringArena            // PFADD's arguments
 	lastPersist   time.Time
 	sparseOnce    sync.Once // sets hll-sparse-max-bytes
 }
@@ -82,6 +79,8 @@ type userAdd struct {
 	// group puts the adds of one HyperLogLog next to each other when the
 	// queue is sorted by it: a hash of the app and day in the high 40
 	// bits, of the interface in the low 24 (a collision only splits a run).
+	// Kept: sorting by (day, id) took 1,330 more instructions an add
+	// (BenchmarkSortUserAdds, callgrind), ~13 % of a flush's.
 	group uint64
 	id    rowID // app, interface and user
 	day   Day
@@ -103,7 +102,7 @@ func (u *uniques) send(ctx context.Context, pace *pacer, all bool) error {
 	u.sparseLimit(ctx)
 	// Sorted into runs of one key, under mu: readers scan the queue.
 	u.mu.Lock()
-	slices.SortFunc(u.queue, func(a, b userAdd) int { return cmp.Compare(a.group, b.group) })
+	slices.SortFunc(u.queue, byGroup)
 	u.mu.Unlock()
 	sent, err := u.pfaddRuns(ctx, pace, u.queue, scopeApp)
 	u.dropQueued(sent)
@@ -119,7 +118,10 @@ func (u *uniques) send(ctx context.Context, pace *pacer, all bool) error {
 func (u *uniques) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope uint8) (int, error) {
 	now := u.clk.Now()
 	args := make([]any, 0, pfaddChunk)
-	defer u.args.reset()  // no ids kept alive past the call
+	// The users as *string arguments, which go-redis writes as the string
+	// with no allocation (an any holding a string takes one each: 3.8 % of
+	// BenchmarkRecordAndPeriodicFlush's instructions with GOGC=off).
+	users := make([]string, len(q))
 	var expiring []hllKey // keys whose TTL this pipeline sets
 	sent := 0
 	for sent < len(q) {
@@ -133,10 +135,11 @@ func (u *uniques) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope
 				end++
 			}
 			t := u.touchedKey(k)
-			for c := range slices.Chunk(q[hi:end], pfaddChunk) {
+			for lo := hi; lo < end; lo += pfaddChunk {
 				args = args[:0]
-				for i := range c {
-					args = append(args, u.args.ref(c[i].id.user()))
+				for i := lo; i < min(lo+pfaddChunk, end); i++ {
+					users[i] = q[i].id.user()
+					args = append(args, &users[i])
 				}
 				pipe.PFAdd(ctx, t.name, args...) // go-redis copies args
 				cmds++
@@ -151,7 +154,6 @@ func (u *uniques) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope
 		if _, err := pipe.Exec(ctx); err != nil {
 			return sent, err
 		}
-		u.args.reset()
 		for _, k := range expiring {
 			u.touched[k].ttlSet = now
 		}
@@ -161,40 +163,32 @@ func (u *uniques) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope
 	return sent, nil
 }
 
-// ifacePass sends the waiting adds to their interface-level HyperLogLogs,
-// viewed ifaceViewSize at a time (a view of a minute's adds would be tens
-// of MB for the collector), and empties the queue when Redis has them all.
+// ifacePass sends the waiting adds to their interface-level HyperLogLogs
+// and empties the queue when Redis has them all.
 func (u *uniques) ifacePass(ctx context.Context, pace *pacer) error {
 	now := u.clk.Now()
-	q := &u.ifaceQueue
 	u.mu.Lock() // readers scan the adds
-	slices.SortFunc(q.adds, func(a, b ifaceAdd) int { return cmp.Compare(a.group, b.group) })
+	slices.SortFunc(u.ifaceQueue, byGroup)
 	u.mu.Unlock()
-	for lo := 0; lo < len(q.adds); lo += ifaceViewSize {
-		view := q.view(lo, min(lo+ifaceViewSize, len(q.adds)), u.ifaceView[:0])
-		_, err := u.pfaddRuns(ctx, pace, view, scopeIface)
-		clear(view) // no strings over the buffer kept past the pass
-		u.ifaceView = view[:0]
-		if err != nil {
-			return err // the whole pass is made again
-		}
+	if _, err := u.pfaddRuns(ctx, pace, u.ifaceQueue, scopeIface); err != nil {
+		return err // the whole pass is made again
 	}
 	u.mu.Lock()
-	q.reset()
+	clear(u.ifaceQueue) // no ids kept alive
+	u.ifaceQueue = u.ifaceQueue[:0]
 	u.mu.Unlock()
 	u.lastIfacePass = now
 	return nil
 }
 
-const ifaceViewSize = 1 << 14
-
 // ifaceDue reports whether the interface pass is due at now: IfaceUsersEvery
 // has passed since the last one, or an add is of a day before now's, whose
 // keys persist saves now that the day is over.
 func (u *uniques) ifaceDue(now time.Time) bool {
-	q := &u.ifaceQueue
-	return len(q.adds) > 0 && (now.Sub(u.lastIfacePass) >= u.opt.IfaceUsersEvery || q.minDay < DayOf(now))
+	return len(u.ifaceQueue) > 0 && (now.Sub(u.lastIfacePass) >= u.opt.IfaceUsersEvery || u.ifaceMinDay < DayOf(now))
 }
+
+func byGroup(a, b userAdd) int { return cmp.Compare(a.group, b.group) }
 
 // touchedHLL is a HyperLogLog added to since it was last persisted.
 type touchedHLL struct {
@@ -239,13 +233,14 @@ func (u *uniques) dropQueued(n int) {
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	lost := 0
-	for i := range u.queue[:n] {
-		if len(u.ifaceQueue.adds) >= u.opt.MaxPendingRows || !u.ifaceQueue.add(&u.queue[i]) {
-			lost++
+	moved := u.queue[:min(n, max(0, u.opt.MaxPendingRows-len(u.ifaceQueue)))]
+	for _, a := range moved {
+		if len(u.ifaceQueue) == 0 || a.day < u.ifaceMinDay {
+			u.ifaceMinDay = a.day
 		}
+		u.ifaceQueue = append(u.ifaceQueue, a)
 	}
-	if lost > 0 {
+	if lost := n - len(moved); lost > 0 {
 		u.met.droppedAdds.Add(float64(lost))
 	}
 	rest := copy(u.queue, u.queue[n:])
@@ -258,17 +253,20 @@ func (u *uniques) dropQueued(n int) {
 func (u *uniques) pending(k hllKey, last Day, extra map[hllKey][]string) {
 	u.mu.RLock()
 	defer u.mu.RUnlock()
-	for i := range u.queue {
-		a := &u.queue[i]
-		if a.day < k.day || a.day > last || a.id.app() != k.app || (k.scope == scopeIface && a.id.iface() != k.iface) {
-			continue
+	scan := func(q []userAdd) {
+		for i := range q {
+			a := &q[i]
+			if a.day < k.day || a.day > last || a.id.app() != k.app || (k.scope == scopeIface && a.id.iface() != k.iface) {
+				continue
+			}
+			dk := k
+			dk.day = a.day
+			extra[dk] = append(extra[dk], a.id.user())
 		}
-		dk := k
-		dk.day = a.day
-		extra[dk] = append(extra[dk], a.id.user())
 	}
+	scan(u.queue)
 	if k.scope == scopeIface {
-		u.ifaceQueue.pending(k, last, extra)
+		scan(u.ifaceQueue)
 	}
 }
 
@@ -279,7 +277,7 @@ func (u *uniques) updateGauges() {
 	// An add waiting for its app-level key waits for its interface-level
 	// one too.
 	u.met.pendingAdds.WithLabelValues("app").Set(float64(len(u.queue)))
-	u.met.pendingAdds.WithLabelValues("interface").Set(float64(len(u.queue) + len(u.ifaceQueue.adds)))
+	u.met.pendingAdds.WithLabelValues("interface").Set(float64(len(u.queue) + len(u.ifaceQueue)))
 }
 
 // persistChunk is how many HyperLogLogs one persisting step reads, merges
@@ -529,16 +527,12 @@ const (
 // redisKey is the HLL's Redis key: prefix + "hll:{" + hash of the app + "}:"
 // + day + ":a" or ":i:" + hash of the interface. The {…} tag keeps one
 // app's keys in one cluster slot (PFCOUNT and PFMERGE over several keys).
-// It is built without fmt, which took 4 % of BenchmarkRecordAndFlush's
-// instructions (GOGC=off).
 func (k hllKey) redisKey(prefix string) string {
-	hex16 := func(b []byte, x uint64) []byte { return hex.AppendEncode(b, binary.BigEndian.AppendUint64(nil, x)) }
-	b := hex16(append([]byte(prefix), "hll:{"...), FNV1a64(k.app))
-	b = append(strconv.AppendInt(append(b, "}:"...), int64(k.day), 10), ':')
+	s := fmt.Sprintf("%shll:{%016x}:%d:", prefix, FNV1a64(k.app), int64(k.day))
 	if k.scope == scopeApp {
-		return string(append(b, 'a'))
+		return s + "a"
 	}
-	return string(hex16(hex16(append(b, "i:"...), FNV1a64(k.iface)), FNV1a64("\x00"+k.iface)))
+	return s + fmt.Sprintf("i:%016x%016x", FNV1a64(k.iface), FNV1a64("\x00"+k.iface))
 }
 
 // Redis keeps a HyperLogLog sparse until it passes hll-sparse-max-bytes,
