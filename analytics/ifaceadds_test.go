@@ -136,10 +136,9 @@ func TestFlush_InterfaceUsersSentAtOnce(t *testing.T) {
 	}
 }
 
-// The interface pass sends every user of many adds, several PFADDs a
-// key. Each interface key must estimate
-// exactly as a key the test filled with the same users (equal sets give
-// equal registers).
+// The interface pass sends every user of many adds, several PFADDs a key.
+// Each interface key must estimate exactly as a key the test filled with
+// the same users (equal sets give equal registers).
 func TestFlush_InterfacePassInStepsSendsEveryUser(t *testing.T) {
 	t.Parallel()
 	r, _, clk := newShardRecorder(t)
