@@ -400,9 +400,16 @@ func (f *Flusher) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, batchID 
 		return nil, err
 	}
 	written[seriesTable.name] = len(series)
+	// The rows' day formatted once for all (nearly all are of one day):
+	// formatting each took 1.5 % of BenchmarkRecordAndPeriodicFlush
+	// (GOGC=off), kept within the 1.1× budget as redisKey is.
+	day, dayText := Day(0), ""
 	err = insertRows(ctx, tx, pace, f.met, f.opt.RowsPerStatement, dailyTable, len(daily), nil, func(args []any, i int) []any {
 		d := &daily[i]
-		return append(args, d.app, d.day.String(), d.iface, d.Calls, d.Allowed, d.Denied)
+		if dayText == "" || d.day != day {
+			day, dayText = d.day, d.day.String()
+		}
+		return append(args, d.app, dayText, d.iface, d.Calls, d.Allowed, d.Denied)
 	})
 	if err != nil {
 		return nil, err
