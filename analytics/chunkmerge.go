@@ -14,9 +14,9 @@ import (
 // chunkMerge is the working set of one merge or seal of an app's user
 // chunks: the entries stay in their decoded bodies and are sorted by the
 // user's FNV-1a hash (which the part needs anyway), not turned into rows
-// sorted by name. Kept: BenchmarkMergeUserChunks, quotad's CPU an entry
-// 1.3–1.7 µs as rows against 0.3–0.6 (docs/analytics.md). A Rollup keeps
-// one for all its merges.
+// sorted by name: 0.3–0.6 µs of quotad's CPU an entry against 1.3–1.7
+// (BenchmarkMergeUserChunks when it was written; not re-measured since). A
+// Rollup keeps one for all its merges.
 type chunkMerge struct {
 	raw     []byte       // the chunks' decoded bodies, one after another
 	entries []mergeEntry // each entry of raw, in the order decoded

@@ -81,8 +81,7 @@ type userAdd struct {
 	// group puts the adds of one HyperLogLog next to each other when the
 	// queue is sorted by it: a hash of the app and day in the high 40
 	// bits, of the interface in the low 24 (a collision only splits a run).
-	// Kept: sorting by (day, id) took 1,330 more instructions an add
-	// (BenchmarkSortUserAdds, callgrind), ~13 % of a flush's.
+	// Kept: sorting by (day, id) costs 1,330 instructions an add more, 13–20 % of a flush (BenchmarkSortUserAdds).
 	group uint64
 	id    rowID // app, interface and user
 	day   Day
@@ -120,9 +119,7 @@ func (u *uniques) send(ctx context.Context, pace *pacer, all bool) error {
 func (u *uniques) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope uint8) (int, error) {
 	now := u.clk.Now()
 	args := make([]any, 0, pfaddChunk)
-	// The users as *string arguments, which go-redis writes as the string
-	// with no allocation (an any holding a string takes one each: 3.8 % of
-	// BenchmarkRecordAndPeriodicFlush's instructions with GOGC=off).
+	// *string arguments: an any holding a string allocates, 3.8 % (BenchmarkRecordAndPeriodicFlush, GOGC=off).
 	users := make([]string, len(q))
 	var expiring []hllKey // keys whose TTL this pipeline sets
 	sent := 0
@@ -529,9 +526,7 @@ const (
 // redisKey is the HLL's Redis key: prefix + "hll:{" + hash of the app + "}:"
 // + day + ":a" or ":i:" + hash of the interface. The {…} tag keeps one
 // app's keys in one cluster slot (PFCOUNT and PFMERGE over several keys).
-// Built without fmt, whose formatting of a flush's new keys took 4.5 % of
-// BenchmarkRecordAndPeriodicFlush (GOGC=off): kept to keep the flush
-// within 1.1× of its cost before this code was simplified.
+// Kept without fmt: fmt costs 4.5 % (BenchmarkRecordAndPeriodicFlush, GOGC=off) of a 1.1× budget.
 func (k hllKey) redisKey(prefix string) string {
 	hex16 := func(b []byte, x uint64) []byte { return hex.AppendEncode(b, binary.BigEndian.AppendUint64(nil, x)) }
 	b := hex16(append([]byte(prefix), "hll:{"...), FNV1a64(k.app))
