@@ -88,7 +88,7 @@ func TestFlush_InterfaceUsersWaitForTheInterfacePass(t *testing.T) {
 	if got := interfaceKeyUsers(t, r, "app", "iface", day); got != appUsers || got < 57 {
 		t.Fatalf("after a minute the interface key counts %d users, want %d as the app key (~60)", got, appUsers)
 	}
-	if n := len(r.Flusher.uniq.ifaceQueue); n != 0 {
+	if n := len(r.Flusher.uniq.ifaceQueue.adds); n != 0 {
 		t.Fatalf("%d adds still wait after the interface pass", n)
 	}
 	if got := pendingAdds(r, "interface"); got != 0 {
@@ -136,16 +136,17 @@ func TestFlush_InterfaceUsersSentAtOnce(t *testing.T) {
 	}
 }
 
-// The interface pass sends every user of many adds, several PFADDs a key.
-// Each interface key must estimate exactly as a key the test filled with
-// the same users (equal sets give equal registers).
+// The interface pass views its adds a step at a time: a pass of several
+// steps, with keys cut by a step's end, sends every user. Each interface
+// key must estimate exactly as a key the test filled with the same users
+// (equal sets give equal registers).
 func TestFlush_InterfacePassInStepsSendsEveryUser(t *testing.T) {
 	t.Parallel()
 	r, _, clk := newShardRecorder(t)
 	day := DayOf(clk.Now())
 	ctx := context.Background()
 	ifaces := []string{"a", "b", "c"}
-	const users = 12_288 // 3 interfaces of 13 PFADDs each
+	const users = ifaceViewSize * 3 / 4 // 3 interfaces: the adds take 3 steps
 	for _, iface := range ifaces {
 		ref := r.Flusher.opt.KeyPrefix + "test-ref:" + iface
 		var args []any

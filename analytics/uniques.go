@@ -44,15 +44,15 @@ type uniques struct {
 
 	// mu orders readers (pending) against the moves of adds from queue to
 	// ifaceQueue and out of it.
-	mu          sync.RWMutex
-	queue       []userAdd // adds not yet sent to Redis
-	ifaceQueue  []userAdd // adds whose interface-level add waits for the interface pass
-	ifaceMinDay Day       // the earliest day of ifaceQueue (when not empty)
+	mu         sync.RWMutex
+	queue      []userAdd // adds not yet sent to Redis
+	ifaceQueue ifaceAdds // adds whose app-level add Redis has, waiting for the interface pass
 
 	// sending is held by send and persist: what follows is theirs alone.
 	sending       sync.Mutex
 	lastIfacePass time.Time              // when the interface pass last sent all of ifaceQueue
 	touched       map[hllKey]*touchedHLL // keys added to since persisted
+	ifaceView     []userAdd              // a step of the interface pass
 	lastPersist   time.Time
 	sparseOnce    sync.Once // sets hll-sparse-max-bytes
 }
@@ -103,7 +103,7 @@ func (u *uniques) send(ctx context.Context, pace *pacer, all bool) error {
 	u.sparseLimit(ctx)
 	// Sorted into runs of one key, under mu: readers scan the queue.
 	u.mu.Lock()
-	slices.SortFunc(u.queue, byGroup)
+	slices.SortFunc(u.queue, func(a, b userAdd) int { return cmp.Compare(a.group, b.group) })
 	u.mu.Unlock()
 	sent, err := u.pfaddRuns(ctx, pace, u.queue, scopeApp)
 	u.dropQueued(sent)
@@ -162,32 +162,40 @@ func (u *uniques) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope
 	return sent, nil
 }
 
-// ifacePass sends the waiting adds to their interface-level HyperLogLogs
-// and empties the queue when Redis has them all.
+// ifacePass sends the waiting adds to their interface-level HyperLogLogs,
+// viewed ifaceViewSize at a time (a view of a minute's adds would be tens
+// of MB for the collector), and empties the queue when Redis has them all.
 func (u *uniques) ifacePass(ctx context.Context, pace *pacer) error {
 	now := u.clk.Now()
+	q := &u.ifaceQueue
 	u.mu.Lock() // readers scan the adds
-	slices.SortFunc(u.ifaceQueue, byGroup)
+	slices.SortFunc(q.adds, func(a, b ifaceAdd) int { return cmp.Compare(a.group, b.group) })
 	u.mu.Unlock()
-	if _, err := u.pfaddRuns(ctx, pace, u.ifaceQueue, scopeIface); err != nil {
-		return err // the whole pass is made again
+	for lo := 0; lo < len(q.adds); lo += ifaceViewSize {
+		view := q.view(lo, min(lo+ifaceViewSize, len(q.adds)), u.ifaceView[:0])
+		_, err := u.pfaddRuns(ctx, pace, view, scopeIface)
+		clear(view) // no strings over the buffer kept past the pass
+		u.ifaceView = view[:0]
+		if err != nil {
+			return err // the whole pass is made again
+		}
 	}
 	u.mu.Lock()
-	clear(u.ifaceQueue) // no ids kept alive
-	u.ifaceQueue = u.ifaceQueue[:0]
+	q.reset()
 	u.mu.Unlock()
 	u.lastIfacePass = now
 	return nil
 }
 
+const ifaceViewSize = 1 << 14
+
 // ifaceDue reports whether the interface pass is due at now: IfaceUsersEvery
 // has passed since the last one, or an add is of a day before now's, whose
 // keys persist saves now that the day is over.
 func (u *uniques) ifaceDue(now time.Time) bool {
-	return len(u.ifaceQueue) > 0 && (now.Sub(u.lastIfacePass) >= u.opt.IfaceUsersEvery || u.ifaceMinDay < DayOf(now))
+	q := &u.ifaceQueue
+	return len(q.adds) > 0 && (now.Sub(u.lastIfacePass) >= u.opt.IfaceUsersEvery || q.minDay < DayOf(now))
 }
-
-func byGroup(a, b userAdd) int { return cmp.Compare(a.group, b.group) }
 
 // touchedHLL is a HyperLogLog added to since it was last persisted.
 type touchedHLL struct {
@@ -232,14 +240,13 @@ func (u *uniques) dropQueued(n int) {
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	moved := u.queue[:min(n, max(0, u.opt.MaxPendingRows-len(u.ifaceQueue)))]
-	for _, a := range moved {
-		if len(u.ifaceQueue) == 0 || a.day < u.ifaceMinDay {
-			u.ifaceMinDay = a.day
+	lost := 0
+	for i := range u.queue[:n] {
+		if len(u.ifaceQueue.adds) >= u.opt.MaxPendingRows || !u.ifaceQueue.add(&u.queue[i]) {
+			lost++
 		}
-		u.ifaceQueue = append(u.ifaceQueue, a)
 	}
-	if lost := n - len(moved); lost > 0 {
+	if lost > 0 {
 		u.met.droppedAdds.Add(float64(lost))
 	}
 	rest := copy(u.queue, u.queue[n:])
@@ -252,20 +259,17 @@ func (u *uniques) dropQueued(n int) {
 func (u *uniques) pending(k hllKey, last Day, extra map[hllKey][]string) {
 	u.mu.RLock()
 	defer u.mu.RUnlock()
-	scan := func(q []userAdd) {
-		for i := range q {
-			a := &q[i]
-			if a.day < k.day || a.day > last || a.id.app() != k.app || (k.scope == scopeIface && a.id.iface() != k.iface) {
-				continue
-			}
-			dk := k
-			dk.day = a.day
-			extra[dk] = append(extra[dk], a.id.user())
+	for i := range u.queue {
+		a := &u.queue[i]
+		if a.day < k.day || a.day > last || a.id.app() != k.app || (k.scope == scopeIface && a.id.iface() != k.iface) {
+			continue
 		}
+		dk := k
+		dk.day = a.day
+		extra[dk] = append(extra[dk], a.id.user())
 	}
-	scan(u.queue)
 	if k.scope == scopeIface {
-		scan(u.ifaceQueue)
+		u.ifaceQueue.pending(k, last, extra)
 	}
 }
 
@@ -276,7 +280,7 @@ func (u *uniques) updateGauges() {
 	// An add waiting for its app-level key waits for its interface-level
 	// one too.
 	u.met.pendingAdds.WithLabelValues("app").Set(float64(len(u.queue)))
-	u.met.pendingAdds.WithLabelValues("interface").Set(float64(len(u.queue) + len(u.ifaceQueue)))
+	u.met.pendingAdds.WithLabelValues("interface").Set(float64(len(u.queue) + len(u.ifaceQueue.adds)))
 }
 
 // persistChunk is how many HyperLogLogs one persisting step reads, merges
