@@ -394,11 +394,12 @@ func sortUserRows(rows []userRow) []userRow {
 // a time. Each sort holds mu: readers range over the rows.
 func (r *rowset) userChunks(mu sync.Locker, maxRaw int) []userChunk {
 	var out []userChunk
+	var buf chunkBuffers
 	for _, g := range r.userGroups() {
 		mu.Lock()
 		r.sortGroup(g)
 		mu.Unlock()
-		out = appendAppChunks(out, g.rows, maxRaw)
+		out = appendAppChunks(out, g.rows, maxRaw, &buf)
 	}
 	return out
 }

@@ -138,10 +138,29 @@ type userChunk struct {
 	body    []byte // compressed
 }
 
-// appendAppChunks appends the chunks of one (day, app)'s rows.
-func appendAppChunks(out []userChunk, rows []userRow, maxRaw int) []userChunk {
+// chunkBuffers are appendAppChunks' per-part buffers, reused from one (day,
+// app) to the next. Kept: fresh ones took 7 % more bytes (BenchmarkRecordAndPeriodicFlush).
+type chunkBuffers struct {
+	raws   [][]byte
+	counts []int
+	seqs   []uint32
+}
+
+// reset readies the first parts buffers, empty, and returns them.
+func (b *chunkBuffers) reset(parts int) (raws [][]byte, counts []int, seqs []uint32) {
+	for len(b.raws) < parts {
+		b.raws, b.counts, b.seqs = append(b.raws, nil), append(b.counts, 0), append(b.seqs, 0)
+	}
+	for p := range parts {
+		b.raws[p], b.counts[p], b.seqs[p] = b.raws[p][:0], 0, 0
+	}
+	return b.raws[:parts], b.counts[:parts], b.seqs[:parts]
+}
+
+// appendAppChunks appends the chunks of one (day, app)'s rows, built in buf.
+func appendAppChunks(out []userChunk, rows []userRow, maxRaw int, buf *chunkBuffers) []userChunk {
 	bits := partBitsFor(len(rows))
-	raws, counts, seqs := make([][]byte, 1<<bits), make([]int, 1<<bits), make([]uint32, 1<<bits)
+	raws, counts, seqs := buf.reset(1 << bits)
 	day, app := rows[0].day, rows[0].id.app()
 	emit := func(p int) {
 		out = append(out, userChunk{day: day, app: app, part: uint16(bits<<8) | uint16(p), seq: seqs[p],

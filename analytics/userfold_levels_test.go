@@ -27,7 +27,7 @@ func TestChunkMerge_TopLevelMergesIntoItself(t *testing.T) {
 				id := rowID(appendRowID(nil, "app", "if", fmt.Sprintf("u%d", i)))
 				rows = append(rows, newUserRow(userKey{id: id, day: today}, Counts{Calls: 1, Allowed: 1}))
 			}
-			chunks := appendAppChunks(nil, sortUserRows(rows), chunkMaxRaw)
+			chunks := appendAppChunks(nil, sortUserRows(rows), chunkMaxRaw, &chunkBuffers{})
 			for i := range chunks {
 				chunks[i].level = maxChunkLevel
 			}
