@@ -2,35 +2,23 @@
 // per app, interface, user and day, distinct users (Redis HyperLogLogs), and
 // call curves at falling resolution.
 //
-// New wires five parts, each a type with one job:
-//   - Recorder (record.go) counts each call in memory, per (app,
-//     interface, user, minute), in one of many small maps: no I/O, on the
-//     check path;
-//   - Flusher (flush.go, rows.go) every FlushEvery (15 s by default) moves
-//     the Recorder's counts into per-shard rows and writes them to MySQL in
-//     multi-row INSERT … ON DUPLICATE KEY UPDATE statements, one
-//     transaction per shard, so the write rate follows the distinct rows,
-//     not the calls; it hands the users to uniques and the per-user rows to
-//     userFigures;
-//   - uniques (uniques.go, ifaceadds.go, hllstore.go, hlldense.go) adds the
-//     distinct users to Redis HyperLogLogs, saves their registers to MySQL
-//     and counts them;
-//   - userFigures (users.go, userchunk.go, chunkmerge.go, userfold.go,
-//     userseal.go) keeps the per-user figures as compressed chunks per
-//     (day, app), merged as the day goes on and sealed once it is over;
-//   - Stats (stats.go) answers the figures: MySQL's plus what is still in
-//     memory.
-//
-// Rollup (rollup.go) is the scheduled job: curve points rolled up to
-// coarser resolutions, per-user chunks merged and sealed, finished days'
-// distinct-user registers saved.
+// New wires the parts, each a type with one job: Recorder (record.go)
+// counts each call in memory, with no I/O; Flusher (flush.go, rows.go)
+// every FlushEvery moves the counts into per-shard rows and upserts them
+// into MySQL, one transaction per shard, handing the users to uniques
+// (uniques.go: Redis HyperLogLogs, their registers saved to MySQL) and the
+// per-user rows to userFigures (users.go, userchunk.go: compressed chunks
+// per (day, app)); Stats (stats.go) answers the figures, MySQL's plus what
+// is still in memory; Rollup (rollup.go) is the scheduled job that rolls
+// curve points up and merges and seals the per-user chunks.
 //
 // Exactly once: a transaction that fails before COMMIT is rolled back and
-// its rows stay pending for the next flush; a COMMIT whose answer is lost is
-// resolved by looking up the batch id that the transaction inserted.
+// its rows stay pending; a COMMIT whose answer is lost is resolved by
+// looking up the batch id that the transaction inserted.
 package analytics
 
 import (
+	"cmp"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -55,8 +43,7 @@ type Options struct {
 	FlushEvery time.Duration
 	// FlushDuty is the share of wall time Run's flushes work, resting in
 	// between, until half of FlushEvery has passed (default
-	// DefaultFlushDuty; 1: flat out). It keeps a flush from taking the
-	// cores that the check path shares with Redis and MySQL.
+	// DefaultFlushDuty; 1: flat out).
 	FlushDuty float64
 	// MaxPendingRows bounds the rows held in memory while MySQL cannot be
 	// written (default 2,000,000); calls past it are dropped and counted.
@@ -65,22 +52,15 @@ type Options struct {
 	RowsPerStatement int
 	// HLLTTL is the expiry of the daily HyperLogLog keys (default 48 h).
 	HLLTTL time.Duration
-	// HLLDenseAt is the size (bytes of Redis' sparse encoding) past which
-	// Redis turns a HyperLogLog dense, where an add costs the same however
-	// many users the key holds: the first flush sets Redis'
-	// hll-sparse-max-bytes to it (0: default DefaultHLLDenseAt; negative:
-	// left as Redis has it). hlldense.go says why.
+	// HLLDenseAt is what the first flush sets Redis' hll-sparse-max-bytes
+	// to (0: DefaultHLLDenseAt; negative: left as Redis has it).
 	HLLDenseAt int
 	// IfaceUsersEvery is how often Run's flushes send the distinct users
 	// of the (app, interface) HyperLogLogs (default 1 min; the app-level
-	// ones go with every flush, and Flush and Close send both): under
-	// uniform traffic every flush touches nearly every interface's key
-	// with a few users, and the PFADD commands, not the users, are what
-	// Redis pays for (ifaceadds.go). Queries count the users waiting.
+	// ones go with every flush, and Flush and Close send both).
 	IfaceUsersEvery time.Duration
-	// PersistEvery is how often the app-level HLL registers of the current
-	// day are saved to MySQL (default 10 min); interface-level ones are saved
-	// once their day is over, and every touched key on Close.
+	// PersistEvery is how often the app-level HLL registers are saved to
+	// MySQL (default 10 min); interface-level ones once their day is over.
 	PersistEvery time.Duration
 	// Registerer receives the analytics metrics; nil registers nothing.
 	Registerer prometheus.Registerer
@@ -90,11 +70,8 @@ type Options struct {
 	LiveShards int
 	// HoldOpenMinute makes Run's flushes write the day and curve figures
 	// of a minute once, in the first flush after the minute is over, rather
-	// than in each flush of the minute (four at 15 s): a quarter of those
-	// upserts. The minute in progress is answered from memory meanwhile;
-	// other instances see it up to a minute later. Per-user figures and
-	// distinct users are written by every flush either way, and Flush and
-	// Close write everything.
+	// than in each of the minute's flushes. Flush and Close write
+	// everything.
 	HoldOpenMinute bool
 }
 
@@ -110,41 +87,29 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Clock == nil {
 		o.Clock = clock.Real{}
 	}
-	if o.FlushEvery <= 0 {
-		o.FlushEvery = 15 * time.Second
-	}
-	if o.FlushDuty <= 0 {
-		o.FlushDuty = DefaultFlushDuty
-	}
-	if o.MaxPendingRows <= 0 {
-		o.MaxPendingRows = 2_000_000
-	}
-	if o.MaxPendingRows > math.MaxInt32 {
-		// The Recorder's rows (up to this many) are indexed with 32 bits.
-		return o, fmt.Errorf("analytics: MaxPendingRows %d: want at most %d", o.MaxPendingRows, math.MaxInt32)
-	}
-	if o.RowsPerStatement <= 0 {
-		o.RowsPerStatement = 500
-	}
-	if o.HLLTTL <= 0 {
-		o.HLLTTL = 48 * time.Hour
-	}
-	if o.HLLDenseAt == 0 {
-		o.HLLDenseAt = DefaultHLLDenseAt
-	}
-	if o.IfaceUsersEvery <= 0 {
-		o.IfaceUsersEvery = time.Minute
-	}
-	if o.PersistEvery <= 0 {
-		o.PersistEvery = 10 * time.Minute
-	}
 	if o.Log == nil {
 		o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if o.LiveShards <= 0 {
-		o.LiveShards = 64
+	orDefault(&o.FlushEvery, 15*time.Second)
+	orDefault(&o.FlushDuty, DefaultFlushDuty)
+	orDefault(&o.MaxPendingRows, 2_000_000)
+	orDefault(&o.RowsPerStatement, 500)
+	orDefault(&o.HLLTTL, 48*time.Hour)
+	orDefault(&o.IfaceUsersEvery, time.Minute)
+	orDefault(&o.PersistEvery, 10*time.Minute)
+	orDefault(&o.LiveShards, 64)
+	o.HLLDenseAt = cmp.Or(o.HLLDenseAt, DefaultHLLDenseAt)
+	if o.MaxPendingRows > math.MaxInt32 { // the Recorder's rows are indexed with 32 bits
+		return o, fmt.Errorf("analytics: MaxPendingRows %d: want at most %d", o.MaxPendingRows, math.MaxInt32)
 	}
 	return o, nil
+}
+
+// orDefault sets *v to def unless it is positive.
+func orDefault[T int | float64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // Analytics is the parts New wires together. All are safe for concurrent

@@ -1,5 +1,7 @@
 package analytics
 
+import "context"
+
 // Test helpers of this package that the external tests (package
 // analytics_test) use too.
 var (
@@ -8,3 +10,8 @@ var (
 	NewUniformLoad = newUniformLoad
 	EachUserEntry  = eachUserEntry
 )
+
+// PeriodicFlush is one of Run's flushes, unpaced.
+func PeriodicFlush(ctx context.Context, f *Flusher) error {
+	return f.flush(ctx, false, nil, f.periodicHold())
+}

@@ -33,28 +33,6 @@ func TestRedisKeyFormat(t *testing.T) {
 	}
 }
 
-// Arguments taken from a stringArena keep their strings while more are
-// taken (past the end of an array, too), until reset.
-func TestStringArena_ArgumentsKeepTheirStrings(t *testing.T) {
-	t.Parallel()
-	for _, n := range []int{1, 4096, 4097, 20_000} {
-		var a stringArena
-		args := make([]any, n)
-		for i := range args {
-			args[i] = a.ref(fmt.Sprint("user-", i))
-		}
-		for i, arg := range args {
-			if p, ok := arg.(*string); !ok || *p != fmt.Sprint("user-", i) {
-				t.Fatalf("n=%d: argument %d is %v, want user-%d", n, i, arg, i)
-			}
-		}
-		a.reset()
-		if len(a.buf) != 0 {
-			t.Fatalf("n=%d: %d strings after reset", n, len(a.buf))
-		}
-	}
-}
-
 // The distinct-user queue is sorted by a group whose low 24 bits hash the
 // interface; two interfaces of an app whose hashes agree there sort into
 // one run of the group, and each must still get its own users.

@@ -13,19 +13,16 @@ type insertTable struct {
 	name, cols, suffix string
 }
 
-// maxStatementBytes bounds what size says of one INSERT's rows (the
-// chunks' bodies): its execute packet must stay below MySQL's
-// max_allowed_packet, 16 MiB by default.
+// maxStatementBytes bounds what size says of one INSERT's rows: below
+// MySQL's default max_allowed_packet (16 MiB).
 const maxStatementBytes = 4 << 20
 
 // insertRows writes n rows into t in statements of at most per rows (and,
-// with size, rows of at most maxStatementBytes together, or one), row
-// appending the values of row i, resting after each statement as pace
-// says. Each statement's shape is prepared once a transaction: the values
-// go as binary parameters, not escaped into its text (for chunk bodies,
-// escaped here and unescaped by MariaDB's lexer, a share of MariaDB's CPU
-// worth saving: BenchmarkFlushServerCPU, BenchmarkMergeUserChunks); a
-// transaction's statements but its last have the same rows.
+// with size, of at most maxStatementBytes, or one row), row appending the
+// values of row i, resting after each statement as pace says. Each
+// statement's shape is prepared once a transaction, so values (chunk
+// bodies) go as binary parameters, not escaped into the text for MariaDB
+// to unescape (BenchmarkFlushServerCPU).
 func insertRows(ctx context.Context, tx *sql.Tx, pace *pacer, met *collectors, per int, t insertTable, n int,
 	size func(i int) int, row func(args []any, i int) []any) error {
 	ncols := strings.Count(t.cols, ",") + 1
@@ -71,21 +68,7 @@ func insertRows(ctx context.Context, tx *sql.Tx, pace *pacer, met *collectors, p
 // valuesSQL is "INSERT INTO name (cols) VALUES (?,…),… suffix" for rows
 // rows of ncols placeholders.
 func valuesSQL(t insertTable, ncols, rows int) string {
-	table, cols, suffix := t.name, t.cols, t.suffix
-	var b strings.Builder
 	tuple := "(" + strings.TrimSuffix(strings.Repeat("?,", ncols), ",") + ")"
-	b.Grow(len(table) + len(cols) + rows*(len(tuple)+1) + len(suffix) + 32)
-	b.WriteString("INSERT INTO ")
-	b.WriteString(table)
-	b.WriteString(" (")
-	b.WriteString(cols)
-	b.WriteString(") VALUES ")
-	for i := range rows {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(tuple)
-	}
-	b.WriteString(suffix)
-	return b.String()
+	values := strings.TrimSuffix(strings.Repeat(tuple+",", rows), ",")
+	return "INSERT INTO " + t.name + " (" + t.cols + ") VALUES " + values + t.suffix
 }

@@ -9,21 +9,13 @@ import (
 // is within its budget (Options.FlushDuty).
 const DefaultFlushDuty = 0.25
 
-// pacer spreads a periodic flush's work over time. Where the check path
-// shares its cores with Redis and MySQL (a small deployment, and every
-// benchmark of this project), a flush run flat out takes them for a second
-// or more — the fold of the live maps, tens of thousands of PFADDs, upserts
-// of as many rows — and the checks arriving meanwhile wait: their p99
-// rose severalfold in the seconds after each flush (make
-// bench-analytics). Paced, the flusher rests after each step
-// (1/duty − 1) times as long as the step took, so it works at most duty of
-// the time, until the budget (a deadline, half the flush interval) is spent;
-// from then on it runs flat out, so a slow flush never runs into the next.
-//
-// It measures real time, not analytics' clock: it shares real cores.
-// A nil *pacer never rests (explicit Flush and Close), nor does one whose
-// hurry channel is closed (Close while a paced flush runs: shutdown must
-// not wait out the rests).
+// pacer spreads a periodic flush's work over time, so that a flush does
+// not take the cores the checks share with Redis and MySQL for a second or
+// more (their p99 rose severalfold after each flush: make bench-analytics).
+// After each step it rests (1/duty − 1) times as long as the step took,
+// until the deadline (half the flush interval); then it runs flat out. It
+// measures real time, not analytics' clock. A nil *pacer never rests, nor
+// does one whose hurry channel is closed (Close during a paced flush).
 type pacer struct {
 	duty     float64
 	deadline time.Time

@@ -2,6 +2,7 @@ package analytics
 
 import (
 	"hash/maphash"
+	"math/bits"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,8 +34,6 @@ type liveRows struct {
 	counts []Counts
 }
 
-func (r *liveRows) len() int { return len(r.keys) }
-
 // each calls f for each row.
 func (r *liveRows) each(f func(k liveKey, c Counts)) {
 	for i, k := range r.keys {
@@ -56,10 +55,7 @@ type liveShard struct {
 // newRecorder makes o.LiveShards maps (rounded up to a power of two)
 // holding at most o.MaxPendingRows rows together.
 func newRecorder(o Options, met *collectors) *Recorder {
-	n := 1
-	for n < o.LiveShards {
-		n <<= 1
-	}
+	n := 1 << bits.Len(uint(o.LiveShards-1))
 	r := &Recorder{clk: o.Clock, dropped: met.dropped, seed: maphash.MakeSeed(), shards: make([]liveShard, n),
 		mask: uint64(n - 1), maxPer: max(1, o.MaxPendingRows/n), spare: make([]liveRows, n)}
 	for i := range r.shards {
@@ -80,8 +76,7 @@ func (r *Recorder) Record(appID, interfaceID, userID string, allowed bool) {
 // record adds one call of minute m; false: the shard is full and the call
 // is dropped.
 func (r *Recorder) record(m int64, appID, interfaceID, userID string, allowed bool) bool {
-	// The id is built on the stack (ids longer than the buffer spill to the
-	// heap) and looked up as bytes: a call to an existing row allocates
+	// The id is built on the stack: a call to an existing row allocates
 	// nothing, a new row copies its id.
 	var buf [192]byte
 	id := appendRowID(buf[:0], appID, interfaceID, userID)
@@ -110,9 +105,8 @@ func (r *Recorder) record(m int64, appID, interfaceID, userID string, allowed bo
 	return true
 }
 
-// take empties shard i and returns its rows (caller holds its mu). The
-// shard takes over the spare map of the previous take, so that a flush
-// allocates no map anew; give the rows back with putBack once folded.
+// take empties shard i and returns its rows (caller holds its mu); the
+// shard takes over the spare of the previous take (putBack).
 func (r *Recorder) take(i int) liveRows {
 	s := &r.shards[i]
 	rows := s.rows

@@ -24,11 +24,7 @@ var rollSteps = []rollStep{
 	{Res1h, Res1w, Keep1h, int64(Res1w)},
 }
 
-// Rollup is the scheduled job of analytics (QUOTA_ROLLUP_SCHEDULE): curve
-// points past their resolution's retention rolled up into coarser ones,
-// today's per-user chunks merged and finished days' sealed (userFigures),
-// finished days' distinct-user registers saved (uniques), and old flush
-// batch ids forgotten.
+// Rollup is the scheduled job of analytics (QUOTA_ROLLUP_SCHEDULE).
 type Rollup struct {
 	clk   clock.Clock
 	dbs   shards
@@ -40,19 +36,17 @@ type Rollup struct {
 type RollupResult struct {
 	Periods    int   // transactions that moved points
 	Moved      int64 // fine points folded into coarse ones (and deleted)
-	SealedDays int   // (day, app) pairs of finished days whose user chunks were sealed (userseal.go)
+	SealedDays int   // (day, app) pairs of finished days whose user chunks were sealed (userfold.go)
 	UserMerges int   // merges of today's user chunks: one per app and level merged
 }
 
-// Run folds curve points past their resolution's retention into the
-// next coarser resolution and deletes them, on every shard. Each chunk of
-// points is added to the coarse points and deleted in one transaction, so a
-// crash never counts a call twice or loses it, and a second run finds
-// nothing left to move. Runs of several quotad instances are serialised per
-// shard by a named lock. It also persists the registers of finished days'
-// distinct-user counts, seals finished days' per-user chunks (userseal.go)
-// and merges today's (userfold.go), and forgets flush batch ids older than
-// two days.
+// Run folds curve points past their resolution's retention into the next
+// coarser resolution, on every shard, each chunk of points added and
+// deleted in one transaction (a crash neither doubles nor loses a call; a
+// second run finds nothing to move). Instances take turns per shard through
+// a named lock. It also merges today's per-user chunks and seals finished
+// days', saves finished days' distinct-user registers and forgets flush
+// batch ids older than two days.
 func (r *Rollup) Run(ctx context.Context) (RollupResult, error) {
 	var total RollupResult
 	now := r.clk.Now()
@@ -71,7 +65,7 @@ func (r *Rollup) Run(ctx context.Context) (RollupResult, error) {
 		return total, err
 	}
 	// Finished days' interface-level registers.
-	if err := r.uniq.persist(ctx, false); err != nil {
+	if err := r.uniq.persist(ctx, false, false); err != nil {
 		return total, fmt.Errorf("persist HLL: %w", err)
 	}
 	return total, nil
@@ -124,11 +118,8 @@ func (r *Rollup) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (Ro
 		}
 	}
 	today := Day(floorDiv(now.Unix(), 86400))
-	// Today's merges first, and each step whatever the others' errors:
-	// the merges are bounded by a run's flushes and keep today's queries
-	// cheap, while sealing a busy finished day may take many runs (each
-	// (day, app) commits on its own), and a day that cannot be sealed (a
-	// corrupt chunk) fails every run until someone removes it.
+	// Today's merges first, and each step whatever the others' errors: a
+	// day that cannot be sealed (a corrupt chunk) fails every run.
 	var errs []error
 	merges, err := r.users.merge(ctx, conn, today)
 	res.UserMerges = merges

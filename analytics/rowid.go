@@ -6,17 +6,9 @@ import (
 
 // rowID is the (app, interface, user) of a row in one string:
 // uvarint(len(app)) app uvarint(len(iface)) iface user. The encoding is
-// canonical (equal triples, equal strings), so rowIDs serve as map keys and
-// compare with ==.
-//
-// Why one string: with uniform keys nearly every call is a new row, and a
-// row used to hold the request's three strings, each its own heap object
-// (the HTTP decoder allocates each value), in the live map key, the pending
-// per-user row and the distinct-user queue: ~9 pointers to follow and 3
-// objects to mark per row: under make bench's uniform load the GC's mark
-// work with analytics on was as much as analytics' own
-// (BenchmarkPendingRowGC). A rowID is one pointer and one object per row,
-// and the request's strings are not retained.
+// canonical, so rowIDs serve as map keys and compare with ==. One object a
+// row, not the request's three strings: with uniform keys nearly every call
+// is a new row, and the collector marks every one (BenchmarkPendingRowGC).
 type rowID string
 
 // appendRowID appends the encoding of (app, iface, user) to b.
@@ -29,25 +21,18 @@ func appendRowID(b []byte, app, iface, user string) []byte {
 }
 
 // rowField returns the length-prefixed field at s[i:] and the index after it.
-// s is a well-formed rowID.
 func rowField(s rowID, i int) (string, int) {
-	if c := s[i]; c < 0x80 { // lengths under 128: one byte
-		j := i + 1 + int(c)
-		return string(s[i+1 : j]), j
-	}
-	var n uint64
-	var shift uint
+	var n, shift uint
 	for {
 		c := s[i]
 		i++
-		n |= uint64(c&0x7f) << shift
+		n |= uint(c&0x7f) << shift
 		if c < 0x80 {
 			break
 		}
 		shift += 7
 	}
-	j := i + int(n)
-	return string(s[i:j]), j
+	return string(s[i : i+int(n)]), i + int(n)
 }
 
 // app is the app of the row (a substring: no allocation).

@@ -143,8 +143,8 @@ func TestLiveShard_TakeReturnsEveryRowAndReusesTheSpare(t *testing.T) {
 		if want := []string{"u1:2", "u3:1", "u5:1", "u9:1"}; !slices.Equal(got, want) {
 			t.Fatalf("round %d: took %v, want %v", round, got, want)
 		}
-		if l.rows.len() != 0 || len(l.rows.index) != 0 {
-			t.Fatalf("round %d: the shard holds %d rows after take", round, l.rows.len())
+		if len(l.rows.keys) != 0 || len(l.rows.index) != 0 {
+			t.Fatalf("round %d: the shard holds %d rows after take", round, len(l.rows.keys))
 		}
 		if put != nil && reflect.ValueOf(l.rows.index).UnsafePointer() != reflect.ValueOf(put).UnsafePointer() {
 			t.Fatalf("round %d: the shard did not take over the map put back", round)

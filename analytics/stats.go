@@ -48,13 +48,9 @@ type Point struct {
 const MaxPoints = 366 * 24 * 60
 
 // Stats answers the figures of the stats API and the dashboard: what
-// MySQL holds plus what this instance has not written yet (the Recorder's
-// rows, the Flusher's pending and uncertain ones, the users waiting for
-// Redis), read in the Flusher's readRows, so that a flush moving rows
-// cannot make a call count twice or not at all. Figures of calls recorded
-// by other quotad instances appear once they have flushed them (within
-// QUOTA_ANALYTICS_FLUSH; day and curve figures of a minute held back by
-// Options.HoldOpenMinute within a flush after the minute).
+// MySQL holds plus what this instance has not written yet, read in the
+// Flusher's readRows, so that a flush moving rows cannot make a call count
+// twice or not at all. Other instances' calls appear once they flush them.
 type Stats struct {
 	clk     clock.Clock
 	dbs     shards
@@ -141,23 +137,38 @@ func (s *Stats) day(ctx context.Context, k hllKey) (map[string]*Counts, map[hllK
 	return ifaces, users, err
 }
 
-// scanCounts runs query on db, whose rows are a key and calls, allowed,
-// denied, and calls f with each row.
-func scanCounts[K any](ctx context.Context, db *sql.DB, query string, args []any, f func(K, Counts)) error {
+// querier is a *sql.DB, *sql.Conn or *sql.Tx.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// eachRow runs query on db and calls f with each row.
+func eachRow(ctx context.Context, db querier, query string, args []any, f func(*sql.Rows) error) error {
 	rows, err := db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
+		if err := f(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// scanCounts runs query on db, whose rows are a key and calls, allowed,
+// denied, and calls f with each row.
+func scanCounts[K any](ctx context.Context, db *sql.DB, query string, args []any, f func(K, Counts)) error {
+	return eachRow(ctx, db, query, args, func(rows *sql.Rows) error {
 		var k K
 		var c Counts
 		if err := rows.Scan(&k, &c.Calls, &c.Allowed, &c.Denied); err != nil {
 			return err
 		}
 		f(k, c)
-	}
-	return rows.Err()
+		return nil
+	})
 }
 
 // byInterface is the total of ifaces and its interfaces, most calls first.
@@ -316,21 +327,15 @@ func (s *Stats) Apps(ctx context.Context, limit int) ([]string, error) {
 	set := map[string]struct{}{}
 	since := (DayOf(s.clk.Now()) - 31).String()
 	for i, db := range s.dbs {
-		rows, err := db.QueryContext(ctx,
-			"SELECT DISTINCT app_id FROM usage_daily WHERE day >= ?", since)
-		if err != nil {
-			return nil, fmt.Errorf("apps of shard %d: %w", i, err)
-		}
-		for rows.Next() {
+		err := eachRow(ctx, db, "SELECT DISTINCT app_id FROM usage_daily WHERE day >= ?", []any{since}, func(rows *sql.Rows) error {
 			var a string
 			if err := rows.Scan(&a); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("apps of shard %d: %w", i, err)
+				return err
 			}
 			set[a] = struct{}{}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+			return nil
+		})
+		if err != nil {
 			return nil, fmt.Errorf("apps of shard %d: %w", i, err)
 		}
 	}

@@ -8,33 +8,21 @@ import (
 	"github.com/golang/snappy"
 )
 
-// Per-user figures (DESIGN.md: per app, user, day and interface) are the
-// many rows of analytics: with keys spread like make bench's, nearly every
-// call is a new one, and an InnoDB upsert costs MariaDB ~7 µs of CPU per
-// row, on the cores the check path uses. So a flush does not upsert them
-// one by one: it writes them as a few compressed chunks per (day, app)
-// into usage_user_chunks (sql/006_user_chunks.sql), and once the day is
-// over Rollup seals each app's chunks of it into one batch of
-// usage_user_sealed (userseal.go), one entry per (user, interface) for the
-// whole day instead of one per flush it was seen in. Queries read both
-// (and usage_user_daily, where earlier versions folded finished days).
+// Per-user figures are the many rows of analytics (with make bench's keys
+// nearly every call is a new one), and an InnoDB upsert costs MariaDB ~7 µs
+// of CPU a row. So a flush writes them as a few compressed chunks per (day,
+// app) into usage_user_chunks, merged as the day goes on (userfold.go) and
+// sealed once it is over.
 //
-// A chunk holds the entries of one partition of the app's users: all of
-// them when the flush saw few (partBits 0), else one of 4, 16, 64 or 256
-// parts by a hash of the user, so that a query for one user of a busy app
-// reads a part of its chunks, not all of them (256 parts, above 32,768
-// entries, are mostly a busy app's merged and sealed batches: a past
-// day's query decodes one part of its day). As the day goes on Rollup merges
-// today's chunks in size tiers (levels, userfold.go), so that the chunks a
-// query reads stay bounded however many flushes the day has had.
+// A chunk holds one part of the app's users: all of them when the batch
+// has few, else one of 4, 16, 64 or 256 parts by a hash of the user, so a
+// query for one user reads its part of each batch.
 //
-// Chunk body: snappy(entry...), each entry
+// Chunk body: snappy(entry...), one entry per (user, interface):
 //
 //	uvarint len(user) user uvarint len(iface) iface uvarint calls uvarint allowed uvarint denied
 //
-// one per (user, interface). A flush writes them by user, then interface
-// (compareGroupRows), a merge and a seal by the user's hash
-// (chunkmerge.go); readers take them in any order.
+// in any order (a flush writes them by user, a merge by the user's hash).
 
 // chunkMaxRaw bounds a chunk's entries before compression, so that a
 // chunk stays far below MySQL's max_allowed_packet (16 MiB by default).
@@ -106,9 +94,8 @@ func eachUserEntry(body []byte, fn func(user, iface string, c Counts)) error {
 	return nil
 }
 
-// userEntryAt decodes the entry at raw[i:] (raw is at most 4 GiB, so its
-// spans fit) and returns it and the index after it; ok is false if it is
-// malformed.
+// userEntryAt decodes the entry at raw[i:] (at most 4 GiB) and returns it
+// and the index after it; ok is false if it is malformed.
 func userEntryAt(raw []byte, i int) (e mergeEntry, next int, ok bool) {
 	if e.user, i = rawField(raw, i); i < 0 {
 		return e, 0, false
@@ -151,10 +138,8 @@ type userChunk struct {
 	body    []byte // compressed
 }
 
-// chunkBuffers are appendAppChunks' per-part entry buffers, counts and
-// sequence numbers, reused from one (day, app) to the next: a flush
-// chunks a thousand apps, and growing every part's buffer from empty for
-// each was a tenth of the bytes it allocated.
+// chunkBuffers are appendAppChunks' per-part buffers, reused from one (day,
+// app) to the next. Kept: fresh ones took 7 % more bytes (BenchmarkRecordAndPeriodicFlush).
 type chunkBuffers struct {
 	raws   [][]byte
 	counts []int
@@ -164,9 +149,7 @@ type chunkBuffers struct {
 // reset readies the first parts buffers, empty, and returns them.
 func (b *chunkBuffers) reset(parts int) (raws [][]byte, counts []int, seqs []uint32) {
 	for len(b.raws) < parts {
-		b.raws = append(b.raws, nil)
-		b.counts = append(b.counts, 0)
-		b.seqs = append(b.seqs, 0)
+		b.raws, b.counts, b.seqs = append(b.raws, nil), append(b.counts, 0), append(b.seqs, 0)
 	}
 	for p := range parts {
 		b.raws[p], b.counts[p], b.seqs[p] = b.raws[p][:0], 0, 0
@@ -174,8 +157,7 @@ func (b *chunkBuffers) reset(parts int) (raws [][]byte, counts []int, seqs []uin
 	return b.raws[:parts], b.counts[:parts], b.seqs[:parts]
 }
 
-// appendAppChunks appends the chunks of one (day, app)'s rows, building
-// them in buf.
+// appendAppChunks appends the chunks of one (day, app)'s rows, built in buf.
 func appendAppChunks(out []userChunk, rows []userRow, maxRaw int, buf *chunkBuffers) []userChunk {
 	bits := partBitsFor(len(rows))
 	raws, counts, seqs := buf.reset(1 << bits)

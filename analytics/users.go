@@ -8,11 +8,9 @@ import (
 	"sync"
 )
 
-// userFigures keeps the per-user figures (DESIGN.md: per app, user, day
-// and interface) as compressed chunks per (day, app) (userchunk.go): a
-// flush writes its users' rows as a batch of chunks, Rollup merges the
-// day's batches as it goes on (userfold.go) and seals them once it is over
-// (userseal.go), and a user's query reads the chunks of its part.
+// userFigures keeps the per-user figures as compressed chunks per (day,
+// app) (userchunk.go): a flush writes a batch of chunks, Rollup merges the
+// day's batches (userfold.go) and seals them once it is over (userfold.go).
 type userFigures struct {
 	perStatement int     // Options.RowsPerStatement
 	duty         float64 // Options.FlushDuty, for merges and seals
@@ -31,7 +29,7 @@ func (u *userFigures) write(ctx context.Context, tx *sql.Tx, pace *pacer, p *row
 }
 
 // chunkTable is a table of per-user chunks: today's, with each chunk's
-// batch and level, or the finished days' sealed ones (userseal.go).
+// batch and level, or the finished days' sealed ones (userfold.go).
 type chunkTable struct {
 	insertTable
 	sealed bool
@@ -45,21 +43,19 @@ var (
 // insertChunks writes chunks into table, a batch (batchID: not written to
 // the sealed table).
 func (u *userFigures) insertChunks(ctx context.Context, tx *sql.Tx, pace *pacer, table chunkTable, batchID [16]byte, chunks []userChunk) error {
-	var days dayStrings
 	return insertRows(ctx, tx, pace, u.met, u.perStatement, table.insertTable, len(chunks),
 		func(i int) int { return len(chunks[i].body) },
 		func(args []any, i int) []any {
 			c := &chunks[i]
 			if table.sealed {
-				return append(args, days.of(c.day), c.app, c.part, c.seq, c.entries, c.body)
+				return append(args, c.day.String(), c.app, c.part, c.seq, c.entries, c.body)
 			}
-			return append(args, days.of(c.day), c.app, c.part, batchID[:], c.seq, c.level, c.entries, c.body)
+			return append(args, c.day.String(), c.app, c.part, batchID[:], c.seq, c.level, c.entries, c.body)
 		})
 }
 
-// userDayStatement is stored's statement and its arguments: the
-// rows of usage_user_daily, then the chunks of each chunk table that may
-// hold user (partsOf).
+// userDayStatement is stored's statement and its arguments: the rows of
+// usage_user_daily, then the chunks of each chunk table that may hold user.
 func userDayStatement(app, user string, day Day) (string, []any) {
 	d := day.String()
 	q := "SELECT interface_id, calls, allowed, denied, NULL FROM usage_user_daily WHERE app_id = ? AND user_id = ? AND day = ?"
@@ -76,40 +72,30 @@ func userDayStatement(app, user string, day Day) (string, []any) {
 	return q, args
 }
 
-// stored adds user's stored figures for day to ifaces: the entries
-// of the day's chunks (userchunk.go) and of its sealed chunks
-// (userseal.go), and the rows of usage_user_daily (where versions before
-// the seal folded finished days). One statement, so one snapshot: a seal
-// that commits meanwhile moves entries between the chunk tables, and two
-// statements could see them in neither or in both.
+// stored adds user's stored figures for day to ifaces: its entries in the
+// day's chunks and sealed chunks, and its usage_user_daily rows (written by
+// versions before the seal). One statement, so one snapshot: a seal that
+// commits meanwhile moves entries between the chunk tables.
 func (u *userFigures) stored(ctx context.Context, db *sql.DB, app, user string, day Day, ifaces map[string]*Counts) error {
 	q, args := userDayStatement(app, user, day)
-	rows, err := db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return fmt.Errorf("per-user figures of %q on %s: %w", app, day, err)
-	}
-	defer rows.Close()
-	for rows.Next() {
+	err := eachRow(ctx, db, q, args, func(rows *sql.Rows) error {
 		var iface string
 		var c Counts
 		var body []byte
 		if err := rows.Scan(&iface, &c.Calls, &c.Allowed, &c.Denied, &body); err != nil {
-			return fmt.Errorf("per-user figures of %q on %s: %w", app, day, err)
+			return err
 		}
 		if body == nil {
 			addTo(ifaces, iface, c)
-			continue
+			return nil
 		}
-		err := eachUserEntry(body, func(u, f string, c Counts) {
+		return eachUserEntry(body, func(u, f string, c Counts) {
 			if u == user {
 				addTo(ifaces, f, c)
 			}
 		})
-		if err != nil {
-			return fmt.Errorf("user chunk of %s on %s: %w", app, day, err)
-		}
-	}
-	if err := rows.Err(); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("per-user figures of %q on %s: %w", app, day, err)
 	}
 	return nil
