@@ -478,32 +478,18 @@ func (c *rawGRPC) control(f http2.Frame, id uint32) error {
 		if id != 0 && f.LastStreamID < id {
 			return errUnprocessed
 		}
-	case *http2.PushPromiseFrame:
-		return &malformedGRPCError{"PUSH_PROMISE with push disabled"}
-	case *http2.ContinuationFrame:
-		return &malformedGRPCError{"CONTINUATION outside a header block"}
+	default:
+		return unexpectedFrame(f)
 	}
-	return nil // PRIORITY and unknown frame types are ignored
+	return nil
 }
 
 // readBlock decodes a header block: f's fragment and the CONTINUATION
 // frames that follow it.
 func (c *rawGRPC) readBlock(f *http2.HeadersFrame) error {
-	c.block = append(c.block[:0], f.HeaderBlockFragment()...)
-	for ended := f.HeadersEnded(); !ended; {
-		next, err := c.fr.ReadFrame()
-		if err != nil {
-			return err
-		}
-		cf, ok := next.(*http2.ContinuationFrame)
-		if !ok || cf.StreamID != f.StreamID {
-			return &malformedGRPCError{"header block not continued"}
-		}
-		if len(c.block)+len(cf.HeaderBlockFragment()) > recvStreamWindow {
-			return &malformedGRPCError{"header block too large"}
-		}
-		c.block = append(c.block, cf.HeaderBlockFragment()...)
-		ended = cf.HeadersEnded()
+	var err error
+	if c.block, err = readHeaderBlock(c.fr, f, c.block); err != nil {
+		return err
 	}
 	c.h.blocks++
 	if _, err := c.dec.Write(c.block); err != nil {
@@ -607,4 +593,38 @@ func parseRateLimitResponse(b []byte) (grpcAnswer, error) {
 		b = b[n:]
 	}
 	return a, nil
+}
+
+// readHeaderBlock appends to block[:0] f's header block fragment and those
+// of the CONTINUATION frames that follow it.
+func readHeaderBlock(fr *http2.Framer, f *http2.HeadersFrame, block []byte) ([]byte, error) {
+	block = append(block[:0], f.HeaderBlockFragment()...)
+	for ended := f.HeadersEnded(); !ended; {
+		next, err := fr.ReadFrame()
+		if err != nil {
+			return block, err
+		}
+		cf, ok := next.(*http2.ContinuationFrame)
+		if !ok || cf.StreamID != f.StreamID {
+			return block, &malformedGRPCError{"header block not continued"}
+		}
+		if len(block)+len(cf.HeaderBlockFragment()) > recvStreamWindow {
+			return block, &malformedGRPCError{"header block too large"}
+		}
+		block = append(block, cf.HeaderBlockFragment()...)
+		ended = cf.HeadersEnded()
+	}
+	return block, nil
+}
+
+// unexpectedFrame is the error of a frame no gRPC answer has here, or nil
+// for one to ignore (PRIORITY and unknown types).
+func unexpectedFrame(f http2.Frame) error {
+	switch f.(type) {
+	case *http2.PushPromiseFrame:
+		return &malformedGRPCError{"PUSH_PROMISE with push disabled"}
+	case *http2.ContinuationFrame:
+		return &malformedGRPCError{"CONTINUATION outside a header block"}
+	}
+	return nil
 }

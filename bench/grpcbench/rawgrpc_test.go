@@ -166,17 +166,22 @@ func serveFake(t *testing.T, opts ...grpc.ServerOption) (*fakeRLS, string) {
 	return f, ln.Addr().String()
 }
 
+// serverVariants are grpc-go servers the raw clients must handle: its
+// default dynamic windows, static ones, and a header table too small for
+// the request's fields.
+var serverVariants = map[string][]grpc.ServerOption{
+	"dynamic windows":    nil,
+	"static windows":     {grpc.StaticStreamWindowSize(64 << 10), grpc.StaticConnWindowSize(64 << 10)},
+	"small header table": {grpc.HeaderTableSize(64)},
+}
+
 // Against grpc-go's server, with its default dynamic windows (a BDP ping
 // to acknowledge per request), with static ones, and with a header table
 // too small for the request's fields: thousands of calls (several times
 // the server's 64 KiB initial connection window, which it must grant
 // again), each answer and each request as sent.
 func TestRawGRPC_CallsAGRPCGoServer(t *testing.T) {
-	for name, opts := range map[string][]grpc.ServerOption{
-		"dynamic windows":    nil,
-		"static windows":     {grpc.StaticStreamWindowSize(64 << 10), grpc.StaticConnWindowSize(64 << 10)},
-		"small header table": {grpc.HeaderTableSize(64)},
-	} {
+	for name, opts := range serverVariants {
 		t.Run(name, func(t *testing.T) {
 			f, addr := serveFake(t, opts...)
 			c := newRawGRPC(newRawGRPCTarget(addr, 5*time.Second))
@@ -223,23 +228,32 @@ func TestRawGRPC_StatusErrorKeepsTheConnection(t *testing.T) {
 	_, addr := serveFake(t)
 	c := newRawGRPC(newRawGRPCTarget(addr, 5*time.Second))
 	defer c.close()
+	err := statusErrorKeepsTheConnection(t, c.call, func() net.Conn { return c.conn })
+	if kind := grpcErrorKind(err); kind != "grpc_InvalidArgument" {
+		t.Fatalf("kind %q", kind)
+	}
+}
+
+// statusErrorKeepsTheConnection fails t unless a call the server answers
+// INVALID_ARGUMENT fails with that status and the next call succeeds on the
+// same connection; it returns the first call's error.
+func statusErrorKeepsTheConnection[C comparable](t *testing.T, call func([]byte) (grpcAnswer, error), conn func() C) error {
+	t.Helper()
 	var v platformValues
 	v.set(loadgen.Key{App: 1})
-	_, err := c.call(appendRequest(nil, "bad", &v))
+	_, err := call(appendRequest(nil, "bad", &v))
 	var se *grpcStatusError
 	if !errors.As(err, &se) || se.code != codes.InvalidArgument || se.msg != "bad domain" {
 		t.Fatalf("error %v, want INVALID_ARGUMENT: bad domain", err)
 	}
-	if kind := grpcErrorKind(err); kind != "grpc_InvalidArgument" {
-		t.Fatalf("kind %q", kind)
-	}
-	conn := c.conn
-	if a, err := c.call(appendRequest(nil, "platform", &v)); err != nil || a.overall != int32(rlsv3.RateLimitResponse_OK) {
+	before := conn()
+	if a, err := call(appendRequest(nil, "platform", &v)); err != nil || a.overall != int32(rlsv3.RateLimitResponse_OK) {
 		t.Fatalf("after the error: %+v, %v", a, err)
 	}
-	if c.conn != conn {
+	if conn() != before {
 		t.Fatal("the connection was replaced after a status error")
 	}
+	return err
 }
 
 // A server that ends connections (GOAWAY at its maximum connection age)

@@ -389,33 +389,19 @@ func (c *muConn) handle(m *rawMux, f http2.Frame) error {
 			}
 		}
 		m.mu.Unlock()
-	case *http2.PushPromiseFrame:
-		return &malformedGRPCError{"PUSH_PROMISE with push disabled"}
-	case *http2.ContinuationFrame:
-		return &malformedGRPCError{"CONTINUATION outside a header block"}
+	default:
+		return unexpectedFrame(f)
 	}
-	return nil // PRIORITY and unknown frame types are ignored
+	return nil
 }
 
 // readBlock decodes a header block (f's fragment and its CONTINUATION
 // frames) into the current call's answerHead (none: decoded all the same,
 // to keep the header table in step).
 func (c *muConn) readBlock(f *http2.HeadersFrame) error {
-	c.block = append(c.block[:0], f.HeaderBlockFragment()...)
-	for ended := f.HeadersEnded(); !ended; {
-		next, err := c.fr.ReadFrame()
-		if err != nil {
-			return err
-		}
-		cf, ok := next.(*http2.ContinuationFrame)
-		if !ok || cf.StreamID != f.StreamID {
-			return &malformedGRPCError{"header block not continued"}
-		}
-		if len(c.block)+len(cf.HeaderBlockFragment()) > recvStreamWindow {
-			return &malformedGRPCError{"header block too large"}
-		}
-		c.block = append(c.block, cf.HeaderBlockFragment()...)
-		ended = cf.HeadersEnded()
+	var err error
+	if c.block, err = readHeaderBlock(c.fr, f, c.block); err != nil {
+		return err
 	}
 	if c.cur != nil {
 		c.cur.h.blocks++

@@ -13,7 +13,6 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 
@@ -26,11 +25,7 @@ import (
 // too small for the request's fields: each caller gets its own answer, and
 // the server gets each request as sent.
 func TestRawMux_CallersShareConnectionsToAGRPCGoServer(t *testing.T) {
-	for name, opts := range map[string][]grpc.ServerOption{
-		"dynamic windows":    nil,
-		"static windows":     {grpc.StaticStreamWindowSize(64 << 10), grpc.StaticConnWindowSize(64 << 10)},
-		"small header table": {grpc.HeaderTableSize(64)},
-	} {
+	for name, opts := range serverVariants {
 		t.Run(name, func(t *testing.T) {
 			f, addr := serveFake(t, opts...)
 			tg := newRawGRPCTarget(addr, 5*time.Second)
@@ -102,21 +97,7 @@ func TestRawMux_StatusErrorKeepsTheConnection(t *testing.T) {
 	_, addr := serveFake(t)
 	m := newRawMux(newRawGRPCTarget(addr, 5*time.Second))
 	defer m.close()
-	k := newMuClient(m)
-	var v platformValues
-	v.set(loadgen.Key{App: 1})
-	_, err := k.call(appendRequest(nil, "bad", &v))
-	var se *grpcStatusError
-	if !errors.As(err, &se) || se.code != codes.InvalidArgument || se.msg != "bad domain" {
-		t.Fatalf("error %v, want INVALID_ARGUMENT: bad domain", err)
-	}
-	conn := m.c
-	if a, err := k.call(appendRequest(nil, "platform", &v)); err != nil || a.overall != int32(rlsv3.RateLimitResponse_OK) {
-		t.Fatalf("after the error: %+v, %v", a, err)
-	}
-	if m.c != conn {
-		t.Fatal("the connection was replaced after a status error")
-	}
+	statusErrorKeepsTheConnection(t, newMuClient(m).call, func() *muConn { return m.c })
 }
 
 // A server that ends connections (GOAWAY at its maximum connection age)
