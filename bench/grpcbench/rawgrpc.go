@@ -207,14 +207,8 @@ type rawGRPC struct {
 	resp  []byte   // the answer's DATA
 	block []byte   // a header block being put together from its frames
 
-	nextStream  uint32
-	sendConn    int64  // the connection's send window the server grants
-	sendStream  int64  // a new stream's send window (the server's SETTINGS)
-	maxFrame    uint32 // the largest frame the server accepts
-	recvUnacked int64  // bytes received since the connection's window was last topped up
-	goaway      bool   // the server is closing the connection
-	stateless   bool   // header fields as literals without indexing
-	added       bool   // the header fields are in the server's dynamic table
+	connState
+	recvUnacked int64 // bytes received since the connection's window was last topped up
 
 	h answerHead // the current call's headers and trailers
 }
@@ -355,15 +349,7 @@ func (c *rawGRPC) exchange(msg []byte) (grpcAnswer, error) {
 			return grpcAnswer{}, errUnprocessed
 		}
 	}
-	id := c.nextStream
-	c.nextStream += 2
-	head := c.t.heads.first
-	switch {
-	case c.stateless:
-		head = c.t.heads.stateless
-	case c.added:
-		head = c.t.heads.next
-	}
+	id, head := c.newStream(c.t)
 	if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: head, EndHeaders: true}); err != nil {
 		return grpcAnswer{}, err
 	}
@@ -428,23 +414,7 @@ func (c *rawGRPC) control(f http2.Frame, id uint32) error {
 		if f.IsAck() {
 			return nil
 		}
-		err := f.ForeachSetting(func(s http2.Setting) error {
-			switch s.ID {
-			case http2.SettingInitialWindowSize:
-				c.sendStream = int64(s.Val)
-			case http2.SettingMaxFrameSize:
-				c.maxFrame = s.Val
-			case http2.SettingHeaderTableSize:
-				if s.Val < c.t.heads.tableSize && !c.stateless {
-					// Entries this connection added or refers to may be
-					// evicted: it ends after this call.
-					c.t.stateless.Store(true)
-					c.goaway = true
-				}
-			}
-			return nil
-		})
-		if err != nil {
+		if err := c.applySettings(f, c.t); err != nil {
 			return err
 		}
 		if err := c.fr.WriteSettingsAck(); err != nil {
@@ -487,15 +457,10 @@ func (c *rawGRPC) control(f http2.Frame, id uint32) error {
 // readBlock decodes a header block: f's fragment and the CONTINUATION
 // frames that follow it.
 func (c *rawGRPC) readBlock(f *http2.HeadersFrame) error {
-	var err error
-	if c.block, err = readHeaderBlock(c.fr, f, c.block); err != nil {
-		return err
-	}
 	c.h.blocks++
-	if _, err := c.dec.Write(c.block); err != nil {
-		return err
-	}
-	return c.dec.Close()
+	var err error
+	c.block, err = decodeHeaderBlock(c.fr, f, c.block, c.dec)
+	return err
 }
 
 // emit keeps the fields of the answer's header blocks the client checks.
@@ -595,9 +560,10 @@ func parseRateLimitResponse(b []byte) (grpcAnswer, error) {
 	return a, nil
 }
 
-// readHeaderBlock appends to block[:0] f's header block fragment and those
-// of the CONTINUATION frames that follow it.
-func readHeaderBlock(fr *http2.Framer, f *http2.HeadersFrame, block []byte) ([]byte, error) {
+// decodeHeaderBlock puts f's header block together in block[:0] from its
+// fragment and those of the CONTINUATION frames that follow it, and
+// decodes it with dec.
+func decodeHeaderBlock(fr *http2.Framer, f *http2.HeadersFrame, block []byte, dec *hpack.Decoder) ([]byte, error) {
 	block = append(block[:0], f.HeaderBlockFragment()...)
 	for ended := f.HeadersEnded(); !ended; {
 		next, err := fr.ReadFrame()
@@ -614,7 +580,10 @@ func readHeaderBlock(fr *http2.Framer, f *http2.HeadersFrame, block []byte) ([]b
 		block = append(block, cf.HeaderBlockFragment()...)
 		ended = cf.HeadersEnded()
 	}
-	return block, nil
+	if _, err := dec.Write(block); err != nil {
+		return block, err
+	}
+	return block, dec.Close()
 }
 
 // unexpectedFrame is the error of a frame no gRPC answer has here, or nil
@@ -627,4 +596,51 @@ func unexpectedFrame(f http2.Frame) error {
 		return &malformedGRPCError{"CONTINUATION outside a header block"}
 	}
 	return nil
+}
+
+// connState is what both raw clients keep of a connection: its next
+// stream, and its server's limits and header table.
+type connState struct {
+	nextStream uint32
+	added      bool   // the header fields are in the server's dynamic table
+	sendConn   int64  // the connection's send window the server grants
+	sendStream int64  // a new stream's send window (the server's SETTINGS)
+	maxFrame   uint32 // the largest frame the server accepts
+	goaway     bool   // the server is closing the connection
+	stateless  bool   // header fields as literals without indexing
+}
+
+// applySettings applies the server's SETTINGS. A header table smaller than
+// the one t's requests refer to makes t stateless, and this connection ends
+// after its calls: entries it added or refers to may be evicted.
+func (s *connState) applySettings(f *http2.SettingsFrame, t *rawGRPCTarget) error {
+	return f.ForeachSetting(func(set http2.Setting) error {
+		switch set.ID {
+		case http2.SettingInitialWindowSize:
+			s.sendStream = int64(set.Val)
+		case http2.SettingMaxFrameSize:
+			s.maxFrame = set.Val
+		case http2.SettingHeaderTableSize:
+			if set.Val < t.heads.tableSize && !s.stateless {
+				t.stateless.Store(true)
+				s.goaway = true
+			}
+		}
+		return nil
+	})
+}
+
+// newStream returns the next stream's id and its header block: the one
+// that adds the fields to the server's table, the one that refers to them,
+// or, stateless, literals.
+func (s *connState) newStream(t *rawGRPCTarget) (uint32, []byte) {
+	id := s.nextStream
+	s.nextStream += 2
+	switch {
+	case s.stateless:
+		return id, t.heads.stateless
+	case s.added:
+		return id, t.heads.next
+	}
+	return id, t.heads.first
 }

@@ -37,14 +37,8 @@ type muConn struct {
 	out  frameBuf
 	err  error // why the connection ended; nil while it serves
 
-	pending    map[uint32]*muCall
-	nextStream uint32
-	sendConn   int64
-	sendStream int64
-	maxFrame   uint32
-	goaway     bool
-	stateless  bool
-	added      bool
+	pending map[uint32]*muCall
+	connState
 
 	// The reader's own.
 	dec         *hpack.Decoder
@@ -154,15 +148,7 @@ func (m *rawMux) send(cl *muCall, msg []byte, need int64, deadline time.Time) (*
 			m.window.Wait()
 			continue
 		}
-		id := c.nextStream
-		c.nextStream += 2
-		head := m.t.heads.first
-		switch {
-		case c.stateless:
-			head = m.t.heads.stateless
-		case c.added:
-			head = m.t.heads.next
-		}
+		id, head := c.newStream(m.t)
 		cl.h, cl.resp = answerHead{}, cl.resp[:0]
 		c.pending[id] = cl
 		err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: head, EndHeaders: true})
@@ -190,9 +176,9 @@ func (m *rawMux) dial(deadline time.Time) (*muConn, error) {
 		return nil, err
 	}
 	c := &muConn{
-		conn: conn, pending: map[uint32]*muCall{}, nextStream: 1,
-		sendConn: defaultWindow, sendStream: defaultWindow, maxFrame: defaultMaxFrame,
-		stateless: m.t.stateless.Load(),
+		conn: conn, pending: map[uint32]*muCall{},
+		connState: connState{nextStream: 1, sendConn: defaultWindow, sendStream: defaultWindow, maxFrame: defaultMaxFrame,
+			stateless: m.t.stateless.Load()},
 	}
 	c.fr = http2.NewFramer(&c.out, bufio.NewReaderSize(conn, 16<<10))
 	c.fr.SetReuseFrames()
@@ -334,20 +320,7 @@ func (c *muConn) handle(m *rawMux, f http2.Frame) error {
 		}
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		err := f.ForeachSetting(func(s http2.Setting) error {
-			switch s.ID {
-			case http2.SettingInitialWindowSize:
-				c.sendStream = int64(s.Val)
-			case http2.SettingMaxFrameSize:
-				c.maxFrame = s.Val
-			case http2.SettingHeaderTableSize:
-				if s.Val < m.t.heads.tableSize && !c.stateless {
-					m.t.stateless.Store(true)
-					c.goaway = true
-				}
-			}
-			return nil
-		})
+		err := c.applySettings(f, m.t)
 		if err == nil {
 			err = c.fr.WriteSettingsAck()
 		}
@@ -399,17 +372,12 @@ func (c *muConn) handle(m *rawMux, f http2.Frame) error {
 // frames) into the current call's answerHead (none: decoded all the same,
 // to keep the header table in step).
 func (c *muConn) readBlock(f *http2.HeadersFrame) error {
-	var err error
-	if c.block, err = readHeaderBlock(c.fr, f, c.block); err != nil {
-		return err
-	}
 	if c.cur != nil {
 		c.cur.h.blocks++
 	}
-	if _, err := c.dec.Write(c.block); err != nil {
-		return err
-	}
-	return c.dec.Close()
+	var err error
+	c.block, err = decodeHeaderBlock(c.fr, f, c.block, c.dec)
+	return err
 }
 
 func (c *muConn) emit(f hpack.HeaderField) {
