@@ -3,7 +3,8 @@ package analytics
 // ShardIndex is the MySQL shard (0…shards-1) that holds an app's analytics
 // rows: FNV-1a 64-bit of the app_id, modulo the number of shards; stable
 // across processes and versions, so every quotad writes an app to the same
-// shard.
+// shard. Changing the number of shards moves apps: their existing rows are
+// not found until moved.
 func ShardIndex(appID string, shards int) int {
 	if shards <= 1 {
 		return 0

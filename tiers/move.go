@@ -214,7 +214,7 @@ func (m *HotMover) FreezeExport(ctx context.Context, refs []Ref, noColdRow bool)
 			return nil, fmt.Errorf("hot freeze: %w", wrapUnavailable(err))
 		}
 		for k := 0; k+2 < len(vals); k += 3 {
-			f, err := m.frozenCell(&refs[len(out)], idxs[len(out)], now, vals[k:k+3])
+			f, err := frozenCell(&refs[len(out)], idxs[len(out)], now, vals[k:k+3])
 			if err != nil {
 				return nil, fmt.Errorf("hot freeze: %w", err)
 			}
@@ -228,7 +228,7 @@ func (m *HotMover) FreezeExport(ctx context.Context, refs []Ref, noColdRow bool)
 }
 
 // frozenCell decodes hot_freeze.lua's three values for one cell.
-func (m *HotMover) frozenCell(r *Ref, idx int64, now time.Time, v []any) (HotFreeze, error) {
+func frozenCell(r *Ref, idx int64, now time.Time, v []any) (HotFreeze, error) {
 	state, _ := v[0].(int64)
 	a, _ := v[1].(string)
 	w, _ := v[2].(string)
