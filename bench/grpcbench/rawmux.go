@@ -178,6 +178,13 @@ func (m *rawMux) dial(deadline time.Time) (*muConn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The connection outlives the call that dialled it: each call has a
+	// timer of its own, and the dial's deadline would end the connection,
+	// and every call on it, one timeout after it opened.
+	if err := conn.SetDeadline(time.Time{}); err != nil {
+		conn.Close()
+		return nil, err
+	}
 	c := &muConn{
 		conn: conn, pending: map[uint32]*muCall{},
 		connState: connState{nextStream: 1, sendConn: defaultWindow, sendStream: defaultWindow, maxFrame: defaultMaxFrame,

@@ -207,3 +207,35 @@ func TestRun_ReportsEachEntryItTakesTurnsWith(t *testing.T) {
 		t.Fatalf("timeline: %v\n%.300s", err, tl)
 	}
 }
+
+// A connection serves calls for longer than one call's timeout: the
+// deadline of the call that dialled it is not the connection's.
+func TestRawMux_ConnectionOutlivesTheCallTimeout(t *testing.T) {
+	t.Parallel()
+	_, addr := serveFake(t)
+	const timeout = 200 * time.Millisecond
+	m := newRawMux(newRawGRPCTarget(addr, timeout))
+	defer m.close()
+	current := func() *muConn {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.c
+	}
+	var v platformValues
+	v.set(loadgen.Key{App: 1})
+	msg := appendRequest(nil, "platform", &v)
+	k := newMuClient(m)
+	opened := time.Now()
+	if _, err := k.call(msg); err != nil {
+		t.Fatal(err)
+	}
+	first := current()
+	for time.Since(opened) < 4*timeout {
+		if _, err := k.call(msg); err != nil {
+			t.Fatalf("call %v after the connection opened: %v", time.Since(opened), err)
+		}
+	}
+	if c := current(); c != first {
+		t.Fatalf("the calls went on a new connection (the first ended: %v)", first.err)
+	}
+}
