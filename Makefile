@@ -158,10 +158,11 @@ bench-memory: services
 		$(GO) run ./bench/cmd/quotabench-memory -n 1000000 -apps 1 -tiers filter; } | tee bench-out/memory.txt
 
 # What a move of 1,000 hot cells (each of its own app) to cold costs, step
-# by step (migrate's BenchmarkMoveCells_HotToCold; ~5 s).
+# by step (migrate's BenchmarkMoveCells_HotToCold), and a cycle's fold of
+# the flushed activity into cell_activity (BenchmarkFoldActivityLog; ~10 s).
 .PHONY: bench-move
 bench-move: services
-	$(GO) test -run '^$$' -bench BenchmarkMoveCells_HotToCold -benchtime 20x ./migrate/
+	$(GO) test -run '^$$' -bench 'BenchmarkMoveCells_HotToCold|BenchmarkFoldActivityLog' -benchtime 20x ./migrate/
 
 # Tiering on against off, alternated in one run, for uniform keys, skewed
 # keys and batches of new identities; MariaDB statements per 1,000 checks

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -13,12 +16,17 @@ import (
 	"github.com/quota-platform/quota/tiers"
 )
 
-// Activity counts checks per fixed-window cell in process and adds them to
-// cell_activity (sql/004) on Flush, one multi-row upsert per shard and 500
-// rows. It holds at most MaxCells cells between flushes; calls of further
-// cells are dropped (counted in Dropped) - the cell's mean is then a little
-// low, never its limit. Which cells it is given is the router's choice
-// (tiers.Router.CallsMinWindow: config's QUOTA_MIGRATE_MIN_WINDOW).
+// Activity counts checks per fixed-window cell in process and, on Flush,
+// writes them to cell_activity_log (sql/008) in batches: per shard one
+// statement of a few rows, whatever the number of cells, where one row per
+// cell would cost about a row write per check when calls spread over many
+// cells of long windows. Each cycle folds a part's batches into
+// cell_activity (sql/004), the per-cell history it scans, just before it
+// scans that part (foldActivityLog). It holds at most MaxCells cells
+// between flushes; calls of further cells are dropped (counted in Dropped)
+// - the cell's mean is then a little low, never its limit. Which cells it
+// is given is the router's choice (tiers.Router.CallsMinWindow: config's
+// QUOTA_MIGRATE_MIN_WINDOW).
 type Activity struct {
 	DBs      []*sql.DB
 	MaxCells int // 0: 1,000,000
@@ -68,6 +76,14 @@ func (a *Activity) now() time.Time {
 	return time.Now()
 }
 
+// Bounds of what a flush writes: cells per cell_activity_log row (about
+// 40 bytes each) and rows per INSERT, so that a statement stays far below
+// MariaDB's default max_allowed_packet (16 MiB).
+const (
+	logBatchCells       = 2000
+	logRowsPerStatement = 32
+)
+
 // Flush writes what was counted since the last flush. What could not be
 // written is kept for the next flush.
 func (a *Activity) Flush(ctx context.Context) error {
@@ -85,48 +101,237 @@ func (a *Activity) Flush(ctx context.Context) error {
 		by[sh] = append(by[sh], c)
 	}
 	var failed []*pendingCell
-	var firstErr error
+	var errs []error
 	for sh, cells := range by {
-		// In key order: instances flushing at once (each cycle starts
-		// with a flush) then lock rows in the same order and cannot
-		// deadlock each other.
-		slices.SortFunc(cells, func(a, b *pendingCell) int {
-			ia, ib := a.ref.ID(), b.ref.ID()
-			return bytes.Compare(ia[:], ib[:])
-		})
-		for chunk := range slices.Chunk(cells, 500) {
-			args := make([]any, 0, 4*len(chunk))
-			for _, c := range chunk {
-				id := c.ref.ID()
-				args = append(args, id[:], EncodeRef(&c.ref), hour, c.calls)
+		f, err := a.flushShard(ctx, sh, cells, hour)
+		failed = append(failed, f...)
+		errs = append(errs, err)
+	}
+	a.keep(failed)
+	return errors.Join(errs...)
+}
+
+// logRow is one row of cell_activity_log: cells of one part.
+type logRow struct {
+	part  int
+	cells []*pendingCell
+}
+
+// flushShard writes one shard's cells as rows of cell_activity_log and
+// returns the cells of the statements that failed.
+func (a *Activity) flushShard(ctx context.Context, sh int, cells []*pendingCell, hour int64) ([]*pendingCell, error) {
+	slices.SortFunc(cells, func(a, b *pendingCell) int {
+		ia, ib := a.ref.ID(), b.ref.ID()
+		return bytes.Compare(ia[:], ib[:])
+	})
+	var rows []logRow
+	for len(cells) > 0 {
+		part := partOfCell(cells[0].ref.ID())
+		n := 1
+		for n < len(cells) && n < logBatchCells && partOfCell(cells[n].ref.ID()) == part {
+			n++
+		}
+		rows = append(rows, logRow{part: part, cells: cells[:n]})
+		cells = cells[n:]
+	}
+	var failed []*pendingCell
+	var firstErr error
+	for chunk := range slices.Chunk(rows, logRowsPerStatement) {
+		args := make([]any, 0, 3*len(chunk))
+		for _, r := range chunk {
+			args = append(args, r.part, hour, appendLogEntries(nil, r.cells))
+		}
+		q := "INSERT INTO cell_activity_log (part, hour, cells) VALUES " +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?), ", len(chunk)), ", ")
+		if _, err := a.DBs[sh].ExecContext(ctx, q, args...); err != nil {
+			for _, r := range chunk {
+				failed = append(failed, r.cells...)
 			}
-			q := "INSERT INTO cell_activity (k, ref, since, calls) VALUES " +
-				strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?), ", len(chunk)), ", ") +
-				" ON DUPLICATE KEY UPDATE calls = calls + VALUES(calls)"
-			if _, err := a.DBs[sh].ExecContext(ctx, q, args...); err != nil {
-				failed = append(failed, chunk...)
-				if firstErr == nil {
-					firstErr = fmt.Errorf("activity flush shard %d: %w", sh, err)
-				}
+			if firstErr == nil {
+				firstErr = fmt.Errorf("activity flush shard %d: %w", sh, err)
 			}
 		}
 	}
-	if len(failed) > 0 {
-		a.mu.Lock()
-		if a.pending == nil {
-			a.pending = map[tiers.CellID]*pendingCell{}
-		}
-		for _, c := range failed {
-			id := c.ref.ID()
-			if q, ok := a.pending[id]; ok {
-				q.calls += c.calls
-			} else {
-				a.pending[id] = c
-			}
-		}
-		a.mu.Unlock()
+	return failed, firstErr
+}
+
+// keep puts back the cells a flush could not write.
+func (a *Activity) keep(failed []*pendingCell) {
+	if len(failed) == 0 {
+		return
 	}
-	return firstErr
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.pending == nil {
+		a.pending = map[tiers.CellID]*pendingCell{}
+	}
+	for _, c := range failed {
+		id := c.ref.ID()
+		if q, ok := a.pending[id]; ok {
+			q.calls += c.calls
+		} else {
+			a.pending[id] = c
+		}
+	}
+}
+
+// partOfCell is the part of its shard a cell is in (partRange's).
+func partOfCell(id tiers.CellID) int { return int(id[0]) * partsPerShard / 256 }
+
+// appendLogEntries appends cells as cell_activity_log.cells has them.
+func appendLogEntries(b []byte, cells []*pendingCell) []byte {
+	for _, c := range cells {
+		ref := EncodeRef(&c.ref)
+		b = binary.AppendUvarint(b, uint64(len(ref)))
+		b = append(b, ref...)
+		b = binary.AppendUvarint(b, uint64(c.calls))
+	}
+	return b
+}
+
+// foldedCell is a cell's calls over the batches one fold reads.
+type foldedCell struct {
+	ref   string
+	since int64
+	calls int64
+}
+
+// readLogEntries adds the entries of one cell_activity_log row, flushed
+// at hour, to cells.
+func readLogEntries(cells map[tiers.CellID]*foldedCell, b []byte, hour int64) error {
+	for len(b) > 0 {
+		n, k := binary.Uvarint(b)
+		if k <= 0 || uint64(len(b)-k) < n {
+			return errors.New("truncated entry")
+		}
+		ref := string(b[k : k+int(n)])
+		b = b[k+int(n):]
+		calls, k := binary.Uvarint(b)
+		if k <= 0 {
+			return errors.New("truncated calls")
+		}
+		b = b[k:]
+		r, err := DecodeRef(ref)
+		if err != nil {
+			return err
+		}
+		addFolded(cells, r.ID(), &foldedCell{ref: ref, since: hour, calls: int64(calls)})
+	}
+	return nil
+}
+
+// mergeFolded adds the cells of from to into.
+func mergeFolded(into, from map[tiers.CellID]*foldedCell) {
+	for id, f := range from {
+		addFolded(into, id, f)
+	}
+}
+
+func addFolded(cells map[tiers.CellID]*foldedCell, id tiers.CellID, f *foldedCell) {
+	if c, ok := cells[id]; ok {
+		c.calls += f.calls
+		c.since = min(c.since, f.since)
+	} else {
+		cells[id] = f
+	}
+}
+
+// logRowsPerFold is how many cell_activity_log rows one fold transaction
+// takes.
+const logRowsPerFold = 16
+
+// foldActivityLog adds the batches flushed for part of a shard (db) to
+// cell_activity and deletes them, a few per transaction, and returns how
+// many cells it folded. A transaction deletes its batches before it adds
+// them: if another worker folded one of them meanwhile (the part's lease
+// lapsed while this worker stalled), fewer rows go and the transaction
+// rolls back, so each batch is counted once. A row that cannot be read is
+// deleted with its transaction's and reported: left, it would hold back
+// the part's later batches.
+func foldActivityLog(ctx context.Context, db *sql.DB, part int) (int, error) {
+	folded := 0
+	var bad []error
+	for {
+		ids, cells, unreadable, err := readActivityLog(ctx, db, part)
+		if err != nil || len(ids) == 0 {
+			return folded, errors.Join(append(bad, err)...)
+		}
+		ok, err := foldBatches(ctx, db, ids, cells)
+		if err != nil {
+			return folded, errors.Join(append(bad, err)...)
+		}
+		if ok {
+			folded += len(cells)
+			bad = append(bad, unreadable...)
+		}
+	}
+}
+
+// readActivityLog reads the oldest rows of a part's log: their ids, their
+// cells summed, and the errors of the rows it could not read (their ids
+// are in ids, their cells are not).
+func readActivityLog(ctx context.Context, db *sql.DB, part int) (ids []any, cells map[tiers.CellID]*foldedCell, unreadable []error, err error) {
+	rows, err := db.QueryContext(ctx, "SELECT id, hour, cells FROM cell_activity_log WHERE part = ? ORDER BY id LIMIT ?", part, logRowsPerFold)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("activity log read: %w", err)
+	}
+	defer rows.Close()
+	cells = map[tiers.CellID]*foldedCell{}
+	for rows.Next() {
+		var id, hour int64
+		var b []byte
+		if err := rows.Scan(&id, &hour, &b); err != nil {
+			return nil, nil, nil, fmt.Errorf("activity log read: %w", err)
+		}
+		ids = append(ids, id)
+		row := map[tiers.CellID]*foldedCell{}
+		if err := readLogEntries(row, b, hour); err != nil {
+			unreadable = append(unreadable, fmt.Errorf("activity log row %d dropped: %w", id, err))
+			continue
+		}
+		mergeFolded(cells, row)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, nil, fmt.Errorf("activity log read: %w", err)
+	}
+	return ids, cells, unreadable, nil
+}
+
+// foldBatches deletes the log rows ids and adds their cells to
+// cell_activity in one transaction; false: another worker had deleted
+// some of them, and nothing changed.
+func foldBatches(ctx context.Context, db *sql.DB, ids []any, cells map[tiers.CellID]*foldedCell) (bool, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("activity fold: %w", err)
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, "DELETE FROM cell_activity_log WHERE id IN ("+
+		strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")+")", ids...)
+	if err != nil {
+		return false, fmt.Errorf("activity fold: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != int64(len(ids)) {
+		return false, err
+	}
+	keys := slices.SortedFunc(maps.Keys(cells), func(a, b tiers.CellID) int { return bytes.Compare(a[:], b[:]) })
+	for chunk := range slices.Chunk(keys, 500) {
+		args := make([]any, 0, 4*len(chunk))
+		for _, k := range chunk {
+			c := cells[k]
+			args = append(args, k[:], c.ref, c.since, c.calls)
+		}
+		q := "INSERT INTO cell_activity (k, ref, since, calls) VALUES " +
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?, ?), ", len(chunk)), ", ") +
+			" ON DUPLICATE KEY UPDATE calls = calls + VALUES(calls)"
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return false, fmt.Errorf("activity fold: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("activity fold: %w", err)
+	}
+	return true, nil
 }
 
 func shardKey(r *tiers.Ref) uint64 {

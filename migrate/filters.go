@@ -10,7 +10,8 @@ import (
 
 // RebuildColdFilters puts back into the cold filters every cell that has a
 // cold row and no directory field, from cell_activity (every cell the
-// cycle moved to cold has a row there) and the cold tier: after Redis lost
+// cycle moved to cold has a row there; the flushed activity is folded in
+// first) and the cold tier: after Redis lost
 // data (a restart without persistence, a failover that lost the last
 // writes), a filter missing a cold cell's bits would let its next check
 // count it as new, over its cold count (migrate/PROTOCOL.md, invariant 2).
@@ -23,6 +24,11 @@ func (w *Worker) RebuildColdFilters(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for sh, db := range w.DBs {
+		for part := range partsPerShard {
+			if _, err := foldActivityLog(ctx, db, part); err != nil {
+				return n, fmt.Errorf("rebuild cold filters, shard %d: %w", sh, err)
+			}
+		}
 		after := []byte{}
 		for {
 			refs, last, err := activityRefs(ctx, db, after, 1000)

@@ -210,15 +210,19 @@ func (w *Worker) WatchCycles(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// runPart scans part p's range of its shard's cell_activity in key order,
-// batch by batch, moves each batch's cells whose tier differs from their
-// target, and rescales the history of rows older than the horizon.
+// runPart folds part p's flushed activity into its shard's cell_activity,
+// scans the part's range of cell_activity in key order, batch by batch,
+// moves each batch's cells whose tier differs from their target, and
+// rescales the history of rows older than the horizon.
 func (w *Worker) runPart(ctx context.Context, p int, hour int64, rep *partReport, fail func(error)) {
 	sh, lo, hi := partRange(p)
 	if sh >= len(w.DBs) {
 		return
 	}
 	db := w.DBs[sh]
+	if _, err := foldActivityLog(ctx, db, p%partsPerShard); err != nil {
+		fail(fmt.Errorf("shard %d: %w", sh, err))
+	}
 	horizon := int64(w.Config.HorizonHours)
 	if horizon <= 0 {
 		horizon = 168

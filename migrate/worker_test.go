@@ -121,23 +121,9 @@ func TestActivity_CellsOfShortWindowsLeaveNoHistory(t *testing.T) {
 	if err := act.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	rows := map[tiers.CellID]int64{}
-	for _, db := range dbs {
-		rs, err := db.Query("SELECT k, calls FROM cell_activity")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for rs.Next() {
-			var k []byte
-			var calls int64
-			if err := rs.Scan(&k, &calls); err != nil {
-				t.Fatal(err)
-			}
-			rows[tiers.CellID(k)] = calls
-		}
-		rs.Close()
-	}
-	if len(rows) != 1 || rows[daily.ref().ID()] != 3 {
+	foldAll(t, dbs)
+	rows := activityRows(t, dbs)
+	if len(rows) != 1 || rows[daily.ref().ID()].calls != 3 {
 		t.Fatalf("cell_activity %v, want only the daily cell with 3 calls", rows)
 	}
 }
