@@ -12,6 +12,8 @@
 #   BENCH_OUT          output directory               (default bench-out)
 #   BENCH_LISTEN       quotad's QUOTA_LISTEN          (default 127.0.0.1:18090)
 #   BENCH_GRPC_LISTEN  quotad's QUOTA_GRPC_LISTEN     (default 127.0.0.1:18091)
+#   BENCH_QUOTAD_GOMAXPROCS  GOMAXPROCS of quotad only (default: Go's, the machine's
+#                      cores); GOMAXPROCS itself would also bind the load generator
 #   GRPCBENCH_ARGS     extra grpcbench flags (e.g. "-rounds 5 -phase 10s", "-closed=false
 #                      -entries grpc,http", "-mux-conns 2", "-timeline FILE", or
 #                      grpc-go's client: "-grpc-client grpc-go -grpc-conns 4")
@@ -24,6 +26,10 @@ OUT_DIR=${BENCH_OUT:-bench-out}
 LISTEN=${BENCH_LISTEN:-127.0.0.1:18090}
 GRPC_LISTEN=${BENCH_GRPC_LISTEN:-127.0.0.1:18091}
 READY_TIMEOUT=${READY_TIMEOUT:-30}
+QUOTAD_ENV=()
+if [[ -n ${BENCH_QUOTAD_GOMAXPROCS:-} ]]; then
+	QUOTAD_ENV+=("GOMAXPROCS=$BENCH_QUOTAD_GOMAXPROCS")
+fi
 
 die() {
 	echo "bench: $*" >&2
@@ -31,6 +37,8 @@ die() {
 }
 [[ -x $QUOTAD_BIN ]] || die "quotad binary $QUOTAD_BIN not found (make build)"
 [[ -x $GRPCBENCH_BIN ]] || die "grpcbench binary $GRPCBENCH_BIN not found (make bench-grpc builds it)"
+[[ -z ${BENCH_QUOTAD_GOMAXPROCS:-} || $BENCH_QUOTAD_GOMAXPROCS =~ ^[1-9][0-9]*$ ]] ||
+	die "BENCH_QUOTAD_GOMAXPROCS=$BENCH_QUOTAD_GOMAXPROCS: want a positive integer"
 mkdir -p "$OUT_DIR"
 QUOTAD_LOG="$OUT_DIR/quotad-grpc.log"
 
@@ -47,8 +55,8 @@ for addr in "$LISTEN" "$GRPC_LISTEN"; do
 	fi
 done
 
-echo "bench: starting $QUOTAD_BIN on $LISTEN (HTTP) and $GRPC_LISTEN (gRPC)"
-QUOTA_LISTEN=$LISTEN QUOTA_GRPC_LISTEN=$GRPC_LISTEN QUOTA_ENVOY_CONFIG=deploy/envoy/ratelimit.yaml \
+echo "bench: starting $QUOTAD_BIN on $LISTEN (HTTP) and $GRPC_LISTEN (gRPC)${QUOTAD_ENV[*]:+ with ${QUOTAD_ENV[*]}}"
+env "${QUOTAD_ENV[@]}" QUOTA_LISTEN=$LISTEN QUOTA_GRPC_LISTEN=$GRPC_LISTEN QUOTA_ENVOY_CONFIG=deploy/envoy/ratelimit.yaml \
 	QUOTA_REDIS_DB=$BENCH_QUOTAD_REDIS_DB QUOTA_REDIS_KEY_PREFIX=benchgrpc: "$QUOTAD_BIN" >"$QUOTAD_LOG" 2>&1 &
 QUOTAD_PID=$!
 deadline=$((SECONDS + READY_TIMEOUT))
