@@ -39,6 +39,7 @@ const partsPerShard = 16
 
 // partReport is what one part did (kept in the done hash).
 type partReport struct {
+	Folded   int            `json:"folded"`
 	Scanned  int            `json:"scanned"`
 	Moved    map[string]int `json:"moved"`
 	Skipped  int            `json:"skipped"`
@@ -228,6 +229,7 @@ func (w *Worker) fleetReport(ctx context.Context, id string, rep *CycleReport) e
 		if err := json.Unmarshal([]byte(js), &pr); err != nil {
 			return fmt.Errorf("cycle %s report: %w", id, err)
 		}
+		rep.Folded += pr.Folded
 		rep.Scanned += pr.Scanned
 		rep.Skipped += pr.Skipped
 		rep.Failures += pr.Failures

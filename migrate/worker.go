@@ -77,6 +77,7 @@ type CycleReport struct {
 	Cycle    string         `json:"cycle"`              // the fleet's cycle this instance ran parts of
 	Parts    int            `json:"parts"`              // parts done
 	PartsBy  map[string]int `json:"parts_by,omitempty"` // parts done per instance (Worker.Name)
+	Folded   int            `json:"folded"`             // cells whose flushed activity was added to cell_activity
 	Scanned  int            `json:"scanned"`
 	Moved    map[string]int `json:"moved"` // "hot>warm": cells
 	Skipped  int            `json:"skipped"`
@@ -220,7 +221,9 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, rep *partReport
 		return
 	}
 	db := w.DBs[sh]
-	if _, err := foldActivityLog(ctx, db, p%partsPerShard); err != nil {
+	folded, err := foldActivityLog(ctx, db, p%partsPerShard)
+	rep.Folded += folded
+	if err != nil {
 		fail(fmt.Errorf("shard %d: %w", sh, err))
 	}
 	horizon := int64(w.Config.HorizonHours)
@@ -410,7 +413,7 @@ func (w *Worker) Start(ctx context.Context) (stop func(), err error) {
 		// the fleet's cycle, so it runs once (cycle.go).
 		fire := w.now().UTC().Truncate(time.Minute)
 		rep, err := w.runCycle(ctx, "sched-"+strconv.FormatInt(fire.Unix(), 10))
-		w.log().Info("migration cycle", "cycle", rep.Cycle, "parts", rep.Parts, "parts_by", rep.PartsBy, "scanned", rep.Scanned, "moved", rep.Moved, "skipped", rep.Skipped, "repaired", rep.Repaired, "failures", rep.Failures, "duration", rep.Duration, "err", err)
+		w.log().Info("migration cycle", "cycle", rep.Cycle, "parts", rep.Parts, "parts_by", rep.PartsBy, "folded", rep.Folded, "scanned", rep.Scanned, "moved", rep.Moved, "skipped", rep.Skipped, "repaired", rep.Repaired, "failures", rep.Failures, "duration", rep.Duration, "err", err)
 	}))
 	c.Start()
 	done := make(chan struct{}, 2)

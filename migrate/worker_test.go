@@ -49,11 +49,11 @@ func TestCycle(t *testing.T) {
 			t.Errorf("cell with %d calls: tier %q, want %q", calls[c], got, want)
 		}
 	}
-	if rep.Moved["cold>hot"] != 1 || rep.Moved["hot>warm"] != 1 || rep.Moved["warm>cold"] != 1 || rep.Scanned != 3 {
+	if rep.Moved["cold>hot"] != 1 || rep.Moved["hot>warm"] != 1 || rep.Moved["warm>cold"] != 1 || rep.Scanned != 3 || rep.Folded != 3 {
 		t.Errorf("report %+v", rep)
 	}
 	rep, err = w.RunCycle(context.Background())
-	if err != nil || len(rep.Moved) != 0 {
+	if err != nil || len(rep.Moved) != 0 || rep.Folded != 0 {
 		t.Fatalf("second cycle: %+v %v", rep, err)
 	}
 }

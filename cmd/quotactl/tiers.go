@@ -96,6 +96,7 @@ func runMigrate(ctx context.Context, cl *client, args []string, stdout, stderr i
 		return 2
 	}
 	var rep struct {
+		Folded   int            `json:"folded"`
 		Scanned  int            `json:"scanned"`
 		Moved    map[string]int `json:"moved"`
 		Skipped  int            `json:"skipped"`
@@ -108,7 +109,7 @@ func runMigrate(ctx context.Context, cl *client, args []string, stdout, stderr i
 		fmt.Fprintln(stderr, "quotactl migrate:", err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "scanned %d cells in %s; repaired %d, skipped %d, failures %d\n", rep.Scanned, rep.Duration, rep.Repaired, rep.Skipped, rep.Failures)
+	fmt.Fprintf(stdout, "folded the activity of %d cells, scanned %d cells in %s; repaired %d, skipped %d, failures %d\n", rep.Folded, rep.Scanned, rep.Duration, rep.Repaired, rep.Skipped, rep.Failures)
 	dirs := make([]string, 0, len(rep.Moved))
 	for d := range rep.Moved {
 		dirs = append(dirs, d)
