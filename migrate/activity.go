@@ -38,6 +38,7 @@ type Activity struct {
 }
 
 type pendingCell struct {
+	id    tiers.CellID // ref.ID(), an MD5: computed once
 	ref   tiers.Ref
 	calls int64
 }
@@ -62,7 +63,7 @@ func (a *Activity) Observe(refs []tiers.Ref) {
 				a.Dropped++
 				continue
 			}
-			p = &pendingCell{ref: r}
+			p = &pendingCell{id: id, ref: r}
 			a.pending[id] = p
 		}
 		p.calls++
@@ -120,15 +121,12 @@ type logRow struct {
 // flushShard writes one shard's cells as rows of cell_activity_log and
 // returns the cells of the statements that failed.
 func (a *Activity) flushShard(ctx context.Context, sh int, cells []*pendingCell, hour int64) ([]*pendingCell, error) {
-	slices.SortFunc(cells, func(a, b *pendingCell) int {
-		ia, ib := a.ref.ID(), b.ref.ID()
-		return bytes.Compare(ia[:], ib[:])
-	})
+	slices.SortFunc(cells, func(a, b *pendingCell) int { return bytes.Compare(a.id[:], b.id[:]) })
 	var rows []logRow
 	for len(cells) > 0 {
-		part := partOfCell(cells[0].ref.ID())
+		part := partOfCell(cells[0].id)
 		n := 1
-		for n < len(cells) && n < logBatchCells && partOfCell(cells[n].ref.ID()) == part {
+		for n < len(cells) && n < logBatchCells && partOfCell(cells[n].id) == part {
 			n++
 		}
 		rows = append(rows, logRow{part: part, cells: cells[:n]})
@@ -166,11 +164,10 @@ func (a *Activity) keep(failed []*pendingCell) {
 		a.pending = map[tiers.CellID]*pendingCell{}
 	}
 	for _, c := range failed {
-		id := c.ref.ID()
-		if q, ok := a.pending[id]; ok {
+		if q, ok := a.pending[c.id]; ok {
 			q.calls += c.calls
 		} else {
-			a.pending[id] = c
+			a.pending[c.id] = c
 		}
 	}
 }

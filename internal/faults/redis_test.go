@@ -168,10 +168,14 @@ func runOutage(t *testing.T, r *testenv.RedisProcess, o outage) {
 	if n := len(normal.Where(decided)); n != len(normal) {
 		t.Errorf("before the fault %d of %d checks were not decided: %v", len(normal)-n, len(normal), normal.Tally())
 	}
-	during := ss.Due(tFaulted, tHeal)
+	// A check due in the last timeout before the heal may still be waiting
+	// on Redis when it comes back, and then be decided: right, and not
+	// the fail mode's business.
+	during := ss.Due(tFaulted, tHeal.Add(-redisTimeout))
 	if n := len(during.Where(isUndecided)); n != len(during) {
-		t.Errorf("during the fault %d of %d checks did not get the %s fail mode's answer: %v",
-			len(during)-n, len(during), o.mode, during.Tally())
+		first := during.Where(func(s Sample) bool { return !isUndecided(s) })[0]
+		t.Errorf("during the fault %d of %d checks did not get the %s fail mode's answer: %v (first: due %s after the fault began, done %s after the heal)",
+			len(during)-n, len(during), o.mode, during.Tally(), first.Intended.Sub(tFaulted), first.Done().Sub(tHeal))
 	}
 	nl, dl := normal.Latencies(), during.Latencies()
 	if dl.P99 > o.outageP99 || dl.Max > o.outageMax {
