@@ -1,6 +1,7 @@
 package analytics
 
 import (
+	"runtime"
 	"testing"
 	"unsafe"
 )
@@ -44,4 +45,29 @@ func TestFlush_KeysKeptPastAFlushShareTheirNames(t *testing.T) {
 			t.Errorf("%q is kept in %d copies, want 1", name, len(ps))
 		}
 	}
+}
+
+// A name interned for a pending row is the copy a touched HyperLogLog's key
+// gets after collections in between: the row's handles keep it canonical
+// (unique drops a canonical copy no Handle refers to, whatever strings
+// still point at its bytes).
+func TestInternedNamesStayCanonicalAcrossCollections(t *testing.T) {
+	t.Parallel()
+	rs := newRowset()
+	app, iface := string([]byte("app-gc")), string([]byte("iface-gc"))
+	rs.ifaceDay(dailyKey{app: app, iface: iface, day: 1}, nil)
+	var rowApp string
+	for k := range rs.daily {
+		rowApp = k.app
+	}
+	runtime.GC()
+	runtime.GC()
+	u := &uniques{touched: map[hllKey]*touchedHLL{}}
+	u.touchedKey(hllKey{app: string([]byte("app-gc")), scope: scopeApp, day: 1})
+	for k := range u.touched {
+		if unsafe.StringData(k.app) != unsafe.StringData(rowApp) {
+			t.Fatal("the HyperLogLog's key holds a second copy of the app's name")
+		}
+	}
+	runtime.KeepAlive(rs) // pending, as a flusher's shard keeps it
 }

@@ -184,6 +184,7 @@ type ifaceDay struct {
 	mins  []minuteCounts  // in the order first added: nearly always ascending
 	users *userGroup      // the (app, day)'s user rows
 	first [2]minuteCounts // mins' first backing array: a flush's calls fall in one or two minutes
+	names canonicalNames  // keeps the key's names canonical while the row lives
 }
 
 // minuteCounts is a usage_series row of a 1-minute point.
@@ -239,15 +240,27 @@ func (r *rowset) ifaceDay(k dailyKey, cur *ifaceDay) *ifaceDay {
 	if cur != nil {
 		return cur
 	}
-	k.app, k.iface = intern(k.app), intern(k.iface)
-	d := &ifaceDay{users: r.group(appDay{app: k.app, day: k.day})}
+	names := internNames(&k.app, &k.iface)
+	d := &ifaceDay{users: r.group(appDay{app: k.app, day: k.day}), names: names}
 	d.mins = d.first[:0]
 	r.daily[k] = d
 	return d
 }
 
-// intern is the canonical copy of s.
-func intern(s string) string { return unique.Make(s).Value() }
+// canonicalNames holds the unique.Handles of an app's and an interface's
+// canonical copies. unique keeps a canonical copy only while a Handle to
+// it lives, not while strings made from it do: without these, a
+// collection between two rows' interning gives the second row a copy of
+// its own.
+type canonicalNames struct{ app, iface unique.Handle[string] }
+
+// internNames replaces *app and *iface by their canonical copies and
+// returns the handles that keep them canonical.
+func internNames(app, iface *string) canonicalNames {
+	n := canonicalNames{unique.Make(*app), unique.Make(*iface)}
+	*app, *iface = n.app.Value(), n.iface.Value()
+	return n
+}
 
 // add adds c to d's day and to its minute t.
 func (r *rowset) add(d *ifaceDay, t int64, c Counts) {

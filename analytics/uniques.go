@@ -199,8 +199,9 @@ func (u *uniques) ifaceDue(now time.Time) bool {
 
 // touchedHLL is a HyperLogLog added to since it was last persisted.
 type touchedHLL struct {
-	ttlSet time.Time // when its TTL was last set (zero: not yet)
-	name   string    // its Redis key
+	ttlSet time.Time      // when its TTL was last set (zero: not yet)
+	name   string         // its Redis key
+	names  canonicalNames // keeps the key's names canonical while it is touched
 }
 
 // touchedKey returns k's entry in touched, made if none (with canonical
@@ -208,8 +209,8 @@ type touchedHLL struct {
 func (u *uniques) touchedKey(k hllKey) *touchedHLL {
 	t := u.touched[k]
 	if t == nil {
-		k.app, k.iface = intern(k.app), intern(k.iface)
-		t = &touchedHLL{name: k.redisKey(u.opt.KeyPrefix)}
+		names := internNames(&k.app, &k.iface)
+		t = &touchedHLL{name: k.redisKey(u.opt.KeyPrefix), names: names}
 		u.touched[k] = t
 	}
 	return t
