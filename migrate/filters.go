@@ -11,10 +11,10 @@ import (
 // RebuildColdFilters puts back into the cold filters every cell that has a
 // cold row and no directory field, from cell_activity (every cell the
 // cycle moved to cold has a row there; the flushed activity is folded in
-// first) and the cold tier: after Redis lost
-// data (a restart without persistence, a failover that lost the last
-// writes), a filter missing a cold cell's bits would let its next check
-// count it as new, over its cold count (migrate/PROTOCOL.md, invariant 2).
+// first) and the cold tier: after Redis lost data (a restart without
+// persistence, a failover that lost the last writes), a filter missing a
+// cold cell's bits would let its next check count it as new, over its cold
+// count (migrate/PROTOCOL.md, invariant 2).
 // Adding bits never changes a count: a cell the filter holds is looked up.
 // It returns how many cells it made sure of.
 func (w *Worker) RebuildColdFilters(ctx context.Context) (int, error) {
