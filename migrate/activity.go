@@ -177,8 +177,9 @@ func partOfCell(id tiers.CellID) int { return int(id[0]) * partsPerShard / 256 }
 
 // appendLogEntries appends cells as cell_activity_log.cells has them.
 func appendLogEntries(b []byte, cells []*pendingCell) []byte {
+	var scratch [maxRefLen]byte
 	for _, c := range cells {
-		ref := EncodeRef(&c.ref)
+		ref := appendRef(scratch[:0], &c.ref)
 		b = binary.AppendUvarint(b, uint64(len(ref)))
 		b = append(b, ref...)
 		b = binary.AppendUvarint(b, uint64(c.calls))
@@ -193,43 +194,47 @@ type foldedCell struct {
 	calls int64
 }
 
-// readLogEntries adds the entries of one cell_activity_log row, flushed
-// at hour, to cells.
-func readLogEntries(cells map[tiers.CellID]*foldedCell, b []byte, hour int64) error {
+// logEntry is one cell of a cell_activity_log row.
+type logEntry struct {
+	id    tiers.CellID
+	ref   string
+	calls int64
+}
+
+// decodeLogRow returns the entries of one cell_activity_log row, or an
+// error if any of them cannot be read.
+func decodeLogRow(b []byte) ([]logEntry, error) {
+	var out []logEntry
 	for len(b) > 0 {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || uint64(len(b)-k) < n {
-			return errors.New("truncated entry")
+			return nil, errors.New("truncated entry")
 		}
 		ref := string(b[k : k+int(n)])
 		b = b[k+int(n):]
 		calls, k := binary.Uvarint(b)
 		if k <= 0 {
-			return errors.New("truncated calls")
+			return nil, errors.New("truncated calls")
 		}
 		b = b[k:]
 		r, err := DecodeRef(ref)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		addFolded(cells, r.ID(), &foldedCell{ref: ref, since: hour, calls: int64(calls)})
+		out = append(out, logEntry{id: r.ID(), ref: ref, calls: int64(calls)})
 	}
-	return nil
+	return out, nil
 }
 
-// mergeFolded adds the cells of from to into.
-func mergeFolded(into, from map[tiers.CellID]*foldedCell) {
-	for id, f := range from {
-		addFolded(into, id, f)
-	}
-}
-
-func addFolded(cells map[tiers.CellID]*foldedCell, id tiers.CellID, f *foldedCell) {
-	if c, ok := cells[id]; ok {
-		c.calls += f.calls
-		c.since = min(c.since, f.since)
-	} else {
-		cells[id] = f
+// addFolded adds the entries of a row flushed at hour to cells.
+func addFolded(cells map[tiers.CellID]*foldedCell, entries []logEntry, hour int64) {
+	for _, e := range entries {
+		if c, ok := cells[e.id]; ok {
+			c.calls += e.calls
+			c.since = min(c.since, hour)
+		} else {
+			cells[e.id] = &foldedCell{ref: e.ref, since: hour, calls: e.calls}
+		}
 	}
 }
 
@@ -239,7 +244,8 @@ const logRowsPerFold = 16
 
 // foldActivityLog adds the batches flushed for part of a shard (db) to
 // cell_activity and deletes them, a few per transaction, and returns how
-// many cells it folded. A transaction deletes its batches before it adds
+// many cells it folded (a cell in the batches of two transactions counts
+// twice). A transaction deletes its batches before it adds
 // them: if another worker folded one of them meanwhile (the part's lease
 // lapsed while this worker stalled), fewer rows go and the transaction
 // rolls back, so each batch is counted once. A row that cannot be read is
@@ -281,12 +287,12 @@ func readActivityLog(ctx context.Context, db *sql.DB, part int) (ids []any, cell
 			return nil, nil, nil, fmt.Errorf("activity log read: %w", err)
 		}
 		ids = append(ids, id)
-		row := map[tiers.CellID]*foldedCell{}
-		if err := readLogEntries(row, b, hour); err != nil {
+		entries, err := decodeLogRow(b)
+		if err != nil {
 			unreadable = append(unreadable, fmt.Errorf("activity log row %d dropped: %w", id, err))
 			continue
 		}
-		mergeFolded(cells, row)
+		addFolded(cells, entries, hour)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, nil, fmt.Errorf("activity log read: %w", err)

@@ -78,12 +78,19 @@ func (m *Mover) leaseTTL() time.Duration {
 
 // EncodeRef is a Ref as a journal field and cell_activity.ref: identity, tag, shard key, window.
 func EncodeRef(r *tiers.Ref) string {
-	b := make([]byte, 0, 16+3+8+binary.MaxVarintLen64)
+	var b [maxRefLen]byte
+	return string(appendRef(b[:0], r))
+}
+
+// maxRefLen is the longest EncodeRef.
+const maxRefLen = 16 + 3 + 8 + binary.MaxVarintLen64
+
+// appendRef appends EncodeRef(r) to b.
+func appendRef(b []byte, r *tiers.Ref) []byte {
 	b = append(b, r.Identity[:]...)
 	b = append(b, r.Tag[:]...)
 	b = binary.BigEndian.AppendUint64(b, r.ShardKey)
-	b = binary.AppendUvarint(b, uint64(r.Window/time.Second))
-	return string(b)
+	return binary.AppendUvarint(b, uint64(r.Window/time.Second))
 }
 
 func DecodeRef(s string) (tiers.Ref, error) {

@@ -77,7 +77,7 @@ type CycleReport struct {
 	Cycle    string         `json:"cycle"`              // the fleet's cycle this instance ran parts of
 	Parts    int            `json:"parts"`              // parts done
 	PartsBy  map[string]int `json:"parts_by,omitempty"` // parts done per instance (Worker.Name)
-	Folded   int            `json:"folded"`             // cells whose flushed activity was added to cell_activity
+	Folded   int            `json:"folded"`             // cell entries of flushed activity added to cell_activity (foldActivityLog)
 	Scanned  int            `json:"scanned"`
 	Moved    map[string]int `json:"moved"` // "hot>warm": cells
 	Skipped  int            `json:"skipped"`
