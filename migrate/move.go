@@ -420,19 +420,19 @@ func stillHeld(ctx context.Context, held *leases, fz frozenBatch) ([]tiers.Ref, 
 	if err != nil || len(kept) == len(fz.refs) {
 		return kept, fz.old, fz.recs, err
 	}
-	in := make(map[tiers.CellID]bool, len(kept))
-	for i := range kept {
-		in[kept[i].ID()] = true
+	in := make(map[tiers.Ref]bool, len(kept)) // by value: no MD5 a cell
+	for _, r := range kept {
+		in[r] = true
 	}
 	var old []string
-	for i := range fz.refs {
-		if in[fz.refs[i].ID()] {
+	for i, r := range fz.refs {
+		if in[r] {
 			old = append(old, fz.old[i])
 		}
 	}
 	var recs []tiers.Record
 	for i := range fz.recs {
-		if in[fz.recs[i].ID()] {
+		if in[fz.recs[i].Ref] {
 			recs = append(recs, fz.recs[i])
 		}
 	}
