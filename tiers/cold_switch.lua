@@ -4,13 +4,16 @@
 -- to its tag's cold filter, changing the filter's version. A check that
 -- finds no hot key, no field and no filter bit for a cell therefore knows,
 -- in the same atomic step, that the cell is not cold (migrate/PROTOCOL.md).
--- All cells of one call share the tag (and so the hash slot).
+-- One call may switch the cells of several tags (all in one hash slot: one
+-- call per tag on a cluster, one for all on a single Redis).
 --
--- KEYS[1]  the tag's header (directory.lua; created on first use)
--- ARGV[1]  capacity, in cells, of a layer this call has to add (the caller's
---          estimate of the tag's cold cells to come; at least this call's)
--- ARGV[2i], ARGV[2i+1]  per cell i: its warm field (>= 6 bytes of its cell
---          id), the expected value ('' = absent)
+-- KEYS     the tags' headers (directory.lua; created on first use)
+-- ARGV[1]  K, the number of KEYS
+-- ARGV[1+k], k = 1..K  capacity, in cells, of a layer this call has to add
+--          to tag k's filter (the caller's estimate of the tag's cold cells
+--          to come; at least this call's)
+-- then 3 values per cell: its header's index into KEYS, its warm field
+--          (>= 6 bytes of its cell id), the expected value ('' = absent)
 --
 -- Reply: per cell 1 (switched and in the filter) or 0 (the field held
 -- another value: nothing changed for that cell). Switching a cell whose
@@ -21,11 +24,13 @@
 -- last layer gets a successor at least as large as all earlier layers
 -- together, so a tag's layers grow with the log of its cold cells.
 
-local h = dir_header(KEYS[1])
+local K = tonumber(ARGV[1])
+local first = K + 2 -- the first cell's ARGV
 
--- add_layer appends a layer of at least want cells (8 a block). The layer
--- table grows by 4 bytes, so the value is written again (once a layer).
-local function add_layer(want)
+-- add_layer appends a layer of at least want cells (8 a block) to h's
+-- filter. The layer table grows by 4 bytes, so the value is written again
+-- (once a layer), and every block's offset moves.
+local function add_layer(h, want)
   local sum = 0
   for j = 1, #h.sizes do sum = sum + h.sizes[j] end
   if #h.sizes == 255 then return false end
@@ -37,15 +42,22 @@ local function add_layer(want)
   h.last = 0
   local tbl = {}
   for j = 1, #h.sizes do tbl[j] = dir_u32s(h.sizes[j]) end
-  redis.call('SET', h.key, string.sub(old, 1, DIR_HEADER - 1) .. string.char(#h.sizes) ..
-    table.concat(tbl) .. data .. string.rep('\0', nb * 8))
+  local value = string.sub(old, 1, DIR_HEADER - 1) .. string.char(#h.sizes) ..
+    table.concat(tbl) .. data .. string.rep('\0', nb * 8)
+  redis.call('SET', h.key, value)
+  if h.raw then
+    h.raw = value
+    h.patch = {}
+  end
   return true
 end
 
-local function add(field, remaining)
+-- add sets the cell's bits in the last layer of h's filter; remaining is
+-- the number of the tag's cells this call has still to switch.
+local function add(h, capacity, field, remaining)
   local layers = #h.sizes
   if layers == 0 or h.last >= h.sizes[layers] * 8 then
-    if not add_layer(math.max(tonumber(ARGV[1]) - h.total, remaining, h.total)) then
+    if not add_layer(h, math.max(capacity - h.total, remaining, h.total)) then
       return redis.error_reply('cold filter: 255 layers')
     end
     layers = #h.sizes
@@ -54,41 +66,48 @@ local function add(field, remaining)
   for j = 1, layers - 1 do off = off + h.sizes[j] * 8 end
   local x, pos = cold_pos(field)
   local at = off + (x % h.sizes[layers]) * 8
-  local b = { string.byte(redis.call('GETRANGE', h.key, at, at + 7), 1, 8) }
+  local b = { string.byte(cold_block(h, at), 1, 8) }
+  for k = 1, 8 do b[k] = b[k] or 0 end
   for k = 1, 4 do
     local p = pos[k]
     local i = math.floor(p / 8) + 1
     local bit = 2 ^ (7 - p % 8)
     if math.floor(b[i] / bit) % 2 == 0 then b[i] = b[i] + bit end
   end
-  redis.call('SETRANGE', h.key, at, string.char(unpack(b)))
+  cold_set_block(h, at, string.char(unpack(b)))
   h.total = h.total + 1
   h.last = h.last + 1
 end
 
+-- Per tag, its cells in this call: still to switch, and to probe.
+local left = {}
+for i = first, #ARGV, 3 do left[ARGV[i]] = (left[ARGV[i]] or 0) + 1 end
+
 local out = {}
-local changed = false
-local n = (#ARGV - 1) / 2
-for i = 1, n do
-  local field = ARGV[2 * i]
+local changed = {}
+for i = first, #ARGV, 3 do
+  local k = ARGV[i]
+  local h = dir_header(KEYS[tonumber(k)])
+  h.probes = h.probes or left[k]
+  local field = ARGV[i + 1]
   local cur = warm_get(h, field) or ''
-  if cur == ARGV[2 * i + 1] then
+  if cur == ARGV[i + 2] then
     if cur ~= '' then warm_del(h, field) end
     -- A cell the filter already holds (it was cold before, or a false
     -- positive) needs no bits; the version changes all the same.
     if not cold_maybe(h, field) then
-      local err = add(field, n - i + 1)
+      local err = add(h, tonumber(ARGV[1 + tonumber(k)]), field, left[k])
       if err then return err end
     end
-    changed = true
-    out[i] = 1
+    changed[h] = true
+    out[#out + 1] = 1
   else
-    out[i] = 0
+    out[#out + 1] = 0
   end
+  left[k] = left[k] - 1
 end
-if changed then
-  local v = (dir_u32(h.version, 1) + 1) % 4294967296
-  h.version = dir_u32s(v)
+for h in pairs(changed) do
+  h.version = dir_u32s((dir_u32(h.version, 1) + 1) % 4294967296)
   redis.call('SETRANGE', h.key, 4, h.version .. dir_u32s(h.last))
 end
 return out

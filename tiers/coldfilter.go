@@ -6,8 +6,6 @@ import (
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/quota-platform/quota/internal/redisscript"
 )
 
 // The cold filter lets the hot script tell a new cell from a cold one by
@@ -42,39 +40,50 @@ var coldSwitchScript = dirScript(coldSwitchSource)
 
 // SwitchToCold is the switch step of moves into cold: for each swap, if
 // the cell's directory field holds Old, it deletes the field and adds the
-// cell to its tag's cold filter, atomically (one script call per tag, in
-// one pipeline). capacity, when set, estimates how many cells of a tag are
-// still to go cold (it sizes a new filter layer); nil: as many as switch
-// now. It reports per swap whether it switched.
+// cell to its tag's cold filter, atomically (one script call on a single
+// Redis, one per tag on a cluster, in one pipeline). capacity, when set,
+// estimates how many cells of a tag are still to go cold (it sizes a new
+// filter layer); nil: as many as switch now. It reports per swap whether
+// it switched.
 func (s *WarmStore) SwitchToCold(ctx context.Context, swaps []DirSwap, capacity func(Tag) int) ([]bool, error) {
-	byTag := map[string]int{}
-	var calls []dirCall
-	var tags []Tag
+	locs := make([]warmLoc, len(swaps))
 	for i := range swaps {
-		l := s.locate(swaps[i].Identity, swaps[i].Window, swaps[i].Tag)
-		ci, ok := byTag[l.base]
-		if !ok {
-			ci = len(calls)
-			byTag[l.base] = ci
-			calls = append(calls, dirCall{Call: redisscript.Call{Keys: []string{l.headerKey()}, Args: []any{0}}})
-			tags = append(tags, swaps[i].Tag)
-		}
-		c := &calls[ci]
-		c.Args = append(c.Args, l.field, swaps[i].Old)
-		c.at = append(c.at, i)
+		locs[i] = s.locate(swaps[i].Identity, swaps[i].Window, swaps[i].Tag)
 	}
+	calls := s.dirCalls(locs)
 	for ci := range calls {
-		want := len(calls[ci].at)
-		if capacity != nil {
-			want = max(want, capacity(tags[ci]))
-		}
-		calls[ci].Args[0] = want
+		calls[ci].Args = coldSwitchArgs(&calls[ci], swaps, capacity)
 	}
 	vals, err := perCell(ctx, s.rdb, coldSwitchScript, calls, len(swaps))
 	if err != nil {
 		return nil, fmt.Errorf("cold switch: %w", err)
 	}
 	return ones(vals), nil
+}
+
+// coldSwitchArgs turns a dirCall's (header index, field) pairs into
+// cold_switch.lua's ARGV: the number of headers, a layer capacity per
+// header, then (header index, field, expected value) per cell.
+func coldSwitchArgs(c *dirCall, swaps []DirSwap, capacity func(Tag) int) []any {
+	caps := make([]int, len(c.Keys))
+	tags := make([]Tag, len(c.Keys))
+	for k, at := range c.at {
+		hi := c.Args[2*k].(int) - 1
+		caps[hi]++
+		tags[hi] = swaps[at].Tag
+	}
+	args := make([]any, 0, 1+len(caps)+3*len(c.at))
+	args = append(args, len(caps))
+	for hi, n := range caps {
+		if capacity != nil {
+			n = max(n, capacity(tags[hi]))
+		}
+		args = append(args, n)
+	}
+	for k, at := range c.at {
+		args = append(args, c.Args[2*k], c.Args[2*k+1], swaps[at].Old)
+	}
+	return args
 }
 
 // ones reports which script reply values are the integer 1.

@@ -166,6 +166,38 @@ local function cold_has(blk, pos)
   return true
 end
 
+-- cold_block returns the 8-byte filter block at byte offset at of the
+-- tag's header. A script that probes many cells of a tag (the mover's)
+-- sets h.probes to their number first; when one GET of the whole header
+-- costs less than a GETRANGE per layer and probe (a GETRANGE costs Redis
+-- about as much as copying 1.2 KB into Lua), the blocks are read from that
+-- copy, with the blocks the script wrote since (cold_set_block) over it.
+-- The check scripts probe one cell: a GETRANGE a layer.
+local function cold_block(h, at)
+  if h.raw == nil then
+    h.raw = false
+    if h.probes and #h.sizes > 0 then
+      local bytes = DIR_HEADER + 4 * #h.sizes
+      for j = 1, #h.sizes do bytes = bytes + 8 * h.sizes[j] end
+      if bytes <= 1200 * h.probes * #h.sizes then
+        h.raw = redis.call('GET', h.key) or ''
+        h.patch = {}
+      end
+    end
+  end
+  if h.raw then
+    return h.patch[at] or string.sub(h.raw, at + 1, at + 8)
+  end
+  return redis.call('GETRANGE', h.key, at, at + 7)
+end
+
+-- cold_set_block writes an 8-byte filter block (and into the script's
+-- copy of the header, if it has one).
+local function cold_set_block(h, at, blk)
+  redis.call('SETRANGE', h.key, at, blk)
+  if h.raw then h.patch[at] = blk end
+end
+
 -- cold_maybe reports whether the tag's cold filter holds the cell (it may
 -- be cold; false: it is not), and the filter's version.
 local function cold_maybe(h, field)
@@ -174,7 +206,7 @@ local function cold_maybe(h, field)
   local off = DIR_HEADER + 4 * #h.sizes
   for j = 1, #h.sizes do
     local at = off + (x % h.sizes[j]) * 8
-    if cold_has(redis.call('GETRANGE', h.key, at, at + 7), pos) then return true, h.version end
+    if cold_has(cold_block(h, at), pos) then return true, h.version end
     off = off + h.sizes[j] * 8
   end
   return false, h.version

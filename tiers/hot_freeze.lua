@@ -52,8 +52,13 @@ local function reply(a, b, c)
   out[#out + 1] = c
 end
 
+-- How many cells of each tag this call may probe (cold_block).
+local probes = {}
+for i = 1, #ARGV, 5 do probes[ARGV[i]] = (probes[ARGV[i]] or 0) + 1 end
+
 for i = 1, #ARGV, 5 do
   local h = dir_header(KEYS[tonumber(ARGV[i])])
+  h.probes = h.probes or probes[ARGV[i]]
   local field = ARGV[i + 1]
   local cur, nxt = KEYS[tonumber(ARGV[i + 2])], KEYS[tonumber(ARGV[i + 3])]
   local v = warm_get(h, field)
