@@ -6,8 +6,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -745,12 +747,27 @@ func transient(msg string) bool {
 	return false
 }
 
-// Ping reports whether Redis answers.
+// Ping reports whether Redis answers. A pooled connection that Redis
+// closed after its last reply (an idle timeout; an unauthenticated
+// client's oversized request, such as loading a script) fails the first
+// ping with EOF when the close is still on its way: one more ping, on a
+// new connection, says whether Redis itself answers, and with what error.
 func (s *HotStore) Ping(ctx context.Context) error {
-	if err := s.rdb.Ping(ctx).Err(); err != nil {
+	err := s.rdb.Ping(ctx).Err()
+	if connectionLost(err) {
+		err = s.rdb.Ping(ctx).Err()
+	}
+	if err != nil {
 		return fmt.Errorf("redis ping: %w", err)
 	}
 	return nil
+}
+
+// connectionLost reports whether err is the connection ending under a
+// command (not an error Redis answered, nor a timeout).
+func connectionLost(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // outcome is a cell's answer from its script reply values (ms); retry is
