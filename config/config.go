@@ -90,8 +90,14 @@ type Settings struct {
 	// cycle has little to save by moving it, and recording the history of
 	// every such cell would cost MySQL a row write per new cell.
 	MigrateMinWindow time.Duration
-	NewTier          string // QUOTA_NEW_TIER: where a cell never seen before starts; only hot (the hot script counts it with no lookup)
-	ColdHints        int    // QUOTA_COLD_HINTS: slots (8 B each) remembering cells found cold, so their checks skip the row lookup; 0 = off
+	// QUOTA_MIGRATE_LOG_MAX_ROWS (1000): between cycles, a part of the
+	// activity log (cell_activity_log, up to 2,000 cells a row) holding
+	// more rows is folded into cell_activity at once, so that a long
+	// schedule does not let the log grow with every flush; 0: folded by
+	// the cycles only.
+	MigrateLogMaxRows int
+	NewTier           string // QUOTA_NEW_TIER: where a cell never seen before starts; only hot (the hot script counts it with no lookup)
+	ColdHints         int    // QUOTA_COLD_HINTS: slots (8 B each) remembering cells found cold, so their checks skip the row lookup; 0 = off
 
 	// Redis connection options (docs/operations.md). Every Redis client quotad
 	// makes uses all of them.
@@ -156,15 +162,16 @@ func Defaults() Settings {
 
 		// On: a new cell costs what a hot check costs (the cold filter tells
 		// it from a cold one inside the hot script).
-		Tiering:          true,
-		MigrateSchedule:  "@daily",
-		HotThreshold:     60,
-		ColdThreshold:    1,
-		PromoteInterval:  time.Minute,
-		DemoteInterval:   time.Hour,
-		MigrateMinWindow: 2 * time.Hour,
-		NewTier:          "hot",
-		ColdHints:        1 << 20, // 8 MiB
+		Tiering:           true,
+		MigrateSchedule:   "@daily",
+		HotThreshold:      60,
+		ColdThreshold:     1,
+		PromoteInterval:   time.Minute,
+		DemoteInterval:    time.Hour,
+		MigrateMinWindow:  2 * time.Hour,
+		MigrateLogMaxRows: 1000,
+		NewTier:           "hot",
+		ColdHints:         1 << 20, // 8 MiB
 
 		Gateway: defaultGateway(),
 	}
@@ -234,6 +241,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.duration("QUOTA_PROMOTE_INTERVAL", &s.PromoteInterval)
 	r.duration("QUOTA_DEMOTE_INTERVAL", &s.DemoteInterval)
 	r.duration("QUOTA_MIGRATE_MIN_WINDOW", &s.MigrateMinWindow)
+	r.integer("QUOTA_MIGRATE_LOG_MAX_ROWS", &s.MigrateLogMaxRows)
 	r.str("QUOTA_NEW_TIER", &s.NewTier)
 	r.integer("QUOTA_COLD_HINTS", &s.ColdHints)
 	r.loadGateway(&s.Gateway)
@@ -402,6 +410,9 @@ func (s Settings) Validate() error {
 	}
 	if s.MigrateMinWindow < 0 {
 		return fmt.Errorf("QUOTA_MIGRATE_MIN_WINDOW %s: want 0 (every window) or more", s.MigrateMinWindow)
+	}
+	if s.MigrateLogMaxRows < 0 {
+		return fmt.Errorf("QUOTA_MIGRATE_LOG_MAX_ROWS %d: want 0 (fold at cycles only) or more rows", s.MigrateLogMaxRows)
 	}
 	if s.ColdHints < 0 || s.ColdHints > 1<<30 {
 		return fmt.Errorf("QUOTA_COLD_HINTS %d: want 0 (off) to 1073741824 slots of 8 bytes", s.ColdHints)

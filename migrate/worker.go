@@ -47,6 +47,12 @@ type Config struct {
 	// yet, and a part scanned before that row lands would skip the cell.
 	// 0: no wait (one instance).
 	ActivityWait time.Duration
+	// LogMaxRows bounds each part's cell_activity_log between cycles: a
+	// part holding more rows is folded into cell_activity at once
+	// (FoldLongLogs, looked at every LogCheckEvery). 0: 1,000 rows (at
+	// most 2,000 cells a row); < 0: the log is folded by cycles only.
+	LogMaxRows    int
+	LogCheckEvery time.Duration // 0: 1 min
 }
 
 // Worker runs migration cycles and on-call moves.
@@ -416,7 +422,7 @@ func (w *Worker) Start(ctx context.Context) (stop func(), err error) {
 		w.log().Info("migration cycle", "cycle", rep.Cycle, "parts", rep.Parts, "parts_by", rep.PartsBy, "folded", rep.Folded, "scanned", rep.Scanned, "moved", rep.Moved, "skipped", rep.Skipped, "repaired", rep.Repaired, "failures", rep.Failures, "duration", rep.Duration, "err", err)
 	}))
 	c.Start()
-	done := make(chan struct{}, 2)
+	done := make(chan struct{}, 3)
 	go func() {
 		defer func() { done <- struct{}{} }()
 		w.onCallLoop(ctx)
@@ -438,12 +444,36 @@ func (w *Worker) Start(ctx context.Context) (stop func(), err error) {
 			}
 		}
 	}()
+	go func() {
+		defer func() { done <- struct{}{} }()
+		w.foldLongLogsLoop(ctx)
+	}()
 	return func() {
 		cancel()
 		<-c.Stop().Done()
 		<-done
 		<-done
+		<-done
 	}, nil
+}
+
+// foldLongLogsLoop runs FoldLongLogs every LogCheckEvery until ctx ends.
+func (w *Worker) foldLongLogsLoop(ctx context.Context) {
+	if w.Config.LogMaxRows < 0 {
+		return
+	}
+	t := time.NewTicker(w.logCheckEvery())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n, err := w.FoldLongLogs(ctx); err != nil || n > 0 {
+				w.log().Info("migration activity log folded between cycles", "folded", n, "err", err)
+			}
+		}
+	}
 }
 
 func (w *Worker) log() *slog.Logger {

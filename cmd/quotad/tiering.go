@@ -60,6 +60,7 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 			// Every instance flushes its activity within ~1 s of a cycle's
 			// start (WatchCycles below); the cycle's parts wait for it.
 			ActivityWait: 2 * time.Second,
+			LogMaxRows:   logMaxRows(s.MigrateLogMaxRows),
 		},
 	}
 	router.Observe = w.Observe
@@ -104,4 +105,13 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 		mrdb.Close()
 	}
 	return router, migrate.Admin{W: w}, stop, nil
+}
+
+// logMaxRows is QUOTA_MIGRATE_LOG_MAX_ROWS as migrate.Config.LogMaxRows,
+// whose 0 is the default and whose "cycles only" is negative.
+func logMaxRows(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
