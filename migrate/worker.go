@@ -422,56 +422,43 @@ func (w *Worker) Start(ctx context.Context) (stop func(), err error) {
 		w.log().Info("migration cycle", "cycle", rep.Cycle, "parts", rep.Parts, "parts_by", rep.PartsBy, "folded", rep.Folded, "scanned", rep.Scanned, "moved", rep.Moved, "skipped", rep.Skipped, "repaired", rep.Repaired, "failures", rep.Failures, "duration", rep.Duration, "err", err)
 	}))
 	c.Start()
-	done := make(chan struct{}, 3)
-	go func() {
-		defer func() { done <- struct{}{} }()
-		w.onCallLoop(ctx)
-	}()
+	var loops sync.WaitGroup
+	loops.Go(func() { w.onCallLoop(ctx) })
 	// A crashed worker's cells stay frozen (checks on them wait, then
 	// fail over to the fail mode) until a repair: look every RepairEvery.
-	go func() {
-		defer func() { done <- struct{}{} }()
-		t := time.NewTicker(w.repairEvery())
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if n, _, err := w.Mover.Repair(ctx); err != nil || n > 0 {
-					w.log().Info("migration repair", "repaired", n, "err", err)
-				}
+	loops.Go(func() {
+		every(ctx, w.repairEvery(), func() {
+			if n, _, err := w.Mover.Repair(ctx); err != nil || n > 0 {
+				w.log().Info("migration repair", "repaired", n, "err", err)
 			}
-		}
-	}()
-	go func() {
-		defer func() { done <- struct{}{} }()
-		w.foldLongLogsLoop(ctx)
-	}()
+		})
+	})
+	if w.Config.LogMaxRows >= 0 {
+		loops.Go(func() {
+			every(ctx, w.logCheckEvery(), func() {
+				if n, err := w.FoldLongLogs(ctx); err != nil || n > 0 {
+					w.log().Info("migration activity log folded between cycles", "folded", n, "err", err)
+				}
+			})
+		})
+	}
 	return func() {
 		cancel()
 		<-c.Stop().Done()
-		<-done
-		<-done
-		<-done
+		loops.Wait()
 	}, nil
 }
 
-// foldLongLogsLoop runs FoldLongLogs every LogCheckEvery until ctx ends.
-func (w *Worker) foldLongLogsLoop(ctx context.Context) {
-	if w.Config.LogMaxRows < 0 {
-		return
-	}
-	t := time.NewTicker(w.logCheckEvery())
+// every runs fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if n, err := w.FoldLongLogs(ctx); err != nil || n > 0 {
-				w.log().Info("migration activity log folded between cycles", "folded", n, "err", err)
-			}
+			fn()
 		}
 	}
 }
