@@ -67,6 +67,15 @@ bench-grpc: schema
 	$(GO) build -o $(BIN)/grpcbench ./bench/grpcbench
 	bash bench/grpc.sh
 
+# make bench-grpc's floor on this machine: the same load against a server
+# that answers every check at once with no Redis (bench/cmd/nullquotad):
+# what the load generator, the kernel, grpc-go and net/http cost alone.
+.PHONY: bench-grpc-null
+bench-grpc-null:
+	$(GO) build -o $(BIN)/grpcbench ./bench/grpcbench
+	$(GO) build -o $(BIN)/nullquotad ./bench/cmd/nullquotad
+	QUOTAD_BIN=$(BIN)/nullquotad bash bench/grpc.sh
+
 # What analytics costs the check path: off vs on, interleaved (BENCHMARKS.md).
 .PHONY: bench-analytics
 bench-analytics: schema

@@ -58,6 +58,7 @@ type Settings struct {
 	TTLJitter      time.Duration // QUOTA_TTL_JITTER: random extra TTL so keys of a window do not expire together
 	Coalesce       int           // QUOTA_COALESCE: checks batched into one Redis pipeline by this many senders; 0 = off
 	PprofListen    string        // QUOTA_PPROF_LISTEN: loopback host:port of net/http/pprof; "" (default) = off
+	GCHeapFloorMB  int           // QUOTA_GC_HEAP_FLOOR_MB: the Go heap may grow to this many MiB before a collection (internal/gcfloor); 0 = GOGC alone
 	SchemaOnStart  SchemaOnStart // QUOTA_SCHEMA_ON_START: what serve does about a shard's schema before answering checks
 
 	// Envoy's rate limit service (api/ratelimit.go).
@@ -146,6 +147,7 @@ func Defaults() Settings {
 		MaxInFlight:   4096,
 		TTLJitter:     60 * time.Second,
 		Coalesce:      4,
+		GCHeapFloorMB: 256,
 		SchemaOnStart: SchemaCheck,
 		GRPCListen:    "127.0.0.1:8081",
 		EnvoyAppKey:   "app_id",
@@ -218,6 +220,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.duration("QUOTA_TTL_JITTER", &s.TTLJitter)
 	r.integer("QUOTA_COALESCE", &s.Coalesce)
 	r.str("QUOTA_PPROF_LISTEN", &s.PprofListen)
+	r.integer("QUOTA_GC_HEAP_FLOOR_MB", &s.GCHeapFloorMB)
 	var so string
 	if r.str("QUOTA_SCHEMA_ON_START", &so) {
 		s.SchemaOnStart = SchemaOnStart(so)
@@ -371,6 +374,9 @@ func (s Settings) Validate() error {
 	}
 	if s.Coalesce < 0 || s.Coalesce > 256 {
 		return fmt.Errorf("QUOTA_COALESCE %d: want 0 (off) to 256 senders", s.Coalesce)
+	}
+	if s.GCHeapFloorMB < 0 || s.GCHeapFloorMB > 1<<20 {
+		return fmt.Errorf("QUOTA_GC_HEAP_FLOOR_MB %d: want 0 (off) to 1048576 MiB", s.GCHeapFloorMB)
 	}
 	if s.TTLJitter < 0 || s.TTLJitter > time.Hour {
 		return fmt.Errorf("QUOTA_TTL_JITTER %s: want between 0 and 1h", s.TTLJitter)

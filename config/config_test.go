@@ -116,6 +116,8 @@ func TestLoad_InvalidSettingsGiveOneClearLine(t *testing.T) {
 		{map[string]string{"QUOTA_ANALYTICS_IFACE_USERS_EVERY": "1h"}, "QUOTA_ANALYTICS_IFACE_USERS_EVERY"},
 		{map[string]string{"QUOTA_ANALYTICS_IFACE_USERS_EVERY": "soon"}, "QUOTA_ANALYTICS_IFACE_USERS_EVERY"},
 		{map[string]string{"QUOTA_PPROF_LISTEN": "0.0.0.0:6060"}, "QUOTA_PPROF_LISTEN"},
+		{map[string]string{"QUOTA_GC_HEAP_FLOOR_MB": "-1"}, "QUOTA_GC_HEAP_FLOOR_MB"},
+		{map[string]string{"QUOTA_GC_HEAP_FLOOR_MB": "128MB"}, "QUOTA_GC_HEAP_FLOOR_MB"},
 		{map[string]string{"QUOTA_REDIS_DB": "16"}, "QUOTA_REDIS_DB"},
 		{map[string]string{"QUOTA_REDIS_DB": "2", "QUOTA_REDIS_ADDRS": "10.0.0.1:7000,10.0.0.2:7000"}, "QUOTA_REDIS_DB"},
 		{map[string]string{"QUOTA_PPROF_LISTEN": "6060"}, "QUOTA_PPROF_LISTEN"},

@@ -90,7 +90,7 @@ func run(args []string, out io.Writer) error {
 	fs.Float64Var(&o.rate, "rate", 4630, "checks/s of the fixed-rate turns (0: none)")
 	entries := fs.String("entries", "grpc,grpc-mux,http", "entry points to run, comma-separated: grpc (-grpc-client over -grpc-conns), grpc-mux (raw, -c calls on -mux-conns connections, as an Envoy), http")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results as JSON here")
-	fs.StringVar(&o.timelinePath, "timeline", "", "write the gRPC turns' worst latency per 10 ms of send times here")
+	fs.StringVar(&o.timelinePath, "timeline", "", "write the gRPC turns' worst latency and worst send lateness per 10 ms of send times here")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "quotad's pid: report its CPU time per check (Linux /proc)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -148,9 +148,9 @@ func run(args []string, out io.Writer) error {
 	}
 	var results []summary
 	for _, rate := range modes {
-		hist, total := map[string]*hdrhistogram.Histogram{}, map[string]*summary{}
+		hist, lateHist, total := map[string]*hdrhistogram.Histogram{}, map[string]*hdrhistogram.Histogram{}, map[string]*summary{}
 		for _, e := range o.entries {
-			hist[e], total[e] = newHist(), &summary{Entry: e, Rate: rate}
+			hist[e], lateHist[e], total[e] = newHist(), newHist(), &summary{Entry: e, Rate: rate}
 		}
 		for round := range o.rounds {
 			seed := uint64(round + 1)
@@ -159,14 +159,14 @@ func run(args []string, out io.Writer) error {
 			order := append(slices.Clone(o.entries[k:]), o.entries[:k]...)
 			for _, entry := range order {
 				var s summary
-				var h *hdrhistogram.Histogram
+				var h, late *hdrhistogram.Histogram
 				srv0, cli0 := procCPU(o.serverPID), selfCPU()
 				if gt := targets[entry]; gt != nil {
 					var tl *timeline
 					if tlOut != nil {
 						tl = newTimeline(o.phase)
 					}
-					s, h = gt.run(ctx, o, rate, seed, tl)
+					s, h, late = gt.run(ctx, o, rate, seed, tl)
 					s.Entry = entry
 					if tl != nil {
 						if err := tl.write(tlOut, fmt.Sprintf("round %d %s %s", round+1, entry, s.mode())); err != nil {
@@ -182,12 +182,18 @@ func run(args []string, out io.Writer) error {
 				s.ServerCPUSec, s.ClientCPUSec = (procCPU(o.serverPID) - srv0).Seconds(), (selfCPU() - cli0).Seconds()
 				fmt.Fprintf(out, "round %d %-8s %s\n", round+1, entry, s.line())
 				hist[entry].Merge(h)
+				if late != nil {
+					lateHist[entry].Merge(late)
+				}
 				total[entry].add(s)
 			}
 		}
 		for _, entry := range o.entries {
 			t := total[entry]
 			t.finish(hist[entry])
+			if rate > 0 && targets[entry] != nil {
+				t.SendLateP99Ms = float64(lateHist[entry].ValueAtQuantile(99)) / 1000
+			}
 			fmt.Fprintf(out, "TOTAL    %-8s %s\n", entry, t.line())
 			if len(t.ErrorsByKind) > 0 {
 				fmt.Fprintf(out, "         %-8s errors by kind: %v\n", entry, t.ErrorsByKind)
@@ -224,8 +230,13 @@ type summary struct {
 	P99Ms        float64          `json:"p99_ms"`
 	P999Ms       float64          `json:"p999_ms"`
 	MaxMs        float64          `json:"max_ms"`
-	ServerCPUSec float64          `json:"server_cpu_s"` // quotad's CPU time over the turns (0 without -server-pid)
-	ClientCPUSec float64          `json:"client_cpu_s"` // this process's
+	// SendLateP99Ms (gRPC at a fixed rate): the 99th percentile of how
+	// far behind its intended time a call was sent, which its latency
+	// includes; on cores shared with the server, the load generator's own
+	// share of the tail.
+	SendLateP99Ms float64 `json:"send_late_p99_ms,omitempty"`
+	ServerCPUSec  float64 `json:"server_cpu_s"` // quotad's CPU time over the turns (0 without -server-pid)
+	ClientCPUSec  float64 `json:"client_cpu_s"` // this process's
 }
 
 func (s *summary) add(o summary) {
@@ -266,8 +277,12 @@ func (s *summary) line() string {
 		}
 		return sec * 1e6 / float64(s.Checks)
 	}
-	return fmt.Sprintf("%-11s %6.0f checks/s  p50 %7.2f ms  p99 %7.2f ms  p99.9 %7.2f ms  max %7.2f ms  CPU/check: quotad %4.0f µs, client %4.0f µs  errors %d  denied %d",
-		s.mode(), s.ChecksPerSec, s.P50Ms, s.P99Ms, s.P999Ms, s.MaxMs, perCheck(s.ServerCPUSec), perCheck(s.ClientCPUSec), s.Errors, s.Denied)
+	late := ""
+	if s.SendLateP99Ms > 0 {
+		late = fmt.Sprintf("  sent late p99 %.2f ms", s.SendLateP99Ms)
+	}
+	return fmt.Sprintf("%-11s %6.0f checks/s  p50 %7.2f ms  p99 %7.2f ms  p99.9 %7.2f ms  max %7.2f ms  CPU/check: quotad %4.0f µs, client %4.0f µs  errors %d  denied %d%s",
+		s.mode(), s.ChecksPerSec, s.P50Ms, s.P99Ms, s.P999Ms, s.MaxMs, perCheck(s.ServerCPUSec), perCheck(s.ClientCPUSec), s.Errors, s.Denied, late)
 }
 
 // runHTTP is one turn of POST /v1/check through loadgen (what make bench's
@@ -390,8 +405,9 @@ func grpcErrorKind(err error) string {
 // intended start and its latency counts from there (no coordinated
 // omission), as loadgen's open loop does. A call counts as an error unless
 // it is answered OK or OVER_LIMIT with one status per descriptor. tl (nil:
-// none) keeps the worst latency per step of start times.
-func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint64, tl *timeline) (summary, *hdrhistogram.Histogram) {
+// none) keeps the worst latency per step of start times. At a fixed rate
+// it also returns how late each call was sent (a histogram, µs).
+func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint64, tl *timeline) (summary, *hdrhistogram.Histogram, *hdrhistogram.Histogram) {
 	keys := loadgen.DefaultConfig().Keys
 	start := time.Now()
 	end := start.Add(o.phase)
@@ -404,10 +420,11 @@ func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint
 	}
 	var ticket, checks, errs, denied atomic.Int64
 	hists := make([]*hdrhistogram.Histogram, o.conns)
+	lates := make([]*hdrhistogram.Histogram, o.conns)
 	kinds := make([]map[string]int64, o.conns)
 	var wg sync.WaitGroup
 	for i := range o.conns {
-		hists[i], kinds[i] = newHist(), map[string]int64{}
+		hists[i], lates[i], kinds[i] = newHist(), newHist(), map[string]int64{}
 		call := g.caller(ctx, i)
 		src := loadgen.NewKeySource(keys, seed, uint64(i))
 		wg.Go(func() {
@@ -425,6 +442,11 @@ func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint
 					return
 				}
 				v.set(src.Next())
+				if interval > 0 {
+					late := time.Since(t0)
+					_ = lates[i].RecordValue(max(1, late.Microseconds()))
+					tl.recordLate(t0, late)
+				}
 				a, err := call(&v)
 				lat := time.Since(t0)
 				_ = hists[i].RecordValue(max(1, lat.Microseconds()))
@@ -455,9 +477,10 @@ func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint
 		})
 	}
 	wg.Wait()
-	h := newHist()
-	for _, x := range hists {
-		h.Merge(x)
+	h, late := newHist(), newHist()
+	for i := range hists {
+		h.Merge(hists[i])
+		late.Merge(lates[i])
 	}
 	s := summary{Entry: "grpc", Rate: rate, Checks: checks.Load(), Seconds: time.Since(start).Seconds(), Errors: errs.Load(), Denied: denied.Load()}
 	for _, k := range kinds {
@@ -469,7 +492,10 @@ func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint
 		}
 	}
 	s.finish(h)
-	return s, h
+	if interval > 0 {
+		s.SendLateP99Ms = float64(late.ValueAtQuantile(99)) / 1000
+	}
+	return s, h, late
 }
 
 // procCPU is the user+system CPU time of process pid so far (0 if unknown).
@@ -509,43 +535,66 @@ func selfCPU() time.Duration {
 const timelineStep = 10 * time.Millisecond
 
 // timeline is a turn's worst latency among the calls meant to start in
-// each timelineStep. It tells a tail's shapes apart: a stall followed by a
+// each timelineStep, and the worst lateness of their sends (how far behind
+// its intended time the load generator sent a call: a stall of the
+// generator's own, where it is as late as the latency, or of the server,
+// where it is not). It tells a tail's shapes apart: a stall followed by a
 // queue that drains at the spare capacity is a step and then a slope;
 // calls slow one by one are scattered spikes.
 type timeline struct {
 	start time.Time
 	worst []atomic.Int64 // ns
+	late  []atomic.Int64 // ns
 }
 
 func newTimeline(phase time.Duration) *timeline {
-	return &timeline{worst: make([]atomic.Int64, int(phase/timelineStep)+1)}
+	n := int(phase/timelineStep) + 1
+	return &timeline{worst: make([]atomic.Int64, n), late: make([]atomic.Int64, n)}
 }
 
 // record keeps lat if it is the worst of the window of t0; nil records nothing.
 func (t *timeline) record(t0 time.Time, lat time.Duration) {
-	if t == nil {
+	if t != nil {
+		keepWorst(t.worst, t.start, t0, lat)
+	}
+}
+
+// recordLate keeps late, how far behind t0 its call was sent, if it is
+// the worst of the window of t0; nil records nothing.
+func (t *timeline) recordLate(t0 time.Time, late time.Duration) {
+	if t != nil {
+		keepWorst(t.late, t.start, t0, late)
+	}
+}
+
+// keepWorst keeps d in the window of t0 (windows from start) if it is the
+// worst there.
+func keepWorst(worst []atomic.Int64, start, t0 time.Time, d time.Duration) {
+	off := t0.Sub(start)
+	if off < 0 || off/timelineStep >= time.Duration(len(worst)) {
 		return
 	}
-	d := t0.Sub(t.start)
-	if d < 0 || d/timelineStep >= time.Duration(len(t.worst)) {
-		return
-	}
-	i := int(d / timelineStep)
-	for w := &t.worst[i]; ; {
+	i := int(off / timelineStep)
+	for w := &worst[i]; ; {
 		old := w.Load()
-		if int64(lat) <= old || w.CompareAndSwap(old, int64(lat)) {
+		if int64(d) <= old || w.CompareAndSwap(old, int64(d)) {
 			return
 		}
 	}
 }
 
-// write appends one line per window that had a call: label, the window's
-// start (ms into the turn) and its worst latency (ms).
+// write appends a comment line with the turn's start (RFC 3339, to line
+// its windows up with the server's logs), then one line per window that
+// had a call: label, the window's start (ms into the turn), its worst
+// latency and its worst send lateness (ms).
 func (t *timeline) write(w io.Writer, label string) error {
+	if _, err := fmt.Fprintf(w, "# %s\tstart %s\n", label, t.start.UTC().Format(time.RFC3339Nano)); err != nil {
+		return err
+	}
 	for i := range t.worst {
 		if v := t.worst[i].Load(); v > 0 {
 			ms := time.Duration(i) * timelineStep / time.Millisecond
-			if _, err := fmt.Fprintf(w, "%s\t%d\t%.3f\n", label, ms, float64(v)/1e6); err != nil {
+			if _, err := fmt.Fprintf(w, "%s\t%d\t%.3f\t%.3f\n", label, ms, float64(v)/1e6, float64(t.late[i].Load())/1e6); err != nil {
 				return err
 			}
 		}

@@ -313,7 +313,7 @@ func TestGRPCTurn_CountsDecisionsAndErrors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, h := g.run(context.Background(), o, 0, 1, nil)
+			s, h, _ := g.run(context.Background(), o, 0, 1, nil)
 			g.close()
 			if s.Checks == 0 || h.TotalCount() != s.Checks {
 				t.Fatalf("%s %s: %d checks, %d latencies", client, domain, s.Checks, h.TotalCount())
@@ -344,30 +344,36 @@ func TestGRPCTurn_OpenLoopKeepsItsScheduleAfterFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer g.close()
-	s, _ := g.run(context.Background(), o, rate, 1, nil)
+	s, _, late := g.run(context.Background(), o, rate, 1, nil)
 	// With a 10 ms pause per failure, 4 callers could make at most 120.
 	if want := int64(rate * phase.Seconds()); s.Errors != s.Checks || s.Checks < want*3/4 {
 		t.Fatalf("%d calls (%d errors), want about %d, all failed", s.Checks, s.Errors, want)
 	}
+	if late.TotalCount() != s.Checks {
+		t.Fatalf("%d sends' lateness recorded, want one per call (%d)", late.TotalCount(), s.Checks)
+	}
 }
 
-func TestTimeline_KeepsTheWorstLatencyOfEachWindow(t *testing.T) {
+func TestTimeline_KeepsTheWorstLatencyAndLatenessOfEachWindow(t *testing.T) {
 	start := time.Unix(1000, 0)
 	ms := time.Millisecond
+	const head = "# r\tstart 1970-01-01T00:16:40Z\n"
+	type call struct{ at, lat, late time.Duration }
 	for _, tc := range []struct {
 		name  string
-		calls []struct{ at, lat time.Duration }
+		calls []call
 		want  string
 	}{
-		{"one call", []struct{ at, lat time.Duration }{{5 * ms, 2 * ms}}, "r\t0\t2.000\n"},
-		{"the worst of a window", []struct{ at, lat time.Duration }{{1 * ms, 3 * ms}, {9 * ms, 7 * ms}, {2 * ms, 1 * ms}}, "r\t0\t7.000\n"},
-		{"windows apart, empty ones left out", []struct{ at, lat time.Duration }{{1 * ms, 1 * ms}, {35 * ms, 120 * ms}}, "r\t0\t1.000\nr\t30\t120.000\n"},
-		{"outside the turn ignored", []struct{ at, lat time.Duration }{{-1 * ms, 9 * ms}, {time.Hour, 9 * ms}}, ""},
+		{"one call", []call{{5 * ms, 2 * ms, ms}}, head + "r\t0\t2.000\t1.000\n"},
+		{"the worst of a window, each figure on its own", []call{{1 * ms, 3 * ms, 2 * ms}, {9 * ms, 7 * ms, 0}, {2 * ms, 1 * ms, 0}}, head + "r\t0\t7.000\t2.000\n"},
+		{"windows apart, empty ones left out", []call{{1 * ms, 1 * ms, 0}, {35 * ms, 120 * ms, 100 * ms}}, head + "r\t0\t1.000\t0.000\nr\t30\t120.000\t100.000\n"},
+		{"outside the turn ignored", []call{{-1 * ms, 9 * ms, 9 * ms}, {time.Hour, 9 * ms, 9 * ms}}, head},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tl := newTimeline(100 * ms)
 			tl.start = start
 			for _, c := range tc.calls {
+				tl.recordLate(start.Add(c.at), c.late)
 				tl.record(start.Add(c.at), c.lat)
 			}
 			var b bytes.Buffer
@@ -381,4 +387,5 @@ func TestTimeline_KeepsTheWorstLatencyOfEachWindow(t *testing.T) {
 	}
 	var none *timeline
 	none.record(start, ms) // a turn without a timeline records nothing, and does not panic
+	none.recordLate(start, ms)
 }

@@ -157,7 +157,7 @@ func TestGRPCTurn_MultiplexedCountsDecisionsAndErrors(t *testing.T) {
 		if len(g.mux) != 2 || g.raw != nil {
 			t.Fatalf("%d shared connections, %d own: want 2 shared", len(g.mux), len(g.raw))
 		}
-		s, _ := g.run(context.Background(), o, 0, 1, nil)
+		s, _, _ := g.run(context.Background(), o, 0, 1, nil)
 		g.close()
 		switch {
 		case s.Checks == 0:

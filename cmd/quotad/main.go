@@ -26,6 +26,7 @@ import (
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/coalesce"
 	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/internal/gcfloor"
 	"github.com/quota-platform/quota/internal/version"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
@@ -142,6 +143,10 @@ func serve() error {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: s.LogLevel}))
+	// A small live heap under a steady check rate would otherwise be
+	// collected many times a second, each collection a burst of latency
+	// for the checks in flight (internal/gcfloor).
+	defer gcfloor.Start(uint64(s.GCHeapFloorMB) << 20).Stop()
 	build := version.Get()
 	tp, stopTracing, err := startTracing(s, build.Version, log)
 	if err != nil {
