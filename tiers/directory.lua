@@ -29,13 +29,17 @@ local function dir_u32s(v)
     math.floor(v / 256) % 256, v % 256)
 end
 
+-- The header's first read, as a string: a number argument of redis.call
+-- is formatted at every call.
+local DIR_HEADER_READ = tostring(DIR_HEADER + 63)
+
 local dir_cache = {}
 
 -- dir_header returns the tag's header, parsed (and cached for this call).
 local function dir_header(hkey)
   local h = dir_cache[hkey]
   if h then return h end
-  local raw = redis.call('GETRANGE', hkey, 0, DIR_HEADER + 63) -- and up to 16 layers
+  local raw = redis.call('GETRANGE', hkey, '0', DIR_HEADER_READ) -- and up to 16 layers
   if raw == '' then
     -- No header: the tag has only hot cells (the common case, kept cheap).
     h = { key = hkey, base = string.sub(hkey, 1, -2), warm = false, level = 0, split = 0,

@@ -36,6 +36,8 @@
 -- fixed_window does (HotStore.decodeFixed).
 
 local cost = tonumber(ARGV[1])
+-- Writes pass ARGV[1] itself: Redis formats a number argument of
+-- redis.call as a float at every call.
 local mode = tonumber(ARGV[2])
 local n = #KEYS
 local dir = ARGV[3] == '1'
@@ -82,9 +84,9 @@ if commit then
   for i = 1, n do
     local u = used[i]
     if u == 0 then
-      redis.call('SET', KEYS[i], cost, 'PX', ARGV[5 * i])
+      redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[5 * i])
     elseif u then
-      redis.call('INCRBY', KEYS[i], cost)
+      redis.call('INCRBY', KEYS[i], ARGV[1])
     end
   end
   reply[#reply + 1] = 1
