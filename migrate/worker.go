@@ -13,6 +13,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/internal/tick"
 	"github.com/quota-platform/quota/schedule"
 	"github.com/quota-platform/quota/tiers"
 )
@@ -427,7 +428,7 @@ func (w *Worker) Start(ctx context.Context) (stop func(), err error) {
 	// A crashed worker's cells stay frozen (checks on them wait, then
 	// fail over to the fail mode) until a repair: look every RepairEvery.
 	loops.Go(func() {
-		every(ctx, w.repairEvery(), func() {
+		tick.Every(ctx, w.repairEvery(), func() {
 			if n, _, err := w.Mover.Repair(ctx); err != nil || n > 0 {
 				w.log().Info("migration repair", "repaired", n, "err", err)
 			}
@@ -435,7 +436,7 @@ func (w *Worker) Start(ctx context.Context) (stop func(), err error) {
 	})
 	if w.Config.LogMaxRows >= 0 {
 		loops.Go(func() {
-			every(ctx, w.logCheckEvery(), func() {
+			tick.Every(ctx, w.logCheckEvery(), func() {
 				if n, err := w.FoldLongLogs(ctx); err != nil || n > 0 {
 					w.log().Info("migration activity log folded between cycles", "folded", n, "err", err)
 				}
@@ -447,20 +448,6 @@ func (w *Worker) Start(ctx context.Context) (stop func(), err error) {
 		<-c.Stop().Done()
 		loops.Wait()
 	}, nil
-}
-
-// every runs fn every d until ctx ends.
-func every(ctx context.Context, d time.Duration, fn func()) {
-	t := time.NewTicker(d)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			fn()
-		}
-	}
 }
 
 func (w *Worker) log() *slog.Logger {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-platform/quota/internal/tick"
 	"github.com/quota-platform/quota/rules"
 )
 
@@ -229,18 +230,11 @@ func (y *Syncer) Publish(ctx context.Context, set *rules.Set) error {
 
 // Run polls the store every period until ctx ends.
 func (y *Syncer) Run(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, every, func() {
 		pctx, cancel := context.WithTimeout(ctx, every)
+		defer cancel()
 		y.Poll(pctx)
-		cancel()
-	}
+	})
 }
 
 // Poll looks at the store once and puts a new entry in force. It also puts

@@ -14,6 +14,7 @@ import (
 
 	"github.com/quota-platform/quota/api"
 	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/internal/tick"
 	"github.com/quota-platform/quota/tracing"
 )
 
@@ -97,14 +98,5 @@ func probeDependencies(ctx context.Context, checks []api.ReadinessCheck, up *pro
 		}
 	}
 	probe()
-	t := time.NewTicker(10 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			probe()
-		}
-	}
+	tick.Every(ctx, 10*time.Second, probe)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quota-platform/quota/internal/tick"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -102,17 +103,6 @@ func followFailovers(ctx context.Context, rdb redis.UniversalClient) redis.Unive
 	if !ok {
 		return rdb
 	}
-	go func() {
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				cc.ReloadState(ctx)
-			}
-		}
-	}()
+	go tick.Every(ctx, time.Second, func() { cc.ReloadState(ctx) })
 	return rdb
 }
