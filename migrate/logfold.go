@@ -61,9 +61,9 @@ func (w *Worker) FoldLongLogs(ctx context.Context) (int, error) {
 	return folded, errors.Join(errs...)
 }
 
-// longLogParts returns the parts of a shard whose log holds more than max rows.
-func longLogParts(ctx context.Context, db *sql.DB, max int) ([]int, error) {
-	rows, err := db.QueryContext(ctx, "SELECT part FROM cell_activity_log GROUP BY part HAVING COUNT(*) > ?", max)
+// longLogParts returns the parts of a shard whose log holds more than maxRows rows.
+func longLogParts(ctx context.Context, db *sql.DB, maxRows int) ([]int, error) {
+	rows, err := db.QueryContext(ctx, "SELECT part FROM cell_activity_log GROUP BY part HAVING COUNT(*) > ?", maxRows)
 	if err != nil {
 		return nil, fmt.Errorf("activity log size: %w", err)
 	}

@@ -9,8 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/quota-platform/quota/internal/tick"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/internal/tick"
 )
 
 // redisProbe returns the circuit breaker's probe of Redis: a PING on a
