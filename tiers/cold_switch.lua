@@ -67,7 +67,6 @@ local function add(h, capacity, field, remaining)
   local x, pos = cold_pos(field)
   local at = off + (x % h.sizes[layers]) * 8
   local b = { string.byte(cold_block(h, at), 1, 8) }
-  for k = 1, 8 do b[k] = b[k] or 0 end
   for k = 1, 4 do
     local p = pos[k]
     local i = math.floor(p / 8) + 1

@@ -68,9 +68,8 @@ func coldSwitchArgs(c *dirCall, swaps []DirSwap, capacity func(Tag) int) []any {
 	caps := make([]int, len(c.Keys))
 	tags := make([]Tag, len(c.Keys))
 	for k, at := range c.at {
-		hi := c.Args[2*k].(int) - 1
-		caps[hi]++
-		tags[hi] = swaps[at].Tag
+		caps[c.hdr[k]]++
+		tags[c.hdr[k]] = swaps[at].Tag
 	}
 	args := make([]any, 0, 1+len(caps)+3*len(c.at))
 	args = append(args, len(caps))
@@ -81,7 +80,7 @@ func coldSwitchArgs(c *dirCall, swaps []DirSwap, capacity func(Tag) int) []any {
 		args = append(args, n)
 	}
 	for k, at := range c.at {
-		args = append(args, c.Args[2*k], c.Args[2*k+1], swaps[at].Old)
+		args = append(args, c.hdr[k]+1, c.Args[2*k+1], swaps[at].Old)
 	}
 	return args
 }

@@ -55,7 +55,8 @@ func (s *WarmStore) HeaderKey(r *Ref) string {
 // field as ARGV.
 type dirCall struct {
 	redisscript.Call
-	at []int // per cell of the call, its index in the caller's list
+	at  []int // per cell of the call, its index in the caller's list
+	hdr []int // per cell of the call, its header's index into Keys (0-based)
 }
 
 // dirCalls groups locs into calls: one on a single Redis (a call per tag
@@ -76,6 +77,7 @@ func (s *WarmStore) dirCalls(locs []warmLoc) []dirCall {
 			c := &calls[ci]
 			c.Args = append(c.Args, 1, l.field)
 			c.at = append(c.at, i)
+			c.hdr = append(c.hdr, 0)
 			continue
 		}
 		if len(calls) == 0 {
@@ -90,6 +92,7 @@ func (s *WarmStore) dirCalls(locs []warmLoc) []dirCall {
 		}
 		c.Args = append(c.Args, ki, l.field)
 		c.at = append(c.at, i)
+		c.hdr = append(c.hdr, ki-1)
 	}
 	return calls
 }
