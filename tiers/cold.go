@@ -414,7 +414,25 @@ func (s *ColdStore) Import(ctx context.Context, recs []Record) error {
 	return nil
 }
 
+// importChunk first inserts the chunk's records where the cells have no
+// row (INSERT IGNORE, no locks): a move into cold mostly makes new rows,
+// and when every row is new that one statement is the import. Otherwise
+// the rows it did not insert existed and are compared in tryImport, which
+// finds the rows just inserted holding their own record (nothing newer to
+// write).
 func (s *ColdStore) importChunk(ctx context.Context, sh int, recs []*Record) error {
+	ids := make([]CellID, len(recs))
+	vals := make([][]byte, len(recs))
+	for i, r := range recs {
+		raw, err := appendRecordRaw(nil, r)
+		if err != nil {
+			return err
+		}
+		ids[i], vals[i] = r.ID(), raw
+	}
+	if n, err := reserveCold(ctx, s.dbs[sh], ids, vals); err == nil && n == int64(len(recs)) {
+		return nil
+	}
 	for attempt := 1; ; attempt++ {
 		err := s.tryImport(ctx, sh, recs)
 		if retry, err := s.again(ctx, err, attempt); !retry {

@@ -213,3 +213,56 @@ func TestColdCheck_ConnectionKilledBeforeCommitCountsNothingAndTheNextCheckWorks
 		t.Fatalf("next check: err %v committed %v outcomes %+v, want counted with 8 left", err, op.Committed, op.Out)
 	}
 }
+
+// Import keeps the newer of the record it is given and the row it finds,
+// cell by cell, whether the chunk's rows are all new (one INSERT IGNORE is
+// the whole import), all present, or some of each.
+func TestColdStore_ImportKeepsTheNewerRecordPerCell(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	at := func(c confCell, last int64, count int64) Record {
+		return Record{Ref: c.ref(), Count: count, First: last, Last: last}
+	}
+	t0 := confT0.Unix()
+	tests := []struct {
+		name  string
+		held  []int64 // per cell, the Last of the row held before (0: no row)
+		given []int64 // per cell, the Last of the imported record
+		want  []int64 // per cell, the Last held after
+	}{
+		{"all new", []int64{0, 0, 0}, []int64{t0, t0, t0}, []int64{t0, t0, t0}},
+		{"all held, older", []int64{t0, t0}, []int64{t0 + 60, t0 + 120}, []int64{t0 + 60, t0 + 120}},
+		{"all held, newer", []int64{t0 + 60, t0 + 60}, []int64{t0, t0}, []int64{t0 + 60, t0 + 60}},
+		{"some of each", []int64{0, t0 + 60, t0, 0}, []int64{t0, t0, t0 + 60, t0 + 30}, []int64{t0, t0 + 60, t0 + 60, t0 + 30}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s := NewColdStore(testenv.MySQLShards(t, 2), ColdOptions{})
+			cells := make([]confCell, len(tc.held))
+			var held, given []Record
+			for i := range cells {
+				cells[i] = newConfCell(10, time.Hour)
+				if tc.held[i] != 0 {
+					held = append(held, at(cells[i], tc.held[i], 1))
+				}
+				given = append(given, at(cells[i], tc.given[i], 2))
+			}
+			if err := s.Import(ctx, held); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Import(ctx, given); err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range cells {
+				got, err := s.Export(ctx, []Ref{c.ref()})
+				if err != nil || len(got) != 1 {
+					t.Fatalf("cell %d: %v %v", i, got, err)
+				}
+				if got[0].Last != tc.want[i] {
+					t.Errorf("cell %d: held %d, given %d: holds %d, want %d", i, tc.held[i], tc.given[i], got[0].Last, tc.want[i])
+				}
+			}
+		})
+	}
+}
