@@ -66,12 +66,11 @@ local function add(h, capacity, field, remaining)
   for j = 1, layers - 1 do off = off + h.sizes[j] * 8 end
   local x, pos = cold_pos(field)
   local at = off + (x % h.sizes[layers]) * 8
-  local b = { string.byte(cold_block(h, at), 1, 8) }
-  for k = 1, 4 do
-    local p = pos[k]
-    local i = math.floor(p / 8) + 1
-    local bit = 2 ^ (7 - p % 8)
-    if math.floor(b[i] / bit) % 2 == 0 then b[i] = b[i] + bit end
+  local blk, base = cold_block(h, at)
+  local b = { string.byte(blk, base + 1, base + 8) }
+  for k = 1, 7, 2 do
+    local i, bit = pos[k], pos[k + 1]
+    if b[i] % (bit + bit) < bit then b[i] = b[i] + bit end
   end
   cold_set_block(h, at, string.char(unpack(b)))
   h.total = h.total + 1

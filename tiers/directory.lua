@@ -146,32 +146,44 @@ local function warm_del(h, field)
   if h.warm then redis.call('HDEL', warm_key(h, field), field) end
 end
 
+-- COLD_BIT is the value of bit position p % 8 in its byte (the first
+-- position is a byte's high bit).
+local COLD_BIT = { [0] = 128, 64, 32, 16, 8, 4, 2, 1 }
+
 -- cold_pos returns the cell's 24-bit block hash and its 4 bit positions
--- (0..63) in a 64-bit block, from its warm field's bytes 1..6.
+-- (0..63) in a 64-bit block, from its warm field's bytes 1..6, each as its
+-- byte in the block (1..8) and its bit's value there: 8 numbers. Computed
+-- once a cell, so that a probe of a layer is a byte read and a remainder
+-- per position (no math.floor, no power: Lua 5.1 calls a function for
+-- each).
 local function cold_pos(field)
   local b1, b2, b3, b4, b5, b6 = string.byte(field, 1, 6)
+  local p1 = (b4 - b4 % 4) / 4
+  local p2 = (b4 % 4) * 16 + (b5 - b5 % 16) / 16
+  local p3 = (b5 % 16) * 4 + (b6 - b6 % 64) / 64
+  local p4 = b6 % 64
   return (b1 * 256 + b2) * 256 + b3, {
-    math.floor(b4 / 4),
-    (b4 % 4) * 16 + math.floor(b5 / 16),
-    (b5 % 16) * 4 + math.floor(b6 / 64),
-    b6 % 64,
+    (p1 - p1 % 8) / 8 + 1, COLD_BIT[p1 % 8],
+    (p2 - p2 % 8) / 8 + 1, COLD_BIT[p2 % 8],
+    (p3 - p3 % 8) / 8 + 1, COLD_BIT[p3 % 8],
+    (p4 - p4 % 8) / 8 + 1, COLD_BIT[p4 % 8],
   }
 end
 
--- cold_has reports whether every position is set in the 8-byte block blk.
-local function cold_has(blk, pos)
-  if #blk < 8 then return false end
-  for k = 1, 4 do
-    local p = pos[k]
-    if math.floor(string.byte(blk, math.floor(p / 8) + 1) / 2 ^ (7 - p % 8)) % 2 == 0 then
-      return false
-    end
+-- cold_has reports whether every position of pos is set in the 8-byte
+-- block that starts after byte offset base of s.
+local function cold_has(s, base, pos)
+  if #s < base + 8 then return false end
+  for k = 1, 7, 2 do
+    local bit = pos[k + 1]
+    if string.byte(s, base + pos[k]) % (bit + bit) < bit then return false end
   end
   return true
 end
 
 -- cold_block returns the 8-byte filter block at byte offset at of the
--- tag's header. A script that probes many cells of a tag (the mover's)
+-- tag's header, as a string and the offset in it the block follows (a
+-- block of the script's copy is not cut out of it). A script that probes many cells of a tag (the mover's)
 -- sets h.probes to their number first; when one GET of the whole header
 -- costs less than a GETRANGE per layer and probe (a GETRANGE costs Redis
 -- about as much as copying 1.2 KB into Lua), the blocks are read from that
@@ -190,9 +202,11 @@ local function cold_block(h, at)
     end
   end
   if h.raw then
-    return h.patch[at] or string.sub(h.raw, at + 1, at + 8)
+    local blk = h.patch[at]
+    if blk then return blk, 0 end
+    return h.raw, at
   end
-  return redis.call('GETRANGE', h.key, at, at + 7)
+  return redis.call('GETRANGE', h.key, at, at + 7), 0
 end
 
 -- cold_set_block writes an 8-byte filter block (and into the script's
@@ -210,7 +224,8 @@ local function cold_maybe(h, field)
   local off = DIR_HEADER + 4 * #h.sizes
   for j = 1, #h.sizes do
     local at = off + (x % h.sizes[j]) * 8
-    if cold_has(cold_block(h, at), pos) then return true, h.version end
+    local blk, base = cold_block(h, at)
+    if cold_has(blk, base, pos) then return true, h.version end
     off = off + h.sizes[j] * 8
   end
   return false, h.version
