@@ -166,12 +166,16 @@ bench-memory: services
 		$(GO) run ./bench/cmd/quotabench-memory -n 100000 -apps 1000 -tiers filter && \
 		$(GO) run ./bench/cmd/quotabench-memory -n 1000000 -apps 1 -tiers filter; } | tee bench-out/memory.txt
 
-# What a move of 1,000 hot cells (each of its own app) to cold costs, step
-# by step (migrate's BenchmarkMoveCells_HotToCold), and a cycle's fold of
-# the flushed activity into cell_activity (BenchmarkFoldActivityLog; ~10 s).
+# What a move of 1,000 hot cells to cold costs, step by step (migrate's
+# BenchmarkMoveCells_HotToCold), a cycle's fold of the flushed activity into
+# cell_activity (BenchmarkFoldActivityLog), and whole cycles moving 20,000
+# cells hot -> cold with 1 and 2 part workers (BenchmarkCycle_HotToCold:
+# the per-worker pace). ~1 minute; CPU figures of Redis are this run's alone
+# on a Redis of its own (QUOTA_TEST_REDIS_ADDR).
 .PHONY: bench-move
 bench-move: services
 	$(GO) test -run '^$$' -bench 'BenchmarkMoveCells_HotToCold|BenchmarkFoldActivityLog' -benchtime 20x ./migrate/
+	$(GO) test -run '^$$' -bench 'BenchmarkCycle_HotToCold' -benchtime 3x ./migrate/
 
 # Tiering on against off, alternated in one run, for uniform keys, skewed
 # keys and batches of new identities; MariaDB statements per 1,000 checks
