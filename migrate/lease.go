@@ -124,7 +124,9 @@ func (m *Mover) lease(ctx context.Context, refs []tiers.Ref) (*leases, error) {
 		stop: make(chan struct{}), done: make(chan struct{})}
 	keys := m.leaseKeys(refs)
 	got, err := m.runLeases(ctx, takeScript, keys, l.token, m.leaseTTL().Milliseconds())
-	l.keyOf = make(map[tiers.Ref]string, len(got))
+	l.refs = make([]tiers.Ref, 0, len(refs))
+	l.keys = make([]string, 0, len(refs))
+	l.keyOf = make(map[tiers.Ref]string, len(refs))
 	for i, ok := range got {
 		if ok {
 			l.refs = append(l.refs, refs[i])
@@ -196,7 +198,7 @@ func (l *leases) owned(ctx context.Context, refs []tiers.Ref) ([]tiers.Ref, erro
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("lease check: %w", err)
 	}
-	var out []tiers.Ref
+	out := make([]tiers.Ref, 0, len(refs))
 	i := 0
 	for _, c := range cmds {
 		for _, v := range c.Val() {
