@@ -39,38 +39,67 @@ type leases struct {
 	m     *Mover
 	token string
 	refs  []tiers.Ref
+	keys  []string             // the lease key of each of refs
+	keyOf map[tiers.Ref]string // the lease key of each of refs, by ref
 	stop  chan struct{}
 	done  chan struct{}
 }
 
-// leaseCalls cuts the lease keys of refs into script calls: chunks on a
-// single Redis, one key a call on a cluster (lease keys carry no hash tag,
-// so each may live on another master).
-func (m *Mover) leaseCalls(refs []tiers.Ref, args ...any) []redisscript.Call {
+// leaseInfix follows the prefix in a lease key, before the hex cell id.
+const leaseInfix = "mig:lease:"
+
+// leaseKey is the key of a cell's lease.
+func (m *Mover) leaseKey(r *tiers.Ref) string {
+	return string(m.appendLeaseKey(nil, r))
+}
+
+// appendLeaseKey appends leaseKey(r) to b.
+func (m *Mover) appendLeaseKey(b []byte, r *tiers.Ref) []byte {
+	id := r.ID()
+	b = append(b, m.Prefix...)
+	b = append(b, leaseInfix...)
+	return hex.AppendEncode(b, id[:])
+}
+
+// leaseKeys returns the lease key of each ref, all cut from one string.
+func (m *Mover) leaseKeys(refs []tiers.Ref) []string {
+	size := len(m.Prefix) + len(leaseInfix) + hex.EncodedLen(len(tiers.CellID{}))
+	buf := make([]byte, 0, size*len(refs))
+	for i := range refs {
+		buf = m.appendLeaseKey(buf, &refs[i])
+	}
+	all := string(buf)
+	keys := make([]string, len(refs))
+	for i := range keys {
+		keys[i] = all[i*size : (i+1)*size]
+	}
+	return keys
+}
+
+// leaseCalls cuts lease keys into script calls: chunks on a single Redis,
+// one key a call on a cluster (lease keys carry no hash tag, so each may
+// live on another master).
+func (m *Mover) leaseCalls(keys []string, args ...any) []redisscript.Call {
 	size := leaseChunk
 	if _, cluster := m.RDB.(*redis.ClusterClient); cluster {
 		size = 1
 	}
-	var calls []redisscript.Call
-	for part := range slices.Chunk(refs, size) {
-		keys := make([]string, len(part))
-		for i := range part {
-			keys[i] = m.leaseKey(&part[i])
-		}
-		calls = append(calls, redisscript.Call{Keys: keys, Args: args})
+	calls := make([]redisscript.Call, 0, (len(keys)+size-1)/size)
+	for part := range slices.Chunk(keys, size) {
+		calls = append(calls, redisscript.Call{Keys: part, Args: args})
 	}
 	return calls
 }
 
-// runLeases runs a lease script over refs and returns its per-key replies
-// in refs' order (1: done for that key).
-func (m *Mover) runLeases(ctx context.Context, sc *redis.Script, refs []tiers.Ref, args ...any) ([]bool, error) {
-	calls := m.leaseCalls(refs, args...)
+// runLeases runs a lease script over keys and returns its per-key replies
+// in keys' order (1: done for that key).
+func (m *Mover) runLeases(ctx context.Context, sc *redis.Script, keys []string, args ...any) ([]bool, error) {
+	calls := m.leaseCalls(keys, args...)
 	cmds, err := redisscript.RunEach(ctx, m.RDB, sc, calls)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]bool, 0, len(refs))
+	out := make([]bool, 0, len(keys))
 	var first error
 	for i, c := range cmds {
 		vals, err := c.Int64Slice()
@@ -93,10 +122,16 @@ func (m *Mover) runLeases(ctx context.Context, sc *redis.Script, refs []tiers.Re
 func (m *Mover) lease(ctx context.Context, refs []tiers.Ref) (*leases, error) {
 	l := &leases{m: m, token: fmt.Sprintf("%d-%s", time.Now().UnixNano(), hex.EncodeToString([]byte(EncodeRef(&refs[0]))[:8])),
 		stop: make(chan struct{}), done: make(chan struct{})}
-	got, err := m.runLeases(ctx, takeScript, refs, l.token, m.leaseTTL().Milliseconds())
+	keys := m.leaseKeys(refs)
+	got, err := m.runLeases(ctx, takeScript, keys, l.token, m.leaseTTL().Milliseconds())
+	l.refs = make([]tiers.Ref, 0, len(refs))
+	l.keys = make([]string, 0, len(refs))
+	l.keyOf = make(map[tiers.Ref]string, len(refs))
 	for i, ok := range got {
 		if ok {
 			l.refs = append(l.refs, refs[i])
+			l.keys = append(l.keys, keys[i])
+			l.keyOf[refs[i]] = keys[i]
 		}
 	}
 	go l.keep(context.WithoutCancel(ctx))
@@ -124,7 +159,7 @@ func (l *leases) keep(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		_, _ = l.m.runLeases(ctx, renewScript, l.refs, l.token, ttl.Milliseconds())
+		_, _ = l.m.runLeases(ctx, renewScript, l.keys, l.token, ttl.Milliseconds())
 	}
 }
 
@@ -141,7 +176,7 @@ func (l *leases) release() {
 	if len(l.refs) == 0 {
 		return
 	}
-	_, _ = l.m.runLeases(context.Background(), releaseScript, l.refs, l.token)
+	_, _ = l.m.runLeases(context.Background(), releaseScript, l.keys, l.token)
 }
 
 // owned returns the refs whose lease this worker still holds: one MGET a
@@ -150,7 +185,11 @@ func (l *leases) owned(ctx context.Context, refs []tiers.Ref) ([]tiers.Ref, erro
 	if len(refs) == 0 {
 		return refs, nil
 	}
-	calls := l.m.leaseCalls(refs)
+	keys := make([]string, len(refs))
+	for i := range refs {
+		keys[i] = l.key(&refs[i])
+	}
+	calls := l.m.leaseCalls(keys)
 	pipe := l.m.RDB.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(calls))
 	for i := range calls {
@@ -159,7 +198,7 @@ func (l *leases) owned(ctx context.Context, refs []tiers.Ref) ([]tiers.Ref, erro
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("lease check: %w", err)
 	}
-	var out []tiers.Ref
+	out := make([]tiers.Ref, 0, len(refs))
 	i := 0
 	for _, c := range cmds {
 		for _, v := range c.Val() {
@@ -170,4 +209,12 @@ func (l *leases) owned(ctx context.Context, refs []tiers.Ref) ([]tiers.Ref, erro
 		}
 	}
 	return out, nil
+}
+
+// key is the lease key of r, a cell held or not.
+func (l *leases) key(r *tiers.Ref) string {
+	if k, ok := l.keyOf[*r]; ok {
+		return k
+	}
+	return l.m.leaseKey(r)
 }

@@ -8,7 +8,6 @@ import (
 	"context"
 	_ "embed"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -63,11 +62,6 @@ type Mover struct {
 var ErrLeased = errors.New("cell is leased by another worker")
 
 func (m *Mover) journalKey() string { return m.Prefix + "mig:journal" }
-
-func (m *Mover) leaseKey(r *tiers.Ref) string {
-	id := r.ID()
-	return m.Prefix + "mig:lease:" + hex.EncodeToString(id[:])
-}
 
 func (m *Mover) leaseTTL() time.Duration {
 	if m.LeaseTTL > 0 {
@@ -376,10 +370,12 @@ func journalFields(refs []tiers.Ref) []string {
 // record with Moved cleared, or an empty one (the directory (warm) and
 // routed checks (cold) need the cell to exist).
 func (m *Mover) copies(refs []tiers.Ref, recs []tiers.Record) []tiers.Record {
-	byID := make(map[tiers.CellID]*tiers.Record, len(recs))
+	// By value, not by ID (an MD5 a cell): the batch's cells are distinct
+	// (a lease each) and every record carries the ref it was exported for.
+	byRef := make(map[tiers.Ref]*tiers.Record, len(recs))
 	for i := range recs {
 		recs[i].Moved = false
-		byID[recs[i].ID()] = &recs[i]
+		byRef[recs[i].Ref] = &recs[i]
 	}
 	now := time.Now()
 	if m.Hot.Now != nil {
@@ -388,7 +384,7 @@ func (m *Mover) copies(refs []tiers.Ref, recs []tiers.Record) []tiers.Record {
 	nowS := now.Unix()
 	full := make([]tiers.Record, len(refs))
 	for i := range refs {
-		if r, ok := byID[refs[i].ID()]; ok {
+		if r, ok := byRef[refs[i]]; ok {
 			full[i] = *r
 		} else {
 			full[i] = tiers.Record{Ref: refs[i], Last: nowS, First: nowS}

@@ -43,6 +43,11 @@ type frozenBatch struct {
 	leftRow []bool
 }
 
+// newFrozenBatch is a frozenBatch with room for n frozen cells.
+func newFrozenBatch(n int) frozenBatch {
+	return frozenBatch{refs: make([]tiers.Ref, 0, n), old: make([]string, 0, n), recs: make([]tiers.Record, 0, n)}
+}
+
 // leave adds a cell that was not frozen.
 func (b *frozenBatch) leave(r tiers.Ref, v string, row bool) {
 	b.left = append(b.left, r)
@@ -87,11 +92,11 @@ type hotSide struct {
 }
 
 func (h hotSide) Freeze(ctx context.Context, held *leases, refs []tiers.Ref) (frozenBatch, error) {
-	var b frozenBatch
 	refs, err := held.owned(ctx, refs)
 	if err != nil {
-		return b, err
+		return frozenBatch{}, err
 	}
+	b := newFrozenBatch(len(refs))
 	got, err := h.m.Hot.FreezeExport(ctx, refs, false)
 	if err != nil {
 		return b, err

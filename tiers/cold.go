@@ -377,6 +377,7 @@ func (s *ColdStore) Import(ctx context.Context, recs []Record) error {
 	newest := map[CellID]int{}
 	var refs []Ref
 	var pick []*Record
+	var ids []CellID // of pick
 	for i := range recs {
 		r := &recs[i]
 		if _, err := fixedWindowSeconds(&Cell{Algorithm: rules.FixedWindow, Window: r.Window}); err != nil {
@@ -394,6 +395,7 @@ func (s *ColdStore) Import(ctx context.Context, recs []Record) error {
 		}
 		newest[id] = len(pick)
 		pick = append(pick, r)
+		ids = append(ids, id)
 		refs = append(refs, r.Ref)
 	}
 	by, err := s.refsByShard(refs)
@@ -403,10 +405,11 @@ func (s *ColdStore) Import(ctx context.Context, recs []Record) error {
 	for sh, idx := range by {
 		for chunk := range slices.Chunk(idx, coldChunk) {
 			part := make([]*Record, len(chunk))
+			partIDs := make([]CellID, len(chunk))
 			for j, i := range chunk {
-				part[j] = pick[i]
+				part[j], partIDs[j] = pick[i], ids[i]
 			}
-			if err := s.importChunk(ctx, sh, part); err != nil {
+			if err := s.importChunk(ctx, sh, part, partIDs); err != nil {
 				return fmt.Errorf("cold import shard %d: %w", sh, err)
 			}
 		}
@@ -419,22 +422,21 @@ func (s *ColdStore) Import(ctx context.Context, recs []Record) error {
 // and when every row is new that one statement is the import. Otherwise
 // the rows it did not insert existed and are compared in tryImport, which
 // finds the rows just inserted holding their own record (nothing newer to
-// write).
-func (s *ColdStore) importChunk(ctx context.Context, sh int, recs []*Record) error {
-	ids := make([]CellID, len(recs))
+// write). ids are the records' cell ids.
+func (s *ColdStore) importChunk(ctx context.Context, sh int, recs []*Record, ids []CellID) error {
 	vals := make([][]byte, len(recs))
 	for i, r := range recs {
 		raw, err := appendRecordRaw(nil, r)
 		if err != nil {
 			return err
 		}
-		ids[i], vals[i] = r.ID(), raw
+		vals[i] = raw
 	}
 	if n, err := reserveCold(ctx, s.dbs[sh], ids, vals); err == nil && n == int64(len(recs)) {
 		return nil
 	}
 	for attempt := 1; ; attempt++ {
-		err := s.tryImport(ctx, sh, recs)
+		err := s.tryImport(ctx, sh, recs, ids)
 		if retry, err := s.again(ctx, err, attempt); !retry {
 			return err
 		}
@@ -445,16 +447,12 @@ func (s *ColdStore) importChunk(ctx context.Context, sh int, recs []*Record) err
 // that are missing are created outside it first by INSERT IGNORE with their
 // record (no gap locks, as in tryOp), then the chunk is tried again: a row
 // that a check created meanwhile is then compared like any other.
-func (s *ColdStore) tryImport(ctx context.Context, sh int, recs []*Record) error {
+func (s *ColdStore) tryImport(ctx context.Context, sh int, recs []*Record, ids []CellID) error {
 	tx, err := s.dbs[sh].BeginTx(ctx, nil)
 	if err != nil {
 		return coldUnavailable(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	ids := make([]CellID, len(recs))
-	for i, r := range recs {
-		ids[i] = r.ID()
-	}
 	rows := map[CellID]*coldRow{}
 	if err := selectCold(ctx, tx, ids, true, rows); err != nil {
 		return err

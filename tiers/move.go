@@ -59,11 +59,11 @@ func (m *HotMover) now() time.Time {
 	return time.Now()
 }
 
-// keys returns the live keys of a ref's counters for this window and the next.
-func (m *HotMover) keys(r *Ref, now time.Time) (cur, next string, idx int64) {
+// keys returns the live keys of the counters for this window and the next
+// of r, whose cell id is id.
+func (m *HotMover) keys(id CellID, r *Ref, now time.Time) (cur, next string, idx int64) {
 	w := r.Window.Milliseconds()
 	idx = now.UnixMilli() / w
-	id := r.ID()
 	c := Cell{Tag: r.Tag, Key: FixedKeyOf(id, idx)}
 	cur = m.Hot.Key(&c)
 	c.Key = FixedKeyOf(id, idx+1)
@@ -79,7 +79,7 @@ func (m *HotMover) Export(ctx context.Context, refs []Ref) ([]Record, error) {
 	cmds := make([][4]*redis.StringCmd, len(refs))
 	idxs := make([]int64, len(refs))
 	for i := range refs {
-		cur, next, idx := m.keys(&refs[i], now)
+		cur, next, idx := m.keys(refs[i].ID(), &refs[i], now)
 		idxs[i] = idx
 		cmds[i] = [4]*redis.StringCmd{pipe.Get(ctx, next+"~"), pipe.Get(ctx, cur+"~"), pipe.Get(ctx, next), pipe.Get(ctx, cur)}
 	}
@@ -151,7 +151,7 @@ func (m *HotMover) Delete(ctx context.Context, refs []Ref) error {
 	pipe := m.Hot.rdb.Pipeline()
 	for i := range refs {
 		// One DEL a cell: its keys share its tag, so its slot.
-		cur, next, _ := m.keys(&refs[i], now)
+		cur, next, _ := m.keys(refs[i].ID(), &refs[i], now)
 		pipe.Del(ctx, cur, next, cur+"~", next+"~")
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
@@ -185,19 +185,24 @@ type HotFreeze struct {
 // unless noColdRow says the caller found no cold row for it.
 func (m *HotMover) FreezeExport(ctx context.Context, refs []Ref, noColdRow bool) ([]HotFreeze, error) {
 	now := m.now()
-	force := "0"
+	var force any = "0" // boxed once, not once a cell
 	if noColdRow {
 		force = "1"
+	}
+	perCall := len(refs) // cells a call: all of them, or one on a cluster
+	if m.Warm.cluster {
+		perCall = 1
 	}
 	idxs := make([]int64, len(refs))
 	var calls []redisscript.Call
 	for i := range refs {
 		if i == 0 || m.Warm.cluster {
-			calls = append(calls, redisscript.Call{})
+			calls = append(calls, redisscript.Call{Keys: make([]string, 0, 3*perCall), Args: make([]any, 0, 5*perCall)})
 		}
 		p := &calls[len(calls)-1]
-		l := m.Warm.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
-		cur, next, idx := m.keys(&refs[i], now)
+		id := refs[i].ID()
+		l := m.Warm.locateCell(id, refs[i].Tag)
+		cur, next, idx := m.keys(id, &refs[i], now)
 		idxs[i] = idx
 		b := len(p.Keys)
 		p.Keys = append(p.Keys, l.headerKey(), cur, next)

@@ -136,7 +136,11 @@ type warmLoc struct {
 }
 
 func (s *WarmStore) locate(id Identity, window time.Duration, tag Tag) warmLoc {
-	cid := CellIDOf(id, window)
+	return s.locateCell(CellIDOf(id, window), tag)
+}
+
+// locateCell is locate for a cell whose id is known.
+func (s *WarmStore) locateCell(cid CellID, tag Tag) warmLoc {
 	const hexdigits = "0123456789abcdef"
 	var buf [64]byte
 	k := append(buf[:0], s.prefix...)
