@@ -169,7 +169,7 @@ bench-memory: services
 # What a move of 1,000 hot cells to cold costs, step by step (migrate's
 # BenchmarkMoveCells_HotToCold), a cycle's fold of the flushed activity into
 # cell_activity (BenchmarkFoldActivityLog), and whole cycles moving 20,000
-# cells hot -> cold with 1 and 2 part workers (BenchmarkCycle_HotToCold:
+# cells hot -> cold with 1, 2 and 4 part workers (BenchmarkCycle_HotToCold:
 # the per-worker pace). ~1 minute; CPU figures of Redis are this run's alone
 # on a Redis of its own (QUOTA_TEST_REDIS_ADDR).
 .PHONY: bench-move

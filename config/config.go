@@ -97,8 +97,13 @@ type Settings struct {
 	// schedule does not let the log grow with every flush; 0: folded by
 	// the cycles only.
 	MigrateLogMaxRows int
-	NewTier           string // QUOTA_NEW_TIER: where a cell never seen before starts; only hot (the hot script counts it with no lookup)
-	ColdHints         int    // QUOTA_COLD_HINTS: slots (8 B each) remembering cells found cold, so their checks skip the row lookup; 0 = off
+	// QUOTA_MIGRATE_PART_WORKERS (2): how many parts of a cycle an
+	// instance moves at once. More finish a cycle sooner (the steps of one
+	// part wait on Redis and MySQL in turn) and take more of their CPU
+	// from the checks meanwhile.
+	MigratePartWorkers int
+	NewTier            string // QUOTA_NEW_TIER: where a cell never seen before starts; only hot (the hot script counts it with no lookup)
+	ColdHints          int    // QUOTA_COLD_HINTS: slots (8 B each) remembering cells found cold, so their checks skip the row lookup; 0 = off
 
 	// Redis connection options (docs/operations.md). Every Redis client quotad
 	// makes uses all of them.
@@ -164,16 +169,17 @@ func Defaults() Settings {
 
 		// On: a new cell costs what a hot check costs (the cold filter tells
 		// it from a cold one inside the hot script).
-		Tiering:           true,
-		MigrateSchedule:   "@daily",
-		HotThreshold:      60,
-		ColdThreshold:     1,
-		PromoteInterval:   time.Minute,
-		DemoteInterval:    time.Hour,
-		MigrateMinWindow:  2 * time.Hour,
-		MigrateLogMaxRows: 1000,
-		NewTier:           "hot",
-		ColdHints:         1 << 20, // 8 MiB
+		Tiering:            true,
+		MigrateSchedule:    "@daily",
+		HotThreshold:       60,
+		ColdThreshold:      1,
+		PromoteInterval:    time.Minute,
+		DemoteInterval:     time.Hour,
+		MigrateMinWindow:   2 * time.Hour,
+		MigrateLogMaxRows:  1000,
+		MigratePartWorkers: 2,
+		NewTier:            "hot",
+		ColdHints:          1 << 20, // 8 MiB
 
 		Gateway: defaultGateway(),
 	}
@@ -245,6 +251,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.duration("QUOTA_DEMOTE_INTERVAL", &s.DemoteInterval)
 	r.duration("QUOTA_MIGRATE_MIN_WINDOW", &s.MigrateMinWindow)
 	r.integer("QUOTA_MIGRATE_LOG_MAX_ROWS", &s.MigrateLogMaxRows)
+	r.integer("QUOTA_MIGRATE_PART_WORKERS", &s.MigratePartWorkers)
 	r.str("QUOTA_NEW_TIER", &s.NewTier)
 	r.integer("QUOTA_COLD_HINTS", &s.ColdHints)
 	r.loadGateway(&s.Gateway)
@@ -419,6 +426,9 @@ func (s Settings) Validate() error {
 	}
 	if s.MigrateLogMaxRows < 0 {
 		return fmt.Errorf("QUOTA_MIGRATE_LOG_MAX_ROWS %d: want 0 (fold at cycles only) or more rows", s.MigrateLogMaxRows)
+	}
+	if s.MigratePartWorkers < 1 || s.MigratePartWorkers > 64 {
+		return fmt.Errorf("QUOTA_MIGRATE_PART_WORKERS %d: want 1 to 64 parts at once", s.MigratePartWorkers)
 	}
 	if s.ColdHints < 0 || s.ColdHints > 1<<30 {
 		return fmt.Errorf("QUOTA_COLD_HINTS %d: want 0 (off) to 1073741824 slots of 8 bytes", s.ColdHints)

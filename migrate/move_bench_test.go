@@ -168,7 +168,7 @@ func redisServerCPU(b *testing.B, e *env) time.Duration {
 // reports cells moved a second of the cycle and the CPU a cell of this
 // process, Redis and MariaDB.
 func BenchmarkCycle_HotToCold(b *testing.B) {
-	for _, workers := range []int{1, 2} {
+	for _, workers := range []int{1, 2, 4} {
 		b.Run("part-workers="+strconv.Itoa(workers), func(b *testing.B) { benchCycle(b, workers) })
 	}
 }

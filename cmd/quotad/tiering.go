@@ -61,6 +61,7 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 			// start (WatchCycles below); the cycle's parts wait for it.
 			ActivityWait: 2 * time.Second,
 			LogMaxRows:   logMaxRows(s.MigrateLogMaxRows),
+			PartWorkers:  s.MigratePartWorkers,
 		},
 	}
 	router.Observe = w.Observe
