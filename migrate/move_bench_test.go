@@ -50,8 +50,7 @@ func benchHotToCold(b *testing.B, apps int) {
 	for i := range appNames {
 		appNames[i] = "app-" + testenv.RandomHex(4)
 	}
-	var self, redisCPU, mysqlCPU time.Duration
-	mysqld := mysqldPID()
+	cpu := newCPUMeter(b)
 	for b.Loop() {
 		b.StopTimer()
 		cells := make([]cellSpec, batch)
@@ -66,17 +65,15 @@ func benchHotToCold(b *testing.B, apps int) {
 		if err := e.router.Check(ctx, e.clock.Now(), ops); err != nil {
 			b.Fatal(err)
 		}
-		s0, r0, m0 := selfCPU(), redisServerCPU(b, e), procCPU(mysqld)
+		cpu.start(e)
 		b.StartTimer()
 		start := time.Now()
 		last = start
-		lastRedis = r0
+		lastRedis = cpu.redis0
 		res, err := e.mover.MoveCells(ctx, refsOf(cells...), tiers.Hot, tiers.Cold)
 		took += time.Since(start)
 		b.StopTimer()
-		self += selfCPU() - s0
-		redisCPU += redisServerCPU(b, e) - r0
-		mysqlCPU += procCPU(mysqld) - m0
+		cpu.stop(e)
 		b.StartTimer()
 		if err != nil || len(res.Moved) != batch {
 			b.Fatalf("moved %d of %d: %v", len(res.Moved), batch, err)
@@ -88,10 +85,36 @@ func benchHotToCold(b *testing.B, apps int) {
 		b.ReportMetric(float64(perStep[s].Microseconds())/float64(b.N), s.String()+"-us/batch")
 		b.ReportMetric(float64(perStepRedis[s].Microseconds())/float64(moved), s.String()+"-redis-us/cell")
 	}
-	b.ReportMetric(float64(self.Microseconds())/float64(moved), "go-cpu-us/cell")
-	b.ReportMetric(float64(redisCPU.Microseconds())/float64(moved), "redis-cpu-us/cell")
-	if mysqld > 0 {
-		b.ReportMetric(float64(mysqlCPU.Microseconds())/float64(moved), "mysql-cpu-us/cell")
+	cpu.report(moved)
+}
+
+// cpuMeter sums the CPU time this process, the Redis server of an env and
+// a local MariaDB spend between its starts and stops.
+type cpuMeter struct {
+	b                        *testing.B
+	mysqld                   int
+	self0, redis0, mysql0    time.Duration
+	self, redisCPU, mysqlCPU time.Duration
+}
+
+func newCPUMeter(b *testing.B) *cpuMeter { return &cpuMeter{b: b, mysqld: mysqldPID()} }
+
+func (c *cpuMeter) start(e *env) {
+	c.self0, c.redis0, c.mysql0 = selfCPU(), redisServerCPU(c.b, e), procCPU(c.mysqld)
+}
+
+func (c *cpuMeter) stop(e *env) {
+	c.self += selfCPU() - c.self0
+	c.redisCPU += redisServerCPU(c.b, e) - c.redis0
+	c.mysqlCPU += procCPU(c.mysqld) - c.mysql0
+}
+
+// report reports the CPU a cell of n cells.
+func (c *cpuMeter) report(n int) {
+	c.b.ReportMetric(float64(c.self.Microseconds())/float64(n), "go-cpu-us/cell")
+	c.b.ReportMetric(float64(c.redisCPU.Microseconds())/float64(n), "redis-cpu-us/cell")
+	if c.mysqld > 0 {
+		c.b.ReportMetric(float64(c.mysqlCPU.Microseconds())/float64(n), "mysql-cpu-us/cell")
 	}
 }
 
@@ -176,20 +199,14 @@ func BenchmarkCycle_HotToCold(b *testing.B) {
 func benchCycle(b *testing.B, workers int) {
 	const cells, apps = 20000, 100
 	ctx := context.Background()
-	mysqld := mysqldPID()
-	var took, self, redisCPU, mysqlCPU time.Duration
+	var took time.Duration
+	cpu := newCPUMeter(b)
 	moved := 0
 	for b.Loop() {
 		b.StopTimer()
 		e := newEnv(b)
-		dbs := e.cold.DBs()
-		act := &Activity{DBs: dbs, Now: e.clock.Now}
-		e.router.Calls = act.Observe
-		w := &Worker{
-			Mover: e.mover, Activity: act, DBs: dbs, Now: e.clock.Now,
-			Config: Config{Schedule: "@daily", HotThreshold: 20, ColdThreshold: 2, PromoteInterval: 10 * time.Second,
-				DemoteInterval: time.Hour, BatchSize: 1000, PartWorkers: workers},
-		}
+		w := e.worker(Config{Schedule: "@daily", HotThreshold: 20, ColdThreshold: 2, PromoteInterval: 10 * time.Second,
+			DemoteInterval: time.Hour, BatchSize: 1000, PartWorkers: workers})
 		appNames := make([]string, apps)
 		for i := range appNames {
 			appNames[i] = "app-" + testenv.RandomHex(4)
@@ -206,15 +223,13 @@ func benchCycle(b *testing.B, workers int) {
 			}
 		}
 		e.clock.Advance(2 * time.Hour)
-		s0, r0, m0 := selfCPU(), redisServerCPU(b, e), procCPU(mysqld)
+		cpu.start(e)
 		b.StartTimer()
 		start := time.Now()
 		rep, err := w.RunCycle(ctx)
 		took += time.Since(start)
 		b.StopTimer()
-		self += selfCPU() - s0
-		redisCPU += redisServerCPU(b, e) - r0
-		mysqlCPU += procCPU(mysqld) - m0
+		cpu.stop(e)
 		b.StartTimer()
 		if err != nil || rep.Moved["hot>cold"] != cells {
 			b.Fatalf("cycle moved %v of %d cells: %v %v", rep.Moved, cells, err, rep.Errors)
@@ -222,9 +237,5 @@ func benchCycle(b *testing.B, workers int) {
 		moved += rep.Moved["hot>cold"]
 	}
 	b.ReportMetric(float64(moved)/took.Seconds(), "cells/s")
-	b.ReportMetric(float64(self.Microseconds())/float64(moved), "go-cpu-us/cell")
-	b.ReportMetric(float64(redisCPU.Microseconds())/float64(moved), "redis-cpu-us/cell")
-	if mysqld > 0 {
-		b.ReportMetric(float64(mysqlCPU.Microseconds())/float64(moved), "mysql-cpu-us/cell")
-	}
+	cpu.report(moved)
 }

@@ -13,14 +13,16 @@ import (
 func newWorkerEnv(t *testing.T) (*env, *Worker) {
 	t.Helper()
 	e := newEnv(t)
+	return e, e.worker(Config{Schedule: "@daily", HotThreshold: 20, ColdThreshold: 2, PromoteInterval: 10 * time.Second, DemoteInterval: time.Hour, BatchSize: 3})
+}
+
+// worker is a worker over e's tiers with cfg, counting the activity of
+// e's router on the cold shards.
+func (e *env) worker(cfg Config) *Worker {
 	dbs := e.cold.DBs()
 	act := &Activity{DBs: dbs, Now: e.clock.Now}
 	e.router.Calls = act.Observe
-	w := &Worker{
-		Mover: e.mover, Activity: act, DBs: dbs, Now: e.clock.Now,
-		Config: Config{Schedule: "@daily", HotThreshold: 20, ColdThreshold: 2, PromoteInterval: 10 * time.Second, DemoteInterval: time.Hour, BatchSize: 3},
-	}
-	return e, w
+	return &Worker{Mover: e.mover, Activity: act, DBs: dbs, Now: e.clock.Now, Config: cfg}
 }
 
 // A cycle moves each cell by its mean calls per hour, in batches, and a

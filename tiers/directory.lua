@@ -154,8 +154,7 @@ local COLD_BIT = { [0] = 128, 64, 32, 16, 8, 4, 2, 1 }
 -- (0..63) in a 64-bit block, from its warm field's bytes 1..6, each as its
 -- byte in the block (1..8) and its bit's value there: 8 numbers. Computed
 -- once a cell, so that a probe of a layer is a byte read and a remainder
--- per position (no math.floor, no power: Lua 5.1 calls a function for
--- each).
+-- per position (math.floor is a function call, and ^ calls C's pow).
 local function cold_pos(field)
   local b1, b2, b3, b4, b5, b6 = string.byte(field, 1, 6)
   local p1 = (b4 - b4 % 4) / 4
@@ -183,11 +182,12 @@ end
 
 -- cold_block returns the 8-byte filter block at byte offset at of the
 -- tag's header, as a string and the offset in it the block follows (a
--- block of the script's copy is not cut out of it). A script that probes many cells of a tag (the mover's)
--- sets h.probes to their number first; when one GET of the whole header
--- costs less than a GETRANGE per layer and probe (a GETRANGE costs Redis
--- about as much as copying 1.2 KB into Lua), the blocks are read from that
--- copy, with the blocks the script wrote since (cold_set_block) over it.
+-- block of the script's copy is not cut out of it). A script that probes
+-- many cells of a tag (the mover's) sets h.probes to their number first;
+-- when one GET of the whole header costs less than a GETRANGE per layer
+-- and probe (a GETRANGE costs Redis about as much as copying 1.2 KB into
+-- Lua), the blocks are read from that copy, with the blocks the script
+-- wrote since (cold_set_block) over it.
 -- The check scripts probe one cell: a GETRANGE a layer.
 local function cold_block(h, at)
   if h.raw == nil then
