@@ -25,15 +25,15 @@
 --   0, the field's value, '': the cell is not hot (warm, or frozen by
 --      another kind of move); nothing was done
 
--- frozen_count renames a live counter key to its frozen name and returns
--- its count, or returns the frozen key's count ('' when neither exists).
-local function frozen_count(k)
-  local n = redis.call('GET', k)
-  if n then
-    redis.call('RENAME', k, k .. '~')
-    return n
-  end
-  return redis.call('GET', k .. '~') or ''
+-- frozen_counts renames the live counter keys cur and nxt to their frozen
+-- names (key .. '~') and returns their counts; a key that does not exist
+-- answers its frozen key's count, if any ('' when neither exists). One
+-- MGET reads all four.
+local function frozen_counts(cur, nxt)
+  local v = redis.call('MGET', cur, nxt, cur .. '~', nxt .. '~')
+  if v[1] then redis.call('RENAME', cur, cur .. '~') end
+  if v[2] then redis.call('RENAME', nxt, nxt .. '~') end
+  return v[1] or v[3] or '', v[2] or v[4] or ''
 end
 
 -- first_count returns the first of keys that exists, with its window.
@@ -66,7 +66,7 @@ for i = 1, #ARGV, 5 do
     reply(1, first_count({ nxt .. '~', cur .. '~', nxt, cur }, { '1', '0', '1', '0' }))
   elseif v == 'H' or (v == false and (ARGV[i + 4] == '1' or not cold_maybe(h, field))) then
     warm_set(h, field, 'M')
-    local c, n = frozen_count(cur), frozen_count(nxt)
+    local c, n = frozen_counts(cur, nxt)
     if n ~= '' then
       reply(1, n, '1')
     elseif c ~= '' then
