@@ -143,7 +143,7 @@ func (m *HotMover) Import(ctx context.Context, recs []Record) error {
 }
 
 // hotDeleteKeys bounds the keys of one DEL of Delete: a DEL blocks Redis
-// for its keys' time, so checks wait behind it no longer than ~0.1 ms.
+// for all of its keys, and checks wait behind it.
 const hotDeleteKeys = 512
 
 // Delete removes refs' counters of this window and the next, live and
