@@ -17,13 +17,6 @@ import (
 // cells. FoldLongLogs bounds it: a part holding more than LogMaxRows rows
 // is folded at once, by one instance.
 
-func (w *Worker) logMaxRows() int {
-	if w.Config.LogMaxRows > 0 {
-		return w.Config.LogMaxRows
-	}
-	return 1000
-}
-
 func (w *Worker) logCheckEvery() time.Duration {
 	if w.Config.LogCheckEvery > 0 {
 		return w.Config.LogCheckEvery
@@ -37,15 +30,15 @@ func (w *Worker) logCheckEvery() time.Duration {
 const logFoldTTL = 2 * time.Minute
 
 // FoldLongLogs folds the parts whose log holds more than LogMaxRows rows
-// (LogMaxRows < 0: none) and returns the cell entries it folded.
+// (LogMaxRows 0: none) and returns the cell entries it folded.
 func (w *Worker) FoldLongLogs(ctx context.Context) (int, error) {
-	if w.Config.LogMaxRows < 0 {
+	if w.Config.LogMaxRows <= 0 {
 		return 0, nil
 	}
 	folded := 0
 	var errs []error
 	for sh, db := range w.DBs {
-		parts, err := longLogParts(ctx, db, w.logMaxRows())
+		parts, err := longLogParts(ctx, db, w.Config.LogMaxRows)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("shard %d: %w", sh, err))
 			continue

@@ -42,7 +42,7 @@ func partRows(t *testing.T, e *env, part int) int {
 
 // Between cycles, a part whose log outgrows LogMaxRows is folded into
 // cell_activity, by one instance at a time; a shorter part waits for its
-// cycle, and a negative bound leaves every part to the cycles.
+// cycle, and no bound (0) leaves every part to the cycles.
 func TestFoldLongLogs_FoldsOnlyThePartsPastTheBound(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -53,7 +53,7 @@ func TestFoldLongLogs_FoldsOnlyThePartsPastTheBound(t *testing.T) {
 	}{
 		{"part past the bound", 3, false, true},
 		{"another instance folds it", 3, true, false},
-		{"cycles only", -1, false, false},
+		{"cycles only", 0, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

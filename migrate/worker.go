@@ -50,8 +50,8 @@ type Config struct {
 	ActivityWait time.Duration
 	// LogMaxRows bounds each part's cell_activity_log between cycles: a
 	// part holding more rows is folded into cell_activity at once
-	// (FoldLongLogs, looked at every LogCheckEvery). 0: 1,000 rows (at
-	// most 2,000 cells a row); < 0: the log is folded by cycles only.
+	// (FoldLongLogs, looked at every LogCheckEvery). 0: the log is folded
+	// by cycles only.
 	LogMaxRows    int
 	LogCheckEvery time.Duration // 0: 1 min
 }
@@ -434,7 +434,7 @@ func (w *Worker) Start(ctx context.Context) (stop func(), err error) {
 			}
 		})
 	})
-	if w.Config.LogMaxRows >= 0 {
+	if w.Config.LogMaxRows > 0 {
 		loops.Go(func() {
 			tick.Every(ctx, w.logCheckEvery(), func() {
 				if n, err := w.FoldLongLogs(ctx); err != nil || n > 0 {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quota-platform/quota/api"
 	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/internal/tick"
 	"github.com/quota-platform/quota/migrate"
 	"github.com/quota-platform/quota/tiers"
 )
@@ -60,7 +61,7 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 			// Every instance flushes its activity within ~1 s of a cycle's
 			// start (WatchCycles below); the cycle's parts wait for it.
 			ActivityWait: 2 * time.Second,
-			LogMaxRows:   logMaxRows(s.MigrateLogMaxRows),
+			LogMaxRows:   s.MigrateLogMaxRows,
 			PartWorkers:  s.MigratePartWorkers,
 		},
 	}
@@ -75,18 +76,11 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 	flushed := make(chan struct{})
 	go func() {
 		defer close(flushed)
-		t := time.NewTicker(time.Minute)
-		defer t.Stop()
-		for {
-			select {
-			case <-flushCtx.Done():
-				return
-			case <-t.C:
-				if err := act.Flush(flushCtx); err != nil {
-					log.Warn("migration activity flush failed; kept for the next one", "err", err)
-				}
+		tick.Every(flushCtx, time.Minute, func() {
+			if err := act.Flush(flushCtx); err != nil {
+				log.Warn("migration activity flush failed; kept for the next one", "err", err)
 			}
-		}
+		})
 	}()
 	watched := make(chan struct{})
 	go func() {
@@ -106,13 +100,4 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 		mrdb.Close()
 	}
 	return router, migrate.Admin{W: w}, stop, nil
-}
-
-// logMaxRows is QUOTA_MIGRATE_LOG_MAX_ROWS as migrate.Config.LogMaxRows,
-// whose 0 is the default and whose "cycles only" is negative.
-func logMaxRows(n int) int {
-	if n == 0 {
-		return -1
-	}
-	return n
 }
