@@ -1,6 +1,7 @@
 package tiers
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"net"
@@ -351,5 +352,41 @@ func TestColdFilter_HoldsEveryCellSwitchedAndFewOthers(t *testing.T) {
 				t.Fatalf("%d bytes for %d cells with the estimate, want about one a cell", size, cells)
 			}
 		})
+	}
+}
+
+// The bits a switch sets are those of the layout directory.lua documents
+// (block hash from the field's bytes 1-3, four 6-bit positions from bytes
+// 4-6, a byte's high bit first): filters written by earlier builds stay
+// readable only while every build probes the same bits.
+func TestColdFilter_StoredBitsFollowTheDocumentedLayout(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	warm := NewWarmStore(rdb, WarmOptions{Prefix: prefix})
+	ctx := context.Background()
+	for i := range 8 {
+		c := newConfCell(10, time.Hour) // a tag of its own: a fresh filter
+		r := c.ref()
+		// Capacity 8: a layer of one 8-byte block, so the cell's block is it.
+		if ok, err := warm.SwitchToCold(ctx, []DirSwap{{Ref: r}}, func(Tag) int { return 8 }); err != nil || !ok[0] {
+			t.Fatal(ok, err)
+		}
+		l := warm.locate(r.Identity, r.Window, r.Tag)
+		raw, err := rdb.Get(ctx, l.headerKey()).Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		const header = 13
+		if len(raw) != header+4+8 || raw[header-1] != 1 {
+			t.Fatalf("cell %d: header of %d bytes, %d layers; want one layer of one block", i, len(raw), raw[header-1])
+		}
+		f := []byte(l.field)
+		var want [8]byte
+		for _, p := range []byte{f[3] >> 2, f[3]&3<<4 | f[4]>>4, f[4]&15<<2 | f[5]>>6, f[5] & 63} {
+			want[p/8] |= 0x80 >> (p % 8)
+		}
+		if got := raw[header+4:]; !bytes.Equal(got, want[:]) {
+			t.Fatalf("cell %d (field %x): block %08b, want %08b", i, f, got, want)
+		}
 	}
 }

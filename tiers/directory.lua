@@ -146,9 +146,11 @@ local function warm_del(h, field)
   if h.warm then redis.call('HDEL', warm_key(h, field), field) end
 end
 
--- COLD_BIT is the value of bit position p % 8 in its byte (the first
--- position is a byte's high bit).
-local COLD_BIT = { [0] = 128, 64, 32, 16, 8, 4, 2, 1 }
+-- COLD_BITS holds the value of bit position p % 8 in its byte at byte
+-- p % 8 + 1 (the first position is a byte's high bit): a string constant,
+-- where a table would be built at every call of every script that starts
+-- with this file, the check scripts' included.
+local COLD_BITS = '\128\64\32\16\8\4\2\1'
 
 -- cold_pos returns the cell's 24-bit block hash and its 4 bit positions
 -- (0..63) in a 64-bit block, from its warm field's bytes 1..6, each as its
@@ -162,10 +164,10 @@ local function cold_pos(field)
   local p3 = (b5 % 16) * 4 + (b6 - b6 % 64) / 64
   local p4 = b6 % 64
   return (b1 * 256 + b2) * 256 + b3, {
-    (p1 - p1 % 8) / 8 + 1, COLD_BIT[p1 % 8],
-    (p2 - p2 % 8) / 8 + 1, COLD_BIT[p2 % 8],
-    (p3 - p3 % 8) / 8 + 1, COLD_BIT[p3 % 8],
-    (p4 - p4 % 8) / 8 + 1, COLD_BIT[p4 % 8],
+    (p1 - p1 % 8) / 8 + 1, string.byte(COLD_BITS, p1 % 8 + 1),
+    (p2 - p2 % 8) / 8 + 1, string.byte(COLD_BITS, p2 % 8 + 1),
+    (p3 - p3 % 8) / 8 + 1, string.byte(COLD_BITS, p3 % 8 + 1),
+    (p4 - p4 % 8) / 8 + 1, string.byte(COLD_BITS, p4 % 8 + 1),
   }
 end
 
