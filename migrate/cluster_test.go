@@ -60,6 +60,29 @@ func TestMoveCells_OnARedisClusterCellsOfManySlotsKeepTheirCounts(t *testing.T) 
 	}
 }
 
+// On a Redis Cluster idle cells of 40 apps go cold in one move: the idle
+// probe and the switch, which name each cell's counters beside its tag's
+// header, run once per tag (one slot), and the cells are then exact.
+func TestMoveIdleToCold_OnARedisClusterCellsOfManySlots(t *testing.T) {
+	t.Parallel()
+	e := newClusterEnv(t)
+	cells := make([]cellSpec, 40)
+	for i := range cells {
+		cells[i] = newCell(3)
+	}
+	e.mover.Faults = afterStep(func(s Step) error {
+		if s != StepIdleCopy {
+			t.Errorf("step %s of the full protocol ran", s)
+		}
+		return nil
+	})
+	e.move(t, tiers.Hot, tiers.Cold, cells...)
+	e.mover.Faults = nil
+	for _, c := range cells {
+		e.expectCell(t, "idle cell moved on a cluster", c, tiers.Cold, 0)
+	}
+}
+
 // On a Redis Cluster a check whose cells are warm under two tags (two hash
 // slots) is decided all or nothing: the cell of limit 3 allows three, and
 // the other cell counts those three only, every later check being denied

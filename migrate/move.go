@@ -30,10 +30,17 @@ const (
 	StepSwitch                  // the directory names the destination
 	StepDelete                  // the sources are deleted
 	StepDone                    // the journal entries are removed
+	// StepIdleCopy: the empty records of idle cells are written, before
+	// their switch (moveIdleToCold, which has no other step).
+	StepIdleCopy
 )
 
 func (s Step) String() string {
-	return [...]string{"?", "journal", "freeze", "copy", "switch", "delete", "done"}[min(int(s), 6)]
+	names := [...]string{"?", "journal", "freeze", "copy", "switch", "delete", "done", "idle-copy"}
+	if s < 0 || int(s) >= len(names) {
+		return "?"
+	}
+	return names[s]
 }
 
 // Mover moves batches of cells. Its fields are set once, before use.
@@ -217,6 +224,20 @@ func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 	if err != nil {
 		return res, err
 	}
+	if from == tiers.Hot && to == tiers.Cold && !journaled {
+		// Not for Repair: the full path removes its journal entries.
+		idle, rest, err := m.moveIdleToCold(ctx, refs, capacity)
+		if err != nil {
+			m.Metrics.failed()
+			return res, err
+		}
+		res.Moved = idle
+		m.Metrics.moved(from, to, len(idle))
+		m.hint(idle, from, to)
+		if refs = rest; len(refs) == 0 {
+			return res, nil
+		}
+	}
 	held, err := m.lease(ctx, refs)
 	if err != nil {
 		m.Metrics.failed()
@@ -248,7 +269,7 @@ func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 		m.Metrics.failed()
 		return res, err
 	}
-	res.Moved = moved
+	res.Moved = append(res.Moved, moved...)
 	res.Skipped += len(got) - len(moved)
 	m.Metrics.moved(from, to, len(moved))
 	m.hint(moved, from, to)

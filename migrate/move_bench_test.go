@@ -185,18 +185,30 @@ func redisServerCPU(b *testing.B, e *env) time.Duration {
 
 // BenchmarkCycle_HotToCold runs whole scheduled cycles over 20,000 hot
 // cells of 100 apps, each called once two hours before (so every one's
-// target is cold), with 1 and 2 part workers: the cycle's own pace, with
-// its activity fold, its scans in key order, its filter probes and the
-// cold lookups they ask for, which BenchmarkMoveCells leaves out. It
+// target is cold), with 1, 2 and 4 part workers: the cycle's own pace,
+// with its activity fold, its scans in key order, its filter probes and
+// the cold lookups they ask for, which BenchmarkMoveCells leaves out. It
 // reports cells moved a second of the cycle and the CPU a cell of this
-// process, Redis and MariaDB.
+// process, Redis and MariaDB. "idle": windows of an hour, so no counter of
+// the current window is left and the cells take the idle move
+// (PROTOCOL.md, "Idle cells"); "counting": windows of a day, whose
+// counters still hold the call, so every cell takes the full protocol.
 func BenchmarkCycle_HotToCold(b *testing.B) {
-	for _, workers := range []int{1, 2, 4} {
-		b.Run("part-workers="+strconv.Itoa(workers), func(b *testing.B) { benchCycle(b, workers) })
+	for _, tc := range []struct {
+		name    string
+		window  time.Duration
+		workers []int
+	}{
+		{"idle", time.Hour, []int{1, 2, 4}},
+		{"counting", 24 * time.Hour, []int{2, 4}},
+	} {
+		for _, workers := range tc.workers {
+			b.Run(tc.name+"/part-workers="+strconv.Itoa(workers), func(b *testing.B) { benchCycle(b, tc.window, workers) })
+		}
 	}
 }
 
-func benchCycle(b *testing.B, workers int) {
+func benchCycle(b *testing.B, window time.Duration, workers int) {
 	const cells, apps = 20000, 100
 	ctx := context.Background()
 	var took time.Duration
@@ -215,7 +227,7 @@ func benchCycle(b *testing.B, workers int) {
 			ops := make([]*tiers.Op, 1000)
 			for i := range ops {
 				c := newCell(10)
-				c.app = appNames[(n+i)%apps]
+				c.app, c.window = appNames[(n+i)%apps], window
 				ops[i] = &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{c.at(e.clock.Now())}}
 			}
 			if err := e.router.Check(ctx, e.clock.Now(), ops); err != nil {

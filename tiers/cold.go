@@ -499,6 +499,83 @@ func (s *ColdStore) tryImport(ctx context.Context, sh int, recs []*Record, ids [
 	return nil
 }
 
+// InsertNew writes each record where its cell has no row, and leaves the
+// rows that exist as they are: one INSERT IGNORE per shard and chunk. The
+// move of idle cells (IdleRecords) uses it; a row that exists is another
+// move's copy, or the cell's.
+func (s *ColdStore) InsertNew(ctx context.Context, recs []Record) error {
+	return s.eachChunk(recs, func(sh int, part []*Record) error {
+		ids, vals, err := recordRows(part)
+		if err != nil {
+			return err
+		}
+		if _, err := reserveCold(ctx, s.dbs[sh], ids, vals); err != nil {
+			return fmt.Errorf("cold insert shard %d: %w", sh, err)
+		}
+		return nil
+	})
+}
+
+// DeleteUnchanged deletes the row of each record that still holds exactly
+// that record: a row nothing has counted in since InsertNew wrote it (a
+// check that counts changes its Last or Count). One DELETE per shard and
+// chunk.
+func (s *ColdStore) DeleteUnchanged(ctx context.Context, recs []Record) error {
+	return s.eachChunk(recs, func(sh int, part []*Record) error {
+		ids, vals, err := recordRows(part)
+		if err != nil {
+			return err
+		}
+		args := make([]any, 0, 2*len(ids))
+		for i := range ids {
+			args = append(args, ids[i][:], vals[i])
+		}
+		q := "DELETE FROM " + coldTable + " WHERE (k, r) IN (" + coldPlaceholders(len(ids), 2) + ")"
+		if _, err := s.dbs[sh].ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("cold delete shard %d: %w", sh, coldUnavailable(err))
+		}
+		return nil
+	})
+}
+
+// eachChunk calls fn with recs grouped by shard, in chunks of coldChunk.
+func (s *ColdStore) eachChunk(recs []Record, fn func(sh int, part []*Record) error) error {
+	refs := make([]Ref, len(recs))
+	for i := range recs {
+		refs[i] = recs[i].Ref
+	}
+	by, err := s.refsByShard(refs)
+	if err != nil {
+		return err
+	}
+	for sh, idx := range by {
+		for chunk := range slices.Chunk(idx, coldChunk) {
+			part := make([]*Record, len(chunk))
+			for j, i := range chunk {
+				part[j] = &recs[i]
+			}
+			if err := fn(sh, part); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// recordRows returns the cell ids and raw records of recs.
+func recordRows(recs []*Record) ([]CellID, [][]byte, error) {
+	ids := make([]CellID, len(recs))
+	vals := make([][]byte, len(recs))
+	for i, r := range recs {
+		raw, err := appendRecordRaw(nil, r)
+		if err != nil {
+			return nil, nil, fmt.Errorf("cold record: %w", err)
+		}
+		ids[i], vals[i] = r.ID(), raw
+	}
+	return ids, vals, nil
+}
+
 // Delete removes the records of refs (Mover): one DELETE per shard and chunk.
 func (s *ColdStore) Delete(ctx context.Context, refs []Ref) error {
 	by, err := s.refsByShard(refs)

@@ -46,13 +46,19 @@ var coldSwitchScript = dirScript(coldSwitchSource)
 // filter layer); nil: as many as switch now. It reports per swap whether
 // it switched.
 func (s *WarmStore) SwitchToCold(ctx context.Context, swaps []DirSwap, capacity func(Tag) int) ([]bool, error) {
+	return s.switchToCold(ctx, swaps, nil, capacity)
+}
+
+// switchToCold is SwitchToCold; with live set, a swap also requires that
+// neither of its cell's counter keys live[i] exists (HotMover.SwitchIdleToCold).
+func (s *WarmStore) switchToCold(ctx context.Context, swaps []DirSwap, live [][2]string, capacity func(Tag) int) ([]bool, error) {
 	locs := make([]warmLoc, len(swaps))
 	for i := range swaps {
 		locs[i] = s.locate(swaps[i].Identity, swaps[i].Window, swaps[i].Tag)
 	}
 	calls := s.dirCalls(locs)
 	for ci := range calls {
-		calls[ci].Args = coldSwitchArgs(&calls[ci], swaps, capacity)
+		calls[ci].Args = coldSwitchArgs(&calls[ci], swaps, live, capacity)
 	}
 	vals, err := perCell(ctx, s.rdb, coldSwitchScript, calls, len(swaps))
 	if err != nil {
@@ -63,15 +69,17 @@ func (s *WarmStore) SwitchToCold(ctx context.Context, swaps []DirSwap, capacity 
 
 // coldSwitchArgs turns a dirCall's (header index, field) pairs into
 // cold_switch.lua's ARGV: the number of headers, a layer capacity per
-// header, then (header index, field, expected value) per cell.
-func coldSwitchArgs(c *dirCall, swaps []DirSwap, capacity func(Tag) int) []any {
+// header, then (header index, field, expected value, counter key indexes)
+// per cell. The counter keys of live, if any, are appended to the call's
+// KEYS after the headers.
+func coldSwitchArgs(c *dirCall, swaps []DirSwap, live [][2]string, capacity func(Tag) int) []any {
 	caps := make([]int, len(c.Keys))
 	tags := make([]Tag, len(c.Keys))
 	for k, at := range c.at {
 		caps[c.hdr[k]]++
 		tags[c.hdr[k]] = swaps[at].Tag
 	}
-	args := make([]any, 0, 1+len(caps)+3*len(c.at))
+	args := make([]any, 0, 1+len(caps)+5*len(c.at))
 	args = append(args, len(caps))
 	for hi, n := range caps {
 		if capacity != nil {
@@ -81,6 +89,12 @@ func coldSwitchArgs(c *dirCall, swaps []DirSwap, capacity func(Tag) int) []any {
 	}
 	for k, at := range c.at {
 		args = append(args, c.hdr[k]+1, c.Args[2*k+1], swaps[at].Old)
+		if live == nil {
+			args = append(args, 0, 0)
+			continue
+		}
+		c.Keys = append(c.Keys, live[at][0], live[at][1])
+		args = append(args, len(c.Keys)-1, len(c.Keys))
 	}
 	return args
 }

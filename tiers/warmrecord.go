@@ -261,7 +261,11 @@ func (s *recState) count(ref *Ref, wS, nowS, cost int64) {
 		interval = nowS - r.Last
 		r.Last = nowS
 	}
-	r.observe(interval)
+	// A record that has seen no call (a move's empty copy) was made at its
+	// Last: the time since is no call interval.
+	if r.Samples > 0 || r.Count > 0 {
+		r.observe(interval)
+	}
 	r.Count = used + cost
 }
 

@@ -1,0 +1,88 @@
+package tiers
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+)
+
+// Idle cells: a hot fixed-window cell whose counters of this window and
+// the next do not exist, with no directory field and no cold filter bit,
+// holds nothing (its count is 0). Package migrate moves such cells to cold
+// without a lease, a journal or a freeze (migrate/PROTOCOL.md, "Idle
+// cells"): it inserts an empty record for each where the cell has no row,
+// then switches them (SwitchIdleToCold: the directory check, the counter
+// check and the filter write in one atomic step), and deletes the records
+// of the cells that did not switch while nothing has counted in them.
+
+//go:embed hot_idle.lua
+var hotIdleSource string
+
+var hotIdleScript = dirScript(hotIdleSource)
+
+// Idle reports, per ref, whether the cell looks idle now (hot_idle.lua):
+// one script call on a single Redis, one per tag on a cluster. Advice
+// only: SwitchIdleToCold checks again.
+func (m *HotMover) Idle(ctx context.Context, refs []Ref) ([]bool, error) {
+	live := m.liveKeys(refs)
+	locs := make([]warmLoc, len(refs))
+	for i := range refs {
+		locs[i] = m.Warm.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
+	}
+	calls := m.Warm.dirCalls(locs)
+	for ci := range calls {
+		c := &calls[ci]
+		args := make([]any, 0, 4*len(c.at))
+		for k, at := range c.at {
+			c.Keys = append(c.Keys, live[at][0], live[at][1])
+			args = append(args, c.hdr[k]+1, c.Args[2*k+1], len(c.Keys)-1, len(c.Keys))
+		}
+		c.Args = args
+	}
+	vals, err := perCell(ctx, m.Hot.rdb, hotIdleScript, calls, len(refs))
+	if err != nil {
+		return nil, fmt.Errorf("hot idle probe: %w", err)
+	}
+	return ones(vals), nil
+}
+
+// SwitchIdleToCold switches each of refs to cold if it is still idle: its
+// field absent and neither counter existing, checked in the script that
+// adds it to its tag's cold filter (cold_switch.lua). capacity is
+// SwitchToCold's. It reports per ref whether it switched.
+func (m *HotMover) SwitchIdleToCold(ctx context.Context, refs []Ref, capacity func(Tag) int) ([]bool, error) {
+	swaps := make([]DirSwap, len(refs))
+	for i := range refs {
+		swaps[i].Ref = refs[i]
+	}
+	return m.Warm.switchToCold(ctx, swaps, m.liveKeys(refs), capacity)
+}
+
+// liveKeys returns the live counter keys of this window and the next of
+// each ref.
+func (m *HotMover) liveKeys(refs []Ref) [][2]string {
+	now := m.now()
+	out := make([][2]string, len(refs))
+	for i := range refs {
+		cur, next, _ := m.keys(refs[i].ID(), &refs[i], now)
+		out[i] = [2]string{cur, next}
+	}
+	return out
+}
+
+// IdleRecords returns the cold record of each of refs as an idle cell:
+// count 0, of the window before now's. A record of the current window
+// (what a move of a counting cell imports) is newer (Record.NewerThan), so
+// an import never keeps this one over a count; and a check finds its count
+// 0 in the current window, which is what the cell held.
+func (m *HotMover) IdleRecords(refs []Ref) []Record {
+	nowS := recordFloorDiv(m.now().UnixMilli(), 1000)
+	out := make([]Record, len(refs))
+	for i := range refs {
+		wS := int64(refs[i].Window / time.Second)
+		last := max((recordFloorDiv(nowS, wS)-1)*wS, recordEpoch)
+		out[i] = Record{Ref: refs[i], Last: last, First: last}
+	}
+	return out
+}
