@@ -8,21 +8,23 @@ import (
 )
 
 // moveIdleToCold moves the idle cells of refs (hot, no counter, no field,
-// no cold filter bit: tiers.HotMover.Idle) to cold without a lease, a
+// no cold filter bit: tiers.HotState.Idle; states, if set, says which, else
+// they are read) to cold without a lease, a
 // journal or a freeze (PROTOCOL.md, "Idle cells"): an empty record for
 // each where it has no row, then one atomic switch per tag that checks
 // again that the cell is idle and adds it to its cold filter. The records
 // of the cells that did not switch (a check counted in between) are
 // deleted if nothing has counted in them. It returns the cells moved and
 // the others, for the full protocol.
-func (m *Mover) moveIdleToCold(ctx context.Context, refs []tiers.Ref, capacity func(tiers.Tag) int) (moved, rest []tiers.Ref, err error) {
-	idle, err := m.Hot.Idle(ctx, refs)
-	if err != nil {
-		return nil, nil, err
+func (m *Mover) moveIdleToCold(ctx context.Context, refs []tiers.Ref, states []tiers.HotState, capacity func(tiers.Tag) int) (moved, rest []tiers.Ref, err error) {
+	if states == nil {
+		if states, err = m.Hot.States(ctx, refs); err != nil {
+			return nil, nil, err
+		}
 	}
 	var cand []tiers.Ref
 	for i := range refs {
-		if idle[i] {
+		if states[i].Idle() {
 			cand = append(cand, refs[i])
 		} else {
 			rest = append(rest, refs[i])
@@ -57,4 +59,37 @@ func (m *Mover) moveIdleToCold(ctx context.Context, refs []tiers.Ref, capacity f
 		}
 	}
 	return moved, rest, nil
+}
+
+// statesOf returns the tier of each ref (as TierOf) and where it stands
+// (tiers.HotMover.States): one script call, and a cold lookup of the cells
+// with no field and no counter whose tag's filter may hold them.
+func (m *Mover) statesOf(ctx context.Context, refs []tiers.Ref) ([]tiers.Tier, []tiers.HotState, error) {
+	states, err := m.Hot.States(ctx, refs)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ask []tiers.Ref
+	var at []int
+	for i := range states {
+		if states[i].MaybeCold {
+			ask = append(ask, refs[i])
+			at = append(at, i)
+		}
+	}
+	rows := make([]bool, len(refs))
+	if len(ask) > 0 && m.Cold != nil {
+		ex, err := m.Cold.Exists(ctx, ask)
+		if err != nil {
+			return nil, nil, err
+		}
+		for k, i := range at {
+			rows[i] = ex[k]
+		}
+	}
+	out := make([]tiers.Tier, len(refs))
+	for i := range states {
+		out[i] = tierOf(states[i].Dir, rows[i])
+	}
+	return out, states, nil
 }

@@ -197,21 +197,32 @@ func (m *Mover) dir(ctx context.Context, refs []tiers.Ref) ([]string, []bool, er
 // skipped. It is safe to call again with the same refs after any failure:
 // it continues each cell from the step its directory shows.
 func (m *Mover) MoveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier) (Result, error) {
-	return m.moveCells(ctx, refs, from, to, false, nil)
+	return m.moveCells(ctx, refs, from, to, moveOpts{})
 }
 
-// moveCells is MoveCells; with journaled (Repair) it moves only the cells
-// whose journal entry still reads from>to once it holds their lease.
-// Repair's snapshot of the journal may be stale by then: the move may have
-// been finished (by its worker or another Repair) and even reversed since,
-// and rolling it forward again would move a cell nobody asked to move. The
-// check is sound under the lease: only a lease holder writes or removes a
-// cell's journal entry.
-//
-// capacity, when set (the scheduled cycle's), estimates per tag how many
-// cells are still to go cold, so that a tag's cold filter gets a layer of
-// that size at once rather than many small ones (tiers.WarmStore.SwitchToCold).
-func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier, journaled bool, capacity func(tiers.Tag) int) (Result, error) {
+// moveOpts are what Repair and the scheduled cycle know of a batch.
+type moveOpts struct {
+	// journaled (Repair): move only the cells whose journal entry still
+	// reads from>to once their lease is held. Repair's snapshot of the
+	// journal may be stale by then: the move may have been finished (by
+	// its worker or another Repair) and even reversed since, and rolling
+	// it forward again would move a cell nobody asked to move. The check
+	// is sound under the lease: only a lease holder writes or removes a
+	// cell's journal entry.
+	journaled bool
+	// capacity (the scheduled cycle's) estimates per tag how many cells
+	// are still to go cold, so that a tag's cold filter gets a layer of
+	// that size at once rather than many small ones
+	// (tiers.WarmStore.SwitchToCold).
+	capacity func(tiers.Tag) int
+	// states (the scheduled cycle's), per ref, where the cells of a move
+	// hot>cold stood when it read the directory (tiers.HotMover.States);
+	// nil: read here.
+	states []tiers.HotState
+}
+
+// moveCells is MoveCells with what the caller knows of the batch.
+func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier, o moveOpts) (Result, error) {
 	var res Result
 	if from == to || len(refs) == 0 {
 		return res, nil
@@ -224,9 +235,9 @@ func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 	if err != nil {
 		return res, err
 	}
-	if from == tiers.Hot && to == tiers.Cold && !journaled {
+	if from == tiers.Hot && to == tiers.Cold && !o.journaled {
 		// Not for Repair: the full path removes its journal entries.
-		idle, rest, err := m.moveIdleToCold(ctx, refs, capacity)
+		idle, rest, err := m.moveIdleToCold(ctx, refs, o.states, o.capacity)
 		if err != nil {
 			m.Metrics.failed()
 			return res, err
@@ -253,7 +264,7 @@ func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 			held.release()
 		}
 	}()
-	if journaled && len(got) > 0 {
+	if o.journaled && len(got) > 0 {
 		// Cells whose move is over are neither moved nor skipped here.
 		if got, err = m.stillJournaled(ctx, got, from, to); err != nil {
 			m.Metrics.failed()
@@ -263,7 +274,7 @@ func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 	if len(got) == 0 {
 		return res, nil
 	}
-	moved, err := m.move(ctx, held, got, from, to, src, dst, capacity)
+	moved, err := m.move(ctx, held, got, from, to, src, dst, o.capacity)
 	if err != nil {
 		stopped = errors.Is(err, errStopped)
 		m.Metrics.failed()
@@ -514,7 +525,7 @@ func (m *Mover) Repair(ctx context.Context) (repaired, left int, err error) {
 			errs = append(errs, fmt.Errorf("journal: bad direction %q", dir))
 			continue
 		}
-		res, err := m.moveCells(ctx, refs, tiers.Tier(from), tiers.Tier(to), true, nil)
+		res, err := m.moveCells(ctx, refs, tiers.Tier(from), tiers.Tier(to), moveOpts{journaled: true})
 		repaired += len(res.Moved)
 		left += res.Skipped
 		if err != nil {

@@ -142,7 +142,7 @@ func TestRepair_StaleJournalSnapshotMovesNothing(t *testing.T) {
 				}
 			}
 			// What Repair does with a snapshot that read "hot>warm".
-			res, err := e.mover.moveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Warm, true, nil)
+			res, err := e.mover.moveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Warm, moveOpts{journaled: true})
 			if err != nil {
 				t.Fatal(err)
 			}

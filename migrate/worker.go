@@ -329,13 +329,17 @@ func (w *Worker) coldTargets(ctx context.Context, db *sql.DB, lo, hi []byte, hou
 }
 
 func (w *Worker) moveBatch(ctx context.Context, refs []tiers.Ref, rates []float64, capacity func(tiers.Tag) int, rep *partReport, fail func(error)) {
-	cur, err := w.Mover.TierOf(ctx, refs)
+	cur, states, err := w.Mover.statesOf(ctx, refs)
 	if err != nil {
 		fail(err)
 		return
 	}
 	type dir struct{ from, to tiers.Tier }
-	groups := map[dir][]tiers.Ref{}
+	type group struct {
+		refs   []tiers.Ref
+		states []tiers.HotState
+	}
+	groups := map[dir]*group{}
 	var order []dir
 	for i := range refs {
 		to := w.Config.Target(rates[i])
@@ -343,13 +347,18 @@ func (w *Worker) moveBatch(ctx context.Context, refs []tiers.Ref, rates []float6
 			continue
 		}
 		d := dir{cur[i], to}
-		if _, ok := groups[d]; !ok {
+		g, ok := groups[d]
+		if !ok {
+			g = &group{}
+			groups[d] = g
 			order = append(order, d)
 		}
-		groups[d] = append(groups[d], refs[i])
+		g.refs = append(g.refs, refs[i])
+		g.states = append(g.states, states[i])
 	}
 	for _, d := range order {
-		res, err := w.Mover.moveCells(ctx, groups[d], d.from, d.to, false, capacity)
+		g := groups[d]
+		res, err := w.Mover.moveCells(ctx, g.refs, d.from, d.to, moveOpts{capacity: capacity, states: g.states})
 		if err != nil {
 			fail(err)
 		}

@@ -16,15 +16,26 @@ import (
 // check and the filter write in one atomic step), and deletes the records
 // of the cells that did not switch while nothing has counted in them.
 
-//go:embed hot_idle.lua
-var hotIdleSource string
+//go:embed hot_state.lua
+var hotStateSource string
 
-var hotIdleScript = dirScript(hotIdleSource)
+var hotStateScript = dirScript(hotStateSource)
 
-// Idle reports, per ref, whether the cell looks idle now (hot_idle.lua):
-// one script call on a single Redis, one per tag on a cluster. Advice
-// only: SwitchIdleToCold checks again.
-func (m *HotMover) Idle(ctx context.Context, refs []Ref) ([]bool, error) {
+// HotState is where a cell stands for a move out of hot (States).
+type HotState struct {
+	Dir       string // its directory field ("" = none)
+	Counting  bool   // no field, and a counter of this window or the next exists
+	MaybeCold bool   // no field, no counter, and its tag's cold filter may hold it
+}
+
+// Idle reports whether the cell has no field, no counter and no filter
+// bit: hot, at 0.
+func (s HotState) Idle() bool { return s.Dir == "" && !s.Counting && !s.MaybeCold }
+
+// States reads where each of refs stands (hot_state.lua): one script call
+// on a single Redis, one per tag on a cluster. Advice only: the moves
+// check again (SwitchIdleToCold, FreezeExport).
+func (m *HotMover) States(ctx context.Context, refs []Ref) ([]HotState, error) {
 	live := m.liveKeys(refs)
 	locs := make([]warmLoc, len(refs))
 	for i := range refs {
@@ -40,11 +51,22 @@ func (m *HotMover) Idle(ctx context.Context, refs []Ref) ([]bool, error) {
 		}
 		c.Args = args
 	}
-	vals, err := perCell(ctx, m.Hot.rdb, hotIdleScript, calls, len(refs))
+	vals, err := perCell(ctx, m.Hot.rdb, hotStateScript, calls, len(refs))
 	if err != nil {
-		return nil, fmt.Errorf("hot idle probe: %w", err)
+		return nil, fmt.Errorf("hot state: %w", err)
 	}
-	return ones(vals), nil
+	out := make([]HotState, len(refs))
+	for i, v := range vals {
+		switch v := v.(type) {
+		case string:
+			out[i].Dir = v
+		case int64:
+			out[i].Counting, out[i].MaybeCold = v == 2, v == 1
+		default:
+			return nil, fmt.Errorf("hot state: unexpected answer %v", v)
+		}
+	}
+	return out, nil
 }
 
 // SwitchIdleToCold switches each of refs to cold if it is still idle: its

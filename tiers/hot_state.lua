@@ -1,0 +1,37 @@
+-- hot_state.lua: where hot fixed-window cells stand, after directory.lua,
+-- for the scheduled cycle (package migrate): its directory field, and for
+-- a cell without one whether a counter of this window or the next exists
+-- and, if none does, whether its tag's cold filter may hold it. A cell
+-- with no field, no counter and no filter bit is idle: hot, at 0, and moved
+-- to cold without a freeze (migrate/PROTOCOL.md, "Idle cells"). Advice
+-- only: the moves check again, atomically.
+--
+-- KEYS   tags' headers and counter keys, referred to by index
+-- ARGV   4 values per cell: header key index, field, key index of this
+--        window's counter, key index of the next window's counter
+--
+-- Reply: per cell its field's value, or, with no field, 0 (idle), 1 (no
+-- counter; the cold filter may hold it) or 2 (a counter exists: hot, by
+-- invariant 1; the filter is not read).
+
+-- How many cells of each tag this call may probe (cold_block).
+local probes = {}
+for i = 1, #ARGV, 4 do probes[ARGV[i]] = (probes[ARGV[i]] or 0) + 1 end
+
+local out = {}
+for i = 1, #ARGV, 4 do
+  local h = dir_header(KEYS[tonumber(ARGV[i])])
+  h.probes = h.probes or probes[ARGV[i]]
+  local field = ARGV[i + 1]
+  local v = warm_get(h, field)
+  if v then
+    out[#out + 1] = v
+  elseif redis.call('EXISTS', KEYS[tonumber(ARGV[i + 2])], KEYS[tonumber(ARGV[i + 3])]) > 0 then
+    out[#out + 1] = 2
+  elseif cold_maybe(h, field) then
+    out[#out + 1] = 1
+  else
+    out[#out + 1] = 0
+  end
+end
+return out
