@@ -192,3 +192,51 @@ func TestRebuildColdFilters_ColdCountsHoldAfterRedisLostTheFilter(t *testing.T) 
 		t.Fatalf("second rebuild: %d %v", n, err)
 	}
 }
+
+// A cycle bounds the history it keeps: an activity row older than the
+// horizon (168 hours) keeps its mean calls an hour over the horizon, and a
+// younger row is left as it is.
+func TestCycle_RescalesActivityOlderThanTheHorizon(t *testing.T) {
+	t.Parallel()
+	e, w := newWorkerEnv(t)
+	ctx := context.Background()
+	old, young := newCell(1000), newCell(1000)
+	e.check(t, tiers.Enforce, old)
+	e.check(t, tiers.Enforce, young)
+	if _, err := w.RunCycle(ctx); err != nil { // folds the activity into cell_activity
+		t.Fatal(err)
+	}
+	hour := e.clock.Now().Unix() / 3600
+	oldID, youngID := old.ref().ID(), young.ref().ID()
+	for _, db := range w.DBs {
+		if _, err := db.ExecContext(ctx, "UPDATE cell_activity SET since = ?, calls = 2000 WHERE k = ?", hour-200, oldID[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.RunCycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		id           tiers.CellID
+		since, calls int64
+	}{
+		{oldID, hour - 168, 2000 * 168 / 200},
+		{youngID, hour, 1},
+	} {
+		found := false
+		for _, db := range w.DBs {
+			var since, calls int64
+			err := db.QueryRowContext(ctx, "SELECT since, calls FROM cell_activity WHERE k = ?", tc.id[:]).Scan(&since, &calls)
+			if err != nil {
+				continue
+			}
+			found = true
+			if since != tc.since || calls != tc.calls {
+				t.Errorf("cell %x: since %d calls %d, want %d and %d", tc.id[:4], since, calls, tc.since, tc.calls)
+			}
+		}
+		if !found {
+			t.Errorf("cell %x: no activity row", tc.id[:4])
+		}
+	}
+}

@@ -260,6 +260,7 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, rep *partReport
 		var refs []tiers.Ref
 		var rates []float64
 		var last []byte
+		old := false // a row past the horizon
 		for rows.Next() {
 			var k, ref []byte
 			var since, calls int64
@@ -275,6 +276,7 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, rep *partReport
 			}
 			refs = append(refs, r)
 			rates = append(rates, float64(calls)/float64(max(hour-since, 1)))
+			old = old || hour-since > horizon
 		}
 		rows.Close()
 		if len(last) == 0 {
@@ -283,6 +285,13 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, rep *partReport
 		rep.Scanned += len(refs)
 		w.moveBatch(ctx, refs, rates, capacity, rep, fail)
 		// Bound the history: rows older than the horizon keep their mean.
+		// Only a batch that read such a row has one to rescale (a row a
+		// concurrent fold adds is of the log's recent hours; one past the
+		// horizon would wait for the next cycle, and only steers tiers).
+		if !old {
+			after = last
+			continue
+		}
 		if _, err := db.ExecContext(ctx, "UPDATE cell_activity SET calls = calls * ? DIV GREATEST(? - since, 1), since = ? - ? WHERE k > ? AND k <= ? AND ? - since > ?",
 			horizon, hour, hour, horizon, after, last, hour, horizon); err != nil {
 			fail(fmt.Errorf("activity rescale shard %d: %w", sh, err))

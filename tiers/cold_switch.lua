@@ -33,6 +33,26 @@
 local K = tonumber(ARGV[1])
 local first = K + 2 -- the first cell's ARGV
 
+-- set_block writes an 8-byte filter block of h at byte offset at: at
+-- once, or, when the script reads the blocks from a copy of the header
+-- (cold_block), into the copy's patches, which flush writes - one SETRANGE
+-- a block however many of the call's cells set bits in it.
+local function set_block(h, at, blk)
+  if h.raw then
+    h.patch[at] = blk
+    h.dirty = true
+  else
+    redis.call('SETRANGE', h.key, at, blk)
+  end
+end
+
+-- flush writes the blocks set_block kept in h's patches.
+local function flush(h)
+  if not h.dirty then return end
+  for at, blk in pairs(h.patch) do redis.call('SETRANGE', h.key, at, blk) end
+  h.dirty = false
+end
+
 -- add_layer appends a layer of at least want cells (8 a block) to h's
 -- filter. The layer table grows by 4 bytes, so the value is written again
 -- (once a layer), and every block's offset moves.
@@ -41,6 +61,7 @@ local function add_layer(h, want)
   for j = 1, #h.sizes do sum = sum + h.sizes[j] end
   if #h.sizes == 255 then return false end
   local nb = math.max(math.ceil(want / 8), sum, 1)
+  flush(h)
   local old = redis.call('GET', h.key) or ''
   if #old < DIR_HEADER then old = old .. string.rep('\0', DIR_HEADER - #old) end
   local data = string.sub(old, DIR_HEADER + 4 * #h.sizes + 1)
@@ -78,7 +99,7 @@ local function add(h, capacity, field, remaining)
     local i, bit = pos[k], pos[k + 1]
     if b[i] % (bit + bit) < bit then b[i] = b[i] + bit end
   end
-  cold_set_block(h, at, string.char(unpack(b)))
+  set_block(h, at, string.char(unpack(b)))
   h.total = h.total + 1
   h.last = h.last + 1
 end
@@ -89,6 +110,18 @@ for i = first, #ARGV, 5 do left[ARGV[i]] = (left[ARGV[i]] or 0) + 1 end
 
 local out = {}
 local changed = {}
+
+-- finish writes the changed filters' kept blocks, versions and counts:
+-- at the end, and before an error leaves the call (the cells switched
+-- until then stay switched, so their filters must say so).
+local function finish()
+  for h in pairs(changed) do
+    flush(h)
+    h.version = dir_u32s((dir_u32(h.version, 1) + 1) % 4294967296)
+    redis.call('SETRANGE', h.key, 4, h.version .. dir_u32s(h.last))
+  end
+end
+
 for i = first, #ARGV, 5 do
   local k = ARGV[i]
   local h = dir_header(KEYS[tonumber(k)])
@@ -97,13 +130,16 @@ for i = first, #ARGV, 5 do
   local cur = warm_get(h, field) or ''
   if cur == ARGV[i + 2] and (ARGV[i + 3] == '0' or
       redis.call('EXISTS', KEYS[tonumber(ARGV[i + 3])], KEYS[tonumber(ARGV[i + 4])]) == 0) then
-    if cur ~= '' then warm_del(h, field) end
     -- A cell the filter already holds (it was cold before, or a false
     -- positive) needs no bits; the version changes all the same.
     if not cold_maybe(h, field) then
       local err = add(h, tonumber(ARGV[1 + tonumber(k)]), field, left[k])
-      if err then return err end
+      if err then
+        finish()
+        return err
+      end
     end
+    if cur ~= '' then warm_del(h, field) end
     changed[h] = true
     out[#out + 1] = 1
   else
@@ -111,8 +147,5 @@ for i = first, #ARGV, 5 do
   end
   left[k] = left[k] - 1
 end
-for h in pairs(changed) do
-  h.version = dir_u32s((dir_u32(h.version, 1) + 1) % 4294967296)
-  redis.call('SETRANGE', h.key, 4, h.version .. dir_u32s(h.last))
-end
+finish()
 return out

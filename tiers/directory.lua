@@ -189,7 +189,7 @@ end
 -- when one GET of the whole header costs less than a GETRANGE per layer
 -- and probe (a GETRANGE costs Redis about as much as copying 1.2 KB into
 -- Lua), the blocks are read from that copy, with the blocks the script
--- wrote since (cold_set_block) over it.
+-- wrote since (cold_switch.lua's set_block) over it.
 -- The check scripts probe one cell: a GETRANGE a layer.
 local function cold_block(h, at)
   if h.raw == nil then
@@ -209,13 +209,6 @@ local function cold_block(h, at)
     return h.raw, at
   end
   return redis.call('GETRANGE', h.key, at, at + 7), 0
-end
-
--- cold_set_block writes an 8-byte filter block (and into the script's
--- copy of the header, if it has one).
-local function cold_set_block(h, at, blk)
-  redis.call('SETRANGE', h.key, at, blk)
-  if h.raw then h.patch[at] = blk end
 end
 
 -- cold_maybe reports whether the tag's cold filter holds the cell (it may
