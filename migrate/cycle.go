@@ -105,13 +105,19 @@ func (w *Worker) joinCycle(ctx context.Context, want string) (string, error) {
 // for (and taken over if their lease lapses).
 func (w *Worker) workParts(ctx context.Context, id string, run func(ctx context.Context, p int) partReport) error {
 	total := len(w.DBs) * partsPerShard
+	local := &localParts{running: map[int]bool{}}
+	runLocal := func(ctx context.Context, p int) partReport {
+		local.set(p, true)
+		defer local.set(p, false)
+		return run(ctx, p)
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, w.partWorkers())
 	for range w.partWorkers() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- w.takeParts(ctx, id, total, run)
+			errs <- w.takeParts(ctx, id, total, local, runLocal)
 		}()
 	}
 	wg.Wait()
@@ -123,7 +129,35 @@ func (w *Worker) workParts(ctx context.Context, id string, run func(ctx context.
 	return errors.Join(all...)
 }
 
-func (w *Worker) takeParts(ctx context.Context, id string, total int, run func(ctx context.Context, p int) partReport) error {
+// localParts are the parts this instance's part workers are running.
+type localParts struct {
+	mu      sync.Mutex
+	running map[int]bool
+}
+
+func (l *localParts) set(p int, on bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if on {
+		l.running[p] = true
+	} else {
+		delete(l.running, p)
+	}
+}
+
+// holdAll reports whether every part of total not in done is running here.
+func (l *localParts) holdAll(total int, done map[string]bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for p := range total {
+		if !done[strconv.Itoa(p)] && !l.running[p] {
+			return false
+		}
+	}
+	return true
+}
+
+func (w *Worker) takeParts(ctx context.Context, id string, total int, local *localParts, run func(ctx context.Context, p int) partReport) error {
 	rdb := w.Mover.RDB
 	for {
 		done, err := rdb.HKeys(ctx, w.doneKey(id)).Result()
@@ -147,6 +181,9 @@ func (w *Worker) takeParts(ctx context.Context, id string, total int, run func(c
 				return err
 			}
 			took = took || ok
+		}
+		if !took && local.holdAll(total, isDone) {
+			return nil // this instance's other part workers finish them
 		}
 		if !took {
 			// The parts left are another instance's: wait for them to be

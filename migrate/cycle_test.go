@@ -240,3 +240,34 @@ func TestCycle_RescalesActivityOlderThanTheHorizon(t *testing.T) {
 		}
 	}
 }
+
+// A part worker that finds every part left running in its own instance
+// stops instead of polling for them: the cycle then ends with its last
+// part, not a poll interval later. Parts another instance runs, or not
+// yet taken, are waited for.
+func TestLocalParts_HoldAllOnlyWhenEveryPartLeftRunsHere(t *testing.T) {
+	t.Parallel()
+	l := &localParts{running: map[int]bool{}}
+	done := map[string]bool{"0": true, "1": true}
+	for _, tc := range []struct {
+		running []int
+		want    bool
+	}{
+		{nil, false},
+		{[]int{2}, false},
+		{[]int{2, 3}, true},
+		{[]int{3}, false},
+	} {
+		l.running = map[int]bool{}
+		for _, p := range tc.running {
+			l.set(p, true)
+		}
+		if got := l.holdAll(4, done); got != tc.want {
+			t.Errorf("running %v of 4, done 0 and 1: holdAll %v, want %v", tc.running, got, tc.want)
+		}
+	}
+	l.set(2, false)
+	if l.running[2] {
+		t.Error("part 2 still running after set false")
+	}
+}
