@@ -271,3 +271,31 @@ func TestLocalParts_HoldAllOnlyWhenEveryPartLeftRunsHere(t *testing.T) {
 		t.Error("part 2 still running after set false")
 	}
 }
+
+// A cycle sizes each tag's cold filter for the cells it sends cold (its
+// first pass counts them per tag), so a tag whose 48 cells go cold in
+// batches of 3 over 32 parts gets one or two layers, not one a batch.
+func TestCycle_SizesEachTagsColdFilterForTheCellsItSendsCold(t *testing.T) {
+	t.Parallel()
+	e, w := newWorkerEnv(t)
+	ctx := context.Background()
+	cells := make([]cellSpec, 48)
+	for i := range cells {
+		cells[i] = newCell(10)
+		cells[i].app = cells[0].app
+		e.check(t, tiers.Enforce, cells[i])
+	}
+	e.clock.Advance(2 * time.Hour)
+	rep, err := w.RunCycle(ctx)
+	if err != nil || rep.Moved["hot>cold"] != 48 {
+		t.Fatalf("cycle: %+v %v, want 48 cells cold", rep, err)
+	}
+	ref := cells[0].ref()
+	layers, err := e.mover.RDB.GetRange(ctx, e.warm.HeaderKey(&ref), 12, 12).Result()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("header: %q %v", layers, err)
+	}
+	if n := int(layers[0]); n < 1 || n > 2 {
+		t.Fatalf("the tag's cold filter has %d layers, want 1 or 2", n)
+	}
+}

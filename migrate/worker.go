@@ -305,30 +305,34 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, rep *partReport
 // moves to cold size each tag's cold filter for what this cycle will add
 // at once instead of growing it layer by layer as the cells of a tag come
 // up in the scan (tiers.WarmStore.SwitchToCold). Cells already cold are
-// counted too: the filter's own count tells them apart.
+// counted too: the filter's own count tells them apart. MariaDB counts
+// (one row a tag comes back): a cell's target is cold when its calls an
+// hour are under ColdThreshold (Config.Target), i.e. calls < ColdThreshold
+// × hours; its tag is bytes 17-19 of its ref (EncodeRef).
 func (w *Worker) coldTargets(ctx context.Context, db *sql.DB, lo, hi []byte, hour int64) (map[tiers.Tag]int, error) {
 	out := map[tiers.Tag]int{}
-	q, args := "SELECT ref, since, calls FROM cell_activity WHERE k >= ?", []any{lo}
+	q := "SELECT SUBSTRING(ref, 17, 3), COUNT(*) FROM cell_activity WHERE k >= ?"
+	args := []any{lo}
 	if hi != nil {
 		q, args = q+" AND k < ?", append(args, hi)
 	}
+	q += " AND calls < ? * GREATEST(? - since, 1) GROUP BY 1"
+	args = append(args, w.Config.ColdThreshold, hour)
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return out, fmt.Errorf("activity count: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var ref []byte
-		var since, calls int64
-		if err := rows.Scan(&ref, &since, &calls); err != nil {
+		var tag []byte
+		var n int
+		if err := rows.Scan(&tag, &n); err != nil {
 			return out, fmt.Errorf("activity count: %w", err)
 		}
-		r, err := DecodeRef(string(ref))
-		if err != nil {
-			continue // the scan proper reports it
-		}
-		if w.Config.Target(float64(calls)/float64(max(hour-since, 1))) == tiers.Cold {
-			out[w.Mover.Warm.DirTag(&r)]++
+		var t tiers.Tag
+		if len(tag) == len(t) {
+			copy(t[:], tag)
+			out[t] = n
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -109,10 +109,6 @@ func ones(vals []any) []bool {
 	return out
 }
 
-// DirTag returns the tag whose buckets and cold filter hold r's directory
-// (r's own, or its pool's for a rule without app_id).
-func (s *WarmStore) DirTag(r *Ref) Tag { return r.Tag }
-
 // Client returns the store's Redis client.
 func (s *WarmStore) Client() redis.UniversalClient { return s.rdb }
 
