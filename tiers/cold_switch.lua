@@ -79,9 +79,13 @@ local function add_layer(h, want)
   return true
 end
 
--- add sets the cell's bits in the last layer of h's filter; remaining is
--- the number of the tag's cells this call has still to switch.
-local function add(h, capacity, field, remaining)
+-- The bytes of the block add changes, a table made once a call.
+local block = {}
+
+-- add sets the bits of the cell whose block hash and positions are x and
+-- pos (cold_pos) in the last layer of h's filter; remaining is the number
+-- of the tag's cells this call has still to switch.
+local function add(h, capacity, x, pos, remaining)
   local layers = #h.sizes
   if layers == 0 or h.last >= h.sizes[layers] * 8 then
     if not add_layer(h, math.max(capacity - h.total, remaining, h.total)) then
@@ -91,15 +95,15 @@ local function add(h, capacity, field, remaining)
   end
   local off = DIR_HEADER + 4 * layers
   for j = 1, layers - 1 do off = off + h.sizes[j] * 8 end
-  local x, pos = cold_pos(field)
   local at = off + (x % h.sizes[layers]) * 8
   local blk, base = cold_block(h, at)
-  local b = { string.byte(blk, base + 1, base + 8) }
+  local b = block
+  b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8] = string.byte(blk, base + 1, base + 8)
   for k = 1, 7, 2 do
     local i, bit = pos[k], pos[k + 1]
     if b[i] % (bit + bit) < bit then b[i] = b[i] + bit end
   end
-  set_block(h, at, string.char(unpack(b)))
+  set_block(h, at, string.char(b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8]))
   h.total = h.total + 1
   h.last = h.last + 1
 end
@@ -132,8 +136,9 @@ for i = first, #ARGV, 5 do
       redis.call('EXISTS', KEYS[tonumber(ARGV[i + 3])], KEYS[tonumber(ARGV[i + 4])]) == 0) then
     -- A cell the filter already holds (it was cold before, or a false
     -- positive) needs no bits; the version changes all the same.
-    if not cold_maybe(h, field) then
-      local err = add(h, tonumber(ARGV[1 + tonumber(k)]), field, left[k])
+    local x, pos = cold_pos(field)
+    if not cold_holds(h, x, pos) then
+      local err = add(h, tonumber(ARGV[1 + tonumber(k)]), x, pos, left[k])
       if err then
         finish()
         return err

@@ -46,16 +46,17 @@ var coldSwitchScript = dirScript(coldSwitchSource)
 // filter layer); nil: as many as switch now. It reports per swap whether
 // it switched.
 func (s *WarmStore) SwitchToCold(ctx context.Context, swaps []DirSwap, capacity func(Tag) int) ([]bool, error) {
-	return s.switchToCold(ctx, swaps, nil, capacity)
-}
-
-// switchToCold is SwitchToCold; with live set, a swap also requires that
-// neither of its cell's counter keys live[i] exists (HotMover.SwitchIdleToCold).
-func (s *WarmStore) switchToCold(ctx context.Context, swaps []DirSwap, live [][2]string, capacity func(Tag) int) ([]bool, error) {
 	locs := make([]warmLoc, len(swaps))
 	for i := range swaps {
 		locs[i] = s.locate(swaps[i].Identity, swaps[i].Window, swaps[i].Tag)
 	}
+	return s.switchToCold(ctx, swaps, locs, nil, capacity)
+}
+
+// switchToCold is SwitchToCold for swaps located at locs; with live set, a
+// swap also requires that neither of its cell's counter keys live[i]
+// exists (HotMover.SwitchIdleToCold).
+func (s *WarmStore) switchToCold(ctx context.Context, swaps []DirSwap, locs []warmLoc, live [][2]string, capacity func(Tag) int) ([]bool, error) {
 	calls := s.dirCalls(locs)
 	for ci := range calls {
 		calls[ci].Args = coldSwitchArgs(&calls[ci], swaps, live, capacity)

@@ -211,18 +211,23 @@ local function cold_block(h, at)
   return redis.call('GETRANGE', h.key, at, at + 7), 0
 end
 
+-- cold_holds reports whether a layer of h's filter holds the cell whose
+-- block hash and bit positions are x and pos (cold_pos).
+local function cold_holds(h, x, pos)
+  local off = DIR_HEADER + 4 * #h.sizes
+  for j = 1, #h.sizes do
+    local at = off + (x % h.sizes[j]) * 8
+    local blk, base = cold_block(h, at)
+    if cold_has(blk, base, pos) then return true end
+    off = off + h.sizes[j] * 8
+  end
+  return false
+end
+
 -- cold_maybe reports whether the tag's cold filter holds the cell (it may
 -- be cold; false: it is not), and the filter's version.
 local function cold_maybe(h, field)
   if #h.sizes == 0 then return false, h.version end
   local x, pos = cold_pos(field)
-  local off = DIR_HEADER + 4 * #h.sizes
-  for j = 1, #h.sizes do
-    local at = off + (x % h.sizes[j]) * 8
-    local blk, base = cold_block(h, at)
-    if cold_has(blk, base, pos) then return true, h.version end
-    off = off + h.sizes[j] * 8
-  end
-  return false, h.version
+  return cold_holds(h, x, pos), h.version
 end
-

@@ -36,11 +36,7 @@ func (s HotState) Idle() bool { return s.Dir == "" && !s.Counting && !s.MaybeCol
 // on a single Redis, one per tag on a cluster. Advice only: the moves
 // check again (SwitchIdleToCold, FreezeExport).
 func (m *HotMover) States(ctx context.Context, refs []Ref) ([]HotState, error) {
-	live := m.liveKeys(refs)
-	locs := make([]warmLoc, len(refs))
-	for i := range refs {
-		locs[i] = m.Warm.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
-	}
+	locs, live := m.cellKeys(refs)
 	calls := m.Warm.dirCalls(locs)
 	for ci := range calls {
 		c := &calls[ci]
@@ -78,19 +74,23 @@ func (m *HotMover) SwitchIdleToCold(ctx context.Context, refs []Ref, capacity fu
 	for i := range refs {
 		swaps[i].Ref = refs[i]
 	}
-	return m.Warm.switchToCold(ctx, swaps, m.liveKeys(refs), capacity)
+	locs, live := m.cellKeys(refs)
+	return m.Warm.switchToCold(ctx, swaps, locs, live, capacity)
 }
 
-// liveKeys returns the live counter keys of this window and the next of
-// each ref.
-func (m *HotMover) liveKeys(refs []Ref) [][2]string {
+// cellKeys returns each ref's directory location and its live counter
+// keys of this window and the next (one cell id, an MD5, a ref).
+func (m *HotMover) cellKeys(refs []Ref) ([]warmLoc, [][2]string) {
 	now := m.now()
-	out := make([][2]string, len(refs))
+	locs := make([]warmLoc, len(refs))
+	live := make([][2]string, len(refs))
 	for i := range refs {
-		cur, next, _ := m.keys(refs[i].ID(), &refs[i], now)
-		out[i] = [2]string{cur, next}
+		id := refs[i].ID()
+		locs[i] = m.Warm.locateCell(id, refs[i].Tag)
+		cur, next, _ := m.keys(id, &refs[i], now)
+		live[i] = [2]string{cur, next}
 	}
-	return out
+	return locs, live
 }
 
 // IdleRecords returns the cold record of each of refs as an idle cell:
