@@ -191,24 +191,28 @@ func redisServerCPU(b *testing.B, e *env) time.Duration {
 // reports cells moved a second of the cycle and the CPU a cell of this
 // process, Redis and MariaDB. "idle": windows of an hour, so no counter of
 // the current window is left and the cells take the idle move
-// (PROTOCOL.md, "Idle cells"); "counting": windows of a day, whose
+// (PROTOCOL.md, "Idle cells"); "idle-folded": the same with the activity
+// log folded before the cycle (as FoldLongLogs does between cycles), so
+// the cycle scans and moves only; "counting": windows of a day, whose
 // counters still hold the call, so every cell takes the full protocol.
 func BenchmarkCycle_HotToCold(b *testing.B) {
 	for _, tc := range []struct {
 		name    string
 		window  time.Duration
+		folded  bool
 		workers []int
 	}{
-		{"idle", time.Hour, []int{1, 2, 4}},
-		{"counting", 24 * time.Hour, []int{2, 4}},
+		{"idle", time.Hour, false, []int{1, 2, 4}},
+		{"idle-folded", time.Hour, true, []int{2, 4}},
+		{"counting", 24 * time.Hour, false, []int{2, 4}},
 	} {
 		for _, workers := range tc.workers {
-			b.Run(tc.name+"/part-workers="+strconv.Itoa(workers), func(b *testing.B) { benchCycle(b, tc.window, workers) })
+			b.Run(tc.name+"/part-workers="+strconv.Itoa(workers), func(b *testing.B) { benchCycle(b, tc.window, tc.folded, workers) })
 		}
 	}
 }
 
-func benchCycle(b *testing.B, window time.Duration, workers int) {
+func benchCycle(b *testing.B, window time.Duration, folded bool, workers int) {
 	const cells, apps = 20000, 100
 	ctx := context.Background()
 	var took time.Duration
@@ -235,6 +239,18 @@ func benchCycle(b *testing.B, window time.Duration, workers int) {
 			}
 		}
 		e.clock.Advance(2 * time.Hour)
+		if folded {
+			if err := w.Activity.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			for _, db := range w.DBs {
+				for part := range partsPerShard {
+					if _, err := foldActivityLog(ctx, db, part); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+		}
 		cpu.start(e)
 		b.StartTimer()
 		start := time.Now()

@@ -7,31 +7,33 @@
 -- One call may switch the cells of several tags (all in one hash slot: one
 -- call per tag on a cluster, one for all on a single Redis).
 --
--- KEYS     the tags' headers (directory.lua; created on first use), then
---          the counter keys the cells name (below)
+-- KEYS     the tags' headers (directory.lua; created on first use), then,
+--          with counters (below), the counters of this window and the next
+--          of each cell, in cell order
 -- ARGV[1]  K, the number of headers
 -- ARGV[1+k], k = 1..K  capacity, in cells, of a layer this call has to add
 --          to tag k's filter (the caller's estimate of the tag's cold cells
 --          to come; at least this call's)
--- then 5 values per cell: its header's index into KEYS, its warm field
---          (>= 6 bytes of its cell id), the expected value ('' = absent),
---          and the KEYS indexes of its counters of this window and the
---          next that must not exist ('0' '0': none to check)
+-- ARGV[K+2] '1': the cells' counters follow the headers in KEYS, and must
+--          not exist; '0': none
+-- then 3 values per cell: its header's index into KEYS, its warm field
+--          (>= 6 bytes of its cell id), the expected value ('' = absent)
 --
 -- Reply: per cell 1 (switched and in the filter) or 0 (the field held
 -- another value, or a counter exists: nothing changed for that cell).
 -- Switching a cell whose field is absent ('' expected) only makes sure the
 -- filter holds it: the rebuild of a filter Redis lost
--- (migrate.Worker.RebuildColdFilters), and, with its counters named, the
--- move of an idle cell (hot_idle.lua), whose counters must still be absent
--- when it becomes cold (migrate/PROTOCOL.md, invariant 1).
+-- (migrate.Worker.RebuildColdFilters), and, with counters, the move of an
+-- idle cell (hot_state.lua), whose counters must still be absent when it
+-- becomes cold (migrate/PROTOCOL.md, invariant 1).
 --
 -- Cells are added to the last layer only: earlier layers are full. A full
 -- last layer gets a successor at least as large as all earlier layers
 -- together, so a tag's layers grow with the log of its cold cells.
 
 local K = tonumber(ARGV[1])
-local first = K + 2 -- the first cell's ARGV
+local counters = ARGV[K + 2] == '1'
+local first = K + 3 -- the first cell's ARGV
 
 -- set_block writes an 8-byte filter block of h at byte offset at: at
 -- once, or, when the script reads the blocks from a copy of the header
@@ -110,7 +112,7 @@ end
 
 -- Per tag, its cells in this call: still to switch, and to probe.
 local left = {}
-for i = first, #ARGV, 5 do left[ARGV[i]] = (left[ARGV[i]] or 0) + 1 end
+for i = first, #ARGV, 3 do left[ARGV[i]] = (left[ARGV[i]] or 0) + 1 end
 
 local out = {}
 local changed = {}
@@ -126,14 +128,19 @@ local function finish()
   end
 end
 
-for i = first, #ARGV, 5 do
+local live = K -- the KEYS index before the cell's counters
+for i = first, #ARGV, 3 do
   local k = ARGV[i]
   local h = dir_header(KEYS[tonumber(k)])
   h.probes = h.probes or left[k]
   local field = ARGV[i + 1]
   local cur = warm_get(h, field) or ''
-  if cur == ARGV[i + 2] and (ARGV[i + 3] == '0' or
-      redis.call('EXISTS', KEYS[tonumber(ARGV[i + 3])], KEYS[tonumber(ARGV[i + 4])]) == 0) then
+  local idle = true
+  if counters then
+    idle = redis.call('EXISTS', KEYS[live + 1], KEYS[live + 2]) == 0
+    live = live + 2
+  end
+  if cur == ARGV[i + 2] and idle then
     -- A cell the filter already holds (it was cold before, or a false
     -- positive) needs no bits; the version changes all the same.
     local x, pos = cold_pos(field)

@@ -70,9 +70,9 @@ func (s *WarmStore) switchToCold(ctx context.Context, swaps []DirSwap, locs []wa
 
 // coldSwitchArgs turns a dirCall's (header index, field) pairs into
 // cold_switch.lua's ARGV: the number of headers, a layer capacity per
-// header, then (header index, field, expected value, counter key indexes)
-// per cell. The counter keys of live, if any, are appended to the call's
-// KEYS after the headers.
+// header, whether counters are named, then (header index, field, expected
+// value) per cell. The counter keys of live, if any, are appended to the
+// call's KEYS after the headers, two a cell in the call's order.
 func coldSwitchArgs(c *dirCall, swaps []DirSwap, live [][2]string, capacity func(Tag) int) []any {
 	caps := make([]int, len(c.Keys))
 	tags := make([]Tag, len(c.Keys))
@@ -80,7 +80,7 @@ func coldSwitchArgs(c *dirCall, swaps []DirSwap, live [][2]string, capacity func
 		caps[c.hdr[k]]++
 		tags[c.hdr[k]] = swaps[at].Tag
 	}
-	args := make([]any, 0, 1+len(caps)+5*len(c.at))
+	args := make([]any, 0, 2+len(caps)+3*len(c.at))
 	args = append(args, len(caps))
 	for hi, n := range caps {
 		if capacity != nil {
@@ -88,14 +88,12 @@ func coldSwitchArgs(c *dirCall, swaps []DirSwap, live [][2]string, capacity func
 		}
 		args = append(args, n)
 	}
+	args = append(args, boolInt(live != nil))
 	for k, at := range c.at {
 		args = append(args, c.hdr[k]+1, c.Args[2*k+1], swaps[at].Old)
-		if live == nil {
-			args = append(args, 0, 0)
-			continue
+		if live != nil {
+			c.Keys = append(c.Keys, live[at][0], live[at][1])
 		}
-		c.Keys = append(c.Keys, live[at][0], live[at][1])
-		args = append(args, len(c.Keys)-1, len(c.Keys))
 	}
 	return args
 }

@@ -6,9 +6,10 @@
 -- to cold without a freeze (migrate/PROTOCOL.md, "Idle cells"). Advice
 -- only: the moves check again, atomically.
 --
--- KEYS   tags' headers and counter keys, referred to by index
--- ARGV   4 values per cell: header key index, field, key index of this
---        window's counter, key index of the next window's counter
+-- KEYS     the tags' headers, then the counters of this window and the
+--          next of each cell, in cell order
+-- ARGV[1]  K, the number of headers
+-- then 2 values per cell: its header's index into KEYS, its field
 --
 -- Reply: per cell its field's value, or, with no field, 0 (idle), 1 (no
 -- counter; the cold filter may hold it) or 2 (a counter exists: hot, by
@@ -16,17 +17,19 @@
 
 -- How many cells of each tag this call may probe (cold_block).
 local probes = {}
-for i = 1, #ARGV, 4 do probes[ARGV[i]] = (probes[ARGV[i]] or 0) + 1 end
+for i = 2, #ARGV, 2 do probes[ARGV[i]] = (probes[ARGV[i]] or 0) + 1 end
 
 local out = {}
-for i = 1, #ARGV, 4 do
+local live = tonumber(ARGV[1]) -- the KEYS index before the cell's counters
+for i = 2, #ARGV, 2 do
   local h = dir_header(KEYS[tonumber(ARGV[i])])
   h.probes = h.probes or probes[ARGV[i]]
   local field = ARGV[i + 1]
   local v = warm_get(h, field)
+  live = live + 2
   if v then
     out[#out + 1] = v
-  elseif redis.call('EXISTS', KEYS[tonumber(ARGV[i + 2])], KEYS[tonumber(ARGV[i + 3])]) > 0 then
+  elseif redis.call('EXISTS', KEYS[live - 1], KEYS[live]) > 0 then
     out[#out + 1] = 2
   elseif cold_maybe(h, field) then
     out[#out + 1] = 1

@@ -40,12 +40,10 @@ func (m *HotMover) States(ctx context.Context, refs []Ref) ([]HotState, error) {
 	calls := m.Warm.dirCalls(locs)
 	for ci := range calls {
 		c := &calls[ci]
-		args := make([]any, 0, 4*len(c.at))
-		for k, at := range c.at {
+		c.Args = append([]any{len(c.Keys)}, c.Args...)
+		for _, at := range c.at {
 			c.Keys = append(c.Keys, live[at][0], live[at][1])
-			args = append(args, c.hdr[k]+1, c.Args[2*k+1], len(c.Keys)-1, len(c.Keys))
 		}
-		c.Args = args
 	}
 	vals, err := perCell(ctx, m.Hot.rdb, hotStateScript, calls, len(refs))
 	if err != nil {
