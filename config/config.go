@@ -97,7 +97,7 @@ type Settings struct {
 	// schedule does not let the log grow with every flush; 0: folded by
 	// the cycles only.
 	MigrateLogMaxRows int
-	// QUOTA_MIGRATE_PART_WORKERS (2): how many parts of a cycle an
+	// QUOTA_MIGRATE_PART_WORKERS (4): how many parts of a cycle an
 	// instance moves at once. More finish a cycle sooner (the steps of one
 	// part wait on Redis and MySQL in turn) and take more of their CPU
 	// from the checks meanwhile.
@@ -177,7 +177,7 @@ func Defaults() Settings {
 		DemoteInterval:     time.Hour,
 		MigrateMinWindow:   2 * time.Hour,
 		MigrateLogMaxRows:  1000,
-		MigratePartWorkers: 2,
+		MigratePartWorkers: 4,
 		NewTier:            "hot",
 		ColdHints:          1 << 20, // 8 MiB
 

@@ -66,7 +66,7 @@ func (w *Worker) partWorkers() int {
 	if w.Config.PartWorkers > 0 {
 		return w.Config.PartWorkers
 	}
-	return 2
+	return 4
 }
 
 // joinCycle returns the id of the cycle running now, or starts one with

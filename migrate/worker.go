@@ -39,7 +39,7 @@ type Config struct {
 	// from the others (the lease is renewed while the part runs); 0: 30 s.
 	PartLeaseTTL time.Duration
 	// PartWorkers is how many parts of a cycle an instance runs at once;
-	// 0: 2.
+	// 0: 4.
 	PartWorkers int
 	// ActivityWait is how long an instance waits after joining a cycle
 	// before its first part, so that every instance of the fleet (watching
