@@ -8,14 +8,14 @@ import (
 )
 
 // moveIdleToCold moves the idle cells of refs (hot, no counter, no field,
-// no cold filter bit: tiers.HotState.Idle; states, if set, says which, else
-// they are read) to cold without a lease, a
-// journal or a freeze (PROTOCOL.md, "Idle cells"): an empty record for
-// each where it has no row, then one atomic switch per tag that checks
-// again that the cell is idle and adds it to its cold filter. The records
-// of the cells that did not switch (a check counted in between) are
-// deleted if nothing has counted in them. It returns the cells moved and
-// the others, for the full protocol.
+// no cold filter bit: tiers.HotState.Idle; states, if set, says which,
+// else they are read) to cold without a lease, a journal or a freeze
+// (PROTOCOL.md, "Idle cells"): an empty record for each where it has no
+// row, then one atomic switch per tag that checks again that the cell is
+// idle and adds it to its cold filter. The records of the cells that did
+// not switch (a check counted in between) are deleted if nothing has
+// counted in them. It returns the cells moved and the others, for the
+// full protocol.
 func (m *Mover) moveIdleToCold(ctx context.Context, refs []tiers.Ref, states []tiers.HotState, capacity func(tiers.Tag) int) (moved, rest []tiers.Ref, err error) {
 	if states == nil {
 		if states, err = m.Hot.States(ctx, refs); err != nil {

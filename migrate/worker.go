@@ -288,13 +288,11 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, rep *partReport
 		// Only a batch that read such a row has one to rescale (a row a
 		// concurrent fold adds is of the log's recent hours; one past the
 		// horizon would wait for the next cycle, and only steers tiers).
-		if !old {
-			after = last
-			continue
-		}
-		if _, err := db.ExecContext(ctx, "UPDATE cell_activity SET calls = calls * ? DIV GREATEST(? - since, 1), since = ? - ? WHERE k > ? AND k <= ? AND ? - since > ?",
-			horizon, hour, hour, horizon, after, last, hour, horizon); err != nil {
-			fail(fmt.Errorf("activity rescale shard %d: %w", sh, err))
+		if old {
+			if _, err := db.ExecContext(ctx, "UPDATE cell_activity SET calls = calls * ? DIV GREATEST(? - since, 1), since = ? - ? WHERE k > ? AND k <= ? AND ? - since > ?",
+				horizon, hour, hour, horizon, after, last, hour, horizon); err != nil {
+				fail(fmt.Errorf("activity rescale shard %d: %w", sh, err))
+			}
 		}
 		after = last
 	}
