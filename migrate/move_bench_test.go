@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -195,30 +196,90 @@ func redisServerCPU(b *testing.B, e *env) time.Duration {
 // (PROTOCOL.md, "Idle cells"); "idle-folded": the same with the activity
 // log folded before the cycle (as FoldLongLogs does between cycles), so
 // the cycle scans and moves only; "counting": windows of a day, whose
-// counters still hold the call, so every cell takes the full protocol.
+// counters still hold the call, so every cell takes the full protocol;
+// "idle-serving": idle cells while 2,000 checks a second of other, hot
+// cells go through the router of the same process, whose p99 it reports
+// (what a cycle costs the checks).
 func BenchmarkCycle_HotToCold(b *testing.B) {
 	for _, tc := range []struct {
 		name    string
 		window  time.Duration
 		folded  bool
+		serve   bool
 		workers []int
 	}{
-		{"idle", 2 * time.Hour, false, []int{1, 2, 4}},
-		{"idle-folded", 2 * time.Hour, true, []int{2, 4}},
-		{"counting", 24 * time.Hour, false, []int{2, 4}},
+		{"idle", 2 * time.Hour, false, false, []int{1, 2, 4}},
+		{"idle-folded", 2 * time.Hour, true, false, []int{2, 4}},
+		{"idle-serving", 2 * time.Hour, false, true, []int{2, 4}},
+		{"counting", 24 * time.Hour, false, false, []int{2, 4}},
 	} {
 		for _, workers := range tc.workers {
-			b.Run(tc.name+"/part-workers="+strconv.Itoa(workers), func(b *testing.B) { benchCycle(b, tc.window, tc.folded, workers) })
+			b.Run(tc.name+"/part-workers="+strconv.Itoa(workers), func(b *testing.B) {
+				benchCycle(b, cycleBench{window: tc.window, folded: tc.folded, serve: tc.serve, workers: workers})
+			})
 		}
 	}
 }
 
-func benchCycle(b *testing.B, window time.Duration, folded bool, workers int) {
+// cycleBench is one case of BenchmarkCycle_HotToCold.
+type cycleBench struct {
+	window  time.Duration // of the cells moved
+	folded  bool          // the activity log folded before the cycle
+	serve   bool          // checks of other cells during the cycle
+	workers int           // part workers
+}
+
+// hotCells makes 1,000 hot cells, each counted once, for serveChecks.
+func hotCells(b *testing.B, e *env) []tiers.Cell {
+	cells := make([]tiers.Cell, 1000)
+	ops := make([]*tiers.Op, len(cells))
+	for i := range cells {
+		c := newCell(1 << 40)
+		c.window = 24 * time.Hour
+		cells[i] = c.at(e.clock.Now())
+		ops[i] = &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{cells[i]}}
+	}
+	if err := e.router.Check(context.Background(), e.clock.Now(), ops); err != nil {
+		b.Fatal(err)
+	}
+	return cells
+}
+
+// serveChecks sends a check of one of cells every 500 µs (2,000 a second,
+// open loop) through e's router until stop is closed, and returns each
+// check's latency from the moment it was due (a check sent late because
+// the one before was slow counts its wait).
+func serveChecks(b *testing.B, e *env, cells []tiers.Cell, stop <-chan struct{}) []time.Duration {
+	ctx := context.Background()
+	var lat []time.Duration
+	due := time.Now()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return lat
+		default:
+		}
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+		}
+		op := &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{cells[i%len(cells)]}}
+		if err := e.router.Check(ctx, e.clock.Now(), []*tiers.Op{op}); err != nil {
+			b.Error(err)
+			return lat
+		}
+		lat = append(lat, time.Since(due))
+		due = due.Add(500 * time.Microsecond)
+	}
+}
+
+func benchCycle(b *testing.B, cb cycleBench) {
+	window, folded, workers := cb.window, cb.folded, cb.workers
 	const cells, apps = 20000, 100
 	ctx := context.Background()
 	var took time.Duration
 	cpu := newCPUMeter(b)
 	moved := 0
+	var lat []time.Duration // of the checks served during the cycles
 	for b.Loop() {
 		b.StopTimer()
 		e := newEnv(b)
@@ -252,6 +313,12 @@ func benchCycle(b *testing.B, window time.Duration, folded bool, workers int) {
 				}
 			}
 		}
+		stop := make(chan struct{})
+		served := make(chan []time.Duration, 1)
+		if cb.serve {
+			hot := hotCells(b, e)
+			go func() { served <- serveChecks(b, e, hot, stop) }()
+		}
 		cpu.start(e)
 		b.StartTimer()
 		start := time.Now()
@@ -259,6 +326,10 @@ func benchCycle(b *testing.B, window time.Duration, folded bool, workers int) {
 		took += time.Since(start)
 		b.StopTimer()
 		cpu.stop(e)
+		close(stop)
+		if cb.serve {
+			lat = append(lat, <-served...)
+		}
 		b.StartTimer()
 		if err != nil || rep.Moved["hot>cold"] != cells {
 			b.Fatalf("cycle moved %v of %d cells: %v %v", rep.Moved, cells, err, rep.Errors)
@@ -267,4 +338,9 @@ func benchCycle(b *testing.B, window time.Duration, folded bool, workers int) {
 	}
 	b.ReportMetric(float64(moved)/took.Seconds(), "cells/s")
 	cpu.report(moved)
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "check-p99-ms")
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "check-p50-ms")
+	}
 }
