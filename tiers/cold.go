@@ -504,11 +504,7 @@ func (s *ColdStore) tryImport(ctx context.Context, sh int, recs []*Record, ids [
 // move of idle cells (IdleRecords) uses it; a row that exists is another
 // move's copy, or the cell's.
 func (s *ColdStore) InsertNew(ctx context.Context, recs []Record) error {
-	return s.eachChunk(recs, func(sh int, part []*Record) error {
-		ids, vals, err := recordRows(part)
-		if err != nil {
-			return err
-		}
+	return s.eachChunk(recs, func(sh int, ids []CellID, vals [][]byte) error {
 		if _, err := reserveCold(ctx, s.dbs[sh], ids, vals); err != nil {
 			return fmt.Errorf("cold insert shard %d: %w", sh, err)
 		}
@@ -521,11 +517,7 @@ func (s *ColdStore) InsertNew(ctx context.Context, recs []Record) error {
 // check that counts changes its Last or Count). One DELETE per shard and
 // chunk.
 func (s *ColdStore) DeleteUnchanged(ctx context.Context, recs []Record) error {
-	return s.eachChunk(recs, func(sh int, part []*Record) error {
-		ids, vals, err := recordRows(part)
-		if err != nil {
-			return err
-		}
+	return s.eachChunk(recs, func(sh int, ids []CellID, vals [][]byte) error {
 		args := make([]any, 0, 2*len(ids))
 		for i := range ids {
 			args = append(args, ids[i][:], vals[i])
@@ -538,8 +530,9 @@ func (s *ColdStore) DeleteUnchanged(ctx context.Context, recs []Record) error {
 	})
 }
 
-// eachChunk calls fn with recs grouped by shard, in chunks of coldChunk.
-func (s *ColdStore) eachChunk(recs []Record, fn func(sh int, part []*Record) error) error {
+// eachChunk calls fn with the cell ids and raw records of recs, grouped
+// by shard, in chunks of coldChunk.
+func (s *ColdStore) eachChunk(recs []Record, fn func(sh int, ids []CellID, vals [][]byte) error) error {
 	refs := make([]Ref, len(recs))
 	for i := range recs {
 		refs[i] = recs[i].Ref
@@ -550,30 +543,21 @@ func (s *ColdStore) eachChunk(recs []Record, fn func(sh int, part []*Record) err
 	}
 	for sh, idx := range by {
 		for chunk := range slices.Chunk(idx, coldChunk) {
-			part := make([]*Record, len(chunk))
+			ids := make([]CellID, len(chunk))
+			vals := make([][]byte, len(chunk))
 			for j, i := range chunk {
-				part[j] = &recs[i]
+				raw, err := appendRecordRaw(nil, &recs[i])
+				if err != nil {
+					return fmt.Errorf("cold record: %w", err)
+				}
+				ids[j], vals[j] = recs[i].ID(), raw
 			}
-			if err := fn(sh, part); err != nil {
+			if err := fn(sh, ids, vals); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
-}
-
-// recordRows returns the cell ids and raw records of recs.
-func recordRows(recs []*Record) ([]CellID, [][]byte, error) {
-	ids := make([]CellID, len(recs))
-	vals := make([][]byte, len(recs))
-	for i, r := range recs {
-		raw, err := appendRecordRaw(nil, r)
-		if err != nil {
-			return nil, nil, fmt.Errorf("cold record: %w", err)
-		}
-		ids[i], vals[i] = r.ID(), raw
-	}
-	return ids, vals, nil
 }
 
 // Delete removes the records of refs (Mover): one DELETE per shard and chunk.
