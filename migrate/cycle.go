@@ -42,6 +42,7 @@ type partReport struct {
 	Folded   int            `json:"folded"`
 	Scanned  int            `json:"scanned"`
 	Moved    map[string]int `json:"moved"`
+	Idle     int            `json:"idle"`
 	Skipped  int            `json:"skipped"`
 	Failures int            `json:"failures"`
 	By       string         `json:"by"`
@@ -268,6 +269,7 @@ func (w *Worker) fleetReport(ctx context.Context, id string, rep *CycleReport) e
 		}
 		rep.Folded += pr.Folded
 		rep.Scanned += pr.Scanned
+		rep.Idle += pr.Idle
 		rep.Skipped += pr.Skipped
 		rep.Failures += pr.Failures
 		for d, n := range pr.Moved {

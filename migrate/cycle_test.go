@@ -287,8 +287,8 @@ func TestCycle_SizesEachTagsColdFilterForTheCellsItSendsCold(t *testing.T) {
 	}
 	e.clock.Advance(2 * time.Hour)
 	rep, err := w.RunCycle(ctx)
-	if err != nil || rep.Moved["hot>cold"] != 48 {
-		t.Fatalf("cycle: %+v %v, want 48 cells cold", rep, err)
+	if err != nil || rep.Moved["hot>cold"] != 48 || rep.Idle != 48 {
+		t.Fatalf("cycle: %+v %v, want 48 cells cold, all by the idle move", rep, err)
 	}
 	ref := cells[0].ref()
 	layers, err := e.mover.RDB.GetRange(ctx, e.warm.HeaderKey(&ref), 12, 12).Result()

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/quota-platform/quota/tiers"
 )
 
@@ -24,9 +26,16 @@ func TestMoveIdleToCold_TakesNoLeaseJournalOrFreeze(t *testing.T) {
 		}
 		return nil
 	})
+	e.mover.Metrics = NewMetrics(nil)
 	cells := []cellSpec{newCell(4), newCell(4), newCell(4)}
 	cells[1].app = cells[0].app // two cells of one tag
-	e.move(t, tiers.Hot, tiers.Cold, cells...)
+	res, err := e.mover.MoveCells(context.Background(), refsOf(cells...), tiers.Hot, tiers.Cold)
+	if err != nil || len(res.Moved) != 3 || res.Idle != 3 {
+		t.Fatalf("move: %+v %v, want 3 cells moved by the idle move", res, err)
+	}
+	if n := testutil.ToFloat64(e.mover.Metrics.idleMoves); n != 3 {
+		t.Errorf("quota_migrations_idle_total %v, want 3", n)
+	}
 	e.mover.Faults = nil
 	for _, c := range cells {
 		e.expectCell(t, "after the move", c, tiers.Cold, 0)

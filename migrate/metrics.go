@@ -11,6 +11,7 @@ import (
 // Metrics are the migration's collectors. A nil *Metrics records nothing.
 type Metrics struct {
 	moves       *prometheus.CounterVec
+	idleMoves   prometheus.Counter
 	failures    prometheus.Counter
 	cycles      *prometheus.CounterVec // result: ok | error
 	lastSuccess prometheus.Gauge
@@ -26,6 +27,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "quota_migrations_total",
 			Help: "Cells moved between tiers, by direction.",
 		}, []string{"from", "to"}),
+		idleMoves: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "quota_migrations_idle_total",
+			Help: "Of the cells moved hot to cold, those moved by the idle move (no counter, no lease, no freeze); the others took the full protocol.",
+		}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "quota_migration_failures_total",
 			Help: "Move batches that failed (the next run repairs them).",
@@ -63,7 +68,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.tierBytes.WithLabelValues(string(t))
 	}
 	if reg != nil {
-		reg.MustRegister(m.moves, m.failures, m.cycles, m.lastSuccess, m.tierCells, m.tierBytes, m.tierCounted)
+		reg.MustRegister(m.moves, m.idleMoves, m.failures, m.cycles, m.lastSuccess, m.tierCells, m.tierBytes, m.tierCounted)
 	}
 	return m
 }
@@ -71,6 +76,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) moved(from, to tiers.Tier, n int) {
 	if m != nil && n > 0 {
 		m.moves.WithLabelValues(string(from), string(to)).Add(float64(n))
+	}
+}
+
+func (m *Metrics) movedIdle(n int) {
+	if m != nil && n > 0 {
+		m.idleMoves.Add(float64(n))
 	}
 }
 

@@ -125,6 +125,7 @@ func (m *Mover) step(s Step) error {
 // Result says what MoveCells did.
 type Result struct {
 	Moved   []tiers.Ref // now in the destination (moved by this call)
+	Idle    int         // of Moved, the first ones, moved hot>cold by the idle move (PROTOCOL.md)
 	Skipped int         // leased by another worker, or not in the source tier
 }
 
@@ -242,8 +243,9 @@ func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 			m.Metrics.failed()
 			return res, err
 		}
-		res.Moved = idle
+		res.Moved, res.Idle = idle, len(idle)
 		m.Metrics.moved(from, to, len(idle))
+		m.Metrics.movedIdle(len(idle))
 		m.hint(idle, from, to)
 		if refs = rest; len(refs) == 0 {
 			return res, nil

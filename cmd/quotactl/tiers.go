@@ -99,6 +99,7 @@ func runMigrate(ctx context.Context, cl *client, args []string, stdout, stderr i
 		Folded   int            `json:"folded"`
 		Scanned  int            `json:"scanned"`
 		Moved    map[string]int `json:"moved"`
+		Idle     int            `json:"idle"`
 		Skipped  int            `json:"skipped"`
 		Repaired int            `json:"repaired"`
 		Failures int            `json:"failures"`
@@ -116,6 +117,10 @@ func runMigrate(ctx context.Context, cl *client, args []string, stdout, stderr i
 	}
 	sort.Strings(dirs)
 	for _, d := range dirs {
+		if d == "hot>cold" && rep.Idle > 0 {
+			fmt.Fprintf(stdout, "  %-10s %d (idle: %d)\n", d, rep.Moved[d], rep.Idle)
+			continue
+		}
 		fmt.Fprintf(stdout, "  %-10s %d\n", d, rep.Moved[d])
 	}
 	for _, e := range rep.Errors {

@@ -29,7 +29,7 @@ func (fakeTiers) RebuildColdFilters(context.Context) (any, error) {
 }
 
 func (fakeTiers) Migrate(context.Context) (any, error) {
-	return map[string]any{"scanned": 100, "moved": map[string]int{"hot>warm": 3, "warm>cold": 7}, "duration": "12ms"}, nil
+	return map[string]any{"scanned": 100, "moved": map[string]int{"hot>warm": 3, "hot>cold": 9, "warm>cold": 7}, "idle": 5, "duration": "12ms"}, nil
 }
 
 // quotactl tiers and migrate against quotad's admin endpoints.
@@ -52,8 +52,10 @@ func TestTiersAndMigrate(t *testing.T) {
 	if code := run([]string{"--url", srv.URL, "--token", admin, "migrate"}, &out, &errb); code != 0 {
 		t.Fatalf("migrate: %d %s", code, errb.String())
 	}
-	if !strings.Contains(out.String(), "hot>warm   3") || !strings.Contains(out.String(), "scanned 100") {
-		t.Errorf("migrate output:\n%s", out.String())
+	for _, want := range []string{"hot>warm   3\n", "hot>cold   9 (idle: 5)\n", "warm>cold  7\n", "scanned 100"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("migrate output lacks %q:\n%s", want, out.String())
+		}
 	}
 	out.Reset()
 	if code := run([]string{"--url", srv.URL, "--token", admin, "rebuild-filters"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "42 cold cells") {
