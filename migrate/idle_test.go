@@ -147,3 +147,54 @@ func TestMoveIdleToCold_RacingChecksAreExact(t *testing.T) {
 	}
 	t.Logf("%d of %d cells cold", cold, n)
 }
+
+// A worker that stalls between an idle cell's record and its switch wakes
+// up to a cell that has since counted and moved (cold, cold and back to
+// hot, or warm, by other workers): its switch and its clean-up leave the
+// count exact and the cell where the last finished move put it, or move it
+// on to cold with its count.
+func TestMoveIdleToCold_StalledWorkerLosesNoCount(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		moves [][2]tiers.Tier // made by other workers during the stall, after 3 checks
+		final tiers.Tier
+	}{
+		{"moved-cold", [][2]tiers.Tier{{tiers.Hot, tiers.Cold}}, tiers.Cold},
+		{"moved-cold-and-back", [][2]tiers.Tier{{tiers.Hot, tiers.Cold}, {tiers.Cold, tiers.Hot}}, tiers.Cold},
+		{"moved-warm", [][2]tiers.Tier{{tiers.Hot, tiers.Warm}}, tiers.Warm},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := newCell(10)
+			stalled, resume := make(chan struct{}), make(chan struct{})
+			slow := *e.mover
+			slow.Faults = afterStep(func(s Step) error {
+				if s == StepIdleCopy {
+					close(stalled)
+					<-resume
+				}
+				return nil
+			})
+			moved := make(chan error, 1)
+			go func() {
+				_, err := slow.MoveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Cold)
+				moved <- err
+			}()
+			<-stalled
+			for range 3 {
+				e.check(t, tiers.Enforce, c)
+			}
+			for _, m := range tc.moves {
+				e.move(t, m[0], m[1], c)
+				e.check(t, tiers.Enforce, c)
+			}
+			close(resume)
+			if err := <-moved; err != nil {
+				t.Fatalf("the stalled worker's move: %v", err)
+			}
+			e.expectCell(t, "after the stalled worker", c, tc.final, int64(3+len(tc.moves)))
+		})
+	}
+}
