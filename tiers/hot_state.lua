@@ -1,10 +1,11 @@
 -- hot_state.lua: where hot fixed-window cells stand, after directory.lua,
--- for the scheduled cycle (package migrate): its directory field, and for
--- a cell without one whether a counter of this window or the next exists
--- and, if none does, whether its tag's cold filter may hold it. A cell
--- with no field, no counter and no filter bit is idle: hot, at 0, and moved
--- to cold without a freeze (migrate/PROTOCOL.md, "Idle cells"). Advice
--- only: the moves check again, atomically.
+-- for the scheduled cycle and moves to cold (package migrate): a cell's
+-- directory field, and for a cell without one whether a counter of this
+-- window or the next exists and, if none does, whether its tag's cold
+-- filter may hold it. A cell with no field, no counter and no filter bit
+-- is idle: hot, at 0, and moved to cold without a freeze
+-- (migrate/PROTOCOL.md, "Idle cells"). Advice only: the moves check again,
+-- atomically.
 --
 -- KEYS     the tags' headers, then the counters of this window and the
 --          next of each cell, in cell order
