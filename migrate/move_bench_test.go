@@ -192,10 +192,10 @@ func redisServerCPU(b *testing.B, e *env) time.Duration {
 // reports cells moved a second of the cycle and the CPU a cell of this
 // process, Redis and MariaDB. "idle": windows of two hours (the shortest
 // the cycle tracks by default), so no counter of the current window is
-// left and the cells take the idle move
-// (PROTOCOL.md, "Idle cells"); "idle-folded": the same with the activity
-// log folded before the cycle (as FoldLongLogs does between cycles), so
-// the cycle scans and moves only; "counting": windows of a day, whose
+// left and the cells take the idle move (PROTOCOL.md, "Idle cells");
+// "idle-folded": the same with the activity log folded before the cycle
+// (as FoldLongLogs does between cycles), so the cycle scans and moves
+// only; "counting": windows of a day, whose
 // counters still hold the call, so every cell takes the full protocol;
 // "idle-serving": idle cells while 2,000 checks a second of other, hot
 // cells go through the router of the same process, whose p99 it reports
