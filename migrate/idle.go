@@ -69,23 +69,13 @@ func (m *Mover) statesOf(ctx context.Context, refs []tiers.Ref) ([]tiers.Tier, [
 	if err != nil {
 		return nil, nil, err
 	}
-	var ask []tiers.Ref
-	var at []int
+	ask := make([]bool, len(refs))
 	for i := range states {
-		if states[i].MaybeCold {
-			ask = append(ask, refs[i])
-			at = append(at, i)
-		}
+		ask[i] = states[i].MaybeCold
 	}
-	rows := make([]bool, len(refs))
-	if len(ask) > 0 && m.Cold != nil {
-		ex, err := m.Cold.Exists(ctx, ask)
-		if err != nil {
-			return nil, nil, err
-		}
-		for k, i := range at {
-			rows[i] = ex[k]
-		}
+	rows, err := m.coldRows(ctx, refs, ask)
+	if err != nil {
+		return nil, nil, err
 	}
 	out := make([]tiers.Tier, len(refs))
 	for i := range states {

@@ -156,9 +156,8 @@ func (m *Mover) dir(ctx context.Context, refs []tiers.Ref) ([]string, []bool, er
 	if err != nil {
 		return nil, nil, err
 	}
-	rows := make([]bool, len(refs))
 	if m.Cold == nil {
-		return raws, rows, nil
+		return raws, make([]bool, len(refs)), nil
 	}
 	var empty []tiers.Ref
 	var emptyAt []int
@@ -172,24 +171,38 @@ func (m *Mover) dir(ctx context.Context, refs []tiers.Ref) ([]string, []bool, er
 	if err != nil {
 		return nil, nil, err
 	}
-	var ask []tiers.Ref
-	var at []int
+	ask := make([]bool, len(refs))
 	for k, i := range emptyAt {
-		if maybe[k] {
-			ask = append(ask, refs[i])
+		ask[i] = maybe[k]
+	}
+	rows, err := m.coldRows(ctx, refs, ask)
+	return raws, rows, err
+}
+
+// coldRows reports, for each ref whose ask is set, whether the cold tier
+// has its row (false for the others, and for all without a cold store):
+// one lookup of the asked refs.
+func (m *Mover) coldRows(ctx context.Context, refs []tiers.Ref, ask []bool) ([]bool, error) {
+	rows := make([]bool, len(refs))
+	var sub []tiers.Ref
+	var at []int
+	for i := range refs {
+		if ask[i] {
+			sub = append(sub, refs[i])
 			at = append(at, i)
 		}
 	}
-	if len(ask) > 0 {
-		ex, err := m.Cold.Exists(ctx, ask)
-		if err != nil {
-			return nil, nil, err
-		}
-		for k, i := range at {
-			rows[i] = ex[k]
-		}
+	if len(sub) == 0 || m.Cold == nil {
+		return rows, nil
 	}
-	return raws, rows, nil
+	ex, err := m.Cold.Exists(ctx, sub)
+	if err != nil {
+		return nil, err
+	}
+	for k, i := range at {
+		rows[i] = ex[k]
+	}
+	return rows, nil
 }
 
 // MoveCells moves refs from one tier to another (PROTOCOL.md): lease,
