@@ -335,6 +335,23 @@ func (s *ColdStore) refsByShard(refs []Ref) ([][]int, error) {
 	return by, nil
 }
 
+// shardChunks calls fn with the indexes of refs grouped by shard, in
+// chunks of at most coldChunk (one statement each), shard by shard.
+func (s *ColdStore) shardChunks(refs []Ref, fn func(sh int, chunk []int) error) error {
+	by, err := s.refsByShard(refs)
+	if err != nil {
+		return err
+	}
+	for sh, idx := range by {
+		for chunk := range slices.Chunk(idx, coldChunk) {
+			if err := fn(sh, chunk); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // Export returns the records of refs (Mover): one SELECT per shard and
 // chunk of refs.
 func (s *ColdStore) Export(ctx context.Context, refs []Ref) ([]Record, error) {
@@ -343,20 +360,18 @@ func (s *ColdStore) Export(ctx context.Context, refs []Ref) ([]Record, error) {
 	for i := range refs {
 		ids[i] = refs[i].ID()
 	}
-	by, err := s.refsByShard(refs)
+	err := s.shardChunks(refs, func(sh int, chunk []int) error {
+		part := make([]CellID, len(chunk))
+		for j, i := range chunk {
+			part[j] = ids[i]
+		}
+		if err := selectCold(ctx, s.dbs[sh], part, false, rows); err != nil {
+			return fmt.Errorf("cold export shard %d: %w", sh, err)
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	for sh, idx := range by {
-		for chunk := range slices.Chunk(idx, coldChunk) {
-			var part []CellID
-			for _, i := range chunk {
-				part = append(part, ids[i])
-			}
-			if err := selectCold(ctx, s.dbs[sh], part, false, rows); err != nil {
-				return nil, fmt.Errorf("cold export shard %d: %w", sh, err)
-			}
-		}
 	}
 	var out []Record
 	for i := range refs {
@@ -398,23 +413,17 @@ func (s *ColdStore) Import(ctx context.Context, recs []Record) error {
 		ids = append(ids, id)
 		refs = append(refs, r.Ref)
 	}
-	by, err := s.refsByShard(refs)
-	if err != nil {
-		return err
-	}
-	for sh, idx := range by {
-		for chunk := range slices.Chunk(idx, coldChunk) {
-			part := make([]*Record, len(chunk))
-			partIDs := make([]CellID, len(chunk))
-			for j, i := range chunk {
-				part[j], partIDs[j] = pick[i], ids[i]
-			}
-			if err := s.importChunk(ctx, sh, part, partIDs); err != nil {
-				return fmt.Errorf("cold import shard %d: %w", sh, err)
-			}
+	return s.shardChunks(refs, func(sh int, chunk []int) error {
+		part := make([]*Record, len(chunk))
+		partIDs := make([]CellID, len(chunk))
+		for j, i := range chunk {
+			part[j], partIDs[j] = pick[i], ids[i]
 		}
-	}
-	return nil
+		if err := s.importChunk(ctx, sh, part, partIDs); err != nil {
+			return fmt.Errorf("cold import shard %d: %w", sh, err)
+		}
+		return nil
+	})
 }
 
 // importChunk first inserts the chunk's records where the cells have no
@@ -537,47 +546,32 @@ func (s *ColdStore) eachChunk(recs []Record, fn func(sh int, ids []CellID, vals 
 	for i := range recs {
 		refs[i] = recs[i].Ref
 	}
-	by, err := s.refsByShard(refs)
-	if err != nil {
-		return err
-	}
-	for sh, idx := range by {
-		for chunk := range slices.Chunk(idx, coldChunk) {
-			ids := make([]CellID, len(chunk))
-			vals := make([][]byte, len(chunk))
-			for j, i := range chunk {
-				raw, err := appendRecordRaw(nil, &recs[i])
-				if err != nil {
-					return fmt.Errorf("cold record: %w", err)
-				}
-				ids[j], vals[j] = recs[i].ID(), raw
+	return s.shardChunks(refs, func(sh int, chunk []int) error {
+		ids := make([]CellID, len(chunk))
+		vals := make([][]byte, len(chunk))
+		for j, i := range chunk {
+			raw, err := appendRecordRaw(nil, &recs[i])
+			if err != nil {
+				return fmt.Errorf("cold record: %w", err)
 			}
-			if err := fn(sh, ids, vals); err != nil {
-				return err
-			}
+			ids[j], vals[j] = recs[i].ID(), raw
 		}
-	}
-	return nil
+		return fn(sh, ids, vals)
+	})
 }
 
 // Delete removes the records of refs (Mover): one DELETE per shard and chunk.
 func (s *ColdStore) Delete(ctx context.Context, refs []Ref) error {
-	by, err := s.refsByShard(refs)
-	if err != nil {
-		return err
-	}
-	for sh, idx := range by {
-		for chunk := range slices.Chunk(idx, coldChunk) {
-			args := make([]any, len(chunk))
-			for j, i := range chunk {
-				id := refs[i].ID()
-				args[j] = id[:]
-			}
-			q := "DELETE FROM " + coldTable + " WHERE k IN (" + coldPlaceholders(len(chunk), 1) + ")"
-			if _, err := s.dbs[sh].ExecContext(ctx, q, args...); err != nil {
-				return fmt.Errorf("cold delete shard %d: %w", sh, coldUnavailable(err))
-			}
+	return s.shardChunks(refs, func(sh int, chunk []int) error {
+		args := make([]any, len(chunk))
+		for j, i := range chunk {
+			id := refs[i].ID()
+			args[j] = id[:]
 		}
-	}
-	return nil
+		q := "DELETE FROM " + coldTable + " WHERE k IN (" + coldPlaceholders(len(chunk), 1) + ")"
+		if _, err := s.dbs[sh].ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("cold delete shard %d: %w", sh, coldUnavailable(err))
+		}
+		return nil
+	})
 }

@@ -475,24 +475,22 @@ func (s *HotStore) Client() redis.UniversalClient { return s.rdb }
 // SELECT per shard and chunk, no locks.
 func (s *ColdStore) Exists(ctx context.Context, refs []Ref) ([]bool, error) {
 	out := make([]bool, len(refs))
-	by, err := s.refsByShard(refs)
+	err := s.shardChunks(refs, func(sh int, chunk []int) error {
+		ids := make([]CellID, len(chunk))
+		for j, i := range chunk {
+			ids[j] = refs[i].ID()
+		}
+		rows := map[CellID]*coldRow{}
+		if err := selectCold(ctx, s.dbs[sh], ids, false, rows); err != nil {
+			return fmt.Errorf("cold lookup shard %d: %w", sh, err)
+		}
+		for j, i := range chunk {
+			_, out[i] = rows[ids[j]]
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	for sh, idx := range by {
-		for chunk := range slices.Chunk(idx, coldChunk) {
-			ids := make([]CellID, len(chunk))
-			for j, i := range chunk {
-				ids[j] = refs[i].ID()
-			}
-			rows := map[CellID]*coldRow{}
-			if err := selectCold(ctx, s.dbs[sh], ids, false, rows); err != nil {
-				return nil, fmt.Errorf("cold lookup shard %d: %w", sh, err)
-			}
-			for j, i := range chunk {
-				_, out[i] = rows[ids[j]]
-			}
-		}
 	}
 	return out, nil
 }
