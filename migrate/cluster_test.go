@@ -19,10 +19,7 @@ func TestMoveCells_OnARedisClusterCellsOfManySlotsKeepTheirCounts(t *testing.T) 
 	t.Parallel()
 	e := newClusterEnv(t)
 
-	cells := make([]cellSpec, 40)
-	for i := range cells {
-		cells[i] = newCell(100)
-	}
+	cells := newCells(40, 100, 0)
 	want := int64(0)
 	from := tiers.Hot
 	for _, to := range []tiers.Tier{tiers.Warm, tiers.Cold, tiers.Hot, tiers.Cold, tiers.Warm, tiers.Hot} {
@@ -66,10 +63,7 @@ func TestMoveCells_OnARedisClusterCellsOfManySlotsKeepTheirCounts(t *testing.T) 
 func TestMoveIdleToCold_OnARedisClusterCellsOfManySlots(t *testing.T) {
 	t.Parallel()
 	e := newClusterEnv(t)
-	cells := make([]cellSpec, 40)
-	for i := range cells {
-		cells[i] = newCell(3)
-	}
+	cells := newCells(40, 3, 0)
 	e.mover.Faults = afterStep(func(s Step) error {
 		if s != StepIdleCopy {
 			t.Errorf("step %s of the full protocol ran", s)

@@ -21,10 +21,9 @@ func secondInstance(e *env, w *Worker, name string) *Worker {
 // cycle target is cold.
 func rareCells(t *testing.T, e *env, n int) []cellSpec {
 	t.Helper()
-	cells := make([]cellSpec, n)
-	for i := range cells {
-		cells[i] = newCell(10)
-		e.check(t, tiers.Enforce, cells[i])
+	cells := newCells(n, 10, 0)
+	for _, c := range cells {
+		e.check(t, tiers.Enforce, c)
 	}
 	return cells
 }
@@ -279,11 +278,9 @@ func TestCycle_SizesEachTagsColdFilterForTheCellsItSendsCold(t *testing.T) {
 	t.Parallel()
 	e, w := newWorkerEnv(t)
 	ctx := context.Background()
-	cells := make([]cellSpec, 48)
-	for i := range cells {
-		cells[i] = newCell(10)
-		cells[i].app = cells[0].app
-		e.check(t, tiers.Enforce, cells[i])
+	cells := newCells(48, 10, 1)
+	for _, c := range cells {
+		e.check(t, tiers.Enforce, c)
 	}
 	e.clock.Advance(2 * time.Hour)
 	rep, err := w.RunCycle(ctx)

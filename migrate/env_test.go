@@ -62,6 +62,19 @@ func newCell(limit int64) cellSpec {
 	return cellSpec{rule: "r" + testenv.RandomHex(3), app: "app-" + testenv.RandomHex(3), user: "u-" + testenv.RandomHex(4), limit: limit, window: time.Hour}
 }
 
+// newCells makes n cells of limit, spread over apps apps (tags; 0: an app
+// each).
+func newCells(n int, limit int64, apps int) []cellSpec {
+	cells := make([]cellSpec, n)
+	for i := range cells {
+		cells[i] = newCell(limit)
+		if apps > 0 {
+			cells[i].app = cells[i%apps].app
+		}
+	}
+	return cells
+}
+
 func (c cellSpec) at(now time.Time) tiers.Cell {
 	id := tiers.IdentityOf(c.rule, []string{c.app, c.user})
 	return tiers.Cell{

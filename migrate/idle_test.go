@@ -108,11 +108,7 @@ func TestMoveIdleToCold_RacingChecksAreExact(t *testing.T) {
 	e := newEnv(t)
 	e.router.MovedWait = 15 * time.Second
 	const n, limit = 300, 3
-	cells := make([]cellSpec, n)
-	for i := range cells {
-		cells[i] = newCell(limit)
-		cells[i].app = cells[i%7].app // a few tags
-	}
+	cells := newCells(n, limit, 7) // a few tags
 	allowed := make([]atomic.Int64, n)
 	var wg sync.WaitGroup
 	for w := range 4 {
