@@ -42,6 +42,7 @@ type partReport struct {
 	Folded   int            `json:"folded"`
 	Scanned  int            `json:"scanned"`
 	Moved    map[string]int `json:"moved"`
+	Quiet    int            `json:"quiet"`
 	Idle     int            `json:"idle"`
 	Skipped  int            `json:"skipped"`
 	Failures int            `json:"failures"`
@@ -269,6 +270,7 @@ func (w *Worker) fleetReport(ctx context.Context, id string, rep *CycleReport) e
 		}
 		rep.Folded += pr.Folded
 		rep.Scanned += pr.Scanned
+		rep.Quiet += pr.Quiet
 		rep.Idle += pr.Idle
 		rep.Skipped += pr.Skipped
 		rep.Failures += pr.Failures

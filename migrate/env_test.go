@@ -180,6 +180,27 @@ func (e *env) move(t testing.TB, from, to tiers.Tier, cs ...cellSpec) {
 	}
 }
 
+// takeFullProtocol puts cells in their tags' cold filters, as cells moved
+// out of cold before are: a move of them hot>cold then takes the full
+// protocol, not the quiet move (PROTOCOL.md, "Quiet cells").
+func (e *env) takeFullProtocol(t testing.TB, cs ...cellSpec) {
+	t.Helper()
+	refs := refsOf(cs...)
+	swaps := make([]tiers.DirSwap, len(refs))
+	for i := range refs {
+		swaps[i].Ref = refs[i]
+	}
+	ok, err := e.warm.SwitchToCold(context.Background(), swaps, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, b := range ok {
+		if !b {
+			t.Fatalf("cell %d not put in its cold filter", i)
+		}
+	}
+}
+
 // path moves cells from hot to tier along hot>warm>cold.
 func (e *env) place(t testing.TB, tier tiers.Tier, cs ...cellSpec) {
 	t.Helper()

@@ -11,6 +11,7 @@ import (
 // Metrics are the migration's collectors. A nil *Metrics records nothing.
 type Metrics struct {
 	moves       *prometheus.CounterVec
+	quietMoves  prometheus.Counter
 	idleMoves   prometheus.Counter
 	failures    prometheus.Counter
 	cycles      *prometheus.CounterVec // result: ok | error
@@ -27,9 +28,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "quota_migrations_total",
 			Help: "Cells moved between tiers, by direction.",
 		}, []string{"from", "to"}),
+		quietMoves: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "quota_migrations_quiet_total",
+			Help: "Of the cells moved hot to cold, those moved by the quiet move (a count copied, then an atomic switch; no journal, no freeze); the others took the full protocol.",
+		}),
 		idleMoves: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "quota_migrations_idle_total",
-			Help: "Of the cells moved hot to cold, those moved by the idle move (no counter, no lease, no freeze); the others took the full protocol.",
+			Help: "Of the cells moved by the quiet move, the idle ones (no counter: no lease either).",
 		}),
 		failures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "quota_migration_failures_total",
@@ -68,7 +73,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.tierBytes.WithLabelValues(string(t))
 	}
 	if reg != nil {
-		reg.MustRegister(m.moves, m.idleMoves, m.failures, m.cycles, m.lastSuccess, m.tierCells, m.tierBytes, m.tierCounted)
+		reg.MustRegister(m.moves, m.quietMoves, m.idleMoves, m.failures, m.cycles, m.lastSuccess, m.tierCells, m.tierBytes, m.tierCounted)
 	}
 	return m
 }
@@ -79,9 +84,10 @@ func (m *Metrics) moved(from, to tiers.Tier, n int) {
 	}
 }
 
-func (m *Metrics) movedIdle(n int) {
+func (m *Metrics) movedQuiet(n, idle int) {
 	if m != nil && n > 0 {
-		m.idleMoves.Add(float64(n))
+		m.quietMoves.Add(float64(n))
+		m.idleMoves.Add(float64(idle))
 	}
 }
 

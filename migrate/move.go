@@ -125,7 +125,8 @@ func (m *Mover) step(s Step) error {
 // Result says what MoveCells did.
 type Result struct {
 	Moved   []tiers.Ref // now in the destination (moved by this call)
-	Idle    int         // of Moved, the first ones, moved hot>cold by the idle move (PROTOCOL.md)
+	Quiet   int         // of Moved, the first ones, moved hot>cold by the quiet move (PROTOCOL.md)
+	Idle    int         // of Quiet, the first ones, idle cells
 	Skipped int         // leased by another worker, or not in the source tier
 }
 
@@ -251,16 +252,16 @@ func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 	}
 	if from == tiers.Hot && to == tiers.Cold && !o.journaled {
 		// Not for Repair: the full path removes its journal entries.
-		idle, rest, err := m.moveIdleToCold(ctx, refs, o.states, o.capacity)
+		q, err := m.moveQuietToCold(ctx, refs, o.states, o.capacity)
 		if err != nil {
 			m.Metrics.failed()
 			return res, err
 		}
-		res.Moved, res.Idle = idle, len(idle)
-		m.Metrics.moved(from, to, len(idle))
-		m.Metrics.movedIdle(len(idle))
-		m.hint(idle, from, to)
-		if refs = rest; len(refs) == 0 {
+		res.Moved, res.Quiet, res.Idle = q.moved, len(q.moved), q.idle
+		m.Metrics.moved(from, to, len(q.moved))
+		m.Metrics.movedQuiet(len(q.moved), q.idle)
+		m.hint(q.moved, from, to)
+		if refs = q.rest; len(refs) == 0 {
 			return res, nil
 		}
 	}

@@ -244,6 +244,9 @@ func TestMoveCrashThenRepair(t *testing.T) {
 					e := e.ownJournal()
 					c := newCell(10)
 					e.place(t, from, c)
+					if from == tiers.Hot && to == tiers.Cold {
+						e.takeFullProtocol(t, c) // the quiet move has no such steps
+					}
 					for range 4 {
 						e.check(t, tiers.Enforce, c)
 					}
@@ -464,6 +467,7 @@ func TestRouter_FrozenCellWaitsAtMostMovedWait(t *testing.T) {
 	e := newEnv(t)
 	e.router.MovedWait = 300 * time.Millisecond
 	c := newCell(10)
+	e.takeFullProtocol(t, c)
 	e.check(t, tiers.Enforce, c)
 	crashing := *e.mover
 	crashing.LeaseTTL = time.Minute // the dead worker's lease outlives the test

@@ -35,6 +35,9 @@ func TestMove_StalledWorkerResumingAfterRepairLosesNoCount(t *testing.T) {
 						e := e.ownJournal()
 						c := newCell(10)
 						e.place(t, from, c)
+						if from == tiers.Hot && to == tiers.Cold {
+							e.takeFullProtocol(t, c) // the quiet move: TestMoveQuietToCold_StalledWorkerLosesNoCount
+						}
 						for range 4 {
 							e.check(t, tiers.Enforce, c)
 						}

@@ -87,7 +87,8 @@ type CycleReport struct {
 	Folded   int            `json:"folded"`             // cell entries of flushed activity added to cell_activity (foldActivityLog)
 	Scanned  int            `json:"scanned"`
 	Moved    map[string]int `json:"moved"` // "hot>warm": cells
-	Idle     int            `json:"idle"`  // of Moved["hot>cold"], the cells moved by the idle move (PROTOCOL.md)
+	Quiet    int            `json:"quiet"` // of Moved["hot>cold"], the cells moved by the quiet move (PROTOCOL.md)
+	Idle     int            `json:"idle"`  // of Quiet, the idle cells
 	Skipped  int            `json:"skipped"`
 	Repaired int            `json:"repaired"`
 	Failures int            `json:"failures"`
@@ -375,6 +376,7 @@ func (w *Worker) moveBatch(ctx context.Context, refs []tiers.Ref, rates []float6
 			fail(err)
 		}
 		rep.Moved[string(d.from)+">"+string(d.to)] += len(res.Moved)
+		rep.Quiet += res.Quiet
 		rep.Idle += res.Idle
 		rep.Skipped += res.Skipped
 	}

@@ -14,18 +14,22 @@
 -- ARGV[1+k], k = 1..K  capacity, in cells, of a layer this call has to add
 --          to tag k's filter (the caller's estimate of the tag's cold cells
 --          to come; at least this call's)
--- ARGV[K+2] '1': the cells' counters follow the headers in KEYS, and must
---          not exist; '0': none
+-- ARGV[K+2] '1': the cells' counters follow the headers in KEYS, and each
+--          cell has a 4th value below; '0': none
 -- then 3 values per cell: its header's index into KEYS, its warm field
---          (>= 6 bytes of its cell id), the expected value ('' = absent)
+--          (>= 6 bytes of its cell id), the expected value ('' = absent);
+--          with counters a 4th: the expected value of its counter of this
+--          window ('' = none). Its counter of the next window must not
+--          exist.
 --
 -- Reply: per cell 1 (switched and in the filter) or 0 (the field held
--- another value, or a counter exists: nothing changed for that cell).
--- Switching a cell whose field is absent ('' expected) only makes sure the
+-- another value, or a counter did not hold what was expected: nothing
+-- changed for that cell). Switching a cell whose field is absent ('' expected) only makes sure the
 -- filter holds it: the rebuild of a filter Redis lost
--- (migrate.Worker.RebuildColdFilters), and, with counters, the move of an
--- idle cell (hot_state.lua), whose counters must still be absent when it
--- becomes cold (migrate/PROTOCOL.md, invariant 1).
+-- (migrate.Worker.RebuildColdFilters), and, with counters, the move of a
+-- quiet cell (hot_state.lua), whose counters must still hold what was
+-- copied to its cold row when it becomes cold; its counter is deleted in
+-- the same step (migrate/PROTOCOL.md, invariant 1).
 --
 -- Cells are added to the last layer only: earlier layers are full. A full
 -- last layer gets a successor at least as large as all earlier layers
@@ -34,6 +38,7 @@
 local K = tonumber(ARGV[1])
 local counters = ARGV[K + 2] == '1'
 local first = K + 3 -- the first cell's ARGV
+local step = counters and 4 or 3 -- ARGV values a cell
 
 -- set_block writes an 8-byte filter block of h at byte offset at: at
 -- once, or, when the script reads the blocks from a copy of the header
@@ -112,7 +117,7 @@ end
 
 -- Per tag, its cells in this call: still to switch, and to probe.
 local left = {}
-for i = first, #ARGV, 3 do left[ARGV[i]] = (left[ARGV[i]] or 0) + 1 end
+for i = first, #ARGV, step do left[ARGV[i]] = (left[ARGV[i]] or 0) + 1 end
 
 local out = {}
 local changed = {}
@@ -129,18 +134,20 @@ local function finish()
 end
 
 local live = K -- the KEYS index before the cell's counters
-for i = first, #ARGV, 3 do
+for i = first, #ARGV, step do
   local k = ARGV[i]
   local h = dir_header(KEYS[tonumber(k)])
   h.probes = h.probes or left[k]
   local field = ARGV[i + 1]
   local cur = warm_get(h, field) or ''
-  local idle = true
+  local quiet, count = true, nil
   if counters then
-    idle = redis.call('EXISTS', KEYS[live + 1], KEYS[live + 2]) == 0
+    local n = redis.call('MGET', KEYS[live + 1], KEYS[live + 2])
+    count = n[1]
+    quiet = not n[2] and (count or '') == ARGV[i + 3]
     live = live + 2
   end
-  if cur == ARGV[i + 2] and idle then
+  if cur == ARGV[i + 2] and quiet then
     -- A cell the filter already holds (it was cold before, or a false
     -- positive) needs no bits; the version changes all the same.
     local x, pos = cold_pos(field)
@@ -152,6 +159,7 @@ for i = first, #ARGV, 3 do
       end
     end
     if cur ~= '' then warm_del(h, field) end
+    if count then redis.call('DEL', KEYS[live - 1]) end
     changed[h] = true
     out[#out + 1] = 1
   else

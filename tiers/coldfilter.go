@@ -54,9 +54,10 @@ func (s *WarmStore) SwitchToCold(ctx context.Context, swaps []DirSwap, capacity 
 }
 
 // switchToCold is SwitchToCold for swaps located at locs; with live set, a
-// swap also requires that neither of its cell's counter keys live[i]
-// exists (HotMover.SwitchIdleToCold).
-func (s *WarmStore) switchToCold(ctx context.Context, swaps []DirSwap, locs []warmLoc, live [][2]string, capacity func(Tag) int) ([]bool, error) {
+// swap also requires that its cell's counter of the window holds
+// live[i].want (none for "") and that of the next does not exist, and
+// deletes the first (HotMover.SwitchQuietToCold).
+func (s *WarmStore) switchToCold(ctx context.Context, swaps []DirSwap, locs []warmLoc, live []cellCounters, capacity func(Tag) int) ([]bool, error) {
 	calls := s.dirCalls(locs)
 	for ci := range calls {
 		calls[ci].Args = coldSwitchArgs(&calls[ci], swaps, live, capacity)
@@ -71,16 +72,17 @@ func (s *WarmStore) switchToCold(ctx context.Context, swaps []DirSwap, locs []wa
 // coldSwitchArgs turns a dirCall's (header index, field) pairs into
 // cold_switch.lua's ARGV: the number of headers, a layer capacity per
 // header, whether counters are named, then (header index, field, expected
-// value) per cell. The counter keys of live, if any, are appended to the
-// call's KEYS after the headers, two a cell in the call's order.
-func coldSwitchArgs(c *dirCall, swaps []DirSwap, live [][2]string, capacity func(Tag) int) []any {
+// value, and with live the counter's expected value) per cell. The counter
+// keys of live, if any, are appended to the call's KEYS after the headers,
+// two a cell in the call's order.
+func coldSwitchArgs(c *dirCall, swaps []DirSwap, live []cellCounters, capacity func(Tag) int) []any {
 	caps := make([]int, len(c.Keys))
 	tags := make([]Tag, len(c.Keys))
 	for k, at := range c.at {
 		caps[c.hdr[k]]++
 		tags[c.hdr[k]] = swaps[at].Tag
 	}
-	args := make([]any, 0, 2+len(caps)+3*len(c.at))
+	args := make([]any, 0, 2+len(caps)+4*len(c.at))
 	args = append(args, len(caps))
 	for hi, n := range caps {
 		if capacity != nil {
@@ -92,7 +94,8 @@ func coldSwitchArgs(c *dirCall, swaps []DirSwap, live [][2]string, capacity func
 	for k, at := range c.at {
 		args = append(args, c.hdr[k]+1, c.Args[2*k+1], swaps[at].Old)
 		if live != nil {
-			c.Keys = append(c.Keys, live[at][0], live[at][1])
+			args = append(args, live[at].want)
+			c.Keys = append(c.Keys, live[at].cur, live[at].next)
 		}
 	}
 	return args

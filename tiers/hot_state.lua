@@ -1,11 +1,11 @@
 -- hot_state.lua: where hot fixed-window cells stand, after directory.lua,
 -- for the scheduled cycle and moves to cold (package migrate): a cell's
--- directory field, and for a cell without one whether a counter of this
--- window or the next exists and, if none does, whether its tag's cold
--- filter may hold it. A cell with no field, no counter and no filter bit
--- is idle: hot, at 0, and moved to cold without a freeze
--- (migrate/PROTOCOL.md, "Idle cells"). Advice only: the moves check again,
--- atomically.
+-- directory field, and for a cell without one its counters of this window
+-- and the next and whether its tag's cold filter may hold it. A cell with
+-- no field, no filter bit and no counter is idle: hot, at 0; one with a
+-- counter of this window only holds that count. Both go cold without a
+-- freeze (migrate/PROTOCOL.md, "Quiet cells"). Advice only: the moves
+-- check again, atomically.
 --
 -- KEYS     the tags' headers, then the counters of this window and the
 --          next of each cell, in cell order
@@ -13,8 +13,10 @@
 -- then 2 values per cell: its header's index into KEYS, its field
 --
 -- Reply: per cell its field's value, or, with no field, 0 (idle), 1 (no
--- counter; the cold filter may hold it) or 2 (a counter exists: hot, by
--- invariant 1; the filter is not read).
+-- counter; the cold filter may hold it), 2 (hot with a counter of the next
+-- window, or with a counter and a filter that may hold it) or a one-value
+-- array: the value of its counter of this window (hot, no counter of the
+-- next, no filter bit).
 
 -- How many cells of each tag this call may probe (cold_block).
 local probes = {}
@@ -30,12 +32,15 @@ for i = 2, #ARGV, 2 do
   live = live + 2
   if v then
     out[#out + 1] = v
-  elseif redis.call('EXISTS', KEYS[live - 1], KEYS[live]) > 0 then
-    out[#out + 1] = 2
-  elseif cold_maybe(h, field) then
-    out[#out + 1] = 1
   else
-    out[#out + 1] = 0
+    local n = redis.call('MGET', KEYS[live - 1], KEYS[live])
+    if n[2] then
+      out[#out + 1] = 2
+    elseif cold_maybe(h, field) then
+      out[#out + 1] = n[1] and 2 or 1
+    else
+      out[#out + 1] = n[1] and {n[1]} or 0
+    end
   end
 end
 return out

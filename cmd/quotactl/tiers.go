@@ -99,6 +99,7 @@ func runMigrate(ctx context.Context, cl *client, args []string, stdout, stderr i
 		Folded   int            `json:"folded"`
 		Scanned  int            `json:"scanned"`
 		Moved    map[string]int `json:"moved"`
+		Quiet    int            `json:"quiet"`
 		Idle     int            `json:"idle"`
 		Skipped  int            `json:"skipped"`
 		Repaired int            `json:"repaired"`
@@ -117,8 +118,8 @@ func runMigrate(ctx context.Context, cl *client, args []string, stdout, stderr i
 	}
 	sort.Strings(dirs)
 	for _, d := range dirs {
-		if d == "hot>cold" && rep.Idle > 0 {
-			fmt.Fprintf(stdout, "  %-10s %d (idle: %d)\n", d, rep.Moved[d], rep.Idle)
+		if d == "hot>cold" && rep.Quiet > 0 {
+			fmt.Fprintf(stdout, "  %-10s %d (quiet: %d, of them idle: %d)\n", d, rep.Moved[d], rep.Quiet, rep.Idle)
 			continue
 		}
 		fmt.Fprintf(stdout, "  %-10s %d\n", d, rep.Moved[d])

@@ -29,7 +29,7 @@ func (fakeTiers) RebuildColdFilters(context.Context) (any, error) {
 }
 
 func (fakeTiers) Migrate(context.Context) (any, error) {
-	return map[string]any{"scanned": 100, "moved": map[string]int{"hot>warm": 3, "hot>cold": 9, "warm>cold": 7}, "idle": 5, "duration": "12ms"}, nil
+	return map[string]any{"scanned": 100, "moved": map[string]int{"hot>warm": 3, "hot>cold": 9, "warm>cold": 7}, "quiet": 8, "idle": 5, "duration": "12ms"}, nil
 }
 
 // quotactl tiers and migrate against quotad's admin endpoints.
@@ -52,7 +52,7 @@ func TestTiersAndMigrate(t *testing.T) {
 	if code := run([]string{"--url", srv.URL, "--token", admin, "migrate"}, &out, &errb); code != 0 {
 		t.Fatalf("migrate: %d %s", code, errb.String())
 	}
-	for _, want := range []string{"hot>warm   3\n", "hot>cold   9 (idle: 5)\n", "warm>cold  7\n", "scanned 100"} {
+	for _, want := range []string{"hot>warm   3\n", "hot>cold   9 (quiet: 8, of them idle: 5)\n", "warm>cold  7\n", "scanned 100"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("migrate output lacks %q:\n%s", want, out.String())
 		}

@@ -21,7 +21,10 @@ func TestColdStore_InsertNewAndDeleteUnchangedKeepCountedRows(t *testing.T) {
 	}
 	m := &HotMover{Now: func() time.Time { return confT0 }}
 	refs := []Ref{counted.ref(), held.ref(), untouched.ref()}
-	recs := m.IdleRecords(refs)
+	recs, err := m.QuietRecords(refs, make([]HotState, len(refs)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := s.InsertNew(ctx, recs); err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +58,10 @@ func TestIdleRecords_LoseToACountOfTheWindow(t *testing.T) {
 	ctx := context.Background()
 	c := newConfCell(10, time.Hour)
 	m := &HotMover{Now: func() time.Time { return confT0 }}
-	idle := m.IdleRecords([]Ref{c.ref()})
+	idle, err := m.QuietRecords([]Ref{c.ref()}, make([]HotState, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
 	st := recState{rec: idle[0], present: true}
 	if u := st.used(3600, confT0.Unix()); u != 0 {
 		t.Fatalf("idle record uses %d of the window", u)

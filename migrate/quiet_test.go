@@ -1,0 +1,313 @@
+package migrate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/quota-platform/quota/tiers"
+)
+
+// Quiet hot cells (no field, no filter bit, no counter of the next window)
+// go cold without a journal or a freeze; idle ones (no counter) without a
+// lease either: a move whose full-protocol steps all fail still moves
+// them, and they are then cold with their counts, exact, and no lease or
+// journal entry is left.
+func TestMoveQuietToCold_TakesNoJournalOrFreeze(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.mover.Faults = afterStep(func(s Step) error {
+		if s != StepIdleCopy {
+			return errors.New("a step of the full protocol ran")
+		}
+		return nil
+	})
+	e.mover.Metrics = NewMetrics(nil)
+	cells := newCells(5, 4, 0)
+	cells[1].app = cells[0].app // two idle cells of one tag
+	cells[3].app = cells[2].app // an idle and a counted cell of one tag
+	counts := []int64{0, 0, 0, 1, 3}
+	for i, c := range cells {
+		for range counts[i] {
+			e.check(t, tiers.Enforce, c)
+		}
+	}
+	res, err := e.mover.MoveCells(context.Background(), refsOf(cells...), tiers.Hot, tiers.Cold)
+	if err != nil || len(res.Moved) != 5 || res.Quiet != 5 || res.Idle != 3 {
+		t.Fatalf("move: %+v %v, want 5 cells moved by the quiet move, 3 of them idle", res, err)
+	}
+	if n := testutil.ToFloat64(e.mover.Metrics.quietMoves); n != 5 {
+		t.Errorf("quota_migrations_quiet_total %v, want 5", n)
+	}
+	if n := testutil.ToFloat64(e.mover.Metrics.idleMoves); n != 3 {
+		t.Errorf("quota_migrations_idle_total %v, want 3", n)
+	}
+	e.mover.Faults = nil
+	for i, c := range cells {
+		e.expectCell(t, "after the move", c, tiers.Cold, counts[i])
+	}
+	ctx := context.Background()
+	n, err := e.mover.RDB.Exists(ctx, e.mover.journalKey()).Result()
+	if err != nil || n != 0 {
+		t.Fatalf("journal key exists: %d %v", n, err)
+	}
+	leases, err := e.mover.RDB.Keys(ctx, e.mover.Prefix+leaseInfix+"*").Result()
+	if err != nil || len(leases) != 0 {
+		t.Fatalf("leases left: %v %v", leases, err)
+	}
+}
+
+// A check that counts in a quiet cell between its record's copy and its
+// switch keeps the cell out of the quiet move: the switch finds its counter
+// changed and leaves it, the record is deleted before the full protocol
+// runs, and that moves the cell with its count (a switch that ignored the
+// counter would make it cold with the count copied before the check).
+func TestMoveQuietToCold_ACheckBeforeTheSwitchKeepsItsCount(t *testing.T) {
+	t.Parallel()
+	for _, before := range []int64{0, 2} {
+		t.Run(fmt.Sprintf("counted-%d", before), func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			busy, quiet := newCell(5), newCell(5)
+			for range before {
+				e.check(t, tiers.Enforce, busy, quiet)
+			}
+			rowAtFullProtocol := true
+			e.mover.Faults = afterStep(func(s Step) error {
+				switch s {
+				case StepIdleCopy:
+					e.check(t, tiers.Enforce, busy)
+				case StepJournal:
+					rows, err := e.cold.Exists(context.Background(), refsOf(busy))
+					if err != nil {
+						return err
+					}
+					rowAtFullProtocol = rows[0]
+				}
+				return nil
+			})
+			e.move(t, tiers.Hot, tiers.Cold, busy, quiet)
+			e.mover.Faults = nil
+			if rowAtFullProtocol {
+				t.Error("the record of the cell that did not switch was left for the full protocol")
+			}
+			e.expectCell(t, "counted before the switch", busy, tiers.Cold, before+1)
+			e.expectCell(t, "quiet", quiet, tiers.Cold, before)
+			recs, err := e.hot.Export(context.Background(), refsOf(busy, quiet))
+			if err != nil || len(recs) != 0 {
+				t.Fatalf("hot counters left: %v %v", recs, err)
+			}
+		})
+	}
+}
+
+// An idle cell that did not switch (a check counted first) and that the
+// full protocol then skips (another worker holds its lease) stays hot with
+// its count, and the record inserted for it is deleted: no row is left for
+// a cell that is not cold.
+func TestMoveQuietToCold_ACellThatDidNotSwitchLeavesNoRow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := newCell(5)
+	other := *e.mover
+	other.Faults = nil
+	e.mover.Faults = afterStep(func(s Step) error {
+		if s == StepIdleCopy {
+			e.check(t, tiers.Enforce, c)
+			if _, err := other.lease(context.Background(), refsOf(c)); err != nil {
+				t.Error(err)
+			}
+		}
+		return nil
+	})
+	res, err := e.mover.MoveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Cold)
+	if err != nil || len(res.Moved) != 0 || res.Skipped != 1 {
+		t.Fatalf("move: %+v %v, want the cell skipped", res, err)
+	}
+	e.mover.Faults = nil
+	rows, err := e.cold.Exists(context.Background(), refsOf(c))
+	if err != nil || rows[0] {
+		t.Fatalf("cold row of a hot cell: %v %v", rows, err)
+	}
+	e.expectCell(t, "after the skipped move", c, tiers.Hot, 1)
+}
+
+// A quiet move of a counted cell that stops between its copy and its
+// switch (a crash) leaves a cold row with the count it copied, and no
+// lease once its TTL lapses. The cell counts on in hot, exactly; a later
+// move replaces the row; and in a later window a check that finds the row
+// (its tag's filter holding the cell by a false positive) counts from 0.
+func TestMoveQuietToCold_ACrashBeforeTheSwitchLosesNoCount(t *testing.T) {
+	t.Parallel()
+	for _, later := range []string{"moved-cold", "next-window"} {
+		t.Run(later, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			c := newCell(10)
+			for range 2 {
+				e.check(t, tiers.Enforce, c)
+			}
+			crashing := *e.mover
+			crashing.LeaseTTL = 200 * time.Millisecond
+			crashing.Faults = afterStep(func(s Step) error {
+				if s == StepIdleCopy {
+					return errors.New("crash")
+				}
+				return nil
+			})
+			if _, err := crashing.MoveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Cold); err == nil {
+				t.Fatal("the crashing move succeeded")
+			}
+			rows, err := e.cold.Exists(context.Background(), refsOf(c))
+			if err != nil || !rows[0] {
+				t.Fatalf("no row left by the crash: %v %v", rows, err)
+			}
+			e.expectCell(t, "after the crash", c, tiers.Hot, 2) // 10 more checks: 8 allowed
+			time.Sleep(300 * time.Millisecond)                  // the crashed worker's lease lapses
+			switch later {
+			case "moved-cold":
+				e.move(t, tiers.Hot, tiers.Cold, c)
+				e.expectCell(t, "moved", c, tiers.Cold, 10)
+			case "next-window":
+				e.clock.Advance(c.window)
+				e.takeFullProtocol(t, c)
+				e.expectCell(t, "next window", c, tiers.Cold, 0)
+			}
+		})
+	}
+}
+
+// Checks racing the move of quiet cells to cold are exact: every cell ends
+// with as many counted as were allowed, wherever the race put it. Half the
+// cells have counted before (their counter then holds a count to copy).
+func TestMoveQuietToCold_RacingChecksAreExact(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.router.MovedWait = 15 * time.Second
+	const n, limit = 300, 3
+	cells := newCells(n, limit, 7) // a few tags
+	allowed := make([]atomic.Int64, n)
+	for i := 0; i < n; i += 2 {
+		e.check(t, tiers.Enforce, cells[i])
+		allowed[i].Add(1)
+	}
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 1))
+			for range n {
+				i := r.IntN(n)
+				if op := e.check(t, tiers.Enforce, cells[i]); op != nil && op.Allowed() {
+					allowed[i].Add(1)
+				}
+			}
+		}()
+	}
+	for part := range 6 {
+		lo, hi := part*n/6, (part+1)*n/6
+		if _, err := e.mover.MoveCells(context.Background(), refsOf(cells[lo:hi]...), tiers.Hot, tiers.Cold); err != nil {
+			t.Error(err)
+		}
+	}
+	wg.Wait()
+	cold := 0
+	for i, c := range cells {
+		tier := e.tierOf(t, c)
+		if tier == tiers.Cold {
+			cold++
+		}
+		if got, want := e.count(t, c), allowed[i].Load(); got != want {
+			t.Fatalf("cell %d (%s): count %d, allowed %d", i, tier, got, want)
+		}
+	}
+	t.Logf("%d of %d cells cold", cold, n)
+}
+
+// A worker that stalls between a quiet cell's record and its switch (its
+// leases lapsing, for a counted cell) wakes up to a cell that has since
+// moved (cold, cold and back to hot, or warm, by other workers), having
+// counted or not: its switch and its clean-up leave the count exact and
+// the cell where the last finished move put it, or move it on to cold
+// with its count. "unchanged": the cell went cold and back without a
+// check, so its counter holds what the stalled worker copied, and only
+// the lease check keeps that worker from switching a cell whose row the
+// move back deleted.
+func TestMoveQuietToCold_StalledWorkerLosesNoCount(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		checks int             // during the stall, before the moves, and after each
+		moves  [][2]tiers.Tier // made by other workers during the stall
+		final  tiers.Tier
+	}{
+		{"moved-cold", 3, [][2]tiers.Tier{{tiers.Hot, tiers.Cold}}, tiers.Cold},
+		{"moved-cold-and-back", 3, [][2]tiers.Tier{{tiers.Hot, tiers.Cold}, {tiers.Cold, tiers.Hot}}, tiers.Cold},
+		{"moved-cold-and-back-unchanged", 0, [][2]tiers.Tier{{tiers.Hot, tiers.Cold}, {tiers.Cold, tiers.Hot}}, tiers.Cold},
+		{"moved-warm", 3, [][2]tiers.Tier{{tiers.Hot, tiers.Warm}}, tiers.Warm},
+	} {
+		for _, before := range []int{0, 2} {
+			t.Run(fmt.Sprintf("%s/counted-%d", tc.name, before), func(t *testing.T) {
+				t.Parallel()
+				e := newEnv(t)
+				c := newCell(10)
+				for range before {
+					e.check(t, tiers.Enforce, c)
+				}
+				stalled, resume := make(chan struct{}), make(chan struct{})
+				slow := *e.mover
+				slow.Faults = afterStep(func(s Step) error {
+					if s == StepIdleCopy {
+						close(stalled)
+						<-resume
+					}
+					return nil
+				})
+				moved := make(chan error, 1)
+				go func() {
+					_, err := slow.MoveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Cold)
+					moved <- err
+				}()
+				<-stalled
+				// The lease lapses while the worker sleeps (its renewals
+				// stall with it).
+				ref := refsOf(c)[0]
+				if err := e.mover.RDB.Del(context.Background(), e.mover.leaseKey(&ref)).Err(); err != nil {
+					t.Fatal(err)
+				}
+				n := before
+				for range tc.checks {
+					e.check(t, tiers.Enforce, c)
+					n++
+				}
+				for _, m := range tc.moves {
+					e.move(t, m[0], m[1], c)
+					if tc.checks > 0 {
+						e.check(t, tiers.Enforce, c)
+						n++
+					}
+				}
+				close(resume)
+				if err := <-moved; err != nil {
+					t.Fatalf("the stalled worker's move: %v", err)
+				}
+				final := tc.final
+				if n == 0 {
+					// The idle switch finds the cell as the move back left
+					// it: no field, no counter. It is in the filter without
+					// a row: hot, at 0, which is all it holds.
+					final = tiers.Hot
+				}
+				e.expectCell(t, "after the stalled worker", c, final, int64(n))
+			})
+		}
+	}
+}

@@ -1,0 +1,162 @@
+package tiers
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"time"
+)
+
+// Quiet cells: a hot fixed-window cell with no directory field and no cold
+// filter bit, whose counter of the next window does not exist, holds at
+// most one count: its counter of this window (none: idle, at 0). Package
+// migrate moves such cells to cold without a journal or a freeze
+// (migrate/PROTOCOL.md, "Quiet cells"): it writes the cold record of that
+// count (QuietRecords), then switches the cells (SwitchQuietToCold: the
+// directory check, the check that the counters still hold what was read,
+// their delete and the filter write in one atomic step), and deletes the
+// records of the cells that did not switch while nothing has counted in
+// them.
+
+//go:embed hot_state.lua
+var hotStateSource string
+
+var hotStateScript = dirScript(hotStateSource)
+
+// HotState is where a cell stands for a move out of hot (States).
+type HotState struct {
+	Dir       string // its directory field ("" = none)
+	Counting  bool   // no field, and a counter of this window or the next exists
+	MaybeCold bool   // no field, and its tag's cold filter may hold it (not read for a cell counting in the next window)
+	// Count is the value of the counter of this window of a quiet cell
+	// that has one (Quiet and Counting); Window is the index of the window
+	// States read.
+	Count  string
+	Window int64
+}
+
+// Idle reports whether the cell has no field, no counter and no filter
+// bit: hot, at 0.
+func (s *HotState) Idle() bool { return s.Dir == "" && !s.Counting && !s.MaybeCold }
+
+// Quiet reports whether the cell has no field, no filter bit and no
+// counter of the next window: hot, holding Count (idle when not Counting).
+func (s *HotState) Quiet() bool { return s.Idle() || s.Count != "" }
+
+// States reads where each of refs stands (hot_state.lua): one script call
+// on a single Redis, one per tag on a cluster. Advice only: the moves
+// check again (SwitchQuietToCold, FreezeExport).
+func (m *HotMover) States(ctx context.Context, refs []Ref) ([]HotState, error) {
+	locs, live, idx := m.cellKeys(refs, m.now())
+	calls := m.Warm.dirCalls(locs)
+	for ci := range calls {
+		c := &calls[ci]
+		c.Args = append([]any{len(c.Keys)}, c.Args...)
+		for _, at := range c.at {
+			c.Keys = append(c.Keys, live[at].cur, live[at].next)
+		}
+	}
+	vals, err := perCell(ctx, m.Hot.rdb, hotStateScript, calls, len(refs))
+	if err != nil {
+		return nil, fmt.Errorf("hot state: %w", err)
+	}
+	out := make([]HotState, len(refs))
+	for i, v := range vals {
+		s := &out[i]
+		s.Window = idx[i]
+		switch v := v.(type) {
+		case string:
+			s.Dir = v
+		case int64:
+			s.Counting, s.MaybeCold = v == 2, v == 1
+		case []any:
+			n, ok := v[0].(string)
+			if len(v) != 1 || !ok || n == "" {
+				return nil, fmt.Errorf("hot state: unexpected answer %v", v)
+			}
+			s.Counting, s.Count = true, n
+		default:
+			return nil, fmt.Errorf("hot state: unexpected answer %v", v)
+		}
+	}
+	return out, nil
+}
+
+// SwitchQuietToCold switches each of refs to cold if it is still as
+// States read it (states[i], Quiet): its field absent, its counter of this
+// window holding Count (absent for an idle cell) and none of the next,
+// checked in the script that deletes the counter and adds the cell to its
+// tag's cold filter (cold_switch.lua). A cell with a count is not tried
+// once the window States read has passed: its record is of that window.
+// capacity is SwitchToCold's. It reports per ref whether it switched.
+func (m *HotMover) SwitchQuietToCold(ctx context.Context, refs []Ref, states []HotState, capacity func(Tag) int) ([]bool, error) {
+	locs, live, idx := m.cellKeys(refs, m.now())
+	swaps := make([]DirSwap, 0, len(refs))
+	var tried []int // indexes into refs
+	for i := range refs {
+		if states[i].Count != "" && states[i].Window != idx[i] {
+			continue
+		}
+		n := len(swaps)
+		locs[n], live[n] = locs[i], live[i]
+		live[n].want = states[i].Count
+		swaps = append(swaps, DirSwap{Ref: refs[i]})
+		tried = append(tried, i)
+	}
+	ok, err := m.Warm.switchToCold(ctx, swaps, locs[:len(swaps)], live[:len(swaps)], capacity)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(refs))
+	for k, i := range tried {
+		out[i] = ok[k]
+	}
+	return out, nil
+}
+
+// cellCounters are a cell's counter keys of a window and the next, and,
+// for a switch, the value its counter of the window must hold ("": none).
+type cellCounters struct{ cur, next, want string }
+
+// cellKeys returns each ref's directory location, its counter keys of the
+// window of now and the next, and that window's index (one cell id, an
+// MD5, a ref).
+func (m *HotMover) cellKeys(refs []Ref, now time.Time) ([]warmLoc, []cellCounters, []int64) {
+	locs := make([]warmLoc, len(refs))
+	live := make([]cellCounters, len(refs))
+	idx := make([]int64, len(refs))
+	for i := range refs {
+		id := refs[i].ID()
+		locs[i] = m.Warm.locateCell(id, refs[i].Tag)
+		live[i].cur, live[i].next, idx[i] = m.keys(id, &refs[i], now)
+	}
+	return locs, live, idx
+}
+
+// QuietRecords returns the cold record of each of refs as a quiet cell
+// (states[i], Quiet): a count's, of the window States read, as a move's
+// copy of the counter would be (FreezeExport); or, for an idle cell, count
+// 0 of the window before now's. A record of the current window (what a
+// move of a counting cell imports) is newer than an idle one
+// (Record.NewerThan), so an import never keeps an idle record over a
+// count; and a check finds its count 0 in the current window, which is
+// what the cell held.
+func (m *HotMover) QuietRecords(refs []Ref, states []HotState) ([]Record, error) {
+	now := m.now()
+	nowS := recordFloorDiv(now.UnixMilli(), 1000)
+	out := make([]Record, len(refs))
+	for i := range refs {
+		if states[i].Count != "" {
+			rec, err := hotRecord(&refs[i], states[i].Window, false, now, states[i].Count)
+			if err != nil {
+				return nil, fmt.Errorf("quiet record: %w", err)
+			}
+			out[i] = rec
+			continue
+		}
+		wS := int64(refs[i].Window / time.Second)
+		last := max((recordFloorDiv(nowS, wS)-1)*wS, recordEpoch)
+		out[i] = Record{Ref: refs[i], Last: last, First: last}
+	}
+	return out, nil
+}
