@@ -16,7 +16,9 @@ import (
 )
 
 // BenchmarkMoveCells_HotToCold moves batches of 1,000 hot cells (one call
-// each) to cold: the scheduled cycle's commonest move, with the cells of
+// each) to cold by the full protocol (the cells are put in their tags'
+// cold filters first, as cells moved out of cold before are; others take
+// the quiet move, which BenchmarkCycle_HotToCold measures), with the cells of
 // 1,000 apps (a tag each: the worst case for per-tag scripts) and of 10
 // apps (how a real batch looks: a cycle scans cells in key order). It
 // reports cells/s, the time of each step per batch and its Redis CPU per
@@ -66,6 +68,7 @@ func benchHotToCold(b *testing.B, apps int) {
 		if err := e.router.Check(ctx, e.clock.Now(), ops); err != nil {
 			b.Fatal(err)
 		}
+		e.takeFullProtocol(b, cells...)
 		cpu.start(e)
 		b.StartTimer()
 		start := time.Now()
@@ -192,11 +195,12 @@ func redisServerCPU(b *testing.B, e *env) time.Duration {
 // reports cells moved a second of the cycle and the CPU a cell of this
 // process, Redis and MariaDB. "idle": windows of two hours (the shortest
 // the cycle tracks by default), so no counter of the current window is
-// left and the cells take the idle move (PROTOCOL.md, "Idle cells");
-// "idle-folded": the same with the activity log folded before the cycle
-// (as FoldLongLogs does between cycles), so the cycle scans and moves
-// only; "counting": windows of a day, whose
-// counters still hold the call, so every cell takes the full protocol;
+// left and the cells take the quiet move as idle cells (PROTOCOL.md,
+// "Quiet cells"); "idle-folded": the same with the activity log folded
+// before the cycle (as FoldLongLogs does between cycles), so the cycle
+// scans and moves only; "counting": windows of a day, whose counters still
+// hold the call, so every cell takes the quiet move with its count (under
+// its lease);
 // "idle-serving": idle cells while 2,000 checks a second of other, hot
 // cells go through the router of the same process, whose p99 it reports
 // (what a cycle costs the checks).

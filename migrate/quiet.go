@@ -45,12 +45,12 @@ func (m *Mover) moveQuietToCold(ctx context.Context, refs []tiers.Ref, states []
 			res.rest = append(res.rest, refs[i])
 		}
 	}
+	var held *leases
+	stopped := false
 	if len(counted) > 0 {
-		held, err := m.lease(ctx, counted)
-		if err != nil {
+		if held, err = m.lease(ctx, counted); err != nil {
 			return res, err
 		}
-		stopped := false
 		defer func() {
 			if stopped {
 				held.abandon() // a simulated crash keeps its leases
@@ -59,13 +59,10 @@ func (m *Mover) moveQuietToCold(ctx context.Context, refs []tiers.Ref, states []
 			}
 		}()
 		counted, countedStates = keepHeld(held, counted, countedStates, &res.rest)
-		if err := m.quietBatch(ctx, idle, idleStates, counted, countedStates, held, capacity, &res); err != nil {
-			stopped = errors.Is(err, errStopped)
-			return res, err
-		}
-		return res, nil
 	}
-	return res, m.quietBatch(ctx, idle, idleStates, nil, nil, nil, capacity, &res)
+	err = m.quietBatch(ctx, idle, idleStates, counted, countedStates, held, capacity, &res)
+	stopped = errors.Is(err, errStopped)
+	return res, err
 }
 
 // keepHeld returns the refs (and their states) whose lease held has, and
