@@ -251,9 +251,11 @@ func TestRedisRepeatedOutages_NothingAccumulates(t *testing.T) {
 	// Cold hints off: their 8 MiB table (allocated at start, constant)
 	// spaces garbage collections so far apart that the 8 short cycles get
 	// two or three between them, too few to see a trend (with it: live
-	// 9, 10, 11 MB in three GCs; without: 1 MB in each of ~20).
+	// 9, 10, 11 MB in three GCs; without: 1 MB in each of ~20). The GC
+	// heap floor off for the same reason: with its 256 MiB default the
+	// load never reaches a collection.
 	q := testenv.StartQuotad(t, "QUOTA_REDIS_ADDRS="+r.Addr(), "QUOTA_RULES="+writeRules(t, platformRules), shardsEnv(t),
-		"QUOTA_ANALYTICS=off", "GODEBUG=gctrace=1", "QUOTA_COLD_HINTS=0")
+		"QUOTA_ANALYTICS=off", "GODEBUG=gctrace=1", "QUOTA_COLD_HINTS=0", "QUOTA_GC_HEAP_FLOOR_MB=0")
 	fig := newFigures(t)
 	cfg := LoadConfig{URLs: []string{q.URL}, Rate: 500, Body: platformBody}
 	const cycles = 8

@@ -1,0 +1,110 @@
+package tiers
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// BenchmarkHotCheck_FirstCallInATagWithColdCells is the check path at a
+// window's start once tiering has sent cells cold: a cell's first call of
+// a window finds no key, so the hot script reads its tag's header and,
+// when the tag has cold cells, probes the tag's cold filter (a GETRANGE a
+// layer). One cell an op, a new one each time, over 64 tags whose filters
+// hold no cell, 2,000 cells in one layer, or 2,000 cells in the layers 8
+// switches of 250 without an estimate leave. It reports the Redis CPU an
+// op (a private redis-server) and the share of ops the filter answered
+// "may be cold" (false positives: the router would look them up).
+func BenchmarkHotCheck_FirstCallInATagWithColdCells(b *testing.B) {
+	for _, tc := range []struct {
+		name     string
+		switches int // calls of SwitchToCold a tag, 2,000 cells in all
+		estimate bool
+	}{
+		{"no-cold-cells", 0, false},
+		{"one-layer", 1, true},
+		{"grown-layers", 8, false},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			rdb := tierBenchRedis(b)
+			warm := NewWarmStore(rdb, WarmOptions{})
+			hot := NewRouter(NewHotStore(rdb, HotOptions{}), warm, nil).Hot()
+			ctx := context.Background()
+			apps := make([]string, 64)
+			for i := range apps {
+				apps[i] = "app-" + strconv.Itoa(i)
+			}
+			fillColdFilters(b, warm, apps, tc.switches, tc.estimate)
+			now := time.Now()
+			maybe := 0
+			i := 0
+			cpu0 := redisCPU(b, rdb)
+			for b.Loop() {
+				c := newConfCell(1000, time.Hour)
+				c.app = apps[i%len(apps)]
+				i++
+				cell := c.at(now)
+				cell.Tag = TagOf(c.app)
+				op := &Op{Cost: 1, Mode: Enforce, Cells: []Cell{cell}}
+				if err := hot.Check(ctx, now, []*Op{op}); err != nil {
+					b.Fatal(err)
+				}
+				if len(op.route) > 0 && op.route[0].where == routeUnknown {
+					maybe++
+				}
+			}
+			b.ReportMetric(float64((redisCPU(b, rdb)-cpu0).Nanoseconds())/1000/float64(b.N), "redis-us/op")
+			b.ReportMetric(float64(maybe)/float64(b.N), "maybe-cold/op")
+		})
+	}
+}
+
+// fillColdFilters adds 2,000 cells to each app's cold filter in switches
+// calls (none: no filter), with the cycle's estimate of 2,000 or without.
+func fillColdFilters(b *testing.B, warm *WarmStore, apps []string, switches int, estimate bool) {
+	ctx := context.Background()
+	for _, app := range apps {
+		for s := range switches {
+			swaps := make([]DirSwap, 2000/switches)
+			for k := range swaps {
+				c := newConfCell(10, time.Hour)
+				c.app = app
+				cell := c.at(confT0)
+				cell.Tag = TagOf(app)
+				swaps[k].Ref = RefOf(&cell)
+			}
+			var capacity func(Tag) int
+			if estimate {
+				capacity = func(Tag) int { return 2000 }
+			}
+			if _, err := warm.SwitchToCold(ctx, swaps, capacity); err != nil {
+				b.Fatalf("switch %d of %s: %v", s, app, err)
+			}
+		}
+	}
+}
+
+// redisCPU is the CPU time the Redis server has used (INFO cpu).
+func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum float64
+	for _, l := range strings.Split(info, "\r\n") {
+		for _, f := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+			if v, ok := strings.CutPrefix(l, f); ok {
+				s, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					b.Fatalf("INFO cpu %q: %v", l, err)
+				}
+				sum += s
+			}
+		}
+	}
+	return time.Duration(sum * float64(time.Second))
+}
