@@ -177,6 +177,14 @@ bench-move: services
 	$(GO) test -run '^$$' -bench 'BenchmarkMoveCells_HotToCold|BenchmarkFoldActivityLog' -benchtime 20x ./migrate/
 	$(GO) test -run '^$$' -bench 'BenchmarkCycle_HotToCold' -benchtime 3x ./migrate/
 
+# The check path at a window's start in tags with cold cells: the hot
+# script's cold-filter probe (no filter, one layer, layers grown without the
+# cycle's estimate), Redis CPU an op on a redis-server of its own and the
+# share of false "may be cold" answers. ~1 minute.
+.PHONY: bench-filter
+bench-filter: services
+	$(GO) test -run '^$$' -bench 'BenchmarkHotCheck_FirstCallInATagWithColdCells' -benchtime 20000x -count 3 ./tiers/
+
 # Tiering on against off, alternated in one run, for uniform keys, skewed
 # keys and batches of new identities; MariaDB statements per 1,000 checks
 # beside each (bench/tiering.sh). ~8 minutes; bench-out/tiering/summary.txt.
