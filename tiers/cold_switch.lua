@@ -24,12 +24,12 @@
 --
 -- Reply: per cell 1 (switched and in the filter) or 0 (the field held
 -- another value, or a counter did not hold what was expected: nothing
--- changed for that cell). Switching a cell whose field is absent ('' expected) only makes sure the
--- filter holds it: the rebuild of a filter Redis lost
--- (migrate.Worker.RebuildColdFilters), and, with counters, the move of a
--- quiet cell (hot_state.lua), whose counters must still hold what was
--- copied to its cold row when it becomes cold; its counter is deleted in
--- the same step (migrate/PROTOCOL.md, invariant 1).
+-- changed for that cell). Switching a cell whose field is absent (''
+-- expected) only makes sure the filter holds it: the rebuild of a filter
+-- Redis lost (migrate.Worker.RebuildColdFilters), and, with counters, the
+-- move of a quiet cell (hot_state.lua), whose counters must still hold
+-- what was copied to its cold row when it becomes cold; its counter is
+-- deleted in the same step (migrate/PROTOCOL.md, invariant 1).
 --
 -- Cells are added to the last layer only: earlier layers are full. A full
 -- last layer gets a successor at least as large as all earlier layers

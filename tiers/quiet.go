@@ -27,7 +27,7 @@ var hotStateScript = dirScript(hotStateSource)
 type HotState struct {
 	Dir       string // its directory field ("" = none)
 	Counting  bool   // no field, and a counter of this window or the next exists
-	MaybeCold bool   // no field, and its tag's cold filter may hold it (not read for a cell counting in the next window)
+	MaybeCold bool   // no field, no counter, and its tag's cold filter may hold it
 	// Count is the value of the counter of this window of a quiet cell
 	// that has one (Quiet and Counting); Window is the index of the window
 	// States read.
