@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -134,27 +135,29 @@ func (m *HotMover) cellKeys(refs []Ref, now time.Time) ([]warmLoc, []cellCounter
 }
 
 // QuietRecords returns the cold record of each of refs as a quiet cell
-// (states[i], Quiet): a count's, of the window States read, as a move's
-// copy of the counter would be (FreezeExport); or, for an idle cell, count
-// 0 of the window before now's. A record of the current window (what a
-// move of a counting cell imports) is newer than an idle one
-// (Record.NewerThan), so an import never keeps an idle record over a
-// count; and a check finds its count 0 in the current window, which is
-// what the cell held.
+// (states[i], Quiet). A count's is of the window States read, with Last
+// that window's first second: a copy of the counter, which loses to any
+// later copy of the cell's state (Record.NewerThan), even one an instance
+// whose clock is behind makes in the same window; so a record a stopped
+// quiet move left (PROTOCOL.md) never wins over the cell's next move into
+// cold. An idle cell's counts 0, of the window before now's: a record of
+// the current window (what a move of a counting cell imports) is newer, so
+// an import never keeps an idle record over a count, and a check finds its
+// count 0 in the current window, which is what the cell held.
 func (m *HotMover) QuietRecords(refs []Ref, states []HotState) ([]Record, error) {
-	now := m.now()
-	nowS := recordFloorDiv(now.UnixMilli(), 1000)
+	nowS := recordFloorDiv(m.now().UnixMilli(), 1000)
 	out := make([]Record, len(refs))
 	for i := range refs {
-		if states[i].Count != "" {
-			rec, err := hotRecord(&refs[i], states[i].Window, false, now, states[i].Count)
+		wS := int64(refs[i].Window / time.Second)
+		if n := states[i].Count; n != "" {
+			count, err := strconv.ParseInt(n, 10, 64)
 			if err != nil {
-				return nil, fmt.Errorf("quiet record: %w", err)
+				return nil, fmt.Errorf("quiet record: counter %q: %w", n, err)
 			}
-			out[i] = rec
+			start := max(states[i].Window*wS, recordEpoch)
+			out[i] = Record{Ref: refs[i], Count: max(count, 0), Last: start, First: start}
 			continue
 		}
-		wS := int64(refs[i].Window / time.Second)
 		last := max((recordFloorDiv(nowS, wS)-1)*wS, recordEpoch)
 		out[i] = Record{Ref: refs[i], Last: last, First: last}
 	}
