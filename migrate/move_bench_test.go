@@ -43,7 +43,7 @@ func benchHotToCold(b *testing.B, apps int) {
 	var lastRedis time.Duration
 	e.mover.Faults = afterStep(func(s Step) error {
 		perStep[s] += time.Since(last)
-		r := redisServerCPU(b, e)
+		r := testenv.RedisCPU(b, e.mover.RDB)
 		perStepRedis[s] += r - lastRedis
 		lastRedis = r
 		last = time.Now()
@@ -104,12 +104,12 @@ type cpuMeter struct {
 func newCPUMeter(b *testing.B) *cpuMeter { return &cpuMeter{b: b, mysqld: mysqldPID()} }
 
 func (c *cpuMeter) start(e *env) {
-	c.self0, c.redis0, c.mysql0 = selfCPU(), redisServerCPU(c.b, e), procCPU(c.mysqld)
+	c.self0, c.redis0, c.mysql0 = selfCPU(), testenv.RedisCPU(c.b, e.mover.RDB), procCPU(c.mysqld)
 }
 
 func (c *cpuMeter) stop(e *env) {
 	c.self += selfCPU() - c.self0
-	c.redisCPU += redisServerCPU(c.b, e) - c.redis0
+	c.redisCPU += testenv.RedisCPU(c.b, e.mover.RDB) - c.redis0
 	c.mysqlCPU += procCPU(c.mysqld) - c.mysql0
 }
 
@@ -164,27 +164,6 @@ func selfCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// redisServerCPU is the CPU time the Redis server has used (INFO cpu).
-func redisServerCPU(b *testing.B, e *env) time.Duration {
-	info, err := e.mover.RDB.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var sum float64
-	for _, l := range strings.Split(info, "\r\n") {
-		for _, f := range []string{"used_cpu_user:", "used_cpu_sys:"} {
-			if v, ok := strings.CutPrefix(l, f); ok {
-				s, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatalf("INFO cpu %q: %v", l, err)
-				}
-				sum += s
-			}
-		}
-	}
-	return time.Duration(sum * float64(time.Second))
 }
 
 // BenchmarkCycle_HotToCold runs whole scheduled cycles over 20,000 hot

@@ -3,11 +3,10 @@ package tiers
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/quota-platform/quota/internal/testenv"
 )
 
 // BenchmarkHotCheck_FirstCallInATagWithColdCells is the check path at a
@@ -42,7 +41,7 @@ func BenchmarkHotCheck_FirstCallInATagWithColdCells(b *testing.B) {
 			now := time.Now()
 			maybe := 0
 			i := 0
-			cpu0 := redisCPU(b, rdb)
+			cpu0 := testenv.RedisCPU(b, rdb)
 			for b.Loop() {
 				c := newConfCell(1000, time.Hour)
 				c.app = apps[i%len(apps)]
@@ -57,7 +56,7 @@ func BenchmarkHotCheck_FirstCallInATagWithColdCells(b *testing.B) {
 					maybe++
 				}
 			}
-			b.ReportMetric(float64((redisCPU(b, rdb)-cpu0).Nanoseconds())/1000/float64(b.N), "redis-us/op")
+			b.ReportMetric(float64((testenv.RedisCPU(b, rdb)-cpu0).Nanoseconds())/1000/float64(b.N), "redis-us/op")
 			b.ReportMetric(float64(maybe)/float64(b.N), "maybe-cold/op")
 		})
 	}
@@ -86,25 +85,4 @@ func fillColdFilters(b *testing.B, warm *WarmStore, apps []string, switches int,
 			}
 		}
 	}
-}
-
-// redisCPU is the CPU time the Redis server has used (INFO cpu).
-func redisCPU(b *testing.B, rdb *redis.Client) time.Duration {
-	info, err := rdb.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var sum float64
-	for _, l := range strings.Split(info, "\r\n") {
-		for _, f := range []string{"used_cpu_user:", "used_cpu_sys:"} {
-			if v, ok := strings.CutPrefix(l, f); ok {
-				s, err := strconv.ParseFloat(v, 64)
-				if err != nil {
-					b.Fatalf("INFO cpu %q: %v", l, err)
-				}
-				sum += s
-			}
-		}
-	}
-	return time.Duration(sum * float64(time.Second))
 }
