@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -127,5 +128,25 @@ func TestActivity_CellsOfShortWindowsLeaveNoHistory(t *testing.T) {
 	rows := activityRows(t, dbs)
 	if len(rows) != 1 || rows[daily.ref().ID()].calls != 3 {
 		t.Fatalf("cell_activity %v, want only the daily cell with 3 calls", rows)
+	}
+}
+
+// A part's scan window is moved sorted by tag (so that a batch's scripts
+// visit few tags), each tag's cells in scan order, with their rates.
+func TestByTag_SortsByTagKeepingTheScanOrderWithinATag(t *testing.T) {
+	t.Parallel()
+	tag := func(b byte) tiers.Tag { return tiers.Tag{b, 0, 0} }
+	refs := []tiers.Ref{{Tag: tag(2), ShardKey: 1}, {Tag: tag(1), ShardKey: 2}, {Tag: tag(2), ShardKey: 3}, {Tag: tag(1), ShardKey: 4}, {Tag: tag(3), ShardKey: 5}}
+	rates := []float64{1, 2, 3, 4, 5}
+	byTag(refs, rates)
+	var gotKeys []uint64
+	for _, r := range refs {
+		gotKeys = append(gotKeys, r.ShardKey)
+	}
+	if want := []uint64{2, 4, 1, 3, 5}; !slices.Equal(gotKeys, want) {
+		t.Fatalf("order %v, want %v", gotKeys, want)
+	}
+	if want := []float64{2, 4, 1, 3, 5}; !slices.Equal(rates, want) {
+		t.Fatalf("rates %v, want %v", rates, want)
 	}
 }
