@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -235,6 +236,20 @@ func (e *env) expectCell(t *testing.T, when string, c cellSpec, tier tiers.Tier,
 
 // afterStep is fault points that run fn after each step of a move; an
 // error stops the move there, as a crash would.
+// crashingMover is a copy of e's mover that stops after step as a crash
+// would (its leases left to lapse after leaseTTL).
+func (e *env) crashingMover(step Step, leaseTTL time.Duration) *Mover {
+	m := *e.mover
+	m.LeaseTTL = leaseTTL
+	m.Faults = afterStep(func(s Step) error {
+		if s == step {
+			return errors.New("crash")
+		}
+		return nil
+	})
+	return &m
+}
+
 func afterStep(fn func(Step) error) faultpoint.Points {
 	return &faultpoint.Funcs{MoveStep: func(s int) error { return fn(Step(s)) }}
 }

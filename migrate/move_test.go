@@ -250,14 +250,7 @@ func TestMoveCrashThenRepair(t *testing.T) {
 					for range 4 {
 						e.check(t, tiers.Enforce, c)
 					}
-					crashing := *e.mover
-					crashing.LeaseTTL = 300 * time.Millisecond
-					crashing.Faults = afterStep(func(s Step) error {
-						if s == step {
-							return errors.New("crash")
-						}
-						return nil
-					})
+					crashing := e.crashingMover(step, 300*time.Millisecond)
 					if _, err := crashing.MoveCells(context.Background(), refsOf(c), from, to); err == nil {
 						t.Fatal("the crashing move succeeded")
 					}
@@ -469,14 +462,7 @@ func TestRouter_FrozenCellWaitsAtMostMovedWait(t *testing.T) {
 	c := newCell(10)
 	e.takeFullProtocol(t, c)
 	e.check(t, tiers.Enforce, c)
-	crashing := *e.mover
-	crashing.LeaseTTL = time.Minute // the dead worker's lease outlives the test
-	crashing.Faults = afterStep(func(s Step) error {
-		if s == StepFreeze {
-			return errors.New("crash")
-		}
-		return nil
-	})
+	crashing := e.crashingMover(StepFreeze, time.Minute) // the dead worker's lease outlives the test
 	if _, err := crashing.MoveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Cold); err == nil {
 		t.Fatal("the crashing move succeeded")
 	}

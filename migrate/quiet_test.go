@@ -154,14 +154,7 @@ func TestMoveQuietToCold_ACrashBeforeTheSwitchLosesNoCount(t *testing.T) {
 			for range 2 {
 				e.check(t, tiers.Enforce, c)
 			}
-			crashing := *e.mover
-			crashing.LeaseTTL = 200 * time.Millisecond
-			crashing.Faults = afterStep(func(s Step) error {
-				if s == StepIdleCopy {
-					return errors.New("crash")
-				}
-				return nil
-			})
+			crashing := e.crashingMover(StepIdleCopy, 200*time.Millisecond)
 			if _, err := crashing.MoveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Cold); err == nil {
 				t.Fatal("the crashing move succeeded")
 			}
