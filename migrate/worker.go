@@ -289,9 +289,9 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, rep *partReport
 		}
 		rep.Scanned += len(refs)
 		byTag(refs, rates)
-		for lo := 0; lo < len(refs); lo += w.batch() {
-			hi := min(lo+w.batch(), len(refs))
-			w.moveBatch(ctx, refs[lo:hi], rates[lo:hi], capacity, rep, fail)
+		for start := 0; start < len(refs); start += w.batch() {
+			end := min(start+w.batch(), len(refs))
+			w.moveBatch(ctx, refs[start:end], rates[start:end], capacity, rep, fail)
 		}
 		// Bound the history: rows older than the horizon keep their mean.
 		// Only a batch that read such a row has one to rescale (a row a
