@@ -242,3 +242,38 @@ func BenchmarkFoldActivityLog(b *testing.B) {
 	}
 	b.ReportMetric(float64(folded)/took.Seconds(), "cells/s")
 }
+
+// An instance flushes its activity when a cycle it has not seen starts
+// (WatchCycles polls the cycle key), and only then: the same cycle seen
+// again flushes nothing.
+func TestWatchCycles_FlushesTheActivityWhenACycleStarts(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	dbs := testenv.MySQLShards(t, 1)
+	w := &Worker{Mover: e.mover, DBs: dbs, Activity: &Activity{DBs: dbs}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); w.WatchCycles(ctx, 5*time.Millisecond) }()
+	defer func() { cancel(); <-done }()
+	w.Activity.Observe(dailyRefs(3))
+	time.Sleep(50 * time.Millisecond) // polls that find no cycle
+	if n := countRows(t, dbs, "cell_activity_log"); n != 0 {
+		t.Fatalf("%d log rows before any cycle started", n)
+	}
+	if err := e.mover.RDB.Set(context.Background(), w.cycleKey(), "sched-1", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for countRows(t, dbs, "cell_activity_log") == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the activity was not flushed within 5 s of the cycle's start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	flushed := countRows(t, dbs, "cell_activity_log")
+	w.Activity.Observe(dailyRefs(3))
+	time.Sleep(50 * time.Millisecond) // polls that find the same cycle
+	if n := countRows(t, dbs, "cell_activity_log"); n != flushed {
+		t.Fatalf("%d log rows after polls of the same cycle, want %d", n, flushed)
+	}
+}

@@ -202,24 +202,17 @@ func (w *Worker) WatchCycles(ctx context.Context, interval time.Duration) {
 	if w.Activity == nil {
 		return
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
 	last := ""
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.Every(ctx, interval, func() {
 		id, err := w.Mover.RDB.Get(ctx, w.cycleKey()).Result()
 		if err != nil || id == last {
-			continue
+			return
 		}
 		last = id
 		if err := w.Activity.Flush(ctx); err != nil {
 			w.log().Warn("migration activity flush at a cycle's start failed", "cycle", id, "err", err)
 		}
-	}
+	})
 }
 
 // runPart folds part p's flushed activity into its shard's cell_activity,
