@@ -69,7 +69,7 @@ func TestMoveQuietToCold_OnARedisClusterCellsOfManySlots(t *testing.T) {
 		e.check(t, tiers.Enforce, c)
 	}
 	e.mover.Faults = afterStep(func(s Step) error {
-		if s != StepIdleCopy {
+		if s != StepQuietCopy {
 			t.Errorf("step %s of the full protocol ran", s)
 		}
 		return nil

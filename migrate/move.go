@@ -30,13 +30,13 @@ const (
 	StepSwitch                  // the directory names the destination
 	StepDelete                  // the sources are deleted
 	StepDone                    // the journal entries are removed
-	// StepIdleCopy: the empty records of idle cells are written, before
-	// their switch (moveIdleToCold, which has no other step).
-	StepIdleCopy
+	// StepQuietCopy: the records of quiet cells are written, before their
+	// switch (moveQuietToCold, which has no other step).
+	StepQuietCopy
 )
 
 func (s Step) String() string {
-	names := [...]string{"?", "journal", "freeze", "copy", "switch", "delete", "done", "idle-copy"}
+	names := [...]string{"?", "journal", "freeze", "copy", "switch", "delete", "done", "quiet-copy"}
 	if s < 0 || int(s) >= len(names) {
 		return "?"
 	}

@@ -106,7 +106,7 @@ func (m *Mover) quietBatch(ctx context.Context, idle []tiers.Ref, idleStates []t
 	if err := m.Cold.Import(ctx, recs[nIdle:]); err != nil {
 		return fmt.Errorf("quiet cells: %w", err)
 	}
-	if err := m.step(StepIdleCopy); err != nil {
+	if err := m.step(StepQuietCopy); err != nil {
 		return err
 	}
 	// A worker that stalled past a lease since it took it switches no

@@ -24,7 +24,7 @@ func TestMoveQuietToCold_TakesNoJournalOrFreeze(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.mover.Faults = afterStep(func(s Step) error {
-		if s != StepIdleCopy {
+		if s != StepQuietCopy {
 			return errors.New("a step of the full protocol ran")
 		}
 		return nil
@@ -82,7 +82,7 @@ func TestMoveQuietToCold_ACheckBeforeTheSwitchKeepsItsCount(t *testing.T) {
 			rowAtFullProtocol := true
 			e.mover.Faults = afterStep(func(s Step) error {
 				switch s {
-				case StepIdleCopy:
+				case StepQuietCopy:
 					e.check(t, tiers.Enforce, busy)
 				case StepJournal:
 					rows, err := e.cold.Exists(context.Background(), refsOf(busy))
@@ -119,7 +119,7 @@ func TestMoveQuietToCold_ACellThatDidNotSwitchLeavesNoRow(t *testing.T) {
 	other := *e.mover
 	other.Faults = nil
 	e.mover.Faults = afterStep(func(s Step) error {
-		if s == StepIdleCopy {
+		if s == StepQuietCopy {
 			e.check(t, tiers.Enforce, c)
 			if _, err := other.lease(context.Background(), refsOf(c)); err != nil {
 				t.Error(err)
@@ -154,7 +154,7 @@ func TestMoveQuietToCold_ACrashBeforeTheSwitchLosesNoCount(t *testing.T) {
 			for range 2 {
 				e.check(t, tiers.Enforce, c)
 			}
-			crashing := e.crashingMover(StepIdleCopy, 200*time.Millisecond)
+			crashing := e.crashingMover(StepQuietCopy, 200*time.Millisecond)
 			if _, err := crashing.MoveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Cold); err == nil {
 				t.Fatal("the crashing move succeeded")
 			}
@@ -258,7 +258,7 @@ func TestMoveQuietToCold_StalledWorkerLosesNoCount(t *testing.T) {
 				stalled, resume := make(chan struct{}), make(chan struct{})
 				slow := *e.mover
 				slow.Faults = afterStep(func(s Step) error {
-					if s == StepIdleCopy {
+					if s == StepQuietCopy {
 						close(stalled)
 						<-resume
 					}

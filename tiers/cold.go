@@ -510,8 +510,8 @@ func (s *ColdStore) tryImport(ctx context.Context, sh int, recs []*Record, ids [
 
 // InsertNew writes each record where its cell has no row, and leaves the
 // rows that exist as they are: one INSERT IGNORE per shard and chunk. The
-// move of idle cells (IdleRecords) uses it; a row that exists is another
-// move's copy, or the cell's.
+// quiet move of idle cells (HotMover.QuietRecords) uses it; a row that
+// exists is another move's copy, or the cell's.
 func (s *ColdStore) InsertNew(ctx context.Context, recs []Record) error {
 	return s.eachChunk(recs, func(sh int, ids []CellID, vals [][]byte) error {
 		if _, err := reserveCold(ctx, s.dbs[sh], ids, vals); err != nil {

@@ -52,7 +52,7 @@ func TestColdStore_InsertNewAndDeleteUnchangedKeepCountedRows(t *testing.T) {
 
 // An idle cell's record counts 0 in the current window and loses to any
 // record of it, so an import of a count over it keeps the count.
-func TestIdleRecords_LoseToACountOfTheWindow(t *testing.T) {
+func TestQuietRecords_AnIdleCellsLosesToACountOfTheWindow(t *testing.T) {
 	t.Parallel()
 	s := NewColdStore(testenv.MySQLShards(t, 1), ColdOptions{})
 	ctx := context.Background()
