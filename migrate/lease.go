@@ -211,6 +211,15 @@ func (l *leases) owned(ctx context.Context, refs []tiers.Ref) ([]tiers.Ref, erro
 	return out, nil
 }
 
+// refSet is refs as a set, by value (no MD5 a cell).
+func refSet(refs []tiers.Ref) map[tiers.Ref]bool {
+	set := make(map[tiers.Ref]bool, len(refs))
+	for _, r := range refs {
+		set[r] = true
+	}
+	return set
+}
+
 // key is the lease key of r, a cell held or not.
 func (l *leases) key(r *tiers.Ref) string {
 	if k, ok := l.keyOf[*r]; ok {

@@ -464,10 +464,7 @@ func stillHeld(ctx context.Context, held *leases, fz frozenBatch) ([]tiers.Ref, 
 	if err != nil || len(kept) == len(fz.refs) {
 		return kept, fz.old, fz.recs, err
 	}
-	in := make(map[tiers.Ref]bool, len(kept)) // by value: no MD5 a cell
-	for _, r := range kept {
-		in[r] = true
-	}
+	in := refSet(kept)
 	var old []string
 	for i, r := range fz.refs {
 		if in[r] {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/quota-platform/quota/tiers"
 )
@@ -13,6 +14,14 @@ type quietMove struct {
 	moved []tiers.Ref // now cold: the idle cells first, then those with a count
 	idle  int         // of moved
 	rest  []tiers.Ref // for the full protocol
+}
+
+// quietCell is a cell of a quiet move: where States found it, and the cold
+// record the move writes for it.
+type quietCell struct {
+	ref   tiers.Ref
+	state tiers.HotState
+	rec   tiers.Record
 }
 
 // moveQuietToCold moves the quiet cells of refs (hot with no field, no
@@ -33,14 +42,13 @@ func (m *Mover) moveQuietToCold(ctx context.Context, refs []tiers.Ref, states []
 			return res, err
 		}
 	}
-	var idle, counted []tiers.Ref
-	var idleStates, countedStates []tiers.HotState
+	var idle, counted []quietCell
 	for i := range refs {
-		switch s := &states[i]; {
+		switch s := states[i]; {
 		case s.Idle():
-			idle, idleStates = append(idle, refs[i]), append(idleStates, *s)
+			idle = append(idle, quietCell{ref: refs[i], state: s})
 		case s.Quiet():
-			counted, countedStates = append(counted, refs[i]), append(countedStates, *s)
+			counted = append(counted, quietCell{ref: refs[i], state: s})
 		default:
 			res.rest = append(res.rest, refs[i])
 		}
@@ -48,7 +56,7 @@ func (m *Mover) moveQuietToCold(ctx context.Context, refs []tiers.Ref, states []
 	var held *leases
 	stopped := false
 	if len(counted) > 0 {
-		if held, err = m.lease(ctx, counted); err != nil {
+		if held, err = m.lease(ctx, quietRefs(counted)); err != nil {
 			return res, err
 		}
 		defer func() {
@@ -58,52 +66,31 @@ func (m *Mover) moveQuietToCold(ctx context.Context, refs []tiers.Ref, states []
 				held.release()
 			}
 		}()
-		counted, countedStates = keepHeld(held, counted, countedStates, &res.rest)
+		counted = keepIn(counted, refSet(held.refs), &res.rest)
 	}
-	err = m.quietBatch(ctx, idle, idleStates, counted, countedStates, held, capacity, &res)
+	err = m.quietBatch(ctx, idle, counted, held, capacity, &res)
 	stopped = errors.Is(err, errStopped)
 	return res, err
 }
 
-// keepHeld returns the refs (and their states) whose lease held has, and
-// adds the others to rest.
-func keepHeld(held *leases, refs []tiers.Ref, states []tiers.HotState, rest *[]tiers.Ref) ([]tiers.Ref, []tiers.HotState) {
-	if len(held.refs) == len(refs) {
-		return refs, states
-	}
-	in := make(map[tiers.Ref]bool, len(held.refs))
-	for _, r := range held.refs {
-		in[r] = true
-	}
-	var keptRefs []tiers.Ref
-	var keptStates []tiers.HotState
-	for i, r := range refs {
-		if in[r] {
-			keptRefs, keptStates = append(keptRefs, r), append(keptStates, states[i])
-		} else {
-			*rest = append(*rest, r)
-		}
-	}
-	return keptRefs, keptStates
-}
-
 // quietBatch copies, switches and cleans up the idle cells and the held
 // counted cells of one batch (moveQuietToCold).
-func (m *Mover) quietBatch(ctx context.Context, idle []tiers.Ref, idleStates []tiers.HotState, counted []tiers.Ref, countedStates []tiers.HotState, held *leases, capacity func(tiers.Tag) int, res *quietMove) error {
-	nIdle := len(idle)
-	cand := append(idle, counted...)
+func (m *Mover) quietBatch(ctx context.Context, idle, counted []quietCell, held *leases, capacity func(tiers.Tag) int, res *quietMove) error {
+	cand := slices.Concat(idle, counted)
 	if len(cand) == 0 {
 		return nil
 	}
-	states := append(idleStates, countedStates...)
-	recs, err := m.Hot.QuietRecords(cand, states)
+	recs, err := m.Hot.QuietRecords(quietRefs(cand), quietStates(cand))
 	if err != nil {
 		return err
 	}
-	if err := m.Cold.InsertNew(ctx, recs[:nIdle]); err != nil {
+	for i := range cand {
+		cand[i].rec = recs[i]
+	}
+	if err := m.Cold.InsertNew(ctx, recs[:len(idle)]); err != nil {
 		return fmt.Errorf("quiet cells: %w", err)
 	}
-	if err := m.Cold.Import(ctx, recs[nIdle:]); err != nil {
+	if err := m.Cold.Import(ctx, recs[len(idle):]); err != nil {
 		return fmt.Errorf("quiet cells: %w", err)
 	}
 	if err := m.step(StepQuietCopy); err != nil {
@@ -113,100 +100,94 @@ func (m *Mover) quietBatch(ctx context.Context, idle []tiers.Ref, idleStates []t
 	// counted cell and deletes no record of one: the cell may have been
 	// moved away and back meanwhile, its counter holding the same value
 	// and its cold row another move's.
-	lapsed, err := lapsedOf(ctx, held, cand[nIdle:])
-	if err != nil {
+	if counted, err = stillOwned(ctx, held, cand[len(idle):], &res.rest); err != nil {
 		return err
 	}
-	var try []int // indexes into cand
-	for i := range cand {
-		if i >= nIdle && lapsed[i-nIdle] {
-			res.rest = append(res.rest, cand[i])
-		} else {
-			try = append(try, i)
-		}
-	}
-	ok, err := m.Hot.SwitchQuietToCold(ctx, pick(cand, try), pick(states, try), capacity)
+	cand = slices.Concat(cand[:len(idle)], counted)
+	ok, err := m.Hot.SwitchQuietToCold(ctx, quietRefs(cand), quietStates(cand), capacity)
 	if err != nil {
 		return fmt.Errorf("quiet cells: %w", err)
 	}
-	var unswitched []int // indexes into cand
-	for k, i := range try {
-		if !ok[k] {
-			unswitched = append(unswitched, i)
-			continue
-		}
-		res.moved = append(res.moved, cand[i])
-		if i < nIdle {
-			res.idle++
-		}
-	}
-	return m.dropUnused(ctx, held, cand, recs, nIdle, unswitched, res)
-}
-
-// dropUnused hands the cells of cand at unswitched (those that did not
-// switch) to the full protocol, and deletes their records while they hold
-// what the move wrote; a counted cell's (the ones from nIdle on) only
-// while its lease is still held (see quietBatch).
-func (m *Mover) dropUnused(ctx context.Context, held *leases, cand []tiers.Ref, recs []tiers.Record, nIdle int, unswitched []int, res *quietMove) error {
-	var counted []tiers.Ref
-	for _, i := range unswitched {
-		if i >= nIdle {
-			counted = append(counted, cand[i])
+	var unusedIdle, unusedCounted []quietCell
+	for i, c := range cand {
+		switch {
+		case ok[i]:
+			res.moved = append(res.moved, c.ref)
+			if i < len(idle) {
+				res.idle++
+			}
+		case i < len(idle):
+			unusedIdle = append(unusedIdle, c)
+		default:
+			unusedCounted = append(unusedCounted, c)
 		}
 	}
-	lapsed, err := lapsedOf(ctx, held, counted)
-	if err != nil {
+	if unusedCounted, err = stillOwned(ctx, held, unusedCounted, &res.rest); err != nil {
 		return err
 	}
-	var unused []tiers.Record
-	k := 0
-	for _, i := range unswitched {
-		res.rest = append(res.rest, cand[i])
-		if i >= nIdle {
-			k++
-			if lapsed[k-1] {
-				continue
-			}
-		}
-		unused = append(unused, recs[i])
-	}
+	return m.dropUnused(ctx, slices.Concat(unusedIdle, unusedCounted), res)
+}
+
+// dropUnused hands cells that did not switch to the full protocol, and
+// deletes their records while they hold what the move wrote.
+func (m *Mover) dropUnused(ctx context.Context, unused []quietCell, res *quietMove) error {
 	if len(unused) == 0 {
 		return nil
 	}
-	if err := m.Cold.DeleteUnchanged(ctx, unused); err != nil {
+	recs := make([]tiers.Record, len(unused))
+	for i, c := range unused {
+		res.rest = append(res.rest, c.ref)
+		recs[i] = c.rec
+	}
+	if err := m.Cold.DeleteUnchanged(ctx, recs); err != nil {
 		return fmt.Errorf("quiet cells: %w", err)
 	}
 	return nil
 }
 
-// pick returns the elements of s at the indexes at.
-func pick[T any](s []T, at []int) []T {
-	out := make([]T, len(at))
-	for k, i := range at {
-		out[k] = s[i]
+// stillOwned returns the cells whose lease held still has (one check in
+// Redis), and adds the others' refs to rest.
+func stillOwned(ctx context.Context, held *leases, cells []quietCell, rest *[]tiers.Ref) ([]quietCell, error) {
+	if len(cells) == 0 {
+		return cells, nil
+	}
+	kept, err := held.owned(ctx, quietRefs(cells))
+	if err != nil {
+		return nil, err
+	}
+	return keepIn(cells, refSet(kept), rest), nil
+}
+
+// keepIn returns the cells whose ref is in set, and adds the others' refs
+// to rest.
+func keepIn(cells []quietCell, set map[tiers.Ref]bool, rest *[]tiers.Ref) []quietCell {
+	var kept []quietCell
+	for _, c := range cells {
+		if set[c.ref] {
+			kept = append(kept, c)
+		} else {
+			*rest = append(*rest, c.ref)
+		}
+	}
+	return kept
+}
+
+// quietStates returns the cells' states.
+func quietStates(cells []quietCell) []tiers.HotState {
+	out := make([]tiers.HotState, len(cells))
+	for i := range cells {
+		out[i] = cells[i].state
 	}
 	return out
 }
 
-// lapsedOf reports, for each of refs, whether its lease is no longer
-// held's (nothing to check when there are none).
-func lapsedOf(ctx context.Context, held *leases, refs []tiers.Ref) ([]bool, error) {
-	out := make([]bool, len(refs))
-	if len(refs) == 0 {
-		return out, nil
+// quietRefs returns the cells' refs.
+func quietRefs(cells []quietCell) []tiers.Ref {
+	out := make([]tiers.Ref, len(cells))
+	for i := range cells {
+		out[i] = cells[i].ref
 	}
-	kept, err := held.owned(ctx, refs)
-	if err != nil {
-		return nil, err
-	}
-	in := make(map[tiers.Ref]bool, len(kept))
-	for _, r := range kept {
-		in[r] = true
-	}
-	for i := range refs {
-		out[i] = !in[refs[i]]
-	}
-	return out, nil
+	return out
 }
 
 // statesOf returns the tier of each ref (as TierOf) and where it stands
