@@ -4,7 +4,6 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
-	"strconv"
 	"time"
 )
 
@@ -149,13 +148,14 @@ func (m *HotMover) QuietRecords(refs []Ref, states []HotState) ([]Record, error)
 	out := make([]Record, len(refs))
 	for i := range refs {
 		wS := int64(refs[i].Window / time.Second)
-		if n := states[i].Count; n != "" {
-			count, err := strconv.ParseInt(n, 10, 64)
+		if s := &states[i]; s.Count != "" {
+			// The counter's record as a move's copy makes it, dated the
+			// window's first second.
+			rec, err := hotRecord(&refs[i], s.Window, false, time.Unix(s.Window*wS, 0), s.Count)
 			if err != nil {
-				return nil, fmt.Errorf("quiet record: counter %q: %w", n, err)
+				return nil, fmt.Errorf("quiet record: %w", err)
 			}
-			start := max(states[i].Window*wS, recordEpoch)
-			out[i] = Record{Ref: refs[i], Count: max(count, 0), Last: start, First: start}
+			out[i] = rec
 			continue
 		}
 		last := max((recordFloorDiv(nowS, wS)-1)*wS, recordEpoch)
