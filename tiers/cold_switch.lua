@@ -133,6 +133,10 @@ local function finish()
   end
 end
 
+-- The cells' counters, read at once; a counter this call deleted (a cell
+-- twice in a call) reads as absent.
+local counts = counters and dir_mget(K + 1)
+local deleted = {}
 local live = K -- the KEYS index before the cell's counters
 for i = first, #ARGV, step do
   local k = ARGV[i]
@@ -142,10 +146,9 @@ for i = first, #ARGV, step do
   local cur = warm_get(h, field) or ''
   local quiet, count = true, nil
   if counters then
-    local n = redis.call('MGET', KEYS[live + 1], KEYS[live + 2])
-    count = n[1]
-    quiet = not n[2] and (count or '') == ARGV[i + 3]
     live = live + 2
+    count = not deleted[KEYS[live - 1]] and counts[live - K - 1]
+    quiet = not counts[live - K] and (count or '') == ARGV[i + 3]
   end
   if cur == ARGV[i + 2] and quiet then
     -- A cell the filter already holds (it was cold before, or a false
@@ -159,7 +162,10 @@ for i = first, #ARGV, step do
       end
     end
     if cur ~= '' then warm_del(h, field) end
-    if count then redis.call('DEL', KEYS[live - 1]) end
+    if count then
+      redis.call('DEL', KEYS[live - 1])
+      deleted[KEYS[live - 1]] = true
+    end
     changed[h] = true
     out[#out + 1] = 1
   else

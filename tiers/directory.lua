@@ -72,6 +72,25 @@ local function dir_header(hkey)
   return h
 end
 
+-- dir_mget returns the values of KEYS[first..#KEYS] (false where a key is
+-- absent), indexed from 1: the mover's scripts read their cells' counters
+-- with one MGET a call, not one a cell (each redis.call costs Redis about
+-- as much as the MGET of a few keys); in slices, as unpack passes at most
+-- about 8,000 values.
+local function dir_mget(first)
+  if first + 3999 >= #KEYS then
+    if first > #KEYS then return {} end
+    return redis.call('MGET', unpack(KEYS, first))
+  end
+  local out, n = {}, 0
+  for s = first, #KEYS, 4000 do
+    local part = redis.call('MGET', unpack(KEYS, s, math.min(s + 3999, #KEYS)))
+    for j = 1, #part do out[n + j] = part[j] end
+    n = n + #part
+  end
+  return out
+end
+
 -- warm_hash is the bucket hash of a warm field: its first 4 bytes.
 local function warm_hash(field)
   return dir_u32(field, 1)
@@ -156,19 +175,24 @@ local COLD_BITS = '\128\64\32\16\8\4\2\1'
 -- (0..63) in a 64-bit block, from its warm field's bytes 1..6, each as its
 -- byte in the block (1..8) and its bit's value there: 8 numbers. Computed
 -- once a cell, so that a probe of a layer is a byte read and a remainder
--- per position (math.floor is a function call, and ^ calls C's pow).
+-- per position (math.floor is a function call, and ^ calls C's pow). The
+-- positions are written into one table a call, not a new table a cell
+-- (nor one in a call that probes none): they are good until the next
+-- cold_pos.
+local COLD_POS
 local function cold_pos(field)
   local b1, b2, b3, b4, b5, b6 = string.byte(field, 1, 6)
   local p1 = (b4 - b4 % 4) / 4
   local p2 = (b4 % 4) * 16 + (b5 - b5 % 16) / 16
   local p3 = (b5 % 16) * 4 + (b6 - b6 % 64) / 64
   local p4 = b6 % 64
-  return (b1 * 256 + b2) * 256 + b3, {
-    (p1 - p1 % 8) / 8 + 1, string.byte(COLD_BITS, p1 % 8 + 1),
-    (p2 - p2 % 8) / 8 + 1, string.byte(COLD_BITS, p2 % 8 + 1),
-    (p3 - p3 % 8) / 8 + 1, string.byte(COLD_BITS, p3 % 8 + 1),
-    (p4 - p4 % 8) / 8 + 1, string.byte(COLD_BITS, p4 % 8 + 1),
-  }
+  local pos = COLD_POS or {}
+  COLD_POS = pos
+  pos[1], pos[2] = (p1 - p1 % 8) / 8 + 1, string.byte(COLD_BITS, p1 % 8 + 1)
+  pos[3], pos[4] = (p2 - p2 % 8) / 8 + 1, string.byte(COLD_BITS, p2 % 8 + 1)
+  pos[5], pos[6] = (p3 - p3 % 8) / 8 + 1, string.byte(COLD_BITS, p3 % 8 + 1)
+  pos[7], pos[8] = (p4 - p4 % 8) / 8 + 1, string.byte(COLD_BITS, p4 % 8 + 1)
+  return (b1 * 256 + b2) * 256 + b3, pos
 end
 
 -- cold_has reports whether every position of pos is set in the 8-byte

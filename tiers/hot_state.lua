@@ -22,25 +22,23 @@
 local probes = {}
 for i = 2, #ARGV, 2 do probes[ARGV[i]] = (probes[ARGV[i]] or 0) + 1 end
 
+local counters = dir_mget(tonumber(ARGV[1]) + 1) -- of all cells, in order
 local out = {}
-local live = tonumber(ARGV[1]) -- the KEYS index before the cell's counters
+local c = 0 -- the index in counters before the cell's
 for i = 2, #ARGV, 2 do
   local h = dir_header(KEYS[tonumber(ARGV[i])])
   h.probes = h.probes or probes[ARGV[i]]
   local field = ARGV[i + 1]
   local v = warm_get(h, field)
-  live = live + 2
+  c = c + 2
   if v then
     out[#out + 1] = v
+  elseif counters[c] then
+    out[#out + 1] = 2
+  elseif cold_maybe(h, field) then
+    out[#out + 1] = counters[c - 1] and 2 or 1
   else
-    local n = redis.call('MGET', KEYS[live - 1], KEYS[live])
-    if n[2] then
-      out[#out + 1] = 2
-    elseif cold_maybe(h, field) then
-      out[#out + 1] = n[1] and 2 or 1
-    else
-      out[#out + 1] = n[1] and {n[1]} or 0
-    end
+    out[#out + 1] = counters[c - 1] and {counters[c - 1]} or 0
   end
 end
 return out

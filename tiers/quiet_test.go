@@ -2,6 +2,8 @@ package tiers
 
 import (
 	"context"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -124,5 +126,65 @@ func TestQuietRecords_ACountLosesToAnyLaterCopyOfItsWindow(t *testing.T) {
 		if !later.NewerThan(&q) {
 			t.Errorf("a copy of the window made at %s (a clock %s behind) does not win over the quiet record", at.Format(time.TimeOnly), behind)
 		}
+	}
+}
+
+// States reads the counters of a call's cells with one MGET, in slices of
+// 4,000 keys (dir_mget): each of 2,500 cells in one call, 5,000 counter
+// keys, gets its own state, the counted ones their count.
+func TestStates_ManyCellsInOneCallEachGetTheirOwn(t *testing.T) {
+	t.Parallel()
+	r, _ := newGroupRouter(t)
+	cells := make([]confCell, 2500)
+	refs := make([]Ref, len(cells))
+	var ops []*Op
+	for i := range cells {
+		cells[i] = newConfCell(10, time.Hour)
+		refs[i] = cells[i].ref()
+		for range i % 3 { // cell i counted i%3 times
+			ops = append(ops, confOp(confT0, 1, Enforce, cells[i]))
+		}
+	}
+	routerCheck(t, r, ops...)
+	m := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+	states, err := m.States(context.Background(), refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range states {
+		want := strconv.Itoa(i % 3)
+		if i%3 == 0 {
+			want = ""
+		}
+		if s.Count != want || s.Quiet() != true || s.Idle() != (i%3 == 0) {
+			t.Fatalf("cell %d (counted %d times): state %+v", i, i%3, s)
+		}
+	}
+}
+
+// A cell given twice to one switch switches once: its counter, read with
+// the call's others before the first switch deleted it, is gone for the
+// second.
+func TestSwitchQuietToCold_ACellTwiceInACallSwitchesOnce(t *testing.T) {
+	t.Parallel()
+	r, _ := newGroupRouter(t)
+	c := newConfCell(10, time.Hour)
+	routerCheck(t, r, confOp(confT0, 1, Enforce, c), confOp(confT0, 1, Enforce, c))
+	m := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+	ctx := context.Background()
+	refs := []Ref{c.ref(), c.ref()}
+	states, err := m.States(ctx, refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if states[0].Count != "2" {
+		t.Fatalf("state %+v, want count 2", states[0])
+	}
+	ok, err := m.SwitchQuietToCold(ctx, refs, states, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(ok, []bool{true, false}) {
+		t.Fatalf("switched %v, want the first only", ok)
 	}
 }
