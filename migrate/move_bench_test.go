@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
@@ -93,33 +94,51 @@ func benchHotToCold(b *testing.B, apps int) {
 }
 
 // cpuMeter sums the CPU time this process, the Redis server of an env and
-// a local MariaDB spend between its starts and stops.
+// a local MariaDB spend between its starts and stops, and two measures of
+// work that do not vary with the machine's speed, as CPU time does on a
+// shared machine: the bytes this process allocates and the commands Redis
+// runs (the commands scripts call included).
 type cpuMeter struct {
 	b                        *testing.B
 	mysqld                   int
 	self0, redis0, mysql0    time.Duration
 	self, redisCPU, mysqlCPU time.Duration
+	alloc0, cmds0            int64
+	alloc, cmds              int64
 }
 
 func newCPUMeter(b *testing.B) *cpuMeter { return &cpuMeter{b: b, mysqld: mysqldPID()} }
 
 func (c *cpuMeter) start(e *env) {
 	c.self0, c.redis0, c.mysql0 = selfCPU(), testenv.RedisCPU(c.b, e.mover.RDB), procCPU(c.mysqld)
+	c.alloc0, c.cmds0 = allocatedBytes(), testenv.RedisCommands(c.b, e.mover.RDB)
 }
 
 func (c *cpuMeter) stop(e *env) {
 	c.self += selfCPU() - c.self0
 	c.redisCPU += testenv.RedisCPU(c.b, e.mover.RDB) - c.redis0
 	c.mysqlCPU += procCPU(c.mysqld) - c.mysql0
+	c.alloc += allocatedBytes() - c.alloc0
+	// Less the INFO that read the count before.
+	c.cmds += testenv.RedisCommands(c.b, e.mover.RDB) - c.cmds0 - 1
 }
 
-// report reports the CPU a cell of n cells.
+// report reports the CPU and work a cell of n cells.
 func (c *cpuMeter) report(n int) {
 	c.b.ReportMetric(float64(c.self.Microseconds())/float64(n), "go-cpu-us/cell")
 	c.b.ReportMetric(float64(c.redisCPU.Microseconds())/float64(n), "redis-cpu-us/cell")
 	if c.mysqld > 0 {
 		c.b.ReportMetric(float64(c.mysqlCPU.Microseconds())/float64(n), "mysql-cpu-us/cell")
 	}
+	c.b.ReportMetric(float64(c.alloc)/float64(n), "go-alloc-B/cell")
+	c.b.ReportMetric(float64(c.cmds)/float64(n), "redis-cmds/cell")
+}
+
+// allocatedBytes is what this process has allocated on the heap so far.
+func allocatedBytes() int64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	return int64(s[0].Value.Uint64())
 }
 
 // mysqldPID is the process id of a MariaDB or MySQL server on this machine

@@ -34,3 +34,29 @@ func RedisCPU(tb testing.TB, rdb redis.UniversalClient) time.Duration {
 	}
 	return time.Duration(sum * float64(time.Second))
 }
+
+// RedisCommands is how many commands the Redis server behind rdb has run
+// since its stats were last reset, from INFO commandstats, the commands
+// scripts call included: a count of the work a benchmark gives Redis that
+// does not vary with the machine's speed, as its CPU time does.
+func RedisCommands(tb testing.TB, rdb redis.UniversalClient) int64 {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var sum int64
+	for _, l := range strings.Split(info, "\r\n") {
+		_, stats, ok := strings.Cut(l, ":calls=")
+		if !ok {
+			continue
+		}
+		calls, _, _ := strings.Cut(stats, ",")
+		n, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			tb.Fatalf("INFO commandstats %q: %v", l, err)
+		}
+		sum += n
+	}
+	return sum
+}
