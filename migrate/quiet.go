@@ -42,21 +42,27 @@ func (m *Mover) moveQuietToCold(ctx context.Context, refs []tiers.Ref, states []
 			return res, err
 		}
 	}
-	var idle, counted []quietCell
+	// The quiet cells in one slice, the idle ones first (quietBatch).
+	cand := make([]quietCell, 0, len(refs))
+	for i := range refs {
+		if states[i].Idle() {
+			cand = append(cand, quietCell{ref: refs[i], state: states[i]})
+		}
+	}
+	idle := len(cand)
 	for i := range refs {
 		switch s := states[i]; {
 		case s.Idle():
-			idle = append(idle, quietCell{ref: refs[i], state: s})
 		case s.Quiet():
-			counted = append(counted, quietCell{ref: refs[i], state: s})
+			cand = append(cand, quietCell{ref: refs[i], state: s})
 		default:
 			res.rest = append(res.rest, refs[i])
 		}
 	}
 	var held *leases
 	stopped := false
-	if len(counted) > 0 {
-		if held, err = m.lease(ctx, quietRefs(counted)); err != nil {
+	if len(cand) > idle {
+		if held, err = m.lease(ctx, quietRefs(cand[idle:])); err != nil {
 			return res, err
 		}
 		defer func() {
@@ -66,17 +72,18 @@ func (m *Mover) moveQuietToCold(ctx context.Context, refs []tiers.Ref, states []
 				held.release()
 			}
 		}()
-		counted = keepIn(counted, refSet(held.refs), &res.rest)
+		counted := keepIn(cand[idle:], refSet(held.refs), &res.rest)
+		cand = cand[:idle+len(counted)]
 	}
-	err = m.quietBatch(ctx, idle, counted, held, capacity, &res)
+	err = m.quietBatch(ctx, cand, idle, held, capacity, &res)
 	stopped = errors.Is(err, errStopped)
 	return res, err
 }
 
-// quietBatch copies, switches and cleans up the idle cells and the held
-// counted cells of one batch (moveQuietToCold).
-func (m *Mover) quietBatch(ctx context.Context, idle, counted []quietCell, held *leases, capacity func(tiers.Tag) int, res *quietMove) error {
-	cand := slices.Concat(idle, counted)
+// quietBatch copies, switches and cleans up the quiet cells of one batch
+// (moveQuietToCold): cand's first idle cells are idle, the others counted
+// and held.
+func (m *Mover) quietBatch(ctx context.Context, cand []quietCell, idle int, held *leases, capacity func(tiers.Tag) int, res *quietMove) error {
 	if len(cand) == 0 {
 		return nil
 	}
@@ -87,10 +94,10 @@ func (m *Mover) quietBatch(ctx context.Context, idle, counted []quietCell, held 
 	for i := range cand {
 		cand[i].rec = recs[i]
 	}
-	if err := m.Cold.InsertNew(ctx, recs[:len(idle)]); err != nil {
+	if err := m.Cold.InsertNew(ctx, recs[:idle]); err != nil {
 		return fmt.Errorf("quiet cells: %w", err)
 	}
-	if err := m.Cold.Import(ctx, recs[len(idle):]); err != nil {
+	if err := m.Cold.Import(ctx, recs[idle:]); err != nil {
 		return fmt.Errorf("quiet cells: %w", err)
 	}
 	if err := m.step(StepQuietCopy); err != nil {
@@ -100,10 +107,11 @@ func (m *Mover) quietBatch(ctx context.Context, idle, counted []quietCell, held 
 	// counted cell and deletes no record of one: the cell may have been
 	// moved away and back meanwhile, its counter holding the same value
 	// and its cold row another move's.
-	if counted, err = stillOwned(ctx, held, cand[len(idle):], &res.rest); err != nil {
+	counted, err := stillOwned(ctx, held, cand[idle:], &res.rest)
+	if err != nil {
 		return err
 	}
-	cand = slices.Concat(cand[:len(idle)], counted)
+	cand = cand[:idle+len(counted)]
 	ok, err := m.Hot.SwitchQuietToCold(ctx, quietRefs(cand), quietStates(cand), capacity)
 	if err != nil {
 		return fmt.Errorf("quiet cells: %w", err)
@@ -113,10 +121,10 @@ func (m *Mover) quietBatch(ctx context.Context, idle, counted []quietCell, held 
 		switch {
 		case ok[i]:
 			res.moved = append(res.moved, c.ref)
-			if i < len(idle) {
+			if i < idle {
 				res.idle++
 			}
-		case i < len(idle):
+		case i < idle:
 			unusedIdle = append(unusedIdle, c)
 		default:
 			unusedCounted = append(unusedCounted, c)
@@ -145,8 +153,8 @@ func (m *Mover) dropUnused(ctx context.Context, unused []quietCell, res *quietMo
 	return nil
 }
 
-// stillOwned returns the cells whose lease held still has (one check in
-// Redis), and adds the others' refs to rest.
+// stillOwned keeps, in place (keepIn), the cells whose lease held still
+// has (one check in Redis), and adds the others' refs to rest.
 func stillOwned(ctx context.Context, held *leases, cells []quietCell, rest *[]tiers.Ref) ([]quietCell, error) {
 	if len(cells) == 0 {
 		return cells, nil
@@ -158,10 +166,10 @@ func stillOwned(ctx context.Context, held *leases, cells []quietCell, rest *[]ti
 	return keepIn(cells, refSet(kept), rest), nil
 }
 
-// keepIn returns the cells whose ref is in set, and adds the others' refs
-// to rest.
+// keepIn keeps the cells whose ref is in set, in order and in place (it
+// returns them, a prefix of cells), and adds the others' refs to rest.
 func keepIn(cells []quietCell, set map[tiers.Ref]bool, rest *[]tiers.Ref) []quietCell {
-	var kept []quietCell
+	kept := cells[:0]
 	for _, c := range cells {
 		if set[c.ref] {
 			kept = append(kept, c)
