@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -102,6 +103,12 @@ type Settings struct {
 	// part wait on Redis and MySQL in turn) and take more of their CPU
 	// from the checks meanwhile.
 	MigratePartWorkers int
+	// QUOTA_MIGRATE_CELLS_PER_SEC (0: no bound): how many cells a second
+	// an instance's part workers scan at most, together; a fleet scans up
+	// to this times its instances. A bound keeps the cycle's share of the
+	// CPU and of Redis, and the checks' latency meanwhile, in hand, at the
+	// cost of a longer cycle.
+	MigrateCellsPerSec float64
 	NewTier            string // QUOTA_NEW_TIER: where a cell never seen before starts; only hot (the hot script counts it with no lookup)
 	ColdHints          int    // QUOTA_COLD_HINTS: slots (8 B each) remembering cells found cold, so their checks skip the row lookup; 0 = off
 
@@ -252,6 +259,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.duration("QUOTA_MIGRATE_MIN_WINDOW", &s.MigrateMinWindow)
 	r.integer("QUOTA_MIGRATE_LOG_MAX_ROWS", &s.MigrateLogMaxRows)
 	r.integer("QUOTA_MIGRATE_PART_WORKERS", &s.MigratePartWorkers)
+	r.float("QUOTA_MIGRATE_CELLS_PER_SEC", &s.MigrateCellsPerSec)
 	r.str("QUOTA_NEW_TIER", &s.NewTier)
 	r.integer("QUOTA_COLD_HINTS", &s.ColdHints)
 	r.loadGateway(&s.Gateway)
@@ -429,6 +437,9 @@ func (s Settings) Validate() error {
 	}
 	if s.MigratePartWorkers < 1 || s.MigratePartWorkers > 64 {
 		return fmt.Errorf("QUOTA_MIGRATE_PART_WORKERS %d: want 1 to 64 parts at once", s.MigratePartWorkers)
+	}
+	if s.MigrateCellsPerSec < 0 || math.IsNaN(s.MigrateCellsPerSec) || math.IsInf(s.MigrateCellsPerSec, 0) {
+		return fmt.Errorf("QUOTA_MIGRATE_CELLS_PER_SEC %v: want 0 (no bound) or a number of cells a second", s.MigrateCellsPerSec)
 	}
 	if s.ColdHints < 0 || s.ColdHints > 1<<30 {
 		return fmt.Errorf("QUOTA_COLD_HINTS %d: want 0 (off) to 1073741824 slots of 8 bytes", s.ColdHints)

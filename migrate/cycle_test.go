@@ -299,3 +299,26 @@ func TestCycle_SizesEachTagsColdFilterForTheCellsItSendsCold(t *testing.T) {
 		t.Fatalf("the tag's cold filter has %d layers, want 1 or 2", n)
 	}
 }
+
+// Config.CellsPerSecond bounds the cells an instance's part workers scan:
+// 400 cells at 400 a second, in batches of 20 (the limiter's burst), take
+// at least (400 - 20) / 400 s; every cell is still moved, once.
+func TestCycle_CellsPerSecondBoundsTheScan(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t).ownJournal()
+	w := e.worker(Config{Schedule: "@daily", HotThreshold: 20, ColdThreshold: 2, BatchSize: 20, CellsPerSecond: 400})
+	cells := rareCells(t, e, 400)
+	e.clock.Advance(2 * time.Hour)
+	start := time.Now()
+	rep, err := w.RunCycle(context.Background())
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Scanned != len(cells) || rep.Moved["hot>cold"] != len(cells) {
+		t.Fatalf("report %+v: want %d cells scanned and moved hot>cold", rep, len(cells))
+	}
+	if least := 950 * time.Millisecond; took < least {
+		t.Fatalf("the cycle took %s: want at least %s at 400 cells a second", took, least)
+	}
+}

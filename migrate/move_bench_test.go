@@ -209,15 +209,17 @@ func BenchmarkCycle_HotToCold(b *testing.B) {
 		folded  bool
 		serve   bool
 		workers []int
+		perSec  float64 // Config.CellsPerSecond
 	}{
-		{"idle", 2 * time.Hour, false, false, []int{1, 2, 4}},
-		{"idle-folded", 2 * time.Hour, true, false, []int{2, 4}},
-		{"idle-serving", 2 * time.Hour, false, true, []int{2, 4}},
-		{"counting", 24 * time.Hour, false, false, []int{2, 4}},
+		{"idle", 2 * time.Hour, false, false, []int{1, 2, 4}, 0},
+		{"idle-folded", 2 * time.Hour, true, false, []int{2, 4}, 0},
+		{"idle-serving", 2 * time.Hour, false, true, []int{2, 4}, 0},
+		{"idle-serving-10000-a-second", 2 * time.Hour, false, true, []int{4}, 10000},
+		{"counting", 24 * time.Hour, false, false, []int{2, 4}, 0},
 	} {
 		for _, workers := range tc.workers {
 			b.Run(tc.name+"/part-workers="+strconv.Itoa(workers), func(b *testing.B) {
-				benchCycle(b, cycleBench{window: tc.window, folded: tc.folded, serve: tc.serve, workers: workers})
+				benchCycle(b, cycleBench{window: tc.window, folded: tc.folded, serve: tc.serve, workers: workers, perSec: tc.perSec})
 			})
 		}
 	}
@@ -229,6 +231,7 @@ type cycleBench struct {
 	folded  bool          // the activity log folded before the cycle
 	serve   bool          // checks of other cells during the cycle
 	workers int           // part workers
+	perSec  float64       // Config.CellsPerSecond
 }
 
 // servingRouter is a router over e's tiers that records no activity, so
@@ -291,7 +294,7 @@ func benchCycle(b *testing.B, cb cycleBench) {
 		b.StopTimer()
 		e := newEnv(b)
 		w := e.worker(Config{Schedule: "@daily", HotThreshold: 20, ColdThreshold: 2, PromoteInterval: 10 * time.Second,
-			DemoteInterval: time.Hour, BatchSize: 1000, PartWorkers: workers})
+			DemoteInterval: time.Hour, BatchSize: 1000, PartWorkers: workers, CellsPerSecond: cb.perSec})
 		appNames := make([]string, apps)
 		for i := range appNames {
 			appNames[i] = "app-" + testenv.RandomHex(4)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+	"golang.org/x/time/rate"
 
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/tick"
@@ -56,6 +57,11 @@ type Config struct {
 	// by cycles only.
 	LogMaxRows    int
 	LogCheckEvery time.Duration // 0: 1 min
+	// CellsPerSecond bounds the cells this instance's part workers scan a
+	// second, together (each instance of a fleet has its own bound), so
+	// that the checks it serves meanwhile keep their share of the CPU and
+	// of Redis; 0: as fast as they go.
+	CellsPerSecond float64
 }
 
 // Worker runs migration cycles and on-call moves.
@@ -173,9 +179,10 @@ func (w *Worker) runCycle(ctx context.Context, want string) (CycleReport, error)
 	}
 	if err == nil {
 		hour := w.now().Unix() / 3600
+		pace := w.pacer()
 		run := func(ctx context.Context, p int) partReport {
 			pr := partReport{Moved: map[string]int{}}
-			w.runPart(ctx, p, hour, &pr, func(err error) { pr.Failures++; note(err) })
+			w.runPart(ctx, p, hour, pace, &pr, func(err error) { pr.Failures++; note(err) })
 			return pr
 		}
 		if err := w.workParts(ctx, id, run); err != nil {
@@ -215,11 +222,21 @@ func (w *Worker) WatchCycles(ctx context.Context, interval time.Duration) {
 	})
 }
 
+// pacer bounds the cells a cycle's part workers scan (Config.
+// CellsPerSecond), a batch at once; nil: no bound.
+func (w *Worker) pacer() *rate.Limiter {
+	if w.Config.CellsPerSecond <= 0 {
+		return nil
+	}
+	return rate.NewLimiter(rate.Limit(w.Config.CellsPerSecond), w.batch())
+}
+
 // runPart folds part p's flushed activity into its shard's cell_activity,
 // scans the part's range of cell_activity in key order, batch by batch,
-// moves each batch's cells whose tier differs from their target, and
-// rescales the history of rows older than the horizon.
-func (w *Worker) runPart(ctx context.Context, p int, hour int64, rep *partReport, fail func(error)) {
+// moves each batch's cells whose tier differs from their target (each
+// batch waits for pace, if set), and rescales the history of rows older
+// than the horizon.
+func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limiter, rep *partReport, fail func(error)) {
 	sh, lo, hi := partRange(p)
 	if sh >= len(w.DBs) {
 		return
@@ -284,6 +301,9 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, rep *partReport
 		byTag(refs, rates)
 		for start := 0; start < len(refs); start += w.batch() {
 			end := min(start+w.batch(), len(refs))
+			if pace != nil && pace.WaitN(ctx, end-start) != nil {
+				return // ctx is done (a batch is never above the burst)
+			}
 			w.moveBatch(ctx, refs[start:end], rates[start:end], capacity, rep, fail)
 		}
 		// Bound the history: rows older than the horizon keep their mean.

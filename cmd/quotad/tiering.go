@@ -60,9 +60,10 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 			DemoteInterval:  s.DemoteInterval,
 			// Every instance flushes its activity within ~1 s of a cycle's
 			// start (WatchCycles below); the cycle's parts wait for it.
-			ActivityWait: 2 * time.Second,
-			LogMaxRows:   s.MigrateLogMaxRows,
-			PartWorkers:  s.MigratePartWorkers,
+			ActivityWait:   2 * time.Second,
+			LogMaxRows:     s.MigrateLogMaxRows,
+			PartWorkers:    s.MigratePartWorkers,
+			CellsPerSecond: s.MigrateCellsPerSec,
 		},
 	}
 	router.Observe = w.Observe
