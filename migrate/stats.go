@@ -15,7 +15,13 @@ import (
 // TierUsage is one tier's share.
 type TierUsage struct {
 	Identities int64 `json:"identities"`
-	Bytes      int64 `json:"bytes"`
+	Bytes      int64 `json:"bytes"` // RedisBytes + MySQLBytes
+	RedisBytes int64 `json:"redis_bytes"`
+	// MySQLBytes is InnoDB's own estimate of cold_cells' data and index
+	// (information_schema), which it refreshes in the background once a
+	// tenth of a table has changed: right after a cycle has moved many
+	// cells cold it may still be the table's size before.
+	MySQLBytes int64 `json:"mysql_bytes"`
 }
 
 // TierStats is the answer of GET /v1/admin/tiers.
@@ -37,8 +43,9 @@ const statsSample = 256
 // bytes = buckets x mean MEMORY USAGE of sampled buckets, split between
 // warm records and markers by their share of field+value bytes. Cold: rows
 // (COUNT(*) below 100,000 rows a shard, else information_schema's
-// TABLE_ROWS estimate) and DATA_LENGTH + INDEX_LENGTH of cold_cells,
-// summed over the shards, plus the cold filters' MEMORY USAGE in Redis.
+// TABLE_ROWS estimate); its Redis bytes are the cold filters' MEMORY
+// USAGE, its MySQL bytes DATA_LENGTH + INDEX_LENGTH of cold_cells, summed
+// over the shards (TierUsage.MySQLBytes).
 // It reads every key under the prefix: an admin tool, not for a hot loop.
 //
 // Each count it finishes also sets the tier-size gauges (Metrics.counted).
@@ -51,7 +58,7 @@ func (m *Mover) Stats(ctx context.Context) (TierStats, error) {
 }
 
 func (m *Mover) countTiers(ctx context.Context) (TierStats, error) {
-	st := TierStats{Method: "hot: counter keys counted; warm: directory fields counted; MEMORY USAGE sampled (256 keys of each kind); cold: rows and information_schema data+index length, plus the cold filters in Redis"}
+	st := TierStats{Method: "hot: counter keys counted; warm: directory fields counted; MEMORY USAGE sampled (256 keys of each kind); cold: rows, the cold filters' MEMORY USAGE in Redis, and cold_cells' data+index length in MySQL (InnoDB's estimate, refreshed in the background)"}
 	hotLen := len(m.Prefix) + 8 + 16
 	warmLen := len(m.Prefix) + 8 + 3
 	var hotSample, warmSample, filters []string
@@ -129,7 +136,7 @@ func (m *Mover) countTiers(ctx context.Context) (TierStats, error) {
 	if err != nil {
 		return st, err
 	}
-	st.Cold.Bytes += int64(filterMean * float64(len(filters)))
+	st.Cold.RedisBytes = int64(filterMean * float64(len(filters)))
 	if m.Cold != nil {
 		for sh, db := range m.Cold.DBs() {
 			var size, rows int64
@@ -143,9 +150,11 @@ func (m *Mover) countTiers(ctx context.Context) (TierStats, error) {
 				}
 			}
 			st.Cold.Identities += rows
-			st.Cold.Bytes += size
+			st.Cold.MySQLBytes += size
 		}
 	}
+	st.Hot.RedisBytes, st.Warm.RedisBytes = st.Hot.Bytes, st.Warm.Bytes
+	st.Cold.Bytes = st.Cold.RedisBytes + st.Cold.MySQLBytes
 	return st, nil
 }
 

@@ -37,3 +37,25 @@ func TestStats_CountSetsTheTierGauges(t *testing.T) {
 		t.Error("quota_tier_counted_timestamp_seconds not set")
 	}
 }
+
+// A count tells a cold cell's bytes in Redis (its tag's cold filter) from
+// those in MySQL (cold_cells); the tier's bytes are their sum.
+func TestStats_ColdBytesAreTheFiltersInRedisAndTheRowsInMySQL(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	hot, cold := newCell(10), newCell(10)
+	e.check(t, tiers.Enforce, hot)
+	e.check(t, tiers.Enforce, cold)
+	e.move(t, tiers.Hot, tiers.Cold, cold)
+	st, err := e.mover.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := st.Cold
+	if c.Identities < 1 || c.RedisBytes <= 0 || c.MySQLBytes <= 0 || c.Bytes != c.RedisBytes+c.MySQLBytes {
+		t.Errorf("cold %+v: want the filter's Redis bytes and the table's MySQL bytes, summed", c)
+	}
+	if h := st.Hot; h.RedisBytes != h.Bytes || h.MySQLBytes != 0 {
+		t.Errorf("hot %+v: want all its bytes in Redis", h)
+	}
+}

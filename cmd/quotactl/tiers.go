@@ -30,8 +30,19 @@ func runRebuildFilters(ctx context.Context, cl *client, args []string, stdout, s
 }
 
 type tierUsage struct {
-	Identities int64 `json:"identities"`
-	Bytes      int64 `json:"bytes"`
+	Identities int64  `json:"identities"`
+	Bytes      int64  `json:"bytes"`
+	RedisBytes *int64 `json:"redis_bytes"` // nil from a quotad that sends bytes only
+	MySQLBytes int64  `json:"mysql_bytes"`
+}
+
+// redis is u's Redis bytes (all its bytes, from a quotad that does not
+// tell them apart).
+func (u tierUsage) redis() int64 {
+	if u.RedisBytes == nil {
+		return u.Bytes
+	}
+	return *u.RedisBytes
 }
 
 type tiersAnswer struct {
@@ -71,19 +82,25 @@ func runTiers(ctx context.Context, cl *client, args []string, stdout, stderr io.
 		return 1
 	}
 	total := a.Hot.Identities + a.Warm.Identities + a.Cold.Identities
-	fmt.Fprintf(stdout, "%-6s %14s %7s %16s %12s\n", "tier", "cells", "share", "bytes", "bytes/cell")
+	fmt.Fprintf(stdout, "%-6s %14s %7s %16s %12s %16s %12s\n", "tier", "cells", "share", "redis bytes", "redis B/cell", "mysql bytes", "mysql B/cell")
+	perCell := func(b, n int64) string {
+		if n == 0 || b == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", float64(b)/float64(n))
+	}
 	for _, r := range []struct {
 		name string
 		u    tierUsage
 	}{{"hot", a.Hot}, {"warm", a.Warm}, {"cold", a.Cold}} {
-		per := "-"
-		if r.u.Identities > 0 {
-			per = fmt.Sprintf("%.1f", float64(r.u.Bytes)/float64(r.u.Identities))
-		}
-		fmt.Fprintf(stdout, "%-6s %14s %7s %16s %12s\n", r.name, group(r.u.Identities), pct(r.u.Identities, total), group(r.u.Bytes), per)
+		fmt.Fprintf(stdout, "%-6s %14s %7s %16s %12s %16s %12s\n", r.name, group(r.u.Identities), pct(r.u.Identities, total),
+			group(r.u.redis()), perCell(r.u.redis(), r.u.Identities), group(r.u.MySQLBytes), perCell(r.u.MySQLBytes, r.u.Identities))
 	}
 	if total > 0 {
-		fmt.Fprintf(stdout, "redis bytes per cell over all tiers: %.1f\n", float64(a.Hot.Bytes+a.Warm.Bytes)/float64(total))
+		fmt.Fprintf(stdout, "redis bytes per cell over all tiers: %.1f\n", float64(a.Hot.redis()+a.Warm.redis()+a.Cold.redis())/float64(total))
+	}
+	if a.Cold.MySQLBytes > 0 {
+		fmt.Fprintln(stdout, "mysql bytes: InnoDB's estimate, refreshed in the background once a tenth of a table has changed")
 	}
 	if a.Moving > 0 {
 		fmt.Fprintf(stdout, "moving now: %d\n", a.Moving)
