@@ -322,3 +322,28 @@ func TestCycle_CellsPerSecondBoundsTheScan(t *testing.T) {
 		t.Fatalf("the cycle took %s: want at least %s at 400 cells a second", took, least)
 	}
 }
+
+// A paced cycle cut short by its context's deadline leaves the parts it
+// had not finished to be taken again: the cycle joined once more moves
+// every cell.
+func TestCycle_APacedCycleCutShortLeavesItsPartsUndone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t).ownJournal()
+	w := e.worker(Config{Schedule: "@daily", HotThreshold: 20, ColdThreshold: 2, BatchSize: 20, CellsPerSecond: 400})
+	cells := rareCells(t, e, 400)
+	e.clock.Advance(2 * time.Hour)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := w.RunCycle(ctx); err == nil {
+		t.Fatal("a cycle that needs ~1 s ended without error within 300 ms")
+	}
+	w.Config.CellsPerSecond = 0
+	if _, err := w.RunCycle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range cells {
+		if tier := e.tierOf(t, c); tier != tiers.Cold {
+			t.Fatalf("cell %d in %s after the cycle was joined again, want cold", i, tier)
+		}
+	}
+}

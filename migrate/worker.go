@@ -231,6 +231,22 @@ func (w *Worker) pacer() *rate.Limiter {
 	return rate.NewLimiter(rate.Limit(w.Config.CellsPerSecond), w.batch())
 }
 
+// waitPace waits until pace (nil: none) lets n cells through, or ctx ends.
+// Not rate.Limiter.WaitN, which fails at once, ctx still alive, when the
+// wait would outlast ctx's deadline: a part that stops with ctx alive is
+// recorded done, its cells left unscanned until the next cycle.
+func waitPace(ctx context.Context, pace *rate.Limiter, n int) error {
+	if pace == nil {
+		return nil
+	}
+	r := pace.ReserveN(time.Now(), n) // n is at most the burst: a batch
+	if err := clock.Sleep(ctx, r.Delay()); err != nil {
+		r.Cancel()
+		return err
+	}
+	return nil
+}
+
 // runPart folds part p's flushed activity into its shard's cell_activity,
 // scans the part's range of cell_activity in key order, batch by batch,
 // moves each batch's cells whose tier differs from their target (each
@@ -301,8 +317,8 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limi
 		byTag(refs, rates)
 		for start := 0; start < len(refs); start += w.batch() {
 			end := min(start+w.batch(), len(refs))
-			if pace != nil && pace.WaitN(ctx, end-start) != nil {
-				return // ctx is done (a batch is never above the burst)
+			if waitPace(ctx, pace, end-start) != nil {
+				return // ctx is done: the part is not recorded done
 			}
 			w.moveBatch(ctx, refs[start:end], rates[start:end], capacity, rep, fail)
 		}
