@@ -300,15 +300,23 @@ func TestCycle_SizesEachTagsColdFilterForTheCellsItSendsCold(t *testing.T) {
 	}
 }
 
+// pacedCycle is a worker bounded to 400 cells a second, in batches of 20,
+// and 400 hot cells whose target is cold.
+func pacedCycle(t *testing.T) (*env, *Worker, []cellSpec) {
+	t.Helper()
+	e := newEnv(t).ownJournal()
+	w := e.worker(Config{Schedule: "@daily", HotThreshold: 20, ColdThreshold: 2, BatchSize: 20, CellsPerSecond: 400})
+	cells := rareCells(t, e, 400)
+	e.clock.Advance(2 * time.Hour)
+	return e, w, cells
+}
+
 // Config.CellsPerSecond bounds the cells an instance's part workers scan:
 // 400 cells at 400 a second, in batches of 20 (the limiter's burst), take
 // at least (400 - 20) / 400 s; every cell is still moved, once.
 func TestCycle_CellsPerSecondBoundsTheScan(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t).ownJournal()
-	w := e.worker(Config{Schedule: "@daily", HotThreshold: 20, ColdThreshold: 2, BatchSize: 20, CellsPerSecond: 400})
-	cells := rareCells(t, e, 400)
-	e.clock.Advance(2 * time.Hour)
+	_, w, cells := pacedCycle(t)
 	start := time.Now()
 	rep, err := w.RunCycle(context.Background())
 	took := time.Since(start)
@@ -328,10 +336,7 @@ func TestCycle_CellsPerSecondBoundsTheScan(t *testing.T) {
 // every cell.
 func TestCycle_APacedCycleCutShortLeavesItsPartsUndone(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t).ownJournal()
-	w := e.worker(Config{Schedule: "@daily", HotThreshold: 20, ColdThreshold: 2, BatchSize: 20, CellsPerSecond: 400})
-	cells := rareCells(t, e, 400)
-	e.clock.Advance(2 * time.Hour)
+	e, w, cells := pacedCycle(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	if _, err := w.RunCycle(ctx); err == nil {
