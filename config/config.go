@@ -438,8 +438,8 @@ func (s Settings) Validate() error {
 	if s.MigratePartWorkers < 1 || s.MigratePartWorkers > 64 {
 		return fmt.Errorf("QUOTA_MIGRATE_PART_WORKERS %d: want 1 to 64 parts at once", s.MigratePartWorkers)
 	}
-	if s.MigrateCellsPerSec < 0 || math.IsNaN(s.MigrateCellsPerSec) || math.IsInf(s.MigrateCellsPerSec, 0) {
-		return fmt.Errorf("QUOTA_MIGRATE_CELLS_PER_SEC %v: want 0 (no bound) or a number of cells a second", s.MigrateCellsPerSec)
+	if c := s.MigrateCellsPerSec; c != 0 && !(c >= 1 && !math.IsInf(c, 0)) {
+		return fmt.Errorf("QUOTA_MIGRATE_CELLS_PER_SEC %v: want 0 (no bound) or at least 1 cell a second", c)
 	}
 	if s.ColdHints < 0 || s.ColdHints > 1<<30 {
 		return fmt.Errorf("QUOTA_COLD_HINTS %d: want 0 (off) to 1073741824 slots of 8 bytes", s.ColdHints)
