@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// Every calls fn every d until ctx ends; a call that outlasts d delays the
-// next (time.Ticker drops the ticks it missed).
+// Every calls fn every d until ctx ends, and not once after; a call that
+// outlasts d delays the next (time.Ticker drops the ticks it missed).
 func Every(ctx context.Context, d time.Duration, fn func()) {
 	t := time.NewTicker(d)
 	defer t.Stop()
@@ -17,6 +17,10 @@ func Every(ctx context.Context, d time.Duration, fn func()) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			// A tick and the end may both be ready: select picks either.
+			if ctx.Err() != nil {
+				return
+			}
 			fn()
 		}
 	}
