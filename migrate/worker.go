@@ -288,8 +288,7 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limi
 			fail(fmt.Errorf("activity scan shard %d: %w", sh, err))
 			return
 		}
-		var refs []tiers.Ref
-		var rates []float64
+		var cells []scannedCell
 		var last []byte
 		old := false // a row past the horizon
 		for rows.Next() {
@@ -305,22 +304,20 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limi
 				fail(err)
 				continue
 			}
-			refs = append(refs, r)
-			rates = append(rates, float64(calls)/float64(max(hour-since, 1)))
+			cells = append(cells, scannedCell{ref: r, to: w.Config.Target(float64(calls) / float64(max(hour-since, 1)))})
 			old = old || hour-since > horizon
 		}
 		rows.Close()
 		if len(last) == 0 {
 			return
 		}
-		rep.Scanned += len(refs)
-		byTag(refs, rates)
-		for start := 0; start < len(refs); start += w.batch() {
-			end := min(start+w.batch(), len(refs))
-			if waitPace(ctx, pace, end-start) != nil {
+		rep.Scanned += len(cells)
+		sortByTag(cells)
+		for batch := range slices.Chunk(cells, w.batch()) {
+			if waitPace(ctx, pace, len(batch)) != nil {
 				return // ctx is done: the part is not recorded done
 			}
-			w.moveBatch(ctx, refs[start:end], rates[start:end], capacity, rep, fail)
+			w.moveBatch(ctx, batch, capacity, rep, fail)
 		}
 		// Bound the history: rows older than the horizon keep their mean.
 		// Only a batch that read such a row has one to rescale (a row a
@@ -337,26 +334,21 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limi
 }
 
 // scanBatches is how many batches of cells a part reads from
-// cell_activity at a time. They are moved sorted by tag (byTag), so that a
-// batch's scripts visit fewer tags: each costs Redis a read of the tag's
-// header and filter a call, whatever its cells in the call.
+// cell_activity at a time. They are moved sorted by tag, so that a batch's
+// scripts visit fewer tags: each costs Redis a read of the tag's header
+// and filter a call, whatever its cells in the call.
 const scanBatches = 8
 
-// byTag sorts refs by tag, and rates with them, keeping the scan's order
-// within a tag.
-func byTag(refs []tiers.Ref, rates []float64) {
-	idx := make([]int, len(refs))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortStableFunc(idx, func(a, b int) int { return bytes.Compare(refs[a].Tag[:], refs[b].Tag[:]) })
-	sortedRefs := make([]tiers.Ref, len(refs))
-	sortedRates := make([]float64, len(rates))
-	for k, i := range idx {
-		sortedRefs[k], sortedRates[k] = refs[i], rates[i]
-	}
-	copy(refs, sortedRefs)
-	copy(rates, sortedRates)
+// scannedCell is a cell a part read from cell_activity, and the tier its
+// calls an hour send it to (Config.Target).
+type scannedCell struct {
+	ref tiers.Ref
+	to  tiers.Tier
+}
+
+// sortByTag sorts cells by tag, each tag's cells in scan order.
+func sortByTag(cells []scannedCell) {
+	slices.SortStableFunc(cells, func(a, b scannedCell) int { return bytes.Compare(a.ref.Tag[:], b.ref.Tag[:]) })
 }
 
 // coldTargets counts, per directory tag, the cells of one part (keys from
@@ -400,7 +392,11 @@ func (w *Worker) coldTargets(ctx context.Context, db *sql.DB, lo, hi []byte, hou
 	return out, nil
 }
 
-func (w *Worker) moveBatch(ctx context.Context, refs []tiers.Ref, rates []float64, capacity func(tiers.Tag) int, rep *partReport, fail func(error)) {
+func (w *Worker) moveBatch(ctx context.Context, cells []scannedCell, capacity func(tiers.Tag) int, rep *partReport, fail func(error)) {
+	refs := make([]tiers.Ref, len(cells))
+	for i := range cells {
+		refs[i] = cells[i].ref
+	}
 	cur, states, err := w.Mover.statesOf(ctx, refs)
 	if err != nil {
 		fail(err)
@@ -414,7 +410,7 @@ func (w *Worker) moveBatch(ctx context.Context, refs []tiers.Ref, rates []float6
 	groups := map[dir]*group{}
 	var order []dir
 	for i := range refs {
-		to := w.Config.Target(rates[i])
+		to := cells[i].to
 		if cur[i] == "" || cur[i] == to {
 			continue
 		}

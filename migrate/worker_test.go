@@ -132,21 +132,25 @@ func TestActivity_CellsOfShortWindowsLeaveNoHistory(t *testing.T) {
 }
 
 // A part's scan window is moved sorted by tag (so that a batch's scripts
-// visit few tags), each tag's cells in scan order, with their rates.
-func TestByTag_SortsByTagKeepingTheScanOrderWithinATag(t *testing.T) {
+// visit few tags), each tag's cells in scan order, with their targets.
+func TestSortByTag_SortsByTagKeepingTheScanOrderWithinATag(t *testing.T) {
 	t.Parallel()
 	tag := func(b byte) tiers.Tag { return tiers.Tag{b, 0, 0} }
-	refs := []tiers.Ref{{Tag: tag(2), ShardKey: 1}, {Tag: tag(1), ShardKey: 2}, {Tag: tag(2), ShardKey: 3}, {Tag: tag(1), ShardKey: 4}, {Tag: tag(3), ShardKey: 5}}
-	rates := []float64{1, 2, 3, 4, 5}
-	byTag(refs, rates)
+	cells := []scannedCell{
+		{tiers.Ref{Tag: tag(2), ShardKey: 1}, tiers.Cold}, {tiers.Ref{Tag: tag(1), ShardKey: 2}, tiers.Warm},
+		{tiers.Ref{Tag: tag(2), ShardKey: 3}, tiers.Hot}, {tiers.Ref{Tag: tag(1), ShardKey: 4}, tiers.Cold},
+		{tiers.Ref{Tag: tag(3), ShardKey: 5}, tiers.Warm},
+	}
+	sortByTag(cells)
 	var gotKeys []uint64
-	for _, r := range refs {
-		gotKeys = append(gotKeys, r.ShardKey)
+	var gotTo []tiers.Tier
+	for _, c := range cells {
+		gotKeys, gotTo = append(gotKeys, c.ref.ShardKey), append(gotTo, c.to)
 	}
 	if want := []uint64{2, 4, 1, 3, 5}; !slices.Equal(gotKeys, want) {
 		t.Fatalf("order %v, want %v", gotKeys, want)
 	}
-	if want := []float64{2, 4, 1, 3, 5}; !slices.Equal(rates, want) {
-		t.Fatalf("rates %v, want %v", rates, want)
+	if want := []tiers.Tier{tiers.Warm, tiers.Cold, tiers.Cold, tiers.Hot, tiers.Warm}; !slices.Equal(gotTo, want) {
+		t.Fatalf("targets %v, want %v", gotTo, want)
 	}
 }
