@@ -234,8 +234,6 @@ func (e *env) expectCell(t *testing.T, when string, c cellSpec, tier tiers.Tier,
 	}
 }
 
-// afterStep is fault points that run fn after each step of a move; an
-// error stops the move there, as a crash would.
 // crashingMover is a copy of e's mover that stops after step as a crash
 // would (its leases left to lapse after leaseTTL).
 func (e *env) crashingMover(step Step, leaseTTL time.Duration) *Mover {
@@ -250,6 +248,8 @@ func (e *env) crashingMover(step Step, leaseTTL time.Duration) *Mover {
 	return &m
 }
 
+// afterStep is fault points that run fn after each step of a move; an
+// error stops the move there, as a crash would.
 func afterStep(fn func(Step) error) faultpoint.Points {
 	return &faultpoint.Funcs{MoveStep: func(s int) error { return fn(Step(s)) }}
 }

@@ -46,9 +46,7 @@ func BenchmarkHotCheck_FirstCallInATagWithColdCells(b *testing.B) {
 				c := newConfCell(1000, time.Hour)
 				c.app = apps[i%len(apps)]
 				i++
-				cell := c.at(now)
-				cell.Tag = TagOf(c.app)
-				op := &Op{Cost: 1, Mode: Enforce, Cells: []Cell{cell}}
+				op := &Op{Cost: 1, Mode: Enforce, Cells: []Cell{c.at(now)}}
 				if err := hot.Check(ctx, now, []*Op{op}); err != nil {
 					b.Fatal(err)
 				}
@@ -72,9 +70,7 @@ func fillColdFilters(b *testing.B, warm *WarmStore, apps []string, switches int,
 			for k := range swaps {
 				c := newConfCell(10, time.Hour)
 				c.app = app
-				cell := c.at(confT0)
-				cell.Tag = TagOf(app)
-				swaps[k].Ref = RefOf(&cell)
+				swaps[k].Ref = c.ref()
 			}
 			var capacity func(Tag) int
 			if estimate {

@@ -54,7 +54,7 @@ func TestColdStore_InsertNewAndDeleteUnchangedKeepCountedRows(t *testing.T) {
 
 // An idle cell's record counts 0 in the current window and loses to any
 // record of it, so an import of a count over it keeps the count.
-func TestQuietRecords_AnIdleCellsLosesToACountOfTheWindow(t *testing.T) {
+func TestQuietRecords_AnIdleCellsRecordLosesToACountOfTheWindow(t *testing.T) {
 	t.Parallel()
 	s := NewColdStore(testenv.MySQLShards(t, 1), ColdOptions{})
 	ctx := context.Background()
@@ -156,7 +156,7 @@ func TestStates_ManyCellsInOneCallEachGetTheirOwn(t *testing.T) {
 		if i%3 == 0 {
 			want = ""
 		}
-		if s.Count != want || s.Quiet() != true || s.Idle() != (i%3 == 0) {
+		if s.Count != want || !s.Quiet() || s.Idle() != (i%3 == 0) {
 			t.Fatalf("cell %d (counted %d times): state %+v", i, i%3, s)
 		}
 	}

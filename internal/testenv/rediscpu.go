@@ -16,12 +16,8 @@ import (
 // in it.
 func RedisCPU(tb testing.TB, rdb redis.UniversalClient) time.Duration {
 	tb.Helper()
-	info, err := rdb.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
 	var sum float64
-	for _, l := range strings.Split(info, "\r\n") {
+	for _, l := range redisInfo(tb, rdb, "cpu") {
 		for _, f := range []string{"used_cpu_user:", "used_cpu_sys:"} {
 			if v, ok := strings.CutPrefix(l, f); ok {
 				s, err := strconv.ParseFloat(v, 64)
@@ -41,12 +37,8 @@ func RedisCPU(tb testing.TB, rdb redis.UniversalClient) time.Duration {
 // does not vary with the machine's speed, as its CPU time does.
 func RedisCommands(tb testing.TB, rdb redis.UniversalClient) int64 {
 	tb.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		tb.Fatal(err)
-	}
 	var sum int64
-	for _, l := range strings.Split(info, "\r\n") {
+	for _, l := range redisInfo(tb, rdb, "commandstats") {
 		_, stats, ok := strings.Cut(l, ":calls=")
 		if !ok {
 			continue
@@ -59,4 +51,14 @@ func RedisCommands(tb testing.TB, rdb redis.UniversalClient) int64 {
 		sum += n
 	}
 	return sum
+}
+
+// redisInfo is the lines of one section of INFO from the server behind rdb.
+func redisInfo(tb testing.TB, rdb redis.UniversalClient, section string) []string {
+	tb.Helper()
+	info, err := rdb.Info(context.Background(), section).Result()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return strings.Split(info, "\r\n")
 }
