@@ -33,6 +33,13 @@ type HotState struct {
 	// States read.
 	Count  string
 	Window int64
+	// The cell's directory location and counter keys of Window and the
+	// next, as States computed them (an MD5 each): SwitchQuietToCold uses
+	// them again while the window is the same. Nil in a HotState made
+	// elsewhere: computed then. Pointers into States' slices keep a state,
+	// which the mover copies several times, small.
+	loc  *warmLoc
+	live *cellCounters
 }
 
 // Idle reports whether the cell has no field, no counter and no filter
@@ -63,7 +70,7 @@ func (m *HotMover) States(ctx context.Context, refs []Ref) ([]HotState, error) {
 	out := make([]HotState, len(refs))
 	for i, v := range vals {
 		s := &out[i]
-		s.Window = idx[i]
+		s.Window, s.loc, s.live = idx[i], &locs[i], &live[i]
 		switch v := v.(type) {
 		case string:
 			s.Dir = v
@@ -90,20 +97,34 @@ func (m *HotMover) States(ctx context.Context, refs []Ref) ([]HotState, error) {
 // once the window States read has passed: its record is of that window.
 // capacity is SwitchToCold's. It reports per ref whether it switched.
 func (m *HotMover) SwitchQuietToCold(ctx context.Context, refs []Ref, states []HotState, capacity func(Tag) int) ([]bool, error) {
-	locs, live, idx := m.cellKeys(refs, m.now())
+	now := m.now()
+	locs := make([]warmLoc, 0, len(refs))
+	live := make([]cellCounters, 0, len(refs))
 	swaps := make([]DirSwap, 0, len(refs))
 	var tried []int // indexes into refs
 	for i := range refs {
-		if states[i].Count != "" && states[i].Window != idx[i] {
+		s := &states[i]
+		idx := now.UnixMilli() / refs[i].Window.Milliseconds()
+		if s.Count != "" && s.Window != idx {
 			continue
 		}
-		n := len(swaps)
-		locs[n], live[n] = locs[i], live[i]
-		live[n].want = states[i].Count
+		var loc warmLoc
+		var cnt cellCounters
+		if s.loc != nil && s.Window == idx {
+			loc, cnt = *s.loc, *s.live
+		} else {
+			// An idle cell read in a window that has passed: its
+			// counters of now's window are the ones that must not exist.
+			id := refs[i].ID()
+			loc = m.Warm.locateCell(id, refs[i].Tag)
+			cnt.cur, cnt.next, _ = m.keys(id, &refs[i], now)
+		}
+		cnt.want = s.Count
+		locs, live = append(locs, loc), append(live, cnt)
 		swaps = append(swaps, DirSwap{Ref: refs[i]})
 		tried = append(tried, i)
 	}
-	ok, err := m.Warm.switchToCold(ctx, swaps, locs[:len(swaps)], live[:len(swaps)], capacity)
+	ok, err := m.Warm.switchToCold(ctx, swaps, locs, live, capacity)
 	if err != nil {
 		return nil, err
 	}

@@ -188,3 +188,46 @@ func TestSwitchQuietToCold_ACellTwiceInACallSwitchesOnce(t *testing.T) {
 		t.Fatalf("switched %v, want the first only", ok)
 	}
 }
+
+// An idle cell read in one window and switched two windows later (past
+// the next window's counter, which States also read) is checked against
+// the counters of the switch's window: one counted there stays hot.
+func TestSwitchQuietToCold_AnIdleCellReadInAnEarlierWindowIsCheckedInTheSwitchsWindow(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name       string
+		countLater bool // a check counts the cell in the switch's window
+		want       bool
+	}{
+		{"counted in the later window", true, false},
+		{"not counted since", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r, _ := newGroupRouter(t)
+			c := newConfCell(10, time.Hour)
+			now := confT0
+			m := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return now }}
+			ctx := context.Background()
+			refs := []Ref{c.ref()}
+			states, err := m.States(ctx, refs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !states[0].Idle() {
+				t.Fatalf("state %+v, want idle", states[0])
+			}
+			now = confT0.Add(2 * time.Hour)
+			if tc.countLater {
+				routerCheck(t, r, confOp(now, 1, Enforce, c))
+			}
+			ok, err := m.SwitchQuietToCold(ctx, refs, states, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok[0] != tc.want {
+				t.Fatalf("switched %v, want %v", ok[0], tc.want)
+			}
+		})
+	}
+}
