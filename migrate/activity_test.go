@@ -243,37 +243,43 @@ func BenchmarkFoldActivityLog(b *testing.B) {
 	b.ReportMetric(float64(folded)/took.Seconds(), "cells/s")
 }
 
-// An instance flushes its activity when a cycle it has not seen starts
-// (WatchCycles polls the cycle key), and only then: the same cycle seen
-// again flushes nothing.
-func TestWatchCycles_FlushesTheActivityWhenACycleStarts(t *testing.T) {
+// WatchCycles' poll flushes the activity once for each cycle it sees
+// start: not while no cycle runs, once when one starts, not again for the
+// same cycle, once more for the next.
+func TestWatchCycles_FlushesTheActivityOnceWhenACycleStarts(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	dbs := testenv.MySQLShards(t, 1)
 	w := &Worker{Mover: e.mover, DBs: dbs, Activity: &Activity{DBs: dbs}}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); w.WatchCycles(ctx, 5*time.Millisecond) }()
-	defer func() { cancel(); <-done }()
-	w.Activity.Observe(dailyRefs(3))
-	time.Sleep(50 * time.Millisecond) // polls that find no cycle
-	if n := countRows(t, dbs, "cell_activity_log"); n != 0 {
-		t.Fatalf("%d log rows before any cycle started", n)
-	}
-	if err := e.mover.RDB.Set(context.Background(), w.cycleKey(), "sched-1", 0).Err(); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for countRows(t, dbs, "cell_activity_log") == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the activity was not flushed within 5 s of the cycle's start")
+	ctx := context.Background()
+	last := ""
+	for _, step := range []struct {
+		name  string
+		cycle string // the cycle key's value; "" none
+		flush bool   // the poll flushes the cells observed before it
+	}{
+		{"no cycle", "", false},
+		{"a cycle starts", "sched-1", true},
+		{"the same cycle", "sched-1", false},
+		{"the cycle key gone", "", false},
+		{"the next cycle", "sched-2", true},
+	} {
+		if step.cycle == "" {
+			e.mover.RDB.Del(ctx, w.cycleKey())
+		} else if err := e.mover.RDB.Set(ctx, w.cycleKey(), step.cycle, 0).Err(); err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	flushed := countRows(t, dbs, "cell_activity_log")
-	w.Activity.Observe(dailyRefs(3))
-	time.Sleep(50 * time.Millisecond) // polls that find the same cycle
-	if n := countRows(t, dbs, "cell_activity_log"); n != flushed {
-		t.Fatalf("%d log rows after polls of the same cycle, want %d", n, flushed)
+		before := countRows(t, dbs, "cell_activity_log")
+		w.Activity.Observe(dailyRefs(3))
+		last = w.flushOnNewCycle(ctx, last)
+		// A flush writes a log row a part the cells fall in.
+		if got := countRows(t, dbs, "cell_activity_log") - before; (got > 0) != step.flush {
+			t.Fatalf("%s: %d log rows written by the poll, want a flush: %v", step.name, got, step.flush)
+		}
+		if !step.flush {
+			if err := w.Activity.Flush(ctx); err != nil { // start the next step empty
+				t.Fatal(err)
+			}
+		}
 	}
 }

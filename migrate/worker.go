@@ -210,16 +210,21 @@ func (w *Worker) WatchCycles(ctx context.Context, interval time.Duration) {
 		return
 	}
 	last := ""
-	tick.Every(ctx, interval, func() {
-		id, err := w.Mover.RDB.Get(ctx, w.cycleKey()).Result()
-		if err != nil || id == last {
-			return
-		}
-		last = id
-		if err := w.Activity.Flush(ctx); err != nil {
-			w.log().Warn("migration activity flush at a cycle's start failed", "cycle", id, "err", err)
-		}
-	})
+	tick.Every(ctx, interval, func() { last = w.flushOnNewCycle(ctx, last) })
+}
+
+// flushOnNewCycle is one poll of WatchCycles: it flushes the activity if
+// the cycle key names a cycle other than last, and returns the cycle it
+// names (last when none, or on an error reading it).
+func (w *Worker) flushOnNewCycle(ctx context.Context, last string) string {
+	id, err := w.Mover.RDB.Get(ctx, w.cycleKey()).Result()
+	if err != nil || id == last {
+		return last
+	}
+	if err := w.Activity.Flush(ctx); err != nil {
+		w.log().Warn("migration activity flush at a cycle's start failed", "cycle", id, "err", err)
+	}
+	return id
 }
 
 // pacer bounds the cells a cycle's part workers scan (Config.
