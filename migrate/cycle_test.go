@@ -2,10 +2,12 @@ package migrate
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
 )
 
@@ -268,6 +270,35 @@ func TestLocalParts_HoldAllOnlyWhenEveryPartLeftRunsHere(t *testing.T) {
 	l.set(2, false)
 	if l.running[2] {
 		t.Error("part 2 still running after set false")
+	}
+}
+
+// takeParts returns, rather than polls until the cycle ends, once every
+// part left is running in its own instance (held by another of its part
+// workers); without that it would wait out its context here.
+func TestTakeParts_StopsWhenEveryPartLeftRunsHere(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	w := e.worker(Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	id, total := "test-"+testenv.RandomHex(4), len(w.DBs)*partsPerShard
+	for p := 1; p < total; p++ {
+		if err := e.mover.RDB.HSet(ctx, w.doneKey(id), strconv.Itoa(p), "{}").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Part 0 runs in this instance: its lease is another part worker's.
+	if err := e.mover.RDB.Set(ctx, w.partKey(id, 0), "another-part-worker", 10*time.Second).Err(); err != nil {
+		t.Fatal(err)
+	}
+	local := &localParts{running: map[int]bool{0: true}}
+	run := func(context.Context, int) partReport {
+		t.Error("ran a part another part worker holds")
+		return partReport{}
+	}
+	if err := w.takeParts(ctx, id, total, local, run); err != nil {
+		t.Fatalf("takeParts: %v, want it to return once the part left runs here", err)
 	}
 }
 
