@@ -113,8 +113,9 @@ func (m *HotMover) SwitchQuietToCold(ctx context.Context, refs []Ref, states []H
 		if s.loc != nil && s.Window == idx {
 			loc, cnt = *s.loc, *s.live
 		} else {
-			// An idle cell read in a window that has passed: its
-			// counters of now's window are the ones that must not exist.
+			// A state made elsewhere, or an idle cell read in a window
+			// that has passed: its counters of now's window are the
+			// ones that must not exist.
 			id := refs[i].ID()
 			loc = m.Warm.locateCell(id, refs[i].Tag)
 			cnt.cur, cnt.next, _ = m.keys(id, &refs[i], now)
