@@ -70,6 +70,14 @@ var ErrLeased = errors.New("cell is leased by another worker")
 
 func (m *Mover) journalKey() string { return m.Prefix + "mig:journal" }
 
+// now is the hot tier's clock (tiers.HotMover.Now).
+func (m *Mover) now() time.Time {
+	if m.Hot.Now != nil {
+		return m.Hot.Now()
+	}
+	return time.Now()
+}
+
 func (m *Mover) leaseTTL() time.Duration {
 	if m.LeaseTTL > 0 {
 		return m.LeaseTTL
@@ -425,11 +433,7 @@ func (m *Mover) copies(refs []tiers.Ref, recs []tiers.Record) []tiers.Record {
 		recs[i].Moved = false
 		byRef[recs[i].Ref] = &recs[i]
 	}
-	now := time.Now()
-	if m.Hot.Now != nil {
-		now = m.Hot.Now()
-	}
-	nowS := now.Unix()
+	nowS := m.now().Unix()
 	full := make([]tiers.Record, len(refs))
 	for i := range refs {
 		if r, ok := byRef[refs[i]]; ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/quota-platform/quota/tiers"
 )
@@ -38,22 +39,23 @@ func (m *Mover) moveQuietToCold(ctx context.Context, refs []tiers.Ref, states []
 	var res quietMove
 	var err error
 	if states == nil {
-		if states, err = m.Hot.States(ctx, refs); err != nil {
+		if states, err = m.Hot.States(ctx, refs, allTrue(len(refs))); err != nil {
 			return res, err
 		}
 	}
 	// The quiet cells in one slice, the idle ones first (quietBatch).
 	cand := make([]quietCell, 0, len(refs))
+	now := m.now()
 	for i := range refs {
-		if states[i].Idle() {
+		if states[i].Idle() && m.heldLongEnough(&refs[i], &states[i], now) {
 			cand = append(cand, quietCell{ref: refs[i], state: states[i]})
 		}
 	}
 	idle := len(cand)
 	for i := range refs {
 		switch s := states[i]; {
-		case s.Idle():
-		case s.Quiet():
+		case s.Idle() && m.heldLongEnough(&refs[i], &s, now):
+		case s.Quiet() && !s.Idle():
 			cand = append(cand, quietCell{ref: refs[i], state: s})
 		default:
 			res.rest = append(res.rest, refs[i])
@@ -78,6 +80,15 @@ func (m *Mover) moveQuietToCold(ctx context.Context, refs []tiers.Ref, states []
 	err = m.quietBatch(ctx, cand, idle, held, capacity, &res)
 	stopped = errors.Is(err, errStopped)
 	return res, err
+}
+
+// heldLongEnough reports whether an idle cell may take the quiet move:
+// held by States, with its 0 lasting a LeaseTTL past now, so that the
+// empty record the move copies is written while the 0 keeps checks off it
+// (a stall of a LeaseTTL between here and the copy aside, as the leases
+// assume; PROTOCOL.md, "Quiet cells"). The others take the full protocol.
+func (m *Mover) heldLongEnough(r *tiers.Ref, s *tiers.HotState, now time.Time) bool {
+	return s.Held && s.WindowEnd(r).Sub(now) > m.leaseTTL()
 }
 
 // quietBatch copies, switches and cleans up the quiet cells of one batch
@@ -199,10 +210,11 @@ func quietRefs(cells []quietCell) []tiers.Ref {
 }
 
 // statesOf returns the tier of each ref (as TierOf) and where it stands
-// (tiers.HotMover.States): one script call, and a cold lookup of the cells
-// with no field and no counter whose tag's filter may hold them.
-func (m *Mover) statesOf(ctx context.Context, refs []tiers.Ref) ([]tiers.Tier, []tiers.HotState, error) {
-	states, err := m.Hot.States(ctx, refs)
+// (tiers.HotMover.States, holding the idle cells of toCold): one script
+// call, and a cold lookup of the cells with no field and no counter whose
+// tag's filter may hold them.
+func (m *Mover) statesOf(ctx context.Context, refs []tiers.Ref, toCold []bool) ([]tiers.Tier, []tiers.HotState, error) {
+	states, err := m.Hot.States(ctx, refs, toCold)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -219,4 +231,13 @@ func (m *Mover) statesOf(ctx context.Context, refs []tiers.Ref) ([]tiers.Tier, [
 		out[i] = tierOf(states[i].Dir, rows[i])
 	}
 	return out, states, nil
+}
+
+// allTrue is n trues.
+func allTrue(n int) []bool {
+	out := make([]bool, n)
+	for i := range out {
+		out[i] = true
+	}
+	return out
 }

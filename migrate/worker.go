@@ -399,10 +399,11 @@ func (w *Worker) coldTargets(ctx context.Context, db *sql.DB, lo, hi []byte, hou
 
 func (w *Worker) moveBatch(ctx context.Context, cells []scannedCell, capacity func(tiers.Tag) int, rep *partReport, fail func(error)) {
 	refs := make([]tiers.Ref, len(cells))
+	toCold := make([]bool, len(cells))
 	for i := range cells {
-		refs[i] = cells[i].ref
+		refs[i], toCold[i] = cells[i].ref, cells[i].to == tiers.Cold
 	}
-	cur, states, err := w.Mover.statesOf(ctx, refs)
+	cur, states, err := w.Mover.statesOf(ctx, refs, toCold)
 	if err != nil {
 		fail(err)
 		return

@@ -5,27 +5,33 @@
 -- no field, no filter bit and no counter is idle: hot, at 0; one with a
 -- counter of this window only holds that count. Both go cold without a
 -- freeze (migrate/PROTOCOL.md, "Quiet cells"). Advice only: the moves
--- check again, atomically.
+-- check again, atomically. An idle cell bound for cold is held: given a
+-- TTL, the script writes its counter of this window as 0, so that checks
+-- count in hot, not in the cold row the move writes before its switch,
+-- until that switch deletes the 0 ("Quiet cells").
 --
 -- KEYS     the tags' headers, then the counters of this window and the
 --          next of each cell, in cell order
 -- ARGV[1]  K, the number of headers
--- then 2 values per cell: its header's index into KEYS, its field
+-- then 3 values per cell: its header's index into KEYS, its field, and
+--          the TTL in milliseconds of the 0 counter to write if it is idle
+--          ('': none)
 --
--- Reply: per cell its field's value, or, with no field, 0 (idle), 1 (no
--- counter; the cold filter may hold it), 2 (hot with a counter of the next
--- window, or with a counter and a filter that may hold it) or a one-value
--- array: the value of its counter of this window (hot, no counter of the
--- next, no filter bit).
+-- Reply: per cell its field's value, or, with no field, 0 (idle; held if
+-- a TTL was given), 1 (no counter; the cold filter may hold it), 2 (hot
+-- with a counter of the next window, or with a counter and a filter that
+-- may hold it) or a one-value array: the value of its counter of this
+-- window (hot, no counter of the next, no filter bit).
 
 -- How many cells of each tag this call may probe (cold_block).
 local probes = {}
-for i = 2, #ARGV, 2 do probes[ARGV[i]] = (probes[ARGV[i]] or 0) + 1 end
+for i = 2, #ARGV, 3 do probes[ARGV[i]] = (probes[ARGV[i]] or 0) + 1 end
 
-local counters = dir_mget(tonumber(ARGV[1]) + 1) -- of all cells, in order
+local K = tonumber(ARGV[1])
+local counters = dir_mget(K + 1) -- of all cells, in order
 local out = {}
 local c = 0 -- the index in counters before the cell's
-for i = 2, #ARGV, 2 do
+for i = 2, #ARGV, 3 do
   local h = dir_header(KEYS[tonumber(ARGV[i])])
   h.probes = h.probes or probes[ARGV[i]]
   local field = ARGV[i + 1]
@@ -37,8 +43,11 @@ for i = 2, #ARGV, 2 do
     out[#out + 1] = 2
   elseif cold_maybe(h, field) then
     out[#out + 1] = counters[c - 1] and 2 or 1
+  elseif counters[c - 1] then
+    out[#out + 1] = {counters[c - 1]}
   else
-    out[#out + 1] = counters[c - 1] and {counters[c - 1]} or 0
+    if ARGV[i + 2] ~= '' then redis.call('SET', KEYS[K + c - 1], '0', 'PX', ARGV[i + 2]) end
+    out[#out + 1] = 0
   end
 end
 return out

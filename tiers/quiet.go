@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -33,6 +34,9 @@ type HotState struct {
 	// States read.
 	Count  string
 	Window int64
+	// Held: idle, and States wrote its counter of Window as 0 (holdIdle),
+	// which its switch then expects.
+	Held bool
 	// The cell's directory location and counter keys of Window and the
 	// next, as States computed them (an MD5 each): SwitchQuietToCold uses
 	// them again while the window is the same. Nil in a HotState made
@@ -46,22 +50,38 @@ type HotState struct {
 // bit: hot, at 0.
 func (s *HotState) Idle() bool { return s.Dir == "" && !s.Counting && !s.MaybeCold }
 
+// WindowEnd is the end of the window States read r in (Window).
+func (s *HotState) WindowEnd(r *Ref) time.Time {
+	return time.UnixMilli((s.Window + 1) * r.Window.Milliseconds())
+}
+
 // Quiet reports whether the cell has no field, no filter bit and no
 // counter of the next window: hot, holding Count (idle when not Counting).
 func (s *HotState) Quiet() bool { return s.Idle() || s.Count != "" }
 
 // States reads where each of refs stands (hot_state.lua): one script call
 // on a single Redis, one per tag on a cluster. Advice only: the moves
-// check again (SwitchQuietToCold, FreezeExport).
-func (m *HotMover) States(ctx context.Context, refs []Ref) ([]HotState, error) {
-	locs, live, idx := m.cellKeys(refs, m.now())
+// check again (SwitchQuietToCold, FreezeExport). An idle cell i with
+// holdIdle[i] (nil: none) is held: its counter of the window is written
+// as 0, so that checks count in hot until its switch (migrate/PROTOCOL.md,
+// "Quiet cells").
+func (m *HotMover) States(ctx context.Context, refs []Ref, holdIdle []bool) ([]HotState, error) {
+	now := m.now()
+	locs, live, idx := m.cellKeys(refs, now)
 	calls := m.Warm.dirCalls(locs)
 	for ci := range calls {
 		c := &calls[ci]
-		c.Args = append([]any{len(c.Keys)}, c.Args...)
-		for _, at := range c.at {
+		args := make([]any, 0, 1+3*len(c.at))
+		args = append(args, len(c.Keys))
+		for k, at := range c.at {
+			hold := ""
+			if holdIdle != nil && holdIdle[at] {
+				hold = strconv.FormatInt(untilWindowEnd(now.UnixMilli(), refs[at].Window.Milliseconds())+m.Hot.ttlJitter(), 10)
+			}
+			args = append(args, c.Args[2*k], c.Args[2*k+1], hold)
 			c.Keys = append(c.Keys, live[at].cur, live[at].next)
 		}
+		c.Args = args
 	}
 	vals, err := perCell(ctx, m.Hot.rdb, hotStateScript, calls, len(refs))
 	if err != nil {
@@ -76,6 +96,7 @@ func (m *HotMover) States(ctx context.Context, refs []Ref) ([]HotState, error) {
 			s.Dir = v
 		case int64:
 			s.Counting, s.MaybeCold = v == 2, v == 1
+			s.Held = v == 0 && holdIdle != nil && holdIdle[i]
 		case []any:
 			n, ok := v[0].(string)
 			if len(v) != 1 || !ok || n == "" {
@@ -91,11 +112,12 @@ func (m *HotMover) States(ctx context.Context, refs []Ref) ([]HotState, error) {
 
 // SwitchQuietToCold switches each of refs to cold if it is still as
 // States read it (states[i], Quiet): its field absent, its counter of this
-// window holding Count (absent for an idle cell) and none of the next,
-// checked in the script that deletes the counter and adds the cell to its
-// tag's cold filter (cold_switch.lua). A cell with a count is not tried
-// once the window States read has passed: its record is of that window.
-// capacity is SwitchToCold's. It reports per ref whether it switched.
+// window holding Count (absent for an idle cell, 0 for a held one) and
+// none of the next, checked in the script that deletes the counter and
+// adds the cell to its tag's cold filter (cold_switch.lua). A cell with a
+// count, or held, is not tried once the window States read has passed:
+// its record is of that window, or its 0 is gone. capacity is
+// SwitchToCold's. It reports per ref whether it switched.
 func (m *HotMover) SwitchQuietToCold(ctx context.Context, refs []Ref, states []HotState, capacity func(Tag) int) ([]bool, error) {
 	now := m.now()
 	locs := make([]warmLoc, 0, len(refs))
@@ -105,7 +127,7 @@ func (m *HotMover) SwitchQuietToCold(ctx context.Context, refs []Ref, states []H
 	for i := range refs {
 		s := &states[i]
 		idx := now.UnixMilli() / refs[i].Window.Milliseconds()
-		if s.Count != "" && s.Window != idx {
+		if (s.Count != "" || s.Held) && s.Window != idx {
 			continue
 		}
 		var loc warmLoc
@@ -121,6 +143,9 @@ func (m *HotMover) SwitchQuietToCold(ctx context.Context, refs []Ref, states []H
 			cnt.cur, cnt.next, _ = m.keys(id, &refs[i], now)
 		}
 		cnt.want = s.Count
+		if s.Held {
+			cnt.want = "0"
+		}
 		locs, live = append(locs, loc), append(live, cnt)
 		swaps = append(swaps, DirSwap{Ref: refs[i]})
 		tried = append(tried, i)

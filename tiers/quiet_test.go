@@ -2,10 +2,13 @@ package tiers
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/internal/testenv"
 )
@@ -147,7 +150,7 @@ func TestStates_ManyCellsInOneCallEachGetTheirOwn(t *testing.T) {
 	}
 	routerCheck(t, r, ops...)
 	m := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
-	states, err := m.States(context.Background(), refs)
+	states, err := m.States(context.Background(), refs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +176,7 @@ func TestSwitchQuietToCold_ACellTwiceInACallSwitchesOnce(t *testing.T) {
 	m := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
 	ctx := context.Background()
 	refs := []Ref{c.ref(), c.ref()}
-	states, err := m.States(ctx, refs)
+	states, err := m.States(ctx, refs, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +213,7 @@ func TestSwitchQuietToCold_AnIdleCellReadInAnEarlierWindowIsCheckedInTheSwitchsW
 			m := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return now }}
 			ctx := context.Background()
 			refs := []Ref{c.ref()}
-			states, err := m.States(ctx, refs)
+			states, err := m.States(ctx, refs, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -229,5 +232,48 @@ func TestSwitchQuietToCold_AnIdleCellReadInAnEarlierWindowIsCheckedInTheSwitchsW
 				t.Fatalf("switched %v, want %v", ok[0], tc.want)
 			}
 		})
+	}
+}
+
+// States holds the idle cells it is asked to (their counter of the window
+// written as 0, until the window ends) and no other: a counted cell keeps
+// its count, an idle one not asked for gets no counter.
+func TestStates_HoldsTheIdleCellsAskedFor(t *testing.T) {
+	t.Parallel()
+	r, _ := newGroupRouter(t)
+	rdb := r.Hot().rdb
+	idle, asked, counted := newConfCell(10, time.Hour), newConfCell(10, time.Hour), newConfCell(10, time.Hour)
+	routerCheck(t, r, confOp(confT0, 1, Enforce, counted))
+	m := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+	ctx := context.Background()
+	states, err := m.States(ctx, []Ref{idle.ref(), asked.ref(), counted.ref()}, []bool{false, true, true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, tc := range []struct {
+		name    string
+		c       confCell
+		held    bool
+		counter string // "": none
+	}{
+		{"idle, not asked for", idle, false, ""},
+		{"idle, asked for", asked, true, "0"},
+		{"counted, asked for", counted, false, "1"},
+	} {
+		cell := tc.c.at(confT0)
+		key := r.Hot().Key(&cell)
+		v, err := rdb.Get(ctx, key).Result()
+		if errors.Is(err, redis.Nil) {
+			v, err = "", nil
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if states[i].Held != tc.held || v != tc.counter {
+			t.Errorf("%s: held %v, counter %q; want %v, %q", tc.name, states[i].Held, v, tc.held, tc.counter)
+		}
+		if ttl := rdb.PTTL(ctx, key).Val(); v != "" && (ttl <= 0 || ttl > time.Hour+2*time.Second) {
+			t.Errorf("%s: counter TTL %v, want until the window ends", tc.name, ttl)
+		}
 	}
 }
