@@ -121,11 +121,18 @@ for i = first, #ARGV, step do left[ARGV[i]] = (left[ARGV[i]] or 0) + 1 end
 
 local out = {}
 local changed = {}
+-- The counters of the cells switched, deleted together by finish: one
+-- DEL a call, not one a cell.
+local gone = {}
 
--- finish writes the changed filters' kept blocks, versions and counts:
--- at the end, and before an error leaves the call (the cells switched
--- until then stay switched, so their filters must say so).
+-- finish deletes the switched cells' counters and writes the changed
+-- filters' kept blocks, versions and counts: at the end, and before an
+-- error leaves the call (the cells switched until then stay switched, so
+-- their counters must be gone and their filters must say so).
 local function finish()
+  for j = 1, #gone, 4000 do
+    redis.call('DEL', unpack(gone, j, math.min(j + 3999, #gone)))
+  end
   for h in pairs(changed) do
     flush(h)
     h.version = dir_u32s((dir_u32(h.version, 1) + 1) % 4294967296)
@@ -163,7 +170,7 @@ for i = first, #ARGV, step do
     end
     if cur ~= '' then warm_del(h, field) end
     if count then
-      redis.call('DEL', KEYS[live - 1])
+      gone[#gone + 1] = KEYS[live - 1]
       deleted[KEYS[live - 1]] = true
     end
     changed[h] = true
