@@ -69,14 +69,20 @@ func (m *HotMover) States(ctx context.Context, refs []Ref, holdIdle []bool) ([]H
 	now := m.now()
 	locs, live, idx := m.cellKeys(refs, now)
 	calls := m.Warm.dirCalls(locs)
+	// A hold's TTL, to its window's end, by window: no jitter, as a hold
+	// lasts until its switch, not its window, but for a stopped move.
+	holdTTL := map[time.Duration]string{}
 	for ci := range calls {
 		c := &calls[ci]
 		args := make([]any, 0, 1+3*len(c.at))
 		args = append(args, len(c.Keys))
 		for k, at := range c.at {
 			hold := ""
-			if holdIdle != nil && holdIdle[at] {
-				hold = strconv.FormatInt(untilWindowEnd(now.UnixMilli(), refs[at].Window.Milliseconds())+m.Hot.ttlJitter(), 10)
+			if w := refs[at].Window; holdIdle != nil && holdIdle[at] {
+				if hold = holdTTL[w]; hold == "" {
+					hold = strconv.FormatInt(untilWindowEnd(now.UnixMilli(), w.Milliseconds()), 10)
+					holdTTL[w] = hold
+				}
 			}
 			args = append(args, c.Args[2*k], c.Args[2*k+1], hold)
 			c.Keys = append(c.Keys, live[at].cur, live[at].next)
