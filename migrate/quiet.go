@@ -47,15 +47,17 @@ func (m *Mover) moveQuietToCold(ctx context.Context, refs []tiers.Ref, states []
 	cand := make([]quietCell, 0, len(refs))
 	now := m.now()
 	for i := range refs {
-		if states[i].Idle() && m.heldLongEnough(&refs[i], &states[i], now) {
+		if states[i].Idle() && m.inTime(&refs[i], &states[i], now) {
 			cand = append(cand, quietCell{ref: refs[i], state: states[i]})
 		}
 	}
 	idle := len(cand)
 	for i := range refs {
 		switch s := states[i]; {
-		case s.Idle() && m.heldLongEnough(&refs[i], &s, now):
-		case s.Quiet() && !s.Idle():
+		case !m.inTime(&refs[i], &s, now):
+			res.rest = append(res.rest, refs[i])
+		case s.Idle():
+		case s.Quiet():
 			cand = append(cand, quietCell{ref: refs[i], state: s})
 		default:
 			res.rest = append(res.rest, refs[i])
@@ -82,13 +84,14 @@ func (m *Mover) moveQuietToCold(ctx context.Context, refs []tiers.Ref, states []
 	return res, err
 }
 
-// heldLongEnough reports whether an idle cell may take the quiet move:
-// held by States, with its 0 lasting a LeaseTTL past now, so that the
-// empty record the move copies is written while the 0 keeps checks off it
-// (a stall of a LeaseTTL between here and the copy aside, as the leases
-// assume; PROTOCOL.md, "Quiet cells"). The others take the full protocol.
-func (m *Mover) heldLongEnough(r *tiers.Ref, s *tiers.HotState, now time.Time) bool {
-	return s.Held && s.WindowEnd(r).Sub(now) > m.leaseTTL()
+// inTime reports whether a quiet cell may take the quiet move: its counter
+// (for an idle cell, the 0 States held it with) lasts a LeaseTTL past now,
+// so that the record the move copies is written while that counter keeps
+// checks off it (a stall of a LeaseTTL between here and the copy aside, as
+// the leases assume; PROTOCOL.md, "Quiet cells"). The others take the full
+// protocol.
+func (m *Mover) inTime(r *tiers.Ref, s *tiers.HotState, now time.Time) bool {
+	return (s.Held || !s.Idle()) && s.WindowEnd(r).Sub(now) > m.leaseTTL()
 }
 
 // quietBatch copies, switches and cleans up the quiet cells of one batch

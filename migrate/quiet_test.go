@@ -139,29 +139,35 @@ func TestMoveQuietToCold_AnIdleCellCountsInHotUntilItsSwitch(t *testing.T) {
 	e.expectCell(t, "after the move", c, tiers.Cold, 1)
 }
 
-// An idle cell whose window (and so its 0) ends within a LeaseTTL takes
-// the full protocol, not the quiet move: the empty record would be copied
-// too close to the end of what keeps checks off it.
-func TestMoveQuietToCold_AnIdleCellNearItsWindowsEndTakesTheFullProtocol(t *testing.T) {
+// A quiet cell whose window (and so its counter, or an idle cell's 0)
+// ends within a LeaseTTL takes the full protocol, not the quiet move: its
+// record would be copied too close to the end of what keeps checks off it.
+func TestMoveQuietToCold_ACellNearItsWindowsEndTakesTheFullProtocol(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name  string
-		left  time.Duration // of the window at the move
-		quiet int
+		name    string
+		counted int64
+		left    time.Duration // of the window at the move
+		quiet   int
 	}{
-		{"a minute left", time.Minute, 1},
-		{"5 s left", 5 * time.Second, 0},
+		{"idle, a minute left", 0, time.Minute, 1},
+		{"idle, 5 s left", 0, 5 * time.Second, 0},
+		{"counted, a minute left", 2, time.Minute, 1},
+		{"counted, 5 s left", 2, 5 * time.Second, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
 			c := newCell(5)
 			e.clock.Set(e.clock.Now().Truncate(c.window).Add(c.window - tc.left))
+			for range tc.counted {
+				e.check(t, tiers.Enforce, c)
+			}
 			res, err := e.mover.MoveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Cold)
 			if err != nil || len(res.Moved) != 1 || res.Quiet != tc.quiet {
 				t.Fatalf("move: %+v %v, want the cell moved, %d by the quiet move", res, err, tc.quiet)
 			}
-			e.expectCell(t, "after the move", c, tiers.Cold, 0)
+			e.expectCell(t, "after the move", c, tiers.Cold, tc.counted)
 		})
 	}
 }
