@@ -39,30 +39,27 @@ func (m *Mover) moveQuietToCold(ctx context.Context, refs []tiers.Ref, states []
 	var res quietMove
 	var err error
 	if states == nil {
-		if states, err = m.Hot.States(ctx, refs, allTrue(len(refs))); err != nil {
+		if states, err = m.Hot.States(ctx, refs, slices.Repeat([]bool{true}, len(refs))); err != nil {
 			return res, err
 		}
 	}
-	// The quiet cells in one slice, the idle ones first (quietBatch).
+	// The quiet cells in one slice, the idle ones first (quietBatch); an
+	// idle cell only if States held it.
 	cand := make([]quietCell, 0, len(refs))
+	var counted []quietCell
 	now := m.now()
-	for i := range refs {
-		if states[i].Idle() && m.inTime(&refs[i], &states[i], now) {
-			cand = append(cand, quietCell{ref: refs[i], state: states[i]})
+	for i, s := range states {
+		switch {
+		case !s.Quiet() || s.Idle() && !s.Held || !m.inTime(&refs[i], &s, now):
+			res.rest = append(res.rest, refs[i])
+		case s.Idle():
+			cand = append(cand, quietCell{ref: refs[i], state: s})
+		default:
+			counted = append(counted, quietCell{ref: refs[i], state: s})
 		}
 	}
 	idle := len(cand)
-	for i := range refs {
-		switch s := states[i]; {
-		case !m.inTime(&refs[i], &s, now):
-			res.rest = append(res.rest, refs[i])
-		case s.Idle():
-		case s.Quiet():
-			cand = append(cand, quietCell{ref: refs[i], state: s})
-		default:
-			res.rest = append(res.rest, refs[i])
-		}
-	}
+	cand = append(cand, counted...)
 	var held *leases
 	stopped := false
 	if len(cand) > idle {
@@ -91,7 +88,7 @@ func (m *Mover) moveQuietToCold(ctx context.Context, refs []tiers.Ref, states []
 // the leases assume; PROTOCOL.md, "Quiet cells"). The others take the full
 // protocol.
 func (m *Mover) inTime(r *tiers.Ref, s *tiers.HotState, now time.Time) bool {
-	return (s.Held || !s.Idle()) && s.WindowEnd(r).Sub(now) > m.leaseTTL()
+	return s.WindowEnd(r).Sub(now) > m.leaseTTL()
 }
 
 // quietBatch copies, switches and cleans up the quiet cells of one batch
@@ -234,13 +231,4 @@ func (m *Mover) statesOf(ctx context.Context, refs []tiers.Ref, toCold []bool) (
 		out[i] = tierOf(states[i].Dir, rows[i])
 	}
 	return out, states, nil
-}
-
-// allTrue is n trues.
-func allTrue(n int) []bool {
-	out := make([]bool, n)
-	for i := range out {
-		out[i] = true
-	}
-	return out
 }
