@@ -10,6 +10,21 @@ import (
 	"github.com/quota-platform/quota/tiers"
 )
 
+// statsWithACellIn counts e's tiers once a cell has been checked in hot
+// and another checked and moved to tier.
+func statsWithACellIn(t *testing.T, e *env, tier tiers.Tier) TierStats {
+	t.Helper()
+	hot, moved := newCell(10), newCell(10)
+	e.check(t, tiers.Enforce, hot)
+	e.check(t, tiers.Enforce, moved)
+	e.move(t, tiers.Hot, tier, moved)
+	st, err := e.mover.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // A count of the tiers sets the tier-size gauges a dashboard reads: cells
 // checked, then moved, appear in their tier's gauge at the next count.
 func TestStats_CountSetsTheTierGauges(t *testing.T) {
@@ -17,14 +32,7 @@ func TestStats_CountSetsTheTierGauges(t *testing.T) {
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
 	e.mover.Metrics = NewMetrics(reg)
-	hot, warm := newCell(10), newCell(10)
-	e.check(t, tiers.Enforce, hot)
-	e.check(t, tiers.Enforce, warm)
-	e.move(t, tiers.Hot, tiers.Warm, warm)
-	st, err := e.mover.Stats(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := statsWithACellIn(t, e, tiers.Warm)
 	for tier, want := range map[string]int64{"hot": st.Hot.Identities, "warm": st.Warm.Identities, "cold": st.Cold.Identities} {
 		if got := testutil.ToFloat64(e.mover.Metrics.tierCells.WithLabelValues(tier)); got != float64(want) {
 			t.Errorf("quota_tier_cells{tier=%q} = %v, want %d (the count's)", tier, got, want)
@@ -43,14 +51,7 @@ func TestStats_CountSetsTheTierGauges(t *testing.T) {
 func TestStats_ColdBytesAreTheFiltersInRedisAndTheRowsInMySQL(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	hot, cold := newCell(10), newCell(10)
-	e.check(t, tiers.Enforce, hot)
-	e.check(t, tiers.Enforce, cold)
-	e.move(t, tiers.Hot, tiers.Cold, cold)
-	st, err := e.mover.Stats(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := statsWithACellIn(t, e, tiers.Cold)
 	c := st.Cold
 	if c.Identities < 1 || c.RedisBytes <= 0 || c.MySQLBytes <= 0 || c.Bytes != c.RedisBytes+c.MySQLBytes {
 		t.Errorf("cold %+v: want the filter's Redis bytes and the table's MySQL bytes, summed", c)
