@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/internal/gcfloor"
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
 )
@@ -105,9 +107,25 @@ type cpuMeter struct {
 	self, redisCPU, mysqlCPU time.Duration
 	alloc0, cmds0            int64
 	alloc, cmds              int64
+	floorMB                  int // the Go heap floor in force
 }
 
-func newCPUMeter(b *testing.B) *cpuMeter { return &cpuMeter{b: b, mysqld: mysqldPID()} }
+// newCPUMeter starts, until b's end, the Go heap floor quotad runs with
+// by default (config.Defaults, internal/gcfloor), so that this process
+// collects as often as quotad would for the same work;
+// QUOTA_BENCH_GC_HEAP_FLOOR_MB sets another (0: GOGC alone).
+func newCPUMeter(b *testing.B) *cpuMeter {
+	mb := config.Defaults().GCHeapFloorMB
+	if v := os.Getenv("QUOTA_BENCH_GC_HEAP_FLOOR_MB"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			b.Fatalf("QUOTA_BENCH_GC_HEAP_FLOOR_MB %q: want a number of MiB >= 0", v)
+		}
+		mb = n
+	}
+	b.Cleanup(gcfloor.Start(uint64(mb) << 20).Stop)
+	return &cpuMeter{b: b, mysqld: mysqldPID(), floorMB: mb}
+}
 
 func (c *cpuMeter) start(e *env) {
 	c.self0, c.redis0, c.mysql0 = selfCPU(), testenv.RedisCPU(c.b, e.mover.RDB), procCPU(c.mysqld)
@@ -133,6 +151,7 @@ func (c *cpuMeter) report(n int) {
 	}
 	c.b.ReportMetric(float64(c.alloc)/float64(n), "go-alloc-B/cell")
 	c.b.ReportMetric(float64(c.cmds)/float64(n), "redis-cmds/cell")
+	c.b.ReportMetric(float64(c.floorMB), "heap-floor-MiB")
 }
 
 // allocatedBytes is what this process has allocated on the heap so far.
