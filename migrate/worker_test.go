@@ -154,3 +154,17 @@ func TestSortByTag_SortsByTagKeepingTheScanOrderWithinATag(t *testing.T) {
 		t.Fatalf("targets %v, want %v", gotTo, want)
 	}
 }
+
+// BenchmarkSortByTag sorts a scan window of cells of 500 tags, as a part
+// of BenchmarkCycle_HotToCold's cycles reads it.
+func BenchmarkSortByTag(b *testing.B) {
+	cells := make([]scannedCell, 8000)
+	for i := range cells {
+		cells[i].ref = tiers.Ref{Tag: tiers.Tag{byte(i * 7919 % 500 / 256), byte(i * 7919 % 500), 0}, ShardKey: uint64(i)}
+	}
+	work := make([]scannedCell, len(cells))
+	for b.Loop() {
+		copy(work, cells)
+		sortByTag(work)
+	}
+}
