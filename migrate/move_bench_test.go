@@ -236,6 +236,7 @@ func BenchmarkCycle_HotToCold(b *testing.B) {
 		{"idle-serving", 2 * time.Hour, false, true, []int{2, 4}, 0},
 		{"idle-serving-10000-a-second", 2 * time.Hour, false, true, []int{4}, 10000},
 		{"counting", 24 * time.Hour, false, false, []int{2, 4}, 0},
+		{"counting-folded", 24 * time.Hour, true, false, []int{4}, 0},
 	} {
 		for _, workers := range tc.workers {
 			b.Run(tc.name+"/part-workers="+strconv.Itoa(workers), func(b *testing.B) {
