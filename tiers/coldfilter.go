@@ -3,6 +3,7 @@ package tiers
 import (
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
@@ -134,3 +135,100 @@ func (s *WarmStore) MayBeCold(ctx context.Context, refs []Ref) ([]bool, error) {
 	}
 	return ones(vals), nil
 }
+
+//go:embed cold_replace.lua
+var coldReplaceSource string
+
+var coldReplaceScript = dirScript(coldReplaceSource)
+
+// FilterCell is what a cell's bits in its tag's cold filter derive from:
+// bytes 1-6 of its warm field, bytes 9-14 of its cell id.
+type FilterCell [6]byte
+
+// FilterCellOf returns the FilterCell of the cell whose id is id.
+func FilterCellOf(id CellID) FilterCell { return FilterCell(id[8:14]) }
+
+// ColdFilter is what a tag's header says of its cold filter.
+type ColdFilter struct {
+	Version [4]byte // changed by every switch into cold
+	Layers  int
+	Cells   int // added to it (a cell whose bits were all set already is not)
+	Bytes   int // the header's size
+}
+
+// ColdFilters reads the cold filter of each tag (one GETRANGE and one
+// STRLEN a tag, in one pipeline).
+func (s *WarmStore) ColdFilters(ctx context.Context, tags []Tag) ([]ColdFilter, error) {
+	const most = dirHeaderBytes + 4*255 // the header and a layer table of 255 layers
+	pipe := s.rdb.Pipeline()
+	heads := make([]*redis.StringCmd, len(tags))
+	sizes := make([]*redis.IntCmd, len(tags))
+	for i, t := range tags {
+		key := s.tagHeaderKey(t)
+		heads[i] = pipe.GetRange(ctx, key, 0, most-1)
+		sizes[i] = pipe.StrLen(ctx, key)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, fmt.Errorf("cold filters: %w", err)
+	}
+	out := make([]ColdFilter, len(tags))
+	for i := range tags {
+		out[i] = parseColdFilter([]byte(heads[i].Val()))
+		out[i].Bytes = int(sizes[i].Val())
+	}
+	return out, nil
+}
+
+// parseColdFilter reads a header's cold filter fields (directory.lua's
+// layout; a missing or short header reads as zeros).
+func parseColdFilter(h []byte) ColdFilter {
+	if len(h) < dirHeaderBytes {
+		h = append(h, make([]byte, dirHeaderBytes-len(h))...)
+	}
+	f := ColdFilter{Version: [4]byte(h[4:8]), Layers: int(h[12])}
+	last := int(binary.BigEndian.Uint32(h[8:12]))
+	f.Cells = last
+	for j := 0; j < f.Layers-1 && dirHeaderBytes+4*j+4 <= len(h); j++ {
+		f.Cells += 8 * int(binary.BigEndian.Uint32(h[dirHeaderBytes+4*j:]))
+	}
+	return f
+}
+
+// ReplaceColdFilter replaces the cold filter of tag with one layer that
+// holds cells (none: no filter), if its version is still version (no cell
+// of the tag was switched into cold since it was read); it reports
+// whether it did. The layer has a block of 8 bytes for every 8 cells, as
+// one sized by the cycle's estimate (~3 % false positives).
+func (s *WarmStore) ReplaceColdFilter(ctx context.Context, tag Tag, version [4]byte, cells []FilterCell) (bool, error) {
+	ok, err := coldReplaceScript.Run(ctx, s.rdb, []string{s.tagHeaderKey(tag)}, string(version[:]), buildColdFilter(cells)).Int()
+	if err != nil {
+		return false, fmt.Errorf("cold filter replace: %w", err)
+	}
+	return ok == 1, nil
+}
+
+// buildColdFilter returns a header's filter part (from byte 9 on) for a
+// single layer holding cells, with directory.lua's bit layout (cold_pos):
+// a block per 8 cells, chosen by bytes 1-3 of the cell, and in it four
+// bits, 6-bit positions from bytes 4-6, a byte's high bit first.
+func buildColdFilter(cells []FilterCell) []byte {
+	if len(cells) == 0 {
+		return make([]byte, 5) // no cell in a last layer, no layer
+	}
+	blocks := (len(cells) + 7) / 8
+	out := binary.BigEndian.AppendUint32(nil, uint32(len(cells)))
+	out = append(out, 1)
+	out = binary.BigEndian.AppendUint32(out, uint32(blocks))
+	layer := make([]byte, 8*blocks)
+	for _, c := range cells {
+		x := int(c[0])<<16 | int(c[1])<<8 | int(c[2])
+		blk := layer[8*(x%blocks):]
+		for _, p := range [4]byte{c[3] >> 2, c[3]&3<<4 | c[4]>>4, c[4]&15<<2 | c[5]>>6, c[5] & 63} {
+			blk[p/8] |= 0x80 >> (p % 8)
+		}
+	}
+	return append(out, layer...)
+}
+
+// tagHeaderKey is the key of tag's directory header.
+func (s *WarmStore) tagHeaderKey(tag Tag) string { return s.locateCell(CellID{}, tag).headerKey() }

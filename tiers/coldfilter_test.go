@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/binary"
 	"net"
 	"slices"
 	"sync/atomic"
@@ -388,5 +389,103 @@ func TestColdFilter_StoredBitsFollowTheDocumentedLayout(t *testing.T) {
 		if got := raw[header+4:]; !bytes.Equal(got, want[:]) {
 			t.Fatalf("cell %d (field %x): block %08b, want %08b", i, f, got, want)
 		}
+	}
+}
+
+// ReplaceColdFilter writes one layer that holds exactly the cells given
+// with the bits the scripts probe, keeps the header's warm layout, changes
+// the version, and writes nothing if a switch changed the version since
+// it was read (migrate.Worker.CompactColdFilters).
+func TestReplaceColdFilter_WritesOneLayerOfItsCellsUnlessTheVersionChanged(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		keep  int  // of the 2,000 cells switched, those the new filter holds
+		stale bool // a switch between the read and the replace
+	}{
+		{"a thousand of the cells", 1000, false},
+		{"none of them", 0, false},
+		{"a switch meanwhile", 1000, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rdb, prefix := testenv.Redis(t)
+			warm := NewWarmStore(rdb, WarmOptions{Prefix: prefix})
+			ctx := context.Background()
+			app := "app-" + testenv.RandomHex(4)
+			refs := func(n int) []Ref {
+				out := make([]Ref, n)
+				for i := range out {
+					c := confCell{rule: "f", vals: []string{app, testenv.RandomHex(6)}, window: time.Hour, app: app, user: "u"}
+					out[i] = c.ref()
+				}
+				return out
+			}
+			switched := refs(2000)
+			for batch := range slices.Chunk(switched, 100) { // no estimate: layers grow
+				swaps := make([]DirSwap, len(batch))
+				for i := range batch {
+					swaps[i] = DirSwap{Ref: batch[i]}
+				}
+				if ok, err := warm.SwitchToCold(ctx, swaps, nil); err != nil || slices.Contains(ok, false) {
+					t.Fatalf("switch: %v", err)
+				}
+			}
+			key, tag := warm.HeaderKey(&switched[0]), switched[0].Tag
+			if err := rdb.SetRange(ctx, key, 0, "\x01\x02\x00\x03").Err(); err != nil { // a warm layout
+				t.Fatal(err)
+			}
+			before, err := warm.ColdFilters(ctx, []Tag{tag})
+			// A cell whose bits were all set already is not counted in.
+			if err != nil || before[0].Layers < 2 || before[0].Cells < 1000 || before[0].Cells > 2000 {
+				t.Fatalf("filter before %+v, %v; want several layers of up to 2,000 cells", before, err)
+			}
+			if tc.stale {
+				if _, err := warm.SwitchToCold(ctx, []DirSwap{{Ref: refs(1)[0]}}, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			raw, _ := rdb.Get(ctx, key).Bytes()
+			cells := make([]FilterCell, tc.keep)
+			for i := range cells {
+				cells[i] = FilterCellOf(switched[i].ID())
+			}
+			ok, err := warm.ReplaceColdFilter(ctx, tag, before[0].Version, cells)
+			if err != nil || ok == tc.stale {
+				t.Fatalf("replaced %v, %v; want %v", ok, err, !tc.stale)
+			}
+			after, _ := rdb.Get(ctx, key).Bytes()
+			if tc.stale {
+				if !bytes.Equal(after, raw) {
+					t.Fatal("the header changed although the version had")
+				}
+				return
+			}
+			if string(after[:4]) != "\x01\x02\x00\x03" {
+				t.Fatalf("warm layout %x, want 01020003", after[:4])
+			}
+			got, err := warm.ColdFilters(ctx, []Tag{tag})
+			wantLayers := min(tc.keep, 1)
+			if err != nil || got[0].Layers != wantLayers || got[0].Cells != tc.keep || got[0].Bytes != len(after) ||
+				binary.BigEndian.Uint32(got[0].Version[:]) != binary.BigEndian.Uint32(before[0].Version[:])+1 {
+				t.Fatalf("filter after %+v (before %+v), %v; want %d layer(s) of %d cells and the next version", got, before, err, wantLayers, tc.keep)
+			}
+			held, err := warm.MayBeCold(ctx, switched)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if k := slices.Index(held[:tc.keep], false); k >= 0 {
+				t.Fatalf("cell %d of those kept is not in the new filter", k)
+			}
+			fp := 0
+			for _, h := range held[tc.keep:] {
+				if h {
+					fp++
+				}
+			}
+			if share := float64(fp) / float64(len(held)-tc.keep); share > 0.06 {
+				t.Fatalf("%d of the %d cells left out still maybe cold (%.3f)", fp, len(held)-tc.keep, share)
+			}
+		})
 	}
 }

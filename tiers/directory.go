@@ -41,6 +41,10 @@ var (
 	warmDeleteScript = dirScript(warmDeleteSource)
 )
 
+// dirHeaderBytes is the size of a header before its layer table
+// (directory.lua's DIR_HEADER).
+const dirHeaderBytes = 13
+
 // headerKey is the key of l's tag's header.
 func (l warmLoc) headerKey() string { return l.base + "d" }
 
