@@ -24,12 +24,16 @@ type TiersAdmin interface {
 	// RebuildColdFilters puts every cold cell back in its app's cold
 	// filter (after Redis lost data) and returns how many it covered.
 	RebuildColdFilters(ctx context.Context) (any, error)
+	// CompactColdFilters rebuilds each cold filter as one layer of the
+	// cells cold now and returns what it did.
+	CompactColdFilters(ctx context.Context) (any, error)
 }
 
 func (s *Server) tiersRoutes(e *echo.Echo) {
 	e.GET("/v1/admin/tiers", s.getTiers, s.requireAdmin)
 	e.POST("/v1/admin/migrate", s.postMigrate, s.requireAdmin)
 	e.POST("/v1/admin/tiers/rebuild-filters", s.postRebuildFilters, s.requireAdmin)
+	e.POST("/v1/admin/tiers/compact-filters", s.postCompactFilters, s.requireAdmin)
 }
 
 func (s *Server) tiersOff() error {
@@ -75,6 +79,21 @@ func (s *Server) postRebuildFilters(c echo.Context) error {
 	if err != nil {
 		s.deps.Log.Error("cold filter rebuild", "err", err)
 		return newError(http.StatusServiceUnavailable, "rebuild_failed", "cold filter rebuild failed: "+err.Error())
+	}
+	return c.JSON(http.StatusOK, rep)
+}
+
+// postCompactFilters answers migrate.CompactReport. Like a cycle, it reads
+// all of cell_activity.
+func (s *Server) postCompactFilters(c echo.Context) error {
+	if s.deps.Tiers == nil {
+		return s.tiersOff()
+	}
+	s.extendWriteDeadline(c, "cold filter compaction")
+	rep, err := s.deps.Tiers.CompactColdFilters(c.Request().Context())
+	if err != nil {
+		s.deps.Log.Error("cold filter compaction", "err", err)
+		return newError(http.StatusServiceUnavailable, "compaction_failed", "cold filter compaction failed: "+err.Error())
 	}
 	return c.JSON(http.StatusOK, rep)
 }

@@ -80,7 +80,7 @@ func adminCall(t *testing.T, srv *httptest.Server, method, path, token string) (
 func TestAdminTiersAuth(t *testing.T) {
 	t.Parallel()
 	srv, _ := tiersServer(t, adminToken)
-	for _, p := range [][2]string{{"GET", "/v1/admin/tiers"}, {"POST", "/v1/admin/migrate"}, {"POST", "/v1/admin/tiers/rebuild-filters"}} {
+	for _, p := range [][2]string{{"GET", "/v1/admin/tiers"}, {"POST", "/v1/admin/migrate"}, {"POST", "/v1/admin/tiers/rebuild-filters"}, {"POST", "/v1/admin/tiers/compact-filters"}} {
 		if code, _ := adminCall(t, srv, p[0], p[1], ""); code != http.StatusUnauthorized {
 			t.Errorf("%s %s without token: %d, want 401", p[0], p[1], code)
 		}
@@ -136,6 +136,10 @@ func TestAdminMigrateAndTiers(t *testing.T) {
 	if code, rb := adminCall(t, srv, "POST", "/v1/admin/tiers/rebuild-filters", adminToken); code != 200 || rb["cells"].(float64) < 4 {
 		t.Fatalf("rebuild the cold filters: %d %v, want the 4 cold cells", code, rb)
 	}
+	// One cycle put each tag's cells in one layer, all still cold.
+	if code, cr := adminCall(t, srv, "POST", "/v1/admin/tiers/compact-filters", adminToken); code != 200 || cr["tags"].(float64) < 1 || cr["compacted"] != float64(0) {
+		t.Fatalf("compact the cold filters: %d %v, want tags and nothing to compact", code, cr)
+	}
 	resp, err := http.Post(srv.URL+"/v1/check", "application/json", strings.NewReader(`{"app_id":"a1","ip":"203.0.113.7","user_id":"u0","interface_id":"users.get"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -152,6 +156,9 @@ type slowTiers struct{ d time.Duration }
 
 func (s slowTiers) TierStats(context.Context) (any, error) { return map[string]int{}, nil }
 func (s slowTiers) RebuildColdFilters(context.Context) (any, error) {
+	return map[string]int{}, nil
+}
+func (s slowTiers) CompactColdFilters(context.Context) (any, error) {
 	return map[string]int{}, nil
 }
 func (s slowTiers) Migrate(context.Context) (any, error) {

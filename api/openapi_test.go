@@ -167,6 +167,7 @@ func TestOpenAPI_RealAnswersOfARunningQuotadMatchTheDocument(t *testing.T) {
 		{"tiers no token", "GET", "/v1/admin/tiers", nil, "", "", 401},
 		{"migrate", "POST", "/v1/admin/migrate", adminAuth, "", "", 200},
 		{"rebuild filters", "POST", "/v1/admin/tiers/rebuild-filters", adminAuth, "", "", 200},
+		{"compact filters", "POST", "/v1/admin/tiers/compact-filters", adminAuth, "", "", 200},
 		{"healthz", "GET", "/healthz", nil, "", "", 200},
 		{"readyz", "GET", "/readyz", nil, "", "", 200},
 		{"metrics", "GET", "/metrics", nil, "", "", 200},

@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/clock"
 )
 
 // A cycle is the fleet's, not an instance's: its work is split into parts
@@ -20,7 +23,8 @@ import (
 // POST /v1/admin/migrate, which the others join - takes parts under a
 // lease until all are done. In Redis, under the service's prefix:
 //
-//	mig:cycle                 the cycle running now (its id), for a day at most
+//	mig:cycle                 the cycle running now (its id), for a day at most,
+//	                          or compact-<id>: a cold filter compaction
 //	mig:cycle:<id>:part:<p>   the lease of part p (an instance's token, PX)
 //	mig:cycle:<id>:done       part -> what it moved (JSON), kept two days
 //
@@ -72,34 +76,36 @@ func (w *Worker) partWorkers() int {
 }
 
 // joinCycle returns the id of the cycle running now, or starts one with
-// id want (a scheduled cycle's) or, when want is "", a new id.
+// id want (a scheduled cycle's) or, when want is "", a new id. While a
+// cold filter compaction holds the cycle key, it waits: no cycle moves
+// cells during one (CompactColdFilters).
 func (w *Worker) joinCycle(ctx context.Context, want string) (string, error) {
 	rdb := w.Mover.RDB
-	cur, err := rdb.Get(ctx, w.cycleKey()).Result()
-	if err == nil {
-		return cur, nil
-	}
-	if !errors.Is(err, redis.Nil) {
-		return "", fmt.Errorf("cycle: %w", err)
-	}
 	if want == "" {
 		want = "run-" + strconv.FormatInt(w.now().UnixNano(), 36) + "-" + strconv.FormatUint(rand.Uint64()%1e6, 36)
 	}
-	ok, err := rdb.SetNX(ctx, w.cycleKey(), want, 24*time.Hour).Result()
-	if err != nil {
-		return "", fmt.Errorf("cycle: %w", err)
+	for {
+		cur, err := rdb.Get(ctx, w.cycleKey()).Result()
+		switch {
+		case err == nil && strings.HasPrefix(cur, compactionPrefix):
+			if err := clock.Sleep(ctx, compactionPoll); err != nil {
+				return "", err
+			}
+			continue
+		case err == nil:
+			return cur, nil
+		case !errors.Is(err, redis.Nil):
+			return "", fmt.Errorf("cycle: %w", err)
+		}
+		ok, err := rdb.SetNX(ctx, w.cycleKey(), want, 24*time.Hour).Result()
+		if err != nil {
+			return "", fmt.Errorf("cycle: %w", err)
+		}
+		if ok {
+			return want, nil
+		}
+		// Another instance started a cycle (or a compaction) just now.
 	}
-	if ok {
-		return want, nil
-	}
-	cur, err = rdb.Get(ctx, w.cycleKey()).Result() // another instance started one just now
-	if errors.Is(err, redis.Nil) {
-		return want, nil // and has finished it
-	}
-	if err != nil {
-		return "", fmt.Errorf("cycle: %w", err)
-	}
-	return cur, nil
 }
 
 // workParts takes and runs the cycle's parts until every part is done,

@@ -2,7 +2,9 @@ package migrate
 
 import (
 	"context"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -381,5 +383,109 @@ func TestCycle_APacedCycleCutShortLeavesItsPartsUndone(t *testing.T) {
 		if tier := e.tierOf(t, c); tier != tiers.Cold {
 			t.Fatalf("cell %d in %s after the cycle was joined again, want cold", i, tier)
 		}
+	}
+}
+
+// Compacting the cold filters leaves each filter with more than one layer,
+// or with cells no longer cold, as one layer holding the cells that are
+// cold, so that their counts hold and the cells moved out of cold since
+// are mostly no longer "maybe"; a filter of one layer whose cells are all
+// cold is left as it is, and so is everything on a second run.
+func TestCompactColdFilters_KeepsTheColdCellsInOneLayer(t *testing.T) {
+	t.Parallel()
+	e, w := newWorkerEnv(t)
+	e = e.ownJournal()
+	w.Mover = e.mover
+	ctx := context.Background()
+	grown := newCells(60, 3, 1)    // one app: moved to cold 5 at a time
+	oneLayer := newCells(10, 3, 1) // another: in one move
+	for _, c := range slices.Concat(grown, oneLayer) {
+		e.check(t, tiers.Enforce, c)
+		e.check(t, tiers.Enforce, c)
+	}
+	if err := w.Activity.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for batch := range slices.Chunk(grown, 5) {
+		e.move(t, tiers.Hot, tiers.Cold, batch...)
+	}
+	e.move(t, tiers.Hot, tiers.Cold, oneLayer...)
+	back := grown[40:] // out of cold again: their bits stay
+	e.move(t, tiers.Cold, tiers.Hot, back...)
+	tags := []tiers.Tag{grown[0].ref().Tag, oneLayer[0].ref().Tag}
+	before, err := e.warm.ColdFilters(ctx, tags)
+	if err != nil || before[0].Layers < 2 || before[1].Layers != 1 {
+		t.Fatalf("filters before %+v, %v; want several layers, then one", before, err)
+	}
+
+	rep, err := w.CompactColdFilters(ctx)
+	if err != nil || rep.Tags != 2 || rep.Compacted != 1 || rep.Changed != 0 || rep.CellsAfter != 40 || rep.BytesAfter >= rep.BytesBefore {
+		t.Fatalf("compaction %+v, %v; want the first app's filter down to its 40 cold cells", rep, err)
+	}
+	after, err := e.warm.ColdFilters(ctx, tags)
+	if err != nil || after[0].Layers != 1 || after[0].Cells != 40 || after[1] != before[1] {
+		t.Fatalf("filters after %+v (before %+v), %v", after, before, err)
+	}
+	for i, c := range slices.Concat(grown[:40], oneLayer) {
+		if op := e.check(t, tiers.Enforce, c); !op.Allowed() || op.Out[0].Tier != tiers.Cold {
+			t.Fatalf("cold cell %d, 3rd call of 3: %+v; want allowed in cold", i, op.Out)
+		}
+		if op := e.check(t, tiers.Enforce, c); op.Allowed() {
+			t.Fatalf("cold cell %d: 4th call of 3 allowed", i)
+		}
+	}
+	maybe, err := e.warm.MayBeCold(ctx, refsOf(back...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(slices.DeleteFunc(maybe, func(b bool) bool { return !b })); n > 3 {
+		t.Fatalf("%d of the %d cells moved out of cold still maybe cold", n, len(back))
+	}
+	if rep, err := w.CompactColdFilters(ctx); err != nil || rep.Compacted != 0 || rep.Tags != 2 {
+		t.Fatalf("second compaction %+v, %v; want nothing to do", rep, err)
+	}
+}
+
+// A compaction of the cold filters and a cycle never run together: a
+// compaction fails while a cycle runs, and a cycle due during a compaction
+// waits for it to end.
+func TestCompactColdFilters_NeverRunsWithACycle(t *testing.T) {
+	t.Parallel()
+	e, w := newWorkerEnv(t)
+	ctx := context.Background()
+	rdb := e.mover.RDB
+	if err := rdb.Set(ctx, w.cycleKey(), "run-x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.CompactColdFilters(ctx); err == nil || !strings.Contains(err.Error(), `"run-x" runs now`) {
+		t.Fatalf("compaction during a cycle: %v, want it refused", err)
+	}
+	if v, _ := rdb.Get(ctx, w.cycleKey()).Result(); v != "run-x" {
+		t.Fatalf("cycle key %q after the refused compaction", v)
+	}
+
+	if err := rdb.Set(ctx, w.cycleKey(), compactionPrefix+"x", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.RunCycle(ctx)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("a cycle ran during a compaction: %v", err)
+	case <-time.After(3 * compactionPoll / 2):
+	}
+	if err := rdb.Del(ctx, w.cycleKey()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("cycle after the compaction: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cycle did not run once the compaction ended")
 	}
 }

@@ -4,6 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
+	"strconv"
+	"time"
 
 	"github.com/quota-platform/quota/tiers"
 )
@@ -84,4 +87,222 @@ func activityRefs(ctx context.Context, db *sql.DB, after []byte, limit int) ([]t
 		}
 	}
 	return refs, last, rows.Err()
+}
+
+// CompactReport is what CompactColdFilters did.
+type CompactReport struct {
+	Tags        int   `json:"tags"`      // tags with a cold filter and a cell in cell_activity
+	Compacted   int   `json:"compacted"` // whose filter was replaced
+	Changed     int   `json:"changed"`   // left as they were: a cell of theirs went cold meanwhile
+	CellsBefore int   `json:"cells_before"`
+	CellsAfter  int   `json:"cells_after"` // in the filters compacted
+	BytesBefore int64 `json:"bytes_before"`
+	BytesAfter  int64 `json:"bytes_after"`
+}
+
+// compactPassCells bounds the cells of cell_activity one pass of
+// CompactColdFilters covers: it holds 6 bytes for each of their cold
+// cells, and their tags' filters.
+const compactPassCells = 8 << 20
+
+// CompactColdFilters rebuilds each tag's cold filter as a single layer
+// that holds the tag's cells that are cold now: a filter whose cells went
+// cold a few at a time has several layers, each probed, and keeps the
+// bits of cells moved out of cold since, so its false positives (a MySQL
+// lookup each) grow with time. A cell is kept if it has a cold row and
+// the filter holds it, the filter's version having been read before
+// either was looked at; the new filter replaces the old one only if that
+// version is unchanged, so a cell switched into cold meanwhile is never
+// left out. It holds the cycle key meanwhile (a cycle due waits), so that
+// no quiet move writes a row without a switch (migrate/PROTOCOL.md,
+// "Compacting a cold filter"), and fails if a cycle runs. Like
+// RebuildColdFilters it finds the cold cells in cell_activity; it covers
+// the tags in passes of at most compactPassCells cells of it.
+func (w *Worker) CompactColdFilters(ctx context.Context) (CompactReport, error) {
+	var rep CompactReport
+	if w.Mover.Cold == nil {
+		return rep, nil
+	}
+	id, err := w.holdCycleKey(ctx)
+	if err != nil {
+		return rep, err
+	}
+	defer endCycle.Run(context.WithoutCancel(ctx), w.Mover.RDB, []string{w.cycleKey()}, id)
+	total := 0
+	for sh, db := range w.DBs {
+		for part := range partsPerShard {
+			if _, err := foldActivityLog(ctx, db, part); err != nil {
+				return rep, fmt.Errorf("compact cold filters, shard %d: %w", sh, err)
+			}
+		}
+		var n int
+		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM cell_activity").Scan(&n); err != nil {
+			return rep, fmt.Errorf("compact cold filters, shard %d: %w", sh, err)
+		}
+		total += n
+	}
+	passes := max(1, (total+compactPassCells-1)/compactPassCells)
+	for p := range passes {
+		if err := w.compactPass(ctx, p, passes, &rep); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// compactionPrefix starts the cycle key's value while a compaction holds
+// it; compactionPoll is how often a cycle due meanwhile looks again.
+const (
+	compactionPrefix = "compact-"
+	compactionPoll   = time.Second
+)
+
+// holdCycleKey takes the cycle key for a compaction (cycle.go), so that no
+// cycle moves cells while it runs, and returns the value it wrote; it
+// fails if a cycle or another compaction holds the key.
+func (w *Worker) holdCycleKey(ctx context.Context) (string, error) {
+	id := compactionPrefix + strconv.FormatInt(w.now().UnixNano(), 36)
+	ok, err := w.Mover.RDB.SetNX(ctx, w.cycleKey(), id, 24*time.Hour).Result()
+	if err != nil {
+		return "", fmt.Errorf("compact cold filters: %w", err)
+	}
+	if !ok {
+		cur, _ := w.Mover.RDB.Get(ctx, w.cycleKey()).Result()
+		return "", fmt.Errorf("compact cold filters: %q runs now (a migration cycle, or a compaction); try again after it", cur)
+	}
+	return id, nil
+}
+
+// compactPass is the pass of CompactColdFilters over the tags t with
+// tagPass(t, passes) == pass.
+func (w *Worker) compactPass(ctx context.Context, pass, passes int, rep *CompactReport) error {
+	filters := map[tiers.Tag]tiers.ColdFilter{}
+	cold := map[tiers.Tag][]tiers.FilterCell{}
+	for sh, db := range w.DBs {
+		after := []byte{}
+		for {
+			refs, last, err := activityRefs(ctx, db, after, 1000)
+			if err != nil {
+				return fmt.Errorf("compact cold filters, shard %d: %w", sh, err)
+			}
+			if last == nil {
+				break
+			}
+			after = last
+			refs = slices.DeleteFunc(refs, func(r tiers.Ref) bool { return tagPass(r.Tag, passes) != pass })
+			if err := w.readFilters(ctx, refs, filters); err != nil {
+				return err
+			}
+			refs = slices.DeleteFunc(refs, func(r tiers.Ref) bool { return filters[r.Tag].Layers == 0 })
+			held, err := w.coldAndHeld(ctx, refs)
+			if err != nil {
+				return err
+			}
+			for _, r := range held {
+				cold[r.Tag] = append(cold[r.Tag], tiers.FilterCellOf(r.ID()))
+			}
+		}
+	}
+	return w.replaceFilters(ctx, filters, cold, rep)
+}
+
+// tagPass is the pass of CompactColdFilters that covers tag.
+func tagPass(tag tiers.Tag, passes int) int {
+	return (int(tag[0])<<16 | int(tag[1])<<8 | int(tag[2])) % passes
+}
+
+// readFilters reads the cold filter of each tag of refs not in filters
+// yet: before any of the tag's cells is looked up.
+func (w *Worker) readFilters(ctx context.Context, refs []tiers.Ref, filters map[tiers.Tag]tiers.ColdFilter) error {
+	var tags []tiers.Tag
+	seen := map[tiers.Tag]bool{}
+	for _, r := range refs {
+		if _, ok := filters[r.Tag]; !ok && !seen[r.Tag] {
+			seen[r.Tag] = true
+			tags = append(tags, r.Tag)
+		}
+	}
+	if len(tags) == 0 {
+		return nil
+	}
+	got, err := w.Mover.Warm.ColdFilters(ctx, tags)
+	if err != nil {
+		return fmt.Errorf("compact cold filters: %w", err)
+	}
+	for i, t := range tags {
+		filters[t] = got[i]
+	}
+	return nil
+}
+
+// coldAndHeld returns the refs that have a cold row and that their tag's
+// filter holds.
+func (w *Worker) coldAndHeld(ctx context.Context, refs []tiers.Ref) ([]tiers.Ref, error) {
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	rows, err := w.Mover.Cold.Exists(ctx, refs)
+	if err != nil {
+		return nil, fmt.Errorf("compact cold filters: %w", err)
+	}
+	var cold []tiers.Ref
+	for i := range refs {
+		if rows[i] {
+			cold = append(cold, refs[i])
+		}
+	}
+	if len(cold) == 0 {
+		return nil, nil
+	}
+	maybe, err := w.Mover.Warm.MayBeCold(ctx, cold)
+	if err != nil {
+		return nil, fmt.Errorf("compact cold filters: %w", err)
+	}
+	held := cold[:0]
+	for i := range cold {
+		if maybe[i] {
+			held = append(held, cold[i])
+		}
+	}
+	return held, nil
+}
+
+// replaceFilters replaces the filter of each tag of filters that has more
+// than one layer or more cells than are cold now by one of cold[tag].
+func (w *Worker) replaceFilters(ctx context.Context, filters map[tiers.Tag]tiers.ColdFilter, cold map[tiers.Tag][]tiers.FilterCell, rep *CompactReport) error {
+	var done []tiers.Tag
+	for tag, f := range filters {
+		if f.Layers == 0 {
+			continue
+		}
+		rep.Tags++
+		cells := cold[tag]
+		if f.Layers == 1 && len(cells) >= f.Cells {
+			continue // nothing to gain
+		}
+		ok, err := w.Mover.Warm.ReplaceColdFilter(ctx, tag, f.Version, cells)
+		if err != nil {
+			return fmt.Errorf("compact cold filters: %w", err)
+		}
+		if !ok {
+			rep.Changed++
+			continue
+		}
+		rep.Compacted++
+		rep.CellsBefore += f.Cells
+		rep.CellsAfter += len(cells)
+		rep.BytesBefore += int64(f.Bytes)
+		done = append(done, tag)
+	}
+	if len(done) == 0 {
+		return nil
+	}
+	after, err := w.Mover.Warm.ColdFilters(ctx, done)
+	if err != nil {
+		return fmt.Errorf("compact cold filters: %w", err)
+	}
+	for _, f := range after {
+		rep.BytesAfter += int64(f.Bytes)
+	}
+	return nil
 }

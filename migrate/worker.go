@@ -609,6 +609,11 @@ type Admin struct{ W *Worker }
 // TierStats returns Mover.Stats.
 func (a Admin) TierStats(ctx context.Context) (any, error) { return a.W.Mover.Stats(ctx) }
 
+// CompactColdFilters runs Worker.CompactColdFilters.
+func (a Admin) CompactColdFilters(ctx context.Context) (any, error) {
+	return a.W.CompactColdFilters(ctx)
+}
+
 // RebuildColdFilters runs Worker.RebuildColdFilters: {"cells": N}.
 func (a Admin) RebuildColdFilters(ctx context.Context) (any, error) {
 	n, err := a.W.RebuildColdFilters(ctx)

@@ -12,6 +12,32 @@ func init() {
 	commands["tiers"] = command{"cells and bytes per storage tier: tiers", runTiers}
 	commands["migrate"] = command{"run a migration cycle now and print what moved: migrate", runMigrate}
 	commands["rebuild-filters"] = command{"put every cold cell back in its app's cold filter (after Redis lost data): rebuild-filters", runRebuildFilters}
+	commands["compact-filters"] = command{"rebuild each app's cold filter as one layer of its cells cold now: compact-filters", runCompactFilters}
+}
+
+func runCompactFilters(ctx context.Context, cl *client, args []string, stdout, stderr io.Writer) int {
+	if !noArgs("compact-filters", "compact-filters", cl, args, stderr) {
+		return 2
+	}
+	var rep struct {
+		Tags        int   `json:"tags"`
+		Compacted   int   `json:"compacted"`
+		Changed     int   `json:"changed"`
+		CellsBefore int   `json:"cells_before"`
+		CellsAfter  int   `json:"cells_after"`
+		BytesBefore int64 `json:"bytes_before"`
+		BytesAfter  int64 `json:"bytes_after"`
+	}
+	if _, err := cl.do(ctx, "POST", "/v1/admin/tiers/compact-filters", nil, &rep); err != nil {
+		fmt.Fprintln(stderr, "quotactl compact-filters:", err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%d of %d filters compacted: %s cells in %s bytes -> %s in %s\n", rep.Compacted, rep.Tags,
+		group(int64(rep.CellsBefore)), group(rep.BytesBefore), group(int64(rep.CellsAfter)), group(rep.BytesAfter))
+	if rep.Changed > 0 {
+		fmt.Fprintf(stdout, "%d changed meanwhile: run again\n", rep.Changed)
+	}
+	return 0
 }
 
 func runRebuildFilters(ctx context.Context, cl *client, args []string, stdout, stderr io.Writer) int {

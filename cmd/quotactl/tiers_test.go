@@ -28,6 +28,10 @@ func (fakeTiers) RebuildColdFilters(context.Context) (any, error) {
 	return map[string]int{"cells": 42}, nil
 }
 
+func (fakeTiers) CompactColdFilters(context.Context) (any, error) {
+	return map[string]int{"tags": 12, "compacted": 3, "changed": 1, "cells_before": 900, "cells_after": 600, "bytes_before": 2400, "bytes_after": 700}, nil
+}
+
 func (fakeTiers) Migrate(context.Context) (any, error) {
 	return map[string]any{"scanned": 100, "moved": map[string]int{"hot>warm": 3, "hot>cold": 9, "warm>cold": 7}, "quiet": 8, "idle": 5, "duration": "12ms"}, nil
 }
@@ -62,6 +66,12 @@ func TestTiersAndMigrate(t *testing.T) {
 	out.Reset()
 	if code := run([]string{"--url", srv.URL, "--token", admin, "rebuild-filters"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "42 cold cells") {
 		t.Errorf("rebuild-filters: %d %s %s", code, out.String(), errb.String())
+	}
+	out.Reset()
+	if code := run([]string{"--url", srv.URL, "--token", admin, "compact-filters"}, &out, &errb); code != 0 ||
+		!strings.Contains(out.String(), "3 of 12 filters compacted: 900 cells in 2,400 bytes -> 600 in 700") ||
+		!strings.Contains(out.String(), "1 changed meanwhile: run again") {
+		t.Errorf("compact-filters: %d %q %s", code, out.String(), errb.String())
 	}
 	out.Reset()
 	errb.Reset()
