@@ -21,8 +21,9 @@ import (
 // gets a successor at least as large as all earlier layers together (and
 // as large as the mover's estimate of the tag's cold cells to come), so a
 // tag's layers grow with the log of its cold cells, and a filter costs
-// about one to two bytes per cold cell. Bits are never cleared: a cell
-// moved out of cold stays a "maybe" (see below for its cost).
+// about one to two bytes per cold cell. Moves never clear bits: a cell
+// moved out of cold stays a "maybe" (see below for its cost) until
+// ReplaceColdFilter writes the filter anew (migrate.Worker.CompactColdFilters).
 //
 // The mover adds a cell in the same script that switches its directory to
 // cold (cold_switch.lua), and every such switch changes the version. The
