@@ -23,10 +23,12 @@ func BenchmarkHotCheck_FirstCallInATagWithColdCells(b *testing.B) {
 		name     string
 		switches int // calls of SwitchToCold a tag, 2,000 cells in all
 		estimate bool
+		compact  bool // then ReplaceColdFilter with the same cells
 	}{
-		{"no-cold-cells", 0, false},
-		{"one-layer", 1, true},
-		{"grown-layers", 8, false},
+		{"no-cold-cells", 0, false, false},
+		{"one-layer", 1, true, false},
+		{"grown-layers", 8, false, false},
+		{"grown-layers-compacted", 8, false, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			rdb := tierBenchRedis(b)
@@ -37,7 +39,10 @@ func BenchmarkHotCheck_FirstCallInATagWithColdCells(b *testing.B) {
 			for i := range apps {
 				apps[i] = "app-" + strconv.Itoa(i)
 			}
-			fillColdFilters(b, warm, apps, tc.switches, tc.estimate)
+			cells := fillColdFilters(b, warm, apps, tc.switches, tc.estimate)
+			if tc.compact {
+				compactColdFilters(b, warm, cells)
+			}
 			now := time.Now()
 			maybe := 0
 			i := 0
@@ -61,9 +66,11 @@ func BenchmarkHotCheck_FirstCallInATagWithColdCells(b *testing.B) {
 }
 
 // fillColdFilters adds 2,000 cells to each app's cold filter in switches
-// calls (none: no filter), with the cycle's estimate of 2,000 or without.
-func fillColdFilters(b *testing.B, warm *WarmStore, apps []string, switches int, estimate bool) {
+// calls (none: no filter), with the cycle's estimate of 2,000 or without,
+// and returns them by tag.
+func fillColdFilters(b *testing.B, warm *WarmStore, apps []string, switches int, estimate bool) map[Tag][]FilterCell {
 	ctx := context.Background()
+	cells := map[Tag][]FilterCell{}
 	for _, app := range apps {
 		for s := range switches {
 			swaps := make([]DirSwap, 2000/switches)
@@ -71,6 +78,7 @@ func fillColdFilters(b *testing.B, warm *WarmStore, apps []string, switches int,
 				c := newConfCell(10, time.Hour)
 				c.app = app
 				swaps[k].Ref = c.ref()
+				cells[swaps[k].Tag] = append(cells[swaps[k].Tag], FilterCellOf(swaps[k].ID()))
 			}
 			var capacity func(Tag) int
 			if estimate {
@@ -79,6 +87,22 @@ func fillColdFilters(b *testing.B, warm *WarmStore, apps []string, switches int,
 			if _, err := warm.SwitchToCold(ctx, swaps, capacity); err != nil {
 				b.Fatalf("switch %d of %s: %v", s, app, err)
 			}
+		}
+	}
+	return cells
+}
+
+// compactColdFilters replaces each tag's filter with one layer of its
+// cells, as migrate.Worker.CompactColdFilters does when they are all cold.
+func compactColdFilters(b *testing.B, warm *WarmStore, cells map[Tag][]FilterCell) {
+	ctx := context.Background()
+	for tag, cs := range cells {
+		f, err := warm.ColdFilters(ctx, []Tag{tag})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if ok, err := warm.ReplaceColdFilter(ctx, tag, f[0].Version, cs); err != nil || !ok {
+			b.Fatalf("replace: %v %v", ok, err)
 		}
 	}
 }
