@@ -227,24 +227,9 @@ func (w *Worker) runPartLeased(ctx context.Context, id string, p int, run func(c
 		releaseScript.Run(context.WithoutCancel(ctx), rdb, []string{key}, token)
 		return false, err
 	}
-	stop := make(chan struct{})
-	renewed := make(chan struct{})
-	go func() {
-		defer close(renewed)
-		t := time.NewTicker(ttl / 4)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				renewScript.Run(context.WithoutCancel(ctx), rdb, []string{key}, token, ttl.Milliseconds())
-			}
-		}
-	}()
+	stop := w.keepRenewed(ctx, key, token, ttl)
 	rep := run(ctx, p)
-	close(stop)
-	<-renewed
+	stop()
 	rep.By = w.Name
 	js, _ := json.Marshal(rep)
 	bg := context.WithoutCancel(ctx)
@@ -258,6 +243,30 @@ func (w *Worker) runPartLeased(ctx context.Context, id string, p int, run func(c
 	}
 	releaseScript.Run(bg, rdb, []string{key}, token)
 	return true, ctx.Err()
+}
+
+// keepRenewed renews key, which holds token, for ttl every ttl/4 until
+// the stop it returns is called (and has waited for the renewals to end).
+func (w *Worker) keepRenewed(ctx context.Context, key, token string, ttl time.Duration) (stop func()) {
+	done := make(chan struct{})
+	renewed := make(chan struct{})
+	go func() {
+		defer close(renewed)
+		t := time.NewTicker(ttl / 4)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				renewScript.Run(context.WithoutCancel(ctx), w.Mover.RDB, []string{key}, token, ttl.Milliseconds())
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-renewed
+	}
 }
 
 // fleetReport sums the done hash of cycle id (every instance's parts) and

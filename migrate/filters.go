@@ -128,6 +128,7 @@ func (w *Worker) CompactColdFilters(ctx context.Context) (CompactReport, error) 
 		return rep, err
 	}
 	defer endCycle.Run(context.WithoutCancel(ctx), w.Mover.RDB, []string{w.cycleKey()}, id)
+	defer w.keepRenewed(ctx, w.cycleKey(), id, w.partLeaseTTL())()
 	total := 0
 	for sh, db := range w.DBs {
 		for part := range partsPerShard {
@@ -143,7 +144,7 @@ func (w *Worker) CompactColdFilters(ctx context.Context) (CompactReport, error) 
 	}
 	passes := max(1, (total+compactPassCells-1)/compactPassCells)
 	for p := range passes {
-		if err := w.compactPass(ctx, p, passes, &rep); err != nil {
+		if err := w.compactPass(ctx, p, passes, id, &rep); err != nil {
 			return rep, err
 		}
 	}
@@ -158,11 +159,12 @@ const (
 )
 
 // holdCycleKey takes the cycle key for a compaction (cycle.go), so that no
-// cycle moves cells while it runs, and returns the value it wrote; it
-// fails if a cycle or another compaction holds the key.
+// cycle moves cells while it runs, for a part's lease time (the caller
+// renews it), and returns the value it wrote; it fails if a cycle or
+// another compaction holds the key.
 func (w *Worker) holdCycleKey(ctx context.Context) (string, error) {
 	id := compactionPrefix + strconv.FormatInt(w.now().UnixNano(), 36)
-	ok, err := w.Mover.RDB.SetNX(ctx, w.cycleKey(), id, 24*time.Hour).Result()
+	ok, err := w.Mover.RDB.SetNX(ctx, w.cycleKey(), id, w.partLeaseTTL()).Result()
 	if err != nil {
 		return "", fmt.Errorf("compact cold filters: %w", err)
 	}
@@ -174,8 +176,8 @@ func (w *Worker) holdCycleKey(ctx context.Context) (string, error) {
 }
 
 // compactPass is the pass of CompactColdFilters over the tags t with
-// tagPass(t, passes) == pass.
-func (w *Worker) compactPass(ctx context.Context, pass, passes int, rep *CompactReport) error {
+// tagPass(t, passes) == pass; id is the cycle key's value it holds.
+func (w *Worker) compactPass(ctx context.Context, pass, passes int, id string, rep *CompactReport) error {
 	filters := map[tiers.Tag]tiers.ColdFilter{}
 	cold := map[tiers.Tag][]tiers.FilterCell{}
 	for sh, db := range w.DBs {
@@ -202,6 +204,11 @@ func (w *Worker) compactPass(ctx context.Context, pass, passes int, rep *Compact
 				cold[r.Tag] = append(cold[r.Tag], tiers.FilterCellOf(r.ID()))
 			}
 		}
+	}
+	// Renewals that failed for a lease time let a cycle in: its quiet moves
+	// may have written rows the scan did not see.
+	if cur, err := w.Mover.RDB.Get(ctx, w.cycleKey()).Result(); err != nil || cur != id {
+		return fmt.Errorf("compact cold filters: lost the cycle key (%q, %v); nothing replaced in this pass", cur, err)
 	}
 	return w.replaceFilters(ctx, filters, cold, rep)
 }
