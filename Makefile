@@ -176,6 +176,7 @@ bench-memory: services
 bench-move: services
 	$(GO) test -run '^$$' -bench 'BenchmarkMoveCells_HotToCold|BenchmarkFoldActivityLog' -benchtime 20x ./migrate/
 	$(GO) test -run '^$$' -bench 'BenchmarkCycle_HotToCold' -benchtime 3x ./migrate/
+	$(GO) test -run '^$$' -bench 'BenchmarkCompactColdFilters' -benchtime 3x ./migrate/
 
 # The check path at a window's start in tags with cold cells: the hot
 # script's cold-filter probe (no filter, one layer, layers grown without the

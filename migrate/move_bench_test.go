@@ -383,3 +383,89 @@ func benchCycle(b *testing.B, cb cycleBench) {
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "check-p50-ms")
 	}
 }
+
+// BenchmarkCompactColdFilters times CompactColdFilters over the cells of
+// a cycle moved to cold (as BenchmarkCycle_HotToCold's idle cells: 200 an
+// app, QUOTA_BENCH_CYCLE_CELLS of them), a quarter of each app's moved out
+// of cold again, and reports the cells of cell_activity it reads a second
+// and the false "may be cold" share of new cells before and after.
+func BenchmarkCompactColdFilters(b *testing.B) {
+	cells := 20000
+	if n, err := strconv.Atoi(os.Getenv("QUOTA_BENCH_CYCLE_CELLS")); err == nil && n >= 1000 {
+		cells = n / 1000 * 1000
+	}
+	ctx := context.Background()
+	var took time.Duration
+	var fpBefore, fpAfter, outBefore, outAfter float64
+	for b.Loop() {
+		b.StopTimer()
+		e := newEnv(b)
+		w := e.worker(Config{Schedule: "@daily", HotThreshold: 20, ColdThreshold: 2, PromoteInterval: 10 * time.Second,
+			DemoteInterval: time.Hour, BatchSize: 1000, PartWorkers: 4})
+		specs := newCells(cells, 10, cells/200)
+		for batch := range slices.Chunk(specs, 1000) {
+			ops := make([]*tiers.Op, len(batch))
+			for i, c := range batch {
+				c.window = 2 * time.Hour
+				batch[i] = c
+				ops[i] = &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{c.at(e.clock.Now())}}
+			}
+			if err := e.router.Check(ctx, e.clock.Now(), ops); err != nil {
+				b.Fatal(err)
+			}
+		}
+		e.clock.Advance(2 * time.Hour)
+		if rep, err := w.RunCycle(ctx); err != nil || rep.Moved["hot>cold"] != cells {
+			b.Fatalf("cycle moved %v of %d cells: %v", rep.Moved, cells, err)
+		}
+		var back []cellSpec // a quarter of each app's cells (newCells deals them out)
+		for i, c := range specs {
+			if i/(cells/200)%4 == 0 {
+				back = append(back, c)
+			}
+		}
+		for batch := range slices.Chunk(back, 1000) {
+			e.move(b, tiers.Cold, tiers.Hot, batch...)
+		}
+		fpBefore += newCellsMaybeCold(b, e, specs)
+		outBefore += maybeCold(b, e, refsOf(back...))
+		b.StartTimer()
+		start := time.Now()
+		rep, err := w.CompactColdFilters(ctx)
+		took += time.Since(start)
+		b.StopTimer()
+		if err != nil || rep.Compacted != cells/200 || rep.CellsAfter != cells-len(back) {
+			b.Fatalf("compaction %+v, %v", rep, err)
+		}
+		fpAfter += newCellsMaybeCold(b, e, specs)
+		outAfter += maybeCold(b, e, refsOf(back...))
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(cells*b.N)/took.Seconds(), "activity-cells/s")
+	b.ReportMetric(outBefore/float64(b.N), "moved-out-maybe-before")
+	b.ReportMetric(outAfter/float64(b.N), "moved-out-maybe-after")
+	b.ReportMetric(fpBefore/float64(b.N), "new-maybe-before")
+	b.ReportMetric(fpAfter/float64(b.N), "new-maybe-after")
+}
+
+// newCellsMaybeCold returns the share of 10,000 cells never seen, of the
+// apps of specs, that their filters answer "may be cold".
+func newCellsMaybeCold(b *testing.B, e *env, specs []cellSpec) float64 {
+	refs := make([]tiers.Ref, 10000)
+	for i := range refs {
+		c := newCell(10)
+		c.app, c.window = specs[i%len(specs)].app, 2*time.Hour
+		refs[i] = c.ref()
+	}
+	return maybeCold(b, e, refs)
+}
+
+// maybeCold returns the share of refs that their filters answer "may be
+// cold".
+func maybeCold(b *testing.B, e *env, refs []tiers.Ref) float64 {
+	maybe, err := e.warm.MayBeCold(context.Background(), refs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return float64(len(slices.DeleteFunc(maybe, func(m bool) bool { return !m }))) / float64(len(refs))
+}
