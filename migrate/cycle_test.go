@@ -390,12 +390,28 @@ func TestCycle_APacedCycleCutShortLeavesItsPartsUndone(t *testing.T) {
 // or with cells no longer cold, as one layer holding the cells that are
 // cold, so that their counts hold and the cells moved out of cold since
 // are mostly no longer "maybe"; a filter of one layer whose cells are all
-// cold is left as it is, and so is everything on a second run.
+// cold is left as it is, and so is everything on a second run. On a Redis
+// Cluster too, where each tag's header is in a slot of its own.
 func TestCompactColdFilters_KeepsTheColdCellsInOneLayer(t *testing.T) {
 	t.Parallel()
-	e, w := newWorkerEnv(t)
-	e = e.ownJournal()
-	w.Mover = e.mover
+	for _, tc := range []struct {
+		name string
+		env  func(*testing.T) *env
+	}{
+		{"single Redis", func(t *testing.T) *env { return newEnv(t).ownJournal() }},
+		{"Redis Cluster", newClusterEnv},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := tc.env(t)
+			compactColdFiltersOf(t, e, e.worker(Config{Schedule: "@daily", HotThreshold: 20, ColdThreshold: 2, PromoteInterval: 10 * time.Second, DemoteInterval: time.Hour, BatchSize: 3}))
+		})
+	}
+}
+
+// compactColdFiltersOf is TestCompactColdFilters_KeepsTheColdCellsInOneLayer
+// on e.
+func compactColdFiltersOf(t *testing.T, e *env, w *Worker) {
 	ctx := context.Background()
 	grown := newCells(60, 3, 1)    // one app: moved to cold 5 at a time
 	oneLayer := newCells(10, 3, 1) // another: in one move
