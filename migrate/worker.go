@@ -352,8 +352,8 @@ type scannedCell struct {
 	to  tiers.Tier
 }
 
-// sortByTag sorts cells by tag, each tag's cells in scan order: a
-// counting sort (count each tag's cells, then place them): a stable
+// sortByTag sorts cells by tag, each tag's cells in scan order, by
+// counting each tag's cells and then placing them, where a stable
 // comparison sort moves the cells O(n log² n) times (BenchmarkSortByTag).
 func sortByTag(cells []scannedCell) {
 	at := map[tiers.Tag]int{}
