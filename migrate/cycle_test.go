@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -503,5 +504,39 @@ func TestCompactColdFilters_NeverRunsWithACycle(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the cycle did not run once the compaction ended")
+	}
+}
+
+// A compaction stops, replacing nothing, at a row of cell_activity whose
+// cell it cannot read: left out, a cold cell would lose its bits.
+func TestCompactColdFilters_StopsAtARowItCannotRead(t *testing.T) {
+	t.Parallel()
+	e, w := newWorkerEnv(t)
+	e = e.ownJournal()
+	w.Mover = e.mover
+	ctx := context.Background()
+	cells := newCells(20, 3, 1)
+	for _, c := range cells {
+		e.check(t, tiers.Enforce, c)
+	}
+	if err := w.Activity.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for batch := range slices.Chunk(cells, 5) {
+		e.move(t, tiers.Hot, tiers.Cold, batch...)
+	}
+	tag := []tiers.Tag{cells[0].ref().Tag}
+	before, err := e.warm.ColdFilters(ctx, tag)
+	if err != nil || before[0].Layers < 2 {
+		t.Fatalf("filter before %+v, %v; want several layers", before, err)
+	}
+	if _, err := w.DBs[0].ExecContext(ctx, "INSERT INTO cell_activity (k, ref, since, calls) VALUES (?, 'not a ref', 0, 1)", make([]byte, 16)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.CompactColdFilters(ctx); !errors.Is(err, errUndecodable) {
+		t.Fatalf("compaction over an unreadable row: %v, want it stopped", err)
+	}
+	if after, err := e.warm.ColdFilters(ctx, tag); err != nil || after[0] != before[0] {
+		t.Fatalf("filter after %+v (before %+v), %v; want it unchanged", after, before, err)
 	}
 }

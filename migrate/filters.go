@@ -3,6 +3,7 @@ package migrate
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -35,7 +36,7 @@ func (w *Worker) RebuildColdFilters(ctx context.Context) (int, error) {
 		after := []byte{}
 		for {
 			refs, last, err := activityRefs(ctx, db, after, 1000)
-			if err != nil {
+			if err != nil && !errors.Is(err, errUndecodable) {
 				return n, fmt.Errorf("rebuild cold filters, shard %d: %w", sh, err)
 			}
 			if last == nil {
@@ -67,7 +68,9 @@ func (w *Worker) RebuildColdFilters(ctx context.Context) (int, error) {
 }
 
 // activityRefs reads up to limit cells of cell_activity after key after,
-// in key order, and the last key read (nil when none was left).
+// in key order, and the last key read (nil when none was left). A row
+// whose ref cannot be decoded is left out and counted in the error
+// (errUndecodable), with the cells read.
 func activityRefs(ctx context.Context, db *sql.DB, after []byte, limit int) ([]tiers.Ref, []byte, error) {
 	rows, err := db.QueryContext(ctx, "SELECT k, ref FROM cell_activity WHERE k > ? ORDER BY k LIMIT ?", after, limit)
 	if err != nil {
@@ -76,6 +79,7 @@ func activityRefs(ctx context.Context, db *sql.DB, after []byte, limit int) ([]t
 	defer rows.Close()
 	var refs []tiers.Ref
 	var last []byte
+	bad := 0
 	for rows.Next() {
 		var k, ref []byte
 		if err := rows.Scan(&k, &ref); err != nil {
@@ -84,10 +88,23 @@ func activityRefs(ctx context.Context, db *sql.DB, after []byte, limit int) ([]t
 		last = k
 		if r, err := DecodeRef(string(ref)); err == nil {
 			refs = append(refs, r)
+		} else {
+			bad++
 		}
 	}
-	return refs, last, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	if bad > 0 {
+		return refs, last, fmt.Errorf("%w: %d rows of cell_activity after %x", errUndecodable, bad, after)
+	}
+	return refs, last, nil
 }
+
+// errUndecodable: a cell_activity row whose ref cannot be decoded (a
+// rebuild skips it; a compaction, which would drop the cell from its
+// filter, stops).
+var errUndecodable = errors.New("undecodable refs")
 
 // CompactReport is what CompactColdFilters did.
 type CompactReport struct {
