@@ -294,7 +294,6 @@ func (w *Worker) coldAndHeld(ctx context.Context, refs []tiers.Ref) ([]tiers.Ref
 // replaceFilters replaces the filter of each tag of filters that has more
 // than one layer or more cells than are cold now by one of cold[tag].
 func (w *Worker) replaceFilters(ctx context.Context, filters map[tiers.Tag]tiers.ColdFilter, cold map[tiers.Tag][]tiers.FilterCell, rep *CompactReport) error {
-	var done []tiers.Tag
 	for tag, f := range filters {
 		if f.Layers == 0 {
 			continue
@@ -304,7 +303,7 @@ func (w *Worker) replaceFilters(ctx context.Context, filters map[tiers.Tag]tiers
 		if f.Layers == 1 && len(cells) >= f.Cells {
 			continue // nothing to gain
 		}
-		ok, err := w.Mover.Warm.ReplaceColdFilter(ctx, tag, f.Version, cells)
+		ok, bytes, err := w.Mover.Warm.ReplaceColdFilter(ctx, tag, f.Version, cells)
 		if err != nil {
 			return fmt.Errorf("compact cold filters: %w", err)
 		}
@@ -316,17 +315,7 @@ func (w *Worker) replaceFilters(ctx context.Context, filters map[tiers.Tag]tiers
 		rep.CellsBefore += f.Cells
 		rep.CellsAfter += len(cells)
 		rep.BytesBefore += int64(f.Bytes)
-		done = append(done, tag)
-	}
-	if len(done) == 0 {
-		return nil
-	}
-	after, err := w.Mover.Warm.ColdFilters(ctx, done)
-	if err != nil {
-		return fmt.Errorf("compact cold filters: %w", err)
-	}
-	for _, f := range after {
-		rep.BytesAfter += int64(f.Bytes)
+		rep.BytesAfter += int64(bytes)
 	}
 	return nil
 }

@@ -198,14 +198,19 @@ func parseColdFilter(h []byte) ColdFilter {
 // ReplaceColdFilter replaces the cold filter of tag with one layer that
 // holds cells (none: no filter), if its version is still version (no cell
 // of the tag was switched into cold since it was read); it reports
-// whether it did. The layer has a block of 8 bytes for every 8 cells, as
-// one sized by the cycle's estimate (~3 % false positives).
-func (s *WarmStore) ReplaceColdFilter(ctx context.Context, tag Tag, version [4]byte, cells []FilterCell) (bool, error) {
-	ok, err := coldReplaceScript.Run(ctx, s.rdb, []string{s.tagHeaderKey(tag)}, string(version[:]), buildColdFilter(cells)).Int()
+// whether it did and, if so, the header's size now. The layer has a block of 8
+// bytes for every 8 cells, as one sized by the cycle's estimate (~3 %
+// false positives).
+func (s *WarmStore) ReplaceColdFilter(ctx context.Context, tag Tag, version [4]byte, cells []FilterCell) (replaced bool, bytes int, err error) {
+	filter := buildColdFilter(cells)
+	ok, err := coldReplaceScript.Run(ctx, s.rdb, []string{s.tagHeaderKey(tag)}, string(version[:]), filter).Int()
 	if err != nil {
-		return false, fmt.Errorf("cold filter replace: %w", err)
+		return false, 0, fmt.Errorf("cold filter replace: %w", err)
 	}
-	return ok == 1, nil
+	if ok != 1 {
+		return false, 0, nil
+	}
+	return true, 8 + len(filter), nil // the warm layout and version, then the filter
 }
 
 // buildColdFilter returns a header's filter part (from byte 9 on) for a

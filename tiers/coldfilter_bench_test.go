@@ -101,7 +101,7 @@ func compactColdFilters(b *testing.B, warm *WarmStore, cells map[Tag][]FilterCel
 		if err != nil {
 			b.Fatal(err)
 		}
-		if ok, err := warm.ReplaceColdFilter(ctx, tag, f[0].Version, cs); err != nil || !ok {
+		if ok, _, err := warm.ReplaceColdFilter(ctx, tag, f[0].Version, cs); err != nil || !ok {
 			b.Fatalf("replace: %v %v", ok, err)
 		}
 	}

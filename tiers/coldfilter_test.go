@@ -450,7 +450,7 @@ func TestReplaceColdFilter_WritesOneLayerOfItsCellsUnlessTheVersionChanged(t *te
 			for i := range cells {
 				cells[i] = FilterCellOf(switched[i].ID())
 			}
-			ok, err := warm.ReplaceColdFilter(ctx, tag, before[0].Version, cells)
+			ok, size, err := warm.ReplaceColdFilter(ctx, tag, before[0].Version, cells)
 			if err != nil || ok == tc.stale {
 				t.Fatalf("replaced %v, %v; want %v", ok, err, !tc.stale)
 			}
@@ -466,7 +466,7 @@ func TestReplaceColdFilter_WritesOneLayerOfItsCellsUnlessTheVersionChanged(t *te
 			}
 			got, err := warm.ColdFilters(ctx, []Tag{tag})
 			wantLayers := min(tc.keep, 1)
-			if err != nil || got[0].Layers != wantLayers || got[0].Cells != tc.keep || got[0].Bytes != len(after) ||
+			if err != nil || got[0].Layers != wantLayers || got[0].Cells != tc.keep || got[0].Bytes != len(after) || size != len(after) ||
 				binary.BigEndian.Uint32(got[0].Version[:]) != binary.BigEndian.Uint32(before[0].Version[:])+1 {
 				t.Fatalf("filter after %+v (before %+v), %v; want %d layer(s) of %d cells and the next version", got, before, err, wantLayers, tc.keep)
 			}
