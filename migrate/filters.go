@@ -48,10 +48,8 @@ func (w *Worker) RebuildColdFilters(ctx context.Context) (int, error) {
 				return n, fmt.Errorf("rebuild cold filters: %w", err)
 			}
 			var swaps []tiers.DirSwap
-			for i := range refs {
-				if rows[i] {
-					swaps = append(swaps, tiers.DirSwap{Ref: refs[i]}) // field absent: in the filter
-				}
+			for _, r := range where(refs, rows) {
+				swaps = append(swaps, tiers.DirSwap{Ref: r}) // field absent: in the filter
 			}
 			ok, err := m.Warm.SwitchToCold(ctx, swaps, nil)
 			if err != nil {
@@ -269,12 +267,7 @@ func (w *Worker) coldAndHeld(ctx context.Context, refs []tiers.Ref) ([]tiers.Ref
 	if err != nil {
 		return nil, fmt.Errorf("compact cold filters: %w", err)
 	}
-	var cold []tiers.Ref
-	for i := range refs {
-		if rows[i] {
-			cold = append(cold, refs[i])
-		}
-	}
+	cold := where(refs, rows)
 	if len(cold) == 0 {
 		return nil, nil
 	}
@@ -282,13 +275,18 @@ func (w *Worker) coldAndHeld(ctx context.Context, refs []tiers.Ref) ([]tiers.Ref
 	if err != nil {
 		return nil, fmt.Errorf("compact cold filters: %w", err)
 	}
-	held := cold[:0]
-	for i := range cold {
-		if maybe[i] {
-			held = append(held, cold[i])
+	return where(cold, maybe), nil
+}
+
+// where returns the items of s whose entry in keep is true.
+func where[T any](s []T, keep []bool) []T {
+	var out []T
+	for i := range s {
+		if keep[i] {
+			out = append(out, s[i])
 		}
 	}
-	return held, nil
+	return out
 }
 
 // replaceFilters replaces the filter of each tag of filters that has more
