@@ -45,9 +45,8 @@ func partOf(c cellSpec, shards int) int {
 // cycle.
 func TestCycle_TwoInstancesShareOneCycle(t *testing.T) {
 	t.Parallel()
-	e, w1 := newWorkerEnv(t)
-	e = e.ownJournal()
-	w1.Mover, w1.Name = e.mover, "a"
+	e, w1 := newOwnWorkerEnv(t)
+	w1.Name = "a"
 	w2 := secondInstance(e, w1, "b")
 	cells := rareCells(t, e, 60)
 	e.clock.Advance(2 * time.Hour)
@@ -90,9 +89,7 @@ func TestCycle_TwoInstancesShareOneCycle(t *testing.T) {
 // taken over once the lease lapses, and the cycle finishes.
 func TestCycle_DeadInstancesPartIsTakenOver(t *testing.T) {
 	t.Parallel()
-	e, w := newWorkerEnv(t)
-	e = e.ownJournal()
-	w.Mover = e.mover
+	e, w := newOwnWorkerEnv(t)
 	w.Config.PartLeaseTTL = 300 * time.Millisecond
 	cells := rareCells(t, e, 8)
 	e.clock.Advance(2 * time.Hour)
@@ -130,9 +127,7 @@ func TestCycle_DeadInstancesPartIsTakenOver(t *testing.T) {
 // the next schedule's cycle does.
 func TestCycle_ScheduledCycleRunsOncePerSchedule(t *testing.T) {
 	t.Parallel()
-	e, w1 := newWorkerEnv(t)
-	e = e.ownJournal()
-	w1.Mover = e.mover
+	e, w1 := newOwnWorkerEnv(t)
 	w2 := secondInstance(e, w1, "late")
 	ctx := context.Background()
 	rareCells(t, e, 5)
@@ -165,9 +160,7 @@ func TestCycle_ScheduledCycleRunsOncePerSchedule(t *testing.T) {
 // holds again.
 func TestRebuildColdFilters_ColdCountsHoldAfterRedisLostTheFilter(t *testing.T) {
 	t.Parallel()
-	e, w := newWorkerEnv(t)
-	e = e.ownJournal()
-	w.Mover = e.mover
+	e, w := newOwnWorkerEnv(t)
 	ctx := context.Background()
 	c := newCell(3)
 	for range 3 {
@@ -511,9 +504,7 @@ func TestCompactColdFilters_NeverRunsWithACycle(t *testing.T) {
 // cell it cannot read: left out, a cold cell would lose its bits.
 func TestCompactColdFilters_StopsAtARowItCannotRead(t *testing.T) {
 	t.Parallel()
-	e, w := newWorkerEnv(t)
-	e = e.ownJournal()
-	w.Mover = e.mover
+	e, w := newOwnWorkerEnv(t)
 	ctx := context.Background()
 	cells := newCells(20, 3, 1)
 	for _, c := range cells {

@@ -17,6 +17,16 @@ func newWorkerEnv(t *testing.T) (*env, *Worker) {
 	return e, e.worker(Config{Schedule: "@daily", HotThreshold: 20, ColdThreshold: 2, PromoteInterval: 10 * time.Second, DemoteInterval: time.Hour, BatchSize: 3})
 }
 
+// newOwnWorkerEnv is newWorkerEnv with the mover's journal and leases
+// under a prefix of their own (env.ownJournal).
+func newOwnWorkerEnv(t *testing.T) (*env, *Worker) {
+	t.Helper()
+	e, w := newWorkerEnv(t)
+	e = e.ownJournal()
+	w.Mover = e.mover
+	return e, w
+}
+
 // worker is a worker over e's tiers with cfg, counting the activity of
 // e's router on the cold shards.
 func (e *env) worker(cfg Config) *Worker {
