@@ -23,13 +23,19 @@
 --          exist.
 --
 -- Reply: per cell 1 (switched and in the filter) or 0 (the field held
--- another value, or a counter did not hold what was expected: nothing
--- changed for that cell). Switching a cell whose field is absent (''
+-- another value, a counter did not hold what was expected, or a cell with
+-- a count was in the filter before this call: nothing changed for that
+-- cell). Switching a cell whose field is absent (''
 -- expected) only makes sure the filter holds it: the rebuild of a filter
 -- Redis lost (migrate.Worker.RebuildColdFilters), and, with counters, the
 -- move of a quiet cell (hot_state.lua), whose counters must still hold
 -- what was copied to its cold row when it becomes cold; its counter is
--- deleted in the same step (migrate/PROTOCOL.md, invariant 1).
+-- deleted in the same step (migrate/PROTOCOL.md, invariant 1). A quiet
+-- cell with a count (its expected counter neither '' nor '0') is switched
+-- only if the filter did not hold it before this call: its mover found no
+-- bit (hot_state.lua), and bits are set only by a switch into cold, so
+-- bits since mean the cell went cold meanwhile, maybe cold and back with
+-- the same count and its row gone ("Quiet cells": this replaces a lease).
 --
 -- Cells are added to the last layer only: earlier layers are full. A full
 -- last layer gets a successor at least as large as all earlier layers
@@ -93,6 +99,7 @@ local block = {}
 -- pos (cold_pos) in the last layer of h's filter; remaining is the number
 -- of the tag's cells this call has still to switch.
 local function add(h, capacity, x, pos, remaining)
+  h.start_layers = h.start_layers or #h.sizes
   local layers = #h.sizes
   if layers == 0 or h.last >= h.sizes[layers] * 8 then
     if not add_layer(h, math.max(capacity - h.total, remaining, h.total)) then
@@ -102,8 +109,14 @@ local function add(h, capacity, x, pos, remaining)
   end
   local off = DIR_HEADER + 4 * layers
   for j = 1, layers - 1 do off = off + h.sizes[j] * 8 end
-  local at = off + (x % h.sizes[layers]) * 8
+  local bi = x % h.sizes[layers]
+  local at = off + bi * 8
   local blk, base = cold_block(h, at)
+  if layers == h.start_layers then
+    -- The block as it was before this call (held_before).
+    h.orig = h.orig or {}
+    h.orig[bi] = h.orig[bi] or string.sub(blk, base + 1, base + 8)
+  end
   local b = block
   b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8] = string.byte(blk, base + 1, base + 8)
   for k = 1, 7, 2 do
@@ -113,6 +126,26 @@ local function add(h, capacity, x, pos, remaining)
   set_block(h, at, string.char(b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8]))
   h.total = h.total + 1
   h.last = h.last + 1
+end
+
+-- held_before reports whether h's filter held the cell (x, pos: cold_pos)
+-- before this call: its layers then, the blocks add changed as they were.
+-- Only the last of those layers can have changed (earlier ones are full).
+local function held_before(h, x, pos)
+  local layers = h.start_layers or #h.sizes
+  local off = DIR_HEADER + 4 * #h.sizes
+  for j = 1, layers do
+    local bi = x % h.sizes[j]
+    local blk, base
+    if j == layers and h.orig and h.orig[bi] then
+      blk, base = h.orig[bi], 0
+    else
+      blk, base = cold_block(h, off + bi * 8)
+    end
+    if cold_has(blk, base, pos) then return true end
+    off = off + h.sizes[j] * 8
+  end
+  return false
 end
 
 -- Per tag, its cells in this call: still to switch, and to probe.
@@ -151,17 +184,23 @@ for i = first, #ARGV, step do
   h.probes = h.probes or left[k]
   local field = ARGV[i + 1]
   local cur = warm_get(h, field) or ''
-  local quiet, count = true, nil
+  local quiet, count, counted = true, nil, false
   if counters then
     live = live + 2
     count = not deleted[KEYS[live - 1]] and counts[live - K - 1]
     quiet = not counts[live - K] and (count or '') == ARGV[i + 3]
+    counted = ARGV[i + 3] ~= '' and ARGV[i + 3] ~= '0'
+  end
+  local x, pos, held
+  if cur == ARGV[i + 2] and quiet then
+    x, pos = cold_pos(field)
+    held = cold_holds(h, x, pos)
+    if held and counted and held_before(h, x, pos) then quiet = false end
   end
   if cur == ARGV[i + 2] and quiet then
     -- A cell the filter already holds (it was cold before, or a false
     -- positive) needs no bits; the version changes all the same.
-    local x, pos = cold_pos(field)
-    if not cold_holds(h, x, pos) then
+    if not held then
       local err = add(h, tonumber(ARGV[1 + tonumber(k)]), x, pos, left[k])
       if err then
         finish()

@@ -277,3 +277,83 @@ func TestStates_HoldsTheIdleCellsAskedFor(t *testing.T) {
 		}
 	}
 }
+
+// A quiet cell with a count is switched only if its tag's filter did not
+// hold it before the call: bits set since its state was read mean it went
+// cold meanwhile (maybe cold and back, its row gone, its counter holding
+// the same count), which only a switch into cold does. An idle cell (its
+// 0 is worth nothing) is switched all the same; and bits that the call's
+// own earlier cells set (false positives within the call) stop no cell.
+func TestSwitchQuietToCold_ACountedCellTheFilterHeldBeforeTheCallStaysHot(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		cells    int
+		counted  int64
+		inFilter bool // the cells are put in the filter after States
+		room     bool // the tag's filter has a layer with room for them before
+		want     bool
+	}{
+		{"counted, put in the filter since", 1, 2, true, true, false},
+		{"idle, put in the filter since", 1, 0, true, true, true},
+		{"counted, not in the filter", 1, 2, false, true, true},
+		{"2000 counted cells, the call's own bits in a new layer", 2000, 1, false, false, true},
+		{"2000 counted cells, the call's own bits in the layer there", 2000, 1, false, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r, _ := newGroupRouter(t)
+			m := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+			ctx := context.Background()
+			refs := make([]Ref, tc.cells)
+			var ops []*Op
+			first := newConfCell(10, time.Hour)
+			for i := range refs {
+				c := newConfCell(10, time.Hour)
+				c.app, c.vals[0] = first.app, first.app
+				refs[i] = c.ref()
+				for range tc.counted {
+					ops = append(ops, confOp(confT0, 1, Enforce, c))
+				}
+			}
+			routerCheck(t, r, ops...)
+			if tc.room {
+				other := newConfCell(10, time.Hour)
+				other.app, other.vals[0] = first.app, first.app
+				room := func(Tag) int { return tc.cells + 1 }
+				if _, err := r.warm.SwitchToCold(ctx, []DirSwap{{Ref: other.ref()}}, room); err != nil {
+					t.Fatal(err)
+				}
+			}
+			states, err := m.States(ctx, refs, slices.Repeat([]bool{true}, len(refs)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.inFilter {
+				swaps := make([]DirSwap, len(refs))
+				for i := range refs {
+					swaps[i] = DirSwap{Ref: refs[i]} // field absent: into the filter
+				}
+				if _, err := r.warm.SwitchToCold(ctx, swaps, nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ok, err := m.SwitchQuietToCold(ctx, refs, states, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, got := range ok {
+				if got != tc.want {
+					t.Fatalf("cell %d of %d: switched %v, want %v", i, len(ok), got, tc.want)
+				}
+			}
+			recs, err := m.Export(ctx, refs[:1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if left := len(recs) == 1 && recs[0].Count == tc.counted; left == tc.want {
+				t.Fatalf("hot record of the first cell: %+v, want its counter gone only if it switched", recs)
+			}
+		})
+	}
+}
