@@ -531,3 +531,67 @@ func TestCompactColdFilters_StopsAtARowItCannotRead(t *testing.T) {
 		t.Fatalf("filter after %+v (before %+v), %v; want it unchanged", after, before, err)
 	}
 }
+
+// A compaction that loses the cycle key while it scans (its renewals
+// failed for a lease time and another instance took the key) replaces no
+// filter, and leaves the key to its new holder. The compaction is held up
+// in MariaDB (cell_activity locked by another session) while the key is
+// taken from it.
+func TestCompactColdFilters_ReplacesNothingOnceItLostTheCycleKey(t *testing.T) {
+	t.Parallel()
+	e, w := newOwnWorkerEnv(t)
+	ctx := context.Background()
+	cells := newCells(20, 3, 1)
+	for _, c := range cells {
+		e.check(t, tiers.Enforce, c)
+	}
+	if err := w.Activity.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for batch := range slices.Chunk(cells, 5) {
+		e.move(t, tiers.Hot, tiers.Cold, batch...)
+	}
+	tag := []tiers.Tag{cells[0].ref().Tag}
+	before, err := e.warm.ColdFilters(ctx, tag)
+	if err != nil || before[0].Layers < 2 {
+		t.Fatalf("filter before %+v, %v; want several layers", before, err)
+	}
+	lock, err := w.DBs[0].Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if _, err := lock.ExecContext(ctx, "LOCK TABLES cell_activity WRITE, cell_activity_log WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.CompactColdFilters(ctx)
+		done <- err
+	}()
+	rdb := e.mover.RDB
+	for held := false; !held; {
+		select {
+		case err := <-done:
+			t.Fatalf("the compaction ended before taking the cycle key: %v", err)
+		case <-time.After(time.Millisecond):
+		}
+		v, err := rdb.Get(ctx, w.cycleKey()).Result()
+		held = err == nil && strings.HasPrefix(v, compactionPrefix)
+	}
+	if err := rdb.Set(ctx, w.cycleKey(), "run-other", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock.ExecContext(ctx, "UNLOCK TABLES"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err == nil || !strings.Contains(err.Error(), "lost the cycle key") {
+		t.Fatalf("compaction that lost the cycle key: %v, want it stopped", err)
+	}
+	if after, err := e.warm.ColdFilters(ctx, tag); err != nil || after[0] != before[0] {
+		t.Fatalf("filter after %+v (before %+v), %v; want it unchanged", after, before, err)
+	}
+	if v, _ := rdb.Get(ctx, w.cycleKey()).Result(); v != "run-other" {
+		t.Fatalf("cycle key %q after the compaction, want its new holder's", v)
+	}
+}
