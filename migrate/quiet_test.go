@@ -111,6 +111,38 @@ func TestMoveQuietToCold_ACheckBeforeTheSwitchKeepsItsCount(t *testing.T) {
 	}
 }
 
+// A counted cell whose quiet switch fails (a check counted after the
+// copy) keeps its record, and its tag's filter may then hold it (a false
+// positive): the full protocol's freeze takes the cell for hot all the
+// same, as its counter exists (checks count there, whatever the filter
+// says), and moves it with its count, its copy replacing the record. Were
+// the record taken for the cell's cold row, the cell would be reported
+// moved while it counts on in hot until its window ends.
+func TestMoveQuietToCold_ACountedCellLeftWithItsRecordMovesWithItsCount(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := newCell(10)
+	e.check(t, tiers.Enforce, c)
+	e.check(t, tiers.Enforce, c)
+	e.mover.Faults = afterStep(func(s Step) error {
+		if s == StepQuietCopy {
+			e.check(t, tiers.Enforce, c)
+			e.takeFullProtocol(t, c) // the filter comes to hold the cell
+		}
+		return nil
+	})
+	res, err := e.mover.MoveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Cold)
+	e.mover.Faults = nil
+	if err != nil || len(res.Moved) != 1 || res.Quiet != 0 {
+		t.Fatalf("move: %+v %v, want the cell moved by the full protocol", res, err)
+	}
+	recs, err := e.hot.Export(context.Background(), refsOf(c))
+	if err != nil || len(recs) != 0 {
+		t.Fatalf("hot counters left: %+v %v", recs, err)
+	}
+	e.expectCell(t, "after the move", c, tiers.Cold, 3) // 10 more checks: 7 allowed
+}
+
 // An idle cell counts in hot from its quiet move's copy until its switch,
 // even once its tag's filter holds it (a false positive that another
 // cell's switch made after States): the move holds it with a counter of 0.

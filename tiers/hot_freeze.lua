@@ -2,8 +2,10 @@
 -- tier and read their frozen counts (package migrate), after
 -- directory.lua. For each cell, atomically: if the cell is hot (its
 -- directory field is absent and its tag's cold filter does not hold it, or
--- the caller has checked that the cold tier has no row for it; or the
--- field is 'H', hot in older versions), write 'M' in its field and rename
+-- a counter of this window or the next exists, which checks count in
+-- whatever the filter says, or the caller has checked that the cold tier
+-- has no row for it; or the field is 'H', hot in older versions), write
+-- 'M' in its field and rename
 -- its live counter keys (this window's and the next one's) to their frozen
 -- names (key .. '~'), keeping their TTLs. From then on no check counts the
 -- cell: the hot script finds no key and the 'M' marker, and answers
@@ -19,9 +21,9 @@
 --      counter exists): frozen, now or before. The next window's count
 --      wins (a check that counted there saw the latest window), frozen
 --      keys before live ones
---   2, '', '': the field is absent and the cold filter may hold the cell:
---      nothing was done (the caller asks the cold tier, then calls again
---      with '1' for the cells without a row)
+--   2, '', '': the field is absent, no counter exists and the cold filter
+--      may hold the cell: nothing was done (the caller asks the cold tier,
+--      then calls again with '1' for the cells without a row)
 --   0, the field's value, '': the cell is not hot (warm, or frozen by
 --      another kind of move); nothing was done
 
@@ -64,7 +66,8 @@ for i = 1, #ARGV, 5 do
   local v = warm_get(h, field)
   if v == 'M' then
     reply(1, first_count({ nxt .. '~', cur .. '~', nxt, cur }, { '1', '0', '1', '0' }))
-  elseif v == 'H' or (v == false and (ARGV[i + 4] == '1' or not cold_maybe(h, field))) then
+  elseif v == 'H' or (v == false and (ARGV[i + 4] == '1' or not cold_maybe(h, field)
+      or redis.call('EXISTS', cur, nxt) > 0)) then
     warm_set(h, field, 'M')
     local c, n = frozen_counts(cur, nxt)
     if n ~= '' then
