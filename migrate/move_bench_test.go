@@ -217,8 +217,7 @@ func selfCPU() time.Duration {
 // "Quiet cells"); "idle-folded": the same with the activity log folded
 // before the cycle (as FoldLongLogs does between cycles), so the cycle
 // scans and moves only; "counting": windows of a day, whose counters still
-// hold the call, so every cell takes the quiet move with its count (under
-// its lease);
+// hold the call, so every cell takes the quiet move with its count;
 // "idle-serving": idle cells while 2,000 checks a second of other, hot
 // cells go through the router of the same process, whose p99 it reports
 // (what a cycle costs the checks).
