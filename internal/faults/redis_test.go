@@ -307,8 +307,8 @@ func TestRedisRepeatedOutages_NothingAccumulates(t *testing.T) {
 	}
 	// gctrace prints whole MB, rounded down: a live heap near a whole MB
 	// reads one more or less from one GC to the next (2 then 3 MB at
-	// ~2.9 MB, with no leak), so a climb counts from 2 MB (4 KB a failed
-	// check of the last 4 cycles).
+	// ~2.9 MB, with no leak), so a climb counts from 2 MB between
+	// neighbouring cycles (a leak of 4 KB a failed check, 500 a cycle).
 	if a, b := slices.Max(firstLive), slices.Min(lastLive); b > a+1 {
 		t.Errorf("live heap after recovery climbed: at least %.0f MB in the last %d cycles, at most %.0f MB in the first %d: %v",
 			b, cycles-cycles/2, a, cycles/2, live)
