@@ -1,6 +1,7 @@
 package migrate
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
@@ -28,10 +29,8 @@ func (w *Worker) RebuildColdFilters(ctx context.Context) (int, error) {
 	}
 	n := 0
 	for sh, db := range w.DBs {
-		for part := range partsPerShard {
-			if _, err := foldActivityLog(ctx, db, part); err != nil {
-				return n, fmt.Errorf("rebuild cold filters, shard %d: %w", sh, err)
-			}
+		if _, err := foldActivityLogs(ctx, db); err != nil {
+			return n, fmt.Errorf("rebuild cold filters, shard %d: %w", sh, err)
 		}
 		after := []byte{}
 		for {
@@ -61,6 +60,20 @@ func (w *Worker) RebuildColdFilters(ctx context.Context) (int, error) {
 				}
 			}
 		}
+	}
+	return n, nil
+}
+
+// foldActivityLogs folds every part's flushed activity of a shard (db)
+// into its cell_activity, and returns the cells folded.
+func foldActivityLogs(ctx context.Context, db *sql.DB) (int, error) {
+	n := 0
+	for part := range partsPerShard {
+		k, err := foldActivityLog(ctx, db, part)
+		if err != nil {
+			return n, err
+		}
+		n += k
 	}
 	return n, nil
 }
@@ -115,11 +128,6 @@ type CompactReport struct {
 	BytesAfter  int64 `json:"bytes_after"`
 }
 
-// compactPassCells bounds the cells of cell_activity one pass of
-// CompactColdFilters covers: it holds 6 bytes for each of their cold
-// cells, and their tags' filters.
-const compactPassCells = 8 << 20
-
 // CompactColdFilters rebuilds each tag's cold filter as a single layer
 // that holds the tag's cells that are cold now: a filter whose cells went
 // cold a few at a time has several layers, each probed, and keeps the
@@ -131,8 +139,9 @@ const compactPassCells = 8 << 20
 // left out. It holds the cycle key meanwhile (a cycle due waits), so that
 // no quiet move writes a row without a switch (migrate/PROTOCOL.md,
 // "Compacting a cold filter"), and fails if a cycle runs. Like
-// RebuildColdFilters it finds the cold cells in cell_activity; it covers
-// the tags in passes of at most compactPassCells cells of it.
+// RebuildColdFilters it finds the cold cells in cell_activity, in one
+// scan; the cells it keeps wait in a temporary table of each shard, read
+// back in tag order, so that it holds one tag's cells at a time.
 func (w *Worker) CompactColdFilters(ctx context.Context) (CompactReport, error) {
 	var rep CompactReport
 	if w.Mover.Cold == nil {
@@ -144,26 +153,54 @@ func (w *Worker) CompactColdFilters(ctx context.Context) (CompactReport, error) 
 	}
 	defer endCycle.Run(context.WithoutCancel(ctx), w.Mover.RDB, []string{w.cycleKey()}, id)
 	defer w.keepRenewed(ctx, w.cycleKey(), id, w.partLeaseTTL())()
-	total := 0
-	for sh, db := range w.DBs {
-		for part := range partsPerShard {
-			if _, err := foldActivityLog(ctx, db, part); err != nil {
-				return rep, fmt.Errorf("compact cold filters, shard %d: %w", sh, err)
-			}
-		}
-		var n int
-		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM cell_activity").Scan(&n); err != nil {
-			return rep, fmt.Errorf("compact cold filters, shard %d: %w", sh, err)
-		}
-		total += n
+	scratch, err := w.openScratch(ctx)
+	defer scratch.close()
+	if err != nil {
+		return rep, err
 	}
-	passes := max(1, (total+compactPassCells-1)/compactPassCells)
-	for p := range passes {
-		if err := w.compactPass(ctx, p, passes, id, &rep); err != nil {
+	filters := map[tiers.Tag]tiers.ColdFilter{}
+	for sh, db := range w.DBs {
+		if err := w.keepColdCells(ctx, sh, db, scratch[sh], filters); err != nil {
 			return rep, err
 		}
 	}
-	return rep, nil
+	// Renewals that failed for a lease time let a cycle in: its quiet moves
+	// may have written rows the scan did not see.
+	if cur, err := w.Mover.RDB.Get(ctx, w.cycleKey()).Result(); err != nil || cur != id {
+		return rep, fmt.Errorf("compact cold filters: lost the cycle key (%q, %v); nothing replaced", cur, err)
+	}
+	return rep, w.replaceFilters(ctx, filters, scratch, &rep)
+}
+
+// keepColdCells scans shard sh's cell_activity and writes to its scratch
+// table the cells that have a cold row and that their tag's filter holds,
+// reading each tag's filter first (filters).
+func (w *Worker) keepColdCells(ctx context.Context, sh int, db *sql.DB, scratch *sql.Conn, filters map[tiers.Tag]tiers.ColdFilter) error {
+	if _, err := foldActivityLogs(ctx, db); err != nil {
+		return fmt.Errorf("compact cold filters, shard %d: %w", sh, err)
+	}
+	after := []byte{}
+	for {
+		refs, last, err := activityRefs(ctx, db, after, 1000)
+		if err != nil {
+			return fmt.Errorf("compact cold filters, shard %d: %w", sh, err)
+		}
+		if last == nil {
+			return nil
+		}
+		after = last
+		if err := w.readFilters(ctx, refs, filters); err != nil {
+			return err
+		}
+		refs = slices.DeleteFunc(refs, func(r tiers.Ref) bool { return filters[r.Tag].Layers == 0 })
+		held, err := w.coldAndHeld(ctx, refs)
+		if err != nil {
+			return err
+		}
+		if err := insertScratch(ctx, scratch, held); err != nil {
+			return fmt.Errorf("compact cold filters, shard %d: %w", sh, err)
+		}
+	}
 }
 
 // compactionPrefix starts the cycle key's value while a compaction holds
@@ -188,49 +225,6 @@ func (w *Worker) holdCycleKey(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("compact cold filters: %q runs now (a migration cycle, or a compaction); try again after it", cur)
 	}
 	return id, nil
-}
-
-// compactPass is the pass of CompactColdFilters over the tags t with
-// tagPass(t, passes) == pass; id is the cycle key's value it holds.
-func (w *Worker) compactPass(ctx context.Context, pass, passes int, id string, rep *CompactReport) error {
-	filters := map[tiers.Tag]tiers.ColdFilter{}
-	cold := map[tiers.Tag][]tiers.FilterCell{}
-	for sh, db := range w.DBs {
-		after := []byte{}
-		for {
-			refs, last, err := activityRefs(ctx, db, after, 1000)
-			if err != nil {
-				return fmt.Errorf("compact cold filters, shard %d: %w", sh, err)
-			}
-			if last == nil {
-				break
-			}
-			after = last
-			refs = slices.DeleteFunc(refs, func(r tiers.Ref) bool { return tagPass(r.Tag, passes) != pass })
-			if err := w.readFilters(ctx, refs, filters); err != nil {
-				return err
-			}
-			refs = slices.DeleteFunc(refs, func(r tiers.Ref) bool { return filters[r.Tag].Layers == 0 })
-			held, err := w.coldAndHeld(ctx, refs)
-			if err != nil {
-				return err
-			}
-			for _, r := range held {
-				cold[r.Tag] = append(cold[r.Tag], tiers.FilterCellOf(r.ID()))
-			}
-		}
-	}
-	// Renewals that failed for a lease time let a cycle in: its quiet moves
-	// may have written rows the scan did not see.
-	if cur, err := w.Mover.RDB.Get(ctx, w.cycleKey()).Result(); err != nil || cur != id {
-		return fmt.Errorf("compact cold filters: lost the cycle key (%q, %v); nothing replaced in this pass", cur, err)
-	}
-	return w.replaceFilters(ctx, filters, cold, rep)
-}
-
-// tagPass is the pass of CompactColdFilters that covers tag.
-func tagPass(tag tiers.Tag, passes int) int {
-	return (int(tag[0])<<16 | int(tag[1])<<8 | int(tag[2])) % passes
 }
 
 // readFilters reads the cold filter of each tag of refs not in filters
@@ -290,18 +284,32 @@ func where[T any](s []T, keep []bool) []T {
 }
 
 // replaceFilters replaces the filter of each tag of filters that has more
-// than one layer or more cells than are cold now by one of cold[tag].
-func (w *Worker) replaceFilters(ctx context.Context, filters map[tiers.Tag]tiers.ColdFilter, cold map[tiers.Tag][]tiers.FilterCell, rep *CompactReport) error {
+// than one layer or more cells than are cold now by one of its cells in
+// the scratch tables, read tag by tag in tag order from every shard.
+func (w *Worker) replaceFilters(ctx context.Context, filters map[tiers.Tag]tiers.ColdFilter, scratch scratchTables, rep *CompactReport) error {
+	tags := make([]tiers.Tag, 0, len(filters))
 	for tag, f := range filters {
-		if f.Layers == 0 {
-			continue
+		if f.Layers > 0 {
+			tags = append(tags, tag)
 		}
+	}
+	slices.SortFunc(tags, func(a, b tiers.Tag) int { return bytes.Compare(a[:], b[:]) })
+	cells, err := scratch.byTag(ctx)
+	if err != nil {
+		return err
+	}
+	defer cells.close()
+	for _, tag := range tags {
+		f := filters[tag]
 		rep.Tags++
-		cells := cold[tag]
-		if f.Layers == 1 && len(cells) >= f.Cells {
+		kept, err := cells.of(tag)
+		if err != nil {
+			return err
+		}
+		if f.Layers == 1 && len(kept) >= f.Cells {
 			continue // nothing to gain
 		}
-		ok, bytes, err := w.Mover.Warm.ReplaceColdFilter(ctx, tag, f.Version, cells)
+		ok, size, err := w.Mover.Warm.ReplaceColdFilter(ctx, tag, f.Version, kept)
 		if err != nil {
 			return fmt.Errorf("compact cold filters: %w", err)
 		}
@@ -311,9 +319,9 @@ func (w *Worker) replaceFilters(ctx context.Context, filters map[tiers.Tag]tiers
 		}
 		rep.Compacted++
 		rep.CellsBefore += f.Cells
-		rep.CellsAfter += len(cells)
+		rep.CellsAfter += len(kept)
 		rep.BytesBefore += int64(f.Bytes)
-		rep.BytesAfter += int64(bytes)
+		rep.BytesAfter += int64(size)
 	}
-	return nil
+	return cells.err()
 }
