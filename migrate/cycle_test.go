@@ -500,11 +500,11 @@ func TestCompactColdFilters_NeverRunsWithACycle(t *testing.T) {
 	}
 }
 
-// A compaction stops, replacing nothing, at a row of cell_activity whose
-// cell it cannot read: left out, a cold cell would lose its bits.
-func TestCompactColdFilters_StopsAtARowItCannotRead(t *testing.T) {
-	t.Parallel()
-	e, w := newOwnWorkerEnv(t)
+// layeredFilter moves 20 cells of one app to cold 5 at a time, their
+// activity recorded: a filter of several layers for a compaction. It
+// returns the app's tag and that filter.
+func layeredFilter(t *testing.T, e *env, w *Worker) ([]tiers.Tag, tiers.ColdFilter) {
+	t.Helper()
 	ctx := context.Background()
 	cells := newCells(20, 3, 1)
 	for _, c := range cells {
@@ -521,13 +521,23 @@ func TestCompactColdFilters_StopsAtARowItCannotRead(t *testing.T) {
 	if err != nil || before[0].Layers < 2 {
 		t.Fatalf("filter before %+v, %v; want several layers", before, err)
 	}
+	return tag, before[0]
+}
+
+// A compaction stops, replacing nothing, at a row of cell_activity whose
+// cell it cannot read: left out, a cold cell would lose its bits.
+func TestCompactColdFilters_StopsAtARowItCannotRead(t *testing.T) {
+	t.Parallel()
+	e, w := newOwnWorkerEnv(t)
+	ctx := context.Background()
+	tag, before := layeredFilter(t, e, w)
 	if _, err := w.DBs[0].ExecContext(ctx, "INSERT INTO cell_activity (k, ref, since, calls) VALUES (?, 'not a ref', 0, 1)", make([]byte, 16)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.CompactColdFilters(ctx); !errors.Is(err, errUndecodable) {
 		t.Fatalf("compaction over an unreadable row: %v, want it stopped", err)
 	}
-	if after, err := e.warm.ColdFilters(ctx, tag); err != nil || after[0] != before[0] {
+	if after, err := e.warm.ColdFilters(ctx, tag); err != nil || after[0] != before {
 		t.Fatalf("filter after %+v (before %+v), %v; want it unchanged", after, before, err)
 	}
 }
@@ -541,21 +551,7 @@ func TestCompactColdFilters_ReplacesNothingOnceItLostTheCycleKey(t *testing.T) {
 	t.Parallel()
 	e, w := newOwnWorkerEnv(t)
 	ctx := context.Background()
-	cells := newCells(20, 3, 1)
-	for _, c := range cells {
-		e.check(t, tiers.Enforce, c)
-	}
-	if err := w.Activity.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for batch := range slices.Chunk(cells, 5) {
-		e.move(t, tiers.Hot, tiers.Cold, batch...)
-	}
-	tag := []tiers.Tag{cells[0].ref().Tag}
-	before, err := e.warm.ColdFilters(ctx, tag)
-	if err != nil || before[0].Layers < 2 {
-		t.Fatalf("filter before %+v, %v; want several layers", before, err)
-	}
+	tag, before := layeredFilter(t, e, w)
 	lock, err := w.DBs[0].Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -588,7 +584,7 @@ func TestCompactColdFilters_ReplacesNothingOnceItLostTheCycleKey(t *testing.T) {
 	if err := <-done; err == nil || !strings.Contains(err.Error(), "lost the cycle key") {
 		t.Fatalf("compaction that lost the cycle key: %v, want it stopped", err)
 	}
-	if after, err := e.warm.ColdFilters(ctx, tag); err != nil || after[0] != before[0] {
+	if after, err := e.warm.ColdFilters(ctx, tag); err != nil || after[0] != before {
 		t.Fatalf("filter after %+v (before %+v), %v; want it unchanged", after, before, err)
 	}
 	if v, _ := rdb.Get(ctx, w.cycleKey()).Result(); v != "run-other" {
