@@ -204,10 +204,12 @@ func (w *Worker) keepColdCells(ctx context.Context, sh int, db *sql.DB, scratch 
 }
 
 // compactionPrefix starts the cycle key's value while a compaction holds
-// it; compactionPoll is how often a cycle due meanwhile looks again.
+// it; compactionPoll is how often a cycle due meanwhile looks again (a
+// GET of the key: cheap, and the cycle starts soon after the compaction
+// ends).
 const (
 	compactionPrefix = "compact-"
-	compactionPoll   = time.Second
+	compactionPoll   = 100 * time.Millisecond
 )
 
 // holdCycleKey takes the cycle key for a compaction (cycle.go), so that no
