@@ -25,8 +25,8 @@
 -- Reply: per cell 1 (switched and in the filter) or 0 (the field held
 -- another value, a counter did not hold what was expected, or a cell with
 -- a count was in the filter before this call: nothing changed for that
--- cell). Switching a cell whose field is absent (''
--- expected) only makes sure the filter holds it: the rebuild of a filter
+-- cell). Switching a cell whose field is absent ('' expected) only makes
+-- sure the filter holds it: the rebuild of a filter
 -- Redis lost (migrate.Worker.RebuildColdFilters), and, with counters, the
 -- move of a quiet cell (hot_state.lua), whose counters must still hold
 -- what was copied to its cold row when it becomes cold; its counter is

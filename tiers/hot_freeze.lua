@@ -5,9 +5,9 @@
 -- a counter of this window or the next exists, which checks count in
 -- whatever the filter says, or the caller has checked that the cold tier
 -- has no row for it; or the field is 'H', hot in older versions), write
--- 'M' in its field and rename
--- its live counter keys (this window's and the next one's) to their frozen
--- names (key .. '~'), keeping their TTLs. From then on no check counts the
+-- 'M' in its field and rename its live counter keys (this window's and the
+-- next one's) to their frozen names (key .. '~'), keeping their TTLs.
+-- From then on no check counts the
 -- cell: the hot script finds no key and the 'M' marker, and answers
 -- "moving". A cell frozen before (field 'M') is only read.
 --
