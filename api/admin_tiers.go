@@ -60,11 +60,12 @@ func (s *Server) postMigrate(c echo.Context) error {
 		return s.tiersOff()
 	}
 	s.extendWriteDeadline(c, "migration cycle")
-	rep, err := s.deps.Tiers.Migrate(c.Request().Context())
+	rep, err := s.deps.Tiers.Migrate(detached(c))
 	if err != nil && rep == nil {
 		s.deps.Log.Error("migration cycle", "err", err)
 		return newError(http.StatusServiceUnavailable, "migration_failed", "migration cycle failed: "+err.Error())
 	}
+	s.deps.Log.Info("migration cycle done", "report", rep)
 	return c.JSON(http.StatusOK, rep)
 }
 
@@ -75,11 +76,12 @@ func (s *Server) postRebuildFilters(c echo.Context) error {
 		return s.tiersOff()
 	}
 	s.extendWriteDeadline(c, "cold filter rebuild")
-	rep, err := s.deps.Tiers.RebuildColdFilters(c.Request().Context())
+	rep, err := s.deps.Tiers.RebuildColdFilters(detached(c))
 	if err != nil {
 		s.deps.Log.Error("cold filter rebuild", "err", err)
 		return newError(http.StatusServiceUnavailable, "rebuild_failed", "cold filter rebuild failed: "+err.Error())
 	}
+	s.deps.Log.Info("cold filter rebuild done", "report", rep)
 	return c.JSON(http.StatusOK, rep)
 }
 
@@ -90,12 +92,21 @@ func (s *Server) postCompactFilters(c echo.Context) error {
 		return s.tiersOff()
 	}
 	s.extendWriteDeadline(c, "cold filter compaction")
-	rep, err := s.deps.Tiers.CompactColdFilters(c.Request().Context())
+	rep, err := s.deps.Tiers.CompactColdFilters(detached(c))
 	if err != nil {
 		s.deps.Log.Error("cold filter compaction", "err", err)
 		return newError(http.StatusServiceUnavailable, "compaction_failed", "cold filter compaction failed: "+err.Error())
 	}
+	s.deps.Log.Info("cold filter compaction done", "report", rep)
 	return c.JSON(http.StatusOK, rep)
+}
+
+// detached is the request's context without its cancellation: a long
+// admin job (a cycle, a rebuild, a compaction) runs to its end when the
+// caller goes away (a client timeout, a dropped connection), rather than
+// stopping half done; its outcome is logged either way.
+func detached(c echo.Context) context.Context {
+	return context.WithoutCancel(c.Request().Context())
 }
 
 // extendWriteDeadline gives a long admin job (a cycle, a rebuild) the time

@@ -183,3 +183,61 @@ func TestAdminMigrate_OutlivesTheServerWriteTimeout(t *testing.T) {
 		t.Fatalf("%d %v, want 200 with the report", code, rep)
 	}
 }
+
+// finishingTiers is a TiersAdmin whose jobs take d and report, on done,
+// whether their context was cancelled before they ended.
+type finishingTiers struct {
+	d    time.Duration
+	done chan error
+}
+
+func (f finishingTiers) wait(ctx context.Context) (any, error) {
+	select {
+	case <-time.After(f.d):
+		f.done <- nil
+	case <-ctx.Done():
+		f.done <- ctx.Err()
+	}
+	return map[string]int{}, nil
+}
+
+func (f finishingTiers) TierStats(context.Context) (any, error) { return map[string]int{}, nil }
+func (f finishingTiers) RebuildColdFilters(ctx context.Context) (any, error) {
+	return f.wait(ctx)
+}
+func (f finishingTiers) CompactColdFilters(ctx context.Context) (any, error) {
+	return f.wait(ctx)
+}
+func (f finishingTiers) Migrate(ctx context.Context) (any, error) { return f.wait(ctx) }
+
+// A long admin job runs to its end when its caller gives up (quotactl's
+// timeout, a dropped connection): a compaction or a cycle stopped half
+// way has to start again from the beginning.
+func TestAdminJobs_RunToTheEndWhenTheCallerGoesAway(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"/v1/admin/migrate", "/v1/admin/tiers/rebuild-filters", "/v1/admin/tiers/compact-filters"} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			s := config.Defaults()
+			s.AdminToken = "admin-token-for-tests-0123456789"
+			reg := prometheus.NewRegistry()
+			tiers := finishingTiers{d: 300 * time.Millisecond, done: make(chan error, 1)}
+			srv := httptest.NewServer(api.New(api.Deps{Settings: s, Metrics: metrics.New(reg), Gatherer: reg, Tiers: tiers}))
+			t.Cleanup(srv.Close)
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			req, err := http.NewRequestWithContext(ctx, "POST", srv.URL+path, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+s.AdminToken)
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+				t.Fatalf("the caller got %d before giving up", resp.StatusCode)
+			}
+			if err := <-tiers.done; err != nil {
+				t.Fatalf("the job stopped when its caller went away: %v", err)
+			}
+		})
+	}
+}

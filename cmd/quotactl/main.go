@@ -22,6 +22,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/signal"
 	"sort"
 	"strings"
 	"time"
@@ -88,9 +89,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := commandContext(name)
 	defer cancel()
 	return cmd.run(ctx, cl, fs.Args()[1:], stdout, stderr)
+}
+
+// jobCommands answer when a job on the server ends (a migration cycle, a
+// cold filter rebuild or compaction), which may take hours: quotactl waits
+// for them without a time limit. Ctrl-C stops waiting; the job goes on
+// (quotad logs its outcome).
+var jobCommands = map[string]bool{"migrate": true, "rebuild-filters": true, "compact-filters": true}
+
+// commandContext is the context a command runs in: 30 s, or until Ctrl-C
+// for a job.
+func commandContext(name string) (context.Context, context.CancelFunc) {
+	if jobCommands[name] {
+		return signal.NotifyContext(context.Background(), os.Interrupt)
+	}
+	return context.WithTimeout(context.Background(), 30*time.Second)
 }
 
 func envOr(name, def string) string {

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -77,5 +78,30 @@ func TestTiersAndMigrate(t *testing.T) {
 	errb.Reset()
 	if code := run([]string{"--url", srv.URL, "--token", "wrong-token-0123456789", "tiers"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "admin token") {
 		t.Errorf("wrong token: %d %q", code, errb.String())
+	}
+}
+
+// The commands that wait for a job on the server (hours, for a cycle or a
+// compaction over many cells) run without quotactl's 30 s limit; the
+// others keep it.
+func TestCommandContext_JobsWaitWithoutATimeLimit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		limit bool
+	}{
+		{"migrate", false},
+		{"rebuild-filters", false},
+		{"compact-filters", false},
+		{"tiers", true},
+		{"stats", true},
+		{"check", true},
+	} {
+		ctx, cancel := commandContext(tc.name)
+		deadline, ok := ctx.Deadline()
+		cancel()
+		if ok != tc.limit || ok && time.Until(deadline) > 30*time.Second {
+			t.Errorf("%s: deadline %v (%v), want a limit of 30 s: %v", tc.name, deadline, ok, tc.limit)
+		}
 	}
 }
