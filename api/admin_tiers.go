@@ -9,10 +9,10 @@ import (
 )
 
 // migrateWriteTimeout replaces the server's WriteTimeout (10 s in quotad)
-// for POST /v1/admin/migrate and the filter rebuild: a cycle over many
-// cells takes longer, and the connection must not be cut before its report
-// is written.
-const migrateWriteTimeout = 30 * time.Minute
+// for POST /v1/admin/migrate and the filter rebuild and compaction: a job
+// over many cells takes hours, and the connection must not be cut before
+// its report is written (the endpoints are the admin's only).
+const migrateWriteTimeout = 24 * time.Hour
 
 // TiersAdmin is the migration worker as the admin endpoints see it
 // (migrate.Admin in quotad).
