@@ -56,18 +56,14 @@ func insertScratch(ctx context.Context, conn *sql.Conn, refs []tiers.Ref) error 
 	if len(refs) == 0 {
 		return nil
 	}
-	var q strings.Builder
-	q.WriteString("INSERT IGNORE INTO compact_cells (tag, cell) VALUES ")
 	args := make([]any, 0, 2*len(refs))
-	for i, r := range refs {
-		if i > 0 {
-			q.WriteByte(',')
-		}
-		q.WriteString("(?,?)")
+	for _, r := range refs {
 		c := tiers.FilterCellOf(r.ID())
 		args = append(args, r.Tag[:], c[:])
 	}
-	_, err := conn.ExecContext(ctx, q.String(), args...)
+	q := "INSERT IGNORE INTO compact_cells (tag, cell) VALUES " +
+		strings.TrimSuffix(strings.Repeat("(?, ?), ", len(refs)), ", ")
+	_, err := conn.ExecContext(ctx, q, args...)
 	return err
 }
 
