@@ -97,19 +97,18 @@ func (m *Mover) quietBatch(ctx context.Context, cand []quietCell, idle int, capa
 	}
 	var unused []tiers.Record // of idle cells
 	for i, c := range cand {
-		switch {
-		case ok[i]:
+		if ok[i] {
 			res.moved = append(res.moved, c.ref)
 			if i < idle {
 				res.idle++
 			}
-		case i < idle:
-			res.rest = append(res.rest, c.ref)
+			continue
+		}
+		res.rest = append(res.rest, c.ref)
+		// A counted cell's record is left: it may be byte for byte
+		// another move's, which switched the cell meanwhile (PROTOCOL.md).
+		if i < idle {
 			unused = append(unused, recs[i])
-		default:
-			// Its record may be byte for byte another move's, which
-			// switched the cell meanwhile: it is left (PROTOCOL.md).
-			res.rest = append(res.rest, c.ref)
 		}
 	}
 	if len(unused) == 0 {

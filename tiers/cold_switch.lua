@@ -191,13 +191,13 @@ for i = first, #ARGV, step do
     quiet = not counts[live - K] and (count or '') == ARGV[i + 3]
     counted = ARGV[i + 3] ~= '' and ARGV[i + 3] ~= '0'
   end
-  local x, pos, held
-  if cur == ARGV[i + 2] and quiet then
+  local switch, x, pos, held = cur == ARGV[i + 2] and quiet, nil, nil, nil
+  if switch then
     x, pos = cold_pos(field)
     held = cold_holds(h, x, pos)
-    if held and counted and held_before(h, x, pos) then quiet = false end
+    switch = not (held and counted and held_before(h, x, pos))
   end
-  if cur == ARGV[i + 2] and quiet then
+  if switch then
     -- A cell the filter already holds (it was cold before, or a false
     -- positive) needs no bits; the version changes all the same.
     if not held then
