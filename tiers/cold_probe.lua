@@ -10,7 +10,7 @@ local probes = {} -- per tag, its cells in this call (cold_block)
 for i = 1, #ARGV, 2 do probes[ARGV[i]] = (probes[ARGV[i]] or 0) + 1 end
 local out = {}
 for i = 1, #ARGV, 2 do
-  local h = dir_header(KEYS[tonumber(ARGV[i])])
+  local h = dir_header_at(ARGV[i])
   h.probes = h.probes or probes[ARGV[i]]
   local m = cold_maybe(h, ARGV[i + 1])
   if m then out[#out + 1] = 1 else out[#out + 1] = 0 end

@@ -96,12 +96,14 @@ end
 local block = {}
 
 -- add sets the bits of the cell whose block hash and positions are x and
--- pos (cold_pos) in the last layer of h's filter; remaining is the number
--- of the tag's cells this call has still to switch.
-local function add(h, capacity, x, pos, remaining)
+-- pos (cold_pos) in the last layer of h's filter, the header of the call's
+-- tag k (its ARGV value); remaining is the number of the tag's cells this
+-- call has still to switch.
+local function add(h, k, x, pos, remaining)
   h.start_layers = h.start_layers or #h.sizes
   local layers = #h.sizes
   if layers == 0 or h.last >= h.sizes[layers] * 8 then
+    local capacity = tonumber(ARGV[1 + tonumber(k)])
     if not add_layer(h, math.max(capacity - h.total, remaining, h.total)) then
       return redis.error_reply('cold filter: 255 layers')
     end
@@ -180,7 +182,7 @@ local deleted = {}
 local live = K -- the KEYS index before the cell's counters
 for i = first, #ARGV, step do
   local k = ARGV[i]
-  local h = dir_header(KEYS[tonumber(k)])
+  local h = dir_header_at(k)
   h.probes = h.probes or left[k]
   local field = ARGV[i + 1]
   local cur = warm_get(h, field) or ''
@@ -201,7 +203,7 @@ for i = first, #ARGV, step do
     -- A cell the filter already holds (it was cold before, or a false
     -- positive) needs no bits; the version changes all the same.
     if not held then
-      local err = add(h, tonumber(ARGV[1 + tonumber(k)]), x, pos, left[k])
+      local err = add(h, k, x, pos, left[k])
       if err then
         finish()
         return err

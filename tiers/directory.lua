@@ -72,6 +72,20 @@ local function dir_header(hkey)
   return h
 end
 
+-- dir_header_at returns the header whose index into KEYS is the ARGV
+-- value a, cached by a for this call: the mover's scripts name a header
+-- per cell, and tonumber calls C's strtod. The cache is made on first use
+-- (the check scripts never use it).
+local DIR_BY_ARG
+local function dir_header_at(a)
+  DIR_BY_ARG = DIR_BY_ARG or {}
+  local h = DIR_BY_ARG[a]
+  if h then return h end
+  h = dir_header(KEYS[tonumber(a)])
+  DIR_BY_ARG[a] = h
+  return h
+end
+
 -- dir_mget returns the values of KEYS[first..#KEYS] (false where a key is
 -- absent), indexed from 1: the mover's scripts read their cells' counters
 -- with one MGET a call, not one a cell (each redis.call costs Redis about
@@ -165,12 +179,6 @@ local function warm_del(h, field)
   if h.warm then redis.call('HDEL', warm_key(h, field), field) end
 end
 
--- COLD_BITS holds the value of bit position p % 8 in its byte at byte
--- p % 8 + 1 (the first position is a byte's high bit): a string constant,
--- where a table would be built at every call of every script that starts
--- with this file, the check scripts' included.
-local COLD_BITS = '\128\64\32\16\8\4\2\1'
-
 -- cold_pos returns the cell's 24-bit block hash and its 4 bit positions
 -- (0..63) in a 64-bit block, from its warm field's bytes 1..6, each as its
 -- byte in the block (1..8) and its bit's value there: 8 numbers. Computed
@@ -178,20 +186,25 @@ local COLD_BITS = '\128\64\32\16\8\4\2\1'
 -- per position (math.floor is a function call, and ^ calls C's pow). The
 -- positions are written into one table a call, not a new table a cell
 -- (nor one in a call that probes none): they are good until the next
--- cold_pos.
-local COLD_POS
+-- cold_pos. COLD_BIT, made with it, holds the value of bit position
+-- p % 8 in its byte at p % 8 + 1 (the first position is a byte's high
+-- bit): a table index, where string.byte is a function call.
+local COLD_POS, COLD_BIT
 local function cold_pos(field)
   local b1, b2, b3, b4, b5, b6 = string.byte(field, 1, 6)
   local p1 = (b4 - b4 % 4) / 4
   local p2 = (b4 % 4) * 16 + (b5 - b5 % 16) / 16
   local p3 = (b5 % 16) * 4 + (b6 - b6 % 64) / 64
   local p4 = b6 % 64
-  local pos = COLD_POS or {}
-  COLD_POS = pos
-  pos[1], pos[2] = (p1 - p1 % 8) / 8 + 1, string.byte(COLD_BITS, p1 % 8 + 1)
-  pos[3], pos[4] = (p2 - p2 % 8) / 8 + 1, string.byte(COLD_BITS, p2 % 8 + 1)
-  pos[5], pos[6] = (p3 - p3 % 8) / 8 + 1, string.byte(COLD_BITS, p3 % 8 + 1)
-  pos[7], pos[8] = (p4 - p4 % 8) / 8 + 1, string.byte(COLD_BITS, p4 % 8 + 1)
+  local pos, bit = COLD_POS, COLD_BIT
+  if not pos then
+    pos, bit = {}, { 128, 64, 32, 16, 8, 4, 2, 1 }
+    COLD_POS, COLD_BIT = pos, bit
+  end
+  pos[1], pos[2] = (p1 - p1 % 8) / 8 + 1, bit[p1 % 8 + 1]
+  pos[3], pos[4] = (p2 - p2 % 8) / 8 + 1, bit[p2 % 8 + 1]
+  pos[5], pos[6] = (p3 - p3 % 8) / 8 + 1, bit[p3 % 8 + 1]
+  pos[7], pos[8] = (p4 - p4 % 8) / 8 + 1, bit[p4 % 8 + 1]
   return (b1 * 256 + b2) * 256 + b3, pos
 end
 

@@ -58,7 +58,7 @@ local probes = {}
 for i = 1, #ARGV, 5 do probes[ARGV[i]] = (probes[ARGV[i]] or 0) + 1 end
 
 for i = 1, #ARGV, 5 do
-  local h = dir_header(KEYS[tonumber(ARGV[i])])
+  local h = dir_header_at(ARGV[i])
   h.probes = h.probes or probes[ARGV[i]]
   local field = ARGV[i + 1]
   local cur, nxt = KEYS[tonumber(ARGV[i + 2])], KEYS[tonumber(ARGV[i + 3])]

@@ -15,13 +15,13 @@
 
 local n = #ARGV
 for i = 1, n, 4 do
-  local cur = warm_get(dir_header(KEYS[tonumber(ARGV[i])]), ARGV[i + 1]) or ''
+  local cur = warm_get(dir_header_at(ARGV[i]), ARGV[i + 1]) or ''
   if cur ~= ARGV[i + 2] then return 0 end
 end
 for i = 1, n, 4 do
   local new = ARGV[i + 3]
   if new ~= ARGV[i + 2] then
-    local h = dir_header(KEYS[tonumber(ARGV[i])])
+    local h = dir_header_at(ARGV[i])
     if new == '' then
       warm_del(h, ARGV[i + 1])
     else

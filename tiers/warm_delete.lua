@@ -6,6 +6,6 @@
 --
 -- Reply: 1.
 for i = 1, #ARGV, 2 do
-  warm_del(dir_header(KEYS[tonumber(ARGV[i])]), ARGV[i + 1])
+  warm_del(dir_header_at(ARGV[i]), ARGV[i + 1])
 end
 return 1

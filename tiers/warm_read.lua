@@ -7,6 +7,6 @@
 -- Reply: per pair the field's value, or false (absent).
 local out = {}
 for i = 1, #ARGV, 2 do
-  out[#out + 1] = warm_get(dir_header(KEYS[tonumber(ARGV[i])]), ARGV[i + 1])
+  out[#out + 1] = warm_get(dir_header_at(ARGV[i]), ARGV[i + 1])
 end
 return out
