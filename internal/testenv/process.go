@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -32,6 +33,7 @@ type RedisProcess struct {
 	Port int
 	cmd  *exec.Cmd
 	args []string // extra redis-server options
+	wrap []string // a command that runs redis-server (Callgrind's valgrind)
 }
 
 // Addr is host:port of the process.
@@ -52,15 +54,19 @@ func StartRedis(t testing.TB) *RedisProcess {
 // Start (re)starts the server on its port and waits until it answers.
 func (p *RedisProcess) Start() {
 	p.t.Helper()
-	p.cmd = exec.Command("redis-server", "--port", strconv.Itoa(p.Port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning")
-	p.cmd.Args = append(p.cmd.Args, p.args...)
+	args := slices.Concat(p.wrap, []string{"redis-server", "--port", strconv.Itoa(p.Port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"}, p.args)
+	p.cmd = exec.Command(args[0], args[1:]...)
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatalf("start redis-server: %v", err)
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	defer rdb.Close()
-	deadline := time.Now().Add(10 * time.Second)
+	wait := 10 * time.Second
+	if len(p.wrap) > 0 {
+		wait = time.Minute
+	}
+	deadline := time.Now().Add(wait)
 	for time.Now().Before(deadline) {
 		if rdb.Ping(context.Background()).Err() == nil {
 			return

@@ -1,0 +1,94 @@
+package tiers
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/internal/testenv"
+)
+
+// BenchmarkQuietMove_RedisInstructions counts the instructions Redis
+// executes a cell for the quiet move's two scripts: HotMover.States
+// (hot_state.lua) and SwitchQuietToCold (cold_switch.lua), for cells with
+// a count and idle ones (held by States), 2,000 cells of 160 apps in calls
+// of 1,000 as the cycle's batches, on a redis-server of its own run under
+// callgrind (make bench-scripts; skipped without valgrind). Unlike CPU
+// time, the figures do not move with the load of a shared machine.
+func BenchmarkQuietMove_RedisInstructions(b *testing.B) {
+	cg := testenv.StartRedisCallgrind(b)
+	rdb := redis.NewClient(&redis.Options{Addr: cg.Addr()})
+	b.Cleanup(func() { rdb.Close() })
+	r := NewRouter(NewHotStore(rdb, HotOptions{Prefix: "bench:"}), NewWarmStore(rdb, WarmOptions{Prefix: "bench:"}),
+		NewColdStore(testenv.MySQLShards(b, 2), ColdOptions{}))
+	m := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+	capacity := func(Tag) int { return 200 }
+	quietMove(b, r, m, capacity, 1, true) // the scripts loaded, outside the count
+	for _, tc := range []struct {
+		name    string
+		counted bool
+	}{{"counted", true}, {"idle", false}} {
+		b.Run(tc.name, func(b *testing.B) {
+			const cells = 2000
+			var states, switches int64
+			for range b.N {
+				s, w := quietMove(b, r, m, capacity, cells, tc.counted, cg)
+				states, switches = states+s, switches+w
+			}
+			b.ReportMetric(float64(states)/float64(b.N*cells), "states-instr/cell")
+			b.ReportMetric(float64(switches)/float64(b.N*cells), "switch-instr/cell")
+			b.ReportMetric(float64(states+switches)/float64(b.N*cells), "redis-instr/cell")
+		})
+	}
+}
+
+// quietMove makes n new hot cells of 1-day windows over 160 apps (each
+// counted once if counted, else idle) and moves them to cold by the quiet
+// move's scripts in calls of 1,000, requiring every cell to switch. With
+// cg it returns the instructions Redis executed for the States and the
+// switch calls.
+func quietMove(b *testing.B, r *Router, m *HotMover, capacity func(Tag) int, n int, counted bool, cg ...*testenv.Callgrind) (states, switches int64) {
+	b.Helper()
+	ctx := context.Background()
+	apps := make([]confCell, 160)
+	for i := range apps {
+		apps[i] = newConfCell(10, 24*time.Hour)
+	}
+	refs := make([]Ref, n)
+	var ops []*Op
+	for i := range refs {
+		c := newConfCell(10, 24*time.Hour)
+		c.app, c.vals[0] = apps[i%len(apps)].app, apps[i%len(apps)].app
+		refs[i] = c.ref()
+		if counted {
+			ops = append(ops, confOp(confT0, 1, Enforce, c))
+		}
+	}
+	if err := r.Check(ctx, confT0, ops); err != nil {
+		b.Fatal(err)
+	}
+	measure := func(fn func()) int64 {
+		if len(cg) == 0 {
+			fn()
+			return 0
+		}
+		return cg[0].Instructions(fn)
+	}
+	for batch := range slices.Chunk(refs, 1000) {
+		var st []HotState
+		var ok []bool
+		var err error
+		states += measure(func() { st, err = m.States(ctx, batch, slices.Repeat([]bool{!counted}, len(batch))) })
+		if err != nil {
+			b.Fatal(err)
+		}
+		switches += measure(func() { ok, err = m.SwitchQuietToCold(ctx, batch, st, capacity) })
+		if err != nil || slices.Contains(ok, false) {
+			b.Fatalf("switch: %v %v", ok, err)
+		}
+	}
+	return states, switches
+}
