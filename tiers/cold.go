@@ -10,7 +10,6 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/rules"
 )
 
@@ -45,14 +44,11 @@ import (
 type ColdStore struct {
 	dbs         []*sql.DB
 	maxAttempts int
-	faults      faultpoint.Points // nil in production
 }
 
 // ColdOptions configures a ColdStore.
 type ColdOptions struct {
 	MaxAttempts int // tries per check on deadlocks and insert races; 0: 10
-	// Faults, set by tests only, fails chosen shard commits.
-	Faults faultpoint.Points
 }
 
 // coldTable is the table of cold cells.
@@ -67,7 +63,7 @@ func NewColdStore(dbs []*sql.DB, o ColdOptions) *ColdStore {
 	if a <= 0 {
 		a = 10
 	}
-	return &ColdStore{dbs: dbs, maxAttempts: a, faults: o.Faults}
+	return &ColdStore{dbs: dbs, maxAttempts: a}
 }
 
 // Tier returns Cold.

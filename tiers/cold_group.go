@@ -303,14 +303,7 @@ func (s *ColdStore) reserveMissing(ctx context.Context, g *coldGroup, rows map[C
 // fails only as a commit can: the shard is unavailable.
 func (s *ColdStore) commitAll(ctx context.Context, g *coldGroup, txs []*shardTx, commits []shardCommit) error {
 	for k, sh := range g.shards {
-		var err error
-		if s.faults != nil {
-			err = s.faults.BeforeColdCommit(sh, k)
-		}
-		if err == nil {
-			err = txs[k].commit(ctx, commits[k].query, commits[k].args)
-		}
-		if err != nil {
+		if err := txs[k].commit(ctx, commits[k].query, commits[k].args); err != nil {
 			// Ending it releases the locks of this shard when its commit
 			// never ran.
 			txs[k].end(ctx)

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/internal/testenv"
 )
 
@@ -27,17 +26,18 @@ func cellOnShard(t *testing.T, s *ColdStore, shard int, limit int64) confCell {
 	return confCell{}
 }
 
-// countCommits makes s count its shard commits.
-func countCommits(s *ColdStore) *atomic.Int64 {
+// countCommits makes faultyShards' pools count their COMMITs.
+func countCommits(f *commitFaults) *atomic.Int64 {
 	var n atomic.Int64
-	s.faults = &faultpoint.Funcs{ColdCommit: func(int, int) error { n.Add(1); return nil }}
+	f.set(func(int) error { n.Add(1); return nil })
 	return &n
 }
 
 func TestColdGroup_OpsOfOneCheckCommitOncePerShard(t *testing.T) {
 	t.Parallel()
-	s := NewColdStore(testenv.MySQLShards(t, 2), ColdOptions{})
-	commits := countCommits(s)
+	dbs, faults := faultyShards(t, 2)
+	s := NewColdStore(dbs, ColdOptions{})
+	commits := countCommits(faults)
 	var ops []*Op
 	for i := range 24 {
 		ops = append(ops, confOp(confT0, 1, Enforce, cellOnShard(t, s, i%2, 5), cellOnShard(t, s, (i/2)%2, 5)))
@@ -152,7 +152,8 @@ func TestColdGroup_AnOpThatFailsFailsAlone(t *testing.T) {
 
 func TestColdGroup_CommitFailureFailsTheOpsOnThatShardAndRefundsTheirOtherParts(t *testing.T) {
 	t.Parallel()
-	s := NewColdStore(testenv.MySQLShards(t, 2), ColdOptions{})
+	dbs, faults := faultyShards(t, 2)
+	s := NewColdStore(dbs, ColdOptions{})
 	ctx := context.Background()
 	a0, a1 := cellOnShard(t, s, 0, 10), cellOnShard(t, s, 1, 10)
 	b0, b1 := cellOnShard(t, s, 0, 10), cellOnShard(t, s, 1, 10)
@@ -160,19 +161,19 @@ func TestColdGroup_CommitFailureFailsTheOpsOnThatShardAndRefundsTheirOtherParts(
 	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, a0, a1, b0, b1)}); err != nil {
 		t.Fatal(err)
 	}
-	s.faults = &faultpoint.Funcs{ColdCommit: func(shard, i int) error {
-		if shard == 1 && i == 1 {
+	faults.set(func(shard int) error {
+		if shard == 1 {
 			return errors.New("injected: connection lost at commit")
 		}
 		return nil
-	}}
+	})
 	ops := []*Op{
 		confOp(confT0, 2, Enforce, a0),     // shard 0 only: commits
 		confOp(confT0, 3, Enforce, a1),     // shard 1 only: lost
 		confOp(confT0, 4, Enforce, b0, b1), // both: lost, its shard-0 part refunded
 	}
 	errs := s.checkEach(ctx, confT0, ops)
-	s.faults = nil
+	faults.set(nil)
 	if errs[0] != nil || !errors.Is(errs[1], ErrUnavailable) || !errors.Is(errs[2], ErrUnavailable) {
 		t.Fatalf("errors %v, want nil, ErrUnavailable, ErrUnavailable", errs)
 	}
@@ -193,13 +194,13 @@ func TestColdGroup_CommitFailureFailsTheOpsOnThatShardAndRefundsTheirOtherParts(
 
 func TestColdGroup_AnOpWithoutCellsIsDecidedWithoutTouchingMySQL(t *testing.T) {
 	t.Parallel()
-	s := NewColdStore(testenv.MySQLShards(t, 1), ColdOptions{})
-	commits := countCommits(s)
+	dbs, trips := countedShards(t, 1)
+	s := NewColdStore(dbs, ColdOptions{})
 	op := &Op{Cost: 1, Mode: Enforce}
 	if err := s.Check(context.Background(), confT0, []*Op{op}); err != nil || !op.Committed {
 		t.Fatalf("err %v committed %v, want nil and true (nothing denies)", err, op.Committed)
 	}
-	if n := commits.Load(); n != 0 {
-		t.Fatalf("%d commits, want 0", n)
+	if n := trips.Load(); n != 0 {
+		t.Fatalf("%d round trips to MariaDB, want 0", n)
 	}
 }

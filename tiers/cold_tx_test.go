@@ -3,85 +3,66 @@ package tiers
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
-
-	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/internal/testenv"
 )
 
-// roundTrips counts the statements and transaction commands a database/sql
-// pool sends to MariaDB, each one round trip (the DSN interpolates
-// arguments, so no prepares).
-type roundTrips struct {
-	driver.Connector
-	n *atomic.Int64
-}
-
-func (c roundTrips) Connect(ctx context.Context) (driver.Conn, error) {
-	conn, err := c.Connector.Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return countedConn{Conn: conn, n: c.n}, nil
-}
-
-type countedConn struct {
-	driver.Conn
-	n *atomic.Int64
-}
-
-func (c countedConn) QueryContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Rows, error) {
-	c.n.Add(1)
-	return c.Conn.(driver.QueryerContext).QueryContext(ctx, q, args)
-}
-
-func (c countedConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
-	c.n.Add(1)
-	return c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
-}
-
-func (c countedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
-	c.n.Add(1)
-	tx, err := c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	return countedTx{Tx: tx, n: c.n}, nil
-}
-
-type countedTx struct {
-	driver.Tx
-	n *atomic.Int64
-}
-
-func (t countedTx) Commit() error   { t.n.Add(1); return t.Tx.Commit() }
-func (t countedTx) Rollback() error { t.n.Add(1); return t.Tx.Rollback() }
-
 // countedShards returns pools on n fresh shard databases whose round trips
-// are counted in the returned counter.
+// (statements, and a *sql.Tx's commands) are counted in the returned
+// counter.
 func countedShards(t *testing.T, n int) ([]*sql.DB, *atomic.Int64) {
 	t.Helper()
 	var count atomic.Int64
-	dbs := make([]*sql.DB, n)
-	for i, plain := range testenv.MySQLShards(t, n) {
-		var name string
-		if err := plain.QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
-			t.Fatal(err)
-		}
-		conn, err := mysql.NewConnector(testenv.MySQLConfig(t, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dbs[i] = sql.OpenDB(roundTrips{Connector: conn, n: &count})
-		t.Cleanup(func() { dbs[i].Close() })
+	dbs := testenv.MySQLShards(t, n)
+	for i := range dbs {
+		dbs[i] = testenv.Hooked(t, dbs[i], func(string) error { count.Add(1); return nil })
 	}
 	return dbs, &count
+}
+
+// commitFaults is what the pools of faultyShards run before each COMMIT
+// (a statement that ends with one): nil lets it through.
+type commitFaults struct {
+	mu sync.Mutex
+	fn func(shard int) error
+}
+
+func (f *commitFaults) set(fn func(shard int) error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fn = fn
+}
+
+func (f *commitFaults) before(shard int, query string) error {
+	if !strings.HasSuffix(query, "COMMIT") {
+		return nil
+	}
+	f.mu.Lock()
+	fn := f.fn
+	f.mu.Unlock()
+	if fn == nil {
+		return nil
+	}
+	return fn(shard)
+}
+
+// faultyShards returns pools on n fresh shard databases that run the
+// returned commitFaults' function before each COMMIT: a test fails a
+// shard's commit, as a lost connection would, or acts just before it.
+func faultyShards(t *testing.T, n int) ([]*sql.DB, *commitFaults) {
+	t.Helper()
+	f := &commitFaults{}
+	dbs := testenv.MySQLShards(t, n)
+	for i := range dbs {
+		dbs[i] = testenv.Hooked(t, dbs[i], func(q string) error { return f.before(i, q) })
+	}
+	return dbs, f
 }
 
 func TestColdCheck_SendsEachShardsTransactionInTwoRoundTrips(t *testing.T) {
@@ -142,7 +123,7 @@ func inTransaction(t *testing.T, db *sql.DB) bool {
 
 func TestColdCheck_FailedCommitHandsBackNoOpenTransaction(t *testing.T) {
 	t.Parallel()
-	dbs := testenv.MySQLShards(t, 1)
+	dbs, faults := faultyShards(t, 1)
 	dbs[0].SetMaxOpenConns(1) // the check's connection is the one looked at after
 	s := NewColdStore(dbs, ColdOptions{})
 	ctx := context.Background()
@@ -150,14 +131,14 @@ func TestColdCheck_FailedCommitHandsBackNoOpenTransaction(t *testing.T) {
 	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); err != nil {
 		t.Fatal(err)
 	}
-	s.faults = &faultpoint.Funcs{ColdCommit: func(int, int) error { return errors.New("injected: commit fails") }}
+	faults.set(func(int) error { return errors.New("injected: commit fails") })
 	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err %v, want ErrUnavailable", err)
 	}
 	if inTransaction(t, dbs[0]) {
 		t.Fatal("the pooled connection still has the failed check's transaction open")
 	}
-	s.faults = nil
+	faults.set(nil)
 	e := &confEnv{name: "cold", store: s, mover: s}
 	if n := e.count(t, confT0, c); n != 1 {
 		t.Fatalf("count %d, want 1", n)
@@ -166,7 +147,7 @@ func TestColdCheck_FailedCommitHandsBackNoOpenTransaction(t *testing.T) {
 
 func TestColdCheck_ConnectionKilledBeforeCommitCountsNothingAndTheNextCheckWorks(t *testing.T) {
 	t.Parallel()
-	dbs := testenv.MySQLShards(t, 1)
+	dbs, faults := faultyShards(t, 1)
 	var name string
 	if err := dbs[0].QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
 		t.Fatal(err)
@@ -183,7 +164,7 @@ func TestColdCheck_ConnectionKilledBeforeCommitCountsNothingAndTheNextCheckWorks
 		t.Fatal(err)
 	}
 	killed := 0
-	s.faults = &faultpoint.Funcs{ColdCommit: func(int, int) error {
+	faults.set(func(int) error {
 		// The check holds its row lock on one of the shard's connections.
 		rows, err := admin.Query("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ?", name)
 		if err != nil {
@@ -200,11 +181,11 @@ func TestColdCheck_ConnectionKilledBeforeCommitCountsNothingAndTheNextCheckWorks
 			}
 		}
 		return rows.Err()
-	}}
+	})
 	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("err %v, want ErrUnavailable", err)
 	}
-	s.faults = nil
+	faults.set(nil)
 	if killed == 0 {
 		t.Fatal("no connection killed: the test did not test anything")
 	}

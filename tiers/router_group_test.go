@@ -2,6 +2,7 @@ package tiers
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -19,10 +20,16 @@ import (
 // two fresh shard databases.
 func newGroupRouter(t *testing.T) (*Router, *ColdStore) {
 	t.Helper()
+	return newGroupRouterOn(t, testenv.MySQLShards(t, 2))
+}
+
+// newGroupRouterOn is newGroupRouter with the cold tier on dbs.
+func newGroupRouterOn(t *testing.T, dbs []*sql.DB) (*Router, *ColdStore) {
+	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	hot := NewHotStore(rdb, HotOptions{Prefix: prefix})
 	warm := NewWarmStore(rdb, WarmOptions{Prefix: prefix})
-	cold := NewColdStore(testenv.MySQLShards(t, 2), ColdOptions{})
+	cold := NewColdStore(dbs, ColdOptions{})
 	return NewRouter(hot, warm, cold), cold
 }
 
@@ -68,7 +75,8 @@ func routerCheck(t *testing.T, r *Router, ops ...*Op) {
 
 func TestRouter_ColdPartsOfABatchCommitOncePerShard(t *testing.T) {
 	t.Parallel()
-	r, cold := newGroupRouter(t)
+	dbs, faults := faultyShards(t, 2)
+	r, cold := newGroupRouterOn(t, dbs)
 	var ops []*Op
 	for i := range 20 {
 		a, b := cellOnShard(t, cold, 0, 10), cellOnShard(t, cold, 1, 10)
@@ -80,7 +88,7 @@ func TestRouter_ColdPartsOfABatchCommitOncePerShard(t *testing.T) {
 			ops = append(ops, confOp(confT0, 1, Enforce, h))
 		}
 	}
-	commits := countCommits(cold)
+	commits := countCommits(faults)
 	routerCheck(t, r, ops...)
 	for i, op := range ops {
 		if !op.Committed || op.Out[0].Remaining != 9 {

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/internal/testenv"
 )
 
@@ -15,24 +14,26 @@ import (
 
 func TestCold_CommitFailureAfterAnotherShardCommittedIsRefunded(t *testing.T) {
 	t.Parallel()
-	s := NewColdStore(testenv.MySQLShards(t, 2), ColdOptions{})
+	dbs, faults := faultyShards(t, 2)
+	s := NewColdStore(dbs, ColdOptions{})
 	ctx := context.Background()
 	a, b := spreadShards2(t, s, newConfCell(10, time.Hour), newConfCell(10, time.Hour))
 	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 2, Enforce, a, b)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, failAt := range []int{1, 0} {
-		s.faults = &faultpoint.Funcs{ColdCommit: func(shard, i int) error {
-			if i == failAt {
+		// The group commits shard 0, then shard 1.
+		faults.set(func(shard int) error {
+			if shard == failAt {
 				return errors.New("injected: connection lost at commit")
 			}
 			return nil
-		}}
+		})
 		err := s.Check(ctx, confT0, []*Op{confOp(confT0, 3, Enforce, a, b)})
 		if !errors.Is(err, ErrUnavailable) {
 			t.Fatalf("fail at %d: err %v, want ErrUnavailable", failAt, err)
 		}
-		s.faults = nil
+		faults.set(nil)
 		recs, err := s.Export(ctx, []Ref{a.ref(), b.ref()})
 		if err != nil {
 			t.Fatal(err)

@@ -3,13 +3,14 @@ package tiers
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/rules"
 )
@@ -116,22 +117,73 @@ func TestWarm_CellsWithoutAppArePooled(t *testing.T) {
 	}
 }
 
+// scriptHook runs before before each command, or pipeline, that calls the
+// script sha by EVALSHA.
+type scriptHook struct {
+	sha    string
+	before func()
+}
+
+func (h scriptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h scriptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.calls(cmd) {
+			h.before()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h scriptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if slices.ContainsFunc(cmds, h.calls) {
+			h.before()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+func (h scriptHook) calls(cmd redis.Cmder) bool {
+	a := cmd.Args()
+	return len(a) > 1 && a[0] == "evalsha" && a[1] == h.sha
+}
+
+// racedWarm returns a store on rdb's server (under prefix) whose client
+// runs race before each round of compare-and-set calls (warm_cas.lua) it
+// sends, rounds counted from 1: another server's write then comes in
+// between the store's read and its write.
+func racedWarm(t *testing.T, rdb *redis.Client, o WarmOptions, race func(round int)) *WarmStore {
+	t.Helper()
+	opts := *rdb.Options()
+	client := redis.NewClient(&opts)
+	t.Cleanup(func() { client.Close() })
+	s := NewWarmStore(client, o)
+	// Loaded first, so that no NOSCRIPT retry is taken for a round.
+	if err := s.cas.Load(context.Background(), client).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var round atomic.Int64
+	client.AddHook(scriptHook{sha: s.cas.Hash(), before: func() { race(int(round.Add(1))) }})
+	return s
+}
+
 func TestWarm_LostRaceIsRetriedAndCountsExactlyOnce(t *testing.T) {
 	t.Parallel()
-	s, rdb, prefix := newWarm(t, WarmOptions{})
+	rdb, prefix := testenv.Redis(t)
 	other := NewWarmStore(rdb, WarmOptions{Prefix: prefix})
 	ctx := context.Background()
 	c := newConfCell(2, time.Hour)
 	// Between our read and our write, another server takes the last unit
 	// but one: our op must be decided again, and so must the dry run after
 	// it, which read the state our op would have left.
-	s.faults = &faultpoint.Funcs{WarmCAS: func(attempt int) {
-		if attempt == 1 {
+	s := racedWarm(t, rdb, WarmOptions{Prefix: prefix}, func(round int) {
+		if round == 1 {
 			if err := other.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); err != nil {
 				t.Error(err)
 			}
 		}
-	}}
+	})
 	ops := []*Op{confOp(confT0, 1, Enforce, c), confOp(confT0, 1, DryRun, c)}
 	if err := s.Check(ctx, confT0, ops); err != nil {
 		t.Fatal(err)
@@ -150,15 +202,15 @@ func TestWarm_LostRaceIsRetriedAndCountsExactlyOnce(t *testing.T) {
 
 func TestWarm_EndlessContentionGivesUpAndCountsNothing(t *testing.T) {
 	t.Parallel()
-	s, rdb, prefix := newWarm(t, WarmOptions{MaxAttempts: 3})
+	rdb, prefix := testenv.Redis(t)
 	other := NewWarmStore(rdb, WarmOptions{Prefix: prefix})
 	ctx := context.Background()
 	c := newConfCell(100, time.Hour)
-	s.faults = &faultpoint.Funcs{WarmCAS: func(int) {
+	s := racedWarm(t, rdb, WarmOptions{Prefix: prefix, MaxAttempts: 3}, func(int) {
 		if err := other.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); err != nil {
 			t.Error(err)
 		}
-	}}
+	})
 	err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)})
 	if !errors.Is(err, ErrContention) {
 		t.Fatalf("err %v, want ErrContention", err)

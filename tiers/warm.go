@@ -11,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/clock"
-	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/internal/redisscript"
 	"github.com/quota-platform/quota/rules"
 )
@@ -64,7 +63,6 @@ type WarmStore struct {
 	maxAttempts int
 	cluster     bool
 	locks       *warmLocks
-	faults      faultpoint.Points // nil in production
 }
 
 // WarmOptions configures a WarmStore.
@@ -75,9 +73,6 @@ type WarmOptions struct {
 	// (see WarmStore).
 	FieldBytes  int
 	MaxAttempts int // compare-and-set attempts per check before ErrContention; 0: 32
-	// Faults, set by tests only, lets a concurrent writer in between a
-	// check's read and its compare-and-set.
-	Faults faultpoint.Points
 }
 
 // NewWarmStore returns a warm store over rdb.
@@ -100,7 +95,6 @@ func NewWarmStore(rdb redis.UniversalClient, o WarmOptions) *WarmStore {
 		maxAttempts: a,
 		cluster:     cluster,
 		locks:       newWarmLocks(),
-		faults:      o.Faults,
 	}
 }
 
@@ -309,9 +303,6 @@ func (s *WarmStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 			if err := s.decide(ops[i], now, &plans[i], entries, &calls); err != nil {
 				return err
 			}
-		}
-		if s.faults != nil {
-			s.faults.BeforeWarmCAS(attempt)
 		}
 		ok, err := s.runCAS(ctx, calls)
 		if err != nil {
