@@ -14,13 +14,15 @@
 -- ARGV[1+k], k = 1..K  capacity, in cells, of a layer this call has to add
 --          to tag k's filter (the caller's estimate of the tag's cold cells
 --          to come; at least this call's)
--- ARGV[K+2] '1': the cells' counters follow the headers in KEYS, and each
---          cell has a 4th value below; '0': none
--- then 3 values per cell: its header's index into KEYS, its warm field
---          (>= 6 bytes of its cell id), the expected value ('' = absent);
---          with counters a 4th: the expected value of its counter of this
---          window ('' = none). Its counter of the next window must not
---          exist.
+-- ARGV[1+K+k], k = 1..K  the number of cells of header k: the cells come
+--          in header order, header 1's first
+-- ARGV[2K+2] '1': the cells' counters follow the headers in KEYS; '0':
+--          none
+-- then 2 values per cell: its warm field (>= 6 bytes of its cell id),
+--          and without counters the field's expected value ('' =
+--          absent), with counters (the field must be absent) the expected
+--          value of its counter of this window ('' = none). Its counter of
+--          the next window must not exist.
 --
 -- Reply: per cell 1 (switched and in the filter) or 0 (the field held
 -- another value, a counter did not hold what was expected, or a cell with
@@ -42,9 +44,7 @@
 -- together, so a tag's layers grow with the log of its cold cells.
 
 local K = tonumber(ARGV[1])
-local counters = ARGV[K + 2] == '1'
-local first = K + 3 -- the first cell's ARGV
-local step = counters and 4 or 3 -- ARGV values a cell
+local counters = ARGV[2 * K + 2] == '1'
 
 -- set_block writes an 8-byte filter block of h at byte offset at: at
 -- once, or, when the script reads the blocks from a copy of the header
@@ -96,14 +96,14 @@ end
 local block = {}
 
 -- add sets the bits of the cell whose block hash and positions are x and
--- pos (cold_pos) in the last layer of h's filter, the header of the call's
--- tag k (its ARGV value); remaining is the number of the tag's cells this
--- call has still to switch.
+-- pos (cold_pos) in the last layer of h's filter, the header KEYS[k];
+-- remaining is the number of the tag's cells this call has still to
+-- switch.
 local function add(h, k, x, pos, remaining)
   h.start_layers = h.start_layers or #h.sizes
   local layers = #h.sizes
   if layers == 0 or h.last >= h.sizes[layers] * 8 then
-    local capacity = tonumber(ARGV[1 + tonumber(k)])
+    local capacity = tonumber(ARGV[1 + k])
     if not add_layer(h, math.max(capacity - h.total, remaining, h.total)) then
       return redis.error_reply('cold filter: 255 layers')
     end
@@ -150,10 +150,6 @@ local function held_before(h, x, pos)
   return false
 end
 
--- Per tag, its cells in this call: still to switch, and to probe.
-local left = {}
-for i = first, #ARGV, step do left[ARGV[i]] = (left[ARGV[i]] or 0) + 1 end
-
 local out = {}
 local changed = {}
 -- The counters of the cells switched, deleted together by finish: one
@@ -180,46 +176,58 @@ end
 local counts = counters and dir_mget(K + 1)
 local deleted = {}
 local live = K -- the KEYS index before the cell's counters
-for i = first, #ARGV, step do
-  local k = ARGV[i]
-  local h = dir_header_at(k)
-  h.probes = h.probes or left[k]
-  local field = ARGV[i + 1]
+
+-- switch_cell switches the cell whose ARGV values start at i, of header
+-- KEYS[k] (h), remaining the header's cells still to switch with it; it
+-- returns an error reply if the filter cannot take the cell.
+local function switch_cell(h, k, i, remaining)
+  local field, arg = ARGV[i], ARGV[i + 1]
   local cur = warm_get(h, field) or ''
-  local quiet, count, counted = true, nil, false
+  local expected, quiet, count, counted = arg, true, nil, false
   if counters then
+    expected = ''
     live = live + 2
     count = not deleted[KEYS[live - 1]] and counts[live - K - 1]
-    quiet = not counts[live - K] and (count or '') == ARGV[i + 3]
-    counted = ARGV[i + 3] ~= '' and ARGV[i + 3] ~= '0'
+    quiet = not counts[live - K] and (count or '') == arg
+    counted = arg ~= '' and arg ~= '0'
   end
-  local switch, x, pos, held = cur == ARGV[i + 2] and quiet, nil, nil, nil
+  local switch, x, pos, held = cur == expected and quiet, nil, nil, nil
   if switch then
     x, pos = cold_pos(field)
     held = cold_holds(h, x, pos)
     switch = not (held and counted and held_before(h, x, pos))
   end
-  if switch then
-    -- A cell the filter already holds (it was cold before, or a false
-    -- positive) needs no bits; the version changes all the same.
-    if not held then
-      local err = add(h, k, x, pos, left[k])
-      if err then
-        finish()
-        return err
-      end
-    end
-    if cur ~= '' then warm_del(h, field) end
-    if count then
-      gone[#gone + 1] = KEYS[live - 1]
-      deleted[KEYS[live - 1]] = true
-    end
-    changed[h] = true
-    out[#out + 1] = 1
-  else
+  if not switch then
     out[#out + 1] = 0
+    return
   end
-  left[k] = left[k] - 1
+  -- A cell the filter already holds (it was cold before, or a false
+  -- positive) needs no bits; the version changes all the same.
+  if not held then
+    local err = add(h, k, x, pos, remaining)
+    if err then return err end
+  end
+  if cur ~= '' then warm_del(h, field) end
+  if count then
+    gone[#gone + 1] = KEYS[live - 1]
+    deleted[KEYS[live - 1]] = true
+  end
+  changed[h] = true
+  out[#out + 1] = 1
+end
+
+local i = 2 * K + 3 -- the cell's first ARGV
+for k = 1, K do
+  local h, n = dir_header(KEYS[k]), tonumber(ARGV[1 + K + k])
+  h.probes = n -- cold_block
+  for remaining = n, 1, -1 do
+    local err = switch_cell(h, k, i, remaining)
+    if err then
+      finish()
+      return err
+    end
+    i = i + 2
+  end
 end
 finish()
 return out

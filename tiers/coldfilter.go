@@ -55,10 +55,10 @@ func (s *WarmStore) SwitchToCold(ctx context.Context, swaps []DirSwap, capacity 
 	return s.switchToCold(ctx, swaps, locs, nil, capacity)
 }
 
-// switchToCold is SwitchToCold for swaps located at locs; with live set, a
-// swap also requires that its cell's counter of the window holds
-// live[i].want (none for "") and that of the next does not exist, and
-// deletes the first (HotMover.SwitchQuietToCold).
+// switchToCold is SwitchToCold for swaps located at locs; with live set
+// (each swap's Old then ""), a swap also requires that its cell's counter
+// of the window holds live[i].want (none for "") and that of the next does
+// not exist, and deletes the first (HotMover.SwitchQuietToCold).
 func (s *WarmStore) switchToCold(ctx context.Context, swaps []DirSwap, locs []warmLoc, live []cellCounters, capacity func(Tag) int) ([]bool, error) {
 	calls := s.dirCalls(locs)
 	for ci := range calls {
@@ -72,32 +72,36 @@ func (s *WarmStore) switchToCold(ctx context.Context, swaps []DirSwap, locs []wa
 }
 
 // coldSwitchArgs turns a dirCall's (header index, field) pairs into
-// cold_switch.lua's ARGV: the number of headers, a layer capacity per
-// header, whether counters are named, then (header index, field, expected
-// value, and with live the counter's expected value) per cell. The counter
-// keys of live, if any, are appended to the call's KEYS after the headers,
-// two a cell in the call's order.
+// cold_switch.lua's ARGV, its cells in header order (dirCall.byHeader):
+// the number of headers, a layer capacity and a count of cells per header,
+// whether counters are named, then (field, and the field's expected value,
+// or with live the counter's: the field must then be absent) per cell.
+// The counter keys of live, if any, are appended to the call's KEYS after
+// the headers, two a cell in the call's order.
 func coldSwitchArgs(c *dirCall, swaps []DirSwap, live []cellCounters, capacity func(Tag) int) []any {
-	caps := make([]int, len(c.Keys))
+	counts := c.byHeader()
 	tags := make([]Tag, len(c.Keys))
 	for k, at := range c.at {
-		caps[c.hdr[k]]++
 		tags[c.hdr[k]] = swaps[at].Tag
 	}
-	args := make([]any, 0, 2+len(caps)+4*len(c.at))
-	args = append(args, len(caps))
-	for hi, n := range caps {
+	args := make([]any, 0, 2+2*len(counts)+2*len(c.at))
+	args = append(args, len(counts))
+	for hi, n := range counts {
 		if capacity != nil {
 			n = max(n, capacity(tags[hi]))
 		}
 		args = append(args, n)
 	}
+	for _, n := range counts {
+		args = append(args, n)
+	}
 	args = append(args, boolInt(live != nil))
 	for k, at := range c.at {
-		args = append(args, c.hdr[k]+1, c.Args[2*k+1], swaps[at].Old)
 		if live != nil {
-			args = append(args, live[at].want)
+			args = append(args, c.Args[2*k+1], live[at].want)
 			c.Keys = append(c.Keys, live[at].cur, live[at].next)
+		} else {
+			args = append(args, c.Args[2*k+1], swaps[at].Old)
 		}
 	}
 	return args

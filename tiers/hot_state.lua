@@ -13,9 +13,10 @@
 -- KEYS     the tags' headers, then the counters of this window and the
 --          next of each cell, in cell order
 -- ARGV[1]  K, the number of headers
--- then 3 values per cell: its header's index into KEYS, its field, and
---          the TTL in milliseconds of the 0 counter to write if it is idle
---          ('': none)
+-- ARGV[1+k], k = 1..K  the number of cells of header k: the cells come
+--          in header order, header 1's first
+-- then 2 values per cell: its field, and the TTL in milliseconds of the 0
+--          counter to write if it is idle ('': none)
 --
 -- Reply: per cell its field's value, or, with no field, 0 (idle; held if
 -- a TTL was given), 1 (no counter; the cold filter may hold it), 2 (hot
@@ -23,31 +24,31 @@
 -- may hold it) or a one-value array: the value of its counter of this
 -- window (hot, no counter of the next, no filter bit).
 
--- How many cells of each tag this call may probe (cold_block).
-local probes = {}
-for i = 2, #ARGV, 3 do probes[ARGV[i]] = (probes[ARGV[i]] or 0) + 1 end
-
 local K = tonumber(ARGV[1])
 local counters = dir_mget(K + 1) -- of all cells, in order
 local out = {}
+local i = K + 2 -- the cell's first ARGV
 local c = 0 -- the index in counters before the cell's
-for i = 2, #ARGV, 3 do
-  local h = dir_header_at(ARGV[i])
-  h.probes = h.probes or probes[ARGV[i]]
-  local field = ARGV[i + 1]
-  local v = warm_get(h, field)
-  c = c + 2
-  if v then
-    out[#out + 1] = v
-  elseif counters[c] then
-    out[#out + 1] = 2
-  elseif cold_maybe(h, field) then
-    out[#out + 1] = counters[c - 1] and 2 or 1
-  elseif counters[c - 1] then
-    out[#out + 1] = {counters[c - 1]}
-  else
-    if ARGV[i + 2] ~= '' then redis.call('SET', KEYS[K + c - 1], '0', 'PX', ARGV[i + 2]) end
-    out[#out + 1] = 0
+for k = 1, K do
+  local h, n = dir_header(KEYS[k]), tonumber(ARGV[1 + k])
+  h.probes = n -- cold_block
+  for _ = 1, n do
+    local field = ARGV[i]
+    local v = warm_get(h, field)
+    c = c + 2
+    if v then
+      out[#out + 1] = v
+    elseif counters[c] then
+      out[#out + 1] = 2
+    elseif cold_maybe(h, field) then
+      out[#out + 1] = counters[c - 1] and 2 or 1
+    elseif counters[c - 1] then
+      out[#out + 1] = {counters[c - 1]}
+    else
+      if ARGV[i + 1] ~= '' then redis.call('SET', KEYS[K + c - 1], '0', 'PX', ARGV[i + 1]) end
+      out[#out + 1] = 0
+    end
+    i = i + 2
   end
 end
 return out

@@ -74,8 +74,14 @@ func (m *HotMover) States(ctx context.Context, refs []Ref, holdIdle []bool) ([]H
 	holdTTL := map[time.Duration]string{}
 	for ci := range calls {
 		c := &calls[ci]
-		args := make([]any, 0, 1+3*len(c.at))
-		args = append(args, len(c.Keys))
+		counts := c.byHeader()
+		args := make([]any, 0, 1+len(counts)+2*len(c.at))
+		args = append(args, len(counts))
+		for _, n := range counts {
+			args = append(args, n)
+		}
+		keys := make([]string, len(c.Keys), len(c.Keys)+2*len(c.at))
+		copy(keys, c.Keys)
 		for k, at := range c.at {
 			hold := ""
 			if w := refs[at].Window; holdIdle != nil && holdIdle[at] {
@@ -84,10 +90,10 @@ func (m *HotMover) States(ctx context.Context, refs []Ref, holdIdle []bool) ([]H
 					holdTTL[w] = hold
 				}
 			}
-			args = append(args, c.Args[2*k], c.Args[2*k+1], hold)
-			c.Keys = append(c.Keys, live[at].cur, live[at].next)
+			args = append(args, c.Args[2*k+1], hold)
+			keys = append(keys, live[at].cur, live[at].next)
 		}
-		c.Args = args
+		c.Args, c.Keys = args, keys
 	}
 	vals, err := perCell(ctx, m.Hot.rdb, hotStateScript, calls, len(refs))
 	if err != nil {
