@@ -178,13 +178,14 @@ bench-move: services
 	$(GO) test -run '^$$' -bench 'BenchmarkCycle_HotToCold' -benchtime 3x ./migrate/
 	$(GO) test -run '^$$' -bench 'BenchmarkCompactColdFilters' -benchtime 3x ./migrate/
 
-# Redis instructions a cell of the quiet move's two scripts, counted by
-# valgrind's callgrind on a redis-server of the benchmark's own (Debian's
-# valgrind package; skipped without it): figures that do not move with the
-# machine's load, for comparing script changes. ~30 seconds.
+# Redis instructions a cell of the quiet move's two scripts and a check of
+# the check script, counted by valgrind's callgrind on a redis-server of
+# the benchmark's own (Debian's valgrind package; skipped without it):
+# figures that do not move with the machine's load, for comparing script
+# changes. ~1 minute.
 .PHONY: bench-scripts
 bench-scripts: services
-	$(GO) test -run '^$$' -bench 'BenchmarkQuietMove_RedisInstructions' -benchtime 1x ./tiers/
+	$(GO) test -run '^$$' -bench 'BenchmarkQuietMove_RedisInstructions|BenchmarkCheck_RedisInstructions' -benchtime 1x ./tiers/
 
 # The check path at a window's start in tags with cold cells: the hot
 # script's cold-filter probe (no filter, one layer, layers grown without the

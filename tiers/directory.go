@@ -26,15 +26,26 @@ import (
 //go:embed directory.lua
 var directorySource string
 
+//go:embed directory_write.lua
+var directoryWriteSource string
+
 //go:embed warm_read.lua
 var warmReadSource string
 
 //go:embed warm_delete.lua
 var warmDeleteSource string
 
-// dirScript is a script that uses the directory: directory.lua's functions
-// put in front of src (a script cannot load another).
-func dirScript(src string) *redis.Script { return redis.NewScript(directorySource + src) }
+// dirScript is a script that uses the directory: directory.lua's and
+// directory_write.lua's functions put in front of src (a script cannot
+// load another). checkScript is one with directory.lua's only, for the
+// check scripts: Redis makes a script's local functions again at every
+// call, so every function a check does not use costs each check (make
+// bench-scripts).
+func dirScript(src string) *redis.Script {
+	return redis.NewScript(directorySource + directoryWriteSource + src)
+}
+
+func checkScript(src string) *redis.Script { return redis.NewScript(directorySource + src) }
 
 var (
 	warmReadScript   = dirScript(warmReadSource)

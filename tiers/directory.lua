@@ -1,7 +1,7 @@
--- directory.lua: where a fixed-window cell of the tiers lives, read and
--- written inside the scripts that need it (tiers/directory.go describes
--- the layout). Not a script of its own: the scripts that touch the
--- directory start with it.
+-- directory.lua: where a fixed-window cell of the tiers lives, read inside
+-- the scripts that need it (tiers/directory.go describes the layout); its
+-- writes are in directory_write.lua. Not a script of its own: the scripts
+-- that touch the directory start with it.
 --
 -- Per tag (an app's hash tag, or a pool's), under the tag's key base
 -- prefix{tag}:
@@ -17,16 +17,10 @@
 -- a short one, reads as zeros. (13 bytes: with 100 cold cells a tag, the
 -- value fits a 128-byte allocation.)
 local DIR_HEADER = 13
-local WARM_MAX_BUCKETS = 65536
 
 local function dir_u32(s, i)
   local a, b, c, d = string.byte(s, i, i + 3)
   return ((a * 256 + b) * 256 + c) * 256 + d
-end
-
-local function dir_u32s(v)
-  return string.char(math.floor(v / 16777216) % 256, math.floor(v / 65536) % 256,
-    math.floor(v / 256) % 256, v % 256)
 end
 
 -- The header's first read, as a string: a number argument of redis.call
@@ -72,39 +66,6 @@ local function dir_header(hkey)
   return h
 end
 
--- dir_header_at returns the header whose index into KEYS is the ARGV
--- value a, cached by a for this call: the mover's scripts name a header
--- per cell, and tonumber calls C's strtod. The cache is made on first use
--- (the check scripts never use it).
-local DIR_BY_ARG
-local function dir_header_at(a)
-  DIR_BY_ARG = DIR_BY_ARG or {}
-  local h = DIR_BY_ARG[a]
-  if h then return h end
-  h = dir_header(KEYS[tonumber(a)])
-  DIR_BY_ARG[a] = h
-  return h
-end
-
--- dir_mget returns the values of KEYS[first..#KEYS] (false where a key is
--- absent), indexed from 1: the mover's scripts read their cells' counters
--- with one MGET a call, not one a cell (each redis.call costs Redis about
--- as much as the MGET of a few keys); in slices, as unpack passes at most
--- about 8,000 values.
-local function dir_mget(first)
-  if first + 3999 >= #KEYS then
-    if first > #KEYS then return {} end
-    return redis.call('MGET', unpack(KEYS, first))
-  end
-  local out, n = {}, 0
-  for s = first, #KEYS, 4000 do
-    local part = redis.call('MGET', unpack(KEYS, s, math.min(s + 3999, #KEYS)))
-    for j = 1, #part do out[n + j] = part[j] end
-    n = n + #part
-  end
-  return out
-end
-
 -- warm_hash is the bucket hash of a warm field: its first 4 bytes.
 local function warm_hash(field)
   return dir_u32(field, 1)
@@ -127,56 +88,6 @@ end
 local function warm_get(h, field)
   if not h.warm then return false end
   return redis.call('HGET', warm_key(h, field), field)
-end
-
--- warm_split moves the fields of the bucket at the split pointer that
--- belong to its new sibling there, and moves the pointer.
-local function warm_split(h)
-  local n = 2 ^ h.level
-  if n + h.split >= WARM_MAX_BUCKETS then return end
-  local from = warm_bucket_key(h, h.split)
-  local to = warm_bucket_key(h, h.split + n)
-  local all = redis.call('HGETALL', from)
-  local moved, gone = {}, {}
-  for i = 1, #all, 2 do
-    if warm_hash(all[i]) % (2 * n) ~= h.split then
-      moved[#moved + 1] = all[i]
-      moved[#moved + 1] = all[i + 1]
-      gone[#gone + 1] = all[i]
-    end
-  end
-  if #gone > 0 then
-    redis.call('HSET', to, unpack(moved))
-    redis.call('HDEL', from, unpack(gone))
-  end
-  h.split = h.split + 1
-  if h.split == n then
-    h.level = h.level + 1
-    h.split = 0
-  end
-  redis.call('SETRANGE', h.key, 1, string.char(h.level, math.floor(h.split / 256), h.split % 256))
-end
-
--- warm_set writes the cell's field. A new field that fills its bucket to
--- 96 splits the tag's next bucket (linear hashing), or the only one at 120:
--- the buckets not yet split at a level hold twice the load of the split
--- ones, and the fullest must stay under redis.conf's
--- hash-max-listpack-entries (128), past which a hash takes ~3x the memory.
-local function warm_set(h, field, value)
-  if not h.warm then
-    redis.call('SETRANGE', h.key, 0, '\1')
-    h.warm = true
-  end
-  local key = warm_key(h, field)
-  if redis.call('HSET', key, field, value) == 1 then
-    local full = 96
-    if h.level == 0 and h.split == 0 then full = 120 end
-    if redis.call('HLEN', key) >= full then warm_split(h) end
-  end
-end
-
-local function warm_del(h, field)
-  if h.warm then redis.call('HDEL', warm_key(h, field), field) end
 end
 
 -- cold_pos returns the cell's 24-bit block hash and its 4 bit positions

@@ -98,8 +98,8 @@ func NewHotStore(rdb redis.UniversalClient, o HotOptions) *HotStore {
 	_, cluster := rdb.(*redis.ClusterClient)
 	return &HotStore{
 		rdb:         rdb,
-		script:      dirScript(hotCheckSource()),
-		fixed:       dirScript(hotFixedSource),
+		script:      checkScript(hotCheckSource()),
+		fixed:       checkScript(hotFixedSource),
 		prefix:      o.Prefix,
 		jitter:      o.Jitter,
 		splitBySlot: o.SplitBySlot || cluster,

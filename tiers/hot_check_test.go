@@ -38,7 +38,7 @@ func TestHotCheckScript_JoinsEveryPartOnceInOrder(t *testing.T) {
 		}
 		at += i + len(part)
 	}
-	if got := NewHotStore(nil, HotOptions{}).script; got.Hash() != dirScript(src).Hash() {
+	if got := NewHotStore(nil, HotOptions{}).script; got.Hash() != checkScript(src).Hash() {
 		t.Fatal("the store's script is not directory.lua + the joined parts")
 	}
 }

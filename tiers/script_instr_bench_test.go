@@ -92,3 +92,54 @@ func quietMove(b *testing.B, r *Router, m *HotMover, capacity func(Tag) int, n i
 	}
 	return states, switches
 }
+
+// BenchmarkCheck_RedisInstructions counts the instructions Redis executes
+// a check of one fixed-window cell (hot_fixed.lua), one check a call as a
+// gateway sends them: a cell's first call in a tag with cold cells (the
+// script probes the tag's cold filter: 40 cells in one layer) and its next
+// call (its counter exists), on a redis-server run under callgrind (make
+// bench-scripts; skipped without valgrind).
+func BenchmarkCheck_RedisInstructions(b *testing.B) {
+	cg := testenv.StartRedisCallgrind(b)
+	rdb := redis.NewClient(&redis.Options{Addr: cg.Addr()})
+	b.Cleanup(func() { rdb.Close() })
+	r := NewRouter(NewHotStore(rdb, HotOptions{Prefix: "bench:"}), NewWarmStore(rdb, WarmOptions{Prefix: "bench:"}),
+		NewColdStore(testenv.MySQLShards(b, 2), ColdOptions{}))
+	ctx := context.Background()
+	apps := make([]confCell, 50)
+	var swaps []DirSwap
+	for i := range apps {
+		apps[i] = newConfCell(10, time.Hour)
+		for range 40 {
+			c := newConfCell(10, time.Hour)
+			c.app, c.vals[0] = apps[i].app, apps[i].app
+			swaps = append(swaps, DirSwap{Ref: c.ref()})
+		}
+	}
+	if _, err := r.warm.SwitchToCold(ctx, swaps, nil); err != nil { // field absent: into the filters
+		b.Fatal(err)
+	}
+	check := func(ops []*Op) {
+		for _, op := range ops {
+			if err := r.Check(ctx, confT0, []*Op{op}); err != nil || !op.Committed {
+				b.Fatalf("check: %v, committed %v", err, op.Committed)
+			}
+		}
+	}
+	check([]*Op{confOp(confT0, 1, Enforce, newConfCell(10, time.Hour))}) // the script loaded
+	const cells = 1000
+	var first, next int64
+	for range b.N {
+		var ops, again []*Op
+		for i := range cells {
+			c := newConfCell(10, time.Hour)
+			c.app, c.vals[0] = apps[i%len(apps)].app, apps[i%len(apps)].app
+			ops = append(ops, confOp(confT0, 1, Enforce, c))
+			again = append(again, confOp(confT0, 1, Enforce, c))
+		}
+		first += cg.Instructions(func() { check(ops) })
+		next += cg.Instructions(func() { check(again) })
+	}
+	b.ReportMetric(float64(first)/float64(b.N*cells), "first-call-instr/check")
+	b.ReportMetric(float64(next)/float64(b.N*cells), "next-call-instr/check")
+}
