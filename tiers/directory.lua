@@ -23,9 +23,10 @@ local function dir_u32(s, i)
   return ((a * 256 + b) * 256 + c) * 256 + d
 end
 
--- The header's first read, as a string: a number argument of redis.call
--- is formatted at every call.
-local DIR_HEADER_READ = tostring(DIR_HEADER + 63)
+-- The last byte of the header's first read (DIR_HEADER + 63), as a
+-- string: a number argument of redis.call, or tostring, is formatted at
+-- every call.
+local DIR_HEADER_READ = '76'
 
 local dir_cache = {}
 

@@ -37,8 +37,9 @@
 
 local cost = tonumber(ARGV[1])
 -- Writes pass ARGV[1] itself: Redis formats a number argument of
--- redis.call as a float at every call.
-local mode = tonumber(ARGV[2])
+-- redis.call as a float at every call. The mode is compared as a string:
+-- tonumber calls C's strtod.
+local mode = ARGV[2]
 local n = #KEYS
 local dir = ARGV[3] == '1'
 if dir then n = n / 2 end
@@ -64,7 +65,7 @@ for i = 1, n do
     end
   end
   if where == nil then
-    local u = tonumber(v or '0')
+    local u = v and tonumber(v) or 0
     used[i] = u
     here = here + 1
     reply[#reply + 1] = u
@@ -79,7 +80,7 @@ for i = 1, n do
     reply[#reply + 1] = where
   end
 end
-local commit = here > 0 and (mode == 2 or (mode == 0 and all))
+local commit = here > 0 and (mode == '2' or (mode == '0' and all))
 if commit then
   for i = 1, n do
     local u = used[i]
