@@ -98,25 +98,22 @@ end
 -- per position (math.floor is a function call, and ^ calls C's pow). The
 -- positions are written into one table a call, not a new table a cell
 -- (nor one in a call that probes none): they are good until the next
--- cold_pos. COLD_BIT, made with it, holds the value of bit position
--- p % 8 in its byte at p % 8 + 1 (the first position is a byte's high
--- bit): a table index, where string.byte is a function call.
-local COLD_POS, COLD_BIT
+-- cold_pos. Its entries 9..16 hold the value of bit position p % 8 in its
+-- byte at 9 + p % 8 (the first position is a byte's high bit): a table
+-- index, where string.byte is a function call.
+local COLD_POS
 local function cold_pos(field)
   local b1, b2, b3, b4, b5, b6 = string.byte(field, 1, 6)
   local p1 = (b4 - b4 % 4) / 4
   local p2 = (b4 % 4) * 16 + (b5 - b5 % 16) / 16
   local p3 = (b5 % 16) * 4 + (b6 - b6 % 64) / 64
   local p4 = b6 % 64
-  local pos, bit = COLD_POS, COLD_BIT
-  if not pos then
-    pos, bit = {}, { 128, 64, 32, 16, 8, 4, 2, 1 }
-    COLD_POS, COLD_BIT = pos, bit
-  end
-  pos[1], pos[2] = (p1 - p1 % 8) / 8 + 1, bit[p1 % 8 + 1]
-  pos[3], pos[4] = (p2 - p2 % 8) / 8 + 1, bit[p2 % 8 + 1]
-  pos[5], pos[6] = (p3 - p3 % 8) / 8 + 1, bit[p3 % 8 + 1]
-  pos[7], pos[8] = (p4 - p4 % 8) / 8 + 1, bit[p4 % 8 + 1]
+  local pos = COLD_POS or { 0, 0, 0, 0, 0, 0, 0, 0, 128, 64, 32, 16, 8, 4, 2, 1 }
+  COLD_POS = pos
+  pos[1], pos[2] = (p1 - p1 % 8) / 8 + 1, pos[p1 % 8 + 9]
+  pos[3], pos[4] = (p2 - p2 % 8) / 8 + 1, pos[p2 % 8 + 9]
+  pos[5], pos[6] = (p3 - p3 % 8) / 8 + 1, pos[p3 % 8 + 9]
+  pos[7], pos[8] = (p4 - p4 % 8) / 8 + 1, pos[p4 % 8 + 9]
   return (b1 * 256 + b2) * 256 + b3, pos
 end
 
