@@ -36,7 +36,7 @@ func Hooked(t testing.TB, db *sql.DB, hook StatementHook) *sql.DB {
 	return hooked
 }
 
-// hookedConnector makes connections that run hook before each statement.
+// hookedConnector makes connections that run hook before each round trip.
 type hookedConnector struct {
 	driver.Connector
 	hook StatementHook
@@ -87,28 +87,6 @@ func (c *hookedConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver
 	return hookedTx{tx: tx, hook: c.hook}, nil
 }
 
-// hookedTx runs the hook before a transaction's COMMIT and ROLLBACK.
-type hookedTx struct {
-	tx   driver.Tx
-	hook StatementHook
-}
-
-func (t hookedTx) Commit() error {
-	if err := t.hook("COMMIT"); err != nil {
-		_ = t.tx.Rollback()
-		return err
-	}
-	return t.tx.Commit()
-}
-
-func (t hookedTx) Rollback() error {
-	if err := t.hook("ROLLBACK"); err != nil {
-		_ = t.tx.Rollback()
-		return err
-	}
-	return t.tx.Rollback()
-}
-
 func (c *hookedConn) ExecContext(ctx context.Context, query string, args []driver.NamedValue) (driver.Result, error) {
 	if err := c.hook(query); err != nil {
 		return nil, err
@@ -133,4 +111,26 @@ func (c *hookedConn) IsValid() bool { return c.conn.(driver.Validator).IsValid()
 
 func (c *hookedConn) CheckNamedValue(nv *driver.NamedValue) error {
 	return c.conn.(driver.NamedValueChecker).CheckNamedValue(nv)
+}
+
+// hookedTx runs the hook before a transaction's COMMIT and ROLLBACK.
+type hookedTx struct {
+	tx   driver.Tx
+	hook StatementHook
+}
+
+func (t hookedTx) Commit() error {
+	if err := t.hook("COMMIT"); err != nil {
+		_ = t.tx.Rollback()
+		return err
+	}
+	return t.tx.Commit()
+}
+
+func (t hookedTx) Rollback() error {
+	if err := t.hook("ROLLBACK"); err != nil {
+		_ = t.tx.Rollback()
+		return err
+	}
+	return t.tx.Rollback()
 }
