@@ -19,11 +19,7 @@ import (
 // callgrind (make bench-scripts; skipped without valgrind). Unlike CPU
 // time, the figures do not move with the load of a shared machine.
 func BenchmarkQuietMove_RedisInstructions(b *testing.B) {
-	cg := testenv.StartRedisCallgrind(b)
-	rdb := redis.NewClient(&redis.Options{Addr: cg.Addr()})
-	b.Cleanup(func() { rdb.Close() })
-	r := NewRouter(NewHotStore(rdb, HotOptions{Prefix: "bench:"}), NewWarmStore(rdb, WarmOptions{Prefix: "bench:"}),
-		NewColdStore(testenv.MySQLShards(b, 2), ColdOptions{}))
+	cg, r := callgrindRouter(b)
 	m := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
 	capacity := func(Tag) int { return 200 }
 	quietMove(b, r, m, capacity, 1, true) // the scripts loaded, outside the count
@@ -43,6 +39,17 @@ func BenchmarkQuietMove_RedisInstructions(b *testing.B) {
 			b.ReportMetric(float64(states+switches)/float64(b.N*cells), "redis-instr/cell")
 		})
 	}
+}
+
+// callgrindRouter is a router on a redis-server run under callgrind
+// (testenv.StartRedisCallgrind) and two MySQL shards.
+func callgrindRouter(b *testing.B) (*testenv.Callgrind, *Router) {
+	b.Helper()
+	cg := testenv.StartRedisCallgrind(b)
+	rdb := redis.NewClient(&redis.Options{Addr: cg.Addr()})
+	b.Cleanup(func() { rdb.Close() })
+	return cg, NewRouter(NewHotStore(rdb, HotOptions{Prefix: "bench:"}), NewWarmStore(rdb, WarmOptions{Prefix: "bench:"}),
+		NewColdStore(testenv.MySQLShards(b, 2), ColdOptions{}))
 }
 
 // quietMove makes n new hot cells of 1-day windows over 160 apps (each
@@ -100,11 +107,7 @@ func quietMove(b *testing.B, r *Router, m *HotMover, capacity func(Tag) int, n i
 // call (its counter exists), on a redis-server run under callgrind (make
 // bench-scripts; skipped without valgrind).
 func BenchmarkCheck_RedisInstructions(b *testing.B) {
-	cg := testenv.StartRedisCallgrind(b)
-	rdb := redis.NewClient(&redis.Options{Addr: cg.Addr()})
-	b.Cleanup(func() { rdb.Close() })
-	r := NewRouter(NewHotStore(rdb, HotOptions{Prefix: "bench:"}), NewWarmStore(rdb, WarmOptions{Prefix: "bench:"}),
-		NewColdStore(testenv.MySQLShards(b, 2), ColdOptions{}))
+	cg, r := callgrindRouter(b)
 	ctx := context.Background()
 	apps := make([]confCell, 50)
 	var swaps []DirSwap
