@@ -28,10 +28,13 @@ end
 -- every call.
 local DIR_HEADER_READ = '76'
 
-local dir_cache = {}
+-- The headers parsed in this call, made on the first (a check whose keys
+-- all exist reads none).
+local dir_cache
 
 -- dir_header returns the tag's header, parsed (and cached for this call).
 local function dir_header(hkey)
+  dir_cache = dir_cache or {}
   local h = dir_cache[hkey]
   if h then return h end
   local raw = redis.call('GETRANGE', hkey, '0', DIR_HEADER_READ) -- and up to 16 layers

@@ -14,9 +14,11 @@ end
 
 -- dir_header_at returns the header whose index into KEYS is the ARGV
 -- value a, cached by a for this call: the mover's scripts name a header
--- per cell, and tonumber calls C's strtod.
-local DIR_BY_ARG = {}
+-- per cell, and tonumber calls C's strtod. The cache is made on first use:
+-- most scripts that start with this file never use it.
+local DIR_BY_ARG
 local function dir_header_at(a)
+  DIR_BY_ARG = DIR_BY_ARG or {}
   local h = DIR_BY_ARG[a]
   if h then return h end
   h = dir_header(KEYS[tonumber(a)])
