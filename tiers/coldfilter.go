@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -96,6 +97,9 @@ func coldSwitchArgs(c *dirCall, swaps []DirSwap, live []cellCounters, capacity f
 		args = append(args, n)
 	}
 	args = append(args, boolInt(live != nil))
+	if live != nil {
+		c.Keys = slices.Grow(c.Keys, 2*len(c.at))
+	}
 	for k, at := range c.at {
 		if live != nil {
 			args = append(args, c.Args[2*k+1], live[at].want)

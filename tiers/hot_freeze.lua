@@ -8,7 +8,8 @@
 -- 'M' in its field and rename its live counter keys (this window's and the
 -- next one's) to their frozen names (key .. '~'), keeping their TTLs.
 -- From then on no check counts the cell: the hot script finds no key and
--- the 'M' marker, and answers "moving". A cell frozen before (field 'M') is only read.
+-- the 'M' marker, and answers "moving". A cell frozen before (field 'M')
+-- is only read.
 --
 -- KEYS   tags' headers and counter keys, referred to by index
 -- ARGV   5 values per cell: header key index, field, key index of this

@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 )
@@ -80,8 +81,7 @@ func (m *HotMover) States(ctx context.Context, refs []Ref, holdIdle []bool) ([]H
 		for _, n := range counts {
 			args = append(args, n)
 		}
-		keys := make([]string, len(c.Keys), len(c.Keys)+2*len(c.at))
-		copy(keys, c.Keys)
+		c.Keys = slices.Grow(c.Keys, 2*len(c.at))
 		for k, at := range c.at {
 			hold := ""
 			if w := refs[at].Window; holdIdle != nil && holdIdle[at] {
@@ -91,9 +91,9 @@ func (m *HotMover) States(ctx context.Context, refs []Ref, holdIdle []bool) ([]H
 				}
 			}
 			args = append(args, c.Args[2*k+1], hold)
-			keys = append(keys, live[at].cur, live[at].next)
+			c.Keys = append(c.Keys, live[at].cur, live[at].next)
 		}
-		c.Args, c.Keys = args, keys
+		c.Args = args
 	}
 	vals, err := perCell(ctx, m.Hot.rdb, hotStateScript, calls, len(refs))
 	if err != nil {

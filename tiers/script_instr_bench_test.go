@@ -22,7 +22,7 @@ func BenchmarkQuietMove_RedisInstructions(b *testing.B) {
 	cg, r := callgrindRouter(b)
 	m := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
 	capacity := func(Tag) int { return 200 }
-	quietMove(b, r, m, capacity, 1, true) // the scripts loaded, outside the count
+	quietMove(b, r, m, capacity, 1, true, nil) // the scripts loaded, outside the count
 	for _, tc := range []struct {
 		name    string
 		counted bool
@@ -55,9 +55,9 @@ func callgrindRouter(b *testing.B) (*testenv.Callgrind, *Router) {
 // quietMove makes n new hot cells of 1-day windows over 160 apps (each
 // counted once if counted, else idle) and moves them to cold by the quiet
 // move's scripts in calls of 1,000, requiring every cell to switch. With
-// cg it returns the instructions Redis executed for the States and the
-// switch calls.
-func quietMove(b *testing.B, r *Router, m *HotMover, capacity func(Tag) int, n int, counted bool, cg ...*testenv.Callgrind) (states, switches int64) {
+// cg (nil: none) it returns the instructions Redis executed for the States
+// and the switch calls.
+func quietMove(b *testing.B, r *Router, m *HotMover, capacity func(Tag) int, n int, counted bool, cg *testenv.Callgrind) (states, switches int64) {
 	b.Helper()
 	ctx := context.Background()
 	apps := make([]confCell, 160)
@@ -78,11 +78,11 @@ func quietMove(b *testing.B, r *Router, m *HotMover, capacity func(Tag) int, n i
 		b.Fatal(err)
 	}
 	measure := func(fn func()) int64 {
-		if len(cg) == 0 {
+		if cg == nil {
 			fn()
 			return 0
 		}
-		return cg[0].Instructions(fn)
+		return cg.Instructions(fn)
 	}
 	for batch := range slices.Chunk(refs, 1000) {
 		var st []HotState
