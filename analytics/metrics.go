@@ -46,6 +46,14 @@ func newCollectors(reg prometheus.Registerer) *collectors {
 		lastFlush: gauge("quota_analytics_last_flush_success_timestamp_seconds",
 			"Unix time of the last analytics flush that failed nowhere (the recorder's start until the first); time() minus it is the flush lag."),
 	}
+	// Every table's series and both scopes exist from the start (at 0),
+	// so that the dashboard shows zeros before the first flush.
+	for _, t := range []string{seriesTable.name, dailyTable.name, todayChunks.name, sealedChunks.name, "usage_uniques"} {
+		c.rowsWritten.WithLabelValues(t)
+		c.statements.WithLabelValues(t)
+	}
+	c.pendingAdds.WithLabelValues("app")
+	c.pendingAdds.WithLabelValues("interface")
 	if reg != nil {
 		reg.MustRegister(c.rowsWritten, c.statements, c.flushSeconds, c.dropped, c.droppedAdds, c.flushErrors, c.pendingRows, c.pendingAdds, c.lastFlush)
 	}

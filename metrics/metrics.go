@@ -57,6 +57,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.StoreErrors.WithLabelValues("hot")
 	m.RulesReloads.WithLabelValues("ok")
 	m.RulesReloads.WithLabelValues("error")
+	m.zeroRequests()
 	reg.MustRegister(m.Checks, m.Requests, m.CheckLatency, m.StoreErrors, m.Unenforced,
 		m.RulesReloads, m.RulesVersion, m.InFlight, m.Rejected)
 	return m

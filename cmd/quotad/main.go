@@ -209,6 +209,7 @@ func serve() error {
 	metrics.RegisterBuildInfo(reg, build.Version, build.Revision, build.GoVersion)
 	m.SetRulesVersion(set.Version)
 	rw := startRules(ctx, s, rdb, lim, m, log)
+	m.ZeroChecks(ruleNames(lim.Rules()))
 	an, stopAnalytics, err := startAnalytics(s, dbs, reg, log)
 	if err != nil {
 		return err

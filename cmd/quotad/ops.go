@@ -15,6 +15,7 @@ import (
 	"github.com/quota-platform/quota/api"
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/internal/tick"
+	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tracing"
 )
 
@@ -99,4 +100,14 @@ func probeDependencies(ctx context.Context, checks []api.ReadinessCheck, up *pro
 	}
 	probe()
 	tick.Every(ctx, 10*time.Second, probe)
+}
+
+// ruleNames are the names of set's rules (their quota_checks_total series
+// exist from the start: metrics.ZeroChecks).
+func ruleNames(set *rules.Set) []string {
+	names := make([]string, 0, len(set.Rules))
+	for _, r := range set.Rules {
+		names = append(names, r.Name)
+	}
+	return names
 }
