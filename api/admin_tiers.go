@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/quota-platform/quota/migrate"
 )
 
 // migrateWriteTimeout replaces the server's WriteTimeout (10 s in quotad)
@@ -34,6 +36,7 @@ func (s *Server) tiersRoutes(e *echo.Echo) {
 	e.POST("/v1/admin/migrate", s.postMigrate, s.requireAdmin)
 	e.POST("/v1/admin/tiers/rebuild-filters", s.postRebuildFilters, s.requireAdmin)
 	e.POST("/v1/admin/tiers/compact-filters", s.postCompactFilters, s.requireAdmin)
+	s.jobsRoutes(e)
 }
 
 func (s *Server) tiersOff() error {
@@ -59,6 +62,12 @@ func (s *Server) postMigrate(c echo.Context) error {
 	if s.deps.Tiers == nil {
 		return s.tiersOff()
 	}
+	if async, err := wantsAsync(c); err != nil || async {
+		if err != nil {
+			return err
+		}
+		return s.startAsync(c, migrate.KindMigrate)
+	}
 	s.extendWriteDeadline(c, "migration cycle")
 	rep, err := s.deps.Tiers.Migrate(detached(c))
 	if err != nil && rep == nil {
@@ -75,6 +84,12 @@ func (s *Server) postRebuildFilters(c echo.Context) error {
 	if s.deps.Tiers == nil {
 		return s.tiersOff()
 	}
+	if async, err := wantsAsync(c); err != nil || async {
+		if err != nil {
+			return err
+		}
+		return s.startAsync(c, migrate.KindRebuild)
+	}
 	s.extendWriteDeadline(c, "cold filter rebuild")
 	rep, err := s.deps.Tiers.RebuildColdFilters(detached(c))
 	if err != nil {
@@ -90,6 +105,12 @@ func (s *Server) postRebuildFilters(c echo.Context) error {
 func (s *Server) postCompactFilters(c echo.Context) error {
 	if s.deps.Tiers == nil {
 		return s.tiersOff()
+	}
+	if async, err := wantsAsync(c); err != nil || async {
+		if err != nil {
+			return err
+		}
+		return s.startAsync(c, migrate.KindCompact)
 	}
 	s.extendWriteDeadline(c, "cold filter compaction")
 	rep, err := s.deps.Tiers.CompactColdFilters(detached(c))

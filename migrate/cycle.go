@@ -51,6 +51,7 @@ type partReport struct {
 	Skipped  int            `json:"skipped"`
 	Failures int            `json:"failures"`
 	By       string         `json:"by"`
+	Cells    int            `json:"cells,omitempty"` // the part's cells when it started (progress.go)
 }
 
 func (w *Worker) cycleKey() string { return w.Mover.Prefix + "mig:cycle" }
@@ -240,6 +241,9 @@ func (w *Worker) runPartLeased(ctx context.Context, id string, p int, run func(c
 		if _, err := pipe.Exec(bg); err != nil {
 			return true, fmt.Errorf("cycle %s part %d done: %w", id, p, err)
 		}
+		// Its live progress is the done hash's now (a reader skips a
+		// live field of a part done; this only tidies up).
+		rdb.HDel(bg, w.liveKey(id), "p"+strconv.Itoa(p))
 	}
 	releaseScript.Run(bg, rdb, []string{key}, token)
 	return true, ctx.Err()

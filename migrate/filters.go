@@ -23,14 +23,26 @@ import (
 // Adding bits never changes a count: a cell the filter holds is looked up.
 // It returns how many cells it made sure of.
 func (w *Worker) RebuildColdFilters(ctx context.Context) (int, error) {
+	return w.rebuildColdFilters(ctx, w.Jobs.start(KindRebuild, "api"))
+}
+
+// rebuildColdFilters is RebuildColdFilters, its progress told to job
+// (a part a shard; "moved": the cells put back in their filters).
+func (w *Worker) rebuildColdFilters(ctx context.Context, job *Job) (n int, err error) {
+	defer func() { job.end(map[string]any{"cells": n, "job": job.ID()}, err, w.Jobs.now()) }()
 	m := w.Mover
 	if m.Cold == nil {
 		return 0, nil
 	}
-	n := 0
+	job.setTotal(len(w.DBs))
 	for sh, db := range w.DBs {
 		if _, err := foldActivityLogs(ctx, db); err != nil {
 			return n, fmt.Errorf("rebuild cold filters, shard %d: %w", sh, err)
+		}
+		pp := job.partStarted(sh)
+		if rows, err := activityRowCount(ctx, db); err == nil {
+			pp.cells.Store(rows)
+			pp.counted.Store(true)
 		}
 		after := []byte{}
 		for {
@@ -39,9 +51,11 @@ func (w *Worker) RebuildColdFilters(ctx context.Context) (int, error) {
 				return n, fmt.Errorf("rebuild cold filters, shard %d: %w", sh, err)
 			}
 			if last == nil {
+				job.partEnded(sh, true)
 				break
 			}
 			after = last
+			pp.scanned.Add(int64(len(refs)))
 			rows, err := m.Cold.Exists(ctx, refs)
 			if err != nil {
 				return n, fmt.Errorf("rebuild cold filters: %w", err)
@@ -57,6 +71,7 @@ func (w *Worker) RebuildColdFilters(ctx context.Context) (int, error) {
 			for _, b := range ok {
 				if b {
 					n++
+					pp.moved.Add(1)
 				}
 			}
 		}
@@ -119,13 +134,14 @@ var errUndecodable = errors.New("undecodable refs")
 
 // CompactReport is what CompactColdFilters did.
 type CompactReport struct {
-	Tags        int   `json:"tags"`      // tags with a cold filter and a cell in cell_activity
-	Compacted   int   `json:"compacted"` // whose filter was replaced
-	Changed     int   `json:"changed"`   // left as they were: a cell of theirs went cold meanwhile
-	CellsBefore int   `json:"cells_before"`
-	CellsAfter  int   `json:"cells_after"` // in the filters compacted
-	BytesBefore int64 `json:"bytes_before"`
-	BytesAfter  int64 `json:"bytes_after"`
+	Tags        int    `json:"tags"`      // tags with a cold filter and a cell in cell_activity
+	Compacted   int    `json:"compacted"` // whose filter was replaced
+	Changed     int    `json:"changed"`   // left as they were: a cell of theirs went cold meanwhile
+	CellsBefore int    `json:"cells_before"`
+	CellsAfter  int    `json:"cells_after"` // in the filters compacted
+	BytesBefore int64  `json:"bytes_before"`
+	BytesAfter  int64  `json:"bytes_after"`
+	Job         string `json:"job,omitempty"` // this instance's job (GET /v1/admin/jobs/{id})
 }
 
 // CompactColdFilters rebuilds each tag's cold filter as a single layer
@@ -143,7 +159,15 @@ type CompactReport struct {
 // scan; the cells it keeps wait in a temporary table of each shard, read
 // back in tag order, so that it holds one tag's cells at a time.
 func (w *Worker) CompactColdFilters(ctx context.Context) (CompactReport, error) {
-	var rep CompactReport
+	return w.compactColdFilters(ctx, w.Jobs.start(KindCompact, "api"))
+}
+
+// compactColdFilters is CompactColdFilters, its progress told to job (a
+// part a shard's scan; "moved": the cells kept).
+func (w *Worker) compactColdFilters(ctx context.Context, job *Job) (rep CompactReport, err error) {
+	rep.Job = job.ID()
+	defer func() { job.end(rep, err, w.Jobs.now()) }()
+	job.setTotal(len(w.DBs))
 	if w.Mover.Cold == nil {
 		return rep, nil
 	}
@@ -160,7 +184,7 @@ func (w *Worker) CompactColdFilters(ctx context.Context) (CompactReport, error) 
 	}
 	filters := map[tiers.Tag]tiers.ColdFilter{}
 	for sh, db := range w.DBs {
-		if err := w.keepColdCells(ctx, sh, db, scratch[sh], filters); err != nil {
+		if err := w.keepColdCells(ctx, sh, db, scratch[sh], filters, job); err != nil {
 			return rep, err
 		}
 	}
@@ -175,20 +199,28 @@ func (w *Worker) CompactColdFilters(ctx context.Context) (CompactReport, error) 
 // keepColdCells scans shard sh's cell_activity and writes to its scratch
 // table the cells that have a cold row and that their tag's filter holds,
 // reading each tag's filter first (filters).
-func (w *Worker) keepColdCells(ctx context.Context, sh int, db *sql.DB, scratch *sql.Conn, filters map[tiers.Tag]tiers.ColdFilter) error {
+func (w *Worker) keepColdCells(ctx context.Context, sh int, db *sql.DB, scratch *sql.Conn, filters map[tiers.Tag]tiers.ColdFilter, job *Job) error {
 	if _, err := foldActivityLogs(ctx, db); err != nil {
 		return fmt.Errorf("compact cold filters, shard %d: %w", sh, err)
+	}
+	pp := job.partStarted(sh)
+	if rows, err := activityRowCount(ctx, db); err == nil {
+		pp.cells.Store(rows)
+		pp.counted.Store(true)
 	}
 	after := []byte{}
 	for {
 		refs, last, err := activityRefs(ctx, db, after, 1000)
 		if err != nil {
+			job.partEnded(sh, false)
 			return fmt.Errorf("compact cold filters, shard %d: %w", sh, err)
 		}
 		if last == nil {
+			job.partEnded(sh, true)
 			return nil
 		}
 		after = last
+		pp.scanned.Add(int64(len(refs)))
 		if err := w.readFilters(ctx, refs, filters); err != nil {
 			return err
 		}
@@ -197,6 +229,7 @@ func (w *Worker) keepColdCells(ctx context.Context, sh int, db *sql.DB, scratch 
 		if err != nil {
 			return err
 		}
+		pp.moved.Add(int64(len(held)))
 		if err := insertScratch(ctx, scratch, held); err != nil {
 			return fmt.Errorf("compact cold filters, shard %d: %w", sh, err)
 		}
@@ -326,4 +359,23 @@ func (w *Worker) replaceFilters(ctx context.Context, filters map[tiers.Tag]tiers
 		rep.BytesAfter += int64(size)
 	}
 	return cells.err()
+}
+
+// activityRowCount is the rows of a shard's cell_activity, what a rebuild's or
+// compaction's scan of the shard is measured against: counted below
+// 100,000 rows, InnoDB's estimate (information_schema) above, which a
+// count would cost a scan of its own for.
+func activityRowCount(ctx context.Context, db *sql.DB) (int64, error) {
+	var est sql.NullInt64
+	if err := db.QueryRowContext(ctx, "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'cell_activity'").Scan(&est); err != nil {
+		return 0, fmt.Errorf("cell_activity rows: %w", err)
+	}
+	if est.Valid && est.Int64 >= 100_000 {
+		return est.Int64, nil
+	}
+	var n int64
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM cell_activity").Scan(&n); err != nil {
+		return 0, fmt.Errorf("cell_activity rows: %w", err)
+	}
+	return n, nil
 }

@@ -63,6 +63,10 @@ type Config struct {
 	// that the checks it serves meanwhile keep their share of the CPU and
 	// of Redis; 0: as fast as they go.
 	CellsPerSecond float64
+	// ProgressEvery is how often an instance publishes the progress of
+	// the cycle parts it runs to the fleet (progress.go) and reads the
+	// fleet's; 0: 1 s.
+	ProgressEvery time.Duration
 }
 
 // Worker runs migration cycles and on-call moves.
@@ -76,6 +80,9 @@ type Worker struct {
 	// Name says which instance ran a part, in cycle reports (e.g. the
 	// host and listen address).
 	Name string
+	// Jobs registers this instance's cycles, rebuilds and compactions and
+	// their progress (nil: not kept).
+	Jobs *Jobs
 
 	cycle  sync.Mutex
 	mu     sync.Mutex
@@ -103,6 +110,7 @@ type CycleReport struct {
 	Failures int            `json:"failures"`
 	Errors   []string       `json:"errors,omitempty"`
 	Duration string         `json:"duration"`
+	Job      string         `json:"job,omitempty"` // this instance's job (GET /v1/admin/jobs/{id})
 }
 
 func (w *Worker) now() time.Time {
@@ -144,16 +152,34 @@ func (c *Config) Target(perHour float64) tiers.Tier {
 // whose tier differs from their target. The report covers every part,
 // whoever ran it; Errors are this instance's.
 func (w *Worker) RunCycle(ctx context.Context) (CycleReport, error) {
-	return w.runCycle(ctx, "")
+	return w.runCycle(ctx, "", w.Jobs.start(KindMigrate, "api"))
+}
+
+// StartCycle runs RunCycle in the background, until it ends or ctx does,
+// and returns its job at once; while this instance runs a cycle, it
+// returns that cycle's job instead (a cycle asked for joins the one
+// running).
+func (w *Worker) StartCycle(ctx context.Context) *Job {
+	if j := w.Jobs.Running(KindMigrate); j != nil {
+		return j
+	}
+	job := w.Jobs.start(KindMigrate, "api")
+	go func() {
+		rep, err := w.runCycle(ctx, "", job)
+		w.log().Info("migration cycle", "job", job.ID(), "cycle", rep.Cycle, "parts", rep.Parts, "scanned", rep.Scanned, "moved", rep.Moved, "failures", rep.Failures, "duration", rep.Duration, "err", err)
+	}()
+	return job
 }
 
 // runCycle is RunCycle; want names the cycle to start when none is running
-// ("": a new id).
-func (w *Worker) runCycle(ctx context.Context, want string) (CycleReport, error) {
+// ("": a new id); job is told its progress, and its end.
+func (w *Worker) runCycle(ctx context.Context, want string, job *Job) (rep CycleReport, err error) {
 	w.cycle.Lock()
 	defer w.cycle.Unlock()
 	start := time.Now()
-	rep := CycleReport{Moved: map[string]int{}}
+	rep = CycleReport{Moved: map[string]int{}, Job: job.ID()}
+	job.setTotal(len(w.DBs) * partsPerShard)
+	defer func() { job.end(rep, err, w.Jobs.now()) }()
 	var mu sync.Mutex
 	var errs []error
 	failures := 0 // outside the parts (theirs are in the done hash)
@@ -175,6 +201,10 @@ func (w *Worker) runCycle(ctx context.Context, want string) (CycleReport, error)
 		}
 	}
 	id, err := w.joinCycle(ctx, want)
+	if err == nil {
+		job.setCycle(id)
+		err = w.markCycleStart(ctx, id)
+	}
 	if err == nil && w.Config.ActivityWait > 0 {
 		err = clock.Sleep(ctx, w.Config.ActivityWait)
 	}
@@ -183,13 +213,25 @@ func (w *Worker) runCycle(ctx context.Context, want string) (CycleReport, error)
 		pace := w.pacer()
 		run := func(ctx context.Context, p int) partReport {
 			pr := partReport{Moved: map[string]int{}}
-			w.runPart(ctx, p, hour, pace, &pr, func(err error) { pr.Failures++; note(err) })
+			pp := job.partStarted(p)
+			w.runPart(ctx, p, hour, pace, &pr, pp, func(err error) { pr.Failures++; note(err) })
+			pr.Cells = int(pp.cells.Load())
+			job.partEnded(p, ctx.Err() == nil)
 			return pr
 		}
-		if err := w.workParts(ctx, id, run); err != nil {
+		stopPublishing := w.publishWhileRunning(ctx, id, job)
+		err = w.workParts(ctx, id, run)
+		stopPublishing()
+		if err != nil {
 			fail(err)
 		}
 		err = w.fleetReport(ctx, id, &rep)
+		if err == nil {
+			w.markCycleEnd(context.WithoutCancel(ctx), id)
+		}
+		if fp, ferr := w.fleetProgress(context.WithoutCancel(ctx), id); ferr == nil {
+			job.setFleet(fp)
+		}
 	}
 	if err != nil {
 		fail(err)
@@ -258,7 +300,7 @@ func waitPace(ctx context.Context, pace *rate.Limiter, n int) error {
 // moves each batch's cells whose tier differs from their target (each
 // batch waits for pace, if set), and rescales the history of rows older
 // than the horizon.
-func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limiter, rep *partReport, fail func(error)) {
+func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limiter, rep *partReport, pp *partProgress, fail func(error)) {
 	sh, lo, hi := partRange(p)
 	if sh >= len(w.DBs) {
 		return
@@ -273,9 +315,12 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limi
 	if horizon <= 0 {
 		horizon = 168
 	}
-	coldPerTag, err := w.coldTargets(ctx, db, lo, hi, hour)
+	coldPerTag, cells, err := w.coldTargets(ctx, db, lo, hi, hour)
 	if err != nil {
 		fail(err)
+	} else {
+		pp.cells.Store(int64(cells))
+		pp.counted.Store(true)
 	}
 	// The part holds about 1/parts of each tag's cells.
 	parts := len(w.DBs) * partsPerShard
@@ -323,7 +368,10 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limi
 			if waitPace(ctx, pace, len(batch)) != nil {
 				return // ctx is done: the part is not recorded done
 			}
+			before := movedOf(rep)
 			w.moveBatch(ctx, batch, capacity, rep, fail)
+			pp.scanned.Add(int64(len(batch)))
+			pp.moved.Add(int64(movedOf(rep) - before))
 		}
 		// Bound the history: rows older than the horizon keep their mean.
 		// Only a batch that read such a row has one to rescale (a row a
@@ -379,36 +427,50 @@ func sortByTag(cells []scannedCell) {
 // (one row a tag comes back): a cell's target is cold when its calls an
 // hour are under ColdThreshold (Config.Target), i.e. calls < ColdThreshold
 // × hours; its tag is bytes 17-19 of its ref (EncodeRef).
-func (w *Worker) coldTargets(ctx context.Context, db *sql.DB, lo, hi []byte, hour int64) (map[tiers.Tag]int, error) {
+//
+// The same pass counts the part's cells (the second value), what its
+// progress is measured against (progress.go): the range is read once
+// either way.
+func (w *Worker) coldTargets(ctx context.Context, db *sql.DB, lo, hi []byte, hour int64) (map[tiers.Tag]int, int, error) {
 	out := map[tiers.Tag]int{}
-	q := "SELECT SUBSTRING(ref, 17, 3), COUNT(*) FROM cell_activity WHERE k >= ?"
-	args := []any{lo}
+	q := "SELECT SUBSTRING(ref, 17, 3), CAST(SUM(calls < ? * GREATEST(? - since, 1)) AS SIGNED), COUNT(*) FROM cell_activity WHERE k >= ?"
+	args := []any{w.Config.ColdThreshold, hour, lo}
 	if hi != nil {
 		q, args = q+" AND k < ?", append(args, hi)
 	}
-	q += " AND calls < ? * GREATEST(? - since, 1) GROUP BY 1"
-	args = append(args, w.Config.ColdThreshold, hour)
+	q += " GROUP BY 1"
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
-		return out, fmt.Errorf("activity count: %w", err)
+		return out, 0, fmt.Errorf("activity count: %w", err)
 	}
 	defer rows.Close()
+	total := 0
 	for rows.Next() {
 		var tag []byte
-		var n int
-		if err := rows.Scan(&tag, &n); err != nil {
-			return out, fmt.Errorf("activity count: %w", err)
+		var n, all int
+		if err := rows.Scan(&tag, &n, &all); err != nil {
+			return out, total, fmt.Errorf("activity count: %w", err)
 		}
+		total += all
 		var t tiers.Tag
-		if len(tag) == len(t) {
+		if len(tag) == len(t) && n > 0 {
 			copy(t[:], tag)
 			out[t] = n
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return out, fmt.Errorf("activity count: %w", err)
+		return out, total, fmt.Errorf("activity count: %w", err)
 	}
-	return out, nil
+	return out, total, nil
+}
+
+// movedOf is the cells a part has moved so far, every direction.
+func movedOf(rep *partReport) int {
+	n := 0
+	for _, m := range rep.Moved {
+		n += m
+	}
+	return n
 }
 
 func (w *Worker) moveBatch(ctx context.Context, cells []scannedCell, capacity func(tiers.Tag) int, rep *partReport, fail func(error)) {
@@ -518,7 +580,7 @@ func (w *Worker) Start(ctx context.Context) (stop func(), err error) {
 		// Every instance's cron fires in the same minute: the minute names
 		// the fleet's cycle, so it runs once (cycle.go).
 		fire := w.now().UTC().Truncate(time.Minute)
-		rep, err := w.runCycle(ctx, "sched-"+strconv.FormatInt(fire.Unix(), 10))
+		rep, err := w.runCycle(ctx, "sched-"+strconv.FormatInt(fire.Unix(), 10), w.Jobs.start(KindMigrate, "schedule"))
 		w.log().Info("migration cycle", "cycle", rep.Cycle, "parts", rep.Parts, "parts_by", rep.PartsBy, "folded", rep.Folded, "scanned", rep.Scanned, "moved", rep.Moved, "skipped", rep.Skipped, "repaired", rep.Repaired, "failures", rep.Failures, "duration", rep.Duration, "err", err)
 	}))
 	c.Start()
@@ -614,10 +676,11 @@ func (a Admin) CompactColdFilters(ctx context.Context) (any, error) {
 	return a.W.CompactColdFilters(ctx)
 }
 
-// RebuildColdFilters runs Worker.RebuildColdFilters: {"cells": N}.
+// RebuildColdFilters runs Worker.RebuildColdFilters: {"cells": N, "job": id}.
 func (a Admin) RebuildColdFilters(ctx context.Context) (any, error) {
-	n, err := a.W.RebuildColdFilters(ctx)
-	return map[string]int{"cells": n}, err
+	job := a.W.Jobs.start(KindRebuild, "api")
+	n, err := a.W.rebuildColdFilters(ctx, job)
+	return map[string]any{"cells": n, "job": job.ID()}, err
 }
 
 // Migrate runs a cycle; its report is answered even when some batch failed.

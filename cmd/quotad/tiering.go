@@ -66,6 +66,8 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 			CellsPerSecond: s.MigrateCellsPerSec,
 		},
 	}
+	w.Jobs = &migrate.Jobs{Instance: w.Name}
+	reg.MustRegister(w.Jobs) // quota_job_*: the progress of long jobs
 	router.Observe = w.Observe
 	stopWorker, err := w.Start(context.Background())
 	if err != nil {
