@@ -40,7 +40,7 @@ func tiersServer(t *testing.T, token string) (*httptest.Server, *clock.Fake) {
 	router.Calls = act.Observe
 	mover := &migrate.Mover{RDB: rdb, Prefix: prefix, Warm: warm, Cold: cold,
 		Hot: &tiers.HotMover{Hot: router.Hot(), Warm: warm, Now: clk.Now}}
-	w := &migrate.Worker{Mover: mover, Activity: act, DBs: dbs, Now: clk.Now,
+	w := &migrate.Worker{Mover: mover, Activity: act, DBs: dbs, Now: clk.Now, Jobs: &migrate.Jobs{Instance: "test"},
 		Config: migrate.Config{Schedule: "@daily", HotThreshold: 2000, ColdThreshold: 1000}}
 	set, err := rules.ParseYAML([]byte(defaultRules))
 	if err != nil {

@@ -48,7 +48,7 @@ func TestOpenAPI_DocumentIsValidAndNamesEveryRoute(t *testing.T) {
 		if strings.HasPrefix(p, "/dashboard") {
 			p = "/dashboard/"
 		}
-		for _, seg := range []string{"app_id", "interface_id", "user_id"} {
+		for _, seg := range []string{"app_id", "interface_id", "user_id", "id"} {
 			p = strings.ReplaceAll(p, ":"+seg, "{"+seg+"}")
 		}
 		item := doc.Paths.Find(p)

@@ -462,7 +462,7 @@ func (j *Job) View(now time.Time) JobView {
 type Jobs struct {
 	Instance string           // the instance's name in job views (Worker.Name)
 	Now      func() time.Time // nil: time.Now
-	mu       sync.Mutex // guards seq and all
+	mu       sync.Mutex       // guards seq and all
 	seq      int
 	all      []*Job // oldest first, at most keepJobs
 }
