@@ -64,6 +64,18 @@ func wantsAsync(c echo.Context) (bool, error) {
 	return false, nil
 }
 
+// async reports whether a POST that starts a job is to answer the job at
+// once: asked for (wantsAsync), and this instance keeps jobs (else it
+// answers the result when the job ends, as it always did).
+func (s *Server) async(c echo.Context) (bool, error) {
+	want, err := wantsAsync(c)
+	if err != nil || !want {
+		return false, err
+	}
+	_, ok := s.deps.Tiers.(JobsAdmin)
+	return ok, nil
+}
+
 // startAsync answers 202 with the job started, and its URL in Location.
 func (s *Server) startAsync(c echo.Context, kind string) error {
 	ja, err := s.jobsAdmin()

@@ -62,7 +62,7 @@ func (s *Server) postMigrate(c echo.Context) error {
 	if s.deps.Tiers == nil {
 		return s.tiersOff()
 	}
-	if async, err := wantsAsync(c); err != nil || async {
+	if async, err := s.async(c); err != nil || async {
 		if err != nil {
 			return err
 		}
@@ -84,7 +84,7 @@ func (s *Server) postRebuildFilters(c echo.Context) error {
 	if s.deps.Tiers == nil {
 		return s.tiersOff()
 	}
-	if async, err := wantsAsync(c); err != nil || async {
+	if async, err := s.async(c); err != nil || async {
 		if err != nil {
 			return err
 		}
@@ -106,7 +106,7 @@ func (s *Server) postCompactFilters(c echo.Context) error {
 	if s.deps.Tiers == nil {
 		return s.tiersOff()
 	}
-	if async, err := wantsAsync(c); err != nil || async {
+	if async, err := s.async(c); err != nil || async {
 		if err != nil {
 			return err
 		}

@@ -39,6 +39,7 @@ func (a Admin) StartJob(ctx context.Context, kind string) (JobView, error) {
 	default:
 		return JobView{}, fmt.Errorf("%w %q (want %s, %s or %s)", ErrUnknownJobKind, kind, KindMigrate, KindRebuild, KindCompact)
 	}
+	job.setTotal(len(w.DBs))
 	return job.View(w.Jobs.now()), nil
 }
 

@@ -135,7 +135,7 @@ func (w *Worker) progressEvery() time.Duration {
 	if w.Config.ProgressEvery > 0 {
 		return w.Config.ProgressEvery
 	}
-	return time.Second
+	return 500 * time.Millisecond
 }
 
 // markCycleStart records when the fleet first joined cycle id.
@@ -439,15 +439,24 @@ func (j *Job) View(now time.Time) JobView {
 	}
 	if j.kind == KindMigrate {
 		// This instance does a share of the fleet's parts, not a known
-		// number of them: its ETA is the fleet's.
-		p.fill(0, end.Sub(j.started))
-		p.Fraction, p.ETASeconds = 0, nil
+		// number of them: the share done is the fleet's, as of its last
+		// look (ProgressEvery), or this instance's own work if more (a
+		// lower bound of the fleet's, and never stale).
+		p.fill(running, end.Sub(j.started))
 		if j.fleet != nil {
 			f := *j.fleet
 			f.Instances = maps.Clone(j.fleet.Instances)
 			v.Fleet = &f
-			p.Fraction, p.ETASeconds = f.Fraction, f.ETASeconds
-			p.PartsTotal = f.PartsTotal
+			if f.Fraction > p.Fraction {
+				p.Fraction = f.Fraction
+				if eta := end.Sub(j.started).Seconds() * (1 - f.Fraction) / f.Fraction; f.Fraction < 1 {
+					eta = round3(eta)
+					p.ETASeconds = &eta
+				}
+			}
+		}
+		if p.PartsDone < p.PartsTotal && p.Fraction >= 1 {
+			p.Fraction = 0.999 // the fleet's last parts are not done yet
 		}
 	} else {
 		p.fill(running, end.Sub(j.started))

@@ -98,7 +98,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // cold filter rebuild or compaction), which may take hours: quotactl waits
 // for them without a time limit. Ctrl-C stops waiting; the job goes on
 // (quotad logs its outcome).
-var jobCommands = map[string]bool{"migrate": true, "rebuild-filters": true, "compact-filters": true}
+var jobCommands = map[string]bool{"migrate": true, "rebuild-filters": true, "compact-filters": true, "jobs": true}
 
 // commandContext is the context a command runs in: 30 s, or until Ctrl-C
 // for a job.
@@ -158,9 +158,17 @@ func (e *apiError) Error() string {
 // error body as an *apiError). okStatus lists other statuses whose body is
 // an answer (429 for a check).
 func (c *client) do(ctx context.Context, method, path string, body io.Reader, out any, okStatus ...int) (int, error) {
+	return c.doWith(ctx, method, path, nil, body, out, okStatus...)
+}
+
+// doWith is do with extra request headers.
+func (c *client) doWith(ctx context.Context, method, path string, header http.Header, body io.Reader, out any, okStatus ...int) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.url, "/")+path, body)
 	if err != nil {
 		return 0, err
+	}
+	for k, vs := range header {
+		req.Header[k] = vs
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")

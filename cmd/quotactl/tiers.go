@@ -10,13 +10,14 @@ import (
 
 func init() {
 	commands["tiers"] = command{"cells and bytes per storage tier: tiers", runTiers}
-	commands["migrate"] = command{"run a migration cycle now and print what moved: migrate", runMigrate}
+	commands["migrate"] = command{"run a migration cycle now, its progress on stderr, and print what moved: migrate [--every 5s]", runMigrate}
 	commands["rebuild-filters"] = command{"put every cold cell back in its app's cold filter (after Redis lost data): rebuild-filters", runRebuildFilters}
 	commands["compact-filters"] = command{"rebuild each app's cold filter as one layer of its cells cold now: compact-filters", runCompactFilters}
 }
 
 func runCompactFilters(ctx context.Context, cl *client, args []string, stdout, stderr io.Writer) int {
-	if !noArgs("compact-filters", "compact-filters", cl, args, stderr) {
+	jf, ok := jobArgs("compact-filters", cl, args, stderr)
+	if !ok {
 		return 2
 	}
 	var rep struct {
@@ -28,9 +29,8 @@ func runCompactFilters(ctx context.Context, cl *client, args []string, stdout, s
 		BytesBefore int64 `json:"bytes_before"`
 		BytesAfter  int64 `json:"bytes_after"`
 	}
-	if _, err := cl.do(ctx, "POST", "/v1/admin/tiers/compact-filters", nil, &rep); err != nil {
-		fmt.Fprintln(stderr, "quotactl compact-filters:", err)
-		return 1
+	if code := runJob(ctx, cl, "compact-filters", "/v1/admin/tiers/compact-filters", jf, stderr, &rep); code != 0 {
+		return code
 	}
 	fmt.Fprintf(stdout, "%d of %d filters compacted: %s cells in %s bytes -> %s in %s\n", rep.Compacted, rep.Tags,
 		group(int64(rep.CellsBefore)), group(rep.BytesBefore), group(int64(rep.CellsAfter)), group(rep.BytesAfter))
@@ -41,15 +41,15 @@ func runCompactFilters(ctx context.Context, cl *client, args []string, stdout, s
 }
 
 func runRebuildFilters(ctx context.Context, cl *client, args []string, stdout, stderr io.Writer) int {
-	if !noArgs("rebuild-filters", "rebuild-filters", cl, args, stderr) {
+	jf, ok := jobArgs("rebuild-filters", cl, args, stderr)
+	if !ok {
 		return 2
 	}
 	var rep struct {
 		Cells int `json:"cells"`
 	}
-	if _, err := cl.do(ctx, "POST", "/v1/admin/tiers/rebuild-filters", nil, &rep); err != nil {
-		fmt.Fprintln(stderr, "quotactl rebuild-filters:", err)
-		return 1
+	if code := runJob(ctx, cl, "rebuild-filters", "/v1/admin/tiers/rebuild-filters", jf, stderr, &rep); code != 0 {
+		return code
 	}
 	fmt.Fprintf(stdout, "%d cold cells in their filters\n", rep.Cells)
 	return 0
@@ -135,7 +135,8 @@ func runTiers(ctx context.Context, cl *client, args []string, stdout, stderr io.
 }
 
 func runMigrate(ctx context.Context, cl *client, args []string, stdout, stderr io.Writer) int {
-	if !noArgs("migrate", "migrate", cl, args, stderr) {
+	jf, ok := jobArgs("migrate", cl, args, stderr)
+	if !ok {
 		return 2
 	}
 	var rep struct {
@@ -150,9 +151,8 @@ func runMigrate(ctx context.Context, cl *client, args []string, stdout, stderr i
 		Errors   []string       `json:"errors"`
 		Duration string         `json:"duration"`
 	}
-	if _, err := cl.do(ctx, "POST", "/v1/admin/migrate", nil, &rep); err != nil {
-		fmt.Fprintln(stderr, "quotactl migrate:", err)
-		return 1
+	if code := runJob(ctx, cl, "migrate", "/v1/admin/migrate", jf, stderr, &rep); code != 0 {
+		return code
 	}
 	fmt.Fprintf(stdout, "folded the activity of %d cells, scanned %d cells in %s; repaired %d, skipped %d, failures %d\n", rep.Folded, rep.Scanned, rep.Duration, rep.Repaired, rep.Skipped, rep.Failures)
 	dirs := make([]string, 0, len(rep.Moved))
@@ -174,4 +174,20 @@ func runMigrate(ctx context.Context, cl *client, args []string, stdout, stderr i
 		return 1
 	}
 	return 0
+}
+
+// jobArgs parses the flags of a command that waits for a job (it takes no
+// positional argument).
+func jobArgs(name string, cl *client, args []string, stderr io.Writer) (jobFlags, bool) {
+	var jf jobFlags
+	fs := newJobFlagSet(name, cl, &jf, stderr, name+" [--every 5s] [--url URL] [--token TOKEN]")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return jf, false
+	}
+	if len(pos) != 0 || jf.every <= 0 {
+		fs.Usage()
+		return jf, false
+	}
+	return jf, true
 }

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/quota-platform/quota/internal/testenv"
+)
+
+// cellsQuotad starts a quotad on shards of its own whose cycles scan at
+// most perSec cells a second, and calls it so that cell_activity holds
+// about 2 × checks cells (each check: one cell of each default rule).
+func cellsQuotad(t *testing.T, checks int, perSec int) *testenv.Quotad {
+	t.Helper()
+	_, dsn0 := testenv.MySQL(t)
+	_, dsn1 := testenv.MySQL(t)
+	q := testenv.StartQuotad(t,
+		"QUOTA_MYSQL_SHARDS="+dsn0+","+dsn1,
+		"QUOTA_REDIS_KEY_PREFIX=t:"+testenv.RandomHex(6)+":",
+		"QUOTA_ADMIN_TOKEN="+admin,
+		"QUOTA_MIGRATE_CELLS_PER_SEC="+strconv.Itoa(perSec),
+		"QUOTA_ANALYTICS=off",
+		"QUOTA_MIGRATE_MIN_WINDOW=0s", // the default rules' hourly cells have activity
+	)
+	for done := 0; done < checks; {
+		n := min(checks-done, 500)
+		var b strings.Builder
+		b.WriteString(`{"checks":[`)
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"app_id":"a%d","ip":"10.1.%d.%d","user_id":"u%d","interface_id":"i"}`, (done+i)%20, (done+i)/250, (done+i)%250, done+i)
+		}
+		b.WriteString(`]}`)
+		resp, err := http.Post(q.URL+"/v1/check/batch", "application/json", strings.NewReader(b.String()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("batch: %d %s", resp.StatusCode, body)
+		}
+		done += n
+	}
+	return q
+}
+
+var (
+	// plainLine is a progress line on a pipe: time, job, percentage or
+	// end state, figures.
+	plainLine  = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (migrate-\S+) (\d+\.\d%|done|failed) migrate: (\d+)/32 parts, ([\d,]+)(?:/[\d,]+\+?)? cells, [\d,]+ moved, [\d,]+/s, \S+ elapsed, ETA \S+$`)
+	barPercent = regexp.MustCompile(`(\d+)% \|`)
+	ansiOrCR   = regexp.MustCompile("\r|\x1b\\[")
+	reportLine = regexp.MustCompile(`scanned (\d+) cells in `)
+)
+
+// quotactl migrate shows the cycle's progress while it waits: on a pipe,
+// one plain line every --every, percentages growing to "done" and no
+// terminal control; on a pseudo-terminal, a bar redrawn in place up to
+// 100%. Either way the report follows on stdout, and the cells it says
+// were scanned are the ones the progress ended at.
+func TestQuotactlMigrate_ShowsProgressAsABarOnATerminalAndAsLinesOnAPipe(t *testing.T) {
+	t.Parallel()
+	const checks = 1200 // ~2,400 cells
+	q := cellsQuotad(t, checks, 500)
+	bin := testenv.Binary(t, "quotactl")
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T, cmd *exec.Cmd) (stdout, stderr string)
+		test func(t *testing.T, stderr string, scanned int)
+	}{
+		{"pipe", runOnPipes, checkPlainLines},
+		{"terminal", runOnPTY, checkBar},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(bin, "--url", q.URL, "--token", admin, "migrate", "--every", "500ms")
+			cmd.Env = append(os.Environ(), "TERM=xterm", "COLUMNS=160")
+			start := time.Now()
+			stdout, stderr := tc.run(t, cmd)
+			took := time.Since(start)
+			m := reportLine.FindStringSubmatch(stdout)
+			if m == nil {
+				t.Fatalf("no report on stdout:\n%s\nstderr:\n%q", stdout, stderr)
+			}
+			scanned, _ := strconv.Atoi(m[1])
+			if scanned < 2*checks || took < 2*time.Second {
+				t.Fatalf("cycle scanned %d cells in %s: want at least %d over seconds", scanned, took, 2*checks)
+			}
+			tc.test(t, stderr, scanned)
+		})
+	}
+}
+
+func runOnPipes(t *testing.T, cmd *exec.Cmd) (string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("quotactl migrate: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	return stdout.String(), stderr.String()
+}
+
+func runOnPTY(t *testing.T, cmd *exec.Cmd) (string, string) {
+	t.Helper()
+	// stderr on the terminal (the bar), stdout on a pipe (the report).
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 40, Cols: 160}); err != nil {
+		t.Fatal(err)
+	}
+	var stdout bytes.Buffer
+	cmd.Stdout, cmd.Stderr, cmd.Stdin = &stdout, tty, tty
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tty.Close()
+	var term bytes.Buffer
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, err := io.Copy(&term, ptmx)
+		var pe *os.PathError
+		if err != nil && !(errors.As(err, &pe) && errors.Is(pe.Err, syscall.EIO)) {
+			t.Errorf("reading the terminal: %v", err)
+		}
+	})
+	err = cmd.Wait()
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("quotactl migrate on a terminal: %v\n%q", err, term.String())
+	}
+	return stdout.String(), term.String()
+}
+
+func checkPlainLines(t *testing.T, stderr string, scanned int) {
+	t.Helper()
+	if ansiOrCR.MatchString(stderr) {
+		t.Errorf("terminal control on a pipe: %q", stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	last, lastScanned, running := -1.0, -1, 0
+	for i, l := range lines {
+		m := plainLine.FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("line %d is not a progress line: %q\nall:\n%s", i, l, stderr)
+		}
+		n, _ := strconv.Atoi(strings.ReplaceAll(m[4], ",", ""))
+		if n < lastScanned {
+			t.Errorf("line %d: %d cells scanned, fewer than before (%d)", i, n, lastScanned)
+		}
+		lastScanned = n
+		if i == len(lines)-1 {
+			if m[2] != "done" || m[3] != "32" || n != scanned {
+				t.Errorf("last line %q: want done, 32/32 parts and %d cells", l, scanned)
+			}
+			continue
+		}
+		pct, _ := strconv.ParseFloat(strings.TrimSuffix(m[2], "%"), 64)
+		if pct < last {
+			t.Errorf("line %d: %.1f%%, less than before (%.1f%%)", i, pct, last)
+		}
+		if pct > 0 && pct < 100 {
+			running++
+		}
+		last = pct
+	}
+	if running < 2 {
+		t.Errorf("%d lines between 0%% and 100%%, want at least 2 (one every 500ms over seconds):\n%s", running, stderr)
+	}
+	t.Logf("pipe:\n%s", stderr)
+}
+
+func checkBar(t *testing.T, term string, scanned int) {
+	t.Helper()
+	if !strings.Contains(term, "\r") {
+		t.Errorf("the bar is never redrawn in place (no carriage return): %q", term)
+	}
+	var pcts []int
+	for _, m := range barPercent.FindAllStringSubmatch(term, -1) {
+		p, _ := strconv.Atoi(m[1])
+		pcts = append(pcts, p)
+	}
+	mid := 0
+	for i, p := range pcts {
+		if i > 0 && p < pcts[i-1] {
+			t.Errorf("the bar went back from %d%% to %d%%", pcts[i-1], p)
+		}
+		if p > 0 && p < 100 {
+			mid++
+		}
+	}
+	if len(pcts) == 0 || pcts[len(pcts)-1] != 100 || mid < 2 {
+		t.Errorf("bar percentages %v: want several between 0 and 100, ending at 100", pcts)
+	}
+	if want := fmt.Sprintf("32/32 parts, %s/%s cells", group(int64(scanned)), group(int64(scanned))); !strings.Contains(term, want) {
+		t.Errorf("the finished bar lacks %q: %q", want, tail(term, 400))
+	}
+	t.Logf("terminal (last frame): %q", tail(term, 300))
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
