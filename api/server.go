@@ -64,6 +64,8 @@ type Deps struct {
 	// Tiers answers GET /v1/admin/tiers and POST /v1/admin/migrate; nil
 	// (tiering off) answers them 404.
 	Tiers TiersAdmin
+	// Status answers GET /v1/admin/status (quotactl status); nil: 404.
+	Status StatusSource
 }
 
 // SingleChecker decides one check.
@@ -116,6 +118,7 @@ func New(d Deps) *Server {
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{})))
 	s.analyticsRoutes(e)
 	s.tiersRoutes(e)
+	s.statusRoutes(e)
 	s.openAPIRoute(e)
 	return s
 }

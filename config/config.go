@@ -59,6 +59,7 @@ type Settings struct {
 	TTLJitter      time.Duration // QUOTA_TTL_JITTER: random extra TTL so keys of a window do not expire together
 	Coalesce       int           // QUOTA_COALESCE: checks batched into one Redis pipeline by this many senders; 0 = off
 	PprofListen    string        // QUOTA_PPROF_LISTEN: loopback host:port of net/http/pprof; "" (default) = off
+	AdvertiseURL   string        // QUOTA_ADVERTISE_URL: where the fleet and quotactl status reach this instance; "" (default) = http://QUOTA_LISTEN (an unspecified host: the hostname)
 	GCHeapFloorMB  int           // QUOTA_GC_HEAP_FLOOR_MB: the Go heap may grow to this many MiB before a collection (internal/gcfloor); 0 = GOGC alone
 	SchemaOnStart  SchemaOnStart // QUOTA_SCHEMA_ON_START: what serve does about a shard's schema before answering checks
 
@@ -233,6 +234,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.duration("QUOTA_TTL_JITTER", &s.TTLJitter)
 	r.integer("QUOTA_COALESCE", &s.Coalesce)
 	r.str("QUOTA_PPROF_LISTEN", &s.PprofListen)
+	r.str("QUOTA_ADVERTISE_URL", &s.AdvertiseURL)
 	r.integer("QUOTA_GC_HEAP_FLOOR_MB", &s.GCHeapFloorMB)
 	var so string
 	if r.str("QUOTA_SCHEMA_ON_START", &so) {
@@ -446,6 +448,11 @@ func (s Settings) Validate() error {
 	}
 	if s.NewTier != "hot" {
 		return fmt.Errorf("QUOTA_NEW_TIER %q: want hot (new cells start hot; warm and cold are no longer offered: unset it)", s.NewTier)
+	}
+	if s.AdvertiseURL != "" {
+		if u, err := url.Parse(s.AdvertiseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("QUOTA_ADVERTISE_URL %q: want an http(s) URL with a host, e.g. http://10.0.0.5:8080", s.AdvertiseURL)
+		}
 	}
 	if s.PprofListen != "" {
 		// Profiles expose internals and cost CPU, and the endpoint has no

@@ -52,7 +52,10 @@ const statsSample = 256
 func (m *Mover) Stats(ctx context.Context) (TierStats, error) {
 	st, err := m.countTiers(ctx)
 	if err == nil {
-		m.Metrics.counted(st, time.Now())
+		now := time.Now()
+		m.Metrics.counted(st, now)
+		// The fleet's status shows the last count (quotactl status).
+		err = m.saveCount(ctx, st, now)
 	}
 	return st, err
 }

@@ -230,6 +230,8 @@ func serve() error {
 		checks = co
 	}
 	ready := readiness(hot, dbs)
+	fm := joinFleet(s, rdb, dbs, lim, tiersAdmin, reg, log) // quotactl status (cmd/quotad/fleet.go)
+	defer fm.leave()
 	go probeDependencies(ctx, ready, metrics.NewDependencyUp(reg))
 	srv := api.New(api.Deps{
 		Settings:     s,
@@ -244,6 +246,7 @@ func serve() error {
 		Analytics:    stats,
 		Keys:         apps.New(dbs, nil),
 		Tiers:        tiersAdmin,
+		Status:       fm.source,
 	})
 	var h http.Handler = srv
 	if tp != nil {
@@ -263,7 +266,7 @@ func serve() error {
 			}
 		}()
 	}
-	err = listenAndServe(ctx, s, h, srv.StartDraining, rls, log)
+	err = listenAndServe(ctx, s, h, func() { srv.StartDraining(); fm.drain() }, rls, log)
 	// No check runs any more: write what analytics still holds.
 	stopAnalytics()
 	return err
