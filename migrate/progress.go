@@ -449,10 +449,8 @@ func (j *Job) View(now time.Time) JobView {
 			v.Fleet = &f
 			if f.Fraction > p.Fraction {
 				p.Fraction = f.Fraction
-				if eta := end.Sub(j.started).Seconds() * (1 - f.Fraction) / f.Fraction; f.Fraction < 1 {
-					eta = round3(eta)
-					p.ETASeconds = &eta
-				}
+				eta := round3(end.Sub(j.started).Seconds() * (1 - f.Fraction) / f.Fraction)
+				p.ETASeconds = &eta
 			}
 		}
 		if p.PartsDone < p.PartsTotal && p.Fraction >= 1 {

@@ -109,7 +109,9 @@ func Watch(ctx context.Context, out io.Writer, first migrate.JobView, fetch func
 			return v, err
 		}
 		v = nv
-		if bar != nil || v.State != "running" || o.now().Sub(lastLine) >= o.every() {
+		// Half a poll's slack: polls every Every would otherwise print
+		// every other one, a tick landing a hair early.
+		if bar != nil || v.State != "running" || o.now().Sub(lastLine) >= o.every()-o.poll()/2 {
 			show()
 			lastLine = o.now()
 		}
@@ -122,8 +124,18 @@ func Watch(ctx context.Context, out io.Writer, first migrate.JobView, fetch func
 }
 
 // Summary is the figures of a job, one line: what the bar shows beside it.
+//
+// A cycle's figures are the fleet's when it is known (every instance's
+// parts), this instance's share after them.
 func Summary(v migrate.JobView) string {
 	p := v.Progress
+	if f := v.Fleet; f != nil {
+		p = f.Progress
+		p.ETASeconds, p.Fraction = v.Progress.ETASeconds, v.Progress.Fraction
+		if v.State != "running" {
+			p.PartsRunning = 0
+		}
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %d/%d parts", v.Kind, p.PartsDone, p.PartsTotal)
 	cells := Group(p.CellsScanned)
@@ -136,7 +148,7 @@ func Summary(v migrate.JobView) string {
 	fmt.Fprintf(&b, ", %s cells, %s %s", cells, Group(p.CellsMoved), movedWord(v.Kind))
 	fmt.Fprintf(&b, ", %s/s, %s elapsed, ETA %s", Group(int64(p.CellsPerSecond+0.5)), Seconds(p.ElapsedSeconds), eta(p))
 	if f := v.Fleet; f != nil && len(f.Instances) > 1 {
-		fmt.Fprintf(&b, " (fleet: %d instances)", len(f.Instances))
+		fmt.Fprintf(&b, " (fleet of %d instances; this one: %d parts, %s cells)", len(f.Instances), v.Progress.PartsDone, Group(v.Progress.CellsScanned))
 	}
 	return b.String()
 }
