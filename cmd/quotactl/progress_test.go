@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -223,4 +224,85 @@ func tail(s string, n int) string {
 		return s
 	}
 	return s[len(s)-n:]
+}
+
+// lockedBuffer is a bytes.Buffer safe for a process's writes and the
+// test's reads at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Ctrl-C stops quotactl's waiting, not the job: quotactl exits 130 naming
+// the job, which runs on in quotad to its end.
+func TestQuotactlMigrate_CtrlCStopsTheWaitingNotTheJob(t *testing.T) {
+	t.Parallel()
+	q := cellsQuotad(t, 1000, 300) // ~2,000 cells: ~7 s
+	cmd := exec.Command(testenv.Binary(t, "quotactl"), "--url", q.URL, "--token", admin, "migrate", "--every", "200ms")
+	var stdout, stderr lockedBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !regexp.MustCompile(` [1-9]\d*\.\d% migrate:`).MatchString(stderr.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress within 30 s: %s", stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Fatalf("quotactl after Ctrl-C: %v, want exit status 130\n%s", err, stderr.String())
+	}
+	m := regexp.MustCompile(`stopped waiting; job (migrate-\S+) goes on`).FindStringSubmatch(stderr.String())
+	if m == nil || stdout.String() != "" {
+		t.Fatalf("stderr %q, stdout %q: want the job named and no report", stderr.String(), stdout.String())
+	}
+	for {
+		req, _ := http.NewRequest("GET", q.URL+"/v1/admin/jobs/"+m[1], nil)
+		req.Header.Set("Authorization", "Bearer "+admin)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var job struct {
+			State    string `json:"state"`
+			Progress struct {
+				PartsDone    int   `json:"parts_done"`
+				CellsScanned int64 `json:"cells_scanned"`
+			} `json:"progress"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&job)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if job.State == "done" {
+			if job.Progress.PartsDone != 32 || job.Progress.CellsScanned < 2000 {
+				t.Fatalf("job after Ctrl-C ended %+v: want every part and cell", job)
+			}
+			return
+		}
+		if job.State != "running" || time.Now().After(deadline) {
+			t.Fatalf("job after Ctrl-C: %+v", job)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
