@@ -65,6 +65,7 @@ type Status struct {
 	Redis         []Endpoint             `json:"redis,omitempty"`
 	RedisMode     string                 `json:"redis_mode,omitempty"` // single | cluster
 	MySQL         []Endpoint             `json:"mysql,omitempty"`
+	TieringOff    bool                   `json:"tiering_off,omitempty"`
 	Tiers         *migrate.TierCount     `json:"tiers,omitempty"`
 	TiersError    string                 `json:"tiers_error,omitempty"`
 	Cycle         *migrate.FleetProgress `json:"cycle,omitempty"`
@@ -122,6 +123,7 @@ func (s *Source) Status(ctx context.Context, scope string) Status {
 	})
 	wg.Go(func() { st.RedisMode, st.Redis = s.redisEndpoints(ctx) })
 	wg.Go(func() { st.MySQL = s.mysqlEndpoints(ctx) })
+	st.TieringOff = s.Tiers == nil
 	wg.Go(func() {
 		if s.Tiers == nil {
 			return

@@ -169,6 +169,8 @@ func (v View) Render(w io.Writer) {
 	tw.Flush()
 
 	switch tc := v.Fleet.Tiers; {
+	case v.Fleet.TieringOff:
+		fmt.Fprintln(w, "\nTIERS: tiering off (QUOTA_TIERING=off): every cell is hot")
 	case v.Fleet.TiersError != "":
 		fmt.Fprintf(w, "\nTIERS: unavailable: %s\n", v.Fleet.TiersError)
 	case tc == nil:
@@ -188,6 +190,8 @@ func (v View) Render(w io.Writer) {
 	}
 
 	switch c := v.Fleet.Cycle; {
+	case v.Fleet.TieringOff:
+		fmt.Fprintln(w, "\nCYCLE: none (tiering off)")
 	case v.Fleet.CycleError != "":
 		fmt.Fprintf(w, "\nCYCLE: unavailable: %s\n", v.Fleet.CycleError)
 	case c == nil:
