@@ -232,7 +232,7 @@ func serve() error {
 	ready := readiness(hot, dbs)
 	fm := joinFleet(s, rdb, dbs, lim, tiersAdmin, reg, log) // quotactl status (cmd/quotad/fleet.go)
 	defer fm.leave()
-	go probeDependencies(ctx, ready, metrics.NewDependencyUp(reg))
+	probeDependencies(ctx, ready, metrics.NewDependencyUp(reg))
 	srv := api.New(api.Deps{
 		Settings:     s,
 		Limiter:      lim,

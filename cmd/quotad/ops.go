@@ -84,7 +84,9 @@ func startTracing(s config.Settings, version string, log *slog.Logger) (trace.Tr
 // probeDependencies runs the readiness checks every 10 s until ctx ends and
 // exports each result as quota_dependency_up, so that an outage of one
 // MySQL shard or of Redis shows (and alerts) even between checks that
-// reach it.
+// reach it. The first probe runs before it returns (before quotad
+// serves): every dependency's series exists, and is true, from the first
+// scrape; the others run in the background.
 func probeDependencies(ctx context.Context, checks []api.ReadinessCheck, up *prometheus.GaugeVec) {
 	probe := func() {
 		for _, c := range checks {
@@ -99,7 +101,7 @@ func probeDependencies(ctx context.Context, checks []api.ReadinessCheck, up *pro
 		}
 	}
 	probe()
-	tick.Every(ctx, 10*time.Second, probe)
+	go tick.Every(ctx, 10*time.Second, probe)
 }
 
 // ruleNames are the names of set's rules (their quota_checks_total series
