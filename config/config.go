@@ -128,6 +128,11 @@ type Settings struct {
 
 	RulesStore string        // QUOTA_RULES_STORE: redis (default: the rules in force are shared through Redis) or file (each instance its own)
 	RulesPoll  time.Duration // QUOTA_RULES_POLL: how often an instance looks for a new version in the shared store (1s)
+	// TimeZone (QUOTA_TIMEZONE, an IANA name, default UTC) is where
+	// calendar windows (day, week, month), the analytics day and the cron
+	// schedules start at midnight. Location is it, loaded.
+	TimeZone string
+	Location *time.Location
 	Drain      time.Duration // QUOTA_DRAIN: on SIGTERM, /readyz answers 503 this long before the servers drain (5s)
 
 	Gateway // forward auth and rate-limit headers (gateway.go)
@@ -154,6 +159,8 @@ func Defaults() Settings {
 		RulesPath:     "deploy/rules.yaml",
 		RulesStore:    "redis",
 		RulesPoll:     time.Second,
+		TimeZone:      "UTC",
+		Location:      time.UTC,
 		Drain:         5 * time.Second,
 		FailMode:      FailOpen,
 		MaxInFlight:   4096,
@@ -220,6 +227,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	}
 	r.str("QUOTA_RULES_STORE", &s.RulesStore)
 	r.duration("QUOTA_RULES_POLL", &s.RulesPoll)
+	r.str("QUOTA_TIMEZONE", &s.TimeZone)
 	r.duration("QUOTA_DRAIN", &s.Drain)
 	r.list("QUOTA_MYSQL_SHARDS", &s.MySQLShards)
 	r.str("QUOTA_RULES", &s.RulesPath)
@@ -286,6 +294,11 @@ func Load(getenv func(string) string) (Settings, error) {
 	if clusterSet && !s.RedisCluster && len(s.RedisAddrs) > 1 && s.RedisSentinelMaster == "" {
 		return Settings{}, fmt.Errorf("QUOTA_REDIS_CLUSTER=off with %d QUOTA_REDIS_ADDRS: give one address, or several sentinels with QUOTA_REDIS_SENTINEL_MASTER", len(s.RedisAddrs))
 	}
+	loc, err := time.LoadLocation(s.TimeZone)
+	if err != nil || s.TimeZone == "" || s.TimeZone == "Local" {
+		return Settings{}, fmt.Errorf("QUOTA_TIMEZONE %q: want an IANA time zone name such as UTC, Asia/Shanghai or America/New_York", s.TimeZone)
+	}
+	s.Location = loc
 	if err := s.Validate(); err != nil {
 		return Settings{}, err
 	}

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+	_ "time/tzdata" // QUOTA_TIMEZONE on a host without /usr/share/zoneinfo
 
 	_ "github.com/go-sql-driver/mysql" // the "mysql" driver
 	"github.com/prometheus/client_golang/prometheus"
@@ -196,7 +197,7 @@ func serve() error {
 		// follow the replica's promotion (redisprobe.go).
 		store.WithPartitions(tiers.ClusterPartition(cc), clusterProbe(cc, s.RedisAddrs, redisPing(s)), s.RedisTimeout)
 	}
-	lim, err := limiter.New(store, clock.Real{}, set)
+	lim, err := limiter.New(store, clock.Real{}, set, limiter.InLocation(s.Location))
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.RulesPath, err)
 	}
@@ -209,6 +210,7 @@ func serve() error {
 	metrics.RegisterBuildInfo(reg, build.Version, build.Revision, build.GoVersion)
 	m.SetRulesVersion(set.Version)
 	rw := startRules(ctx, s, rdb, lim, m, log)
+	plans := startAppPlans(ctx, s, rdb, lim, log)
 	an, stopAnalytics, err := startAnalytics(s, dbs, reg, log)
 	if err != nil {
 		return err
@@ -243,6 +245,7 @@ func serve() error {
 		Analytics:    stats,
 		Keys:         apps.New(dbs, nil),
 		Tiers:        tiersAdmin,
+		AppPlans:     plans,
 	})
 	var h http.Handler = srv
 	if tp != nil {
@@ -299,7 +302,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 		return nil, nil, err
 	}
 	go an.Flusher.Run(context.Background()) // ended by an.Flusher.Close
-	cr := schedule.New(log)
+	cr := schedule.New(log, s.Location)
 	// Shutdown cancels a running rollup rather than wait for it: the seal
 	// of a finished day's per-user figures can take minutes, and a cancelled
 	// one loses nothing (each app's is one transaction; the next run resumes).
