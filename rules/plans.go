@@ -31,7 +31,7 @@ type LimitsSpec struct {
 func (s *LimitsSpec) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind == yaml.ScalarNode {
 		var v int64
-		if err := n.Decode(&v); err != nil {
+		if err := n.Decode(&v); err != nil || n.ShortTag() != "!!int" {
 			return fmt.Errorf("line %d: a plan's limit must be a positive integer or {limit, window} or {limits: [...]}", n.Line)
 		}
 		*s = LimitsSpec{Limit: v}
