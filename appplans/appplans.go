@@ -187,3 +187,35 @@ func (y *Syncer) Poll(ctx context.Context) {
 		y.Log.Info("plans store reachable again", "seq", y.seq)
 	}
 }
+
+// Shared changes plans and overrides for the admin API: each change is
+// written to the store (every instance follows within its poll) and put in
+// force on this instance before it returns.
+type Shared struct {
+	Store  *Store
+	Syncer *Syncer
+}
+
+// SetPlan puts app on plan everywhere.
+func (p *Shared) SetPlan(ctx context.Context, app, plan string) error {
+	if _, err := p.Store.SetPlan(ctx, app, plan); err != nil {
+		return err
+	}
+	return p.Syncer.Load(ctx)
+}
+
+// SetOverride replaces rule's limits for app everywhere.
+func (p *Shared) SetOverride(ctx context.Context, app, rule string, spec rules.LimitsSpec) error {
+	if _, err := p.Store.SetOverride(ctx, app, rule, spec); err != nil {
+		return err
+	}
+	return p.Syncer.Load(ctx)
+}
+
+// DeleteOverride removes app's override of rule everywhere.
+func (p *Shared) DeleteOverride(ctx context.Context, app, rule string) error {
+	if _, err := p.Store.DeleteOverride(ctx, app, rule); err != nil {
+		return err
+	}
+	return p.Syncer.Load(ctx)
+}

@@ -10,42 +10,12 @@ import (
 	"github.com/quota-platform/quota/appplans"
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/limiter"
-	"github.com/quota-platform/quota/rules"
 )
-
-// sharedPlans is api.AppPlans over the shared store: a change is written
-// to Redis (every instance follows within QUOTA_RULES_POLL) and put in
-// force here before the answer.
-type sharedPlans struct {
-	store *appplans.Store
-	sync  *appplans.Syncer
-}
-
-func (p *sharedPlans) SetPlan(ctx context.Context, app, plan string) error {
-	if _, err := p.store.SetPlan(ctx, app, plan); err != nil {
-		return err
-	}
-	return p.sync.Load(ctx)
-}
-
-func (p *sharedPlans) SetOverride(ctx context.Context, app, rule string, spec rules.LimitsSpec) error {
-	if _, err := p.store.SetOverride(ctx, app, rule, spec); err != nil {
-		return err
-	}
-	return p.sync.Load(ctx)
-}
-
-func (p *sharedPlans) DeleteOverride(ctx context.Context, app, rule string) error {
-	if _, err := p.store.DeleteOverride(ctx, app, rule); err != nil {
-		return err
-	}
-	return p.sync.Load(ctx)
-}
 
 // startAppPlans loads the apps' plans and overrides from the shared store
 // and follows it every QUOTA_RULES_POLL. With Redis down at start-up every
 // app starts on the default plan until the store answers.
-func startAppPlans(ctx context.Context, s config.Settings, rdb redis.UniversalClient, lim *limiter.Limiter, log *slog.Logger) *sharedPlans {
+func startAppPlans(ctx context.Context, s config.Settings, rdb redis.UniversalClient, lim *limiter.Limiter, log *slog.Logger) *appplans.Shared {
 	store := appplans.NewStore(rdb, s.RedisKeyPrefix)
 	y := &appplans.Syncer{Store: store, Apply: lim.SetAssignments, Log: log}
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -54,5 +24,5 @@ func startAppPlans(ctx context.Context, s config.Settings, rdb redis.UniversalCl
 	}
 	cancel()
 	go y.Run(ctx, s.RulesPoll)
-	return &sharedPlans{store: store, sync: y}
+	return &appplans.Shared{Store: store, Syncer: y}
 }
