@@ -133,7 +133,7 @@ type Settings struct {
 	// schedules start at midnight. Location is it, loaded.
 	TimeZone string
 	Location *time.Location
-	Drain      time.Duration // QUOTA_DRAIN: on SIGTERM, /readyz answers 503 this long before the servers drain (5s)
+	Drain    time.Duration // QUOTA_DRAIN: on SIGTERM, /readyz answers 503 this long before the servers drain (5s)
 
 	Gateway // forward auth and rate-limit headers (gateway.go)
 	// Operations.
