@@ -141,6 +141,9 @@ func TestLoad_InvalidSettingsGiveOneClearLine(t *testing.T) {
 		{map[string]string{"QUOTA_TIMEZONE": "Mars/Olympus_Mons"}, "QUOTA_TIMEZONE"},
 		{map[string]string{"QUOTA_TIMEZONE": "Local"}, "QUOTA_TIMEZONE"},
 		{map[string]string{"QUOTA_TIMEZONE": "+08:00"}, "QUOTA_TIMEZONE"},
+		{map[string]string{"QUOTA_WEBHOOK_URL": "ftp://x/hook", "QUOTA_WEBHOOK_SECRET": "0123456789abcdef"}, "QUOTA_WEBHOOK_URL"},
+		{map[string]string{"QUOTA_WEBHOOK_URL": "https://x/hook"}, "QUOTA_WEBHOOK_SECRET"},
+		{map[string]string{"QUOTA_WEBHOOK_SECRET": "0123456789abcdef"}, "QUOTA_WEBHOOK_URL"},
 	}
 	for _, tc := range cases {
 		_, err := config.Load(envOf(tc.env))

@@ -72,7 +72,10 @@ type Limiter struct {
 	store tiers.Store
 	clock clock.Clock
 	loc   *time.Location // of calendar windows (QUOTA_TIMEZONE)
-	rules atomic.Pointer[compiledSet]
+	// watcher, when set, is told of apps' calendar quotas crossing 80 %
+	// and 100 % (thresholds.go).
+	watcher QuotaWatcher
+	rules   atomic.Pointer[compiledSet]
 
 	// mu orders SetRules and SetAssignments, which compile both together.
 	mu          sync.Mutex
@@ -230,6 +233,7 @@ func (l *Limiter) Check(ctx context.Context, req *Request) (Decision, error) {
 		if err := l.store.Check(ctx, now, []*tiers.Op{op}); err != nil {
 			return Decision{}, fmt.Errorf("check: %w", err)
 		}
+		l.tellCrossings(op, owners, now)
 	}
 	return decision(op, owners), nil
 }
@@ -297,6 +301,7 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 			deliver(i, Decision{}, fmt.Errorf("check: %w", err))
 			return
 		}
+		l.tellCrossings(ops[i], owners[i], now)
 		deliver(i, decision(ops[i], owners[i]), nil)
 	})
 }
@@ -305,6 +310,7 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 type entryOwner struct {
 	name  string
 	limit rules.Limit
+	app   string // the app, when the limit is its calendar quota (thresholds.go)
 }
 
 // inlineCells is how many cells an op holds before its slices grow: the
@@ -378,7 +384,11 @@ func buildOp(set *compiledSet, req *Request, now time.Time, loc *time.Location) 
 				cell.Key = tiers.CounterKeyOf(cr.rule.Name, vals, int64(cell.Window/time.Second), 0)
 			}
 			op.Cells = append(op.Cells, cell)
-			owners = append(owners, entryOwner{name: cr.rule.Name, limit: lim})
+			owner := entryOwner{name: cr.rule.Name, limit: lim}
+			if cr.watched(lim) {
+				owner.app = app
+			}
+			owners = append(owners, owner)
 		}
 	}
 	if len(op.Cells) <= inlineCells {

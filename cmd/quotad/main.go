@@ -31,6 +31,7 @@ import (
 	"github.com/quota-platform/quota/internal/version"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
+	"github.com/quota-platform/quota/notify"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/schedule"
 	sqlschema "github.com/quota-platform/quota/sql"
@@ -197,7 +198,10 @@ func serve() error {
 		// follow the replica's promotion (redisprobe.go).
 		store.WithPartitions(tiers.ClusterPartition(cc), clusterProbe(cc, s.RedisAddrs, redisPing(s)), s.RedisTimeout)
 	}
-	lim, err := limiter.New(store, clock.Real{}, set, limiter.InLocation(s.Location))
+	// Near-quota signals: series always, the webhook when set (notify).
+	nearQuota := notify.New(notify.Options{URL: s.WebhookURL, Secret: s.WebhookSecret, Redis: rdb, Prefix: s.RedisKeyPrefix, Registerer: reg, Log: log})
+	go nearQuota.Run(ctx)
+	lim, err := limiter.New(store, clock.Real{}, set, limiter.InLocation(s.Location), limiter.WithQuotaWatcher(nearQuota))
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.RulesPath, err)
 	}
