@@ -138,7 +138,7 @@ type Settings struct {
 	// (QUOTA_WEBHOOK_SECRET, required with it) signs each body.
 	WebhookURL    string
 	WebhookSecret string
-	Drain    time.Duration // QUOTA_DRAIN: on SIGTERM, /readyz answers 503 this long before the servers drain (5s)
+	Drain         time.Duration // QUOTA_DRAIN: on SIGTERM, /readyz answers 503 this long before the servers drain (5s)
 
 	Gateway // forward auth and rate-limit headers (gateway.go)
 	// Operations.
