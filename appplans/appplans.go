@@ -28,7 +28,8 @@ import (
 // reached: nothing changed anywhere.
 var ErrUnavailable = errors.New("the shared plans store (Redis) is unreachable")
 
-// Field prefixes of the hash: an app's plan, an override of one rule.
+// Field prefixes of the hash: an app's plan ("p:" app), an override of one
+// rule ("o:" rule ":" app: a rule name has no ':', an app id may).
 const (
 	planField     = "p:"
 	overrideField = "o:"
@@ -68,12 +69,12 @@ func (s *Store) SetOverride(ctx context.Context, app, rule string, spec rules.Li
 	if err != nil {
 		return 0, fmt.Errorf("override: %w", err)
 	}
-	return s.write(ctx, overrideField+app+"\x00"+rule, string(b))
+	return s.write(ctx, overrideKey(app, rule), string(b))
 }
 
 // DeleteOverride gives app rule's limits of its plan again.
 func (s *Store) DeleteOverride(ctx context.Context, app, rule string) (int64, error) {
-	return s.write(ctx, overrideField+app+"\x00"+rule, "")
+	return s.write(ctx, overrideKey(app, rule), "")
 }
 
 func (s *Store) write(ctx context.Context, field, value string) (int64, error) {
@@ -111,7 +112,7 @@ func (s *Store) Get(ctx context.Context) (a *rules.Assignments, bad []string, er
 		case strings.HasPrefix(f, planField):
 			a.Plans[f[len(planField):]] = v
 		case strings.HasPrefix(f, overrideField):
-			app, rule, ok := strings.Cut(f[len(overrideField):], "\x00")
+			rule, app, ok := strings.Cut(f[len(overrideField):], ":")
 			var spec rules.LimitsSpec
 			if !ok || json.Unmarshal([]byte(v), &spec) != nil {
 				bad = append(bad, f)
@@ -219,3 +220,5 @@ func (p *Shared) DeleteOverride(ctx context.Context, app, rule string) error {
 	}
 	return p.Syncer.Load(ctx)
 }
+
+func overrideKey(app, rule string) string { return overrideField + rule + ":" + app }

@@ -2,7 +2,7 @@
 -- sequence every instance polls, atomically.
 --
 -- KEYS[1]  the assignments hash (prefix .. "appplans")
--- ARGV[1]  the field: "p:" .. app (its plan) or "o:" .. app .. "\0" .. rule
+-- ARGV[1]  the field: "p:" .. app (its plan) or "o:" .. rule .. ":" .. app
 --          (an override, as JSON)
 -- ARGV[2]  the new value; '' deletes the field
 --
