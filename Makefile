@@ -107,6 +107,7 @@ bench-analytics-servers: services
 .PHONY: bench-plans
 bench-plans: schema
 	ROUNDS=$${ROUNDS:-4} bash bench/plans.sh
+	$(GO) test -run '^$$' -bench BuildOp -benchtime 200000x -count 5 ./limiter/
 
 # A monthly quota over 1,000,000 identities each calling once, then one
 # migration cycle: Redis bytes per identity, cells moved a second, counts
