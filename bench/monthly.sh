@@ -4,8 +4,9 @@
 # POST /v1/check/batch (500 a batch), then one migration cycle (POST
 # /v1/admin/migrate). Prints Redis bytes per identity after the calls and
 # after the cycle (INFO used_memory of a private redis-server, slope over
-# the identities), the cycle's cells moved per second, and a sample of dry
-# runs that must each show limit - 1 left.
+# the identities), the cycle's cells moved per second, and the usage of a
+# sample (GET /v1/apps/{app}/usage), each of which must show 1 used and
+# limit - 1 left.
 #
 # The cycle runs minutes after the calls, where the daily one runs hours
 # after them: a cell called once is averaged over the hours since its
@@ -63,9 +64,9 @@ awk -v m0="$m0" -v m1="$m1" -v m2="$m2" -v n="$N" 'BEGIN {
 echo "$cycle" | jq -r --argjson n "$N" '"cells moved a second: \(((.moved // {}) | to_entries | map(.value) | add // 0) / (.duration | sub("ms$"; "") | if endswith("s") then (sub("s$"; "") | tonumber) else (tonumber / 1000) end) | floor)"' 2>/dev/null || true
 bad=0; declare -A tiers=()
 for i in $(shuf -i 0-$((N - 1)) -n 200); do
-	r=$(curl -s -H 'Content-Type: application/json' -d "{\"app_id\":\"a$((i % APPS))\",\"user_id\":\"u$i\",\"dry_run\":true}" "$LISTEN/v1/check")
-	[[ $(jq -r '.rules[0].remaining' <<<"$r") == 999 ]] || { bad=$((bad + 1)); echo "sample u$i: $r"; }
-	tiers[$(jq -r '.rules[0].tier' <<<"$r")]+=x
+	r=$(curl -s -H "Authorization: Bearer $TOKEN" "$LISTEN/v1/apps/a$((i % APPS))/usage?user_id=u$i")
+	[[ $(jq -r '"\(.limits[0].used) \(.limits[0].remaining)"' <<<"$r") == "1 999" ]] || { bad=$((bad + 1)); echo "sample u$i: $r"; }
+	tiers[$(jq -r '.limits[0].tier' <<<"$r")]+=x
 done
-echo "dry runs of 200 sampled identities: $((200 - bad)) show limit - 1 (999) left; tiers: $(for t in "${!tiers[@]}"; do printf '%s=%d ' "$t" "${#tiers[$t]}"; done)"
+echo "usage of 200 sampled identities (counting nothing): $((200 - bad)) show 1 used, limit - 1 (999) left; tiers: $(for t in "${!tiers[@]}"; do printf '%s=%d ' "$t" "${#tiers[$t]}"; done)"
 ((bad == 0))
