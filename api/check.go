@@ -277,7 +277,11 @@ func (s *Server) getRules(c echo.Context) error {
 }
 
 func rulesBody(set *rules.Set) map[string]any {
-	return map[string]any{"version": set.Version, "rules": set.Rules}
+	body := map[string]any{"version": set.Version, "rules": set.Rules}
+	if len(set.Plans) > 0 {
+		body["plans"] = set.Plans
+	}
+	return body
 }
 
 func (s *Server) putRules(c echo.Context) error {
@@ -289,6 +293,9 @@ func (s *Server) putRules(c echo.Context) error {
 	release()
 	if err == nil {
 		err = s.deps.Limiter.CheckRules(set)
+	}
+	if err == nil {
+		err = plansStillAssigned(set, s.deps.Limiter.Assignments())
 	}
 	if err != nil {
 		s.deps.Metrics.RulesReloads.WithLabelValues("error").Inc()

@@ -66,6 +66,10 @@ type Deps struct {
 	Tiers TiersAdmin
 	// Status answers GET /v1/admin/status (quotactl status); nil: 404.
 	Status StatusSource
+	// AppPlans changes apps' plans and overrides (the admin API); nil
+	// answers those paths 404. GET /v1/apps/{app_id}/usage needs only the
+	// Limiter.
+	AppPlans AppPlans
 }
 
 // SingleChecker decides one check.
@@ -119,6 +123,7 @@ func New(d Deps) *Server {
 	s.analyticsRoutes(e)
 	s.tiersRoutes(e)
 	s.statusRoutes(e)
+	s.planRoutes(e)
 	s.openAPIRoute(e)
 	return s
 }

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+	_ "time/tzdata" // QUOTA_TIMEZONE on a host without /usr/share/zoneinfo
 
 	_ "github.com/go-sql-driver/mysql" // the "mysql" driver
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,7 @@ import (
 	"github.com/quota-platform/quota/internal/version"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
+	"github.com/quota-platform/quota/notify"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/schedule"
 	sqlschema "github.com/quota-platform/quota/sql"
@@ -196,7 +198,10 @@ func serve() error {
 		// follow the replica's promotion (redisprobe.go).
 		store.WithPartitions(tiers.ClusterPartition(cc), clusterProbe(cc, s.RedisAddrs, redisPing(s)), s.RedisTimeout)
 	}
-	lim, err := limiter.New(store, clock.Real{}, set)
+	// Near-quota signals: series always, the webhook when set (notify).
+	nearQuota := notify.New(notify.Options{URL: s.WebhookURL, Secret: s.WebhookSecret, Redis: rdb, Prefix: s.RedisKeyPrefix, Registerer: reg, Log: log})
+	go nearQuota.Run(ctx)
+	lim, err := limiter.New(store, clock.Real{}, set, limiter.InLocation(s.Location), limiter.WithQuotaWatcher(nearQuota))
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.RulesPath, err)
 	}
@@ -210,6 +215,7 @@ func serve() error {
 	m.SetRulesVersion(set.Version)
 	rw := startRules(ctx, s, rdb, lim, m, log)
 	m.ZeroChecks(ruleNames(lim.Rules()))
+	plans := startAppPlans(ctx, s, rdb, lim, log)
 	an, stopAnalytics, err := startAnalytics(s, dbs, reg, log)
 	if err != nil {
 		return err
@@ -247,6 +253,7 @@ func serve() error {
 		Keys:         apps.New(dbs, nil),
 		Tiers:        tiersAdmin,
 		Status:       fm.source,
+		AppPlans:     plans,
 	})
 	var h http.Handler = srv
 	if tp != nil {
@@ -303,7 +310,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 		return nil, nil, err
 	}
 	go an.Flusher.Run(context.Background()) // ended by an.Flusher.Close
-	cr := schedule.New(log)
+	cr := schedule.New(log, s.Location)
 	// Shutdown cancels a running rollup rather than wait for it: the seal
 	// of a finished day's per-user figures can take minutes, and a cancelled
 	// one loses nothing (each app's is one transaction; the next run resumes).
