@@ -9,6 +9,10 @@
 //	rules versions --instances A,B    each instance's rules version (exit 1 if they differ)
 //	check KEY=VALUE…                  one limit check (dimensions as key=value)
 //	plans show|set|override|unoverride|usage APP …   apps' plans, overrides and usage
+//	status [--json]                   the fleet on one screen (instances, Redis, MySQL, tiers, cycle, analytics)
+//	migrate | rebuild-filters | compact-filters [--every 5s]
+//	                                  run a long job, its progress on stderr (Ctrl-C stops the waiting, not the job)
+//	jobs [ID] [--wait]                an instance's long jobs, or one of them
 //
 // Global flags (also accepted after the command): --url (QUOTA_URL, default
 // http://127.0.0.1:8080) and --token (QUOTA_TOKEN, else QUOTA_ADMIN_TOKEN).
