@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -86,19 +87,25 @@ func startTracing(s config.Settings, version string, log *slog.Logger) (trace.Tr
 // MySQL shard or of Redis shows (and alerts) even between checks that
 // reach it. The first probe runs before it returns (before quotad
 // serves): every dependency's series exists, and is true, from the first
-// scrape; the others run in the background.
+// scrape; the others run in the background. The dependencies are probed
+// at once, so a start with some down waits one probe's timeout (2 s), not
+// one per dependency.
 func probeDependencies(ctx context.Context, checks []api.ReadinessCheck, up *prometheus.GaugeVec) {
 	probe := func() {
+		var wg sync.WaitGroup
 		for _, c := range checks {
-			pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			err := c.Check(pctx)
-			cancel()
-			v := 1.0
-			if err != nil {
-				v = 0
-			}
-			up.WithLabelValues(c.Name).Set(v)
+			wg.Go(func() {
+				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				err := c.Check(pctx)
+				cancel()
+				v := 1.0
+				if err != nil {
+					v = 0
+				}
+				up.WithLabelValues(c.Name).Set(v)
+			})
 		}
+		wg.Wait()
 	}
 	probe()
 	go tick.Every(ctx, 10*time.Second, probe)
