@@ -307,8 +307,8 @@ var jobKinds = []string{KindMigrate, KindRebuild, KindCompact}
 
 // Job is one run of a long job on this instance.
 type Job struct {
-	id, kind, trigger, instance string
-	started                     time.Time
+	id, kind, trigger, instance, url string
+	started                          time.Time
 
 	mu       sync.Mutex
 	ended    time.Time
@@ -328,10 +328,14 @@ type Job struct {
 
 // JobView is a job as the admin API answers it (GET /v1/admin/jobs/{id}).
 type JobView struct {
-	ID        string     `json:"id"`
-	Kind      string     `json:"kind"`    // migrate | rebuild-filters | compact-filters
-	Trigger   string     `json:"trigger"` // api | schedule
-	Instance  string     `json:"instance"`
+	ID       string `json:"id"`
+	Kind     string `json:"kind"`    // migrate | rebuild-filters | compact-filters
+	Trigger  string `json:"trigger"` // api | schedule
+	Instance string `json:"instance"`
+	// URL is the instance's own address (QUOTA_ADVERTISE_URL): a job is
+	// kept by the instance that runs it, so behind a load balancer it is
+	// polled there.
+	URL       string     `json:"url,omitempty"`
 	State     string     `json:"state"` // running | done | failed
 	StartedAt time.Time  `json:"started_at"`
 	EndedAt   *time.Time `json:"ended_at,omitempty"`
@@ -412,7 +416,7 @@ func (j *Job) end(result any, err error, at time.Time) {
 func (j *Job) View(now time.Time) JobView {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	v := JobView{ID: j.id, Kind: j.kind, Trigger: j.trigger, Instance: j.instance, State: "running",
+	v := JobView{ID: j.id, Kind: j.kind, Trigger: j.trigger, Instance: j.instance, URL: j.url, State: "running",
 		StartedAt: j.started.UTC(), Cycle: j.cycle, Result: j.result}
 	p := Progress{PartsDone: j.done, PartsTotal: j.total, CellsScanned: j.scanned, CellsMoved: j.moved, CellsTotal: j.cells}
 	running, counted := 0.0, j.counted
@@ -468,6 +472,7 @@ func (j *Job) View(now time.Time) JobView {
 // progress (quota_job_*), every kind's series present from the start.
 type Jobs struct {
 	Instance string           // the instance's name in job views (Worker.Name)
+	URL      string           // the instance's address in job views (JobView.URL)
 	Now      func() time.Time // nil: time.Now
 	mu       sync.Mutex       // guards seq and all
 	seq      int
@@ -496,7 +501,7 @@ func (js *Jobs) start(kind, trigger string) *Job {
 	js.seq++
 	now := js.now()
 	j := &Job{id: kind + "-" + strconv.FormatInt(now.UnixMilli(), 36) + "-" + strconv.Itoa(js.seq),
-		kind: kind, trigger: trigger, instance: js.Instance, started: now}
+		kind: kind, trigger: trigger, instance: js.Instance, url: js.URL, started: now}
 	js.all = append(js.all, j)
 	if len(js.all) > keepJobs {
 		for i, old := range js.all {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/quota-platform/quota/internal/jobwatch"
@@ -87,9 +88,18 @@ func runJob(ctx context.Context, cl *client, name, path string, jf jobFlags, std
 // watchJob polls job until it ends, its progress on stderr; Ctrl-C stops
 // the waiting (status 130), not the job.
 func watchJob(ctx context.Context, cl *client, name string, job migrate.JobView, jf jobFlags, stderr io.Writer) (migrate.JobView, int) {
+	base := cl
 	fetch := func(ctx context.Context) (migrate.JobView, error) {
 		var v migrate.JobView
-		_, err := cl.do(ctx, "GET", "/v1/admin/jobs/"+url.PathEscape(job.ID), nil, &v)
+		path := "/v1/admin/jobs/" + url.PathEscape(job.ID)
+		_, err := base.do(ctx, "GET", path, nil, &v)
+		// Behind a load balancer the poll may reach another instance,
+		// which does not keep the job: ask the one that runs it.
+		var ae *apiError
+		if errors.As(err, &ae) && ae.Code == "job_not_found" && job.URL != "" && strings.TrimRight(job.URL, "/") != strings.TrimRight(base.url, "/") {
+			base = &client{url: job.URL, token: cl.token}
+			_, err = base.do(ctx, "GET", path, nil, &v)
+		}
 		return v, err
 	}
 	v, err := jobwatch.Watch(ctx, stderr, job, fetch, jobwatch.Options{Terminal: jobwatch.IsTerminal(stderr), Every: jf.every})

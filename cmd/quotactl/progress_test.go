@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
@@ -304,5 +307,42 @@ func TestQuotactlMigrate_CtrlCStopsTheWaitingNotTheJob(t *testing.T) {
 			t.Fatalf("job after Ctrl-C: %+v", job)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Behind a load balancer, a poll of the job that reaches another instance
+// (which does not keep it) is sent to the instance that runs the job, by
+// the address its job names: quotactl migrate through a round-robin
+// proxy over two instances waits for the job to its end.
+func TestQuotactlMigrate_ThroughALoadBalancerPollsTheInstanceThatRunsTheJob(t *testing.T) {
+	t.Parallel()
+	_, dsn0 := testenv.MySQL(t)
+	_, dsn1 := testenv.MySQL(t)
+	env := []string{"QUOTA_MYSQL_SHARDS=" + dsn0 + "," + dsn1, "QUOTA_REDIS_KEY_PREFIX=t:" + testenv.RandomHex(6) + ":",
+		"QUOTA_ADMIN_TOKEN=" + admin, "QUOTA_ANALYTICS=off"}
+	qs := []*testenv.Quotad{testenv.StartQuotad(t, env...), testenv.StartQuotad(t, env...)}
+	var mu sync.Mutex
+	next, hits := 0, map[string]int{}
+	lb := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		q := qs[next%len(qs)]
+		next++
+		hits[q.URL]++
+		mu.Unlock()
+		target, _ := url.Parse(q.URL)
+		httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, r)
+	}))
+	defer lb.Close()
+	var out, errb bytes.Buffer
+	if code := run([]string{"--url", lb.URL, "--token", admin, "migrate", "--every", "300ms"}, &out, &errb); code != 0 {
+		t.Fatalf("migrate through the balancer: %d\n%s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "scanned 0 cells") || !strings.Contains(errb.String(), " done migrate: 32/32 parts") {
+		t.Fatalf("stdout %q, stderr %q: want the report and the job done", out.String(), errb.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if hits[qs[1].URL] == 0 {
+		t.Fatalf("the balancer sent nothing to the second instance (%v): the test proves nothing", hits)
 	}
 }

@@ -67,7 +67,7 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 			CellsPerSecond: s.MigrateCellsPerSec,
 		},
 	}
-	w.Jobs = &migrate.Jobs{Instance: w.Name}
+	w.Jobs = &migrate.Jobs{Instance: w.Name, URL: advertiseURL(s)}
 	reg.MustRegister(w.Jobs) // quota_job_*: the progress of long jobs
 	router.Observe = w.Observe
 	stopWorker, err := w.Start(context.Background())
