@@ -298,6 +298,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 		HoldOpenMinute:   s.AnalyticsHoldMinute,
 		HLLDenseAt:       cmp.Or(s.AnalyticsHLLDenseAt, -1), // 0: never
 		IfaceUsersEvery:  s.AnalyticsIfaceUsersEvery,
+		Location:         s.Location,
 		Registerer:       reg,
 		Log:              log,
 	})
