@@ -196,7 +196,11 @@ func serve() error {
 		// follow the replica's promotion (redisprobe.go).
 		store.WithPartitions(tiers.ClusterPartition(cc), clusterProbe(cc, s.RedisAddrs, redisPing(s)), s.RedisTimeout)
 	}
-	lim, err := limiter.New(store, clock.Real{}, set)
+	clk, err := decisionClock(os.Getenv)
+	if err != nil {
+		return err
+	}
+	lim, err := limiter.New(store, clk, set)
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.RulesPath, err)
 	}
