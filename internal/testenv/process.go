@@ -53,6 +53,19 @@ func StartRedis(t testing.TB) *RedisProcess {
 	return p
 }
 
+// StartRedisWith is StartRedis with extra redis-server options (e.g.
+// "--appendonly", "yes", "--dir", dir: a restart then loads the AOF).
+func StartRedisWith(t testing.TB, args ...string) *RedisProcess {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redis-server not installed: %v (run deploy/ensure-services.sh)", err)
+	}
+	p := &RedisProcess{t: t, Port: FreePort(t), args: args}
+	p.Start()
+	t.Cleanup(p.Kill)
+	return p
+}
+
 // Start (re)starts the server on its port and waits until it answers.
 func (p *RedisProcess) Start() {
 	p.t.Helper()
