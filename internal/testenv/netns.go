@@ -173,7 +173,8 @@ func (h *Host) SetLink(up bool) error {
 // options (e.g. cluster mode, AOF); it is killed by PID when the test ends.
 func (h *Host) StartRedis(t testing.TB, args ...string) *RedisProcess {
 	t.Helper()
-	p := &RedisProcess{t: t, Port: 6379, host: h.IP, wrap: h.Wrap(), args: args}
+	// Not loopback: protected mode would refuse every other host.
+	p := &RedisProcess{t: t, Port: 6379, host: h.IP, wrap: h.Wrap(), args: append([]string{"--protected-mode", "no"}, args...)}
 	p.Start()
 	t.Cleanup(p.Kill)
 	return p
