@@ -81,6 +81,9 @@ type HotStore struct {
 	// look up their tier: each such cell carries its warm bucket field, and
 	// the script answers "not here" for a cell found elsewhere.
 	dir *WarmStore
+	// wait: a call's count is final once this many replicas hold it
+	// (hot_wait.go); zero: off.
+	wait waitOptions
 }
 
 // HotOptions configures a HotStore.
@@ -91,6 +94,12 @@ type HotOptions struct {
 	// tag. It is forced on for a Redis Cluster client (a multi-key script
 	// must stay in one slot); on a single Redis one call holds every cell.
 	SplitBySlot bool
+	// WaitReplicas, when > 0, makes a call's count final only once that
+	// many replicas acknowledge it within WaitTimeout (WAIT in the call's
+	// pipeline, hot_wait.go); a call they do not acknowledge fails as
+	// ErrUnavailable, so the fail mode answers it.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 }
 
 // NewHotStore returns a hot store over rdb.
@@ -103,6 +112,7 @@ func NewHotStore(rdb redis.UniversalClient, o HotOptions) *HotStore {
 		prefix:      o.Prefix,
 		jitter:      o.Jitter,
 		splitBySlot: o.SplitBySlot || cluster,
+		wait:        waitOptions{replicas: int64(o.WaitReplicas), timeout: o.WaitTimeout},
 	}
 }
 
@@ -363,7 +373,11 @@ func (s *HotStore) runEach(ctx context.Context, now time.Time, calls []call) err
 			}
 		}
 	}
-	if len(calls) == 1 {
+	if s.wait.replicas > 0 {
+		if err := s.runWaited(ctx, now, calls); err != nil {
+			return err
+		}
+	} else if len(calls) == 1 {
 		sc, keys, args := s.request(&calls[0], now)
 		calls[0].cmd = sc.Run(ctx, s.rdb, keys, args...)
 	} else if err := s.runPipelined(ctx, now, calls, true); err != nil {

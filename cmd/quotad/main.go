@@ -173,7 +173,8 @@ func serve() error {
 	if err := prepareSchema(ctx, s, dbs, log); err != nil {
 		return err
 	}
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter})
+	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter,
+		WaitReplicas: s.RedisWaitReplicas, WaitTimeout: s.RedisWaitTimeout})
 	reg := prometheus.NewRegistry()
 	// With QUOTA_TIERING=on (the default) checks go through the tier router and
 	// the migration worker runs (cmd/quotad/tiering.go).
