@@ -18,8 +18,10 @@ import (
 // master unreachable for longer is failed over to its replica.
 const nodeTimeout = 3 * time.Second
 
-// partitionFleet is a Redis Cluster of 3 masters and 3 replicas and two
-// quotad, each process in a network namespace of its own on one bridge.
+// partitionFleet is a Redis Cluster of 3 masters and 3 replicas and
+// quotad instances (two unless told: one per element of quotadEnv, each
+// with those extra settings), each process in a network namespace of its
+// own on one bridge.
 type partitionFleet struct {
 	net      *testenv.Net
 	masters  []*testenv.ClusterNode
@@ -29,7 +31,7 @@ type partitionFleet struct {
 	urls     []string
 }
 
-func newPartitionFleet(t *testing.T, rules string, env ...string) *partitionFleet {
+func newPartitionFleet(t *testing.T, rules string, quotadEnv ...[]string) *partitionFleet {
 	t.Helper()
 	f := &partitionFleet{net: testenv.NewNet(t)}
 	var mh, rh []*testenv.Host
@@ -44,7 +46,10 @@ func newPartitionFleet(t *testing.T, rules string, env ...string) *partitionFlee
 	for _, m := range f.masters {
 		addrs = append(addrs, m.Addr())
 	}
-	for i := range 2 {
+	if len(quotadEnv) == 0 {
+		quotadEnv = [][]string{nil, nil}
+	}
+	for i, env := range quotadEnv {
 		h := f.net.AddHost(fmt.Sprintf("quotad-%d", i+1))
 		q := h.NewQuotad(t, append([]string{"QUOTA_REDIS_ADDRS=" + strings.Join(addrs, ","), "QUOTA_FAIL_MODE=open",
 			"QUOTA_TIERING=off", "QUOTA_ANALYTICS=off", "QUOTA_ADMIN_TOKEN=" + adminToken, "QUOTA_RULES=" + writeRules(t, rules)}, env...)...)
