@@ -20,9 +20,10 @@ import (
 // master is reloaded as without WAIT.
 func TestHotWait_DecisionIsFinalOnlyOnceAReplicaHoldsTheCount(t *testing.T) {
 	t.Parallel()
-	master := testenv.StartRedis(t)
+	// A directory each: a full sync writes an RDB file on both sides.
+	master := testenv.StartRedisWith(t, "--dir", t.TempDir())
 	lonely := testenv.StartRedis(t)
-	replica := testenv.StartRedisWith(t, "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
+	replica := testenv.StartRedisWith(t, "--dir", t.TempDir(), "--replicaof", "127.0.0.1", strconv.Itoa(master.Port))
 	ctx := context.Background()
 	rrdb := redis.NewClient(&redis.Options{Addr: replica.Addr()})
 	t.Cleanup(func() { rrdb.Close() })
