@@ -32,9 +32,9 @@ func TestDecisionClock_OffsetMovesNowAndBadValueIsRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := clk.Now().Sub(time.Now()) - tc.offset
+			got := time.Until(clk.Now()) - tc.offset
 			if got < -time.Second/2 || got > time.Second/2 {
-				t.Errorf("now is %s off the wall clock, want %s", clk.Now().Sub(time.Now()), tc.offset)
+				t.Errorf("now is %s off the wall clock, want %s", time.Until(clk.Now()), tc.offset)
 			}
 		})
 	}
