@@ -450,13 +450,23 @@ func (s *HotStore) fixedArgs(c *call, now time.Time) ([]string, []any) {
 	return keys, args
 }
 
-// ttlJitter is a random 0..Jitter in milliseconds, added to a new key's TTL.
+// ttlJitter is a random extra TTL in milliseconds for a new key: between
+// min(Jitter, skewGrace) and Jitter. The floor is for clocks that disagree:
+// a key's TTL is reckoned on the clock of the instance that made it, and
+// an instance whose clock is behind still decides in that window for as
+// long as the skew; without the floor a key could expire under it and its
+// window start again from 0 (make test-partitions, TestClockSkew_…).
 func (s *HotStore) ttlJitter() int64 {
 	if s.jitter <= 0 {
 		return 0
 	}
-	return rand.Int64N(s.jitter.Milliseconds() + 1)
+	j, floor := s.jitter.Milliseconds(), min(s.jitter, skewGrace).Milliseconds()
+	return floor + rand.Int64N(j-floor+1)
 }
+
+// skewGrace is how far behind another instance's clock may be and still
+// find the keys that instance made (with QUOTA_TTL_JITTER at least that).
+const skewGrace = 5 * time.Second
 
 // boolInt is 1 for true, 0 for false (the scripts' flags).
 func boolInt(b bool) int64 {

@@ -140,6 +140,10 @@ type Report struct {
 	// over windows (or spans); Lost how many enforced allowances the store
 	// no longer holds.
 	Over, Lost int64
+	// Tightest (Spec.Span only): the shortest span within which Limit+1
+	// enforced allowances of one identity were certainly decided (0: never
+	// that many) — the effective window the history shows.
+	Tightest   time.Duration
 	Violations []Violation
 }
 
@@ -354,6 +358,9 @@ func checkSpan(rep *Report, spec Spec, id string, ops []Op, o Options) {
 			if x.to.After(latest) {
 				latest = x.to
 			}
+		}
+		if d := latest.Sub(al[i].from); rep.Tightest == 0 || d < rep.Tightest {
+			rep.Tightest = d
 		}
 		if latest.Sub(al[i].from) < spec.Span {
 			end := i + n - 1

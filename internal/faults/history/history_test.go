@@ -181,6 +181,9 @@ func TestCheck_SpanReportsAllowancesCrowdedIntoOneSpan(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rep := Check(spec, tc.ops, nil, Options{})
+			if tc.over > 0 && (rep.Tightest <= 0 || rep.Tightest >= spec.Span) {
+				t.Errorf("tightest span %s; want the span of the crowded allowances", rep.Tightest)
+			}
 			if rep.Over != tc.over || (tc.over > 0) != (rep.Count(OverAdmission) > 0) {
 				t.Errorf("over %d (%d violations), want %d\n%s", rep.Over, rep.Count(OverAdmission), tc.over, rep)
 			}
