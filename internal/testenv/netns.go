@@ -175,8 +175,8 @@ func (h *Host) StartRedis(t testing.TB, args ...string) *RedisProcess {
 	t.Helper()
 	// Not loopback: protected mode would refuse every other host.
 	p := &RedisProcess{t: t, Port: 6379, host: h.IP, wrap: h.Wrap(), args: append([]string{"--protected-mode", "no"}, args...)}
+	t.Cleanup(p.Kill) // first: a server that starts but never answers is killed too
 	p.Start()
-	t.Cleanup(p.Kill)
 	return p
 }
 

@@ -61,8 +61,8 @@ func StartRedisWith(t testing.TB, args ...string) *RedisProcess {
 		t.Fatalf("redis-server not installed: %v (run deploy/ensure-services.sh)", err)
 	}
 	p := &RedisProcess{t: t, Port: FreePort(t), args: args}
+	t.Cleanup(p.Kill) // first: a server that starts but never answers is killed too
 	p.Start()
-	t.Cleanup(p.Kill)
 	return p
 }
 
