@@ -217,7 +217,7 @@ bench-zipf-cycle: services build
 bench-tracing: services
 	$(GO) test -run '^$$' -bench BenchmarkCheckTracing -benchmem -benchtime 5000x -count 3 ./tracing/
 
-# Faults between hosts (issue 54; build tags `faults partitions`, root): a cluster and quotads in network namespaces cut apart, clocks 1 s apart, Redis SIGKILLed and restarted from its AOF, split brain with/without QUOTA_REDIS_WAIT_REPLICAS and its cost, each judged by the history checker (internal/faults/history); ~7 minutes. Figures: bench-out/partitions.txt; log: bench-out/partitions-test.log.
+# Faults between hosts (issue 54; build tags `faults partitions`, root): a cluster and quotads in network namespaces cut apart, clocks 1 s apart, Redis SIGKILLed and restarted from its AOF, split brain with/without QUOTA_REDIS_WAIT_REPLICAS and its cost, each judged by the history checker (internal/faults/history); ~5 minutes. Figures: bench-out/partitions.txt; log: bench-out/partitions-test.log.
 .PHONY: test-partitions
 test-partitions: services
 	@bash internal/testenv/ensure-tool.sh ip iptables >/dev/null
