@@ -46,8 +46,8 @@ type Deps struct {
 	Gatherer prometheus.Gatherer
 	Log      *slog.Logger
 	// PersistRules saves rules accepted by PUT /v1/rules (to the shared
-	// rules store and the rules file, or the file only: cmd/quotad) before
-	// they take effect; nil keeps them in memory only. An error wrapping
+	// rules store, and QUOTA_RULES_STATE when set; never the rules file:
+	// cmd/quotad) before they take effect; nil keeps them in memory only. An error wrapping
 	// rulesync.ErrUnavailable is a 503: nothing changed.
 	PersistRules func(*rules.Set) error
 	Ready        []ReadinessCheck

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -128,6 +129,7 @@ type Settings struct {
 
 	RulesStore string        // QUOTA_RULES_STORE: redis (default: the rules in force are shared through Redis) or file (each instance its own)
 	RulesPoll  time.Duration // QUOTA_RULES_POLL: how often an instance looks for a new version in the shared store (1s)
+	RulesState string        // QUOTA_RULES_STATE: absolute path of the file keeping the rules last in force here (outside the project's tree); empty: none
 	Drain      time.Duration // QUOTA_DRAIN: on SIGTERM, /readyz answers 503 this long before the servers drain (5s)
 
 	Gateway // forward auth and rate-limit headers (gateway.go)
@@ -220,6 +222,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	}
 	r.str("QUOTA_RULES_STORE", &s.RulesStore)
 	r.duration("QUOTA_RULES_POLL", &s.RulesPoll)
+	r.str("QUOTA_RULES_STATE", &s.RulesState)
 	r.duration("QUOTA_DRAIN", &s.Drain)
 	r.list("QUOTA_MYSQL_SHARDS", &s.MySQLShards)
 	r.str("QUOTA_RULES", &s.RulesPath)
@@ -358,6 +361,9 @@ func (s Settings) Validate() error {
 	case "redis", "file":
 	default:
 		return fmt.Errorf("QUOTA_RULES_STORE %q: want redis (shared by every instance) or file", s.RulesStore)
+	}
+	if s.RulesState != "" && !filepath.IsAbs(s.RulesState) {
+		return fmt.Errorf("QUOTA_RULES_STATE %q: want an absolute path outside the project's tree (e.g. /var/lib/quotad/rules-state.yaml), or unset", s.RulesState)
 	}
 	if s.RulesPoll < 100*time.Millisecond || s.RulesPoll > time.Minute {
 		return fmt.Errorf("QUOTA_RULES_POLL %s: want between 100ms and 1m", s.RulesPoll)

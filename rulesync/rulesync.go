@@ -154,6 +154,10 @@ type Syncer struct {
 	Log   *slog.Logger
 	// Name identifies this instance in the store ("by").
 	Name string
+	// Offline, when set, gives the rules to start with when the store is
+	// unreachable at start, from the file's (quotad: QUOTA_RULES_STATE);
+	// nil: the file's.
+	Offline func(file *rules.Set) *rules.Set
 
 	// mu orders polls and publishes, so that a poll never puts back rules
 	// older than the ones just published.
@@ -162,8 +166,8 @@ type Syncer struct {
 	bad  int64  // sequence of an entry found invalid (not retried)
 	down bool   // the last poll failed: log once per outage
 	last string // version of the entry last seen
-	// pending is the file offered at start while the store was
-	// unreachable: offered again at the first poll that reaches it.
+	// pending is the rules started with while the store was unreachable
+	// (the file's, or Offline's): offered at the first poll that reaches it.
 	pending *rules.Set
 }
 
@@ -179,10 +183,14 @@ func (y *Syncer) Bootstrap(ctx context.Context, file *rules.Set) *rules.Set {
 	defer y.mu.Unlock()
 	o, err := y.Store.Offer(ctx, file, y.Name)
 	if err != nil {
-		y.down, y.pending = true, file
-		y.Log.Warn("rules store unreachable at start: the file's rules are in force until it answers",
-			"err", err, "version", file.Version, "key", y.Store.Key())
-		return file
+		start := file
+		if y.Offline != nil {
+			start = y.Offline(file)
+		}
+		y.down, y.pending = true, start
+		y.Log.Warn("rules store unreachable at start: these rules are in force until it answers",
+			"err", err, "version", start.Version, "file_version", file.Version, "key", y.Store.Key())
+		return start
 	}
 	return y.settle(ctx, file, o)
 }
@@ -247,8 +255,8 @@ func (y *Syncer) Publish(ctx context.Context, set *rules.Set) error {
 	return y.Apply(set)
 }
 
-// offerPending offers the file that could not be offered at start; the
-// rules in force are still the file's unless a write since replaced them.
+// offerPending offers the rules started with while the store was
+// unreachable; they are still in force unless a write since replaced them.
 // It reports whether the poll may go on.
 func (y *Syncer) offerPending(ctx context.Context) bool {
 	file := y.pending
@@ -266,7 +274,7 @@ func (y *Syncer) offerPending(ctx context.Context) bool {
 		y.settle(ctx, file, o)
 	default:
 		// The poll reads the store's rules and puts them in force.
-		y.Log.Warn("the rules file lost to the shared store once it answered: the store's rules are put in force",
+		y.Log.Warn("the rules started with lost to the shared store once it answered: the store's rules are put in force",
 			"file_version", file.Version, "outcome", string(o.Outcome), "seq", o.Seq, "key", y.Store.Key())
 	}
 	return true

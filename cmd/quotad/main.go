@@ -157,6 +157,10 @@ func serve() error {
 	if err != nil {
 		return err
 	}
+	ruleState, err := newRuleState(s.RulesState, s.RulesPath, set.Version)
+	if err != nil {
+		return err
+	}
 	envoyConf, err := loadEnvoyConfig(s)
 	if err != nil {
 		return err
@@ -208,7 +212,10 @@ func serve() error {
 	m := metrics.New(reg)
 	metrics.RegisterBuildInfo(reg, build.Version, build.Revision, build.GoVersion)
 	m.SetRulesVersion(set.Version)
-	rw := startRules(ctx, s, rdb, lim, m, log)
+	rw, err := startRules(ctx, s, rdb, lim, ruleState, m, log)
+	if err != nil {
+		return err
+	}
 	an, stopAnalytics, err := startAnalytics(s, dbs, reg, log)
 	if err != nil {
 		return err
