@@ -58,6 +58,10 @@ type Deps struct {
 	Usage UsageRecorder
 	// Analytics answers the stats API and the dashboard; nil serves neither.
 	Analytics *analytics.Stats
+	// Throttled records the denying rules' identities of denied checks and
+	// answers GET /v1/apps/{app_id}/throttled (api/throttled.go); nil: the
+	// answer lists interfaces only.
+	Throttled *analytics.Throttled
 	// Keys mints and verifies the app keys of the stats API; nil: only the
 	// admin token reads stats, and POST /v1/admin/apps answers 404.
 	Keys *apps.Keys
