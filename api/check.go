@@ -279,7 +279,11 @@ func (s *Server) getRules(c echo.Context) error {
 }
 
 func rulesBody(set *rules.Set) map[string]any {
-	return map[string]any{"version": set.Version, "rules": set.Rules}
+	body := map[string]any{"version": set.Version, "rules": set.Rules}
+	if len(set.Plans) > 0 {
+		body["plans"] = set.Plans
+	}
+	return body
 }
 
 func (s *Server) putRules(c echo.Context) error {

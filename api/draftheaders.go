@@ -33,7 +33,7 @@ func setDraftHeaders(h http.Header, d *limiter.Decision) {
 		policy = append(policy, ";q="...)
 		policy = strconv.AppendInt(policy, max(0, e.Limit), 10)
 		policy = append(policy, ";w="...)
-		policy = strconv.AppendInt(policy, max(1, ceilSeconds(e.Window)), 10)
+		policy = strconv.AppendInt(policy, max(1, ceilSeconds(rules.Duration(e.Window).Nominal())), 10) // a calendar period: its usual length
 
 		limit = appendPolicyName(limit, d, i)
 		limit = append(limit, ";r="...)

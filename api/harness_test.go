@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -16,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/api"
+	"github.com/quota-platform/quota/appplans"
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/coalesce"
 	"github.com/quota-platform/quota/config"
@@ -49,7 +51,15 @@ type harnessConfig struct {
 	hot      tiers.HotOptions
 	client   redis.UniversalClient
 	ready    []api.ReadinessCheck // after the harness's own redis check
+	plans    bool                 // serve the plans admin API over the shared store
+	loc      *time.Location       // of calendar windows; nil: UTC
 }
+
+// withPlans serves the plans admin API (appplans over the test's Redis).
+func withPlans() harnessOption { return func(c *harnessConfig) { c.plans = true } }
+
+// inZone counts calendar windows in loc.
+func inZone(loc *time.Location) harnessOption { return func(c *harnessConfig) { c.loc = loc } }
 
 type harnessOption func(*harnessConfig)
 
@@ -95,9 +105,17 @@ func newHarness(t *testing.T, rulesYAML string, opts ...harnessOption) *harness 
 	s, ho, client := hc.settings, hc.hot, hc.client
 	clk := clock.NewFake(start)
 	hot := tiers.NewHotStore(client, ho)
-	lim, err := limiter.New(hot, clk, set)
+	if hc.loc == nil {
+		hc.loc = time.UTC
+	}
+	lim, err := limiter.New(hot, clk, set, limiter.InLocation(hc.loc))
 	if err != nil {
 		t.Fatalf("limiter: %v", err)
+	}
+	var plans api.AppPlans
+	if hc.plans {
+		store := appplans.NewStore(client, ho.Prefix)
+		plans = &appplans.Shared{Store: store, Syncer: &appplans.Syncer{Store: store, Apply: lim.SetAssignments, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}}
 	}
 	reg := prometheus.NewRegistry()
 	var checks api.SingleChecker = lim
@@ -113,6 +131,7 @@ func newHarness(t *testing.T, rulesYAML string, opts ...harnessOption) *harness 
 		Metrics:  metrics.New(reg),
 		Gatherer: reg,
 		Ready:    append([]api.ReadinessCheck{{Name: "redis", Check: hot.Ping}}, hc.ready...),
+		AppPlans: plans,
 	})
 	srv := httptest.NewServer(server)
 	t.Cleanup(srv.Close)

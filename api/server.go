@@ -68,6 +68,10 @@ type Deps struct {
 	// Tiers answers GET /v1/admin/tiers and POST /v1/admin/migrate; nil
 	// (tiering off) answers them 404.
 	Tiers TiersAdmin
+	// AppPlans changes apps' plans and overrides (the admin API); nil
+	// answers those paths 404. GET /v1/apps/{app_id}/usage needs only the
+	// Limiter.
+	AppPlans AppPlans
 }
 
 // SingleChecker decides one check.
@@ -120,6 +124,7 @@ func New(d Deps) *Server {
 	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(d.Gatherer, promhttp.HandlerOpts{})))
 	s.analyticsRoutes(e)
 	s.tiersRoutes(e)
+	s.planRoutes(e)
 	s.openAPIRoute(e)
 	return s
 }

@@ -47,6 +47,9 @@
 #                from the load's start until quotad exited (its final
 #                flushes included), from SHOW GLOBAL STATUS (mysql -uroot
 #                over the socket; the whole server, other users included)
+#   AB_BEFORE    a command run (bash -c) before each quotad starts, with the
+#                variant's settings in its environment (make bench-plans
+#                seeds the apps' plans with it)
 #   AB_ORDER     "alternate": even rounds run the variants in reverse order
 #                (ABBA), so that a drift of the machine over a round, or a
 #                run's leftovers (MariaDB's page flushing after an analytics
@@ -100,6 +103,9 @@ for r in $(seq 1 "$ROUNDS"); do
 		for w in $v; do
 			if [[ $w == BIN=* ]]; then bin=${w#BIN=}; else vars+=("$w"); fi
 		done
+		if [[ -n ${AB_BEFORE:-} ]]; then
+			env QUOTA_REDIS_DB="$BENCH_QUOTAD_REDIS_DB" "${vars[@]}" bash -c "$AB_BEFORE" || exit 1
+		fi
 		/usr/bin/time -f '%U %S' -o "$log.time" env QUOTA_REDIS_DB="$BENCH_QUOTAD_REDIS_DB" QUOTA_LISTEN="$LISTEN" QUOTA_GRPC_LISTEN=off \
 			QUOTA_REDIS_KEY_PREFIX="ab$RANDOM:" "${vars[@]}" "$bin" >"$log" 2>&1 &
 		TP=$!

@@ -130,7 +130,17 @@ type Settings struct {
 	RulesStore string        // QUOTA_RULES_STORE: redis (default: the rules in force are shared through Redis) or file (each instance its own)
 	RulesPoll  time.Duration // QUOTA_RULES_POLL: how often an instance looks for a new version in the shared store (1s)
 	RulesState string        // QUOTA_RULES_STATE: absolute path of the file keeping the rules last in force here (outside the project's tree); empty: none
-	Drain      time.Duration // QUOTA_DRAIN: on SIGTERM, /readyz answers 503 this long before the servers drain (5s)
+	// TimeZone (QUOTA_TIMEZONE, an IANA name, default UTC) is where
+	// calendar windows (day, week, month), the analytics day and the cron
+	// schedules start at midnight. Location is it, loaded.
+	TimeZone string
+	Location *time.Location
+	// WebhookURL (QUOTA_WEBHOOK_URL) is posted a signed event when an
+	// app's calendar quota crosses 80 % and 100 %; WebhookSecret
+	// (QUOTA_WEBHOOK_SECRET, required with it) signs each body.
+	WebhookURL    string
+	WebhookSecret string
+	Drain         time.Duration // QUOTA_DRAIN: on SIGTERM, /readyz answers 503 this long before the servers drain (5s)
 
 	Gateway // forward auth and rate-limit headers (gateway.go)
 	// Operations.
@@ -156,6 +166,8 @@ func Defaults() Settings {
 		RulesPath:     "deploy/rules.yaml",
 		RulesStore:    "redis",
 		RulesPoll:     time.Second,
+		TimeZone:      "UTC",
+		Location:      time.UTC,
 		Drain:         5 * time.Second,
 		FailMode:      FailOpen,
 		MaxInFlight:   4096,
@@ -223,6 +235,9 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.str("QUOTA_RULES_STORE", &s.RulesStore)
 	r.duration("QUOTA_RULES_POLL", &s.RulesPoll)
 	r.str("QUOTA_RULES_STATE", &s.RulesState)
+	r.str("QUOTA_TIMEZONE", &s.TimeZone)
+	r.str("QUOTA_WEBHOOK_URL", &s.WebhookURL)
+	r.str("QUOTA_WEBHOOK_SECRET", &s.WebhookSecret)
 	r.duration("QUOTA_DRAIN", &s.Drain)
 	r.list("QUOTA_MYSQL_SHARDS", &s.MySQLShards)
 	r.str("QUOTA_RULES", &s.RulesPath)
@@ -288,6 +303,14 @@ func Load(getenv func(string) string) (Settings, error) {
 	}
 	if clusterSet && !s.RedisCluster && len(s.RedisAddrs) > 1 && s.RedisSentinelMaster == "" {
 		return Settings{}, fmt.Errorf("QUOTA_REDIS_CLUSTER=off with %d QUOTA_REDIS_ADDRS: give one address, or several sentinels with QUOTA_REDIS_SENTINEL_MASTER", len(s.RedisAddrs))
+	}
+	loc, err := time.LoadLocation(s.TimeZone)
+	if err != nil || s.TimeZone == "" || s.TimeZone == "Local" {
+		return Settings{}, fmt.Errorf("QUOTA_TIMEZONE %q: want an IANA time zone name such as UTC, Asia/Shanghai or America/New_York", s.TimeZone)
+	}
+	s.Location = loc
+	if err := s.validateWebhook(); err != nil {
+		return Settings{}, err
 	}
 	if err := s.Validate(); err != nil {
 		return Settings{}, err
@@ -607,4 +630,22 @@ func (r *reader) duration(name string, dst *time.Duration) {
 		return
 	}
 	*dst = d
+}
+
+// validateWebhook checks the near-quota webhook's URL and secret.
+func (s *Settings) validateWebhook() error {
+	if s.WebhookURL == "" {
+		if s.WebhookSecret != "" {
+			return errors.New("QUOTA_WEBHOOK_SECRET is set without QUOTA_WEBHOOK_URL")
+		}
+		return nil
+	}
+	u, err := url.Parse(s.WebhookURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("QUOTA_WEBHOOK_URL %q: want an http:// or https:// URL", s.WebhookURL)
+	}
+	if len(s.WebhookSecret) < 16 {
+		return errors.New("QUOTA_WEBHOOK_SECRET: at least 16 characters are needed to sign the webhook QUOTA_WEBHOOK_URL receives")
+	}
+	return nil
 }

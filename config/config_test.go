@@ -141,6 +141,12 @@ func TestLoad_InvalidSettingsGiveOneClearLine(t *testing.T) {
 		{map[string]string{"QUOTA_DRAIN": "-1s"}, "QUOTA_DRAIN"},
 		{map[string]string{"QUOTA_DRAIN": "later"}, "QUOTA_DRAIN"},
 		{map[string]string{"QUOTA_DRAIN": "1h"}, "QUOTA_DRAIN"},
+		{map[string]string{"QUOTA_TIMEZONE": "Mars/Olympus_Mons"}, "QUOTA_TIMEZONE"},
+		{map[string]string{"QUOTA_TIMEZONE": "Local"}, "QUOTA_TIMEZONE"},
+		{map[string]string{"QUOTA_TIMEZONE": "+08:00"}, "QUOTA_TIMEZONE"},
+		{map[string]string{"QUOTA_WEBHOOK_URL": "ftp://x/hook", "QUOTA_WEBHOOK_SECRET": "0123456789abcdef"}, "QUOTA_WEBHOOK_URL"},
+		{map[string]string{"QUOTA_WEBHOOK_URL": "https://x/hook"}, "QUOTA_WEBHOOK_SECRET"},
+		{map[string]string{"QUOTA_WEBHOOK_SECRET": "0123456789abcdef"}, "QUOTA_WEBHOOK_URL"},
 	}
 	for _, tc := range cases {
 		_, err := config.Load(envOf(tc.env))
@@ -151,5 +157,20 @@ func TestLoad_InvalidSettingsGiveOneClearLine(t *testing.T) {
 		if !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 			t.Errorf("%v: error %q should be one line naming %s", tc.env, err, tc.want)
 		}
+	}
+}
+
+func TestLoad_TimeZoneIsLoaded(t *testing.T) {
+	t.Parallel()
+	s, err := config.Load(envOf(map[string]string{"QUOTA_TIMEZONE": "Asia/Shanghai"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Location.String() != "Asia/Shanghai" {
+		t.Fatalf("location %v", s.Location)
+	}
+	d, err := config.Load(envOf(nil))
+	if err != nil || d.Location != time.UTC {
+		t.Fatalf("default location %v, %v; want UTC", d.Location, err)
 	}
 }

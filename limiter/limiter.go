@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,12 +71,29 @@ type Decision struct {
 type Limiter struct {
 	store tiers.Store
 	clock clock.Clock
-	rules atomic.Pointer[compiledSet]
+	loc   *time.Location // of calendar windows (QUOTA_TIMEZONE)
+	// watcher, when set, is told of apps' calendar quotas crossing 80 %
+	// and 100 % (thresholds.go).
+	watcher QuotaWatcher
+	rules   atomic.Pointer[compiledSet]
+
+	// mu orders SetRules and SetAssignments, which compile both together.
+	mu          sync.Mutex
+	assignments *rules.Assignments
 }
 
+// Option changes how a Limiter is made.
+type Option func(*Limiter)
+
+// InLocation counts calendar windows (day, week, month) in loc instead of UTC.
+func InLocation(loc *time.Location) Option { return func(l *Limiter) { l.loc = loc } }
+
 // New returns a Limiter deciding with store under rules set.
-func New(store tiers.Store, clk clock.Clock, set *rules.Set) (*Limiter, error) {
-	l := &Limiter{store: store, clock: clk}
+func New(store tiers.Store, clk clock.Clock, set *rules.Set, opts ...Option) (*Limiter, error) {
+	l := &Limiter{store: store, clock: clk, loc: time.UTC}
+	for _, o := range opts {
+		o(l)
+	}
 	if err := l.SetRules(set); err != nil {
 		return nil, err
 	}
@@ -85,21 +103,43 @@ func New(store tiers.Store, clk clock.Clock, set *rules.Set) (*Limiter, error) {
 // Rules returns the rules in force.
 func (l *Limiter) Rules() *rules.Set { return l.rules.Load().set }
 
+// Location is the time zone of calendar windows.
+func (l *Limiter) Location() *time.Location { return l.loc }
+
+// Assignments returns the plans and overrides in force (nil: none).
+func (l *Limiter) Assignments() *rules.Assignments { return l.rules.Load().assignments }
+
 // CheckRules reports whether set could be put in force with SetRules.
 func (l *Limiter) CheckRules(set *rules.Set) error {
-	_, err := compile(set)
+	_, err := compile(set, nil)
 	return err
 }
 
 // SetRules replaces the rules in force. Checks already running finish under
 // the old rules.
 func (l *Limiter) SetRules(set *rules.Set) error {
-	c, err := compile(set)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c, err := compile(set, l.assignments)
 	if err != nil {
 		return err
 	}
 	l.rules.Store(c)
 	return nil
+}
+
+// SetAssignments replaces the apps' plans and overrides in force. An app
+// on a plan the rules do not define, or an override of a rule that is not
+// in force or that does not validate, gets the rules' own limits.
+func (l *Limiter) SetAssignments(a *rules.Assignments) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.assignments = a
+	c, err := compile(l.rules.Load().set, a)
+	if err != nil { // the rules in force compiled before
+		panic(fmt.Sprintf("limiter: rules in force no longer compile: %v", err))
+	}
+	l.rules.Store(c)
 }
 
 // compiledRule is a rule prepared for the check path.
@@ -113,10 +153,15 @@ type compiledRule struct {
 type compiledSet struct {
 	set   *rules.Set
 	rules []compiledRule
+	// apps holds, for each app whose plan or overrides change a limit,
+	// the limits of each rule (by index; nil: the rule's own). Apps on the
+	// default plan without overrides are not in it.
+	apps        map[string][][]rules.Limit
+	assignments *rules.Assignments
 }
 
-func compile(set *rules.Set) (*compiledSet, error) {
-	c := &compiledSet{set: set, rules: make([]compiledRule, len(set.Rules))}
+func compile(set *rules.Set, a *rules.Assignments) (*compiledSet, error) {
+	c := &compiledSet{set: set, rules: make([]compiledRule, len(set.Rules)), assignments: a}
 	for i := range set.Rules {
 		r := &set.Rules[i]
 		if !tiers.SupportsAlgorithm(r.Algorithm) {
@@ -133,7 +178,49 @@ func compile(set *rules.Set) (*compiledSet, error) {
 		}
 		c.rules[i] = cr
 	}
+	c.apps = compileApps(set, a)
 	return c, nil
+}
+
+// compileApps resolves each assigned app's limits under set.
+func compileApps(set *rules.Set, a *rules.Assignments) map[string][][]rules.Limit {
+	if a == nil {
+		return nil
+	}
+	apps := make(map[string][][]rules.Limit)
+	add := func(app string) {
+		if _, done := apps[app]; done {
+			return
+		}
+		p := a.Policy(app)
+		var byRule [][]rules.Limit
+		for i := range set.Rules {
+			ls, from := set.LimitsFor(&set.Rules[i], p)
+			if from == rules.DefaultPlan {
+				continue
+			}
+			if byRule == nil {
+				byRule = make([][]rules.Limit, len(set.Rules))
+			}
+			byRule[i] = ls
+		}
+		apps[app] = byRule
+	}
+	for app := range a.Plans {
+		add(app)
+	}
+	for app := range a.Overrides {
+		add(app)
+	}
+	for app, byRule := range apps {
+		if byRule == nil {
+			delete(apps, app)
+		}
+	}
+	if len(apps) == 0 {
+		return nil
+	}
+	return apps
 }
 
 // Check decides one request. (CheckBatch would do, at the cost of the
@@ -141,11 +228,12 @@ func compile(set *rules.Set) (*compiledSet, error) {
 // checks are not coalesced.)
 func (l *Limiter) Check(ctx context.Context, req *Request) (Decision, error) {
 	now := l.clock.Now()
-	op, owners := buildOp(l.rules.Load(), req, now)
+	op, owners := buildOp(l.rules.Load(), req, now, l.loc)
 	if len(op.Cells) > 0 {
 		if err := l.store.Check(ctx, now, []*tiers.Op{op}); err != nil {
 			return Decision{}, fmt.Errorf("check: %w", err)
 		}
+		l.tellCrossings(op, owners, now)
 	}
 	return decision(op, owners), nil
 }
@@ -183,7 +271,7 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 	ops := make([]*tiers.Op, len(reqs))
 	owners := make([][]entryOwner, len(reqs))
 	for i, req := range reqs {
-		ops[i], owners[i] = buildOp(set, req, now)
+		ops[i], owners[i] = buildOp(set, req, now, l.loc)
 	}
 	// pending are the ops with cells; at[k] is pending[k]'s request (nil
 	// when every op has cells: then k itself).
@@ -213,6 +301,7 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 			deliver(i, Decision{}, fmt.Errorf("check: %w", err))
 			return
 		}
+		l.tellCrossings(ops[i], owners[i], now)
 		deliver(i, decision(ops[i], owners[i]), nil)
 	})
 }
@@ -221,6 +310,7 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 type entryOwner struct {
 	name  string
 	limit rules.Limit
+	app   string // the app, when the limit is its calendar quota (thresholds.go)
 }
 
 // inlineCells is how many cells an op holds before its slices grow: the
@@ -236,7 +326,7 @@ type opBuf struct {
 	owners [inlineCells]entryOwner
 }
 
-func buildOp(set *compiledSet, req *Request, now time.Time) (*tiers.Op, []entryOwner) {
+func buildOp(set *compiledSet, req *Request, now time.Time, loc *time.Location) (*tiers.Op, []entryOwner) {
 	buf := &opBuf{op: tiers.Op{Cost: req.Cost, Mode: tiers.Enforce}}
 	op := &buf.op
 	op.Cells = buf.cells[:0]
@@ -264,32 +354,41 @@ func buildOp(set *compiledSet, req *Request, now time.Time) (*tiers.Op, []entryO
 		}
 		id := tiers.IdentityOf(cr.rule.Name, vals)
 		var app, user string
+		limits := cr.limits
 		if cr.tagDim >= 0 {
 			app = vals[cr.tagDim]
 			if cr.userDim >= 0 {
 				user = vals[cr.userDim]
 			}
+			if byRule, ok := set.apps[app]; ok && byRule[i] != nil {
+				limits = byRule[i]
+			}
 		}
 		tag, shardKey := place(id, cr.tagDim >= 0, app, user)
-		for _, lim := range cr.limits {
-			w := time.Duration(lim.Window)
-			var key tiers.CounterKey
-			if cr.rule.Algorithm == rules.FixedWindow {
-				key = fixedKey(id, w, now)
-			} else {
-				key = tiers.CounterKeyOf(cr.rule.Name, vals, int64(w/time.Second), 0)
-			}
-			op.Cells = append(op.Cells, tiers.Cell{
+		for _, lim := range limits {
+			cell := tiers.Cell{
 				Algorithm: cr.rule.Algorithm,
 				Limit:     lim.Limit,
-				Window:    w,
 				Shadow:    cr.rule.Shadow,
-				Identity:  id,
-				Key:       key,
 				Tag:       tag,
 				ShardKey:  shardKey,
-			})
-			owners = append(owners, entryOwner{name: cr.rule.Name, limit: lim})
+			}
+			switch {
+			case lim.Window.IsCalendar():
+				calendarCell(&cell, cr.rule.Name, vals, lim.Window, now, loc)
+			case cr.rule.Algorithm == rules.FixedWindow:
+				cell.Window, cell.Identity = time.Duration(lim.Window), id
+				cell.Key = fixedKey(id, cell.Window, now)
+			default:
+				cell.Window, cell.Identity = time.Duration(lim.Window), id
+				cell.Key = tiers.CounterKeyOf(cr.rule.Name, vals, int64(cell.Window/time.Second), 0)
+			}
+			op.Cells = append(op.Cells, cell)
+			owner := entryOwner{name: cr.rule.Name, limit: lim}
+			if cr.watched(lim) {
+				owner.app = app
+			}
+			owners = append(owners, owner)
 		}
 	}
 	if len(op.Cells) <= inlineCells {
@@ -298,6 +397,21 @@ func buildOp(set *compiledSet, req *Request, now time.Time) (*tiers.Op, []entryO
 		op.Out = make([]tiers.Outcome, len(op.Cells))
 	}
 	return op, owners
+}
+
+// calendarCell makes c the cell of a calendar window's period that holds
+// now. The tiers know fixed windows aligned on the Unix epoch only, so the
+// period is handed to them as the fixed window [0, end): the one window of
+// that length, which holds now, ends when the period does (so every tier's
+// reset, retry and TTL is exact across a 23- or 25-hour day) and is a cell
+// of its own for each period (its length is in the cell id), so a new
+// period starts from zero. The identity is the rule's with the calendar
+// kind, so a day and a month that end together stay two cells.
+func calendarCell(c *tiers.Cell, rule string, vals []string, w rules.Duration, now time.Time, loc *time.Location) {
+	_, end := w.Period(now, loc)
+	c.Window = time.Duration(end.Unix()) * time.Second
+	c.Identity = tiers.IdentityOf(rule+"@"+w.String(), vals)
+	c.Key = fixedKey(c.Identity, c.Window, now)
 }
 
 func decision(op *tiers.Op, owners []entryOwner) Decision {

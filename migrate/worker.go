@@ -24,7 +24,9 @@ import (
 
 // Config is the migration policy.
 type Config struct {
-	Schedule      string  // cron spec of the scheduled cycle (UTC), e.g. "@daily"
+	Schedule string // cron spec of the scheduled cycle (in Location), e.g. "@daily"
+	// Location is the time zone of Schedule (QUOTA_TIMEZONE); nil: UTC.
+	Location      *time.Location
 	HotThreshold  float64 // mean calls per hour at or above which a cell is hot
 	ColdThreshold float64 // mean calls per hour below which a cell is cold
 	// On call: a warm cell whose mean interval between its last 50 calls
@@ -513,7 +515,7 @@ func (w *Worker) Start(ctx context.Context) (stop func(), err error) {
 	w.queued = map[tiers.CellID]bool{}
 	w.mu.Unlock()
 	ctx, cancel := context.WithCancel(ctx)
-	c := schedule.New(w.log())
+	c := schedule.New(w.log(), w.Config.Location)
 	c.Schedule(sched, cron.FuncJob(func() {
 		// Every instance's cron fires in the same minute: the minute names
 		// the fleet's cycle, so it runs once (cycle.go).

@@ -10,11 +10,18 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Duration is a window length written as "1s", "5m", "1h", "24h" or "7d".
+// Duration is a window length written as "1s", "5m", "1h", "24h" or "7d",
+// or a calendar window: "day", "week", "month" (calendar.go).
 type Duration time.Duration
 
-// ParseDuration accepts Go duration syntax plus a "d" (24h) suffix.
+// ParseDuration accepts Go duration syntax plus a "d" (24h) suffix, and the
+// calendar windows' names.
 func ParseDuration(s string) (Duration, error) {
+	for d, name := range calendarNames {
+		if s == name {
+			return d, nil
+		}
+	}
 	if n, ok := strings.CutSuffix(s, "d"); ok {
 		days, err := strconv.ParseInt(n, 10, 64)
 		if err != nil || days < 0 || days > 100000 {
@@ -31,6 +38,9 @@ func ParseDuration(s string) (Duration, error) {
 
 // String writes the duration in the largest whole unit: "1h", "90s", "2d".
 func (d Duration) String() string {
+	if name, ok := calendarNames[d]; ok {
+		return name
+	}
 	td := time.Duration(d)
 	switch {
 	case td == 0:
@@ -52,7 +62,7 @@ func (d Duration) String() string {
 func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
 	var s string
 	if err := n.Decode(&s); err != nil {
-		return fmt.Errorf("line %d: window must be a duration like \"1h\"", n.Line)
+		return fmt.Errorf("line %d: window must be a duration like \"1h\" or day, week, month", n.Line)
 	}
 	v, err := ParseDuration(s)
 	if err != nil {

@@ -77,7 +77,8 @@ func (r *Rule) EffectiveLimits() []Limit {
 
 // File is the document form of a rules file and of PUT /v1/rules.
 type File struct {
-	Rules []Rule `yaml:"rules" json:"rules"`
+	Rules []Rule          `yaml:"rules" json:"rules"`
+	Plans map[string]Plan `yaml:"plans,omitempty" json:"plans,omitempty"`
 }
 
 // Set is a validated, immutable set of rules with a version that changes
@@ -85,7 +86,13 @@ type File struct {
 type Set struct {
 	Version string
 	Rules   []Rule
+	Plans   map[string]Plan // as written; nil without plans
+
+	planLimits map[string]map[string][]Limit // plan -> rule -> limits
 }
+
+// File returns the set in its document form.
+func (s *Set) File() File { return File{Rules: s.Rules, Plans: s.Plans} }
 
 // ParseYAML reads and validates a rules file.
 func ParseYAML(data []byte) (*Set, error) {
@@ -98,7 +105,7 @@ func ParseYAML(data []byte) (*Set, error) {
 		}
 		return nil, fmt.Errorf("rules file: %s", oneLine(err.Error()))
 	}
-	return NewSet(f.Rules)
+	return NewSetWithPlans(f.Rules, f.Plans)
 }
 
 // oneLine folds yaml's multi-line error lists so start-up fails with one line.
@@ -121,11 +128,15 @@ func ParseJSON(data []byte) (*Set, error) {
 	if f.Rules == nil {
 		return nil, errors.New("rules: body needs a `rules` list")
 	}
-	return NewSet(f.Rules)
+	return NewSetWithPlans(f.Rules, f.Plans)
 }
 
 // NewSet validates rules and returns them as a Set. The rules are copied.
-func NewSet(rs []Rule) (*Set, error) {
+func NewSet(rs []Rule) (*Set, error) { return NewSetWithPlans(rs, nil) }
+
+// NewSetWithPlans validates rules and the plans that change their limits
+// and returns them as a Set. Both are copied.
+func NewSetWithPlans(rs []Rule, plans map[string]Plan) (*Set, error) {
 	if len(rs) > MaxRules {
 		return nil, fmt.Errorf("rules: %d rules, at most %d allowed", len(rs), MaxRules)
 	}
@@ -144,7 +155,12 @@ func NewSet(rs []Rule) (*Set, error) {
 		seen[r.Name] = true
 		out[i] = clone(r)
 	}
-	return &Set{Version: version(out), Rules: out}, nil
+	resolved, err := resolvePlans(out, plans)
+	if err != nil {
+		return nil, err
+	}
+	plans = clonePlans(plans)
+	return &Set{Version: version(out, plans), Rules: out, Plans: plans, planLimits: resolved}, nil
 }
 
 func clone(r Rule) Rule {
@@ -160,8 +176,15 @@ func clone(r Rule) Rule {
 	return r
 }
 
-func version(rs []Rule) string {
-	b, _ := json.Marshal(rs) // Rule has only marshalable fields
+// version hashes the rules, and the plans when there are any (so a set
+// without plans keeps the version it had before plans existed).
+func version(rs []Rule, plans map[string]Plan) string {
+	var b []byte
+	if len(plans) == 0 {
+		b, _ = json.Marshal(rs) // Rule has only marshalable fields
+	} else {
+		b, _ = json.Marshal(File{Rules: rs, Plans: plans}) // map keys are sorted
+	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:6])
 }
@@ -192,7 +215,7 @@ func validate(r *Rule) error {
 	if err := validateDimensions(r); err != nil {
 		return err
 	}
-	if err := validateLimits(r); err != nil {
+	if err := validateLimitForm(r); err != nil {
 		return err
 	}
 	if r.Algorithm == "" {
@@ -201,22 +224,55 @@ func validate(r *Rule) error {
 	if !slices.Contains(Algorithms, r.Algorithm) {
 		return fmt.Errorf("unknown algorithm %q (one of %s)", r.Algorithm, algorithmList())
 	}
-	if r.Algorithm == SlidingLog {
-		for _, l := range r.EffectiveLimits() {
-			if l.Limit > MaxSlidingLogSize {
-				return fmt.Errorf("sliding_log keeps one timestamp per allowed call: limit %d is over %d; use sliding_window", l.Limit, MaxSlidingLogSize)
+	return checkLimits(r.Algorithm, r.EffectiveLimits())
+}
+
+// checkLimits validates limits counted by algo: a rule's own, or those a
+// plan or an override gives it.
+func checkLimits(algo Algorithm, ls []Limit) error {
+	if len(ls) == 0 {
+		return errors.New("needs at least one limit")
+	}
+	if len(ls) > MaxLimitsPerRule {
+		return fmt.Errorf("at most %d limits per rule", MaxLimitsPerRule)
+	}
+	for i, l := range ls {
+		if l.Limit < 1 || l.Limit > MaxLimit {
+			return fmt.Errorf("limit must be between 1 and %d, got %d", int64(MaxLimit), l.Limit)
+		}
+		w := time.Duration(l.Window)
+		if !l.Window.IsCalendar() && (w < time.Second || w > MaxWindow || w%time.Second != 0) {
+			return fmt.Errorf("window must be a whole number of seconds between 1s and 366d, or day, week or month, got %s", l.Window)
+		}
+		for _, o := range ls[:i] {
+			if o.Window == l.Window {
+				return fmt.Errorf("two limits with window %s", l.Window)
 			}
 		}
-	}
-	for _, l := range r.EffectiveLimits() {
-		ms := time.Duration(l.Window).Milliseconds()
-		switch {
-		case r.Algorithm == TokenBucket && l.Limit > MaxTokenBucketUnits/ms:
-			// Tokens are counted exactly in units of 1/window_ms of a token.
-			return fmt.Errorf("token_bucket counts tokens in units of 1/window_ms: limit × window in ms must be at most 2^52, so at most %d per %s; use a shorter window or fixed_window", MaxTokenBucketUnits/ms, l.Window)
-		case r.Algorithm == MinInterval && l.Limit > ms:
-			return fmt.Errorf("min_interval spaces calls window/limit apart: limit %d per %s is under 1 ms apart; at most %d", l.Limit, l.Window, ms)
+		if err := checkAlgorithmLimit(algo, l); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// checkAlgorithmLimit refuses a limit its algorithm cannot count exactly.
+func checkAlgorithmLimit(algo Algorithm, l Limit) error {
+	if l.Window.IsCalendar() {
+		if algo != FixedWindow {
+			return fmt.Errorf("window %s is a calendar period, which only fixed_window counts: a sliding window, a bucket's refill or a spacing needs a fixed length (use e.g. 24h)", l.Window)
+		}
+		return nil
+	}
+	ms := time.Duration(l.Window).Milliseconds()
+	switch {
+	case algo == SlidingLog && l.Limit > MaxSlidingLogSize:
+		return fmt.Errorf("sliding_log keeps one timestamp per allowed call: limit %d is over %d; use sliding_window", l.Limit, MaxSlidingLogSize)
+	case algo == TokenBucket && l.Limit > MaxTokenBucketUnits/ms:
+		// Tokens are counted exactly in units of 1/window_ms of a token.
+		return fmt.Errorf("token_bucket counts tokens in units of 1/window_ms: limit × window in ms must be at most 2^52, so at most %d per %s; use a shorter window or fixed_window", MaxTokenBucketUnits/ms, l.Window)
+	case algo == MinInterval && l.Limit > ms:
+		return fmt.Errorf("min_interval spaces calls window/limit apart: limit %d per %s is under 1 ms apart; at most %d", l.Limit, l.Window, ms)
 	}
 	return nil
 }
@@ -254,31 +310,14 @@ func validateDimensions(r *Rule) error {
 	return nil
 }
 
-func validateLimits(r *Rule) error {
+// validateLimitForm checks that a rule gives its limits one way.
+func validateLimitForm(r *Rule) error {
 	single := r.Limit != 0 || r.Window != 0
 	if single && len(r.Limits) > 0 {
 		return errors.New("give either limit/window or limits, not both")
 	}
 	if !single && len(r.Limits) == 0 {
 		return errors.New("needs limit and window (or a limits list)")
-	}
-	if len(r.Limits) > MaxLimitsPerRule {
-		return fmt.Errorf("at most %d limits per rule", MaxLimitsPerRule)
-	}
-	ls := r.EffectiveLimits()
-	for i, l := range ls {
-		if l.Limit < 1 || l.Limit > MaxLimit {
-			return fmt.Errorf("limit must be between 1 and %d, got %d", int64(MaxLimit), l.Limit)
-		}
-		w := time.Duration(l.Window)
-		if w < time.Second || w > MaxWindow || w%time.Second != 0 {
-			return fmt.Errorf("window must be a whole number of seconds between 1s and 366d, got %s", l.Window)
-		}
-		for _, o := range ls[:i] {
-			if o.Window == l.Window {
-				return fmt.Errorf("two limits with window %s", l.Window)
-			}
-		}
 	}
 	return nil
 }
@@ -309,7 +348,7 @@ func (r *Rule) Applies(lookup func(string) (string, bool)) bool {
 
 // MarshalYAML writes the set as a rules file.
 func (s *Set) MarshalYAML() ([]byte, error) {
-	return yaml.Marshal(File{Rules: s.Rules})
+	return yaml.Marshal(s.File())
 }
 
 // WriteFile saves the set to path atomically (temporary file, then rename),

@@ -68,7 +68,7 @@ var (
 )
 
 func args(set *rules.Set, by string, now time.Time) ([]any, error) {
-	doc, err := json.Marshal(rules.File{Rules: set.Rules})
+	doc, err := json.Marshal(set.File())
 	if err != nil {
 		return nil, fmt.Errorf("rules store: %w", err)
 	}

@@ -9,18 +9,22 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// New returns a cron scheduler on UTC that skips a run of a job while the
-// job's previous run is still going, logging the skip as a warning to log.
+// New returns a cron scheduler in loc (QUOTA_TIMEZONE; nil: UTC) that skips
+// a run of a job while the job's previous run is still going, logging the
+// skip as a warning to log.
 //
 // Why skip: a job that outlasts its period (a rollup folding a finished
 // day's per-user figures, a migration cycle over millions of cells) would
 // otherwise have cron start it again beside itself, and the runs would
 // pile up behind the job's own lock, each holding a database connection,
 // or do the same work twice.
-func New(log *slog.Logger) *cron.Cron {
+func New(log *slog.Logger, loc *time.Location) *cron.Cron {
 	l := cronLogger{log: log}
+	if loc == nil {
+		loc = time.UTC
+	}
 	return cron.New(
-		cron.WithLocation(time.UTC),
+		cron.WithLocation(loc),
 		cron.WithLogger(l),
 		cron.WithChain(cron.SkipIfStillRunning(l)),
 	)

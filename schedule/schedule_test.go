@@ -17,7 +17,7 @@ import (
 func TestNew_SkipsARunWhileThePreviousIsStillRunning(t *testing.T) {
 	t.Parallel()
 	var logs testenv.LockedBuffer // cron logs from its goroutines
-	c := schedule.New(slog.New(slog.NewTextHandler(&logs, nil)))
+	c := schedule.New(slog.New(slog.NewTextHandler(&logs, nil)), nil)
 	var starts atomic.Int32
 	release := make(chan struct{})
 	started := make(chan int32, 10)

@@ -210,7 +210,9 @@ func (m *HotMover) QuietRecords(refs []Ref, states []HotState) ([]Record, error)
 		if s := &states[i]; s.Count != "" {
 			// The counter's record as a move's copy makes it, dated the
 			// window's first second.
-			rec, err := hotRecord(&refs[i], s.Window, false, time.Unix(s.Window*wS, 0), s.Count)
+			// A calendar period is the window [0, end) (limiter): its
+			// first second is dated the records' epoch, still inside it.
+			rec, err := hotRecord(&refs[i], s.Window, false, time.Unix(max(s.Window*wS, recordEpoch), 0), s.Count)
 			if err != nil {
 				return nil, fmt.Errorf("quiet record: %w", err)
 			}

@@ -8,6 +8,7 @@
 //	rules get                         the rules in force, as JSON
 //	rules versions --instances A,B    each instance's rules version (exit 1 if they differ)
 //	check KEY=VALUE…                  one limit check (dimensions as key=value)
+//	plans show|set|override|unoverride|usage APP …   apps' plans, overrides and usage
 //
 // Global flags (also accepted after the command): --url (QUOTA_URL, default
 // http://127.0.0.1:8080) and --token (QUOTA_TOKEN, else QUOTA_ADMIN_TOKEN).
@@ -40,6 +41,7 @@ var commands = map[string]command{
 	"stats": {"an app's figures for a UTC day: stats APP [--date YYYY-MM-DD]", runStats},
 	"rules": {"the rules in force: rules get | rules versions [--instances URL,...]; from envoy ratelimit YAML: rules from-envoy FILE", runRules},
 	"check": {"one limit check: check app_id=a1 user_id=u1 [cost=N] [--dry-run]", runCheck},
+	"plans": {"apps' plans and overrides: plans show|set|override|unoverride|usage APP ...", runPlans},
 }
 
 func main() {

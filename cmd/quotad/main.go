@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
+	_ "time/tzdata" // QUOTA_TIMEZONE on a host without /usr/share/zoneinfo
 
 	_ "github.com/go-sql-driver/mysql" // the "mysql" driver
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,7 @@ import (
 	"github.com/quota-platform/quota/internal/version"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
+	"github.com/quota-platform/quota/notify"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/schedule"
 	sqlschema "github.com/quota-platform/quota/sql"
@@ -200,7 +202,10 @@ func serve() error {
 		// follow the replica's promotion (redisprobe.go).
 		store.WithPartitions(tiers.ClusterPartition(cc), clusterProbe(cc, s.RedisAddrs, redisPing(s)), s.RedisTimeout)
 	}
-	lim, err := limiter.New(store, clock.Real{}, set)
+	// Near-quota signals: series always, the webhook when set (notify).
+	nearQuota := notify.New(notify.Options{URL: s.WebhookURL, Secret: s.WebhookSecret, Redis: rdb, Prefix: s.RedisKeyPrefix, Registerer: reg, Log: log})
+	go nearQuota.Run(ctx)
+	lim, err := limiter.New(store, clock.Real{}, set, limiter.InLocation(s.Location), limiter.WithQuotaWatcher(nearQuota))
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.RulesPath, err)
 	}
@@ -216,6 +221,7 @@ func serve() error {
 	if err != nil {
 		return err
 	}
+	plans := startAppPlans(ctx, s, rdb, lim, log)
 	an, stopAnalytics, err := startAnalytics(s, dbs, reg, log)
 	if err != nil {
 		return err
@@ -252,6 +258,7 @@ func serve() error {
 		Throttled:    throttled,
 		Keys:         apps.New(dbs, nil),
 		Tiers:        tiersAdmin,
+		AppPlans:     plans,
 	})
 	var h http.Handler = srv
 	if tp != nil {
@@ -317,7 +324,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 			log.Warn("analytics: who-is-throttled flush failed; its counts are retried at the next", "err", err)
 		})
 	}()
-	cr := schedule.New(log)
+	cr := schedule.New(log, s.Location)
 	// Shutdown cancels a running rollup rather than wait for it: the seal
 	// of a finished day's per-user figures can take minutes, and a cancelled
 	// one loses nothing (each app's is one transaction; the next run resumes).

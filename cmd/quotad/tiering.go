@@ -54,6 +54,7 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 		Name: host + " " + s.Listen,
 		Config: migrate.Config{
 			Schedule:        s.MigrateSchedule,
+			Location:        s.Location,
 			HotThreshold:    s.HotThreshold,
 			ColdThreshold:   s.ColdThreshold,
 			PromoteInterval: s.PromoteInterval,
