@@ -57,11 +57,8 @@ func contains(l []string, s string) bool {
 
 // ruleDimensions are the dimensions of the rule in force named name.
 func (s *Server) ruleDimensions(name string) []string {
-	set := s.deps.Limiter.Rules()
-	for i := range set.Rules {
-		if set.Rules[i].Name == name {
-			return set.Rules[i].Dimensions
-		}
+	if r := s.deps.Limiter.Rules().Rule(name); r != nil {
+		return r.Dimensions
 	}
 	return nil
 }

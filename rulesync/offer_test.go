@@ -193,3 +193,33 @@ func TestOffer_RemembersAtMostAThousandVersions(t *testing.T) {
 	n, _ := rdb.MemoryUsage(ctx, st.Key()).Result()
 	t.Logf("rules hash after 1,100 writes: %d fields, %d remembered versions, %d bytes (MEMORY USAGE)", len(fields), seen, n)
 }
+
+// Plans live in the rules file and its version covers them: a file whose
+// plans alone were edited wins at a restart, and the old one then does not
+// roll them back; the store carries the plans to every instance.
+func TestOffer_AnEditOfThePlansAloneIsANewVersion(t *testing.T) {
+	t.Parallel()
+	rdb, prefix := testenv.Redis(t)
+	ctx := context.Background()
+	withPlan := func(limit int) *rules.Set {
+		set, err := rules.ParseYAML(fmt.Appendf(nil, "rules:\n  - {name: app_daily, dimensions: [app_id], limit: 10, window: day, algorithm: fixed_window}\nplans:\n  pro: {app_daily: %d}\n", limit))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return set
+	}
+	old, edited := withPlan(100), withPlan(200)
+	st := rulesync.NewStore(rdb, prefix)
+	for i, tc := range []struct {
+		offer *rules.Set
+		want  rulesync.Outcome
+	}{{old, rulesync.Seeded}, {edited, rulesync.New}, {old, rulesync.Stale}} {
+		if o, err := st.Offer(ctx, tc.offer, "x"); err != nil || o.Outcome != tc.want {
+			t.Fatalf("offer %d: %+v %v, want %s", i, o, err, tc.want)
+		}
+	}
+	e, err := st.Get(ctx)
+	if err != nil || e.Set.Version != edited.Version || e.Set.Plans["pro"]["app_daily"].Limit != 200 {
+		t.Fatalf("store: %+v %v, want the edited plans", e.Set, err)
+	}
+}
