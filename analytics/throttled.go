@@ -185,9 +185,16 @@ func decodeIdentity(id string) map[string]string {
 	return out
 }
 
+// The widths of throttled_identities' app_id and rule columns.
+const maxThrottledApp, maxThrottledRule = 256, 512
+
 // Denied records one denial of app by rule, for the identity of the rule's
 // dimension names and their values (same length), on today's summary.
 func (t *Throttled) Denied(app, rule string, names, values []string) {
+	if len(app) > maxThrottledApp || len(rule) > maxThrottledRule { // wider than the table's columns
+		t.dropped.Inc()
+		return
+	}
 	t.denied(DayOf(t.clk.Now()), app, rule, identityKey(names, values))
 }
 

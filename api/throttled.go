@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 
+	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/labstack/echo/v4"
 
 	"github.com/quota-platform/quota/analytics"
@@ -44,6 +45,20 @@ func (s *Server) recordDenied(req *limiter.Request, d *limiter.Decision) {
 		}
 		s.deps.Throttled.Denied(app, e.Rule, dims, values)
 	}
+}
+
+// recordDeniedDescriptor feeds Deps.Throttled with one descriptor of a
+// gRPC (Envoy) check that its limit denied: the "rule" is the limit's full
+// key in the envoy configuration, the identity the descriptor's entries.
+func (s *Server) recordDeniedDescriptor(app, key string, entries []*rlcommon.RateLimitDescriptor_Entry) {
+	if app == "" || s.deps.Throttled == nil {
+		return
+	}
+	names, values := make([]string, len(entries)), make([]string, len(entries))
+	for i, e := range entries {
+		names[i], values[i] = e.GetKey(), e.GetValue()
+	}
+	s.deps.Throttled.Denied(app, key, names, values)
 }
 
 func contains(l []string, s string) bool {

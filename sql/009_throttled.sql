@@ -8,7 +8,7 @@
 CREATE TABLE IF NOT EXISTS throttled_identities (
   app_id VARBINARY(256) NOT NULL,
   day DATE NOT NULL,
-  rule VARBINARY(128) NOT NULL,
+  rule VARBINARY(512) NOT NULL,
   identity_hash BINARY(16) NOT NULL,
   dimensions BLOB NOT NULL,
   denied BIGINT UNSIGNED NOT NULL DEFAULT 0,
