@@ -43,12 +43,16 @@ type ThrottledOptions struct {
 	MaxEntries int
 	// KeepRows is the rows kept in MySQL per (app, day, rule) (default 1000).
 	KeepRows int
+	// KeepDays is how many days of rows MySQL keeps: the first flush of a
+	// day deletes older ones (default 400).
+	KeepDays int
 }
 
 func (o ThrottledOptions) withDefaults() ThrottledOptions {
 	orDefault(&o.TopK, 1024)
 	orDefault(&o.MaxEntries, 131_072)
 	orDefault(&o.KeepRows, 1000)
+	orDefault(&o.KeepDays, 400)
 	return o
 }
 
@@ -66,6 +70,7 @@ type Throttled struct {
 	entries  int // entries of all summaries (budgetMu)
 
 	flushMu sync.Mutex // one flush at a time
+	expired Day        // the day whose old rows were last deleted (flushMu)
 }
 
 type throttledShard struct {

@@ -23,16 +23,24 @@ const throttledPerStatement = 500
 func (t *Throttled) Flush(ctx context.Context) error {
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
-	rows := t.takeDeltas(DayOf(t.clk.Now()))
+	today := DayOf(t.clk.Now())
+	var errs []error
+	if t.expired != today {
+		if err := t.expire(ctx, today-Day(t.opt.KeepDays)); err != nil {
+			errs = append(errs, err)
+		} else {
+			t.expired = today
+		}
+	}
+	rows := t.takeDeltas(today)
 	if len(rows) == 0 {
-		return nil
+		return errors.Join(errs...)
 	}
 	byShard := map[int][]throttledRow{}
 	for _, r := range rows {
 		i := ShardIndex(r.key.app, len(t.dbs))
 		byShard[i] = append(byShard[i], r)
 	}
-	var errs []error
 	for i, rs := range byShard {
 		if err := t.write(ctx, t.dbs[i], rs); err != nil {
 			t.restore(rs)
@@ -128,6 +136,23 @@ func (t *Throttled) dueForPrune(rows []throttledRow) []sumKey {
 		h.mu.Unlock()
 	}
 	return due
+}
+
+// expire deletes the rows of days before before on every shard, 10,000
+// rows a statement.
+func (t *Throttled) expire(ctx context.Context, before Day) error {
+	for i, db := range t.dbs {
+		for {
+			res, err := db.ExecContext(ctx, `DELETE FROM throttled_identities WHERE day < ? LIMIT 10000`, before.String())
+			if err != nil {
+				return fmt.Errorf("throttled: expire shard %d: %w", i, err)
+			}
+			if n, err := res.RowsAffected(); err != nil || n < 10000 {
+				break
+			}
+		}
+	}
+	return nil
 }
 
 // prune deletes the rows of k past its KeepRows most denied.

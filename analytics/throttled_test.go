@@ -221,3 +221,35 @@ func BenchmarkThrottledDenied(b *testing.B) {
 		th.Denied("a1", "app_user", names, []string{"a1", vals[i&4095]})
 	}
 }
+
+// The first flush of a day deletes the rows of days past KeepDays on every
+// shard and keeps the others.
+func TestThrottled_RowsPastKeepDaysAreDeletedByTheDaysFirstFlush(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, 2, func(o *analytics.Options) { o.Throttled = analytics.ThrottledOptions{KeepDays: 30} })
+	ctx := context.Background()
+	th := e.rec.Throttled
+	for _, ago := range []int{31, 30, 0} {
+		e.clk.Set(t0.Add(-time.Duration(ago) * 24 * time.Hour))
+		for _, app := range []string{"a1", "a2", "a3"} {
+			th.Denied(app, "r", []string{"app_id"}, []string{app})
+		}
+		if err := th.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		ago  int
+		kept bool
+	}{{31, false}, {30, true}, {0, true}} {
+		for _, app := range []string{"a1", "a2", "a3"} {
+			got, err := th.Top(ctx, app, analytics.DayOf(t0)-analytics.Day(tc.ago), 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kept := len(got) == 1; kept != tc.kept {
+				t.Errorf("%s, %d days ago: kept %v, want %v", app, tc.ago, kept, tc.kept)
+			}
+		}
+	}
+}
