@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/rulesync"
@@ -221,5 +223,55 @@ func TestOffer_AnEditOfThePlansAloneIsANewVersion(t *testing.T) {
 	e, err := st.Get(ctx)
 	if err != nil || e.Set.Version != edited.Version || e.Set.Plans["pro"]["app_daily"].Limit != 200 {
 		t.Fatalf("store: %+v %v, want the edited plans", e.Set, err)
+	}
+}
+
+// A store that holds rules but does not answer at start (paused here):
+// the instance starts on its file and offers it once the store answers. A
+// file the store has never had in force then wins for every instance; one
+// it has had in force loses, and the instance takes the store's rules.
+func TestBootstrap_AFileOfferedWhenTheStoreAnswersAgainFollowsTheSameRule(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		file      int // limit of the starting instance's file
+		wantLimit int64
+	}{
+		{"a new file wins", 7, 7},
+		{"a file the fleet replaced loses", 5, 9},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := testenv.StartRedis(t)
+			rdb := redis.NewClient(&redis.Options{Addr: r.Addr(), MaxRetries: -1})
+			defer rdb.Close()
+			ctx := context.Background()
+			fleet := newInstance(rdb, "q:", "fleet", ruleSet(t, 5))
+			fleet.start(ctx, ruleSet(t, 5))
+			if err := fleet.y.Publish(ctx, ruleSet(t, 9)); err != nil { // 5 replaced by 9
+				t.Fatal(err)
+			}
+			if err := rdb.Do(ctx, "CLIENT", "PAUSE", "300", "ALL").Err(); err != nil {
+				t.Fatal(err)
+			}
+			file := ruleSet(t, tc.file)
+			in := newInstance(rdb, "q:", "late", file)
+			sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			in.start(sctx, file)
+			cancel()
+			if in.cur.Load() != file {
+				t.Fatalf("with the store paused the file's rules are not in force: %s", in.cur.Load().Version)
+			}
+			if err := rdb.Ping(ctx).Err(); err != nil { // answered once the pause is over
+				t.Fatal(err)
+			}
+			in.y.Poll(ctx)
+			fleet.y.Poll(ctx)
+			for name, i := range map[string]*instance{"the late instance": in, "the fleet": fleet} {
+				if got := i.cur.Load().Rules[0].Limit; got != tc.wantLimit {
+					t.Errorf("%s has limit %d in force, want %d", name, got, tc.wantLimit)
+				}
+			}
+		})
 	}
 }
