@@ -69,8 +69,9 @@ type Throttled struct {
 	budgetMu sync.Mutex
 	entries  int // entries of all summaries (budgetMu)
 
-	flushMu sync.Mutex // one flush at a time
-	expired Day        // the day whose old rows were last deleted (flushMu)
+	flushMu   sync.Mutex       // one flush at a time
+	expired   Day              // the day whose old rows were last deleted (flushMu)
+	uncertain []throttledBatch // batches whose COMMIT answer was lost (flushMu)
 }
 
 type throttledShard struct {

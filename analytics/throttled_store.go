@@ -3,6 +3,7 @@ package analytics
 import (
 	"context"
 	"crypto/md5"
+	"crypto/rand"
 	"database/sql"
 	"encoding/json"
 	"errors"
@@ -32,6 +33,7 @@ func (t *Throttled) Flush(ctx context.Context) error {
 			t.expired = today
 		}
 	}
+	errs = append(errs, t.resolveUncertain(ctx)...)
 	rows := t.takeDeltas(today)
 	if len(rows) == 0 {
 		return errors.Join(errs...)
@@ -42,8 +44,16 @@ func (t *Throttled) Flush(ctx context.Context) error {
 		byShard[i] = append(byShard[i], r)
 	}
 	for i, rs := range byShard {
-		if err := t.write(ctx, t.dbs[i], rs); err != nil {
-			t.restore(rs)
+		var id [16]byte
+		_, _ = rand.Read(id[:])
+		if uncertain, err := t.write(ctx, t.dbs[i], id, rs); err != nil {
+			if uncertain {
+				// The COMMIT may have happened: the next flush looks the
+				// batch id up before putting these counts back.
+				t.uncertain = append(t.uncertain, throttledBatch{shard: i, id: id, rows: rs})
+			} else {
+				t.restore(rs)
+			}
 			errs = append(errs, fmt.Errorf("throttled: shard %d: %w", i, err))
 			continue
 		}
@@ -83,10 +93,41 @@ func identityHash(id string) []byte {
 	return h[:]
 }
 
-func (t *Throttled) write(ctx context.Context, db *sql.DB, rows []throttledRow) error {
+// throttledBatch is a flush's counts for one shard whose COMMIT answer was
+// lost; its id is in analytics_batches if it was committed.
+type throttledBatch struct {
+	shard int
+	id    [16]byte
+	rows  []throttledRow
+}
+
+// resolveUncertain looks up the batches whose COMMIT answer was lost: the
+// counts of one that was not committed are put back for this flush.
+func (t *Throttled) resolveUncertain(ctx context.Context) []error {
+	var errs []error
+	keep := t.uncertain[:0]
+	for _, b := range t.uncertain {
+		var one int
+		err := t.dbs[b.shard].QueryRowContext(ctx, "SELECT 1 FROM analytics_batches WHERE batch_id = ?", b.id[:]).Scan(&one)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			t.restore(b.rows)
+		case err != nil:
+			keep = append(keep, b)
+			errs = append(errs, fmt.Errorf("throttled: look up batch on shard %d: %w", b.shard, err))
+		}
+	}
+	t.uncertain = keep
+	return errs
+}
+
+// write adds rows to shard db in one transaction that also records its
+// batch id; uncertain says that an error came from the COMMIT, which may
+// have happened.
+func (t *Throttled) write(ctx context.Context, db *sql.DB, id [16]byte, rows []throttledRow) (uncertain bool, err error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit: ErrTxDone
 	for lo := 0; lo < len(rows); lo += throttledPerStatement {
@@ -101,16 +142,22 @@ func (t *Throttled) write(ctx context.Context, db *sql.DB, rows []throttledRow) 
 			q.WriteString("(?,?,?,?,?,?,?)")
 			dims, err := json.Marshal(decodeIdentity(r.id))
 			if err != nil {
-				return err
+				return false, err
 			}
 			args = append(args, r.key.app, r.key.day.String(), r.key.rule, identityHash(r.id), dims, r.count, r.over)
 		}
 		q.WriteString(" ON DUPLICATE KEY UPDATE denied = denied + VALUES(denied), max_overcount = max_overcount + VALUES(max_overcount)")
 		if _, err := tx.ExecContext(ctx, q.String(), args...); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return tx.Commit()
+	if _, err := tx.ExecContext(ctx, "INSERT INTO analytics_batches (batch_id) VALUES (?)", id[:]); err != nil {
+		return false, fmt.Errorf("analytics_batches: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return true, err
+	}
+	return false, nil
 }
 
 // dueForPrune counts the new rows written per key and returns the keys
