@@ -107,6 +107,14 @@ bench-analytics-servers: services
 .PHONY: bench-plans
 bench-plans: schema
 	ROUNDS=$${ROUNDS:-4} bash bench/plans.sh
+	$(GO) test -run '^$$' -bench BuildOp -benchtime 200000x -count 5 ./limiter/
+
+# A monthly quota over 1,000,000 identities each calling once, then one
+# migration cycle: Redis bytes per identity, cells moved a second, counts
+# intact (bench/monthly.sh; private redis-server, ~5 minutes).
+.PHONY: bench-monthly
+bench-monthly: build services
+	bash bench/monthly.sh
 
 # The same workload through each algorithm (BENCHMARKS.md).
 bench-algorithms: schema
@@ -222,6 +230,15 @@ bench-zipf-cycle: services build
 .PHONY: bench-tracing
 bench-tracing: services
 	$(GO) test -run '^$$' -bench BenchmarkCheckTracing -benchmem -benchtime 5000x -count 3 ./tracing/
+
+# Faults between hosts (issue 54; build tags `faults partitions`, root): a cluster and quotads in network namespaces cut apart, clocks 1 s apart, Redis SIGKILLed and restarted from its AOF, split brain with/without QUOTA_REDIS_WAIT_REPLICAS and its cost, each judged by the history checker (internal/faults/history); ~5 minutes. Figures: bench-out/partitions.txt; log: bench-out/partitions-test.log.
+.PHONY: test-partitions
+test-partitions: services
+	@bash internal/testenv/ensure-tool.sh ip iptables >/dev/null
+	@mkdir -p bench-out
+	set -o pipefail; FAULTS_FIGURES=$(CURDIR)/bench-out/partitions.txt $(GO) test -tags 'faults partitions' -count=1 -timeout 30m -v \
+		-run '^(TestPartitions|TestClockSkew|TestRedisCrash|TestSplitBrain|TestWaitReplicas)' ./internal/faults/ 2>&1 | tee bench-out/partitions-test.log
+
 # A production-shaped fleet on this machine (bench/fleet/fleet.sh): Redis
 # Cluster of 3 masters + 3 replicas (7101-7106), two mariadbd with one shard
 # each (3317, 3318), three quotad (18081-18083) behind nginx (18080). Run dir

@@ -62,6 +62,9 @@ type Options struct {
 	// PersistEvery is how often the app-level HLL registers are saved to
 	// MySQL (default 10 min); interface-level ones once their day is over.
 	PersistEvery time.Duration
+	// Location is the zone of the analytics day (QUOTA_TIMEZONE): stats
+	// dates, "today", distinct users per day. nil: UTC.
+	Location *time.Location
 	// Registerer receives the analytics metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	Log        *slog.Logger
@@ -142,9 +145,9 @@ func New(o Options) (*Analytics, error) {
 	return &Analytics{
 		Recorder:  rec,
 		Flusher:   flusher,
-		Stats:     &Stats{clk: o.Clock, dbs: dbs, rec: rec, flusher: flusher, uniq: uniq, users: users},
-		Rollup:    &Rollup{clk: o.Clock, dbs: dbs, users: users, uniq: uniq},
-		Throttled: newThrottled(o.Clock, dbs, o.Throttled, o.Registerer),
+		Stats:     &Stats{clk: o.Clock, days: Days{o.Location}, dbs: dbs, rec: rec, flusher: flusher, uniq: uniq, users: users},
+		Rollup:    &Rollup{clk: o.Clock, days: Days{o.Location}, dbs: dbs, users: users, uniq: uniq},
+		Throttled: newThrottled(o.Clock, Days{o.Location}, dbs, o.Throttled, o.Registerer),
 	}, nil
 }
 

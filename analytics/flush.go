@@ -245,7 +245,7 @@ func (f *Flusher) fold(rows liveRows, held []int, lost *int64, adds []userAdd) [
 		appHash := FNV1a64(app)
 		si := int(appHash % uint64(n)) // ShardIndex
 		p := f.shards[si].pending
-		day := Day(floorDiv(k.min, 86400))
+		day := Days{f.opt.Location}.OfUnix(k.min)
 		dk := dailyKey{app: app, iface: iface, day: day}
 		// One probe finds the day's row, its minutes and its app's user rows.
 		pd := p.daily[dk]

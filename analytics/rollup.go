@@ -27,6 +27,7 @@ var rollSteps = []rollStep{
 // Rollup is the scheduled job of analytics (QUOTA_ROLLUP_SCHEDULE).
 type Rollup struct {
 	clk   clock.Clock
+	days  Days
 	dbs   shards
 	users *userFigures
 	uniq  *uniques
@@ -117,7 +118,7 @@ func (r *Rollup) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (Ro
 			res.Moved += n
 		}
 	}
-	today := Day(floorDiv(now.Unix(), 86400))
+	today := r.days.Of(now)
 	// Today's merges first, and each step whatever the others' errors: a
 	// day that cannot be sealed (a corrupt chunk) fails every run.
 	var errs []error

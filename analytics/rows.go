@@ -79,11 +79,31 @@ func ResolutionFor(from, now time.Time) Resolution {
 	return Res1w
 }
 
-// Day is a UTC day as days since the Unix epoch.
+// Day is a civil date as days since 1970-01-01: which instants it holds
+// depends on the time zone (Days).
 type Day int64
 
 // DayOf is the UTC day of t.
 func DayOf(t time.Time) Day { return Day(floorDiv(t.Unix(), 86400)) }
+
+// Days tells the days of the analytics' time zone (QUOTA_TIMEZONE): a
+// time's Day is its date there, so a day that springs forward holds 23
+// hours of calls and one that falls back 25.
+type Days struct {
+	Loc *time.Location // nil: UTC
+}
+
+// Of is the Day of t.
+func (z Days) Of(t time.Time) Day {
+	if z.Loc == nil || z.Loc == time.UTC {
+		return DayOf(t)
+	}
+	_, off := t.In(z.Loc).Zone()
+	return Day(floorDiv(t.Unix()+int64(off), 86400))
+}
+
+// OfUnix is the Day of the Unix second sec.
+func (z Days) OfUnix(sec int64) Day { return z.Of(time.Unix(sec, 0)) }
 
 // ParseDay reads YYYY-MM-DD.
 func ParseDay(s string) (Day, error) {

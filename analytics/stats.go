@@ -53,6 +53,7 @@ const MaxPoints = 366 * 24 * 60
 // twice or not at all. Other instances' calls appear once they flush them.
 type Stats struct {
 	clk     clock.Clock
+	days    Days
 	dbs     shards
 	rec     *Recorder
 	flusher *Flusher
@@ -122,7 +123,7 @@ func (s *Stats) day(ctx context.Context, k hllKey) (map[string]*Counts, map[hllK
 		seen := map[string]struct{}{}
 		s.rec.scan(k.app, func(lk liveKey, c Counts) {
 			_, iface, user := lk.id.split()
-			if Day(floorDiv(lk.min, 86400)) != k.day || (k.scope == scopeIface && iface != k.iface) {
+			if s.days.OfUnix(lk.min) != k.day || (k.scope == scopeIface && iface != k.iface) {
 				return
 			}
 			addTo(ifaces, iface, c)
@@ -203,7 +204,7 @@ func (s *Stats) UserDay(ctx context.Context, app, user string, day Day) (UserDay
 			}
 		}
 		s.rec.scan(app, func(k liveKey, c Counts) {
-			if _, f, us := k.id.split(); us == user && Day(floorDiv(k.min, 86400)) == day {
+			if _, f, us := k.id.split(); us == user && s.days.OfUnix(k.min) == day {
 				addTo(ifaces, f, c)
 			}
 		})
@@ -310,7 +311,7 @@ func (s *Stats) Uniques(ctx context.Context, app string, from, to Day) (int64, e
 	_ = s.flusher.readRows(func() error {
 		s.uniq.pending(hllKey{app: app, scope: scopeApp, day: from}, to, extra)
 		s.rec.scan(app, func(k liveKey, _ Counts) {
-			d := Day(floorDiv(k.min, 86400))
+			d := s.days.OfUnix(k.min)
 			if user := k.id.user(); user != "" && d >= from && d <= to {
 				hk := hllKey{app: app, scope: scopeApp, day: d}
 				extra[hk] = append(extra[hk], user)
@@ -325,7 +326,7 @@ func (s *Stats) Uniques(ctx context.Context, app string, from, to Day) (int64, e
 // most limit).
 func (s *Stats) Apps(ctx context.Context, limit int) ([]string, error) {
 	set := map[string]struct{}{}
-	since := (DayOf(s.clk.Now()) - 31).String()
+	since := (s.Today() - 31).String()
 	for i, db := range s.dbs {
 		err := eachRow(ctx, db, "SELECT DISTINCT app_id FROM usage_daily WHERE day >= ?", []any{since}, func(rows *sql.Rows) error {
 			var a string
@@ -351,3 +352,6 @@ func (s *Stats) Apps(ctx context.Context, limit int) ([]string, error) {
 	}
 	return out, nil
 }
+
+// Today is the analytics day of now, in the analytics' time zone.
+func (s *Stats) Today() Day { return s.days.Of(s.clk.Now()) }

@@ -60,6 +60,7 @@ func (o ThrottledOptions) withDefaults() ThrottledOptions {
 // answers the most denied. Safe for concurrent use.
 type Throttled struct {
 	clk     clock.Clock
+	days    Days // the analytics day (QUOTA_TIMEZONE)
 	dbs     shards
 	opt     ThrottledOptions
 	seed    maphash.Seed
@@ -134,8 +135,8 @@ func (h *ssHeap) Pop() any {
 	return e
 }
 
-func newThrottled(clk clock.Clock, dbs shards, opt ThrottledOptions, reg prometheus.Registerer) *Throttled {
-	t := &Throttled{clk: clk, dbs: dbs, opt: opt.withDefaults(), seed: maphash.MakeSeed(),
+func newThrottled(clk clock.Clock, days Days, dbs shards, opt ThrottledOptions, reg prometheus.Registerer) *Throttled {
+	t := &Throttled{clk: clk, days: days, dbs: dbs, opt: opt.withDefaults(), seed: maphash.MakeSeed(),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "quota_analytics_throttled_dropped_total",
 			Help: "Denials not recorded in the who-is-throttled summaries (their memory budget was full), and replaced entries' counts not written."})}
 	for i := range t.shards {
@@ -201,7 +202,7 @@ func (t *Throttled) Denied(app, rule string, names, values []string) {
 		t.dropped.Inc()
 		return
 	}
-	t.denied(DayOf(t.clk.Now()), app, rule, identityKey(names, values))
+	t.denied(t.days.Of(t.clk.Now()), app, rule, identityKey(names, values))
 }
 
 func (t *Throttled) denied(day Day, app, rule, id string) {

@@ -24,7 +24,7 @@ const throttledPerStatement = 500
 func (t *Throttled) Flush(ctx context.Context) error {
 	t.flushMu.Lock()
 	defer t.flushMu.Unlock()
-	today := DayOf(t.clk.Now())
+	today := t.days.Of(t.clk.Now())
 	var errs []error
 	if t.expired != today {
 		if err := t.expire(ctx, today-Day(t.opt.KeepDays)); err != nil {

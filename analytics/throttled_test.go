@@ -253,3 +253,31 @@ func TestThrottled_RowsPastKeepDaysAreDeletedByTheDaysFirstFlush(t *testing.T) {
 		}
 	}
 }
+
+// The day of a denial is the analytics day in QUOTA_TIMEZONE: 17:00 UTC
+// on 23 November is already the 24th in Shanghai.
+func TestThrottled_TheDayIsTheAnalyticsZonesDate(t *testing.T) {
+	t.Parallel()
+	shanghai, err := time.LoadLocation("Asia/Shanghai")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, 1, func(o *analytics.Options) { o.Location = shanghai })
+	e.clk.Set(time.Date(2026, 11, 23, 17, 0, 0, 0, time.UTC))
+	th := e.rec.Throttled
+	th.Denied("a1", "r", []string{"app_id"}, []string{"a1"})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		date string
+		want int
+	}{{"2026-11-23", 0}, {"2026-11-24", 1}} {
+		d, _ := analytics.ParseDay(tc.date)
+		got, err := th.Top(ctx, "a1", d, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != tc.want {
+			t.Errorf("%s: %+v, want %d rule(s)", tc.date, got, tc.want)
+		}
+	}
+}

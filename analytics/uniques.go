@@ -194,7 +194,7 @@ const ifaceViewSize = 1 << 14
 // keys persist saves now that the day is over.
 func (u *uniques) ifaceDue(now time.Time) bool {
 	q := &u.ifaceQueue
-	return len(q.adds) > 0 && (now.Sub(u.lastIfacePass) >= u.opt.IfaceUsersEvery || q.minDay < DayOf(now))
+	return len(q.adds) > 0 && (now.Sub(u.lastIfacePass) >= u.opt.IfaceUsersEvery || q.minDay < (Days{u.opt.Location}).Of(now))
 }
 
 // touchedHLL is a HyperLogLog added to since it was last persisted.
@@ -301,7 +301,7 @@ func (u *uniques) persist(ctx context.Context, final, onlyDue bool) error {
 	if onlyDue && !final && now.Sub(u.lastPersist) < u.opt.PersistEvery {
 		return nil
 	}
-	today := DayOf(now)
+	today := Days{u.opt.Location}.Of(now)
 	byShard := make([][]hllKey, len(u.dbs))
 	for k := range u.touched {
 		if final || k.scope == scopeApp || k.day < today {

@@ -296,6 +296,9 @@ func (s *Server) putRules(c echo.Context) error {
 	if err == nil {
 		err = s.deps.Limiter.CheckRules(set)
 	}
+	if err == nil {
+		err = plansStillAssigned(set, s.deps.Limiter.Assignments())
+	}
 	if err != nil {
 		s.deps.Metrics.RulesReloads.WithLabelValues("error").Inc()
 		return newError(http.StatusBadRequest, "invalid_rules", err.Error())

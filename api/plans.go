@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -212,4 +213,22 @@ func usageDims(app string, q map[string][]string) ([]limiter.Dim, error) {
 		dims = append(dims, limiter.Dim{Name: name, Value: vals[0]})
 	}
 	return dims, nil
+}
+
+// plansStillAssigned refuses rules that drop a plan some app is on: its
+// apps would silently fall back to the rules' own limits.
+func plansStillAssigned(set *rules.Set, a *rules.Assignments) error {
+	if a == nil {
+		return nil
+	}
+	on := map[string]int{}
+	for _, plan := range a.Plans {
+		if !set.HasPlan(plan) {
+			on[plan]++
+		}
+	}
+	for _, plan := range slices.Sorted(maps.Keys(on)) {
+		return fmt.Errorf("plan %q is dropped but %d app(s) are on it: move them first (PUT /v1/admin/apps/{app_id}/plan)", plan, on[plan])
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package api_test
 import (
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -162,5 +163,29 @@ func TestUsage_ReportsWhatChecksCountedAndCountsNothing(t *testing.T) {
 	}
 	if r := h.do("GET", "/v1/apps/a1/usage", "", ""); r.status != 401 {
 		t.Errorf("usage without a key: %d", r.status)
+	}
+}
+
+// PUT /v1/rules may not drop a plan apps are on: 400, nothing changes.
+func TestPutRules_RefusesToDropAPlanAppsAreOn(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, plansYAML, withPlans())
+	if r := h.admin("PUT", "/v1/admin/apps/a1/plan", `{"plan":"partner"}`); r.status != 200 {
+		t.Fatal(r.raw)
+	}
+	before := h.lim.Rules().Version
+	withoutPartner := `{"rules":[{"name":"app_daily","dimensions":["app_id"],"limit":5,"window":"day","algorithm":"fixed_window"}],"plans":{"pro":{"app_daily":8}}}`
+	r := h.admin("PUT", "/v1/rules", withoutPartner)
+	if r.status != 400 || !strings.Contains(r.raw, `plan \"partner\" is dropped but 1 app(s) are on it`) {
+		t.Fatalf("put: %d %s", r.status, r.raw)
+	}
+	if h.lim.Rules().Version != before {
+		t.Fatal("the refused rules were put in force")
+	}
+	if r := h.admin("PUT", "/v1/admin/apps/a1/plan", `{"plan":null}`); r.status != 200 || r.body["plan"] != "default" {
+		t.Fatalf("back to default: %d %s", r.status, r.raw)
+	}
+	if r := h.admin("PUT", "/v1/rules", withoutPartner); r.status != 200 || r.body["plans"] == nil {
+		t.Fatalf("put once no app is on it: %d %s", r.status, r.raw)
 	}
 }

@@ -109,7 +109,7 @@ func (s *Server) requireAppAccess(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) statsDay(c echo.Context) (analytics.Day, string, error) {
 	q := c.QueryParam("date")
 	if q == "" {
-		d := analytics.DayOf(s.deps.Analytics.Now())
+		d := s.deps.Analytics.Today()
 		return d, d.String(), nil
 	}
 	d, err := analytics.ParseDay(q)
@@ -316,7 +316,7 @@ func (s *Server) series(c echo.Context) error {
 // (from..to inclusive, YYYY-MM-DD), merging the daily HyperLogLogs.
 func (s *Server) uniques(c echo.Context) error {
 	app := c.Get("app_id").(string)
-	today := analytics.DayOf(s.deps.Analytics.Now())
+	today := s.deps.Analytics.Today()
 	from, to := today-6, today
 	for _, p := range []struct {
 		name string

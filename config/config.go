@@ -63,6 +63,14 @@ type Settings struct {
 	GCHeapFloorMB  int           // QUOTA_GC_HEAP_FLOOR_MB: the Go heap may grow to this many MiB before a collection (internal/gcfloor); 0 = GOGC alone
 	SchemaOnStart  SchemaOnStart // QUOTA_SCHEMA_ON_START: what serve does about a shard's schema before answering checks
 
+	// QUOTA_REDIS_WAIT_REPLICAS: when > 0, a check's count is final only
+	// once that many replicas hold it (WAIT after each pipeline); a write
+	// no replica acknowledges within QUOTA_REDIS_WAIT_TIMEOUT (default
+	// 100ms, below QUOTA_REDIS_TIMEOUT) is answered by the fail mode.
+	// 0 (default): off.
+	RedisWaitReplicas int
+	RedisWaitTimeout  time.Duration
+
 	// Envoy's rate limit service (api/ratelimit.go).
 	GRPCListen  string // QUOTA_GRPC_LISTEN: host:port of the gRPC server; "off" = none
 	EnvoyConfig string // QUOTA_ENVOY_CONFIG: envoy ratelimit YAML, a file or a directory; "" = no domains
@@ -203,6 +211,8 @@ func Defaults() Settings {
 		ColdHints:          1 << 20, // 8 MiB
 
 		Gateway: defaultGateway(),
+
+		RedisWaitTimeout: 100 * time.Millisecond,
 	}
 }
 
@@ -218,6 +228,8 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.str("QUOTA_REDIS_KEY_PREFIX", &s.RedisKeyPrefix)
 	r.duration("QUOTA_REDIS_TIMEOUT", &s.RedisTimeout)
 	r.integer("QUOTA_REDIS_POOL_SIZE", &s.RedisPoolSize)
+	r.integer("QUOTA_REDIS_WAIT_REPLICAS", &s.RedisWaitReplicas)
+	r.duration("QUOTA_REDIS_WAIT_TIMEOUT", &s.RedisWaitTimeout)
 	r.str("QUOTA_REDIS_USERNAME", &s.RedisUsername)
 	r.str("QUOTA_REDIS_PASSWORD_FILE", &s.RedisPasswordFile)
 	r.onOff("QUOTA_REDIS_TLS", &s.RedisTLS)
@@ -412,6 +424,12 @@ func (s Settings) Validate() error {
 	}
 	if s.RedisTimeout <= 0 || s.RedisTimeout > time.Minute {
 		return fmt.Errorf("QUOTA_REDIS_TIMEOUT %s: want between 1ms and 1m", s.RedisTimeout)
+	}
+	if s.RedisWaitReplicas < 0 || s.RedisWaitReplicas > 16 {
+		return fmt.Errorf("QUOTA_REDIS_WAIT_REPLICAS %d: want 0 (off) to 16 replicas", s.RedisWaitReplicas)
+	}
+	if s.RedisWaitReplicas > 0 && (s.RedisWaitTimeout < time.Millisecond || s.RedisWaitTimeout >= s.RedisTimeout) {
+		return fmt.Errorf("QUOTA_REDIS_WAIT_TIMEOUT %s: want at least 1ms and below QUOTA_REDIS_TIMEOUT (%s)", s.RedisWaitTimeout, s.RedisTimeout)
 	}
 	if s.RedisPoolSize < 1 || s.MaxInFlight < 1 {
 		return errors.New("QUOTA_REDIS_POOL_SIZE and QUOTA_MAX_IN_FLIGHT must be at least 1")

@@ -135,11 +135,9 @@ func (l *Limiter) SetAssignments(a *rules.Assignments) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.assignments = a
-	c, err := compile(l.rules.Load().set, a)
-	if err != nil { // the rules in force compiled before
-		panic(fmt.Sprintf("limiter: rules in force no longer compile: %v", err))
-	}
-	l.rules.Store(c)
+	c := *l.rules.Load() // the rules in force, compiled: only the apps change
+	c.assignments, c.apps = a, compileApps(c.set, a)
+	l.rules.Store(&c)
 }
 
 // compiledRule is a rule prepared for the check path.

@@ -81,6 +81,9 @@ type HotStore struct {
 	// look up their tier: each such cell carries its warm bucket field, and
 	// the script answers "not here" for a cell found elsewhere.
 	dir *WarmStore
+	// wait: a call's count is final once this many replicas hold it
+	// (hot_wait.go); zero: off.
+	wait waitOptions
 }
 
 // HotOptions configures a HotStore.
@@ -91,6 +94,12 @@ type HotOptions struct {
 	// tag. It is forced on for a Redis Cluster client (a multi-key script
 	// must stay in one slot); on a single Redis one call holds every cell.
 	SplitBySlot bool
+	// WaitReplicas, when > 0, makes a call's count final only once that
+	// many replicas acknowledge it within WaitTimeout (WAIT in the call's
+	// pipeline, hot_wait.go); a call they do not acknowledge fails as
+	// ErrUnavailable, so the fail mode answers it.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 }
 
 // NewHotStore returns a hot store over rdb.
@@ -103,6 +112,7 @@ func NewHotStore(rdb redis.UniversalClient, o HotOptions) *HotStore {
 		prefix:      o.Prefix,
 		jitter:      o.Jitter,
 		splitBySlot: o.SplitBySlot || cluster,
+		wait:        waitOptions{replicas: int64(o.WaitReplicas), timeout: o.WaitTimeout},
 	}
 }
 
@@ -363,7 +373,11 @@ func (s *HotStore) runEach(ctx context.Context, now time.Time, calls []call) err
 			}
 		}
 	}
-	if len(calls) == 1 {
+	if s.wait.replicas > 0 {
+		if err := s.runWaited(ctx, now, calls); err != nil {
+			return err
+		}
+	} else if len(calls) == 1 {
 		sc, keys, args := s.request(&calls[0], now)
 		calls[0].cmd = sc.Run(ctx, s.rdb, keys, args...)
 	} else if err := s.runPipelined(ctx, now, calls, true); err != nil {
@@ -436,13 +450,23 @@ func (s *HotStore) fixedArgs(c *call, now time.Time) ([]string, []any) {
 	return keys, args
 }
 
-// ttlJitter is a random 0..Jitter in milliseconds, added to a new key's TTL.
+// ttlJitter is a random extra TTL in milliseconds for a new key: between
+// min(Jitter, skewGrace) and Jitter. The floor is for clocks that disagree:
+// a key's TTL is reckoned on the clock of the instance that made it, and
+// an instance whose clock is behind still decides in that window for as
+// long as the skew; without the floor a key could expire under it and its
+// window start again from 0 (make test-partitions, TestClockSkew_…).
 func (s *HotStore) ttlJitter() int64 {
 	if s.jitter <= 0 {
 		return 0
 	}
-	return rand.Int64N(s.jitter.Milliseconds() + 1)
+	j, floor := s.jitter.Milliseconds(), min(s.jitter, skewGrace).Milliseconds()
+	return floor + rand.Int64N(j-floor+1)
 }
+
+// skewGrace is how far behind another instance's clock may be and still
+// find the keys that instance made (with QUOTA_TTL_JITTER at least that).
+const skewGrace = 5 * time.Second
 
 // boolInt is 1 for true, 0 for false (the scripts' flags).
 func boolInt(b bool) int64 {

@@ -179,7 +179,8 @@ func serve() error {
 	if err := prepareSchema(ctx, s, dbs, log); err != nil {
 		return err
 	}
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter})
+	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter,
+		WaitReplicas: s.RedisWaitReplicas, WaitTimeout: s.RedisWaitTimeout})
 	reg := prometheus.NewRegistry()
 	// With QUOTA_TIERING=on (the default) checks go through the tier router and
 	// the migration worker runs (cmd/quotad/tiering.go).
@@ -202,10 +203,14 @@ func serve() error {
 		// follow the replica's promotion (redisprobe.go).
 		store.WithPartitions(tiers.ClusterPartition(cc), clusterProbe(cc, s.RedisAddrs, redisPing(s)), s.RedisTimeout)
 	}
+	clk, err := decisionClock(os.Getenv)
+	if err != nil {
+		return err
+	}
 	// Near-quota signals: series always, the webhook when set (notify).
 	nearQuota := notify.New(notify.Options{URL: s.WebhookURL, Secret: s.WebhookSecret, Redis: rdb, Prefix: s.RedisKeyPrefix, Registerer: reg, Log: log})
 	go nearQuota.Run(ctx)
-	lim, err := limiter.New(store, clock.Real{}, set, limiter.InLocation(s.Location), limiter.WithQuotaWatcher(nearQuota))
+	lim, err := limiter.New(store, clk, set, limiter.InLocation(s.Location), limiter.WithQuotaWatcher(nearQuota))
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.RulesPath, err)
 	}
@@ -307,6 +312,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 		HoldOpenMinute:   s.AnalyticsHoldMinute,
 		HLLDenseAt:       cmp.Or(s.AnalyticsHLLDenseAt, -1), // 0: never
 		IfaceUsersEvery:  s.AnalyticsIfaceUsersEvery,
+		Location:         s.Location,
 		Registerer:       reg,
 		Log:              log,
 	})

@@ -19,6 +19,13 @@ import (
 // the others go on. The servers are killed when the test ends.
 func StartRedisCluster(t testing.TB, masters int) []*RedisProcess {
 	t.Helper()
+	return StartRedisClusterWith(t, masters)
+}
+
+// StartRedisClusterWith is StartRedisCluster with extra redis-server
+// options for every node (e.g. "--appendonly", "yes").
+func StartRedisClusterWith(t testing.TB, masters int, opts ...string) []*RedisProcess {
+	t.Helper()
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		t.Fatalf("redis-cli not installed: %v (apt-get install redis-tools)", err)
 	}
@@ -28,6 +35,7 @@ func StartRedisCluster(t testing.TB, masters int) []*RedisProcess {
 		p := &RedisProcess{t: t, Port: FreePort(t), args: []string{
 			"--cluster-enabled", "yes", "--dir", t.TempDir(), "--cluster-config-file", "nodes.conf",
 			"--cluster-node-timeout", "2000", "--cluster-require-full-coverage", "no"}}
+		p.args = append(p.args, opts...)
 		p.Start()
 		t.Cleanup(p.Kill)
 		nodes, addrs = append(nodes, p), append(addrs, p.Addr())

@@ -59,6 +59,9 @@ for tool in "$@"; do
 	systemd-analyze) ensure systemd-analyze systemd ;;
 	docker-compose) ensure docker-compose docker-compose ;;
 	nginx) ensure nginx nginx ;;
+	# make test-partitions: namespaces (iproute2) and DROP rules in them.
+	ip) ensure ip iproute2 ;;
+	iptables) ensure iptables iptables ;;
 	*)
 		echo "ensure-tool.sh: unknown tool $tool" >&2
 		exit 2

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -33,11 +34,12 @@ type RedisProcess struct {
 	Port int
 	cmd  *exec.Cmd
 	args []string // extra redis-server options
-	wrap []string // a command that runs redis-server (Callgrind's valgrind)
+	wrap []string // a command that runs redis-server (Callgrind's valgrind, ip netns exec)
+	host string   // the address it binds and answers on (default 127.0.0.1; a Host's in a Net)
 }
 
 // Addr is host:port of the process.
-func (p *RedisProcess) Addr() string { return "127.0.0.1:" + strconv.Itoa(p.Port) }
+func (p *RedisProcess) Addr() string { return cmp.Or(p.host, "127.0.0.1") + ":" + strconv.Itoa(p.Port) }
 
 // StartRedis starts redis-server on a free port; it is killed when the test ends.
 func StartRedis(t testing.TB) *RedisProcess {
@@ -51,10 +53,23 @@ func StartRedis(t testing.TB) *RedisProcess {
 	return p
 }
 
+// StartRedisWith is StartRedis with extra redis-server options (e.g.
+// "--appendonly", "yes", "--dir", dir: a restart then loads the AOF).
+func StartRedisWith(t testing.TB, args ...string) *RedisProcess {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redis-server not installed: %v (run deploy/ensure-services.sh)", err)
+	}
+	p := &RedisProcess{t: t, Port: FreePort(t), args: args}
+	t.Cleanup(p.Kill) // first: a server that starts but never answers is killed too
+	p.Start()
+	return p
+}
+
 // Start (re)starts the server on its port and waits until it answers.
 func (p *RedisProcess) Start() {
 	p.t.Helper()
-	args := slices.Concat(p.wrap, []string{"redis-server", "--port", strconv.Itoa(p.Port), "--bind", "127.0.0.1",
+	args := slices.Concat(p.wrap, []string{"redis-server", "--port", strconv.Itoa(p.Port), "--bind", cmp.Or(p.host, "127.0.0.1"),
 		"--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"}, p.args)
 	p.cmd = exec.Command(args[0], args[1:]...)
 	if err := p.cmd.Start(); err != nil {

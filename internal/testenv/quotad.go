@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,8 +124,9 @@ type Quotad struct {
 	t    testing.TB
 	bin  string
 	env  []string
-	Addr string // host:port it listens on
-	URL  string // http://Addr
+	wrap []string // a command that runs quotad (ip netns exec: a Host's)
+	Addr string   // host:port it listens on
+	URL  string   // http://Addr
 
 	logs *LockedBuffer // stderr of every run, in order
 
@@ -147,8 +149,13 @@ func StartQuotad(t testing.TB, env ...string) *Quotad {
 // NewQuotad prepares a quotad on a free port without starting it.
 func NewQuotad(t testing.TB, env ...string) *Quotad {
 	t.Helper()
-	addr := "127.0.0.1:" + strconv.Itoa(FreePort(t))
-	q := &Quotad{t: t, bin: Binary(t, "quotad"), Addr: addr, URL: "http://" + addr, logs: &LockedBuffer{}}
+	return newQuotadAt(t, "127.0.0.1:"+strconv.Itoa(FreePort(t)), nil, env...)
+}
+
+// newQuotadAt prepares a quotad listening on addr, run through wrap.
+func newQuotadAt(t testing.TB, addr string, wrap []string, env ...string) *Quotad {
+	t.Helper()
+	q := &Quotad{t: t, bin: Binary(t, "quotad"), Addr: addr, URL: "http://" + addr, logs: &LockedBuffer{}, wrap: wrap}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "QUOTA_") {
 			q.env = append(q.env, kv)
@@ -181,7 +188,8 @@ func (q *Quotad) Start() {
 		q.mu.Unlock()
 		q.t.Fatalf("quotad %s: already running", q.Addr)
 	}
-	cmd := exec.Command(q.bin, "serve")
+	argv := append(slices.Clone(q.wrap), q.bin, "serve")
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = q.env
 	cmd.Dir = ModuleRoot(q.t)
 	cmd.Stdout = q.logs
