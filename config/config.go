@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -136,6 +137,7 @@ type Settings struct {
 
 	RulesStore string        // QUOTA_RULES_STORE: redis (default: the rules in force are shared through Redis) or file (each instance its own)
 	RulesPoll  time.Duration // QUOTA_RULES_POLL: how often an instance looks for a new version in the shared store (1s)
+	RulesState string        // QUOTA_RULES_STATE: absolute path of the file keeping the rules last in force here (outside the project's tree); empty: none
 	// TimeZone (QUOTA_TIMEZONE, an IANA name, default UTC) is where
 	// calendar windows (day, week, month), the analytics day and the cron
 	// schedules start at midnight. Location is it, loaded.
@@ -244,6 +246,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	}
 	r.str("QUOTA_RULES_STORE", &s.RulesStore)
 	r.duration("QUOTA_RULES_POLL", &s.RulesPoll)
+	r.str("QUOTA_RULES_STATE", &s.RulesState)
 	r.str("QUOTA_TIMEZONE", &s.TimeZone)
 	r.str("QUOTA_WEBHOOK_URL", &s.WebhookURL)
 	r.str("QUOTA_WEBHOOK_SECRET", &s.WebhookSecret)
@@ -393,6 +396,9 @@ func (s Settings) Validate() error {
 	case "redis", "file":
 	default:
 		return fmt.Errorf("QUOTA_RULES_STORE %q: want redis (shared by every instance) or file", s.RulesStore)
+	}
+	if s.RulesState != "" && !filepath.IsAbs(s.RulesState) {
+		return fmt.Errorf("QUOTA_RULES_STATE %q: want an absolute path outside the project's tree (e.g. /var/lib/quotad/rules-state.yaml), or unset", s.RulesState)
 	}
 	if s.RulesPoll < 100*time.Millisecond || s.RulesPoll > time.Minute {
 		return fmt.Errorf("QUOTA_RULES_POLL %s: want between 100ms and 1m", s.RulesPoll)

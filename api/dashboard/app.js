@@ -72,11 +72,14 @@
     if (!state.app) return;
     $("title").textContent = state.app;
     try {
-      const [stats] = await Promise.all([
-        api(appPath(state.app) + "/stats" + (state.pinnedDate ? "?date=" + encodeURIComponent(state.pinnedDate) : "")),
+      const day = state.pinnedDate ? "?date=" + encodeURIComponent(state.pinnedDate) : "";
+      const [stats, throttled] = await Promise.all([
+        api(appPath(state.app) + "/stats" + day),
+        api(appPath(state.app) + "/throttled" + day),
         drawChart(),
       ]);
       showStats(stats);
+      showThrottled(throttled);
       $("board-error").textContent = "";
       $("updated").textContent = "updated " + new Date().toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
       document.body.dataset.loaded = "1";
@@ -135,6 +138,43 @@
         refresh();
       });
       body.appendChild(tr);
+    }
+  }
+
+  // showThrottled fills the "who is throttled" table: per rule its most
+  // denied identities (dimension=value, the app id left out), then the most
+  // denied interfaces.
+  function showThrottled(t) {
+    const body = $("throttled");
+    body.textContent = "";
+    const row = (cells, attrs) => {
+      const tr = document.createElement("tr");
+      Object.assign(tr.dataset, attrs || {});
+      for (const [text, cls, title] of cells) {
+        const td = document.createElement("td");
+        td.className = cls;
+        td.textContent = text;
+        if (title) td.title = title;
+        tr.appendChild(td);
+      }
+      body.appendChild(tr);
+    };
+    for (const r of t.rules) {
+      for (const id of r.top) {
+        const dims = Object.keys(id.dimensions).sort().filter((k) => k !== "app_id")
+          .map((k) => k + "=" + id.dimensions[k]).join(" ") || "(the app)";
+        const approx = id.max_overcount ? "≤ " : "";
+        row([[r.rule, "name"], [dims, "name"], [approx + fmt.format(id.denied), "num",
+          id.max_overcount ? "at least " + fmt.format(id.denied - id.max_overcount) : ""]], { rule: r.rule });
+      }
+    }
+    for (const i of t.interfaces) {
+      row([["interface", "muted"], [i.interface_id || "(none)", "name"], [fmt.format(i.denied), "num"]], { iface: i.interface_id });
+    }
+    if (!body.children.length) {
+      row([["Nobody was throttled on " + t.date, ""]]);
+      body.firstChild.className = "empty";
+      body.firstChild.firstChild.colSpan = 3;
     }
   }
 

@@ -159,6 +159,10 @@ func serve() error {
 	if err != nil {
 		return err
 	}
+	ruleState, err := newRuleState(s.RulesState, s.RulesPath, set.Version)
+	if err != nil {
+		return err
+	}
 	envoyConf, err := loadEnvoyConfig(s)
 	if err != nil {
 		return err
@@ -218,7 +222,10 @@ func serve() error {
 	m := metrics.New(reg)
 	metrics.RegisterBuildInfo(reg, build.Version, build.Revision, build.GoVersion)
 	m.SetRulesVersion(set.Version)
-	rw := startRules(ctx, s, rdb, lim, m, log)
+	rw, err := startRules(ctx, s, rdb, lim, ruleState, m, log)
+	if err != nil {
+		return err
+	}
 	plans := startAppPlans(ctx, s, rdb, lim, log)
 	an, stopAnalytics, err := startAnalytics(s, dbs, reg, log)
 	if err != nil {
@@ -226,8 +233,9 @@ func serve() error {
 	}
 	var usage api.UsageRecorder
 	var stats *analytics.Stats
+	var throttled *analytics.Throttled
 	if an != nil {
-		usage, stats = an.Recorder, an.Stats
+		usage, stats, throttled = an.Recorder, an.Stats, an.Throttled
 	}
 	var checks api.SingleChecker = lim
 	if s.Coalesce > 0 {
@@ -252,6 +260,7 @@ func serve() error {
 		Ready:        ready,
 		Usage:        usage,
 		Analytics:    stats,
+		Throttled:    throttled,
 		Keys:         apps.New(dbs, nil),
 		Tiers:        tiersAdmin,
 		AppPlans:     plans,
@@ -312,6 +321,15 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 		return nil, nil, err
 	}
 	go an.Flusher.Run(context.Background()) // ended by an.Flusher.Close
+	// Who is throttled: its own flushes, the last one when stopped.
+	thCtx, stopThrottled := context.WithCancel(context.Background())
+	thDone := make(chan struct{})
+	go func() {
+		defer close(thDone)
+		an.Throttled.Run(thCtx, s.AnalyticsFlush, func(err error) {
+			log.Warn("analytics: who-is-throttled flush failed; its counts are retried at the next", "err", err)
+		})
+	}()
 	cr := schedule.New(log, s.Location)
 	// Shutdown cancels a running rollup rather than wait for it: the seal
 	// of a finished day's per-user figures can take minutes, and a cancelled
@@ -332,6 +350,8 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 			"user_days_sealed", res.SealedDays, "user_chunk_merges", res.UserMerges, "seconds", time.Since(start).Seconds())
 	}); err != nil {
 		cancelJobs()
+		stopThrottled()
+		<-thDone
 		ardb.Close()
 		return nil, nil, fmt.Errorf("QUOTA_ROLLUP_SCHEDULE: %w", err)
 	}
@@ -339,6 +359,8 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 	stop := func() {
 		cancelJobs()
 		<-cr.Stop().Done()
+		stopThrottled()
+		<-thDone
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := an.Flusher.Close(ctx); err != nil {
