@@ -143,7 +143,7 @@ clean:
 .PHONY: test-dashboard
 test-dashboard: services
 	bash internal/testenv/ensure-tool.sh chromium
-	$(GO) test -count=1 -run 'TestDashboardInChromium|TestDashboard_ShowsWhoIsThrottled' -v ./api/
+	$(GO) test -count=1 -run 'TestDashboardInChromium|TestDashboard_Shows' -v ./api/
 
 # Fault injection (build tag `faults`, not in `make test`): quotad binaries
 # against private redis-server / mariadbd processes on spare ports that the

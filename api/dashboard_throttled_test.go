@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/quota-platform/quota/rules"
 )
 
 // The dashboard's "who is throttled" table in headless Chromium, signed in
@@ -66,5 +68,56 @@ func TestDashboard_ShowsWhoIsThrottled(t *testing.T) {
 	}
 	if strings.Join(rows, "\n") != strings.Join(wantRows, "\n") {
 		t.Errorf("the table shows\n%s\nwant\n%s\n(API: %s)", strings.Join(rows, "\n"), strings.Join(wantRows, "\n"), want.raw)
+	}
+}
+
+// The dashboard's quota bars in headless Chromium: the app's plan and each
+// app-level limit, used of limit with its reset, as the usage API says.
+func TestDashboard_ShowsThePlansQuotas(t *testing.T) {
+	t.Parallel()
+	browser := chromiumPath(t)
+	if browser == "" {
+		t.Skip("chromium is not installed and could not be installed (apt-get install chromium): dashboard browser test skipped")
+	}
+	h := newStatsHarnessAt(t, time.Now().UTC())
+	key := h.mint("shop")
+	set, err := rules.ParseYAML([]byte("rules:\n  - {name: shop_daily, dimensions: [app_id], limit: 10, window: day, algorithm: fixed_window}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.lim.SetRules(set); err != nil {
+		t.Fatal(err)
+	}
+	for range 9 {
+		h.check(`{"app_id":"shop","user_id":"u1","interface_id":"orders.list"}`)
+	}
+	ctx := context.Background()
+	actx, cancelA := chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1400))
+	defer cancelA()
+	bctx, cancelB := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	defer cancelB()
+	if err := chromedp.Do(bctx, chromedp.Navigate(h.srv.URL+"/dashboard/")); err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	tctx, cancelT := context.WithTimeout(bctx, 60*time.Second)
+	defer cancelT()
+	if err := chromedp.Do(tctx,
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), key),
+		chromedp.Click(chromedp.CSS(`#signin-form button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-loaded="1"]`)),
+	); err != nil {
+		t.Fatalf("chromium: sign in: %v", err)
+	}
+	got, err := chromedp.Run(tctx, chromedp.Evaluate[[]string](
+		`[document.getElementById("plan").textContent, ...[...document.querySelectorAll("#quotas .quota")].map(q => q.className + " | " + q.querySelector(".quota-label").textContent + " | " + q.querySelector(".bar span").style.width + " | " + q.querySelector(".sub").textContent.replace(/resets in .*/, "resets"))]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"plan default", "quota near | shop_daily · day | 90% | 9 of 10 used · resets"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the quotas show\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
