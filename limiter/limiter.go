@@ -71,6 +71,9 @@ type Limiter struct {
 	store tiers.Store
 	clock clock.Clock
 	rules atomic.Pointer[compiledSet]
+	// denials answers the denials it can without the store (nil: none;
+	// denials.go).
+	denials *Denials
 }
 
 // New returns a Limiter deciding with store under rules set.
@@ -99,6 +102,9 @@ func (l *Limiter) SetRules(set *rules.Set) error {
 		return err
 	}
 	l.rules.Store(c)
+	if l.denials != nil {
+		l.denials.Clear()
+	}
 	return nil
 }
 
@@ -140,12 +146,14 @@ func compile(set *rules.Set) (*compiledSet, error) {
 // batch's slices and callbacks on a path that runs once per check when
 // checks are not coalesced.)
 func (l *Limiter) Check(ctx context.Context, req *Request) (Decision, error) {
+	gen := l.denialGen()
 	now := l.clock.Now()
 	op, owners := buildOp(l.rules.Load(), req, now)
-	if len(op.Cells) > 0 {
+	if len(op.Cells) > 0 && !l.cachedDenial(op, now, gen) {
 		if err := l.store.Check(ctx, now, []*tiers.Op{op}); err != nil {
 			return Decision{}, fmt.Errorf("check: %w", err)
 		}
+		l.decided(op, now, gen, true)
 	}
 	return decision(op, owners), nil
 }
@@ -178,27 +186,38 @@ func (l *Limiter) CheckBatch(ctx context.Context, reqs []*Request) ([]Decision, 
 // order, and CheckBatchEach returns after the last; deliver must not block
 // long. reqs are read only before the first call.
 func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver func(i int, d Decision, err error)) {
+	gen := l.denialGen()
 	set := l.rules.Load()
 	now := l.clock.Now()
 	ops := make([]*tiers.Op, len(reqs))
 	owners := make([][]entryOwner, len(reqs))
+	// A report call counts past limits: the denials of a batch holding one
+	// are neither answered from nor put in the cache.
+	cache := l.denials != nil && !slices.ContainsFunc(reqs, func(r *Request) bool { return r.Report })
+	var done []bool // done[i]: ops[i] answered without the store
 	for i, req := range reqs {
 		ops[i], owners[i] = buildOp(set, req, now)
+		if len(ops[i].Cells) == 0 || (cache && l.cachedDenial(ops[i], now, gen)) {
+			if done == nil {
+				done = make([]bool, len(reqs))
+			}
+			done[i] = true
+		}
 	}
-	// pending are the ops with cells; at[k] is pending[k]'s request (nil
-	// when every op has cells: then k itself).
+	// pending are the ops the store decides; at[k] is pending[k]'s request
+	// (nil when it decides every op: then k itself).
 	pending, at := ops, []int(nil)
-	if slices.ContainsFunc(ops, func(op *tiers.Op) bool { return len(op.Cells) == 0 }) {
+	if done != nil {
 		pending, at = nil, []int{}
 		for i, op := range ops {
-			if len(op.Cells) > 0 {
+			if !done[i] {
 				pending, at = append(pending, op), append(at, i)
 			}
 		}
-	}
-	for i, op := range ops {
-		if len(op.Cells) == 0 {
-			deliver(i, decision(op, owners[i]), nil)
+		for i, op := range ops {
+			if done[i] {
+				deliver(i, decision(op, owners[i]), nil)
+			}
 		}
 	}
 	if len(pending) == 0 {
@@ -213,6 +232,7 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 			deliver(i, Decision{}, fmt.Errorf("check: %w", err))
 			return
 		}
+		l.decided(ops[i], now, gen, cache)
 		deliver(i, decision(ops[i], owners[i]), nil)
 	})
 }
