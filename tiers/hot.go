@@ -81,6 +81,8 @@ type HotStore struct {
 	// look up their tier: each such cell carries its warm bucket field, and
 	// the script answers "not here" for a cell found elsewhere.
 	dir *WarmStore
+	// refunded is HotOptions.Refunded.
+	refunded func()
 }
 
 // HotOptions configures a HotStore.
@@ -91,6 +93,11 @@ type HotOptions struct {
 	// tag. It is forced on for a Redis Cluster client (a multi-key script
 	// must stay in one slot); on a single Redis one call holds every cell.
 	SplitBySlot bool
+	// Refunded, when set, is called after every refund (a split op's
+	// parts, a Router's compensation), applied or not: the cells' counts
+	// were too high for a moment, and a denial cached meanwhile must go
+	// (limiter.Denials, denysync).
+	Refunded func()
 }
 
 // NewHotStore returns a hot store over rdb.
@@ -103,6 +110,14 @@ func NewHotStore(rdb redis.UniversalClient, o HotOptions) *HotStore {
 		prefix:      o.Prefix,
 		jitter:      o.Jitter,
 		splitBySlot: o.SplitBySlot || cluster,
+		refunded:    o.Refunded,
+	}
+}
+
+// notifyRefund calls HotOptions.Refunded.
+func (s *HotStore) notifyRefund() {
+	if s.refunded != nil {
+		s.refunded()
 	}
 }
 
@@ -693,6 +708,7 @@ func (s *HotStore) partsToRefund(op *Op, calls []call) []call {
 // remaining, reset and retry: the op counted nothing, so they describe the
 // state now, as for any denied check. Each cell keeps its decision.
 func (s *HotStore) refund(ctx context.Context, now time.Time, calls []call) error {
+	defer s.notifyRefund()
 	each := make([]redisscript.Call, len(calls))
 	for i := range calls {
 		each[i].Keys, each[i].Args = s.args(&calls[i], now, Refund)

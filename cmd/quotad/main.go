@@ -173,7 +173,8 @@ func serve() error {
 	if err := prepareSchema(ctx, s, dbs, log); err != nil {
 		return err
 	}
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter})
+	den := newDenialCache(s, rdb, log)
+	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter, Refunded: den.invalidate})
 	reg := prometheus.NewRegistry()
 	// With QUOTA_TIERING=on (the default) checks go through the tier router and
 	// the migration worker runs (cmd/quotad/tiering.go).
@@ -209,6 +210,7 @@ func serve() error {
 	metrics.RegisterBuildInfo(reg, build.Version, build.Revision, build.GoVersion)
 	m.SetRulesVersion(set.Version)
 	rw := startRules(ctx, s, rdb, lim, m, log)
+	den.start(ctx, lim, reg, s.RulesPoll)
 	an, stopAnalytics, err := startAnalytics(s, dbs, reg, log)
 	if err != nil {
 		return err
@@ -250,7 +252,7 @@ func serve() error {
 	}
 	go reloadOnHangup(ctx, s.RulesPath, lim, rw.publish, m, log)
 	envoy := api.NewEnvoyConfig(envoyConf)
-	go reloadEnvoyOnHangup(ctx, s, envoy, log)
+	go reloadEnvoyOnHangup(ctx, s, envoy, den.clear, log)
 	rls, err := startGRPC(s, srv, envoy, log)
 	if err != nil {
 		return err
