@@ -10,7 +10,11 @@
 #          100,000 users and IPs, 50 interfaces;
 #   grpc   the same over gRPC ShouldRateLimit (bench/grpcbench, 64
 #          connections, one call at a time on each);
-#   flood  HTTP, 90 % of the calls from 10 identities past their limits.
+#   flood  HTTP, 90 % of the calls from 10 identities past their limits
+#          (each its own app and IP: the app's IP limit still has room);
+#   flood-shared  the same from 10 users of one app behind one IP, past
+#          both limits (quotad's denial cache answers only denials whose
+#          every limit is exhausted: limiter/denials.go).
 # It prints checks/s, p99 and the server's CPU per check (µs, /proc) of
 # each, medians of the rounds. The machine's cores are shared by the load
 # generator, the servers and Redis: compare within a run only.
@@ -111,7 +115,7 @@ RESULTS=$OUT_DIR/rounds.txt
 : >"$RESULTS"
 echo "bench-peers: ${SERVERS[*]}; $ROUNDS rounds of ${PHASE}s turns (results per turn in $RESULTS)"
 for round in $(seq "$ROUNDS"); do
-	for work in http grpc flood; do
+	for work in http grpc flood flood-shared; do
 		n=${#SERVERS[@]}
 		k=$(((round - 1) % n))
 		for i in $(seq 0 $((n - 1))); do
@@ -124,9 +128,10 @@ for round in $(seq "$ROUNDS"); do
 					-grpc "${GRPC[$srv]}" -seed $((round * 100)) -json "$OUT_DIR/grpc.json" >"$OUT_DIR/last.txt"
 				read -r cps p99 checks < <(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"][0]; print(r["checks_per_sec"], r["p99_ms"], r["checks"])' "$OUT_DIR/grpc.json")
 			else
-				flood=0
-				[[ $work == flood ]] && flood=0.9
-				PEERS_API=$api PEERS_FLOOD=$flood wrk -t2 -c64 -d"${PHASE}s" --latency -s bench/peers/check.lua "${HTTP[$srv]}" >"$OUT_DIR/last.txt"
+				flood=0 shared=0
+				[[ $work == flood* ]] && flood=0.9
+				[[ $work == flood-shared ]] && shared=1
+				PEERS_API=$api PEERS_FLOOD=$flood PEERS_FLOOD_SHARED=$shared wrk -t2 -c64 -d"${PHASE}s" --latency -s bench/peers/check.lua "${HTTP[$srv]}" >"$OUT_DIR/last.txt"
 				read -r cps p99 checks < <(awk '
 					/Requests\/sec:/ {r=$2}
 					/^ +99%/ {v=$2; if (v ~ /us$/) {sub(/us/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms/,"",v)} else if (v ~ /s$/) {sub(/s/,"",v); v*=1000} p=v}
@@ -140,20 +145,21 @@ for round in $(seq "$ROUNDS"); do
 	done
 done
 
+curl -s "${HTTP[quotad]}/metrics" | grep '^quota_deny_cache' || true
 python3 - "$RESULTS" <<'EOF'
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 med = {}
-for work in ("http", "grpc", "flood"):
+for work in ("http", "grpc", "flood", "flood-shared"):
     for srv in ("quotad", "envoy", "envoy-cache"):
         rs = [r for r in rows if r[1] == work and r[2] == srv]
         if rs:
             med[work, srv] = [statistics.median(float(r[i]) for r in rs) for i in (3, 4, 5)]
-names = {"http": "ordinary HTTP", "grpc": "ordinary gRPC", "flood": "flood (HTTP, 90% from 10 identities past their limits)"}
+names = {"http": "ordinary HTTP", "grpc": "ordinary gRPC", "flood": "flood, own app+IP each", "flood-shared": "flood, 10 users of one app+IP"}
 print()
 print("| workload | server | checks/s | p99 ms | server CPU µs/check | quotad ×checks/s | quotad p99 ÷ | quotad CPU ÷ |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-for work in ("http", "grpc", "flood"):
+for work in ("http", "grpc", "flood", "flood-shared"):
     q = med.get((work, "quotad"))
     for srv in ("quotad", "envoy", "envoy-cache"):
         m = med.get((work, srv))

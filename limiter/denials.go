@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"encoding/binary"
+	"hash/maphash"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,6 +45,7 @@ type Denials struct {
 	size   atomic.Int64
 	per    int
 	shards [denialShards]denialShard
+	front  denialFront // denials_front.go
 	// Publish, when set, tells the rest of the fleet that cached denials
 	// may be wrong (denysync.Sync.Bump); it is called after Clear when a
 	// report call met a closed cell.
@@ -75,6 +77,7 @@ type denial struct {
 func NewDenials(size int) *Denials {
 	per := max(1, (size+denialShards-1)/denialShards)
 	d := &Denials{per: per}
+	d.front.seed = maphash.MakeSeed()
 	for i := range d.shards {
 		d.shards[i].m = make(map[string]*denial)
 	}
@@ -157,25 +160,25 @@ func (d *Denials) lookup(op *tiers.Op, now time.Time, gen uint64) bool {
 
 // remember caches op's answer, decided by the store at now, when it can
 // be cached. gen is the generation read before the rules were.
-func (d *Denials) remember(op *tiers.Op, now time.Time, gen uint64) {
+func (d *Denials) remember(op *tiers.Op, now time.Time, gen uint64) bool {
 	if op.Committed || op.Allowed() {
-		return
+		return false
 	}
 	var buf [inlineCells * 48]byte
 	key, ok := denialKey(buf[:0], op)
 	if !ok {
-		return
+		return false
 	}
 	e := denial{gen: gen, at: now.UnixMilli(), n: len(op.Cells)}
 	valid := time.Duration(1<<62 - 1)
 	for i := range op.Cells {
 		c, o := &op.Cells[i], &op.Out[i]
 		if o.Allowed || o.Remaining > 0 || o.Tier != tiers.Hot || o.RetryAfter <= 0 {
-			return
+			return false
 		}
 		v, costFree := entryValidity(c, o)
 		if v <= 0 {
-			return
+			return false
 		}
 		valid = min(valid, v)
 		if !costFree {
@@ -185,7 +188,7 @@ func (d *Denials) remember(op *tiers.Op, now time.Time, gen uint64) {
 	}
 	e.until = e.at + valid.Milliseconds()
 	if d.gen.Load() != gen {
-		return
+		return false
 	}
 	s := d.shard(key)
 	s.mu.Lock()
@@ -193,7 +196,7 @@ func (d *Denials) remember(op *tiers.Op, now time.Time, gen uint64) {
 	if old := s.m[string(key)]; old != nil {
 		e.slot = old.slot
 		*old = e
-		return
+		return true
 	}
 	k := string(key)
 	if len(s.ring) < d.per {
@@ -210,6 +213,7 @@ func (d *Denials) remember(op *tiers.Op, now time.Time, gen uint64) {
 		s.next = (s.next + 1) % d.per
 	}
 	s.m[k] = &e
+	return true
 }
 
 // entryValidity is how long after the store's answer o a closed cell c
@@ -271,11 +275,21 @@ func (l *Limiter) cachedDenial(op *tiers.Op, now time.Time, gen uint64) bool {
 	return l.denials != nil && l.denials.lookup(op, now, gen)
 }
 
+// frontHash is req's hash in the front door's set (0 without a cache).
+func (l *Limiter) frontHash(req *Request) uint64 {
+	if l.denials == nil {
+		return 0
+	}
+	return l.denials.front.hash(req)
+}
+
 // decided caches op's denial, or, for a report call that counted in a cell
 // that was over its limit (which may be a closed cell of a cached denial,
 // here or elsewhere), drops the cache here and in the fleet. remember is
 // false when op was decided after a report call of the same trip.
-func (l *Limiter) decided(op *tiers.Op, now time.Time, gen uint64, remember bool) {
+// front is the request's hash (denialFront), taken before the request
+// may have been handed back.
+func (l *Limiter) decided(front uint64, op *tiers.Op, now time.Time, gen uint64, remember bool) {
 	d := l.denials
 	if d == nil {
 		return
@@ -292,7 +306,7 @@ func (l *Limiter) decided(op *tiers.Op, now time.Time, gen uint64, remember bool
 		}
 		return
 	}
-	if remember {
-		d.remember(op, now, gen)
+	if remember && d.remember(op, now, gen) {
+		d.front.mark(front)
 	}
 }

@@ -116,9 +116,12 @@ func TestDenials_EveryCachedAnswerEqualsRedisAnswerForEveryAlgorithm(t *testing.
 					t.Fatal(err)
 				}
 				var got limiter.Decision
-				if rng.IntN(2) == 0 {
+				switch rng.IntN(3) {
+				case 0:
 					got, err = rig.cached.Check(ctx, req)
-				} else {
+				case 1: // the front door, as quotad calls it
+					got, err = rig.cached.DenialsFirst(rig.cached).Check(ctx, req)
+				default:
 					var ds []limiter.Decision
 					ds, err = rig.cached.CheckBatch(ctx, []*limiter.Request{req})
 					if err == nil {
@@ -284,4 +287,46 @@ func TestDenials_MemoryStaysWithinTheSizeUnderAMillionDeniedIdentities(t *testin
 	}
 	t.Logf("%d entries after 1,000,000 denials: heap +%d B (%.0f B an entry)", d.Len(), grown, float64(grown)/float64(d.Len()))
 	runtime.KeepAlive(d)
+}
+
+// failChecker fails the test when a check reaches it.
+type failChecker struct{ t *testing.T }
+
+func (f failChecker) Check(context.Context, *limiter.Request) (limiter.Decision, error) {
+	f.t.Error("the check went past the front door")
+	return limiter.Decision{}, nil
+}
+
+// A denial the cache holds is answered at the front door, before the
+// coalescer; one it does not hold goes on.
+func TestDenialsFirst_AnswersCachedDenialsWithoutTheNextChecker(t *testing.T) {
+	t.Parallel()
+	rule := rules.Rule{Name: "per_user", Dimensions: []string{"user_id"}, Limit: 1, Window: rules.Duration(time.Hour), Algorithm: rules.FixedWindow}
+	rig := newDenialRig(t, []rules.Rule{rule}, 100)
+	ctx := context.Background()
+	req := &limiter.Request{Dims: dims("user_id", "a"), Cost: 1}
+	for range 2 {
+		if _, err := rig.cached.Check(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	front := rig.cached.DenialsFirst(failChecker{t})
+	for _, cost := range []int64{1, 5} {
+		d, err := front.Check(ctx, &limiter.Request{Dims: dims("user_id", "a"), Cost: cost})
+		if err != nil || d.Allowed || len(d.Entries) != 1 {
+			t.Fatalf("cost %d: %+v %v", cost, d, err)
+		}
+	}
+	var reached bool
+	next := limiter.SingleChecker(checkerFunc(func() { reached = true }))
+	if _, err := rig.cached.DenialsFirst(next).Check(ctx, &limiter.Request{Dims: dims("user_id", "b"), Cost: 1}); err != nil || !reached {
+		t.Fatalf("an uncached request did not go on (%v)", err)
+	}
+}
+
+type checkerFunc func()
+
+func (f checkerFunc) Check(context.Context, *limiter.Request) (limiter.Decision, error) {
+	f()
+	return limiter.Decision{Allowed: true}, nil
 }

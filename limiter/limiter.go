@@ -153,7 +153,7 @@ func (l *Limiter) Check(ctx context.Context, req *Request) (Decision, error) {
 		if err := l.store.Check(ctx, now, []*tiers.Op{op}); err != nil {
 			return Decision{}, fmt.Errorf("check: %w", err)
 		}
-		l.decided(op, now, gen, true)
+		l.decided(l.frontHash(req), op, now, gen, true)
 	}
 	return decision(op, owners), nil
 }
@@ -195,8 +195,15 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 	// are neither answered from nor put in the cache.
 	cache := l.denials != nil && !slices.ContainsFunc(reqs, func(r *Request) bool { return r.Report })
 	var done []bool // done[i]: ops[i] answered without the store
+	var fronts []uint64
+	if cache {
+		fronts = make([]uint64, len(reqs))
+	}
 	for i, req := range reqs {
 		ops[i], owners[i] = buildOp(set, req, now)
+		if cache {
+			fronts[i] = l.frontHash(req)
+		}
 		if len(ops[i].Cells) == 0 || (cache && l.cachedDenial(ops[i], now, gen)) {
 			if done == nil {
 				done = make([]bool, len(reqs))
@@ -232,7 +239,11 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 			deliver(i, Decision{}, fmt.Errorf("check: %w", err))
 			return
 		}
-		l.decided(ops[i], now, gen, cache)
+		var front uint64
+		if cache {
+			front = fronts[i]
+		}
+		l.decided(front, ops[i], now, gen, cache)
 		deliver(i, decision(ops[i], owners[i]), nil)
 	})
 }

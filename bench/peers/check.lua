@@ -3,9 +3,12 @@
 -- (PEERS_API=quota) or envoy ratelimit's POST /json (PEERS_API=envoy).
 -- Ordinary traffic draws app (1,000), user and IP (100,000 each) and
 -- interface (50) uniformly; PEERS_FLOOD=0.9 sends 90 % of the calls from
--- 10 fixed identities (past their limits after their first 1,000 calls).
+-- 10 fixed identities (past their limits after their first 1,000 calls),
+-- each its own app and IP; PEERS_FLOOD_SHARED=1 makes them 10 users of one
+-- app behind one IP, past both limits (1,000 a user, 10,000 the app's IP).
 local api = os.getenv("PEERS_API") or "quota"
 local flood = tonumber(os.getenv("PEERS_FLOOD") or "0")
+local shared = os.getenv("PEERS_FLOOD_SHARED") == "1"
 local counter = 0
 
 function setup(thread)
@@ -33,6 +36,9 @@ function request()
 	if flood > 0 and math.random() < flood then
 		local f = math.random(0, 9)
 		app, user, addr, iface = "flood-" .. f, "flood-" .. f, ip(f), "iface-0"
+		if shared then
+			app, addr = "flood-shared", ip(0)
+		end
 	else
 		app = "app-" .. math.random(0, 999)
 		user = "user-" .. math.random(0, 99999)

@@ -230,6 +230,7 @@ func serve() error {
 		defer co.Close()
 		checks = co
 	}
+	checks = lim.DenialsFirst(checks) // cached denials skip the coalescer
 	ready := readiness(hot, dbs)
 	go probeDependencies(ctx, ready, metrics.NewDependencyUp(reg))
 	srv := api.New(api.Deps{
