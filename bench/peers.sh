@@ -24,6 +24,9 @@
 #                        (/work/.mirror/envoyproxy+ratelimit/repo)
 #   PEERS_RATELIMIT_COMMIT  (b8d893f)    PEERS_LOCAL_CACHE_BYTES  (1048576)
 #   QUOTAD_BIN (./bin/quotad)  GRPCBENCH_BIN (./bin/grpcbench)  BENCH_OUT (bench-out)
+#   PEERS_QUOTAD_OLD  another quotad binary, run beside as quotad-old (its own
+#                     key prefix): old against new in the same rounds
+#   PEERS_ENVOY=off   leave envoy ratelimit out
 set -euo pipefail
 
 PHASE=${PEERS_PHASE:-10}
@@ -90,7 +93,18 @@ PIDS+=("${PID[quotad]}")
 wait_http "${HTTP[quotad]}/readyz" "${PID[quotad]}" quotad
 SERVERS=(quotad)
 
-if [[ -x $RL_BIN ]]; then
+if [[ -n ${PEERS_QUOTAD_OLD:-} ]]; then
+	OH=$(free_port) OG=$(free_port)
+	QUOTA_LISTEN=127.0.0.1:$OH QUOTA_GRPC_LISTEN=127.0.0.1:$OG QUOTA_REDIS_ADDRS=127.0.0.1:$REDIS_PORT \
+		QUOTA_ENVOY_CONFIG=deploy/envoy/ratelimit.yaml QUOTA_REDIS_KEY_PREFIX=peersold: \
+		"$PEERS_QUOTAD_OLD" >"$OUT_DIR/quotad-old.log" 2>&1 &
+	PID[quotad-old]=$! HTTP[quotad-old]=http://127.0.0.1:$OH GRPC[quotad-old]=127.0.0.1:$OG
+	PIDS+=("${PID[quotad-old]}")
+	wait_http "${HTTP[quotad-old]}/readyz" "${PID[quotad-old]}" quotad-old
+	SERVERS+=(quotad-old)
+fi
+
+if [[ -x $RL_BIN && ${PEERS_ENVOY:-on} != off ]]; then
 	RUNTIME=$(mktemp -d)
 	mkdir -p "$RUNTIME/ratelimit/config"
 	cp deploy/envoy/ratelimit.yaml "$RUNTIME/ratelimit/config/ratelimit.yaml"
@@ -121,7 +135,7 @@ for round in $(seq "$ROUNDS"); do
 		for i in $(seq 0 $((n - 1))); do
 			srv=${SERVERS[$(((k + i) % n))]}
 			api=quota
-			[[ $srv == quotad ]] || api=envoy
+			[[ $srv == quotad* ]] || api=envoy
 			c0=$(cpu_ticks "${PID[$srv]}")
 			if [[ $work == grpc ]]; then
 				"$GRPCBENCH_BIN" -entries grpc -rounds 1 -phase "${PHASE}s" -rate 0 -c 64 -grpc-conns 64 \
@@ -151,7 +165,7 @@ import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 med = {}
 for work in ("http", "grpc", "flood", "flood-shared"):
-    for srv in ("quotad", "envoy", "envoy-cache"):
+    for srv in ("quotad", "quotad-old", "envoy", "envoy-cache"):
         rs = [r for r in rows if r[1] == work and r[2] == srv]
         if rs:
             med[work, srv] = [statistics.median(float(r[i]) for r in rs) for i in (3, 4, 5)]
@@ -161,7 +175,7 @@ print("| workload | server | checks/s | p99 ms | server CPU Âµs/check | quotad Ã
 print("| --- | --- | --- | --- | --- | --- | --- | --- |")
 for work in ("http", "grpc", "flood", "flood-shared"):
     q = med.get((work, "quotad"))
-    for srv in ("quotad", "envoy", "envoy-cache"):
+    for srv in ("quotad", "quotad-old", "envoy", "envoy-cache"):
         m = med.get((work, srv))
         if not m:
             continue
