@@ -178,7 +178,7 @@ func serve() error {
 	reg := prometheus.NewRegistry()
 	// With QUOTA_TIERING=on (the default) checks go through the tier router and
 	// the migration worker runs (cmd/quotad/tiering.go).
-	routed, tiersAdmin, stopTiering, err := startTiering(ctx, s, hot, dbs, reg, log)
+	routed, tiersAdmin, stopTiering, err := startTiering(ctx, s, hot, dbs, reg, den.invalidate, log)
 	if err != nil {
 		return err
 	}
