@@ -259,6 +259,15 @@ func tokenValidity(c *tiers.Cell, o *tiers.Outcome) time.Duration {
 // before l decides its first check.
 func (l *Limiter) UseDenials(d *Denials) { l.denials = d }
 
+// ForgetDenials drops every cached denial here: call it whenever the
+// limits a check meets may change outside SetRules (an app's plan or
+// override put in force on this instance). SetRules calls it itself.
+func (l *Limiter) ForgetDenials() {
+	if l.denials != nil {
+		l.denials.Clear()
+	}
+}
+
 // Denials is the denial cache l answers from, or nil.
 func (l *Limiter) Denials() *Denials { return l.denials }
 

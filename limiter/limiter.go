@@ -102,9 +102,7 @@ func (l *Limiter) SetRules(set *rules.Set) error {
 		return err
 	}
 	l.rules.Store(c)
-	if l.denials != nil {
-		l.denials.Clear()
-	}
+	l.ForgetDenials()
 	return nil
 }
 
