@@ -73,9 +73,11 @@ type denial struct {
 	out   [inlineCells]tiers.Outcome
 }
 
-// NewDenials returns a cache of at most size entries (size < 1: 1).
+// NewDenials returns a cache of at most size entries. Size 0 holds none
+// but still tells the fleet what invalidates its caches (Publish): an
+// instance with the cache off must not leave the others' stale.
 func NewDenials(size int) *Denials {
-	per := max(1, (size+denialShards-1)/denialShards)
+	per := max(0, (size+denialShards-1)/denialShards)
 	d := &Denials{per: per}
 	d.front.seed = maphash.MakeSeed()
 	for i := range d.shards {
@@ -132,6 +134,9 @@ func (d *Denials) shard(key []byte) *denialShard {
 // lookup fills op.Out from a live entry for op at now and reports whether
 // it did. gen is the generation read before the rules were.
 func (d *Denials) lookup(op *tiers.Op, now time.Time, gen uint64) bool {
+	if d.per == 0 {
+		return false
+	}
 	var buf [inlineCells * 48]byte
 	key, ok := denialKey(buf[:0], op)
 	if !ok {
@@ -161,7 +166,7 @@ func (d *Denials) lookup(op *tiers.Op, now time.Time, gen uint64) bool {
 // remember caches op's answer, decided by the store at now, when it can
 // be cached. gen is the generation read before the rules were.
 func (d *Denials) remember(op *tiers.Op, now time.Time, gen uint64) bool {
-	if op.Committed || op.Allowed() {
+	if d.per == 0 || op.Committed || op.Allowed() {
 		return false
 	}
 	var buf [inlineCells * 48]byte
@@ -286,7 +291,7 @@ func (l *Limiter) cachedDenial(op *tiers.Op, now time.Time, gen uint64) bool {
 
 // frontHash is req's hash in the front door's set (0 without a cache).
 func (l *Limiter) frontHash(req *Request) uint64 {
-	if l.denials == nil {
+	if l.denials == nil || l.denials.per == 0 {
 		return 0
 	}
 	return l.denials.front.hash(req)
@@ -296,9 +301,10 @@ func (l *Limiter) frontHash(req *Request) uint64 {
 // that was over its limit (which may be a closed cell of a cached denial,
 // here or elsewhere), drops the cache here and in the fleet. remember is
 // false when op was decided after a report call of the same trip.
-// front is the request's hash (denialFront), taken before the request
-// may have been handed back.
-func (l *Limiter) decided(front uint64, op *tiers.Op, now time.Time, gen uint64, remember bool) {
+// req is the request while it is still the caller's (Check), else nil
+// and front is its hash (denialFront), taken before it could be handed
+// back (CheckBatchEach).
+func (l *Limiter) decided(req *Request, front uint64, op *tiers.Op, now time.Time, gen uint64, remember bool) {
 	d := l.denials
 	if d == nil {
 		return
@@ -316,6 +322,9 @@ func (l *Limiter) decided(front uint64, op *tiers.Op, now time.Time, gen uint64,
 		return
 	}
 	if remember && d.remember(op, now, gen) {
+		if req != nil {
+			front = d.front.hash(req)
+		}
 		d.front.mark(front)
 	}
 }

@@ -74,7 +74,7 @@ type SingleChecker interface {
 // DenialsFirst returns a checker that answers from l's denial cache what
 // it can and hands the rest to next.
 func (l *Limiter) DenialsFirst(next SingleChecker) SingleChecker {
-	if l.denials == nil {
+	if l.denials == nil || l.denials.per == 0 {
 		return next
 	}
 	return denialsFirst{l: l, next: next}

@@ -330,3 +330,26 @@ func (f checkerFunc) Check(context.Context, *limiter.Request) (limiter.Decision,
 	f()
 	return limiter.Decision{Allowed: true}, nil
 }
+
+// With the cache off (size 0) nothing is cached, but a report call past a
+// limit still tells the fleet, whose instances may have theirs on.
+func TestDenials_SizeZeroCachesNothingButStillPublishes(t *testing.T) {
+	t.Parallel()
+	rule := rules.Rule{Name: "per_user", Dimensions: []string{"user_id"}, Limit: 1, Window: rules.Duration(time.Hour), Algorithm: rules.FixedWindow}
+	rig := newDenialRig(t, []rules.Rule{rule}, 0)
+	published := 0
+	rig.denials.Publish = func() { published++ }
+	ctx := context.Background()
+	req := &limiter.Request{Dims: dims("user_id", "a"), Cost: 1}
+	for range 3 {
+		if _, err := rig.cached.Check(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := rig.cached.Check(ctx, &limiter.Request{Dims: req.Dims, Cost: 1, Report: true}); err != nil {
+		t.Fatal(err)
+	}
+	if rig.denials.Hits() != 0 || rig.denials.Len() != 0 || published != 1 {
+		t.Fatalf("hits %d, entries %d, published %d: want 0, 0, 1", rig.denials.Hits(), rig.denials.Len(), published)
+	}
+}

@@ -151,7 +151,7 @@ func (l *Limiter) Check(ctx context.Context, req *Request) (Decision, error) {
 		if err := l.store.Check(ctx, now, []*tiers.Op{op}); err != nil {
 			return Decision{}, fmt.Errorf("check: %w", err)
 		}
-		l.decided(l.frontHash(req), op, now, gen, true)
+		l.decided(req, 0, op, now, gen, true)
 	}
 	return decision(op, owners), nil
 }
@@ -191,7 +191,7 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 	owners := make([][]entryOwner, len(reqs))
 	// A report call counts past limits: the denials of a batch holding one
 	// are neither answered from nor put in the cache.
-	cache := l.denials != nil && !slices.ContainsFunc(reqs, func(r *Request) bool { return r.Report })
+	cache := l.denials != nil && l.denials.per > 0 && !slices.ContainsFunc(reqs, func(r *Request) bool { return r.Report })
 	var done []bool // done[i]: ops[i] answered without the store
 	var fronts []uint64
 	if cache {
@@ -241,7 +241,7 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 		if cache {
 			front = fronts[i]
 		}
-		l.decided(front, ops[i], now, gen, cache)
+		l.decided(nil, front, ops[i], now, gen, cache)
 		deliver(i, decision(ops[i], owners[i]), nil)
 	})
 }

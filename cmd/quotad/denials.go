@@ -13,8 +13,9 @@ import (
 	"github.com/quota-platform/quota/limiter"
 )
 
-// denialCache is the local denial cache (QUOTA_DENY_CACHE_SIZE; nil when
-// 0) and its end of the fleet's invalidations.
+// denialCache is the local denial cache (QUOTA_DENY_CACHE_SIZE entries;
+// with 0 it holds none but still tells the fleet what invalidates the
+// others') and its end of the fleet's invalidations.
 type denialCache struct {
 	d    *limiter.Denials
 	sync *denysync.Sync
@@ -22,9 +23,6 @@ type denialCache struct {
 }
 
 func newDenialCache(s config.Settings, rdb redis.UniversalClient, log *slog.Logger) *denialCache {
-	if s.DenyCacheSize == 0 {
-		return &denialCache{log: log}
-	}
 	d := limiter.NewDenials(s.DenyCacheSize)
 	c := &denialCache{d: d, sync: denysync.New(rdb, s.RedisKeyPrefix, d.Clear), log: log}
 	d.Publish = c.invalidate
@@ -35,9 +33,6 @@ func newDenialCache(s config.Settings, rdb redis.UniversalClient, log *slog.Logg
 // report call counted in a closed cell). Without Redis the others find
 // out by failing to read the key, which drops theirs too.
 func (c *denialCache) invalidate() {
-	if c.d == nil {
-		return
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := c.sync.Bump(ctx); err != nil {
@@ -46,18 +41,11 @@ func (c *denialCache) invalidate() {
 }
 
 // clear drops the cache here (the envoy configuration changed).
-func (c *denialCache) clear() {
-	if c.d != nil {
-		c.d.Clear()
-	}
-}
+func (c *denialCache) clear() { c.d.Clear() }
 
 // start puts the cache in lim, registers its metrics and follows the
 // fleet's invalidations every poll until ctx ends.
 func (c *denialCache) start(ctx context.Context, lim *limiter.Limiter, reg prometheus.Registerer, poll time.Duration) {
-	if c.d == nil {
-		return
-	}
 	pctx, cancel := context.WithTimeout(ctx, poll)
 	_ = c.sync.Poll(pctx)
 	cancel()
