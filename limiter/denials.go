@@ -169,11 +169,6 @@ func (d *Denials) remember(op *tiers.Op, now time.Time, gen uint64) bool {
 	if d.per == 0 || op.Committed || op.Allowed() {
 		return false
 	}
-	var buf [inlineCells * 48]byte
-	key, ok := denialKey(buf[:0], op)
-	if !ok {
-		return false
-	}
 	e := denial{gen: gen, at: now.UnixMilli(), n: len(op.Cells)}
 	valid := time.Duration(1<<62 - 1)
 	for i := range op.Cells {
@@ -193,6 +188,11 @@ func (d *Denials) remember(op *tiers.Op, now time.Time, gen uint64) bool {
 	}
 	e.until = e.at + valid.Milliseconds()
 	if d.gen.Load() != gen {
+		return false
+	}
+	var buf [inlineCells * 48]byte
+	key, ok := denialKey(buf[:0], op)
+	if !ok {
 		return false
 	}
 	s := d.shard(key)

@@ -46,10 +46,9 @@ func (f *denialFront) hash(req *Request) uint64 {
 
 func (f *denialFront) mark(h uint64) { f.slots[h%frontSlots].Store(h) }
 
-func (f *denialFront) has(req *Request) bool {
-	h := f.hash(req)
-	return f.slots[h%frontSlots].Load() == h
-}
+func (f *denialFront) has(req *Request) bool { return f.hasHash(f.hash(req)) }
+
+func (f *denialFront) hasHash(h uint64) bool { return f.slots[h%frontSlots].Load() == h }
 
 // Denied answers req from the denial cache when it can.
 func (l *Limiter) Denied(req *Request) (Decision, bool) {

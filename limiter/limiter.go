@@ -202,7 +202,9 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 		if cache {
 			fronts[i] = l.frontHash(req)
 		}
-		if len(ops[i].Cells) == 0 || (cache && l.cachedDenial(ops[i], now, gen)) {
+		// The front door's set first: a request not denied lately costs
+		// no key and no lock.
+		if len(ops[i].Cells) == 0 || (cache && l.denials.front.hasHash(fronts[i]) && l.cachedDenial(ops[i], now, gen)) {
 			if done == nil {
 				done = make([]bool, len(reqs))
 			}
