@@ -67,6 +67,16 @@ bench-grpc: schema
 	$(GO) build -o $(BIN)/grpcbench ./bench/grpcbench
 	bash bench/grpc.sh
 
+# quotad beside envoyproxy/ratelimit (pinned commit, built when its source is
+# here; PEERS_RATELIMIT_GIT), plain and with its local cache, one private
+# Redis, the same limits: ordinary HTTP, ordinary gRPC and a flood, taking
+# turns (bench/peers.sh; ~5 minutes at PEERS_PHASE=10 PEERS_ROUNDS=3).
+.PHONY: bench-peers
+bench-peers: schema
+	@command -v wrk >/dev/null || apt-get install -y wrk
+	$(GO) build -o $(BIN)/grpcbench ./bench/grpcbench
+	bash bench/peers.sh
+
 # make bench-grpc's floor on this machine: the same load against a server
 # that answers every check at once with no Redis (bench/cmd/nullquotad):
 # what the load generator, the kernel, grpc-go and net/http cost alone.

@@ -59,6 +59,7 @@ type Settings struct {
 	MaxInFlight    int           // QUOTA_MAX_IN_FLIGHT: concurrent requests before a fast 503
 	TTLJitter      time.Duration // QUOTA_TTL_JITTER: random extra TTL so keys of a window do not expire together
 	Coalesce       int           // QUOTA_COALESCE: checks batched into one Redis pipeline by this many senders; 0 = off
+	DenyCacheSize  int           // QUOTA_DENY_CACHE_SIZE: denials answered without Redis (limiter.Denials), at most this many entries; 0 = off
 	PprofListen    string        // QUOTA_PPROF_LISTEN: loopback host:port of net/http/pprof; "" (default) = off
 	GCHeapFloorMB  int           // QUOTA_GC_HEAP_FLOOR_MB: the Go heap may grow to this many MiB before a collection (internal/gcfloor); 0 = GOGC alone
 	SchemaOnStart  SchemaOnStart // QUOTA_SCHEMA_ON_START: what serve does about a shard's schema before answering checks
@@ -181,6 +182,7 @@ func Defaults() Settings {
 		MaxInFlight:   4096,
 		TTLJitter:     60 * time.Second,
 		Coalesce:      4,
+		DenyCacheSize: 65536,
 		GCHeapFloorMB: 256,
 		SchemaOnStart: SchemaCheck,
 		GRPCListen:    "127.0.0.1:8081",
@@ -262,6 +264,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.integer("QUOTA_MAX_IN_FLIGHT", &s.MaxInFlight)
 	r.duration("QUOTA_TTL_JITTER", &s.TTLJitter)
 	r.integer("QUOTA_COALESCE", &s.Coalesce)
+	r.integer("QUOTA_DENY_CACHE_SIZE", &s.DenyCacheSize)
 	r.str("QUOTA_PPROF_LISTEN", &s.PprofListen)
 	r.integer("QUOTA_GC_HEAP_FLOOR_MB", &s.GCHeapFloorMB)
 	var so string
@@ -433,6 +436,9 @@ func (s Settings) Validate() error {
 	}
 	if s.RedisPoolSize < 1 || s.MaxInFlight < 1 {
 		return errors.New("QUOTA_REDIS_POOL_SIZE and QUOTA_MAX_IN_FLIGHT must be at least 1")
+	}
+	if s.DenyCacheSize < 0 || s.DenyCacheSize > 1<<24 {
+		return fmt.Errorf("QUOTA_DENY_CACHE_SIZE %d: want 0 (off) to %d entries", s.DenyCacheSize, 1<<24)
 	}
 	if s.Coalesce < 0 || s.Coalesce > 256 {
 		return fmt.Errorf("QUOTA_COALESCE %d: want 0 (off) to 256 senders", s.Coalesce)

@@ -179,12 +179,13 @@ func serve() error {
 	if err := prepareSchema(ctx, s, dbs, log); err != nil {
 		return err
 	}
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter,
+	den := newDenialCache(s, rdb, log)
+	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter, Refunded: den.invalidate,
 		WaitReplicas: s.RedisWaitReplicas, WaitTimeout: s.RedisWaitTimeout})
 	reg := prometheus.NewRegistry()
 	// With QUOTA_TIERING=on (the default) checks go through the tier router and
 	// the migration worker runs (cmd/quotad/tiering.go).
-	routed, tiersAdmin, stopTiering, err := startTiering(ctx, s, hot, dbs, reg, log)
+	routed, tiersAdmin, stopTiering, err := startTiering(ctx, s, hot, dbs, reg, den.invalidate, log)
 	if err != nil {
 		return err
 	}
@@ -227,6 +228,7 @@ func serve() error {
 		return err
 	}
 	plans := startAppPlans(ctx, s, rdb, lim, log)
+	den.start(ctx, lim, reg, s.RulesPoll)
 	an, stopAnalytics, err := startAnalytics(s, dbs, reg, log)
 	if err != nil {
 		return err
@@ -247,6 +249,7 @@ func serve() error {
 		defer co.Close()
 		checks = co
 	}
+	checks = lim.DenialsFirst(checks) // cached denials skip the coalescer
 	ready := readiness(hot, dbs)
 	go probeDependencies(ctx, ready, metrics.NewDependencyUp(reg))
 	srv := api.New(api.Deps{
@@ -271,7 +274,7 @@ func serve() error {
 	}
 	go reloadOnHangup(ctx, s.RulesPath, lim, rw.publish, m, log)
 	envoy := api.NewEnvoyConfig(envoyConf)
-	go reloadEnvoyOnHangup(ctx, s, envoy, log)
+	go reloadEnvoyOnHangup(ctx, s, envoy, den.clear, log)
 	rls, err := startGRPC(s, srv, envoy, log)
 	if err != nil {
 		return err
