@@ -35,26 +35,7 @@ func TestDashboard_ShowsWhoIsThrottled(t *testing.T) {
 		t.Fatalf("throttled: %d %s", want.status, want.raw)
 	}
 
-	ctx := context.Background()
-	actx, cancelA := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1400))
-	defer cancelA()
-	bctx, cancelB := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer cancelB()
-	if err := chromedp.Do(bctx, chromedp.Navigate(h.srv.URL+"/dashboard/")); err != nil {
-		t.Fatalf("chromium: %v", err)
-	}
-	tctx, cancelT := context.WithTimeout(bctx, 60*time.Second)
-	defer cancelT()
-	if err := chromedp.Do(tctx,
-		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), key),
-		chromedp.Click(chromedp.CSS(`#signin-form button[type="submit"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`body[data-loaded="1"]`)),
-	); err != nil {
-		t.Fatalf("chromium: sign in: %v", err)
-	}
+	tctx := signInDashboard(t, browser, h, key)
 	rows, err := chromedp.Run(tctx, chromedp.Evaluate[[]string](
 		`[...document.querySelectorAll("#throttled tr")].map(tr => [...tr.children].map(td => td.textContent).join(" | "))`))
 	if err != nil {
@@ -91,26 +72,7 @@ func TestDashboard_ShowsThePlansQuotas(t *testing.T) {
 	for range 9 {
 		h.check(`{"app_id":"shop","user_id":"u1","interface_id":"orders.list"}`)
 	}
-	ctx := context.Background()
-	actx, cancelA := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
-		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1400))
-	defer cancelA()
-	bctx, cancelB := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
-	defer cancelB()
-	if err := chromedp.Do(bctx, chromedp.Navigate(h.srv.URL+"/dashboard/")); err != nil {
-		t.Fatalf("chromium: %v", err)
-	}
-	tctx, cancelT := context.WithTimeout(bctx, 60*time.Second)
-	defer cancelT()
-	if err := chromedp.Do(tctx,
-		chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), key),
-		chromedp.Click(chromedp.CSS(`#signin-form button[type="submit"]`)),
-		chromedp.WaitVisible(chromedp.CSS(`body[data-loaded="1"]`)),
-	); err != nil {
-		t.Fatalf("chromium: sign in: %v", err)
-	}
+	tctx := signInDashboard(t, browser, h, key)
 	got, err := chromedp.Run(tctx, chromedp.Evaluate[[]string](
 		`[document.getElementById("plan").textContent, ...[...document.querySelectorAll("#quotas .quota")].map(q => q.className + " | " + q.querySelector(".quota-label").textContent + " | " + q.querySelector(".bar span").style.width + " | " + q.querySelector(".sub").textContent.replace(/resets in .*/, "resets"))]`))
 	if err != nil {
@@ -120,4 +82,32 @@ func TestDashboard_ShowsThePlansQuotas(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("the quotas show\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// signInDashboard opens the dashboard in headless Chromium, signs in with
+// key and waits for the board's first load; the context lives until the
+// test ends.
+func signInDashboard(t *testing.T, browser string, h *statsHarness, key string) context.Context {
+	t.Helper()
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(browser), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun,
+		chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 1400))
+	t.Cleanup(cancelA)
+	bctx, cancelB := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(cancelB)
+	// The first Run starts the browser and must not carry a timeout.
+	if err := chromedp.Do(bctx, chromedp.Navigate(h.srv.URL+"/dashboard/")); err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	tctx, cancelT := context.WithTimeout(bctx, 60*time.Second)
+	t.Cleanup(cancelT)
+	if err := chromedp.Do(tctx,
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), key),
+		chromedp.Click(chromedp.CSS(`#signin-form button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-loaded="1"]`)),
+	); err != nil {
+		t.Fatalf("chromium: sign in: %v", err)
+	}
+	return tctx
 }
