@@ -67,6 +67,16 @@ bench-grpc: schema
 	$(GO) build -o $(BIN)/grpcbench ./bench/grpcbench
 	bash bench/grpc.sh
 
+# quotad beside envoyproxy/ratelimit (pinned commit, built when its source is
+# here; PEERS_RATELIMIT_GIT), plain and with its local cache, one private
+# Redis, the same limits: ordinary HTTP, ordinary gRPC and a flood, taking
+# turns (bench/peers.sh; ~5 minutes at PEERS_PHASE=10 PEERS_ROUNDS=3).
+.PHONY: bench-peers
+bench-peers: schema
+	@command -v wrk >/dev/null || apt-get install -y wrk
+	$(GO) build -o $(BIN)/grpcbench ./bench/grpcbench
+	bash bench/peers.sh
+
 # make bench-grpc's floor on this machine: the same load against a server
 # that answers every check at once with no Redis (bench/cmd/nullquotad):
 # what the load generator, the kernel, grpc-go and net/http cost alone.
@@ -120,13 +130,15 @@ bench-monthly: build services
 bench-algorithms: schema
 	bash bench/algorithms.sh
 
-# Each fuzz target for FUZZTIME; their seed corpora already run in `make test`.
+# Every fuzz target of the tree (found by name, so a new one is never left
+# out) for FUZZTIME each; their seed corpora already run in `make test`.
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCheck$$' -fuzztime $(FUZZTIME) ./api/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeBatch$$' -fuzztime $(FUZZTIME) ./api/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeAuth$$' -fuzztime $(FUZZTIME) ./api/
-	$(GO) test -run '^$$' -fuzz '^FuzzParseYAML$$' -fuzztime $(FUZZTIME) ./rules/
-	$(GO) test -run '^$$' -fuzz '^FuzzWarmRecordDecode$$' -fuzztime $(FUZZTIME) ./tiers/
+	@set -e; for file in $$(grep -rl --include='*_test.go' '^func Fuzz' .); do \
+		for target in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$file); do \
+			echo "== $$target ($$(dirname $$file))"; \
+			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) ./$$(dirname $$file)/; \
+		done; \
+	done
 
 lint:
 	gofmt -l . | (! grep .)
@@ -141,7 +153,7 @@ clean:
 .PHONY: test-dashboard
 test-dashboard: services
 	bash internal/testenv/ensure-tool.sh chromium
-	$(GO) test -count=1 -run TestDashboardInChromium -v ./api/
+	$(GO) test -count=1 -run 'TestDashboardInChromium|TestDashboard_Shows' -v ./api/
 
 # Fault injection (build tag `faults`, not in `make test`): quotad binaries
 # against private redis-server / mariadbd processes on spare ports that the

@@ -76,6 +76,8 @@ type Options struct {
 	// than in each of the minute's flushes. Flush and Close write
 	// everything.
 	HoldOpenMinute bool
+	// Throttled bounds the who-is-throttled summaries (throttled.go).
+	Throttled ThrottledOptions
 }
 
 // withDefaults is o with every unset setting at its default, or an error
@@ -122,6 +124,9 @@ type Analytics struct {
 	Flusher  *Flusher  // Run, Flush, Close: the recorded calls into MySQL and Redis
 	Stats    *Stats    // the figures, for the stats API and the dashboard
 	Rollup   *Rollup   // the scheduled job (QUOTA_ROLLUP_SCHEDULE)
+	// Throttled: the most denied identities per (day, app, rule); Denied
+	// on the check path (denials only), Run for its flushes.
+	Throttled *Throttled
 }
 
 // New wires analytics' parts on o's servers. It starts nothing: call
@@ -138,10 +143,11 @@ func New(o Options) (*Analytics, error) {
 	users := &userFigures{perStatement: o.RowsPerStatement, duty: o.FlushDuty, met: met}
 	flusher := newFlusher(o, dbs, rec, uniq, users, met)
 	return &Analytics{
-		Recorder: rec,
-		Flusher:  flusher,
-		Stats:    &Stats{clk: o.Clock, days: Days{o.Location}, dbs: dbs, rec: rec, flusher: flusher, uniq: uniq, users: users},
-		Rollup:   &Rollup{clk: o.Clock, days: Days{o.Location}, dbs: dbs, users: users, uniq: uniq},
+		Recorder:  rec,
+		Flusher:   flusher,
+		Stats:     &Stats{clk: o.Clock, days: Days{o.Location}, dbs: dbs, rec: rec, flusher: flusher, uniq: uniq, users: users},
+		Rollup:    &Rollup{clk: o.Clock, days: Days{o.Location}, dbs: dbs, users: users, uniq: uniq},
+		Throttled: newThrottled(o.Clock, Days{o.Location}, dbs, o.Throttled, o.Registerer),
 	}, nil
 }
 

@@ -64,6 +64,7 @@ func (s *Server) decide(c echo.Context, req *limiter.Request, denyStatus int) er
 	}
 	s.count(&d)
 	s.recordUsage(req, d.Allowed)
+	s.recordDenied(req, &d)
 	status := http.StatusOK
 	if !d.Allowed {
 		status = denyStatus
@@ -98,6 +99,7 @@ func (s *Server) checkBatch(c echo.Context) error {
 	for i := range ds {
 		s.count(&ds[i])
 		s.recordUsage(&reqs[i], ds[i].Allowed)
+		s.recordDenied(&reqs[i], &ds[i])
 		if i > 0 {
 			b = append(b, ',')
 		}

@@ -428,6 +428,7 @@ func (r *rateLimitService) decide(ctx context.Context, st *envoyState, call *rls
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			st.LimitRemaining = 0
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			r.s.recordDeniedDescriptor(app, l.FullKey, req.GetDescriptors()[i].GetEntries())
 		}
 	}
 	return resp, nil

@@ -46,8 +46,8 @@ type Deps struct {
 	Gatherer prometheus.Gatherer
 	Log      *slog.Logger
 	// PersistRules saves rules accepted by PUT /v1/rules (to the shared
-	// rules store and the rules file, or the file only: cmd/quotad) before
-	// they take effect; nil keeps them in memory only. An error wrapping
+	// rules store, and QUOTA_RULES_STATE when set; never the rules file:
+	// cmd/quotad) before they take effect; nil keeps them in memory only. An error wrapping
 	// rulesync.ErrUnavailable is a 503: nothing changed.
 	PersistRules func(*rules.Set) error
 	Ready        []ReadinessCheck
@@ -58,6 +58,10 @@ type Deps struct {
 	Usage UsageRecorder
 	// Analytics answers the stats API and the dashboard; nil serves neither.
 	Analytics *analytics.Stats
+	// Throttled records the denying rules' identities of denied checks and
+	// answers GET /v1/apps/{app_id}/throttled (api/throttled.go); nil: the
+	// answer lists interfaces only.
+	Throttled *analytics.Throttled
 	// Keys mints and verifies the app keys of the stats API; nil: only the
 	// admin token reads stats, and POST /v1/admin/apps answers 404.
 	Keys *apps.Keys

@@ -30,6 +30,7 @@ func (s *Server) analyticsRoutes(e *echo.Echo) {
 	app.GET("/series", s.series)
 	app.GET("/series.svg", s.seriesSVG)
 	app.GET("/uniques", s.uniques)
+	app.GET("/throttled", s.throttled)
 	if s.deps.Keys != nil {
 		e.POST("/v1/admin/apps", s.createApp, s.requireAdmin)
 	}

@@ -67,7 +67,7 @@ func newStatsHarnessAt(t *testing.T, at time.Time) *statsHarness {
 	}
 	srv := httptest.NewServer(api.New(api.Deps{
 		Settings: s, Limiter: lim, Metrics: metrics.New(reg), Gatherer: reg,
-		Usage: rec.Recorder, Analytics: rec.Stats, Keys: apps.New(dbs, clk),
+		Usage: rec.Recorder, Analytics: rec.Stats, Throttled: rec.Throttled, Keys: apps.New(dbs, clk),
 	}))
 	t.Cleanup(srv.Close)
 	return &statsHarness{harness: &harness{t: t, srv: srv, clk: clk, rdb: rdb, prefix: prefix, lim: lim, reg: reg}, rec: rec}

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -58,6 +59,7 @@ type Settings struct {
 	MaxInFlight    int           // QUOTA_MAX_IN_FLIGHT: concurrent requests before a fast 503
 	TTLJitter      time.Duration // QUOTA_TTL_JITTER: random extra TTL so keys of a window do not expire together
 	Coalesce       int           // QUOTA_COALESCE: checks batched into one Redis pipeline by this many senders; 0 = off
+	DenyCacheSize  int           // QUOTA_DENY_CACHE_SIZE: denials answered without Redis (limiter.Denials), at most this many entries; 0 = off
 	PprofListen    string        // QUOTA_PPROF_LISTEN: loopback host:port of net/http/pprof; "" (default) = off
 	AdvertiseURL   string        // QUOTA_ADVERTISE_URL: where the fleet and quotactl status reach this instance; "" (default) = http://QUOTA_LISTEN (an unspecified host: the hostname)
 	GCHeapFloorMB  int           // QUOTA_GC_HEAP_FLOOR_MB: the Go heap may grow to this many MiB before a collection (internal/gcfloor); 0 = GOGC alone
@@ -137,6 +139,7 @@ type Settings struct {
 
 	RulesStore string        // QUOTA_RULES_STORE: redis (default: the rules in force are shared through Redis) or file (each instance its own)
 	RulesPoll  time.Duration // QUOTA_RULES_POLL: how often an instance looks for a new version in the shared store (1s)
+	RulesState string        // QUOTA_RULES_STATE: absolute path of the file keeping the rules last in force here (outside the project's tree); empty: none
 	// TimeZone (QUOTA_TIMEZONE, an IANA name, default UTC) is where
 	// calendar windows (day, week, month), the analytics day and the cron
 	// schedules start at midnight. Location is it, loaded.
@@ -180,6 +183,7 @@ func Defaults() Settings {
 		MaxInFlight:   4096,
 		TTLJitter:     60 * time.Second,
 		Coalesce:      4,
+		DenyCacheSize: 65536,
 		GCHeapFloorMB: 256,
 		SchemaOnStart: SchemaCheck,
 		GRPCListen:    "127.0.0.1:8081",
@@ -245,6 +249,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	}
 	r.str("QUOTA_RULES_STORE", &s.RulesStore)
 	r.duration("QUOTA_RULES_POLL", &s.RulesPoll)
+	r.str("QUOTA_RULES_STATE", &s.RulesState)
 	r.str("QUOTA_TIMEZONE", &s.TimeZone)
 	r.str("QUOTA_WEBHOOK_URL", &s.WebhookURL)
 	r.str("QUOTA_WEBHOOK_SECRET", &s.WebhookSecret)
@@ -260,6 +265,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	r.integer("QUOTA_MAX_IN_FLIGHT", &s.MaxInFlight)
 	r.duration("QUOTA_TTL_JITTER", &s.TTLJitter)
 	r.integer("QUOTA_COALESCE", &s.Coalesce)
+	r.integer("QUOTA_DENY_CACHE_SIZE", &s.DenyCacheSize)
 	r.str("QUOTA_PPROF_LISTEN", &s.PprofListen)
 	r.str("QUOTA_ADVERTISE_URL", &s.AdvertiseURL)
 	r.integer("QUOTA_GC_HEAP_FLOOR_MB", &s.GCHeapFloorMB)
@@ -396,6 +402,9 @@ func (s Settings) Validate() error {
 	default:
 		return fmt.Errorf("QUOTA_RULES_STORE %q: want redis (shared by every instance) or file", s.RulesStore)
 	}
+	if s.RulesState != "" && !filepath.IsAbs(s.RulesState) {
+		return fmt.Errorf("QUOTA_RULES_STATE %q: want an absolute path outside the project's tree (e.g. /var/lib/quotad/rules-state.yaml), or unset", s.RulesState)
+	}
 	if s.RulesPoll < 100*time.Millisecond || s.RulesPoll > time.Minute {
 		return fmt.Errorf("QUOTA_RULES_POLL %s: want between 100ms and 1m", s.RulesPoll)
 	}
@@ -429,6 +438,9 @@ func (s Settings) Validate() error {
 	}
 	if s.RedisPoolSize < 1 || s.MaxInFlight < 1 {
 		return errors.New("QUOTA_REDIS_POOL_SIZE and QUOTA_MAX_IN_FLIGHT must be at least 1")
+	}
+	if s.DenyCacheSize < 0 || s.DenyCacheSize > 1<<24 {
+		return fmt.Errorf("QUOTA_DENY_CACHE_SIZE %d: want 0 (off) to %d entries", s.DenyCacheSize, 1<<24)
 	}
 	if s.Coalesce < 0 || s.Coalesce > 256 {
 		return fmt.Errorf("QUOTA_COALESCE %d: want 0 (off) to 256 senders", s.Coalesce)

@@ -74,6 +74,8 @@ func TestLoad_RedisOptionsRulesStoreAndDrain(t *testing.T) {
 			func(s config.Settings) bool {
 				return s.RulesStore == "file" && s.Drain == 0 && s.RulesPoll == 250*time.Millisecond
 			}},
+		{"rules state outside the tree", map[string]string{"QUOTA_RULES_STATE": "/var/lib/quotad/rules-state.yaml"},
+			func(s config.Settings) bool { return s.RulesState == "/var/lib/quotad/rules-state.yaml" }},
 	}
 	for _, tc := range cases {
 		s, err := config.Load(envOf(tc.env))
@@ -135,6 +137,7 @@ func TestLoad_InvalidSettingsGiveOneClearLine(t *testing.T) {
 		{map[string]string{"QUOTA_REDIS_TLS": "on", "QUOTA_REDIS_TLS_CA": "/nonexistent/ca.crt"}, "QUOTA_REDIS_TLS_CA"},
 		{map[string]string{"QUOTA_RULES_STORE": "etcd"}, "QUOTA_RULES_STORE"},
 		{map[string]string{"QUOTA_RULES_POLL": "10ms"}, "QUOTA_RULES_POLL"},
+		{map[string]string{"QUOTA_RULES_STATE": "state/rules.yaml"}, "QUOTA_RULES_STATE"},
 		{map[string]string{"QUOTA_DRAIN": "-1s"}, "QUOTA_DRAIN"},
 		{map[string]string{"QUOTA_DRAIN": "later"}, "QUOTA_DRAIN"},
 		{map[string]string{"QUOTA_DRAIN": "1h"}, "QUOTA_DRAIN"},

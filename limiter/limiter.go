@@ -76,6 +76,9 @@ type Limiter struct {
 	// and 100 % (thresholds.go).
 	watcher QuotaWatcher
 	rules   atomic.Pointer[compiledSet]
+	// denials answers the denials it can without the store (nil: none;
+	// denials.go).
+	denials *Denials
 
 	// mu orders SetRules and SetAssignments, which compile both together.
 	mu          sync.Mutex
@@ -125,6 +128,7 @@ func (l *Limiter) SetRules(set *rules.Set) error {
 		return err
 	}
 	l.rules.Store(c)
+	l.ForgetDenials()
 	return nil
 }
 
@@ -138,6 +142,8 @@ func (l *Limiter) SetAssignments(a *rules.Assignments) {
 	c := *l.rules.Load() // the rules in force, compiled: only the apps change
 	c.assignments, c.apps = a, compileApps(c.set, a)
 	l.rules.Store(&c)
+	// A limit raised for an app lets its denied identities in at once.
+	l.ForgetDenials()
 }
 
 // compiledRule is a rule prepared for the check path.
@@ -225,13 +231,15 @@ func compileApps(set *rules.Set, a *rules.Assignments) map[string][][]rules.Limi
 // batch's slices and callbacks on a path that runs once per check when
 // checks are not coalesced.)
 func (l *Limiter) Check(ctx context.Context, req *Request) (Decision, error) {
+	gen := l.denialGen()
 	now := l.clock.Now()
 	op, owners := buildOp(l.rules.Load(), req, now, l.loc)
-	if len(op.Cells) > 0 {
+	if len(op.Cells) > 0 && !l.cachedDenial(op, now, gen) {
 		if err := l.store.Check(ctx, now, []*tiers.Op{op}); err != nil {
 			return Decision{}, fmt.Errorf("check: %w", err)
 		}
 		l.tellCrossings(op, owners, now)
+		l.decided(req, 0, op, now, gen, true)
 	}
 	return decision(op, owners), nil
 }
@@ -264,27 +272,47 @@ func (l *Limiter) CheckBatch(ctx context.Context, reqs []*Request) ([]Decision, 
 // order, and CheckBatchEach returns after the last; deliver must not block
 // long. reqs are read only before the first call.
 func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver func(i int, d Decision, err error)) {
+	gen := l.denialGen()
 	set := l.rules.Load()
 	now := l.clock.Now()
 	ops := make([]*tiers.Op, len(reqs))
 	owners := make([][]entryOwner, len(reqs))
+	// A report call counts past limits: the denials of a batch holding one
+	// are neither answered from nor put in the cache.
+	cache := l.denials != nil && l.denials.per > 0 && !slices.ContainsFunc(reqs, func(r *Request) bool { return r.Report })
+	var done []bool // done[i]: ops[i] answered without the store
+	var fronts []uint64
+	if cache {
+		fronts = make([]uint64, len(reqs))
+	}
 	for i, req := range reqs {
 		ops[i], owners[i] = buildOp(set, req, now, l.loc)
+		if cache {
+			fronts[i] = l.frontHash(req)
+		}
+		// The front door's set first: a request not denied lately costs
+		// no key and no lock.
+		if len(ops[i].Cells) == 0 || (cache && l.denials.front.hasHash(fronts[i]) && l.cachedDenial(ops[i], now, gen)) {
+			if done == nil {
+				done = make([]bool, len(reqs))
+			}
+			done[i] = true
+		}
 	}
-	// pending are the ops with cells; at[k] is pending[k]'s request (nil
-	// when every op has cells: then k itself).
+	// pending are the ops the store decides; at[k] is pending[k]'s request
+	// (nil when it decides every op: then k itself).
 	pending, at := ops, []int(nil)
-	if slices.ContainsFunc(ops, func(op *tiers.Op) bool { return len(op.Cells) == 0 }) {
+	if done != nil {
 		pending, at = nil, []int{}
 		for i, op := range ops {
-			if len(op.Cells) > 0 {
+			if !done[i] {
 				pending, at = append(pending, op), append(at, i)
 			}
 		}
-	}
-	for i, op := range ops {
-		if len(op.Cells) == 0 {
-			deliver(i, decision(op, owners[i]), nil)
+		for i, op := range ops {
+			if done[i] {
+				deliver(i, decision(op, owners[i]), nil)
+			}
 		}
 	}
 	if len(pending) == 0 {
@@ -300,6 +328,11 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 			return
 		}
 		l.tellCrossings(ops[i], owners[i], now)
+		var front uint64
+		if cache {
+			front = fronts[i]
+		}
+		l.decided(nil, front, ops[i], now, gen, cache)
 		deliver(i, decision(ops[i], owners[i]), nil)
 	})
 }

@@ -239,3 +239,35 @@ func TestCheck_CalendarDayResetsAtLocalMidnightAcrossDST(t *testing.T) {
 		})
 	}
 }
+
+// An app denied at its limit, and remembered by the denial cache, is let
+// in as soon as its plan raises the limit.
+func TestSetAssignments_ARaisedLimitLetsACachedDenialIn(t *testing.T) {
+	t.Parallel()
+	clk := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
+	lim, store, y := newPlansLimiter(t, clk, time.UTC)
+	d := limiter.NewDenials(1024)
+	lim.UseDenials(d)
+	ctx := context.Background()
+	req := &limiter.Request{Cost: 1, Dims: []limiter.Dim{{Name: "app_id", Value: "a-up"}}}
+	for range 20 {
+		if dec, err := lim.Check(ctx, req); err != nil || !dec.Allowed {
+			t.Fatalf("within the limit: %+v %v", dec, err)
+		}
+	}
+	for range 3 {
+		if dec, _ := lim.Check(ctx, req); dec.Allowed {
+			t.Fatal("allowed past the default plan's 20")
+		}
+	}
+	if d.Hits() == 0 {
+		t.Fatal("the denials were not answered from the cache: the test proves nothing")
+	}
+	if _, err := store.SetPlan(ctx, "a-up", "pro"); err != nil {
+		t.Fatal(err)
+	}
+	y.Poll(ctx)
+	if dec, err := lim.Check(ctx, req); err != nil || !dec.Allowed || dec.Entries[0].Limit != 60 {
+		t.Fatalf("after the plan change: %+v %v, want allowed under pro's 60", dec, err)
+	}
+}

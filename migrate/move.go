@@ -63,6 +63,10 @@ type Mover struct {
 	// so that their next checks in this process skip the cold-row lookup,
 	// and forgets those moved out of it.
 	ColdHints *tiers.ColdHints
+	// MovedFromHot, when set, is called after cells moved out of the hot
+	// tier: a denial cached with a hot cell's answer says "hot" no more
+	// (limiter.Denials; denysync).
+	MovedFromHot func()
 }
 
 // ErrLeased is reported (joined) for cells another worker is moving.
@@ -308,6 +312,9 @@ func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 	res.Skipped += len(got) - len(moved)
 	m.Metrics.moved(from, to, len(moved))
 	m.hint(moved, from, to)
+	if from == tiers.Hot && len(moved) > 0 && m.MovedFromHot != nil {
+		m.MovedFromHot()
+	}
 	return res, nil
 }
 

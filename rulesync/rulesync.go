@@ -2,8 +2,11 @@
 // instance. The validated rules live in one Redis hash (one key, so one
 // slot on a Redis Cluster) with their content version and a sequence number
 // that every write increments; each instance polls the sequence and puts a
-// new one in force. The rules file stays the bootstrap: the first instance
-// to find the store empty seeds it from its file.
+// new one in force. The rules file is the operator's: an instance offers its
+// file at start, and the store puts it in force for every instance unless
+// it has had that version in force before (Store.Offer), so an edited file
+// and a restart change the fleet's rules while a restart with an old copy
+// of the file does not roll them back.
 package rulesync
 
 import (
@@ -56,10 +59,12 @@ var (
 	putSource string
 	//go:embed seed.lua
 	seedSource string
+	//go:embed seen.lua
+	seenSource string
 	// putScript writes a new entry and increments the sequence.
-	putScript = redis.NewScript(putSource)
+	putScript = redis.NewScript(seenSource + putSource)
 	// seedScript writes the first entry only if the store is empty.
-	seedScript = redis.NewScript(seedSource)
+	seedScript = redis.NewScript(seenSource + seedSource)
 )
 
 func args(set *rules.Set, by string, now time.Time) ([]any, error) {
@@ -149,6 +154,10 @@ type Syncer struct {
 	Log   *slog.Logger
 	// Name identifies this instance in the store ("by").
 	Name string
+	// Offline, when set, gives the rules to start with when the store is
+	// unreachable at start, from the file's (quotad: QUOTA_RULES_STATE);
+	// nil: the file's.
+	Offline func(file *rules.Set) *rules.Set
 
 	// mu orders polls and publishes, so that a poll never puts back rules
 	// older than the ones just published.
@@ -157,56 +166,74 @@ type Syncer struct {
 	bad  int64  // sequence of an entry found invalid (not retried)
 	down bool   // the last poll failed: log once per outage
 	last string // version of the entry last seen
+	// pending is the rules started with while the store was unreachable
+	// (the file's, or Offline's): offered at the first poll that reaches it.
+	pending *rules.Set
 }
 
-// Bootstrap returns the rules to start with, given the file's: the store's
-// when it holds valid rules, else the file's (seeding an empty store with
-// them). With the store unreachable it returns the file's and says so: the
-// instance follows the store once it answers.
+// Bootstrap returns the rules to start with, given the file's. The file is
+// the operator's: it is offered to the store (Store.Offer), which puts it
+// in force for every instance unless the store has had its version in force
+// before: an edited file wins at a restart, an old copy of a file the fleet
+// has since replaced does not. When the file loses, the store's rules are
+// returned and a warning says why. With the store unreachable it returns
+// the file's and offers the file again once the store answers.
 func (y *Syncer) Bootstrap(ctx context.Context, file *rules.Set) *rules.Set {
 	y.mu.Lock()
 	defer y.mu.Unlock()
-	e, err := y.Store.Get(ctx)
-	switch {
-	case errors.Is(err, ErrUnavailable):
-		y.down = true
-		y.Log.Warn("rules store unreachable at start: the file's rules are in force until it answers",
-			"err", err, "version", file.Version, "key", y.Store.Key())
-		return file
-	case err != nil:
-		y.bad = e.Seq
-		y.seq = e.Seq
-		y.Log.Error("the shared store's rules are invalid: the file's rules are in force here", "err", err, "version", file.Version)
-		return file
-	case e.Seq == 0:
-		seeded, err := y.Store.Seed(ctx, file, y.Name)
-		if err != nil {
-			y.down = true
-			y.Log.Warn("rules store: seeding failed; the file's rules are in force", "err", err, "version", file.Version)
-			return file
+	o, err := y.Store.Offer(ctx, file, y.Name)
+	if err != nil {
+		start := file
+		if y.Offline != nil {
+			start = y.Offline(file)
 		}
-		if seeded {
-			y.seq, y.last = 1, file.Version
-			y.Log.Info("rules store was empty: seeded from the rules file", "version", file.Version, "key", y.Store.Key())
-			return file
-		}
-		// Another instance seeded it first.
-		if e, err = y.Store.Get(ctx); err != nil || e.Set == nil {
-			y.Log.Warn("rules store: read after seeding failed; the file's rules are in force", "err", err, "version", file.Version)
-			return file
-		}
+		y.down, y.pending = true, start
+		y.Log.Warn("rules store unreachable at start: these rules are in force until it answers",
+			"err", err, "version", start.Version, "file_version", file.Version, "key", y.Store.Key())
+		return start
 	}
-	if err := y.Check(e.Set); err != nil {
+	return y.settle(ctx, file, o)
+}
+
+// settle records the outcome of offering file and returns the rules to put
+// in force: the file's, or the store's when the file lost.
+func (y *Syncer) settle(ctx context.Context, file *rules.Set, o Offered) *rules.Set {
+	switch o.Outcome {
+	case Seeded, New, Current:
+		y.seq, y.last = o.Seq, file.Version
+		switch o.Outcome {
+		case Seeded:
+			y.Log.Info("rules store was empty: seeded from the rules file", "version", file.Version, "key", y.Store.Key())
+		case New:
+			y.Log.Info("the rules file is new to the shared store: its rules are in force on every instance",
+				"version", file.Version, "seq", o.Seq, "key", y.Store.Key())
+		default:
+			y.Log.Info("rules from the shared store (the rules file's)", "version", file.Version, "seq", o.Seq)
+		}
+		return file
+	}
+	e, err := y.Store.Get(ctx)
+	if err == nil && e.Set == nil {
+		err = errors.New("the store was emptied")
+	}
+	if err == nil {
+		err = y.Check(e.Set)
+	}
+	if err != nil {
 		y.bad, y.seq = e.Seq, e.Seq
-		y.Log.Error("the shared store's rules are invalid: the file's rules are in force here", "err", err, "seq", e.Seq)
+		y.Log.Error("the shared store's rules could not be read or are invalid: the file's rules are in force here", "err", err, "version", file.Version)
 		return file
 	}
 	y.seq, y.last = e.Seq, e.Set.Version
-	if e.Set.Version != file.Version {
-		y.Log.Info("the shared store's rules are in force; the rules file differs (SIGHUP writes the file to the store)",
-			"version", e.Set.Version, "file_version", file.Version, "seq", e.Seq, "by", e.By)
+	if o.Outcome == Stale {
+		y.Log.Warn("the rules file lost to the shared store: the fleet had this file's version in force before and has replaced it since, "+
+			"so the store's rules are in force (an old file does not roll the fleet back); to put the file in force, edit it and restart, or send SIGHUP",
+			"file_version", file.Version, "file_version_first_in_force", o.SeenAt, "version", e.Set.Version, "seq", e.Seq, "by", e.By, "at", e.At, "key", y.Store.Key())
 	} else {
-		y.Log.Info("rules from the shared store", "version", e.Set.Version, "seq", e.Seq)
+		y.Log.Warn("the rules file lost to the shared store: the store was written by a quotad that did not remember rule versions, "+
+			"so it cannot tell whether the file is newer and keeps its rules; restart again or send SIGHUP to put the file in force "+
+			"(from now on a file whose version the store has never had in force wins at start)",
+			"file_version", file.Version, "version", e.Set.Version, "seq", e.Seq, "by", e.By, "at", e.At, "key", y.Store.Key())
 	}
 	return e.Set
 }
@@ -226,6 +253,31 @@ func (y *Syncer) Publish(ctx context.Context, set *rules.Set) error {
 	}
 	y.seq, y.last = seq, set.Version
 	return y.Apply(set)
+}
+
+// offerPending offers the rules started with while the store was
+// unreachable; they are still in force unless a write since replaced them.
+// It reports whether the poll may go on.
+func (y *Syncer) offerPending(ctx context.Context) bool {
+	file := y.pending
+	if cur := y.Current(); cur.Version != file.Version {
+		y.pending = nil // replaced here since (a PUT or SIGHUP reached the store)
+		return true
+	}
+	o, err := y.Store.Offer(ctx, file, y.Name)
+	if err != nil {
+		return false
+	}
+	y.pending = nil
+	switch o.Outcome {
+	case Seeded, New, Current:
+		y.settle(ctx, file, o)
+	default:
+		// The poll reads the store's rules and puts them in force.
+		y.Log.Warn("the rules started with lost to the shared store once it answered: the store's rules are put in force",
+			"file_version", file.Version, "outcome", string(o.Outcome), "seq", o.Seq, "key", y.Store.Key())
+	}
+	return true
 }
 
 // Run polls the store every period until ctx ends.
@@ -256,6 +308,14 @@ func (y *Syncer) Poll(ctx context.Context) {
 	if y.down {
 		y.down = false
 		y.Log.Info("rules store reachable again", "seq", seq)
+	}
+	if y.pending != nil {
+		if !y.offerPending(ctx) {
+			return
+		}
+		if seq, err = y.Store.Seq(ctx); err != nil {
+			return
+		}
 	}
 	cur := y.Current()
 	switch {

@@ -68,7 +68,9 @@ func started(t *testing.T) (*instance, redis.UniversalClient, *rules.Set) {
 	return in, rdb, file
 }
 
-func TestBootstrap_FirstInstanceSeedsTheStoreAndTheNextTakesItsRules(t *testing.T) {
+// The first instance seeds the store; the next, started with a file the
+// store has never had in force, puts its file in force for both.
+func TestBootstrap_FirstInstanceSeedsTheStoreAndANewFileAtTheNextStartWins(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
 	ctx := context.Background()
@@ -77,12 +79,16 @@ func TestBootstrap_FirstInstanceSeedsTheStoreAndTheNextTakesItsRules(t *testing.
 	ia.start(ctx, a)
 	ib := newInstance(rdb, prefix, "b", b)
 	ib.start(ctx, b)
-	if ia.cur.Load().Version != a.Version || ib.cur.Load().Version != a.Version {
-		t.Fatalf("in force: a %s, b %s; want both on a's file %s", ia.cur.Load().Version, ib.cur.Load().Version, a.Version)
+	if ia.cur.Load().Version != a.Version || ib.cur.Load().Version != b.Version {
+		t.Fatalf("in force: a %s, b %s; want a's file %s, then b's %s", ia.cur.Load().Version, ib.cur.Load().Version, a.Version, b.Version)
 	}
 	e, err := ia.y.Store.Get(ctx)
-	if err != nil || e.Seq != 1 || e.By != "a" || e.Set.Version != a.Version {
+	if err != nil || e.Seq != 2 || e.By != "b" || e.Set.Version != b.Version {
 		t.Fatalf("store: %+v %v", e, err)
+	}
+	ia.y.Poll(ctx)
+	if ia.cur.Load().Version != b.Version {
+		t.Fatalf("a did not follow b's file: %s", ia.cur.Load().Version)
 	}
 }
 

@@ -84,6 +84,8 @@ type HotStore struct {
 	// wait: a call's count is final once this many replicas hold it
 	// (hot_wait.go); zero: off.
 	wait waitOptions
+	// refunded is HotOptions.Refunded.
+	refunded func()
 }
 
 // HotOptions configures a HotStore.
@@ -100,6 +102,11 @@ type HotOptions struct {
 	// ErrUnavailable, so the fail mode answers it.
 	WaitReplicas int
 	WaitTimeout  time.Duration
+	// Refunded, when set, is called after every refund (a split op's
+	// parts, a Router's compensation), applied or not: the cells' counts
+	// were too high for a moment, and a denial cached meanwhile must go
+	// (limiter.Denials, denysync).
+	Refunded func()
 }
 
 // NewHotStore returns a hot store over rdb.
@@ -113,6 +120,14 @@ func NewHotStore(rdb redis.UniversalClient, o HotOptions) *HotStore {
 		jitter:      o.Jitter,
 		splitBySlot: o.SplitBySlot || cluster,
 		wait:        waitOptions{replicas: int64(o.WaitReplicas), timeout: o.WaitTimeout},
+		refunded:    o.Refunded,
+	}
+}
+
+// notifyRefund calls HotOptions.Refunded.
+func (s *HotStore) notifyRefund() {
+	if s.refunded != nil {
+		s.refunded()
 	}
 }
 
@@ -717,6 +732,7 @@ func (s *HotStore) partsToRefund(op *Op, calls []call) []call {
 // remaining, reset and retry: the op counted nothing, so they describe the
 // state now, as for any denied check. Each cell keeps its decision.
 func (s *HotStore) refund(ctx context.Context, now time.Time, calls []call) error {
+	defer s.notifyRefund()
 	each := make([]redisscript.Call, len(calls))
 	for i := range calls {
 		each[i].Keys, each[i].Args = s.args(&calls[i], now, Refund)

@@ -514,6 +514,7 @@ func (r *Router) forgetHints(op *Op, idx []int, err error) {
 // (TestRouter_RefundRetriedOverAFrozenCellRefundsTheOthersOnce).
 func (r *Router) refundCells(ctx context.Context, now time.Time, op *Op, idx []int) error {
 	ctx = context.WithoutCancel(ctx)
+	defer r.hot.notifyRefund()
 	var errs []error
 	for _, i := range idx {
 		rop := &Op{Cost: op.Cost, Mode: Refund, Cells: pick(op.Cells, []int{i})}

@@ -72,11 +72,16 @@
     if (!state.app) return;
     $("title").textContent = state.app;
     try {
-      const [stats] = await Promise.all([
-        api(appPath(state.app) + "/stats" + (state.pinnedDate ? "?date=" + encodeURIComponent(state.pinnedDate) : "")),
+      const day = state.pinnedDate ? "?date=" + encodeURIComponent(state.pinnedDate) : "";
+      const [stats, throttled, usage] = await Promise.all([
+        api(appPath(state.app) + "/stats" + day),
+        api(appPath(state.app) + "/throttled" + day),
+        api(appPath(state.app) + "/usage"),
         drawChart(),
       ]);
       showStats(stats);
+      showThrottled(throttled);
+      showUsage(usage);
       $("board-error").textContent = "";
       $("updated").textContent = "updated " + new Date().toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
       document.body.dataset.loaded = "1";
@@ -135,6 +140,81 @@
         refresh();
       });
       body.appendChild(tr);
+    }
+  }
+
+  // showUsage draws each app-level limit of the app's plan as a bar: used
+  // of limit, and when it resets (GET /v1/apps/{app}/usage, counting nothing).
+  function showUsage(u) {
+    $("plan").textContent = "plan " + u.plan;
+    const box = $("quotas");
+    box.textContent = "";
+    if (!u.limits.length) {
+      box.textContent = "No limit is counted for the app alone.";
+      return;
+    }
+    for (const l of u.limits) {
+      const row = document.createElement("div");
+      row.className = "quota" + (l.used >= 0.8 * l.limit ? " near" : "");
+      const label = document.createElement("div");
+      label.className = "quota-label";
+      label.textContent = l.rule + " · " + l.window;
+      const bar = document.createElement("div");
+      bar.className = "bar";
+      const fill = document.createElement("span");
+      fill.style.width = Math.min(100, 100 * l.used / l.limit).toFixed(1) + "%";
+      bar.appendChild(fill);
+      const text = document.createElement("div");
+      text.className = "sub";
+      text.textContent = fmt.format(l.used) + " of " + fmt.format(l.limit) + " used · resets in " + human(l.reset_after_ms);
+      row.append(label, bar, text);
+      box.appendChild(row);
+    }
+  }
+
+  // human writes a duration in ms as "2 d 4 h", "3 h 20 min", "45 s".
+  function human(ms) {
+    const s = Math.ceil(ms / 1000), d = Math.floor(s / 86400), h = Math.floor(s % 86400 / 3600), m = Math.floor(s % 3600 / 60);
+    if (d) return d + " d " + h + " h";
+    if (h) return h + " h " + m + " min";
+    if (m) return m + " min";
+    return s + " s";
+  }
+
+  // showThrottled fills the "who is throttled" table: per rule its most
+  // denied identities (dimension=value, the app id left out), then the most
+  // denied interfaces.
+  function showThrottled(t) {
+    const body = $("throttled");
+    body.textContent = "";
+    const row = (cells, attrs) => {
+      const tr = document.createElement("tr");
+      Object.assign(tr.dataset, attrs || {});
+      for (const [text, cls, title] of cells) {
+        const td = document.createElement("td");
+        td.className = cls;
+        td.textContent = text;
+        if (title) td.title = title;
+        tr.appendChild(td);
+      }
+      body.appendChild(tr);
+    };
+    for (const r of t.rules) {
+      for (const id of r.top) {
+        const dims = Object.keys(id.dimensions).sort().filter((k) => k !== "app_id")
+          .map((k) => k + "=" + id.dimensions[k]).join(" ") || "(the app)";
+        const approx = id.max_overcount ? "≤ " : "";
+        row([[r.rule, "name"], [dims, "name"], [approx + fmt.format(id.denied), "num",
+          id.max_overcount ? "at least " + fmt.format(id.denied - id.max_overcount) : ""]], { rule: r.rule });
+      }
+    }
+    for (const i of t.interfaces) {
+      row([["interface", "muted"], [i.interface_id || "(none)", "name"], [fmt.format(i.denied), "num"]], { iface: i.interface_id });
+    }
+    if (!body.children.length) {
+      row([["Nobody was throttled on " + t.date, ""]]);
+      body.firstChild.className = "empty";
+      body.firstChild.firstChild.colSpan = 3;
     }
   }
 

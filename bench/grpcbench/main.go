@@ -56,6 +56,7 @@ type options struct {
 	jsonPath              string
 	timelinePath          string
 	serverPID             int
+	seed                  uint64
 }
 
 // The gRPC clients of -grpc-client.
@@ -91,6 +92,7 @@ func run(args []string, out io.Writer) error {
 	entries := fs.String("entries", "grpc,grpc-mux,http", "entry points to run, comma-separated: grpc (-grpc-client over -grpc-conns), grpc-mux (raw, -c calls on -mux-conns connections, as an Envoy), http")
 	fs.StringVar(&o.jsonPath, "json", "", "write the results as JSON here")
 	fs.StringVar(&o.timelinePath, "timeline", "", "write the gRPC turns' worst latency and worst send lateness per 10 ms of send times here")
+	fs.Uint64Var(&o.seed, "seed", 0, "added to each round's key seed (round 1: seed+1), so that separate runs draw other keys")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "quotad's pid: report its CPU time per check (Linux /proc)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -153,7 +155,7 @@ func run(args []string, out io.Writer) error {
 			hist[e], lateHist[e], total[e] = newHist(), newHist(), &summary{Entry: e, Rate: rate}
 		}
 		for round := range o.rounds {
-			seed := uint64(round + 1)
+			seed := o.seed + uint64(round+1)
 			// Rotate which goes first so none always runs on a warmer Redis.
 			k := round % len(o.entries)
 			order := append(slices.Clone(o.entries[k:]), o.entries[:k]...)

@@ -77,7 +77,7 @@ func startGRPC(s config.Settings, srv *api.Server, conf *api.EnvoyConfig, log *s
 // reloadEnvoyOnHangup re-reads QUOTA_ENVOY_CONFIG on SIGHUP (with the rules
 // file, reloadOnHangup), keeping the configuration in force when the new
 // one is invalid.
-func reloadEnvoyOnHangup(ctx context.Context, s config.Settings, conf *api.EnvoyConfig, log *slog.Logger) {
+func reloadEnvoyOnHangup(ctx context.Context, s config.Settings, conf *api.EnvoyConfig, changed func(), log *slog.Logger) {
 	if s.EnvoyConfig == "" {
 		return
 	}
@@ -88,6 +88,7 @@ func reloadEnvoyOnHangup(ctx context.Context, s config.Settings, conf *api.Envoy
 			return
 		}
 		conf.Store(c)
+		changed() // limits may have changed: the cached denials go
 		log.Info("envoy config reloaded", "domains", c.Domains())
 	})
 }

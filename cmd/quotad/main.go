@@ -159,6 +159,10 @@ func serve() error {
 	if err != nil {
 		return err
 	}
+	ruleState, err := newRuleState(s.RulesState, s.RulesPath, set.Version)
+	if err != nil {
+		return err
+	}
 	envoyConf, err := loadEnvoyConfig(s)
 	if err != nil {
 		return err
@@ -175,12 +179,13 @@ func serve() error {
 	if err := prepareSchema(ctx, s, dbs, log); err != nil {
 		return err
 	}
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter,
+	den := newDenialCache(s, rdb, log)
+	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter, Refunded: den.invalidate,
 		WaitReplicas: s.RedisWaitReplicas, WaitTimeout: s.RedisWaitTimeout})
 	reg := prometheus.NewRegistry()
 	// With QUOTA_TIERING=on (the default) checks go through the tier router and
 	// the migration worker runs (cmd/quotad/tiering.go).
-	routed, tiersAdmin, stopTiering, err := startTiering(ctx, s, hot, dbs, reg, log)
+	routed, tiersAdmin, stopTiering, err := startTiering(ctx, s, hot, dbs, reg, den.invalidate, log)
 	if err != nil {
 		return err
 	}
@@ -218,17 +223,22 @@ func serve() error {
 	m := metrics.New(reg)
 	metrics.RegisterBuildInfo(reg, build.Version, build.Revision, build.GoVersion)
 	m.SetRulesVersion(set.Version)
-	rw := startRules(ctx, s, rdb, lim, m, log)
+	rw, err := startRules(ctx, s, rdb, lim, ruleState, m, log)
+	if err != nil {
+		return err
+	}
 	m.ZeroChecks(ruleNames(lim.Rules()))
 	plans := startAppPlans(ctx, s, rdb, lim, log)
+	den.start(ctx, lim, reg, s.RulesPoll)
 	an, stopAnalytics, err := startAnalytics(s, dbs, reg, log)
 	if err != nil {
 		return err
 	}
 	var usage api.UsageRecorder
 	var stats *analytics.Stats
+	var throttled *analytics.Throttled
 	if an != nil {
-		usage, stats = an.Recorder, an.Stats
+		usage, stats, throttled = an.Recorder, an.Stats, an.Throttled
 	}
 	var checks api.SingleChecker = lim
 	if s.Coalesce > 0 {
@@ -240,6 +250,7 @@ func serve() error {
 		defer co.Close()
 		checks = co
 	}
+	checks = lim.DenialsFirst(checks) // cached denials skip the coalescer
 	ready := readiness(hot, dbs)
 	fm := joinFleet(s, rdb, dbs, lim, tiersAdmin, reg, log) // quotactl status (cmd/quotad/fleet.go)
 	defer fm.leave()
@@ -255,6 +266,7 @@ func serve() error {
 		Ready:        ready,
 		Usage:        usage,
 		Analytics:    stats,
+		Throttled:    throttled,
 		Keys:         apps.New(dbs, nil),
 		Tiers:        tiersAdmin,
 		Status:       fm.source,
@@ -266,7 +278,7 @@ func serve() error {
 	}
 	go reloadOnHangup(ctx, s.RulesPath, lim, rw.publish, m, log)
 	envoy := api.NewEnvoyConfig(envoyConf)
-	go reloadEnvoyOnHangup(ctx, s, envoy, log)
+	go reloadEnvoyOnHangup(ctx, s, envoy, den.clear, log)
 	rls, err := startGRPC(s, srv, envoy, log)
 	if err != nil {
 		return err
@@ -316,6 +328,15 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 		return nil, nil, err
 	}
 	go an.Flusher.Run(context.Background()) // ended by an.Flusher.Close
+	// Who is throttled: its own flushes, the last one when stopped.
+	thCtx, stopThrottled := context.WithCancel(context.Background())
+	thDone := make(chan struct{})
+	go func() {
+		defer close(thDone)
+		an.Throttled.Run(thCtx, s.AnalyticsFlush, func(err error) {
+			log.Warn("analytics: who-is-throttled flush failed; its counts are retried at the next", "err", err)
+		})
+	}()
 	cr := schedule.New(log, s.Location)
 	// Shutdown cancels a running rollup rather than wait for it: the seal
 	// of a finished day's per-user figures can take minutes, and a cancelled
@@ -336,6 +357,8 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 			"user_days_sealed", res.SealedDays, "user_chunk_merges", res.UserMerges, "seconds", time.Since(start).Seconds())
 	}); err != nil {
 		cancelJobs()
+		stopThrottled()
+		<-thDone
 		ardb.Close()
 		return nil, nil, fmt.Errorf("QUOTA_ROLLUP_SCHEDULE: %w", err)
 	}
@@ -343,6 +366,8 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 	stop := func() {
 		cancelJobs()
 		<-cr.Stop().Done()
+		stopThrottled()
+		<-thDone
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := an.Flusher.Close(ctx); err != nil {

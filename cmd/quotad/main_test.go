@@ -72,6 +72,10 @@ func TestStartup_InvalidConfigurationExitsWithOneClearLine(t *testing.T) {
 		{"shard without a database", []string{"QUOTA_RULES=" + good, "QUOTA_MYSQL_SHARDS=quota:quota@tcp(127.0.0.1:3306)/"}, "QUOTA_MYSQL_SHARDS entry 0: names no database"},
 		{"invalid envoy config", []string{"QUOTA_RULES=" + good, "QUOTA_ENVOY_CONFIG=" + writeFile(t, dir, "envoy.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n")}, "QUOTA_ENVOY_CONFIG: " + dir + "/envoy.yaml: invalid rate limit unit 'fortnight'"},
 		{"bad grpc listen", []string{"QUOTA_RULES=" + good, "QUOTA_GRPC_LISTEN=nohost"}, "QUOTA_GRPC_LISTEN"},
+		{"relative rules state", []string{"QUOTA_RULES=" + good, "QUOTA_RULES_STATE=state.yaml"}, "QUOTA_RULES_STATE \"state.yaml\": want an absolute path"},
+		{"rules state in no directory", []string{"QUOTA_RULES=" + good, "QUOTA_RULES_STATE=" + filepath.Join(dir, "nope", "s.yaml")}, "its directory does not exist"},
+		{"rules state is the rules file", []string{"QUOTA_RULES=" + good, "QUOTA_RULES_STATE=" + good}, "is the rules file (QUOTA_RULES)"},
+		{"rules state unreadable", []string{"QUOTA_RULES=" + good, "QUOTA_RULES_STATE=" + writeFile(t, dir, "state.yaml", "rules: [")}, "remove the file to start from the rules file"},
 		{"unknown command", []string{"QUOTA_RULES=" + good}, "unknown command"},
 	}
 	for _, tc := range cases {

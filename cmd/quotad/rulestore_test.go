@@ -48,11 +48,11 @@ func waitAll(t *testing.T, since time.Time, version string, servers ...*server) 
 }
 
 // Two quotad processes on one Redis: the first seeds the shared store from
-// its file and the second, whose file differs, starts on the store's rules;
-// a PUT on either reaches the other within 2 s (measured); the instance
-// that took the PUT writes its own file (as before the store), the other's
-// file is left alone; SIGHUP on one instance writes its file to the store
-// for all, and an invalid file changes nothing anywhere.
+// its file and the second, whose file the store has never had in force,
+// puts its file in force for both; a PUT on either reaches the other
+// within 2 s (measured) and writes neither rules file (they are the
+// operator's); SIGHUP on one instance writes its file to the store for
+// all, and an invalid file changes nothing anywhere.
 func TestRulesStore_PutAndSIGHUPOnOneInstanceReachEveryInstance(t *testing.T) {
 	t.Parallel()
 	prefix := "QUOTA_REDIS_KEY_PREFIX=t:" + testenv.RandomHex(6) + ":"
@@ -61,10 +61,15 @@ func TestRulesStore_PutAndSIGHUPOnOneInstanceReachEveryInstance(t *testing.T) {
 	a := startServer(t, pathA, env...)
 	pathB := writeFile(t, t.TempDir(), "rules.yaml", strings.Replace(validRules, "limit: 2", "limit: 9", 1))
 	fileB, _ := os.ReadFile(pathB)
+	fileA, _ := os.ReadFile(pathA)
+	va := a.rulesVersion()
 	b := startServer(t, pathB, env...)
-	v0 := a.rulesVersion()
-	if vb := b.rulesVersion(); vb != v0 {
-		t.Fatalf("b starts on %s, want the store's %s (seeded by a)", vb, v0)
+	v0 := b.rulesVersion()
+	if v0 == va {
+		t.Fatalf("b starts on a's rules %s, want its own new file's", va)
+	}
+	if got := waitAll(t, time.Now(), v0, a); got > 2*time.Second {
+		t.Errorf("b's new file reached a after %s", got)
 	}
 
 	var worst time.Duration
@@ -83,11 +88,11 @@ func TestRulesStore_PutAndSIGHUPOnOneInstanceReachEveryInstance(t *testing.T) {
 			t.Errorf("PUT %d reached the other instance after %s, want within 2 s", i, took)
 		}
 	}
-	if got, _ := os.ReadFile(pathA); !bytes.Contains(got, []byte("limit: 3")) {
-		t.Errorf("a's file after its PUT: %s", got)
+	if got, _ := os.ReadFile(pathA); !bytes.Equal(got, fileA) {
+		t.Errorf("a's file written by a PUT: %s", got)
 	}
-	if got, _ := os.ReadFile(pathB); !bytes.Contains(got, []byte("limit: 4")) {
-		t.Errorf("b's file after its PUT: %s", got)
+	if got, _ := os.ReadFile(pathB); !bytes.Equal(got, fileB) {
+		t.Errorf("b's file written by a PUT: %s", got)
 	}
 	t.Logf("PUT on one instance in force on the other after at most %s (default QUOTA_RULES_POLL=1s)", worst.Round(time.Millisecond))
 
@@ -121,7 +126,7 @@ func TestRulesStore_PutAndSIGHUPOnOneInstanceReachEveryInstance(t *testing.T) {
 }
 
 // With QUOTA_RULES_STORE=file each instance keeps its own rules, as before
-// the shared store: a PUT changes one instance and its file only.
+// the shared store: a PUT changes one instance only, and no file.
 func TestRulesStore_FileModeKeepsRulesPerInstance(t *testing.T) {
 	t.Parallel()
 	prefix := "QUOTA_REDIS_KEY_PREFIX=t:" + testenv.RandomHex(6) + ":"
@@ -129,6 +134,7 @@ func TestRulesStore_FileModeKeepsRulesPerInstance(t *testing.T) {
 	pathA := writeFile(t, t.TempDir(), "rules.yaml", validRules)
 	a := startServer(t, pathA, env...)
 	b := startServer(t, writeFile(t, t.TempDir(), "rules.yaml", strings.Replace(validRules, "limit: 2", "limit: 9", 1)), env...)
+	fileA, _ := os.ReadFile(pathA)
 	va, vb := a.rulesVersion(), b.rulesVersion()
 	if va == vb {
 		t.Fatal("two different files gave one version")
@@ -141,8 +147,8 @@ func TestRulesStore_FileModeKeepsRulesPerInstance(t *testing.T) {
 	if got := b.rulesVersion(); got != vb {
 		t.Fatalf("file mode: a PUT on a changed b: %s -> %s", vb, got)
 	}
-	if got, _ := os.ReadFile(pathA); !bytes.Contains(got, []byte("limit: 3")) {
-		t.Errorf("a's file after its PUT: %s", got)
+	if got, _ := os.ReadFile(pathA); !bytes.Equal(got, fileA) {
+		t.Errorf("a's file written by its PUT: %s", got)
 	}
 }
 

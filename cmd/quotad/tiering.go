@@ -20,8 +20,9 @@ import (
 // activity counter, and the migration worker (scheduled cycles and on-call
 // moves). It returns the store checks go to (hot itself when tiering is
 // off), the admin hooks (nil when off) and the function that stops the
-// worker and flushes the activity.
-func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, dbs []*sql.DB, reg prometheus.Registerer, log *slog.Logger) (tiers.Store, api.TiersAdmin, func(), error) {
+// worker and flushes the activity. movedFromHot is called after a move out
+// of hot (the denial cache's invalidation).
+func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, dbs []*sql.DB, reg prometheus.Registerer, movedFromHot func(), log *slog.Logger) (tiers.Store, api.TiersAdmin, func(), error) {
 	if !s.Tiering {
 		return hot, nil, func() {}, nil
 	}
@@ -42,9 +43,10 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 	mwarm := warm.WithClient(mrdb) // shares the checks' cell locks
 	mover := &migrate.Mover{
 		RDB: mrdb, Prefix: s.RedisKeyPrefix, Warm: mwarm, Cold: cold,
-		Hot:       &tiers.HotMover{Hot: mhot, Warm: mwarm},
-		Metrics:   migrate.NewMetrics(reg),
-		ColdHints: router.ColdHints,
+		Hot:          &tiers.HotMover{Hot: mhot, Warm: mwarm},
+		Metrics:      migrate.NewMetrics(reg),
+		ColdHints:    router.ColdHints,
+		MovedFromHot: movedFromHot,
 	}
 	act := &migrate.Activity{DBs: dbs}
 	router.Calls, router.CallsMinWindow = act.Observe, s.MigrateMinWindow

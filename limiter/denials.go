@@ -1,0 +1,330 @@
+package limiter
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
+)
+
+// Denials is the local denial cache: a check that Redis denied is denied
+// again on this instance, without Redis, for as long as its answer can be
+// computed exactly from the cached one and the time.
+//
+// Why that is exact. A denied check counts nothing, so a cell that denies
+// every cost (remaining 0: closed) changes only with time until it opens:
+// enforced checks cannot count in it, and only three things can change it
+// otherwise, each of which drops the cache (Clear): a change of the rules
+// (SetRules; plans and overrides must call Clear too), a report call that
+// met a closed cell, and a router refund or admin reset anywhere in the
+// fleet (denysync: on this instance at once, on the others within two
+// QUOTA_RULES_POLL periods). An entry is kept only when
+//   - the op was enforced or a dry run (report calls bypass the cache);
+//   - every cell is hot, not shadow, and closed: a cell that allows, or that
+//     denies only this cost, changes with other identities' checks, and a
+//     shadow cell counts past its limit, so their figures in the answer
+//     could not be known without Redis (a rule with several limits, or
+//     several rules, is cached only when all of them are exhausted);
+//   - at most inlineCells cells.
+//
+// It is served until the first moment its answer could differ from
+// Redis's (entryValidity): fixed_window and min_interval until the retry
+// (for any cost: their figures do not depend on it), sliding_window and
+// sliding_log until the oldest counted call leaves the window, token_bucket
+// until a whole token could have come back; the last three only to the
+// same cost. Remaining stays, reset and retry shrink with the time.
+//
+// Memory is bounded by the number of entries (oldest first out).
+type Denials struct {
+	gen    atomic.Uint64
+	hits   atomic.Uint64
+	size   atomic.Int64
+	per    int
+	shards [denialShards]denialShard
+	front  denialFront // denials_front.go
+	// Publish, when set, tells the rest of the fleet that cached denials
+	// may be wrong (denysync.Sync.Bump); it is called after Clear when a
+	// report call met a closed cell.
+	Publish func()
+}
+
+const denialShards = 16
+
+type denialShard struct {
+	mu   sync.Mutex
+	m    map[string]*denial
+	ring []string // keys in insertion order; ring[next] is the oldest once full
+	next int
+	_    [40]byte // keep shards' locks on separate cache lines
+}
+
+// denial is one cached answer.
+type denial struct {
+	gen   uint64
+	at    int64 // ms: when Redis answered
+	until int64 // ms: served while now < until
+	cost  int64 // the only cost it answers; 0: any cost
+	slot  int
+	n     int
+	out   [inlineCells]tiers.Outcome
+}
+
+// NewDenials returns a cache of at most size entries. Size 0 holds none
+// but still tells the fleet what invalidates its caches (Publish): an
+// instance with the cache off must not leave the others' stale.
+func NewDenials(size int) *Denials {
+	per := max(0, (size+denialShards-1)/denialShards)
+	d := &Denials{per: per}
+	d.front.seed = maphash.MakeSeed()
+	for i := range d.shards {
+		d.shards[i].m = make(map[string]*denial)
+	}
+	return d
+}
+
+// Clear drops every entry: call it whenever the limits a check would meet
+// may have changed (rules, plans, overrides) or a counter was reset or
+// given back. Checks already running do not put back what they read
+// before.
+func (d *Denials) Clear() { d.gen.Add(1) }
+
+// Hits is how many checks the cache answered.
+func (d *Denials) Hits() uint64 { return d.hits.Load() }
+
+// Len is how many entries the cache holds (some may be stale: they take
+// their place until they are evicted).
+func (d *Denials) Len() int { return int(d.size.Load()) }
+
+// Cap is the most entries the cache holds.
+func (d *Denials) Cap() int { return d.per * denialShards }
+
+// key appends op's cache key to b: each cell's identity, window, limit and
+// algorithm. It reports false when op cannot be cached.
+func denialKey(b []byte, op *tiers.Op) ([]byte, bool) {
+	if len(op.Cells) == 0 || len(op.Cells) > inlineCells || op.Mode == tiers.Report || op.Mode == tiers.Refund {
+		return b, false
+	}
+	for i := range op.Cells {
+		c := &op.Cells[i]
+		if c.Shadow {
+			return b, false
+		}
+		b = append(b, c.Identity[:]...)
+		b = binary.LittleEndian.AppendUint64(b, uint64(c.Window))
+		b = binary.LittleEndian.AppendUint64(b, uint64(c.Limit))
+		b = append(b, c.Algorithm...)
+		b = append(b, 0)
+	}
+	return b, true
+}
+
+func (d *Denials) shard(key []byte) *denialShard {
+	// FNV-1a of the key's first identity bytes: identities are MD5s.
+	h := uint32(2166136261)
+	for _, c := range key[:8] {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	return &d.shards[h%denialShards]
+}
+
+// lookup fills op.Out from a live entry for op at now and reports whether
+// it did. gen is the generation read before the rules were.
+func (d *Denials) lookup(op *tiers.Op, now time.Time, gen uint64) bool {
+	if d.per == 0 {
+		return false
+	}
+	var buf [inlineCells * 48]byte
+	key, ok := denialKey(buf[:0], op)
+	if !ok {
+		return false
+	}
+	ms := now.UnixMilli()
+	s := d.shard(key)
+	s.mu.Lock()
+	e := s.m[string(key)]
+	if e == nil || e.gen != gen || ms < e.at || ms >= e.until || (e.cost != 0 && e.cost != op.Cost) || e.n != len(op.Cells) {
+		s.mu.Unlock()
+		return false
+	}
+	elapsed := time.Duration(ms-e.at) * time.Millisecond
+	for i := range e.n {
+		o := e.out[i]
+		o.ResetAfter -= elapsed
+		o.RetryAfter -= elapsed
+		op.Out[i] = o
+	}
+	s.mu.Unlock()
+	op.Committed = false
+	d.hits.Add(1)
+	return true
+}
+
+// remember caches op's answer, decided by the store at now, when it can
+// be cached. gen is the generation read before the rules were.
+func (d *Denials) remember(op *tiers.Op, now time.Time, gen uint64) bool {
+	if d.per == 0 || op.Committed || op.Allowed() {
+		return false
+	}
+	e := denial{gen: gen, at: now.UnixMilli(), n: len(op.Cells)}
+	valid := time.Duration(1<<62 - 1)
+	for i := range op.Cells {
+		c, o := &op.Cells[i], &op.Out[i]
+		if o.Allowed || o.Remaining > 0 || o.Tier != tiers.Hot || o.RetryAfter <= 0 {
+			return false
+		}
+		v, costFree := entryValidity(c, o)
+		if v <= 0 {
+			return false
+		}
+		valid = min(valid, v)
+		if !costFree {
+			e.cost = op.Cost
+		}
+		e.out[i] = *o
+	}
+	e.until = e.at + valid.Milliseconds()
+	if d.gen.Load() != gen {
+		return false
+	}
+	var buf [inlineCells * 48]byte
+	key, ok := denialKey(buf[:0], op)
+	if !ok {
+		return false
+	}
+	s := d.shard(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old := s.m[string(key)]; old != nil {
+		e.slot = old.slot
+		*old = e
+		return true
+	}
+	k := string(key)
+	if len(s.ring) < d.per {
+		e.slot = len(s.ring)
+		s.ring = append(s.ring, k)
+		d.size.Add(1)
+	} else {
+		oldest := s.ring[s.next]
+		if o := s.m[oldest]; o != nil && o.slot == s.next {
+			delete(s.m, oldest)
+		}
+		e.slot = s.next
+		s.ring[s.next] = k
+		s.next = (s.next + 1) % d.per
+	}
+	s.m[k] = &e
+	return true
+}
+
+// entryValidity is how long after the store's answer o a closed cell c
+// answers as o says with reset and retry shrunk by the time gone, and
+// whether that answer is the same for every cost (the models:
+// internal/tiermodel).
+func entryValidity(c *tiers.Cell, o *tiers.Outcome) (time.Duration, bool) {
+	switch c.Algorithm {
+	case rules.FixedWindow, rules.MinInterval:
+		// Nothing changes until the window ends (the next call may go):
+		// reset and retry are that moment whatever the cost.
+		return o.RetryAfter, true
+	case rules.SlidingWindow, rules.SlidingLog:
+		// Nothing leaves the window before the oldest call does (reset).
+		return min(o.ResetAfter, o.RetryAfter), false
+	case rules.TokenBucket:
+		return tokenValidity(c, o), false
+	}
+	return 0, false
+}
+
+// tokenValidity: the bucket holds t units of 1/W token (L*W full), the
+// remaining is floor(max(t,0)/W) = 0 (closed: t < W), and reset =
+// ceil((L*W - t)/L) ms places t in [lo, lo+L-1], lo = L*W - reset*L. The
+// bucket gains L units a ms, so the remaining stays 0 while
+// lo+L-1 + elapsed*L < W: for elapsed < ceil((W - (lo+L-1))/L).
+func tokenValidity(c *tiers.Cell, o *tiers.Outcome) time.Duration {
+	l, w := c.Limit, c.Window.Milliseconds()
+	reset := o.ResetAfter.Milliseconds()
+	if o.ResetAfter%time.Millisecond != 0 {
+		return 0
+	}
+	hi := min(l*w-reset*l+l-1, w-1)
+	n := w - hi
+	if n <= 0 {
+		return 0
+	}
+	v := (n + l - 1) / l
+	return min(time.Duration(v)*time.Millisecond, o.RetryAfter)
+}
+
+// UseDenials makes l answer from d the denials it can (nil: none). Call it
+// before l decides its first check.
+func (l *Limiter) UseDenials(d *Denials) { l.denials = d }
+
+// ForgetDenials drops every cached denial here: call it whenever the
+// limits a check meets may change outside SetRules (an app's plan or
+// override put in force on this instance). SetRules calls it itself.
+func (l *Limiter) ForgetDenials() {
+	if l.denials != nil {
+		l.denials.Clear()
+	}
+}
+
+// Denials is the denial cache l answers from, or nil.
+func (l *Limiter) Denials() *Denials { return l.denials }
+
+// denialGen is the cache's generation, read before the rules are.
+func (l *Limiter) denialGen() uint64 {
+	if l.denials == nil {
+		return 0
+	}
+	return l.denials.gen.Load()
+}
+
+// cachedDenial answers op from the cache when it can.
+func (l *Limiter) cachedDenial(op *tiers.Op, now time.Time, gen uint64) bool {
+	return l.denials != nil && l.denials.lookup(op, now, gen)
+}
+
+// frontHash is req's hash in the front door's set (0 without a cache).
+func (l *Limiter) frontHash(req *Request) uint64 {
+	if l.denials == nil || l.denials.per == 0 {
+		return 0
+	}
+	return l.denials.front.hash(req)
+}
+
+// decided caches op's denial, or, for a report call that counted in a cell
+// that was over its limit (which may be a closed cell of a cached denial,
+// here or elsewhere), drops the cache here and in the fleet. remember is
+// false when op was decided after a report call of the same trip.
+// req is the request while it is still the caller's (Check), else nil
+// and front is its hash (denialFront), taken before it could be handed
+// back (CheckBatchEach).
+func (l *Limiter) decided(req *Request, front uint64, op *tiers.Op, now time.Time, gen uint64, remember bool) {
+	d := l.denials
+	if d == nil {
+		return
+	}
+	if op.Mode == tiers.Report {
+		for i := range op.Out {
+			if !op.Out[i].Allowed {
+				d.Clear()
+				if d.Publish != nil {
+					d.Publish()
+				}
+				return
+			}
+		}
+		return
+	}
+	if remember && d.remember(op, now, gen) {
+		if req != nil {
+			front = d.front.hash(req)
+		}
+		d.front.mark(front)
+	}
+}
