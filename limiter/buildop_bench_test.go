@@ -20,7 +20,7 @@ rules:
 plans:
   pro: {app_ip_hourly: 50000, app_user_iface_hourly: 5000}
   partner: {app_ip_hourly: 200000, app_user_iface_hourly: 20000}
-  enterprise: {app_ip_hourly: {limits: [{limit: 1000, window: 1s}, {limit: 1000000, window: 1h}]}}
+  enterprise: {app_ip_hourly: 1000000, app_user_iface_hourly: 100000}
 `))
 	if err != nil {
 		b.Fatal(err)
