@@ -16,10 +16,7 @@ import (
 // first with the API's counts, then the denied interfaces.
 func TestDashboard_ShowsWhoIsThrottled(t *testing.T) {
 	t.Parallel()
-	browser := chromiumPath(t)
-	if browser == "" {
-		t.Skip("chromium is not installed and could not be installed (apt-get install chromium): dashboard browser test skipped")
-	}
+	browser := requireChromium(t)
 	h := newStatsHarnessAt(t, time.Now().UTC())
 	key := h.mint("shop")
 	for _, c := range []struct {
@@ -56,10 +53,7 @@ func TestDashboard_ShowsWhoIsThrottled(t *testing.T) {
 // app-level limit, used of limit with its reset, as the usage API says.
 func TestDashboard_ShowsThePlansQuotas(t *testing.T) {
 	t.Parallel()
-	browser := chromiumPath(t)
-	if browser == "" {
-		t.Skip("chromium is not installed and could not be installed (apt-get install chromium): dashboard browser test skipped")
-	}
+	browser := requireChromium(t)
 	h := newStatsHarnessAt(t, time.Now().UTC())
 	key := h.mint("shop")
 	set, err := rules.ParseYAML([]byte("rules:\n  - {name: shop_daily, dimensions: [app_id], limit: 10, window: day, algorithm: fixed_window}\n"))
