@@ -262,7 +262,7 @@ func (b *Breaker) record(c *circuit, err error, probe bool) {
 // refusal. The breaker opens on the first: a coalesced batch is one
 // failure however many checks it holds, and a worker that had to wait for
 // two more such failures sent the whole queue into the hang again, so
-// checks waited two or three timeouts instead of one (RELIABILITY.md). A
+// checks waited two or three timeouts instead of one (docs/reliability.md). A
 // caller's own deadline (context.DeadlineExceeded, also a net.Error
 // timeout) says nothing about the backend and does not count.
 func timedOut(err error) bool {

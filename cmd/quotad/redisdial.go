@@ -15,7 +15,7 @@ import (
 // and tries once a second. Every Redis outage adds a few failed dials, so
 // now and then the first check after an outage would wait for that
 // once-a-second retry: enforcement back up to ~1.1 s after Redis, against
-// the 1 s quotad promises (RELIABILITY.md). Its pipeline pool, which the
+// the 1 s quotad promises (docs/reliability.md). Its pipeline pool, which the
 // coalesced checks use, has a gate of only 10. A connection that fails on
 // its first write still fails the command at once with the dial's error, and
 // go-redis discards it, so nothing else changes.
