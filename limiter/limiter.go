@@ -141,9 +141,9 @@ func (l *Limiter) SetAssignments(a *rules.Assignments) {
 	l.assignments = a
 	c := *l.rules.Load() // the rules in force, compiled: only the apps change
 	c.assignments, c.apps = a, compileApps(c.set, a)
+	// No ForgetDenials: a cached denial is keyed by its cells' limits and
+	// windows (denials.go), so an app whose limits changed misses it.
 	l.rules.Store(&c)
-	// A limit raised for an app lets its denied identities in at once.
-	l.ForgetDenials()
 }
 
 // compiledRule is a rule prepared for the check path.
@@ -152,7 +152,14 @@ type compiledRule struct {
 	limits  []rules.Limit
 	tagDim  int // index in rule.Dimensions of app_id, or -1
 	userDim int // index in rule.Dimensions of user_id, or -1
+	// calendar are the identity scopes of the rule's calendar cells
+	// ("name@day", "name@week", "name@month"), made once, not per check.
+	calendar [3]string
 }
+
+// calendarScope is the identity scope of the rule's cells of calendar window w.
+// (rules.Day, Week and Month are -1, -2 and -3.)
+func (cr *compiledRule) calendarScope(w rules.Duration) string { return cr.calendar[-int(w)-1] }
 
 type compiledSet struct {
 	set   *rules.Set
@@ -172,6 +179,9 @@ func compile(set *rules.Set, a *rules.Assignments) (*compiledSet, error) {
 			return nil, fmt.Errorf("rule %q: algorithm %s is not available in this build", r.Name, r.Algorithm)
 		}
 		cr := compiledRule{rule: r, limits: r.EffectiveLimits(), tagDim: -1, userDim: -1}
+		for i, w := range []rules.Duration{rules.Day, rules.Week, rules.Month} {
+			cr.calendar[i] = r.Name + "@" + w.String()
+		}
 		for j, d := range r.Dimensions {
 			switch d {
 			case "app_id":
@@ -406,7 +416,7 @@ func buildOp(set *compiledSet, req *Request, now time.Time, loc *time.Location) 
 			}
 			switch {
 			case lim.Window.IsCalendar():
-				calendarCell(&cell, cr.rule.Name, vals, lim.Window, now, loc)
+				calendarCell(&cell, cr.calendarScope(lim.Window), vals, lim.Window, now, loc)
 			case cr.rule.Algorithm == rules.FixedWindow:
 				cell.Window, cell.Identity = time.Duration(lim.Window), id
 				cell.Key = fixedKey(id, cell.Window, now)
@@ -438,10 +448,10 @@ func buildOp(set *compiledSet, req *Request, now time.Time, loc *time.Location) 
 // of its own for each period (its length is in the cell id), so a new
 // period starts from zero. The identity is the rule's with the calendar
 // kind, so a day and a month that end together stay two cells.
-func calendarCell(c *tiers.Cell, rule string, vals []string, w rules.Duration, now time.Time, loc *time.Location) {
+func calendarCell(c *tiers.Cell, scope string, vals []string, w rules.Duration, now time.Time, loc *time.Location) {
 	_, end := w.Period(now, loc)
 	c.Window = time.Duration(end.Unix()) * time.Second
-	c.Identity = tiers.IdentityOf(rule+"@"+w.String(), vals)
+	c.Identity = tiers.IdentityOf(scope, vals)
 	c.Key = fixedKey(c.Identity, c.Window, now)
 }
 

@@ -241,7 +241,8 @@ func TestCheck_CalendarDayResetsAtLocalMidnightAcrossDST(t *testing.T) {
 }
 
 // An app denied at its limit, and remembered by the denial cache, is let
-// in as soon as its plan raises the limit.
+// in as soon as its plan raises the limit: the cache's key holds the limit,
+// so the raised limit misses the entry (the test fails if it did not).
 func TestSetAssignments_ARaisedLimitLetsACachedDenialIn(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
