@@ -35,11 +35,14 @@ func TestHotWait_DecisionIsFinalOnlyOnceAReplicaHoldsTheCount(t *testing.T) {
 		addr      string
 		ops       int // ops in one Check (1: a single call; 2: a pipeline)
 		wantFinal bool
+		// timeout: long where a replica must acknowledge (a loaded machine
+		// can take tens of ms), short where none can.
+		timeout time.Duration
 	}{
-		{"a master with a replica, one call", master.Addr(), 1, true},
-		{"a master with a replica, a pipeline", master.Addr(), 2, true},
-		{"a master without a replica, one call", lonely.Addr(), 1, false},
-		{"a master without a replica, a pipeline", lonely.Addr(), 2, false},
+		{"a master with a replica, one call", master.Addr(), 1, true, 2 * time.Second},
+		{"a master with a replica, a pipeline", master.Addr(), 2, true, 2 * time.Second},
+		{"a master without a replica, one call", lonely.Addr(), 1, false, 30 * time.Millisecond},
+		{"a master without a replica, a pipeline", lonely.Addr(), 2, false, 30 * time.Millisecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -48,7 +51,7 @@ func TestHotWait_DecisionIsFinalOnlyOnceAReplicaHoldsTheCount(t *testing.T) {
 			if err := rdb.ScriptFlush(ctx).Err(); err != nil { // NOSCRIPT is handled with WAIT too
 				t.Fatal(err)
 			}
-			hot := NewHotStore(rdb, HotOptions{Prefix: "w" + testenv.RandomHex(3) + ":", WaitReplicas: 1, WaitTimeout: 30 * time.Millisecond})
+			hot := NewHotStore(rdb, HotOptions{Prefix: "w" + testenv.RandomHex(3) + ":", WaitReplicas: 1, WaitTimeout: tc.timeout})
 			var ops []*Op
 			for range tc.ops {
 				ops = append(ops, confOp(confT0, 1, Enforce, newConfCell(5, time.Hour)))
@@ -70,7 +73,7 @@ func TestHotWait_DecisionIsFinalOnlyOnceAReplicaHoldsTheCount(t *testing.T) {
 			if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "0 of 1 replicas") {
 				t.Fatalf("err = %v; want ErrUnavailable naming the replicas", err)
 			}
-			if took < 30*time.Millisecond {
+			if took < tc.timeout {
 				t.Errorf("answered in %s, before the WAIT timeout", took)
 			}
 			// The count was made all the same: an unacknowledged write is
