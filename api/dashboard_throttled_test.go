@@ -50,22 +50,27 @@ func TestDashboard_ShowsWhoIsThrottled(t *testing.T) {
 }
 
 // The dashboard's quota bars in headless Chromium: the app's plan and each
-// app-level limit, used of limit with its reset, as the usage API says.
-func TestDashboard_ShowsThePlansQuotas(t *testing.T) {
+// app-level limit, used of limit with its reset, as the usage API says;
+// and the identities nearest their quotas, most used first.
+func TestDashboard_ShowsThePlansQuotasAndTheNearestIdentities(t *testing.T) {
 	t.Parallel()
 	browser := requireChromium(t)
 	h := newStatsHarnessAt(t, time.Now().UTC())
 	key := h.mint("shop")
-	set, err := rules.ParseYAML([]byte("rules:\n  - {name: shop_daily, dimensions: [app_id], limit: 10, window: day, algorithm: fixed_window}\n"))
+	set, err := rules.ParseYAML([]byte("rules:\n  - {name: shop_daily, dimensions: [app_id], limit: 10, window: day, algorithm: fixed_window}\n" +
+		"  - {name: user_monthly, dimensions: [app_id, user_id], limit: 8, window: month, algorithm: fixed_window}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := h.lim.SetRules(set); err != nil {
 		t.Fatal(err)
 	}
-	for range 9 {
-		h.check(`{"app_id":"shop","user_id":"u1","interface_id":"orders.list"}`)
+	for user, n := range map[string]int{"u1": 6, "u2": 3} { // u2: under half of 8
+		for range n {
+			h.check(`{"app_id":"shop","user_id":"` + user + `","interface_id":"orders.list"}`)
+		}
 	}
+	waitNearest(t, h, key, 1)
 	tctx := signInDashboard(t, browser, h, key)
 	got, err := chromedp.Run(tctx, chromedp.Evaluate[[]string](
 		`[document.getElementById("plan").textContent, ...[...document.querySelectorAll("#quotas .quota")].map(q => q.className + " | " + q.querySelector(".quota-label").textContent + " | " + q.querySelector(".bar span").style.width + " | " + q.querySelector(".sub").textContent.replace(/resets in .*/, "resets"))]`))
@@ -75,6 +80,34 @@ func TestDashboard_ShowsThePlansQuotas(t *testing.T) {
 	want := []string{"plan default", "quota near | shop_daily · day | 90% | 9 of 10 used · resets"}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("the quotas show\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	rows, err := chromedp.Run(tctx, chromedp.Evaluate[[]string](
+		`[...document.querySelectorAll("#nearest tr")].map(tr => [...tr.children].map(td => td.textContent).join(" | ") + " | " + tr.querySelector(".bar span").style.width)`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"user_monthly · month | user_id=u1 | 6 of 8 |  | 75%"}; strings.Join(rows, "\n") != strings.Join(want, "\n") {
+		t.Errorf("the nearest show\n%s\nwant\n%s", strings.Join(rows, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// waitNearest waits until the nearest list of shop's first quota has n
+// identities (the record is written off the check path).
+func waitNearest(t *testing.T, h *statsHarness, key string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r := h.get("/v1/apps/shop/usage/nearest", key)
+		rs, _ := r.body["rules"].([]any)
+		if len(rs) > 0 {
+			if top, _ := rs[0].(map[string]any)["top"].([]any); len(top) == n {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nearest: %d %s, want %d identities", r.status, r.raw, n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
+	"github.com/quota-platform/quota/nearquota"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
 )
@@ -53,7 +54,12 @@ type harnessConfig struct {
 	ready    []api.ReadinessCheck // after the harness's own redis check
 	plans    bool                 // serve the plans admin API over the shared store
 	loc      *time.Location       // of calendar windows; nil: UTC
+	nearest  bool                 // record identities near their quotas (nearquota)
 }
+
+// withNearest records identities' quota crossings and serves
+// GET /v1/apps/{app_id}/usage/nearest.
+func withNearest() harnessOption { return func(c *harnessConfig) { c.nearest = true } }
 
 // withPlans serves the plans admin API (appplans over the test's Redis).
 func withPlans() harnessOption { return func(c *harnessConfig) { c.plans = true } }
@@ -108,7 +114,16 @@ func newHarness(t *testing.T, rulesYAML string, opts ...harnessOption) *harness 
 	if hc.loc == nil {
 		hc.loc = time.UTC
 	}
-	lim, err := limiter.New(hot, clk, set, limiter.InLocation(hc.loc))
+	limOpts := []limiter.Option{limiter.InLocation(hc.loc)}
+	var nearest api.NearestIdentities
+	if hc.nearest {
+		rec := nearquota.New(nearquota.Options{Redis: client, Prefix: ho.Prefix})
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		go rec.Run(ctx)
+		nearest, limOpts = rec, append(limOpts, limiter.WithIdentityQuotaWatcher(rec))
+	}
+	lim, err := limiter.New(hot, clk, set, limOpts...)
 	if err != nil {
 		t.Fatalf("limiter: %v", err)
 	}
@@ -132,6 +147,7 @@ func newHarness(t *testing.T, rulesYAML string, opts ...harnessOption) *harness 
 		Gatherer: reg,
 		Ready:    append([]api.ReadinessCheck{{Name: "redis", Check: hot.Ping}}, hc.ready...),
 		AppPlans: plans,
+		Nearest:  nearest,
 	})
 	srv := httptest.NewServer(server)
 	t.Cleanup(srv.Close)

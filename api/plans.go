@@ -29,6 +29,9 @@ type AppPlans interface {
 
 func (s *Server) planRoutes(e *echo.Echo) {
 	e.GET("/v1/apps/:app_id/usage", s.usage, s.requireAppAccess)
+	if s.deps.Nearest != nil {
+		e.GET("/v1/apps/:app_id/usage/nearest", s.nearest, s.requireAppAccess)
+	}
 	if s.deps.AppPlans == nil {
 		return
 	}

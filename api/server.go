@@ -74,6 +74,10 @@ type Deps struct {
 	// answers those paths 404. GET /v1/apps/{app_id}/usage needs only the
 	// Limiter.
 	AppPlans AppPlans
+	// Nearest names the identities past half of an app's identity quotas
+	// (nearquota.Record) for GET /v1/apps/{app_id}/usage/nearest; nil:
+	// that path answers 404.
+	Nearest NearestIdentities
 }
 
 // SingleChecker decides one check.

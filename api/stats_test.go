@@ -21,6 +21,7 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
+	"github.com/quota-platform/quota/nearquota"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
 )
@@ -56,7 +57,11 @@ func newStatsHarnessAt(t *testing.T, at time.Time) *statsHarness {
 	s.AdminToken = adminToken
 	clk := clock.NewFake(at)
 	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second})
-	lim, err := limiter.New(hot, clk, set)
+	near := nearquota.New(nearquota.Options{Redis: rdb, Prefix: prefix})
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go near.Run(ctx)
+	lim, err := limiter.New(hot, clk, set, limiter.WithIdentityQuotaWatcher(near))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,6 +73,7 @@ func newStatsHarnessAt(t *testing.T, at time.Time) *statsHarness {
 	srv := httptest.NewServer(api.New(api.Deps{
 		Settings: s, Limiter: lim, Metrics: metrics.New(reg), Gatherer: reg,
 		Usage: rec.Recorder, Analytics: rec.Stats, Throttled: rec.Throttled, Keys: apps.New(dbs, clk),
+		Nearest: near,
 	}))
 	t.Cleanup(srv.Close)
 	return &statsHarness{harness: &harness{t: t, srv: srv, clk: clk, rdb: rdb, prefix: prefix, lim: lim, reg: reg}, rec: rec}

@@ -73,9 +73,10 @@ type Limiter struct {
 	clock clock.Clock
 	loc   *time.Location // of calendar windows (QUOTA_TIMEZONE)
 	// watcher, when set, is told of apps' calendar quotas crossing 80 %
-	// and 100 % (thresholds.go).
-	watcher QuotaWatcher
-	rules   atomic.Pointer[compiledSet]
+	// and 100 %; identities, of identities' calendar quotas crossing 50 %,
+	// 80 % and 100 % (thresholds.go).
+	watcher, identities QuotaWatcher
+	rules               atomic.Pointer[compiledSet]
 	// denials answers the denials it can without the store (nil: none;
 	// denials.go).
 	denials *Denials
@@ -248,7 +249,7 @@ func (l *Limiter) Check(ctx context.Context, req *Request) (Decision, error) {
 		if err := l.store.Check(ctx, now, []*tiers.Op{op}); err != nil {
 			return Decision{}, fmt.Errorf("check: %w", err)
 		}
-		l.tellCrossings(op, owners, now)
+		l.tellCrossings(op, owners, req, now)
 		l.decided(req, 0, op, now, gen, true)
 	}
 	return decision(op, owners), nil
@@ -280,7 +281,7 @@ func (l *Limiter) CheckBatch(ctx context.Context, reqs []*Request) ([]Decision, 
 // tiers.EachChecker). err is that request's own: another failing does not
 // fail it. Calls come from the calling goroutine, not necessarily in index
 // order, and CheckBatchEach returns after the last; deliver must not block
-// long. reqs are read only before the first call.
+// long. reqs[i] is not read after deliver(i) is called.
 func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver func(i int, d Decision, err error)) {
 	gen := l.denialGen()
 	set := l.rules.Load()
@@ -337,7 +338,7 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 			deliver(i, Decision{}, fmt.Errorf("check: %w", err))
 			return
 		}
-		l.tellCrossings(ops[i], owners[i], now)
+		l.tellCrossings(ops[i], owners[i], reqs[i], now)
 		var front uint64
 		if cache {
 			front = fronts[i]
@@ -351,7 +352,10 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 type entryOwner struct {
 	name  string
 	limit rules.Limit
-	app   string // the app, when the limit is its calendar quota (thresholds.go)
+	app   string // the app, when the limit is its or its identities' calendar quota (thresholds.go)
+	// dims are the rule's dimensions when the limit is a calendar quota of
+	// an app's identities (thresholds.go): nil for the app's own.
+	dims []string
 }
 
 // inlineCells is how many cells an op holds before its slices grow: the
@@ -426,8 +430,11 @@ func buildOp(set *compiledSet, req *Request, now time.Time, loc *time.Location) 
 			}
 			op.Cells = append(op.Cells, cell)
 			owner := entryOwner{name: cr.rule.Name, limit: lim}
-			if cr.watched(lim) {
+			switch cr.watched(lim) {
+			case appQuota:
 				owner.app = app
+			case identityQuota:
+				owner.app, owner.dims = app, cr.rule.Dimensions
 			}
 			owners = append(owners, owner)
 		}

@@ -8,21 +8,34 @@ import (
 	"github.com/quota-platform/quota/tiers"
 )
 
-// Thresholds are the shares of an app's calendar quota whose crossing a
-// QuotaWatcher is told of: 80 % and 100 %, as num/den.
-var thresholds = [...]struct{ num, den int64 }{{4, 5}, {1, 1}}
+// share is a threshold of a calendar quota, as num/den.
+type share struct{ num, den int64 }
 
-// Crossing is an app's calendar quota (a day, week or month limit of a
-// rule counted per app alone) crossing a threshold by a counted check.
-// Counts are atomic in the store, so exactly one check in the whole fleet
-// crosses each threshold of each app and period (unless a refund or reset
-// lowers the count and it is crossed again).
+// appThresholds are the shares of an app's calendar quota whose crossing a
+// QuotaWatcher is told of: 80 % and 100 %. identityThresholds are those of
+// an identity's (a user's, an IP's) calendar quota: from 50 % an identity
+// is near its quota (the dashboard lists the nearest).
+var (
+	appThresholds      = []share{{4, 5}, {1, 1}}
+	identityThresholds = []share{{1, 2}, {4, 5}, {1, 1}}
+)
+
+// Crossing is a calendar quota (a day, week or month limit) crossing a
+// threshold by a counted check: an app's own quota (a rule counted per app
+// alone), or, with Identity set, one identity's quota within an app (a rule
+// counted per app and more dimensions). Counts are atomic in the store, so
+// exactly one check in the whole fleet crosses each threshold of each
+// quota and period (unless a refund or reset lowers the count and it is
+// crossed again).
 type Crossing struct {
 	App, Rule string
+	// Identity are the rule's dimensions but app_id, with their values
+	// (nil: the app's own quota).
+	Identity  map[string]string
 	Window    rules.Duration // rules.Day, Week or Month
 	Limit     int64
 	Used      int64   // after the check
-	Threshold float64 // 0.8 or 1
+	Threshold float64 // 0.5 (identities only), 0.8 or 1
 	PeriodEnd time.Time
 }
 
@@ -35,32 +48,75 @@ type QuotaWatcher interface {
 // WithQuotaWatcher tells w of the crossings of apps' calendar quotas.
 func WithQuotaWatcher(w QuotaWatcher) Option { return func(l *Limiter) { l.watcher = w } }
 
-// watched reports whether a limit of rule cr is an app's calendar quota.
-func (cr *compiledRule) watched(lim rules.Limit) bool {
-	return lim.Window.IsCalendar() && cr.tagDim == 0 && len(cr.rule.Dimensions) == 1
+// WithIdentityQuotaWatcher tells w of the crossings of identities'
+// calendar quotas (Crossing.Identity set).
+func WithIdentityQuotaWatcher(w QuotaWatcher) Option {
+	return func(l *Limiter) { l.identities = w }
 }
 
-// tellCrossings tells the watcher of the thresholds op's count crossed.
-func (l *Limiter) tellCrossings(op *tiers.Op, owners []entryOwner, now time.Time) {
-	if l.watcher == nil || !op.Committed {
+// quotaKind is whose calendar quota a limit is, if anyone's.
+type quotaKind uint8
+
+const (
+	notWatched    quotaKind = iota
+	appQuota                // counted per app alone
+	identityQuota           // counted per app and more dimensions
+)
+
+// watched says whose calendar quota a limit of rule cr is.
+func (cr *compiledRule) watched(lim rules.Limit) quotaKind {
+	switch {
+	case !lim.Window.IsCalendar() || cr.tagDim < 0:
+		return notWatched
+	case len(cr.rule.Dimensions) == 1:
+		return appQuota
+	default:
+		return identityQuota
+	}
+}
+
+// tellCrossings tells the watchers of the thresholds op's count crossed.
+// req is read for the dimensions of an identity that crossed one.
+func (l *Limiter) tellCrossings(op *tiers.Op, owners []entryOwner, req *Request, now time.Time) {
+	if (l.watcher == nil && l.identities == nil) || !op.Committed {
 		return
 	}
 	for i := range owners {
 		o := &owners[i]
-		if o.app == "" {
+		w, shares := l.watcher, appThresholds
+		if o.dims != nil {
+			w, shares = l.identities, identityThresholds
+		}
+		if o.app == "" || w == nil {
 			continue
 		}
 		limit := o.limit.Limit
 		used := limit - op.Out[i].Remaining
 		before := used - op.Cost
-		for _, t := range thresholds {
+		for _, t := range shares {
 			if before*t.den < t.num*limit && used*t.den >= t.num*limit {
 				// The app may point into a pooled request body: a copy.
-				l.watcher.Crossed(Crossing{
-					App: strings.Clone(o.app), Rule: o.name, Window: o.limit.Window, Limit: limit, Used: used,
+				w.Crossed(Crossing{
+					App: strings.Clone(o.app), Rule: o.name, Identity: identityOf(o.dims, req),
+					Window: o.limit.Window, Limit: limit, Used: used,
 					Threshold: float64(t.num) / float64(t.den), PeriodEnd: now.Add(op.Out[i].ResetAfter),
 				})
 			}
 		}
 	}
+}
+
+// identityOf is req's values of dims but app_id (nil for no dims).
+func identityOf(dims []string, req *Request) map[string]string {
+	if dims == nil {
+		return nil
+	}
+	id := make(map[string]string, len(dims)-1)
+	for _, d := range dims {
+		if d != "app_id" {
+			v, _ := req.Lookup(d)
+			id[d] = strings.Clone(v)
+		}
+	}
+	return id
 }

@@ -3,7 +3,9 @@ package limiter
 import (
 	"context"
 	"fmt"
+	"time"
 
+	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
 )
 
@@ -36,4 +38,45 @@ func (l *Limiter) Usage(ctx context.Context, dims []Dim) (Decision, error) {
 		d.Entries[i].RetryAfter = 0
 	}
 	return d, nil
+}
+
+// IdentityQuota is a calendar limit of app counted per identity: a rule
+// with app_id and more dimensions, with the app's plan and overrides.
+type IdentityQuota struct {
+	Rule       string
+	Dimensions []string          // the rule's, app_id among them
+	Match      map[string]string // the rule's: a usage query of an identity needs them too
+	Window     rules.Duration
+	Limit      int64
+	PeriodEnd  time.Time     // of the period now in force
+	ResetAfter time.Duration // until PeriodEnd, by the limiter's clock
+}
+
+// IdentityQuotas are app's identity quotas (the identities whose crossings
+// WithIdentityQuotaWatcher's watcher is told of), in the rules' order.
+func (l *Limiter) IdentityQuotas(app string) []IdentityQuota {
+	set := l.rules.Load()
+	now := l.clock.Now()
+	var out []IdentityQuota
+	for i := range set.rules {
+		cr := &set.rules[i]
+		if want, ok := cr.rule.Match["app_id"]; ok && want != app {
+			continue
+		}
+		limits := cr.limits
+		if byRule, ok := set.apps[app]; ok && byRule[i] != nil {
+			limits = byRule[i]
+		}
+		for _, lim := range limits {
+			if cr.watched(lim) != identityQuota {
+				continue
+			}
+			_, end := lim.Window.Period(now, l.loc)
+			out = append(out, IdentityQuota{
+				Rule: cr.rule.Name, Dimensions: cr.rule.Dimensions, Match: cr.rule.Match,
+				Window: lim.Window, Limit: lim.Limit, PeriodEnd: end, ResetAfter: end.Sub(now),
+			})
+		}
+	}
+	return out
 }

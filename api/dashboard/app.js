@@ -73,15 +73,17 @@
     $("title").textContent = state.app;
     try {
       const day = state.pinnedDate ? "?date=" + encodeURIComponent(state.pinnedDate) : "";
-      const [stats, throttled, usage] = await Promise.all([
+      const [stats, throttled, usage, nearest] = await Promise.all([
         api(appPath(state.app) + "/stats" + day),
         api(appPath(state.app) + "/throttled" + day),
         api(appPath(state.app) + "/usage"),
+        api(appPath(state.app) + "/usage/nearest").catch((e) => { if (e.status === 404) return { rules: [] }; throw e; }),
         drawChart(),
       ]);
       showStats(stats);
       showThrottled(throttled);
       showUsage(usage);
+      showNearest(nearest);
       $("board-error").textContent = "";
       $("updated").textContent = "updated " + new Date().toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
       document.body.dataset.loaded = "1";
@@ -169,6 +171,48 @@
       text.textContent = fmt.format(l.used) + " of " + fmt.format(l.limit) + " used · resets in " + human(l.reset_after_ms);
       row.append(label, bar, text);
       box.appendChild(row);
+    }
+  }
+
+  // showNearest fills the "nearest their quotas" table: for each quota
+  // counted per identity, the identities past half of it, most used first
+  // (GET /v1/apps/{app}/usage/nearest).
+  function showNearest(n) {
+    const body = $("nearest");
+    body.textContent = "";
+    for (const q of n.rules) {
+      for (const id of q.top) {
+        const tr = document.createElement("tr");
+        tr.dataset.rule = q.rule;
+        if (id.used >= q.limit) tr.className = "full";
+        const dims = Object.keys(id.dimensions).sort().map((k) => k + "=" + id.dimensions[k]).join(" ");
+        for (const [text, cls] of [[q.rule + " · " + q.window, "name"], [dims, "name"],
+          [fmt.format(id.used) + " of " + fmt.format(q.limit), "num"]]) {
+          const td = document.createElement("td");
+          td.className = cls;
+          td.textContent = text;
+          tr.appendChild(td);
+        }
+        const td = document.createElement("td");
+        const bar = document.createElement("div");
+        bar.className = "bar";
+        bar.title = "resets in " + human(q.reset_after_ms);
+        const fill = document.createElement("span");
+        fill.style.width = Math.min(100, 100 * id.used / q.limit).toFixed(1) + "%";
+        bar.appendChild(fill);
+        td.appendChild(bar);
+        tr.appendChild(td);
+        body.appendChild(tr);
+      }
+    }
+    if (!body.children.length) {
+      const tr = document.createElement("tr");
+      tr.className = "empty";
+      const td = document.createElement("td");
+      td.colSpan = 4;
+      td.textContent = "No identity has used half of a quota this period";
+      tr.appendChild(td);
+      body.appendChild(tr);
     }
   }
 

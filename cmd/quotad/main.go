@@ -31,6 +31,7 @@ import (
 	"github.com/quota-platform/quota/internal/version"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
+	"github.com/quota-platform/quota/nearquota"
 	"github.com/quota-platform/quota/notify"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/schedule"
@@ -211,7 +212,9 @@ func serve() error {
 	// Near-quota signals: series always, the webhook when set (notify).
 	nearQuota := notify.New(notify.Options{URL: s.WebhookURL, Secret: s.WebhookSecret, Redis: rdb, Prefix: s.RedisKeyPrefix, Registerer: reg, Log: log})
 	go nearQuota.Run(ctx)
-	lim, err := limiter.New(store, clk, set, limiter.InLocation(s.Location), limiter.WithQuotaWatcher(nearQuota))
+	nearest := nearquota.New(nearquota.Options{Redis: rdb, Prefix: s.RedisKeyPrefix, Registerer: reg, Log: log})
+	go nearest.Run(ctx)
+	lim, err := limiter.New(store, clk, set, limiter.InLocation(s.Location), limiter.WithQuotaWatcher(nearQuota), limiter.WithIdentityQuotaWatcher(nearest))
 	if err != nil {
 		return fmt.Errorf("%s: %w", s.RulesPath, err)
 	}
@@ -271,6 +274,7 @@ func serve() error {
 		Tiers:        tiersAdmin,
 		Status:       fm.source,
 		AppPlans:     plans,
+		Nearest:      nearest,
 	})
 	var h http.Handler = srv
 	if tp != nil {
