@@ -20,7 +20,8 @@ const plansUsage = `usage:
   quotactl plans override APP RULE LIMIT     replace RULE's limit for APP (the rule's window)
   quotactl plans override APP RULE LIMIT/WINDOW[,LIMIT/WINDOW...]   e.g. 100/1s,50000000/month
   quotactl plans unoverride APP RULE         give APP its plan's limits of RULE again
-  quotactl plans usage APP [DIM=VALUE...]    used, remaining and reset of each limit`
+  quotactl plans usage APP [DIM=VALUE...]    used, remaining and reset of each limit
+  quotactl plans nearest APP [TOP]           the identities nearest their day/week/month quotas (TOP 1-50, default 10)`
 
 // runPlans manages apps' plans and overrides (the admin API) and shows usage.
 func runPlans(ctx context.Context, cl *client, args []string, stdout, stderr io.Writer) int {
@@ -56,6 +57,8 @@ func runPlans(ctx context.Context, cl *client, args []string, stdout, stderr io.
 		out = json.RawMessage(`{"deleted":true}`)
 	case pos[0] == "usage":
 		return plansUsageTable(ctx, cl, pos[1], pos[2:], stdout, stderr)
+	case pos[0] == "nearest" && len(pos) <= 3:
+		return plansNearestTable(ctx, cl, pos[1], pos[2:], stdout, stderr)
 	default:
 		fmt.Fprintln(stderr, plansUsage)
 		return 2
@@ -145,4 +148,43 @@ func plansUsageTable(ctx context.Context, cl *client, app string, dims []string,
 // msDuration writes ms as a duration rounded to the second ("13h20m5s").
 func msDuration(ms int64) string {
 	return (time.Duration(ms) * time.Millisecond).Round(time.Second).String()
+}
+
+// plansNearestTable prints GET /v1/apps/{app}/usage/nearest as a table:
+// one row per identity, its quota's rows together.
+func plansNearestTable(ctx context.Context, cl *client, app string, top []string, stdout, stderr io.Writer) int {
+	var body struct {
+		Rules []struct {
+			Rule         string `json:"rule"`
+			Window       string `json:"window"`
+			Limit        int64  `json:"limit"`
+			ResetAfterMs int64  `json:"reset_after_ms"`
+			Top          []struct {
+				Dimensions map[string]string `json:"dimensions"`
+				Used       int64             `json:"used"`
+			} `json:"top"`
+		} `json:"rules"`
+	}
+	path := "/v1/apps/" + url.PathEscape(app) + "/usage/nearest"
+	if len(top) == 1 {
+		path += "?top=" + url.QueryEscape(top[0])
+	}
+	if _, err := cl.do(ctx, "GET", path, nil, &body); err != nil {
+		fmt.Fprintln(stderr, "quotactl plans nearest:", err)
+		return 1
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "rule\twindow\tidentity\tused\tlimit\tused %\treset in")
+	for _, q := range body.Rules {
+		for _, id := range q.Top {
+			dims := url.Values{}
+			for k, v := range id.Dimensions {
+				dims.Set(k, v)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.1f\t%s\n", q.Rule, q.Window, strings.ReplaceAll(dims.Encode(), "&", " "),
+				id.Used, q.Limit, 100*float64(id.Used)/float64(max(q.Limit, 1)), msDuration(q.ResetAfterMs))
+		}
+	}
+	_ = tw.Flush()
+	return 0
 }
