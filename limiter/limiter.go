@@ -353,9 +353,9 @@ type entryOwner struct {
 	name  string
 	limit rules.Limit
 	app   string // the app, when the limit is its or its identities' calendar quota (thresholds.go)
-	// dims are the rule's dimensions when the limit is a calendar quota of
-	// an app's identities (thresholds.go): nil for the app's own.
-	dims []string
+	// perIdentity: the limit is a calendar quota of each of the app's
+	// identities, not of the app's own (thresholds.go).
+	perIdentity bool
 }
 
 // inlineCells is how many cells an op holds before its slices grow: the
@@ -434,7 +434,7 @@ func buildOp(set *compiledSet, req *Request, now time.Time, loc *time.Location) 
 			case appQuota:
 				owner.app = app
 			case identityQuota:
-				owner.app, owner.dims = app, cr.rule.Dimensions
+				owner.app, owner.perIdentity = app, true
 			}
 			owners = append(owners, owner)
 		}

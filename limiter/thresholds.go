@@ -84,7 +84,7 @@ func (l *Limiter) tellCrossings(op *tiers.Op, owners []entryOwner, req *Request,
 	for i := range owners {
 		o := &owners[i]
 		w, shares := l.watcher, appThresholds
-		if o.dims != nil {
+		if o.perIdentity {
 			w, shares = l.identities, identityThresholds
 		}
 		if o.app == "" || w == nil {
@@ -97,7 +97,7 @@ func (l *Limiter) tellCrossings(op *tiers.Op, owners []entryOwner, req *Request,
 			if before*t.den < t.num*limit && used*t.den >= t.num*limit {
 				// The app may point into a pooled request body: a copy.
 				w.Crossed(Crossing{
-					App: strings.Clone(o.app), Rule: o.name, Identity: identityOf(o.dims, req),
+					App: strings.Clone(o.app), Rule: o.name, Identity: l.identityOf(o, req),
 					Window: o.limit.Window, Limit: limit, Used: used,
 					Threshold: float64(t.num) / float64(t.den), PeriodEnd: now.Add(op.Out[i].ResetAfter),
 				})
@@ -106,13 +106,21 @@ func (l *Limiter) tellCrossings(op *tiers.Op, owners []entryOwner, req *Request,
 	}
 }
 
-// identityOf is req's values of dims but app_id (nil for no dims).
-func identityOf(dims []string, req *Request) map[string]string {
-	if dims == nil {
+// identityOf is req's values of o's rule's dimensions but app_id (nil for
+// an app's own quota). The rule is found by name, not kept in each owner:
+// a crossing is rare and the check path's op stays small. Should the
+// rules have changed since the check was built, the identity may not fill
+// the new rule: the nearest list's reader skips such an identity.
+func (l *Limiter) identityOf(o *entryOwner, req *Request) map[string]string {
+	if !o.perIdentity {
 		return nil
 	}
-	id := make(map[string]string, len(dims)-1)
-	for _, d := range dims {
+	r := l.rules.Load().set.Rule(o.name)
+	if r == nil {
+		return nil
+	}
+	id := make(map[string]string, len(r.Dimensions)-1)
+	for _, d := range r.Dimensions {
 		if d != "app_id" {
 			v, _ := req.Lookup(d)
 			id[d] = strings.Clone(v)
