@@ -156,16 +156,6 @@ type Settings struct {
 	OTelEndpoint string `env:"QUOTA_OTEL_ENDPOINT" help:"OTLP/HTTP collector of a span per check; empty = tracing off"`
 }
 
-// otelFallbacks are read, in order, when QUOTA_OTEL_ENDPOINT is unset.
-var otelFallbacks = [...]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"}
-
-// retired are variables that are no longer settings, with what to do
-// instead; setting one stops start-up.
-var retired = [...]struct{ name, why string }{
-	// Warm buckets now follow each app's population (tiers/directory.go).
-	{"QUOTA_WARM_BUCKETS_PER_TAG", "no longer a setting (each app's warm buckets grow with its cells); unset it"},
-}
-
 // Defaults are the settings of a local development machine: every
 // envDefault tag.
 func Defaults() Settings {
@@ -181,13 +171,12 @@ func Defaults() Settings {
 // from Defaults.
 func Load(getenv func(string) string) (Settings, error) {
 	raw := readEnv(getenv)
+	// The standard OTLP variables are read, in order, when
+	// QUOTA_OTEL_ENDPOINT is unset.
 	otelName := "QUOTA_OTEL_ENDPOINT"
-	for _, name := range otelFallbacks {
-		if _, set := raw[otelName]; set {
-			break
-		}
-		if v := strings.TrimSpace(getenv(name)); v != "" {
-			raw[otelName], otelName = v, name
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+		if v := strings.TrimSpace(getenv(name)); raw["QUOTA_OTEL_ENDPOINT"] == "" && v != "" {
+			raw["QUOTA_OTEL_ENDPOINT"], otelName = v, name
 		}
 	}
 	var s Settings
@@ -197,10 +186,9 @@ func Load(getenv func(string) string) (Settings, error) {
 	if u, err := url.Parse(s.OTelEndpoint); s.OTelEndpoint != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
 		return Settings{}, fmt.Errorf("%s %q: want an http:// or https:// URL of an OTLP collector, e.g. http://otel-collector:4318", otelName, s.OTelEndpoint)
 	}
-	for _, r := range retired {
-		if v := strings.TrimSpace(getenv(r.name)); v != "" {
-			return Settings{}, fmt.Errorf("%s %q: %s", r.name, v, r.why)
-		}
+	// Warm buckets now follow each app's population (tiers/directory.go).
+	if v := strings.TrimSpace(getenv("QUOTA_WARM_BUCKETS_PER_TAG")); v != "" {
+		return Settings{}, fmt.Errorf("QUOTA_WARM_BUCKETS_PER_TAG %q: no longer a setting (each app's warm buckets grow with its cells); unset it", v)
 	}
 	_, clusterSet := raw["QUOTA_REDIS_CLUSTER"]
 	if !clusterSet && len(s.RedisAddrs) > 1 && s.RedisSentinelMaster == "" {

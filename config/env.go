@@ -16,7 +16,7 @@ import (
 // each field's envDefault, and turns the first error into one line naming
 // the variable and its value.
 func parse(s *Settings, raw map[string]string) error {
-	err := env.ParseWithOptions(s, env.Options{Environment: raw, FuncMap: parsers})
+	err := env.ParseWithOptions(s, env.Options{Environment: raw, FuncMap: parsers()})
 	if err == nil {
 		return nil
 	}
@@ -33,7 +33,7 @@ func parse(s *Settings, raw map[string]string) error {
 		return pe.Err // the parser named it (QUOTA_AUTH_HEADERS)
 	}
 	want := pe.Err.Error()
-	if w, ok := wants[pe.Type]; ok {
+	if w, ok := wants()[pe.Type]; ok {
 		want = w
 	}
 	return fmt.Errorf("%s %q: %s", name, raw[name], want)
@@ -41,23 +41,27 @@ func parse(s *Settings, raw map[string]string) error {
 
 // parsers read the values of each type as quotad always has; their errors
 // are replaced by wants.
-var parsers = map[reflect.Type]env.ParserFunc{
-	reflect.TypeFor[int]():           func(v string) (any, error) { return strconv.Atoi(v) },
-	reflect.TypeFor[float64]():       func(v string) (any, error) { return strconv.ParseFloat(v, 64) },
-	reflect.TypeFor[time.Duration](): func(v string) (any, error) { return time.ParseDuration(v) },
-	reflect.TypeFor[bool]():          parseOnOff,
-	reflect.TypeFor[[]string]():      func(v string) (any, error) { return parseList(v), nil },
-	reflect.TypeFor[[]AuthHeader]():  func(v string) (any, error) { return ParseAuthHeaders(v) },
-	reflect.TypeFor[HeaderStyle]():   func(v string) (any, error) { return HeaderStyle(strings.ToLower(v)), nil },
+func parsers() map[reflect.Type]env.ParserFunc {
+	return map[reflect.Type]env.ParserFunc{
+		reflect.TypeFor[int]():           func(v string) (any, error) { return strconv.Atoi(v) },
+		reflect.TypeFor[float64]():       func(v string) (any, error) { return strconv.ParseFloat(v, 64) },
+		reflect.TypeFor[time.Duration](): func(v string) (any, error) { return time.ParseDuration(v) },
+		reflect.TypeFor[bool]():          parseOnOff,
+		reflect.TypeFor[[]string]():      func(v string) (any, error) { return parseList(v), nil },
+		reflect.TypeFor[[]AuthHeader]():  func(v string) (any, error) { return ParseAuthHeaders(v) },
+		reflect.TypeFor[HeaderStyle]():   func(v string) (any, error) { return HeaderStyle(strings.ToLower(v)), nil },
+	}
 }
 
 // wants say what a value that does not parse should have been.
-var wants = map[reflect.Type]string{
-	reflect.TypeFor[int]():           "want an integer",
-	reflect.TypeFor[float64]():       "want a number",
-	reflect.TypeFor[time.Duration](): "want a duration like 250ms",
-	reflect.TypeFor[bool]():          "want on or off",
-	reflect.TypeFor[slog.Level]():    "want debug, info, warn or error",
+func wants() map[reflect.Type]string {
+	return map[reflect.Type]string{
+		reflect.TypeFor[int]():           "want an integer",
+		reflect.TypeFor[float64]():       "want a number",
+		reflect.TypeFor[time.Duration](): "want a duration like 250ms",
+		reflect.TypeFor[bool]():          "want on or off",
+		reflect.TypeFor[slog.Level]():    "want debug, info, warn or error",
+	}
 }
 
 func parseOnOff(v string) (any, error) {
