@@ -9,12 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
-	"strconv"
+	"reflect"
 	"strings"
 	"time"
 
@@ -42,279 +41,156 @@ const (
 	SchemaOff   SchemaOnStart = "off"   // neither: a missing table shows as failed writes
 )
 
-// Settings is everything quotad is configured with.
+// Settings is everything quotad is configured with. Each field's tags are its
+// whole declaration: env (the variable), envDefault (the working local
+// default), validate (bounds, applied by Validate: bounds.go) and help (a
+// line for the docs). Rules between fields are written out in Validate.
+// Values are trimmed; an empty one means unset.
 type Settings struct {
-	Listen         string        // QUOTA_LISTEN
-	RedisAddrs     []string      // QUOTA_REDIS_ADDRS; several mean Redis Cluster
-	RedisPassword  string        // QUOTA_REDIS_PASSWORD
-	RedisDB        int           // QUOTA_REDIS_DB: logical database of a single Redis (0..15); must be 0 on a cluster
-	RedisKeyPrefix string        // QUOTA_REDIS_KEY_PREFIX; keeps deployments (and tests) apart on one Redis
-	RedisTimeout   time.Duration // QUOTA_REDIS_TIMEOUT: dial, read and write timeout of one Redis call
-	RedisPoolSize  int           // QUOTA_REDIS_POOL_SIZE
-	MySQLShards    []string      // QUOTA_MYSQL_SHARDS: comma-separated DSNs
-	RulesPath      string        // QUOTA_RULES
-	AdminToken     string        // QUOTA_ADMIN_TOKEN
-	CheckToken     string        // QUOTA_CHECK_TOKEN: when set, checks must carry it
-	FailMode       FailMode      // QUOTA_FAIL_MODE
-	MaxInFlight    int           // QUOTA_MAX_IN_FLIGHT: concurrent requests before a fast 503
-	TTLJitter      time.Duration // QUOTA_TTL_JITTER: random extra TTL so keys of a window do not expire together
-	Coalesce       int           // QUOTA_COALESCE: checks batched into one Redis pipeline by this many senders; 0 = off
-	DenyCacheSize  int           // QUOTA_DENY_CACHE_SIZE: denials answered without Redis (limiter.Denials), at most this many entries; 0 = off
-	PprofListen    string        // QUOTA_PPROF_LISTEN: loopback host:port of net/http/pprof; "" (default) = off
-	AdvertiseURL   string        // QUOTA_ADVERTISE_URL: where the fleet and quotactl status reach this instance; "" (default) = http://QUOTA_LISTEN (an unspecified host: the hostname)
-	GCHeapFloorMB  int           // QUOTA_GC_HEAP_FLOOR_MB: the Go heap may grow to this many MiB before a collection (internal/gcfloor); 0 = GOGC alone
-	SchemaOnStart  SchemaOnStart // QUOTA_SCHEMA_ON_START: what serve does about a shard's schema before answering checks
+	Listen         string        `env:"QUOTA_LISTEN" envDefault:"127.0.0.1:8080" help:"HTTP address; a non-loopback one needs QUOTA_ADMIN_TOKEN"`
+	RedisAddrs     []string      `env:"QUOTA_REDIS_ADDRS" envDefault:"127.0.0.1:6379" help:"Redis host:port list; several mean Redis Cluster"`
+	RedisPassword  string        `env:"QUOTA_REDIS_PASSWORD" help:"Redis AUTH password"`
+	RedisDB        int           `env:"QUOTA_REDIS_DB" validate:"min=0,max=15" help:"logical database of a single Redis; 0 on a cluster"`
+	RedisKeyPrefix string        `env:"QUOTA_REDIS_KEY_PREFIX" envDefault:"q:" help:"prefix of every key; keeps deployments (and tests) apart on one Redis"`
+	RedisTimeout   time.Duration `env:"QUOTA_REDIS_TIMEOUT" envDefault:"250ms" validate:"gt=0s,max=1m" help:"dial, read and write timeout of one Redis call"`
+	RedisPoolSize  int           `env:"QUOTA_REDIS_POOL_SIZE" envDefault:"128" validate:"min=1" help:"Redis connections"`
+	MySQLShards    []string      `env:"QUOTA_MYSQL_SHARDS" envDefault:"quota:quota@tcp(127.0.0.1:3306)/quota_0,quota:quota@tcp(127.0.0.1:3306)/quota_1" help:"comma-separated DSNs"`
+	RulesPath      string        `env:"QUOTA_RULES" envDefault:"deploy/rules.yaml" help:"rules file"`
+	AdminToken     string        `env:"QUOTA_ADMIN_TOKEN" help:"bearer token of the admin endpoints"`
+	CheckToken     string        `env:"QUOTA_CHECK_TOKEN" help:"when set, checks must carry it"`
+	FailMode       FailMode      `env:"QUOTA_FAIL_MODE" envDefault:"open" validate:"oneof=open closed" help:"what a check answers when its store is down"`
+	MaxInFlight    int           `env:"QUOTA_MAX_IN_FLIGHT" envDefault:"4096" validate:"min=1" help:"concurrent requests before a fast 503"`
+	TTLJitter      time.Duration `env:"QUOTA_TTL_JITTER" envDefault:"60s" validate:"min=0s,max=1h" help:"random extra TTL so keys of a window do not expire together"`
+	Coalesce       int           `env:"QUOTA_COALESCE" envDefault:"4" validate:"min=0,max=256" help:"senders batching checks into one Redis pipeline; 0 = off"`
+	DenyCacheSize  int           `env:"QUOTA_DENY_CACHE_SIZE" envDefault:"65536" validate:"min=0,max=16777216" help:"denials answered without Redis (limiter.Denials), entries; 0 = off"`
+	PprofListen    string        `env:"QUOTA_PPROF_LISTEN" help:"loopback host:port of net/http/pprof; empty = off"`
+	AdvertiseURL   string        `env:"QUOTA_ADVERTISE_URL" help:"where the fleet and quotactl status reach this instance; empty = http://QUOTA_LISTEN (an unspecified host: the hostname)"`
+	GCHeapFloorMB  int           `env:"QUOTA_GC_HEAP_FLOOR_MB" envDefault:"256" validate:"min=0,max=1048576" help:"MiB the Go heap may grow to before a collection (internal/gcfloor); 0 = GOGC alone"`
+	SchemaOnStart  SchemaOnStart `env:"QUOTA_SCHEMA_ON_START" envDefault:"check" validate:"oneof=check apply off" help:"what serve does about a shard's schema before answering checks"`
 
-	// QUOTA_REDIS_WAIT_REPLICAS: when > 0, a check's count is final only
-	// once that many replicas hold it (WAIT after each pipeline); a write
-	// no replica acknowledges within QUOTA_REDIS_WAIT_TIMEOUT (default
-	// 100ms, below QUOTA_REDIS_TIMEOUT) is answered by the fail mode.
-	// 0 (default): off.
-	RedisWaitReplicas int
-	RedisWaitTimeout  time.Duration
+	// A check's count is final only once this many replicas hold it (WAIT
+	// after each pipeline); a write no replica acknowledges within the
+	// timeout (below QUOTA_REDIS_TIMEOUT) is answered by the fail mode.
+	RedisWaitReplicas int           `env:"QUOTA_REDIS_WAIT_REPLICAS" validate:"min=0,max=16" help:"replicas that must hold a check's count; 0 = off"`
+	RedisWaitTimeout  time.Duration `env:"QUOTA_REDIS_WAIT_TIMEOUT" envDefault:"100ms" help:"how long a check waits for them"`
 
 	// Envoy's rate limit service (api/ratelimit.go).
-	GRPCListen  string // QUOTA_GRPC_LISTEN: host:port of the gRPC server; "off" = none
-	EnvoyConfig string // QUOTA_ENVOY_CONFIG: envoy ratelimit YAML, a file or a directory; "" = no domains
-	EnvoyAppKey string // QUOTA_ENVOY_APP_KEY: descriptor key whose value is the app for analytics
+	GRPCListen  string `env:"QUOTA_GRPC_LISTEN" envDefault:"127.0.0.1:8081" help:"host:port of the gRPC server; off = none"`
+	EnvoyConfig string `env:"QUOTA_ENVOY_CONFIG" help:"envoy ratelimit YAML, a file or a directory; empty = no domains"`
+	EnvoyAppKey string `env:"QUOTA_ENVOY_APP_KEY" envDefault:"app_id" help:"descriptor key whose value is the app for analytics"`
 
-	// Analytics (package analytics).
-	Analytics                 bool          // QUOTA_ANALYTICS: on (default) or off
-	AnalyticsFlush            time.Duration // QUOTA_ANALYTICS_FLUSH: period of the MySQL flush (15s)
-	AnalyticsBufferMax        int           // QUOTA_ANALYTICS_BUFFER_MAX: rows held while MySQL is unreachable
-	AnalyticsRowsPerStatement int           // QUOTA_ANALYTICS_ROWS_PER_STATEMENT: rows of one multi-row upsert
-	AnalyticsFlushDuty        float64       // QUOTA_ANALYTICS_FLUSH_DUTY: share of wall time a flush works, resting in between (0.25; 1 = flat out)
-	AnalyticsHoldMinute       bool          // QUOTA_ANALYTICS_HOLD_MINUTE: on (default): day and curve rows of the minute in progress wait until it is over
-	AnalyticsIfaceUsersEvery  time.Duration // QUOTA_ANALYTICS_IFACE_USERS_EVERY: how often the (app, interface) distinct users go to Redis (1m; app-level ones go with every flush)
-	AnalyticsHLLDenseAt       int           // QUOTA_ANALYTICS_HLL_DENSE_AT: Redis' hll-sparse-max-bytes, set by the first flush (1000); 0 = left as Redis has it
-	RollupSchedule            string        // QUOTA_ROLLUP_SCHEDULE: cron spec of the curve rollup job (UTC)
+	// Analytics (package analytics); the defaults of the flush duty and the
+	// HLL threshold are analytics.DefaultFlushDuty and DefaultHLLDenseAt.
+	Analytics                 bool          `env:"QUOTA_ANALYTICS" envDefault:"on" help:"analytics on or off"`
+	AnalyticsFlush            time.Duration `env:"QUOTA_ANALYTICS_FLUSH" envDefault:"15s" validate:"min=100ms,max=10m" help:"period of the MySQL flush"`
+	AnalyticsBufferMax        int           `env:"QUOTA_ANALYTICS_BUFFER_MAX" envDefault:"2000000" validate:"min=1000,max=1000000000" help:"rows held while MySQL is unreachable"`
+	AnalyticsRowsPerStatement int           `env:"QUOTA_ANALYTICS_ROWS_PER_STATEMENT" envDefault:"500" validate:"min=1,max=5000" help:"rows of one multi-row upsert"`
+	AnalyticsFlushDuty        float64       `env:"QUOTA_ANALYTICS_FLUSH_DUTY" envDefault:"0.25" validate:"min=0.01,max=1" help:"share of wall time a flush works, resting in between; 1 = flat out"`
+	AnalyticsHoldMinute       bool          `env:"QUOTA_ANALYTICS_HOLD_MINUTE" envDefault:"on" help:"day and curve rows of the minute in progress wait until it is over"`
+	AnalyticsIfaceUsersEvery  time.Duration `env:"QUOTA_ANALYTICS_IFACE_USERS_EVERY" envDefault:"1m" validate:"min=1s,max=10m" help:"how often the (app, interface) distinct users go to Redis"`
+	AnalyticsHLLDenseAt       int           `env:"QUOTA_ANALYTICS_HLL_DENSE_AT" envDefault:"1000" validate:"orzero,min=256,max=16384" help:"Redis' hll-sparse-max-bytes, set by the first flush; 0 = left as Redis has it"`
+	RollupSchedule            string        `env:"QUOTA_ROLLUP_SCHEDULE" envDefault:"*/10 * * * *" help:"cron spec of the curve rollup job"`
 
-	// Storage tiers and migration (package migrate).
-	Tiering         bool          // QUOTA_TIERING: on (default) routes fixed-window cells over hot/warm/cold; off: hot only
-	MigrateSchedule string        // QUOTA_MIGRATE_SCHEDULE: cron spec of the scheduled migration cycle (UTC), default @daily
-	HotThreshold    float64       // QUOTA_HOT_THRESHOLD: mean calls per hour at or above which a cell is hot
-	ColdThreshold   float64       // QUOTA_COLD_THRESHOLD: mean calls per hour below which a cell is cold
-	PromoteInterval time.Duration // QUOTA_PROMOTE_INTERVAL: on call, a mean interval at most this promotes (0: off)
-	DemoteInterval  time.Duration // QUOTA_DEMOTE_INTERVAL: on call, a mean interval at least this demotes warm to cold (0: off)
-	// QUOTA_MIGRATE_MIN_WINDOW (2h): the scheduled cycle keeps the
-	// history of cells whose window is at least this long, and only those
-	// (0: all). A hot cell of a shorter window costs Redis only until its
-	// key expires, at most one window after its last call, so a daily
-	// cycle has little to save by moving it, and recording the history of
-	// every such cell would cost MySQL a row write per new cell.
-	MigrateMinWindow time.Duration
-	// QUOTA_MIGRATE_LOG_MAX_ROWS (1000): between cycles, a part of the
-	// activity log (cell_activity_log, up to 2,000 cells a row) holding
-	// more rows is folded into cell_activity at once, so that a long
-	// schedule does not let the log grow with every flush; 0: folded by
-	// the cycles only.
-	MigrateLogMaxRows int
-	// QUOTA_MIGRATE_PART_WORKERS (4): how many parts of a cycle an
-	// instance moves at once. More finish a cycle sooner (the steps of one
-	// part wait on Redis and MySQL in turn) and take more of their CPU
-	// from the checks meanwhile.
-	MigratePartWorkers int
-	// QUOTA_MIGRATE_CELLS_PER_SEC (0: no bound): how many cells a second
-	// an instance's part workers scan at most, together; a fleet scans up
-	// to this times its instances. A bound keeps the cycle's share of the
-	// CPU and of Redis, and the checks' latency meanwhile, in hand, at the
-	// cost of a longer cycle.
-	MigrateCellsPerSec float64
-	NewTier            string // QUOTA_NEW_TIER: where a cell never seen before starts; only hot (the hot script counts it with no lookup)
-	ColdHints          int    // QUOTA_COLD_HINTS: slots (8 B each) remembering cells found cold, so their checks skip the row lookup; 0 = off
+	// Storage tiers and migration (package migrate). On (the default), a
+	// new cell costs what a hot check costs (the cold filter tells it from
+	// a cold one inside the hot script).
+	Tiering         bool          `env:"QUOTA_TIERING" envDefault:"on" help:"route fixed-window cells over hot/warm/cold; off: hot only"`
+	MigrateSchedule string        `env:"QUOTA_MIGRATE_SCHEDULE" envDefault:"@daily" help:"cron spec of the scheduled migration cycle"`
+	HotThreshold    float64       `env:"QUOTA_HOT_THRESHOLD" envDefault:"60" validate:"gt=0,max=1e9" help:"mean calls per hour at or above which a cell is hot"`
+	ColdThreshold   float64       `env:"QUOTA_COLD_THRESHOLD" envDefault:"1" validate:"min=0" help:"mean calls per hour below which a cell is cold"`
+	PromoteInterval time.Duration `env:"QUOTA_PROMOTE_INTERVAL" envDefault:"1m" help:"on call, a mean interval at most this promotes; 0 = off"`
+	DemoteInterval  time.Duration `env:"QUOTA_DEMOTE_INTERVAL" envDefault:"1h" help:"on call, a mean interval at least this demotes warm to cold; 0 = off"`
+	// The scheduled cycle keeps the history of cells whose window is at
+	// least this long, and only those. A hot cell of a shorter window costs
+	// Redis only until its key expires, at most one window after its last
+	// call, so a daily cycle has little to save by moving it, and recording
+	// the history of every such cell would cost MySQL a row write per new cell.
+	MigrateMinWindow time.Duration `env:"QUOTA_MIGRATE_MIN_WINDOW" envDefault:"2h" validate:"min=0s" help:"shortest window whose cells' history the cycle keeps; 0 = all"`
+	// Between cycles, a part of the activity log (cell_activity_log, up to
+	// 2,000 cells a row) holding more rows is folded into cell_activity at
+	// once, so that a long schedule does not let the log grow with every flush.
+	MigrateLogMaxRows int `env:"QUOTA_MIGRATE_LOG_MAX_ROWS" envDefault:"1000" validate:"min=0" help:"activity-log rows of a part before it is folded; 0 = by the cycles only"`
+	// More part workers finish a cycle sooner (the steps of one part wait on
+	// Redis and MySQL in turn) and take more of their CPU from the checks.
+	MigratePartWorkers int `env:"QUOTA_MIGRATE_PART_WORKERS" envDefault:"4" validate:"min=1,max=64" help:"parts of a cycle an instance moves at once"`
+	// A fleet scans up to this times its instances. A bound keeps the
+	// cycle's share of the CPU and of Redis, and the checks' latency
+	// meanwhile, in hand, at the cost of a longer cycle.
+	MigrateCellsPerSec float64 `env:"QUOTA_MIGRATE_CELLS_PER_SEC" validate:"orzero,min=1" help:"cells a second an instance's part workers scan at most; 0 = no bound"`
+	NewTier            string  `env:"QUOTA_NEW_TIER" envDefault:"hot" validate:"oneof=hot" help:"where a new cell starts; only hot (warm and cold are no longer offered)"`
+	ColdHints          int     `env:"QUOTA_COLD_HINTS" envDefault:"1048576" validate:"min=0,max=1073741824" help:"slots (8 B each) remembering cells found cold; 0 = off"`
 
 	// Redis connection options (docs/operations.md). Every Redis client quotad
-	// makes uses all of them.
-	RedisUsername         string      // QUOTA_REDIS_USERNAME: ACL user ("" = default user)
-	RedisPasswordFile     string      // QUOTA_REDIS_PASSWORD_FILE: read at start into RedisPassword
-	RedisTLS              bool        // QUOTA_REDIS_TLS: on/off (off)
-	RedisTLSCA            string      // QUOTA_REDIS_TLS_CA: PEM file of the CA(s) to trust ("" = the system's)
-	RedisTLSCert          string      // QUOTA_REDIS_TLS_CERT: PEM client certificate (with QUOTA_REDIS_TLS_KEY)
-	RedisTLSKey           string      // QUOTA_REDIS_TLS_KEY
-	RedisTLSServerName    string      // QUOTA_REDIS_TLS_SERVER_NAME: name the server certificate must carry ("" = the address' host)
-	RedisTLSConfig        *tls.Config // built by Load from the QUOTA_REDIS_TLS_* files; nil when TLS is off
-	RedisSentinelMaster   string      // QUOTA_REDIS_SENTINEL_MASTER: with it, QUOTA_REDIS_ADDRS are sentinels
-	RedisSentinelPassword string      // QUOTA_REDIS_SENTINEL_PASSWORD: the sentinels' own password, if any
-	RedisCluster          bool        // QUOTA_REDIS_CLUSTER: on = Redis Cluster even with one (configuration endpoint) address; several addresses imply it
+	// makes uses all of them (package redisconn).
+	RedisUsername         string      `env:"QUOTA_REDIS_USERNAME" help:"ACL user; empty = the default user"`
+	RedisPasswordFile     string      `env:"QUOTA_REDIS_PASSWORD_FILE" help:"file read at start into RedisPassword"`
+	RedisTLS              bool        `env:"QUOTA_REDIS_TLS" envDefault:"off" help:"TLS to Redis on or off"`
+	RedisTLSCA            string      `env:"QUOTA_REDIS_TLS_CA" help:"PEM file of the CA(s) to trust; empty = the system's"`
+	RedisTLSCert          string      `env:"QUOTA_REDIS_TLS_CERT" help:"PEM client certificate (with QUOTA_REDIS_TLS_KEY)"`
+	RedisTLSKey           string      `env:"QUOTA_REDIS_TLS_KEY" help:"PEM key of the client certificate"`
+	RedisTLSServerName    string      `env:"QUOTA_REDIS_TLS_SERVER_NAME" help:"name the server certificate must carry; empty = the address' host"`
+	RedisTLSConfig        *tls.Config `env:"-"` // built by Load from the QUOTA_REDIS_TLS_* files; nil when TLS is off
+	RedisSentinelMaster   string      `env:"QUOTA_REDIS_SENTINEL_MASTER" help:"master name; with it QUOTA_REDIS_ADDRS are sentinels"`
+	RedisSentinelPassword string      `env:"QUOTA_REDIS_SENTINEL_PASSWORD" help:"the sentinels' own password, if any"`
+	RedisCluster          bool        `env:"QUOTA_REDIS_CLUSTER" help:"on = Redis Cluster even with one (configuration endpoint) address; several addresses imply it"`
 
-	RulesStore string        // QUOTA_RULES_STORE: redis (default: the rules in force are shared through Redis) or file (each instance its own)
-	RulesPoll  time.Duration // QUOTA_RULES_POLL: how often an instance looks for a new version in the shared store (1s)
-	RulesState string        // QUOTA_RULES_STATE: absolute path of the file keeping the rules last in force here (outside the project's tree); empty: none
-	// TimeZone (QUOTA_TIMEZONE, an IANA name, default UTC) is where
-	// calendar windows (day, week, month), the analytics day and the cron
-	// schedules start at midnight. Location is it, loaded.
-	TimeZone string
-	Location *time.Location
-	// WebhookURL (QUOTA_WEBHOOK_URL) is posted a signed event when an
-	// app's calendar quota crosses 80 % and 100 %; WebhookSecret
-	// (QUOTA_WEBHOOK_SECRET, required with it) signs each body.
-	WebhookURL    string
-	WebhookSecret string
-	Drain         time.Duration // QUOTA_DRAIN: on SIGTERM, /readyz answers 503 this long before the servers drain (5s)
+	RulesStore string        `env:"QUOTA_RULES_STORE" envDefault:"redis" validate:"oneof=redis file" help:"redis: the rules in force are shared through Redis; file: each instance its own"`
+	RulesPoll  time.Duration `env:"QUOTA_RULES_POLL" envDefault:"1s" validate:"min=100ms,max=1m" help:"how often an instance looks for a new version in the shared store"`
+	RulesState string        `env:"QUOTA_RULES_STATE" help:"absolute path of the file keeping the rules last in force here (outside the project's tree)"`
+	// TimeZone is where calendar windows (day, week, month), the analytics
+	// day and the cron schedules start at midnight. Location is it, loaded.
+	TimeZone string         `env:"QUOTA_TIMEZONE" envDefault:"UTC" help:"IANA time zone name"`
+	Location *time.Location `env:"-"`
+	// The webhook is posted a signed event when an app's calendar quota
+	// crosses 80 % and 100 %; the secret (required with it) signs each body.
+	WebhookURL    string        `env:"QUOTA_WEBHOOK_URL" help:"near-quota webhook"`
+	WebhookSecret string        `env:"QUOTA_WEBHOOK_SECRET" help:"signs the webhook's bodies; at least 16 characters"`
+	Drain         time.Duration `env:"QUOTA_DRAIN" envDefault:"5s" validate:"min=0s,max=5m" help:"on SIGTERM, /readyz answers 503 this long before the servers drain"`
 
 	Gateway // forward auth and rate-limit headers (gateway.go)
 	// Operations.
-	LogLevel slog.Level // QUOTA_LOG_LEVEL: debug, info (default), warn or error
-	// OTelEndpoint is where check traces go (OTLP over HTTP): QUOTA_OTEL_ENDPOINT,
-	// else OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT;
-	// "" (default) = tracing off.
-	OTelEndpoint string
+	LogLevel slog.Level `env:"QUOTA_LOG_LEVEL" envDefault:"info" validate:"oneof=debug info warn error" help:"level of the JSON log"`
+	// Where check traces go (OTLP over HTTP): QUOTA_OTEL_ENDPOINT, else
+	// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT
+	// (Load); empty = tracing off.
+	OTelEndpoint string `env:"QUOTA_OTEL_ENDPOINT" help:"OTLP/HTTP collector of a span per check; empty = tracing off"`
 }
 
-// Defaults are the settings of a local development machine.
+// Defaults are the settings of a local development machine: every
+// envDefault tag.
 func Defaults() Settings {
-	return Settings{
-		Listen:         "127.0.0.1:8080",
-		RedisAddrs:     []string{"127.0.0.1:6379"},
-		RedisKeyPrefix: "q:",
-		RedisTimeout:   250 * time.Millisecond,
-		RedisPoolSize:  128,
-		MySQLShards: []string{
-			"quota:quota@tcp(127.0.0.1:3306)/quota_0",
-			"quota:quota@tcp(127.0.0.1:3306)/quota_1",
-		},
-		RulesPath:     "deploy/rules.yaml",
-		RulesStore:    "redis",
-		RulesPoll:     time.Second,
-		TimeZone:      "UTC",
-		Location:      time.UTC,
-		Drain:         5 * time.Second,
-		FailMode:      FailOpen,
-		MaxInFlight:   4096,
-		TTLJitter:     60 * time.Second,
-		Coalesce:      4,
-		DenyCacheSize: 65536,
-		GCHeapFloorMB: 256,
-		SchemaOnStart: SchemaCheck,
-		GRPCListen:    "127.0.0.1:8081",
-		EnvoyAppKey:   "app_id",
-
-		Analytics:                 true,
-		AnalyticsFlush:            15 * time.Second,
-		AnalyticsBufferMax:        2_000_000,
-		AnalyticsFlushDuty:        0.25, // analytics.DefaultFlushDuty
-		AnalyticsHoldMinute:       true,
-		AnalyticsHLLDenseAt:       1000, // analytics.DefaultHLLDenseAt
-		AnalyticsIfaceUsersEvery:  time.Minute,
-		AnalyticsRowsPerStatement: 500,
-		RollupSchedule:            "*/10 * * * *",
-
-		// On: a new cell costs what a hot check costs (the cold filter tells
-		// it from a cold one inside the hot script).
-		Tiering:            true,
-		MigrateSchedule:    "@daily",
-		HotThreshold:       60,
-		ColdThreshold:      1,
-		PromoteInterval:    time.Minute,
-		DemoteInterval:     time.Hour,
-		MigrateMinWindow:   2 * time.Hour,
-		MigrateLogMaxRows:  1000,
-		MigratePartWorkers: 4,
-		NewTier:            "hot",
-		ColdHints:          1 << 20, // 8 MiB
-
-		Gateway: defaultGateway(),
-
-		RedisWaitTimeout: 100 * time.Millisecond,
+	var s Settings
+	if err := parse(&s, nil); err != nil {
+		panic("config: a default does not parse: " + err.Error()) // constant tags: TestDefaults catches it
 	}
+	s.Location = time.UTC
+	return s
 }
 
 // Load reads the settings from getenv (os.Getenv in production), starting
 // from Defaults.
 func Load(getenv func(string) string) (Settings, error) {
-	s := Defaults()
-	r := reader{getenv: getenv}
-	r.str("QUOTA_LISTEN", &s.Listen)
-	r.list("QUOTA_REDIS_ADDRS", &s.RedisAddrs)
-	r.str("QUOTA_REDIS_PASSWORD", &s.RedisPassword)
-	r.integer("QUOTA_REDIS_DB", &s.RedisDB)
-	r.str("QUOTA_REDIS_KEY_PREFIX", &s.RedisKeyPrefix)
-	r.duration("QUOTA_REDIS_TIMEOUT", &s.RedisTimeout)
-	r.integer("QUOTA_REDIS_POOL_SIZE", &s.RedisPoolSize)
-	r.integer("QUOTA_REDIS_WAIT_REPLICAS", &s.RedisWaitReplicas)
-	r.duration("QUOTA_REDIS_WAIT_TIMEOUT", &s.RedisWaitTimeout)
-	r.str("QUOTA_REDIS_USERNAME", &s.RedisUsername)
-	r.str("QUOTA_REDIS_PASSWORD_FILE", &s.RedisPasswordFile)
-	r.onOff("QUOTA_REDIS_TLS", &s.RedisTLS)
-	r.str("QUOTA_REDIS_TLS_CA", &s.RedisTLSCA)
-	r.str("QUOTA_REDIS_TLS_CERT", &s.RedisTLSCert)
-	r.str("QUOTA_REDIS_TLS_KEY", &s.RedisTLSKey)
-	r.str("QUOTA_REDIS_TLS_SERVER_NAME", &s.RedisTLSServerName)
-	r.str("QUOTA_REDIS_SENTINEL_MASTER", &s.RedisSentinelMaster)
-	r.str("QUOTA_REDIS_SENTINEL_PASSWORD", &s.RedisSentinelPassword)
-	clusterSet := false
-	if r.getenv("QUOTA_REDIS_CLUSTER") != "" {
-		clusterSet = true
-		r.onOff("QUOTA_REDIS_CLUSTER", &s.RedisCluster)
-	}
-	r.str("QUOTA_RULES_STORE", &s.RulesStore)
-	r.duration("QUOTA_RULES_POLL", &s.RulesPoll)
-	r.str("QUOTA_RULES_STATE", &s.RulesState)
-	r.str("QUOTA_TIMEZONE", &s.TimeZone)
-	r.str("QUOTA_WEBHOOK_URL", &s.WebhookURL)
-	r.str("QUOTA_WEBHOOK_SECRET", &s.WebhookSecret)
-	r.duration("QUOTA_DRAIN", &s.Drain)
-	r.list("QUOTA_MYSQL_SHARDS", &s.MySQLShards)
-	r.str("QUOTA_RULES", &s.RulesPath)
-	r.str("QUOTA_ADMIN_TOKEN", &s.AdminToken)
-	r.str("QUOTA_CHECK_TOKEN", &s.CheckToken)
-	var fm string
-	if r.str("QUOTA_FAIL_MODE", &fm) {
-		s.FailMode = FailMode(fm)
-	}
-	r.integer("QUOTA_MAX_IN_FLIGHT", &s.MaxInFlight)
-	r.duration("QUOTA_TTL_JITTER", &s.TTLJitter)
-	r.integer("QUOTA_COALESCE", &s.Coalesce)
-	r.integer("QUOTA_DENY_CACHE_SIZE", &s.DenyCacheSize)
-	r.str("QUOTA_PPROF_LISTEN", &s.PprofListen)
-	r.str("QUOTA_ADVERTISE_URL", &s.AdvertiseURL)
-	r.integer("QUOTA_GC_HEAP_FLOOR_MB", &s.GCHeapFloorMB)
-	var so string
-	if r.str("QUOTA_SCHEMA_ON_START", &so) {
-		s.SchemaOnStart = SchemaOnStart(so)
-	}
-	r.str("QUOTA_GRPC_LISTEN", &s.GRPCListen)
-	r.str("QUOTA_ENVOY_CONFIG", &s.EnvoyConfig)
-	r.str("QUOTA_ENVOY_APP_KEY", &s.EnvoyAppKey)
-	r.onOff("QUOTA_ANALYTICS", &s.Analytics)
-	r.duration("QUOTA_ANALYTICS_FLUSH", &s.AnalyticsFlush)
-	r.integer("QUOTA_ANALYTICS_BUFFER_MAX", &s.AnalyticsBufferMax)
-	r.integer("QUOTA_ANALYTICS_ROWS_PER_STATEMENT", &s.AnalyticsRowsPerStatement)
-	r.float("QUOTA_ANALYTICS_FLUSH_DUTY", &s.AnalyticsFlushDuty)
-	r.onOff("QUOTA_ANALYTICS_HOLD_MINUTE", &s.AnalyticsHoldMinute)
-	r.integer("QUOTA_ANALYTICS_HLL_DENSE_AT", &s.AnalyticsHLLDenseAt)
-	r.duration("QUOTA_ANALYTICS_IFACE_USERS_EVERY", &s.AnalyticsIfaceUsersEvery)
-	r.str("QUOTA_ROLLUP_SCHEDULE", &s.RollupSchedule)
-	r.onOff("QUOTA_TIERING", &s.Tiering)
-	r.str("QUOTA_MIGRATE_SCHEDULE", &s.MigrateSchedule)
-	r.float("QUOTA_HOT_THRESHOLD", &s.HotThreshold)
-	r.float("QUOTA_COLD_THRESHOLD", &s.ColdThreshold)
-	r.duration("QUOTA_PROMOTE_INTERVAL", &s.PromoteInterval)
-	r.duration("QUOTA_DEMOTE_INTERVAL", &s.DemoteInterval)
-	r.duration("QUOTA_MIGRATE_MIN_WINDOW", &s.MigrateMinWindow)
-	r.integer("QUOTA_MIGRATE_LOG_MAX_ROWS", &s.MigrateLogMaxRows)
-	r.integer("QUOTA_MIGRATE_PART_WORKERS", &s.MigratePartWorkers)
-	r.float("QUOTA_MIGRATE_CELLS_PER_SEC", &s.MigrateCellsPerSec)
-	r.str("QUOTA_NEW_TIER", &s.NewTier)
-	r.integer("QUOTA_COLD_HINTS", &s.ColdHints)
-	r.loadGateway(&s.Gateway)
-	r.logLevel("QUOTA_LOG_LEVEL", &s.LogLevel)
-	for _, name := range []string{"QUOTA_OTEL_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
-		if r.str(name, &s.OTelEndpoint) {
-			if u, err := url.Parse(s.OTelEndpoint); r.err == nil && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
-				r.err = fmt.Errorf("%s %q: want an http:// or https:// URL of an OTLP collector, e.g. http://otel-collector:4318", name, s.OTelEndpoint)
-			}
-			break
+	raw := readEnv(getenv)
+	// The standard OTLP variables are read, in order, when
+	// QUOTA_OTEL_ENDPOINT is unset.
+	otelName := "QUOTA_OTEL_ENDPOINT"
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
+		if v := strings.TrimSpace(getenv(name)); raw["QUOTA_OTEL_ENDPOINT"] == "" && v != "" {
+			raw["QUOTA_OTEL_ENDPOINT"], otelName = v, name
 		}
 	}
-	var buckets string
-	if r.str("QUOTA_WARM_BUCKETS_PER_TAG", &buckets) && r.err == nil {
-		// Warm buckets now follow each app's population (tiers/directory.go).
-		r.err = fmt.Errorf("QUOTA_WARM_BUCKETS_PER_TAG %q: no longer a setting (each app's warm buckets grow with its cells); unset it", buckets)
+	var s Settings
+	if err := parse(&s, raw); err != nil {
+		return Settings{}, err
 	}
-	if r.err != nil {
-		return Settings{}, r.err
+	if u, err := url.Parse(s.OTelEndpoint); s.OTelEndpoint != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		return Settings{}, fmt.Errorf("%s %q: want an http:// or https:// URL of an OTLP collector, e.g. http://otel-collector:4318", otelName, s.OTelEndpoint)
 	}
+	// Warm buckets now follow each app's population (tiers/directory.go).
+	if v := strings.TrimSpace(getenv("QUOTA_WARM_BUCKETS_PER_TAG")); v != "" {
+		return Settings{}, fmt.Errorf("QUOTA_WARM_BUCKETS_PER_TAG %q: no longer a setting (each app's warm buckets grow with its cells); unset it", v)
+	}
+	_, clusterSet := raw["QUOTA_REDIS_CLUSTER"]
 	if !clusterSet && len(s.RedisAddrs) > 1 && s.RedisSentinelMaster == "" {
 		s.RedisCluster = true // several addresses have always meant a cluster
 	}
@@ -329,7 +205,7 @@ func Load(getenv func(string) string) (Settings, error) {
 	if err := s.validateWebhook(); err != nil {
 		return Settings{}, err
 	}
-	if err := s.Validate(); err != nil {
+	if err := s.validate(raw); err != nil {
 		return Settings{}, err
 	}
 	if err := s.loadRedisSecrets(); err != nil {
@@ -377,8 +253,15 @@ func (s *Settings) loadRedisSecrets() error {
 	return nil
 }
 
-// Validate checks settings that Load cannot check field by field.
-func (s Settings) Validate() error {
+// Validate checks the settings: each field's bounds (its validate tag), then
+// the rules between fields and the formats the tags do not express.
+func (s Settings) Validate() error { return s.validate(nil) }
+
+// validate is Validate, with the variables as given (raw) when Load calls it.
+func (s Settings) validate(raw map[string]string) error {
+	if err := checkBounds(reflect.ValueOf(s), raw); err != nil {
+		return err
+	}
 	host, _, err := net.SplitHostPort(s.Listen)
 	if err != nil {
 		return fmt.Errorf("QUOTA_LISTEN %q: want host:port", s.Listen)
@@ -391,25 +274,14 @@ func (s Settings) Validate() error {
 			return fmt.Errorf("QUOTA_REDIS_ADDRS: %q is not host:port", a)
 		}
 	}
-	if s.RedisDB < 0 || s.RedisDB > 15 || (s.RedisDB != 0 && (s.RedisCluster || len(s.RedisAddrs) > 1 && s.RedisSentinelMaster == "")) {
-		return fmt.Errorf("QUOTA_REDIS_DB %d: want 0 to 15, and 0 on a Redis Cluster (several QUOTA_REDIS_ADDRS or QUOTA_REDIS_CLUSTER=on)", s.RedisDB)
+	if s.RedisDB != 0 && (s.RedisCluster || len(s.RedisAddrs) > 1 && s.RedisSentinelMaster == "") {
+		return fmt.Errorf("QUOTA_REDIS_DB %d: want 0 on a Redis Cluster (several QUOTA_REDIS_ADDRS or QUOTA_REDIS_CLUSTER=on)", s.RedisDB)
 	}
 	if err := s.validateRedisOptions(); err != nil {
 		return err
 	}
-	switch s.RulesStore {
-	case "redis", "file":
-	default:
-		return fmt.Errorf("QUOTA_RULES_STORE %q: want redis (shared by every instance) or file", s.RulesStore)
-	}
 	if s.RulesState != "" && !filepath.IsAbs(s.RulesState) {
 		return fmt.Errorf("QUOTA_RULES_STATE %q: want an absolute path outside the project's tree (e.g. /var/lib/quotad/rules-state.yaml), or unset", s.RulesState)
-	}
-	if s.RulesPoll < 100*time.Millisecond || s.RulesPoll > time.Minute {
-		return fmt.Errorf("QUOTA_RULES_POLL %s: want between 100ms and 1m", s.RulesPoll)
-	}
-	if s.Drain < 0 || s.Drain > 5*time.Minute {
-		return fmt.Errorf("QUOTA_DRAIN %s: want between 0 and 5m", s.Drain)
 	}
 	if len(s.MySQLShards) == 0 {
 		return errors.New("QUOTA_MYSQL_SHARDS is empty: give at least one DSN")
@@ -417,90 +289,22 @@ func (s Settings) Validate() error {
 	if strings.ContainsAny(s.RedisKeyPrefix, "{}") {
 		return errors.New("QUOTA_REDIS_KEY_PREFIX must not contain { or }: they would break the cluster hash tag")
 	}
-	switch s.FailMode {
-	case FailOpen, FailClosed:
-	default:
-		return fmt.Errorf("QUOTA_FAIL_MODE %q: want open or closed", s.FailMode)
-	}
-	switch s.SchemaOnStart {
-	case SchemaCheck, SchemaApply, SchemaOff:
-	default:
-		return fmt.Errorf("QUOTA_SCHEMA_ON_START %q: want check, apply or off", s.SchemaOnStart)
-	}
-	if s.RedisTimeout <= 0 || s.RedisTimeout > time.Minute {
-		return fmt.Errorf("QUOTA_REDIS_TIMEOUT %s: want between 1ms and 1m", s.RedisTimeout)
-	}
-	if s.RedisWaitReplicas < 0 || s.RedisWaitReplicas > 16 {
-		return fmt.Errorf("QUOTA_REDIS_WAIT_REPLICAS %d: want 0 (off) to 16 replicas", s.RedisWaitReplicas)
-	}
 	if s.RedisWaitReplicas > 0 && (s.RedisWaitTimeout < time.Millisecond || s.RedisWaitTimeout >= s.RedisTimeout) {
 		return fmt.Errorf("QUOTA_REDIS_WAIT_TIMEOUT %s: want at least 1ms and below QUOTA_REDIS_TIMEOUT (%s)", s.RedisWaitTimeout, s.RedisTimeout)
 	}
-	if s.RedisPoolSize < 1 || s.MaxInFlight < 1 {
-		return errors.New("QUOTA_REDIS_POOL_SIZE and QUOTA_MAX_IN_FLIGHT must be at least 1")
+	for _, c := range []struct{ name, spec, example string }{
+		{"QUOTA_ROLLUP_SCHEDULE", s.RollupSchedule, `"*/10 * * * *" or "@every 10m"`},
+		{"QUOTA_MIGRATE_SCHEDULE", s.MigrateSchedule, `"@daily" or "0 3 * * *"`},
+	} {
+		if _, err := cron.ParseStandard(c.spec); err != nil {
+			return fmt.Errorf("%s %q: not a cron spec (e.g. %s): %v", c.name, c.spec, c.example, err)
+		}
 	}
-	if s.DenyCacheSize < 0 || s.DenyCacheSize > 1<<24 {
-		return fmt.Errorf("QUOTA_DENY_CACHE_SIZE %d: want 0 (off) to %d entries", s.DenyCacheSize, 1<<24)
-	}
-	if s.Coalesce < 0 || s.Coalesce > 256 {
-		return fmt.Errorf("QUOTA_COALESCE %d: want 0 (off) to 256 senders", s.Coalesce)
-	}
-	if s.GCHeapFloorMB < 0 || s.GCHeapFloorMB > 1<<20 {
-		return fmt.Errorf("QUOTA_GC_HEAP_FLOOR_MB %d: want 0 (off) to 1048576 MiB", s.GCHeapFloorMB)
-	}
-	if s.TTLJitter < 0 || s.TTLJitter > time.Hour {
-		return fmt.Errorf("QUOTA_TTL_JITTER %s: want between 0 and 1h", s.TTLJitter)
-	}
-	if s.AnalyticsFlush < 100*time.Millisecond || s.AnalyticsFlush > 10*time.Minute {
-		return fmt.Errorf("QUOTA_ANALYTICS_FLUSH %s: want between 100ms and 10m", s.AnalyticsFlush)
-	}
-	if s.AnalyticsBufferMax < 1000 || s.AnalyticsBufferMax > 1_000_000_000 {
-		return fmt.Errorf("QUOTA_ANALYTICS_BUFFER_MAX %d: want between 1000 and 1000000000 rows", s.AnalyticsBufferMax)
-	}
-	if s.AnalyticsRowsPerStatement < 1 || s.AnalyticsRowsPerStatement > 5000 {
-		return fmt.Errorf("QUOTA_ANALYTICS_ROWS_PER_STATEMENT %d: want between 1 and 5000", s.AnalyticsRowsPerStatement)
-	}
-	if !(s.AnalyticsFlushDuty >= 0.01 && s.AnalyticsFlushDuty <= 1) {
-		return fmt.Errorf("QUOTA_ANALYTICS_FLUSH_DUTY %g: want between 0.01 and 1", s.AnalyticsFlushDuty)
-	}
-	if s.AnalyticsHLLDenseAt != 0 && (s.AnalyticsHLLDenseAt < 256 || s.AnalyticsHLLDenseAt > 16384) {
-		return fmt.Errorf("QUOTA_ANALYTICS_HLL_DENSE_AT %d: want 0 (left to Redis) or between 256 and 16384 bytes", s.AnalyticsHLLDenseAt)
-	}
-	if s.AnalyticsIfaceUsersEvery < time.Second || s.AnalyticsIfaceUsersEvery > 10*time.Minute {
-		return fmt.Errorf("QUOTA_ANALYTICS_IFACE_USERS_EVERY %s: want between 1s and 10m", s.AnalyticsIfaceUsersEvery)
-	}
-	if _, err := cron.ParseStandard(s.RollupSchedule); err != nil {
-		return fmt.Errorf("QUOTA_ROLLUP_SCHEDULE %q: not a cron spec (e.g. \"*/10 * * * *\" or \"@every 10m\"): %v", s.RollupSchedule, err)
-	}
-	if _, err := cron.ParseStandard(s.MigrateSchedule); err != nil {
-		return fmt.Errorf("QUOTA_MIGRATE_SCHEDULE %q: not a cron spec (e.g. \"@daily\" or \"0 3 * * *\"): %v", s.MigrateSchedule, err)
-	}
-	if !(s.HotThreshold > 0) || s.HotThreshold > 1e9 {
-		return fmt.Errorf("QUOTA_HOT_THRESHOLD %g: want calls per hour above 0", s.HotThreshold)
-	}
-	if !(s.ColdThreshold >= 0) || s.ColdThreshold > s.HotThreshold {
+	if s.ColdThreshold > s.HotThreshold {
 		return fmt.Errorf("QUOTA_COLD_THRESHOLD %g: want calls per hour between 0 and QUOTA_HOT_THRESHOLD (%g)", s.ColdThreshold, s.HotThreshold)
 	}
 	if s.PromoteInterval < 0 || s.DemoteInterval < 0 || (s.PromoteInterval > 0 && s.DemoteInterval > 0 && s.PromoteInterval >= s.DemoteInterval) {
 		return fmt.Errorf("QUOTA_PROMOTE_INTERVAL %s and QUOTA_DEMOTE_INTERVAL %s: want 0 (off) or promote < demote", s.PromoteInterval, s.DemoteInterval)
-	}
-	if s.MigrateMinWindow < 0 {
-		return fmt.Errorf("QUOTA_MIGRATE_MIN_WINDOW %s: want 0 (every window) or more", s.MigrateMinWindow)
-	}
-	if s.MigrateLogMaxRows < 0 {
-		return fmt.Errorf("QUOTA_MIGRATE_LOG_MAX_ROWS %d: want 0 (fold at cycles only) or more rows", s.MigrateLogMaxRows)
-	}
-	if s.MigratePartWorkers < 1 || s.MigratePartWorkers > 64 {
-		return fmt.Errorf("QUOTA_MIGRATE_PART_WORKERS %d: want 1 to 64 parts at once", s.MigratePartWorkers)
-	}
-	if c := s.MigrateCellsPerSec; c != 0 && !(c >= 1 && !math.IsInf(c, 0)) {
-		return fmt.Errorf("QUOTA_MIGRATE_CELLS_PER_SEC %v: want 0 (no bound) or at least 1 cell a second", c)
-	}
-	if s.ColdHints < 0 || s.ColdHints > 1<<30 {
-		return fmt.Errorf("QUOTA_COLD_HINTS %d: want 0 (off) to 1073741824 slots of 8 bytes", s.ColdHints)
-	}
-	if s.NewTier != "hot" {
-		return fmt.Errorf("QUOTA_NEW_TIER %q: want hot (new cells start hot; warm and cold are no longer offered: unset it)", s.NewTier)
 	}
 	if s.AdvertiseURL != "" {
 		if u, err := url.Parse(s.AdvertiseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -559,108 +363,6 @@ func isLoopback(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
-}
-
-// reader collects the first parse error so Load reads like a list.
-type reader struct {
-	getenv func(string) string
-	err    error
-}
-
-func (r *reader) str(name string, dst *string) bool {
-	v := strings.TrimSpace(r.getenv(name))
-	if v == "" {
-		return false
-	}
-	*dst = v
-	return true
-}
-
-func (r *reader) list(name string, dst *[]string) {
-	var v string
-	if !r.str(name, &v) {
-		return
-	}
-	var out []string
-	for _, p := range strings.Split(v, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	*dst = out
-}
-
-func (r *reader) logLevel(name string, dst *slog.Level) {
-	var v string
-	if !r.str(name, &v) || r.err != nil {
-		return
-	}
-	switch strings.ToLower(v) {
-	case "debug":
-		*dst = slog.LevelDebug
-	case "info":
-		*dst = slog.LevelInfo
-	case "warn":
-		*dst = slog.LevelWarn
-	case "error":
-		*dst = slog.LevelError
-	default:
-		r.err = fmt.Errorf("%s %q: want debug, info, warn or error", name, v)
-	}
-}
-
-func (r *reader) float(name string, dst *float64) {
-	var v string
-	if !r.str(name, &v) || r.err != nil {
-		return
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		r.err = fmt.Errorf("%s %q: want a number", name, v)
-		return
-	}
-	*dst = f
-}
-
-func (r *reader) onOff(name string, dst *bool) {
-	var v string
-	if !r.str(name, &v) || r.err != nil {
-		return
-	}
-	switch strings.ToLower(v) {
-	case "on", "true", "1":
-		*dst = true
-	case "off", "false", "0":
-		*dst = false
-	default:
-		r.err = fmt.Errorf("%s %q: want on or off", name, v)
-	}
-}
-
-func (r *reader) integer(name string, dst *int) {
-	var v string
-	if !r.str(name, &v) || r.err != nil {
-		return
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		r.err = fmt.Errorf("%s %q: want an integer", name, v)
-		return
-	}
-	*dst = n
-}
-
-func (r *reader) duration(name string, dst *time.Duration) {
-	var v string
-	if !r.str(name, &v) || r.err != nil {
-		return
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		r.err = fmt.Errorf("%s %q: want a duration like 250ms", name, v)
-		return
-	}
-	*dst = d
 }
 
 // validateWebhook checks the near-quota webhook's URL and secret.

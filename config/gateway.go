@@ -3,7 +3,6 @@ package config
 import (
 	"fmt"
 	"net/textproto"
-	"strconv"
 	"strings"
 
 	"github.com/quota-platform/quota/rules"
@@ -41,17 +40,9 @@ const DefaultAuthHeaders = "app_id=X-App-Id,user_id=X-User-Id,interface_id=X-Int
 
 // Gateway is the settings of the gateway entry points.
 type Gateway struct {
-	AuthHeaders    []AuthHeader // QUOTA_AUTH_HEADERS: dimension=Header-Name, ...
-	AuthDenyStatus int          // QUOTA_AUTH_DENY_STATUS: status of a denied /v1/auth (429; nginx's auth_request needs 403)
-	Headers        HeaderStyle  // QUOTA_HEADERS: legacy (default), draft or both
-}
-
-func defaultGateway() Gateway {
-	h, err := ParseAuthHeaders(DefaultAuthHeaders)
-	if err != nil {
-		panic("config: default QUOTA_AUTH_HEADERS: " + err.Error()) // a constant: cannot fail
-	}
-	return Gateway{AuthHeaders: h, AuthDenyStatus: 429, Headers: HeadersLegacy}
+	AuthHeaders    []AuthHeader `env:"QUOTA_AUTH_HEADERS" envDefault:"app_id=X-App-Id,user_id=X-User-Id,interface_id=X-Interface-Id,ip=X-Real-IP" help:"forward auth: dimension=Header-Name, ..."`
+	AuthDenyStatus int          `env:"QUOTA_AUTH_DENY_STATUS" envDefault:"429" validate:"min=402,max=499" help:"status of a denied /v1/auth (429; nginx's auth_request needs 403)"`
+	Headers        HeaderStyle  `env:"QUOTA_HEADERS" envDefault:"legacy" validate:"oneof=legacy draft both" help:"rate-limit headers of checks: legacy, draft or both"`
 }
 
 // reserved are check fields that are not dimensions.
@@ -105,34 +96,4 @@ func validHeaderName(s string) bool {
 		return false
 	}
 	return s != ""
-}
-
-// loadGateway reads the gateway settings; defaults stay where unset.
-func (r *reader) loadGateway(g *Gateway) {
-	var v string
-	if r.str("QUOTA_AUTH_HEADERS", &v) && r.err == nil {
-		h, err := ParseAuthHeaders(v)
-		if err != nil {
-			r.err = err
-			return
-		}
-		g.AuthHeaders = h
-	}
-	if r.str("QUOTA_AUTH_DENY_STATUS", &v) && r.err == nil {
-		n, err := strconv.Atoi(v)
-		// 400 and 401 already mean bad input and a wrong token on /v1/auth.
-		if err != nil || n < 402 || n > 499 {
-			r.err = fmt.Errorf("QUOTA_AUTH_DENY_STATUS %q: want a 4xx status from 402 to 499 (429, or 403 for nginx's auth_request)", v)
-			return
-		}
-		g.AuthDenyStatus = n
-	}
-	if r.str("QUOTA_HEADERS", &v) && r.err == nil {
-		switch h := HeaderStyle(strings.ToLower(v)); h {
-		case HeadersLegacy, HeadersDraft, HeadersBoth:
-			g.Headers = h
-		default:
-			r.err = fmt.Errorf("QUOTA_HEADERS %q: want legacy, draft or both", v)
-		}
-	}
 }

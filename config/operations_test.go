@@ -32,6 +32,9 @@ func TestLoad_LogLevelAndTracingEndpoint(t *testing.T) {
 		}, slog.LevelInfo, "http://b:4318/v1/traces", ""},
 		{"an endpoint that is not a URL stops start-up", map[string]string{"QUOTA_OTEL_ENDPOINT": "collector:4318"}, 0, "", "QUOTA_OTEL_ENDPOINT"},
 		{"a bad standard endpoint is named as such", map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "grpc://x"}, 0, "", "OTEL_EXPORTER_OTLP_ENDPOINT"},
+		{"a bad traces endpoint is named as such, the general one set too", map[string]string{
+			"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "grpc://x", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318",
+		}, 0, "", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

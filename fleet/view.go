@@ -97,41 +97,23 @@ func Collect(ctx context.Context, from string, fetch Fetch) (View, error) {
 	return v, nil
 }
 
-// Render writes v as one screen of text.
+// Render writes v as one screen of text: the instances, Redis and MySQL,
+// the tiers, the migration cycle and analytics.
 func (v View) Render(w io.Writer) {
 	fmt.Fprintf(w, "quota fleet, as %s sees it at %s\n", v.From, v.At.UTC().Format("2006-01-02 15:04:05 UTC"))
+	v.renderInstances(w)
+	v.renderStores(w)
+	v.renderTiers(w)
+	v.renderCycle(w)
+	v.renderAnalytics(w)
+}
 
+func (v View) renderInstances(w io.Writer) {
 	fmt.Fprintf(w, "\nINSTANCES (%d)\n", len(v.Members))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  ADDRESS\tVERSION\tUPTIME\tRULES\tSTATE")
 	for _, m := range v.Members {
-		version, uptime, rules, state := "-", "-", "-", ""
-		switch {
-		case m.Status != nil:
-			s := m.Status
-			version, uptime, rules = s.Version, duration(s.UptimeSeconds), short(s.RulesVersion)
-			switch {
-			case s.State == "draining":
-				state = "DRAINING: " + s.NotReady
-			case !s.Ready:
-				state = "NOT READY: " + s.NotReady
-			case s.NotReady != "":
-				state = "ready, " + s.NotReady
-			default:
-				state = "ready"
-			}
-		default:
-			state = "UNREACHABLE: " + m.Error
-			if hb := m.Heartbeat; hb != nil {
-				version, rules = hb.Version, short(hb.RulesVersion)
-				state += fmt.Sprintf("; last heartbeat %s ago (%s)", duration(v.At.Sub(hb.SeenAt).Seconds()), hb.State)
-			}
-		}
-		if m.Heartbeat == nil && m.Status != nil {
-			state += " (no heartbeat in Redis)"
-		} else if hb := m.Heartbeat; hb != nil && m.Status != nil && v.At.Sub(hb.SeenAt) > Stale {
-			state += fmt.Sprintf(" (heartbeat %s old)", duration(v.At.Sub(hb.SeenAt).Seconds()))
-		}
+		version, uptime, rules, state := v.memberRow(m)
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", m.URL, version, uptime, rules, state)
 	}
 	tw.Flush()
@@ -150,9 +132,43 @@ func (v View) Render(w io.Writer) {
 	if v.Fleet.RegistryError != "" {
 		fmt.Fprintf(w, "  fleet registry: %s (instances other than %s may be missing)\n", v.Fleet.RegistryError, v.From)
 	}
+}
 
+// memberRow is the VERSION, UPTIME, RULES and STATE of m's line.
+func (v View) memberRow(m Member) (version, uptime, rules, state string) {
+	version, uptime, rules = "-", "-", "-"
+	switch {
+	case m.Status != nil:
+		s := m.Status
+		version, uptime, rules = s.Version, duration(s.UptimeSeconds), short(s.RulesVersion)
+		switch {
+		case s.State == "draining":
+			state = "DRAINING: " + s.NotReady
+		case !s.Ready:
+			state = "NOT READY: " + s.NotReady
+		case s.NotReady != "":
+			state = "ready, " + s.NotReady
+		default:
+			state = "ready"
+		}
+	default:
+		state = "UNREACHABLE: " + m.Error
+		if hb := m.Heartbeat; hb != nil {
+			version, rules = hb.Version, short(hb.RulesVersion)
+			state += fmt.Sprintf("; last heartbeat %s ago (%s)", duration(v.At.Sub(hb.SeenAt).Seconds()), hb.State)
+		}
+	}
+	if m.Heartbeat == nil && m.Status != nil {
+		state += " (no heartbeat in Redis)"
+	} else if hb := m.Heartbeat; hb != nil && m.Status != nil && v.At.Sub(hb.SeenAt) > Stale {
+		state += fmt.Sprintf(" (heartbeat %s old)", duration(v.At.Sub(hb.SeenAt).Seconds()))
+	}
+	return version, uptime, rules, state
+}
+
+func (v View) renderStores(w io.Writer) {
 	fmt.Fprintf(w, "\nREDIS (%s)\n", v.Fleet.RedisMode)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, e := range v.Fleet.Redis {
 		slots := ""
 		if e.Slots != "" {
@@ -167,7 +183,9 @@ func (v View) Render(w io.Writer) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", e.Name, e.Addr, upDown(e))
 	}
 	tw.Flush()
+}
 
+func (v View) renderTiers(w io.Writer) {
 	switch tc := v.Fleet.Tiers; {
 	case v.Fleet.TieringOff:
 		fmt.Fprintln(w, "\nTIERS: tiering off (QUOTA_TIERING=off): every cell is hot")
@@ -178,7 +196,7 @@ func (v View) Render(w io.Writer) {
 	default:
 		fmt.Fprintf(w, "\nTIERS (counted %s ago, %s)\n", duration(tc.AgeSeconds), tc.CountedAt.UTC().Format("2006-01-02 15:04:05 UTC"))
 		total := tc.Hot.Identities + tc.Warm.Identities + tc.Cold.Identities
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "  tier\tcells\tshare\tbytes\t")
 		for _, t := range []struct {
 			name string
@@ -188,7 +206,9 @@ func (v View) Render(w io.Writer) {
 		}
 		tw.Flush()
 	}
+}
 
+func (v View) renderCycle(w io.Writer) {
 	switch c := v.Fleet.Cycle; {
 	case v.Fleet.TieringOff:
 		fmt.Fprintln(w, "\nCYCLE: none (tiering off)")
@@ -222,7 +242,9 @@ func (v View) Render(w io.Writer) {
 			fmt.Fprintf(w, "  by %s: %d parts done, %d running, %s cells scanned, %s moved\n", name, ip.PartsDone, ip.PartsRunning, group(ip.CellsScanned), group(ip.CellsMoved))
 		}
 	}
+}
 
+func (v View) renderAnalytics(w io.Writer) {
 	fmt.Fprintln(w, "\nANALYTICS (each instance's last complete flush)")
 	for _, m := range v.Members {
 		switch {

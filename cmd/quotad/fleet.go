@@ -20,6 +20,7 @@ import (
 	"github.com/quota-platform/quota/internal/version"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/migrate"
+	"github.com/quota-platform/quota/redisconn"
 )
 
 // fleetMember is this instance in the fleet: its heartbeat in Redis and
@@ -76,7 +77,7 @@ func joinFleet(s config.Settings, rdb redis.UniversalClient, dbs []*sql.DB, lim 
 			}
 			return in
 		},
-		Registry: fm.registry, RedisAddrs: s.RedisAddrs, Ping: redisPing(s),
+		Registry: fm.registry, RedisAddrs: s.RedisAddrs, Ping: redisconn.Ping(s),
 	}
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		fm.source.Cluster = cc

@@ -18,26 +18,20 @@ import (
 
 	_ "github.com/go-sql-driver/mysql" // the "mysql" driver
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/analytics"
 	"github.com/quota-platform/quota/api"
 	"github.com/quota-platform/quota/apps"
-	"github.com/quota-platform/quota/clock"
-	"github.com/quota-platform/quota/coalesce"
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/internal/gcfloor"
 	"github.com/quota-platform/quota/internal/version"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
-	"github.com/quota-platform/quota/nearquota"
-	"github.com/quota-platform/quota/notify"
+	"github.com/quota-platform/quota/redisconn"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/schedule"
 	sqlschema "github.com/quota-platform/quota/sql"
 	"github.com/quota-platform/quota/tiers"
-	"github.com/quota-platform/quota/tracing"
 )
 
 func main() {
@@ -109,37 +103,6 @@ func migrateSchema() error {
 	return nil
 }
 
-func newRedis(s config.Settings) redis.UniversalClient {
-	return redis.NewUniversalClient(&redis.UniversalOptions{
-		Addrs:        s.RedisAddrs,
-		Password:     s.RedisPassword,
-		DB:           s.RedisDB,
-		DialTimeout:  s.RedisTimeout,
-		ReadTimeout:  s.RedisTimeout,
-		WriteTimeout: s.RedisTimeout,
-		PoolTimeout:  s.RedisTimeout,
-		PoolSize:     s.RedisPoolSize,
-		// Failed dials must not trip go-redis' dial gate (redisdial.go).
-		Dialer: redisTLSDialer(s.RedisTimeout, s.RedisTLSConfig),
-		// No idle connections kept warm: each one lost in an outage would
-		// be re-dialled at once, for nothing.
-		MinIdleConns: 0,
-		// One dial attempt per call: with Redis down a check fails within one
-		// timeout and the fail mode answers, instead of five retries.
-		DialerRetries: 1,
-		// A check is not retried: a retry would double its latency and the
-		// fail mode answers it instead.
-		MaxRetries: -1,
-		// TLS, ACL user, Sentinel and a cluster configuration endpoint
-		// (redisoptions.go); every client quotad makes goes through here.
-		Username:         s.RedisUsername,
-		MasterName:       s.RedisSentinelMaster,
-		SentinelPassword: s.RedisSentinelPassword,
-		IsClusterMode:    s.RedisCluster,
-		TLSConfig:        s.RedisTLSConfig,
-	})
-}
-
 func serve() error {
 	s, err := config.Load(os.Getenv)
 	if err != nil {
@@ -156,19 +119,11 @@ func serve() error {
 		return err
 	}
 	defer stopTracing()
-	set, err := rules.ReadFile(s.RulesPath)
+	files, err := readStartFiles(s)
 	if err != nil {
 		return err
 	}
-	ruleState, err := newRuleState(s.RulesState, s.RulesPath, set.Version)
-	if err != nil {
-		return err
-	}
-	envoyConf, err := loadEnvoyConfig(s)
-	if err != nil {
-		return err
-	}
-	rdb := newRedis(s)
+	rdb := redisconn.New(s)
 	defer rdb.Close()
 	dbs, err := openShards(s.MySQLShards)
 	if err != nil {
@@ -176,7 +131,7 @@ func serve() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	followFailovers(ctx, rdb)
+	redisconn.FollowFailovers(ctx, rdb)
 	if err := prepareSchema(ctx, s, dbs, log); err != nil {
 		return err
 	}
@@ -184,49 +139,20 @@ func serve() error {
 	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter, Refunded: den.invalidate,
 		WaitReplicas: s.RedisWaitReplicas, WaitTimeout: s.RedisWaitTimeout})
 	reg := prometheus.NewRegistry()
-	// With QUOTA_TIERING=on (the default) checks go through the tier router and
-	// the migration worker runs (cmd/quotad/tiering.go).
 	routed, tiersAdmin, stopTiering, err := startTiering(ctx, s, hot, dbs, reg, den.invalidate, log)
 	if err != nil {
 		return err
 	}
 	defer stopTiering()
-	// The breaker answers at once while Redis is down instead of letting every
-	// check wait out QUOTA_REDIS_TIMEOUT, and probes it every 100 ms with a
-	// PING outside the pool (see redisProbe).
-	if tp != nil {
-		routed = tracing.Store(routed, tp)
-	}
-	store := tiers.NewBreaker(routed, clock.Real{}, 3, 100*time.Millisecond).
-		WithProbe(redisProbeFor(s), s.RedisTimeout)
-	if cc, ok := rdb.(*redis.ClusterClient); ok {
-		// A circuit per master: one dead master fails fast only the checks
-		// of its slots, and its probe reloads the slot map so that they
-		// follow the replica's promotion (redisprobe.go).
-		store.WithPartitions(tiers.ClusterPartition(cc), clusterProbe(cc, s.RedisAddrs, redisPing(s)), s.RedisTimeout)
-	}
-	clk, err := decisionClock(os.Getenv)
+	lim, nearest, err := newLimiter(ctx, s, newCheckStore(s, rdb, routed, tp), rdb, files.set, reg, log)
 	if err != nil {
 		return err
-	}
-	// Near-quota signals: series always, the webhook when set (notify).
-	nearQuota := notify.New(notify.Options{URL: s.WebhookURL, Secret: s.WebhookSecret, Redis: rdb, Prefix: s.RedisKeyPrefix, Registerer: reg, Log: log})
-	go nearQuota.Run(ctx)
-	nearest := nearquota.New(nearquota.Options{Redis: rdb, Prefix: s.RedisKeyPrefix, Registerer: reg, Log: log})
-	go nearest.Run(ctx)
-	lim, err := limiter.New(store, clk, set, limiter.InLocation(s.Location), limiter.WithQuotaWatcher(nearQuota), limiter.WithIdentityQuotaWatcher(nearest))
-	if err != nil {
-		return fmt.Errorf("%s: %w", s.RulesPath, err)
 	}
 	if err := hot.Load(ctx); err != nil {
 		log.Warn("redis not reachable at start; checks follow QUOTA_FAIL_MODE until it is", "err", err, "fail_mode", s.FailMode)
 	}
-
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.New(reg)
-	metrics.RegisterBuildInfo(reg, build.Version, build.Revision, build.GoVersion)
-	m.SetRulesVersion(set.Version)
-	rw, err := startRules(ctx, s, rdb, lim, ruleState, m, log)
+	m := newMetrics(reg, build, files.set.Version)
+	rw, err := startRules(ctx, s, rdb, lim, files.state, m, log)
 	if err != nil {
 		return err
 	}
@@ -237,23 +163,9 @@ func serve() error {
 	if err != nil {
 		return err
 	}
-	var usage api.UsageRecorder
-	var stats *analytics.Stats
-	var throttled *analytics.Throttled
-	if an != nil {
-		usage, stats, throttled = an.Recorder, an.Stats, an.Throttled
-	}
-	var checks api.SingleChecker = lim
-	if s.Coalesce > 0 {
-		// Cold checks hold a batch for their MySQL transactions: a sender
-		// leaves such a batch to finish on its own once its hot checks
-		// are answered, rather than keep the next hot checks queued behind
-		// it. Without tiering nothing is slow and this costs nothing.
-		co := coalesce.NewWithHandOff(lim, s.Coalesce, 256, coalesce.DefaultBackground*s.Coalesce)
-		defer co.Close()
-		checks = co
-	}
-	checks = lim.DenialsFirst(checks) // cached denials skip the coalescer
+	usage, stats, throttled := analyticsDeps(an)
+	checks, stopChecks := newCheckPath(s, lim)
+	defer stopChecks()
 	ready := readiness(hot, dbs)
 	fm := joinFleet(s, rdb, dbs, lim, tiersAdmin, reg, log) // quotactl status (cmd/quotad/fleet.go)
 	defer fm.leave()
@@ -276,25 +188,13 @@ func serve() error {
 		AppPlans:     plans,
 		Nearest:      nearest,
 	})
-	var h http.Handler = srv
-	if tp != nil {
-		h = tracing.Handler(srv, tp)
-	}
 	go reloadOnHangup(ctx, s.RulesPath, lim, rw.publish, m, log)
-	envoy := api.NewEnvoyConfig(envoyConf)
-	go reloadEnvoyOnHangup(ctx, s, envoy, den.clear, log)
-	rls, err := startGRPC(s, srv, envoy, log)
+	rls, err := startEnvoyService(ctx, s, srv, files.envoyConf, den.clear, log)
 	if err != nil {
 		return err
 	}
-	if s.PprofListen != "" {
-		go func() {
-			if err := servePprof(ctx, s.PprofListen, log); err != nil {
-				log.Error("pprof stopped", "err", err)
-			}
-		}()
-	}
-	err = listenAndServe(ctx, s, h, func() { srv.StartDraining(); fm.drain() }, rls, log)
+	startPprof(ctx, s, log)
+	err = listenAndServe(ctx, s, tracedHandler(srv, tp), func() { srv.StartDraining(); fm.drain() }, rls, log)
 	// No check runs any more: write what analytics still holds.
 	stopAnalytics()
 	return err
@@ -311,7 +211,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 	// may take longer than a check's QUOTA_REDIS_TIMEOUT.
 	as := s
 	as.RedisTimeout, as.RedisPoolSize = 5*time.Second, 16
-	ardb := followFailovers(context.Background(), newRedis(as))
+	ardb := redisconn.FollowFailovers(context.Background(), redisconn.New(as))
 	an, err := analytics.New(analytics.Options{
 		DBs:              dbs,
 		Redis:            ardb,

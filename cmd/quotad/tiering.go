@@ -13,6 +13,7 @@ import (
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/internal/tick"
 	"github.com/quota-platform/quota/migrate"
+	"github.com/quota-platform/quota/redisconn"
 	"github.com/quota-platform/quota/tiers"
 )
 
@@ -38,7 +39,7 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 	// than a check's and may take longer than QUOTA_REDIS_TIMEOUT.
 	ms := s
 	ms.RedisTimeout, ms.RedisPoolSize = 10*time.Second, 8
-	mrdb := followFailovers(ctx, newRedis(ms))
+	mrdb := redisconn.FollowFailovers(ctx, redisconn.New(ms))
 	mhot := tiers.NewHotStore(mrdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter})
 	mwarm := warm.WithClient(mrdb) // shares the checks' cell locks
 	mover := &migrate.Mover{

@@ -1,4 +1,4 @@
-package main
+package redisconn_test
 
 import (
 	"context"
@@ -7,14 +7,15 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/redisconn"
 )
 
 // QUOTA_REDIS_DB reaches the client: quotad's keys land in that database.
-func TestNewRedis_UsesTheConfiguredDatabase(t *testing.T) {
+func TestNew_UsesTheConfiguredDatabase(t *testing.T) {
 	t.Parallel()
 	s := config.Defaults()
 	s.RedisDB = 13
-	rdb := newRedis(s)
+	rdb := redisconn.New(s)
 	defer rdb.Close()
 	c, ok := rdb.(*redis.Client)
 	if !ok {

@@ -1,4 +1,4 @@
-package main
+package redisconn
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// redisDialer returns go-redis' Dialer: a TCP dial whose failure is handed
+// dialer returns go-redis' Dialer: a TCP dial whose failure is handed
 // to go-redis as a connection that fails on first use instead of as a dial
 // error.
 //
@@ -19,7 +19,7 @@ import (
 // coalesced checks use, has a gate of only 10. A connection that fails on
 // its first write still fails the command at once with the dial's error, and
 // go-redis discards it, so nothing else changes.
-func redisDialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func dialer(timeout time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	d := &net.Dialer{Timeout: timeout, KeepAlive: 5 * time.Minute}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := d.DialContext(ctx, network, addr)

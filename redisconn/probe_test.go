@@ -1,4 +1,4 @@
-package main
+package redisconn
 
 import (
 	"context"
@@ -39,7 +39,7 @@ func fakeRedis(t *testing.T, reply string) string {
 	return ln.Addr().String()
 }
 
-func TestRedisProbe(t *testing.T) {
+func TestProbeAny(t *testing.T) {
 	t.Parallel()
 	live := testenv.StartRedis(t)
 	dead := "127.0.0.1:" + strconv.Itoa(testenv.FreePort(t))
@@ -60,7 +60,7 @@ func TestRedisProbe(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 250*time.Millisecond)
 			defer cancel()
 			began := time.Now()
-			err := redisProbe(tc.addrs, pingRedis)(ctx)
+			err := probeAny(tc.addrs, pingAddr)(ctx)
 			if (err == nil) != tc.ok {
 				t.Fatalf("probe: %v, want ok=%v", err, tc.ok)
 			}

@@ -1,4 +1,4 @@
-package main
+package redisconn_test
 
 import (
 	"context"
@@ -9,13 +9,14 @@ import (
 
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/redisconn"
 )
 
 // go-redis stops dialling after PoolSize failed dials and then tries once a
-// second; quotad's dialer keeps its failures from counting, so a client
+// second; New's dialer keeps its failures from counting, so a client
 // that failed many dials reaches a returning Redis at once. (With go-redis'
 // own dialer this test waits about a second for the gate: it fails.)
-func TestRedisDialer_ManyFailedDialsDoNotDelayTheReturn(t *testing.T) {
+func TestDialer_ManyFailedDialsDoNotDelayTheReturn(t *testing.T) {
 	t.Parallel()
 	r := testenv.StartRedis(t)
 	r.Kill()
@@ -23,7 +24,7 @@ func TestRedisDialer_ManyFailedDialsDoNotDelayTheReturn(t *testing.T) {
 	s.RedisAddrs = []string{r.Addr()}
 	s.RedisPoolSize = 2
 	s.RedisTimeout = 200 * time.Millisecond
-	rdb := newRedis(s)
+	rdb := redisconn.New(s)
 	defer rdb.Close()
 	ctx := context.Background()
 	for i := 0; i < 20; i++ { // ten times the gate, in the main and the pipeline pools
