@@ -31,7 +31,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/clock"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
+
+// DefaultFlushDuty is the share of wall time a periodic flush works while it
+// is within its budget (Options.FlushDuty; usage.Pacer).
+const DefaultFlushDuty = 0.25
 
 // Options configure analytics. DBs and Redis are required.
 type Options struct {
@@ -137,7 +143,7 @@ func New(o Options) (*Analytics, error) {
 		return nil, err
 	}
 	met := newCollectors(o.Registerer)
-	dbs := shards(o.DBs)
+	dbs := usage.Shards(o.DBs)
 	rec := newRecorder(o, met)
 	uniq := newUniques(o, dbs, met)
 	users := &userFigures{perStatement: o.RowsPerStatement, duty: o.FlushDuty, met: met}
@@ -145,38 +151,26 @@ func New(o Options) (*Analytics, error) {
 	return &Analytics{
 		Recorder:  rec,
 		Flusher:   flusher,
-		Stats:     &Stats{clk: o.Clock, days: Days{o.Location}, dbs: dbs, rec: rec, flusher: flusher, uniq: uniq, users: users},
-		Rollup:    &Rollup{clk: o.Clock, days: Days{o.Location}, dbs: dbs, users: users, uniq: uniq},
-		Throttled: newThrottled(o.Clock, Days{o.Location}, dbs, o.Throttled, o.Registerer),
+		Stats:     &Stats{clk: o.Clock, days: Days{Loc: o.Location}, dbs: dbs, rec: rec, flusher: flusher, uniq: uniq, users: users},
+		Rollup:    &Rollup{clk: o.Clock, days: Days{Loc: o.Location}, dbs: dbs, users: users, uniq: uniq},
+		Throttled: newThrottled(o.Clock, Days{Loc: o.Location}, dbs, o.Throttled, o.Registerer),
 	}, nil
 }
 
-// shards are the MySQL shards, an app's on shards[ShardIndex(app, n)].
-type shards []*sql.DB
+// The figures' vocabulary is package usage's, which analytics' parts
+// share; these names keep it in analytics' API.
+type (
+	Counts = usage.Counts // the figures of one aggregate
+	Day    = usage.Day    // a civil date
+	Days   = usage.Days   // the days of the analytics' time zone
+)
 
-func (s shards) of(app string) *sql.DB { return s[ShardIndex(app, len(s))] }
+// DayOf is the UTC day of t.
+func DayOf(t time.Time) Day { return usage.DayOf(t) }
 
-// Counts are the figures of one aggregate.
-type Counts struct {
-	Calls, Allowed, Denied int64
-}
+// ParseDay reads YYYY-MM-DD.
+func ParseDay(s string) (Day, error) { return usage.ParseDay(s) }
 
-func (c *Counts) add(o Counts) {
-	c.Calls += o.Calls
-	c.Allowed += o.Allowed
-	c.Denied += o.Denied
-}
-
-func (c *Counts) sub(o Counts) {
-	c.Calls -= o.Calls
-	c.Allowed -= o.Allowed
-	c.Denied -= o.Denied
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
-}
+// ShardIndex is the MySQL shard (0…shards-1) of an app's analytics rows
+// (usage.ShardIndex).
+func ShardIndex(appID string, shards int) int { return usage.ShardIndex(appID, shards) }

@@ -9,6 +9,8 @@ import (
 	"slices"
 
 	"github.com/golang/snappy"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // chunkMerge is the working set of one merge or seal of an app's user
@@ -69,7 +71,7 @@ func (m *chunkMerge) add(body []byte) error {
 		if !ok {
 			return errBadChunk
 		}
-		m.keys = append(m.keys, mergeKey{hash: bits.Reverse64(FNV1a64(m.bytes(e.user))), idx: int32(len(m.entries))})
+		m.keys = append(m.keys, mergeKey{hash: bits.Reverse64(usage.FNV1a64(m.bytes(e.user))), idx: int32(len(m.entries))})
 		m.entries = append(m.entries, e)
 		i = next
 	}
@@ -129,7 +131,7 @@ func (m *chunkMerge) sum() []mergeKey {
 	n := 0
 	for _, k := range keys {
 		if n > 0 && keys[n-1].hash == k.hash && m.compareNames(keys[n-1], k) == 0 {
-			m.entries[keys[n-1].idx].Counts.add(m.entries[k.idx].Counts)
+			m.entries[keys[n-1].idx].Counts.Add(m.entries[k.idx].Counts)
 			continue
 		}
 		keys[n] = k

@@ -23,7 +23,7 @@ func mergeInput(seed uint64, chunks, perChunk, users, ifaces int) (bodies [][]by
 			c.Allowed = c.Calls - c.Denied
 			raw = appendUserEntry(raw, user, iface, c)
 			w := want[[2]string{user, iface}]
-			w.add(c)
+			w.Add(c)
 			want[[2]string{user, iface}] = w
 		}
 		bodies = append(bodies, snappy.Encode(nil, raw))

@@ -11,6 +11,8 @@ import (
 
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/testenv"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // BenchmarkMergeUserChunks is Rollup's merge of one app's chunks of today
@@ -164,7 +166,7 @@ func writeFlushBatch(b *testing.B, r *Analytics, tx *sql.Tx, day Day, app string
 	g := rs.group(appDay{app: app, day: day})
 	for range n {
 		iface, user := next()
-		rs.addUser(g, newUserRow(userKey{id: rowID(appendRowID(nil, app, iface, user)), day: day}, Counts{Calls: 1, Allowed: 1}))
+		rs.addUser(g, newUserRow(userKey{id: usage.RowID(usage.AppendRowID(nil, app, iface, user)), day: day}, Counts{Calls: 1, Allowed: 1}))
 	}
 	var id [16]byte
 	_, _ = rand.Read(id[:])

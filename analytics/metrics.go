@@ -48,7 +48,7 @@ func newCollectors(reg prometheus.Registerer) *collectors {
 	}
 	// Every table's series and both scopes exist from the start (at 0),
 	// so that the dashboard shows zeros before the first flush.
-	for _, t := range []string{seriesTable.name, dailyTable.name, todayChunks.name, sealedChunks.name, "usage_uniques"} {
+	for _, t := range []string{seriesTable.Name, dailyTable.Name, todayChunks.Name, sealedChunks.Name, "usage_uniques"} {
 		c.rowsWritten.WithLabelValues(t)
 		c.statements.WithLabelValues(t)
 	}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/clock"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // rollStep moves points of one resolution into the next coarser one once
@@ -28,7 +30,7 @@ var rollSteps = []rollStep{
 type Rollup struct {
 	clk   clock.Clock
 	days  Days
-	dbs   shards
+	dbs   usage.Shards
 	users *userFigures
 	uniq  *uniques
 }
@@ -85,7 +87,7 @@ func (r *Rollup) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (Ro
 	}
 	lock := "quota_rollup:" + dbName.String
 	if len(lock) > 64 {
-		lock = fmt.Sprintf("quota_rollup:%016x", FNV1a64(dbName.String))
+		lock = fmt.Sprintf("quota_rollup:%016x", usage.FNV1a64(dbName.String))
 	}
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 10)", lock).Scan(&got); err != nil {

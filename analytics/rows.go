@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 	"unique"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // Resolution is the width of a curve point.
@@ -59,9 +61,9 @@ func ParseResolution(s string) (Resolution, bool) {
 // Floor is the start (Unix seconds) of the point holding Unix time t.
 func (r Resolution) Floor(t int64) int64 {
 	if r == Res1w {
-		return floorDiv(t-weekOffset, int64(r))*int64(r) + weekOffset
+		return usage.FloorDiv(t-weekOffset, int64(r))*int64(r) + weekOffset
 	}
-	return floorDiv(t, int64(r)) * int64(r)
+	return usage.FloorDiv(t, int64(r)) * int64(r)
 }
 
 // ResolutionFor is the resolution of a curve whose oldest point is at from,
@@ -79,46 +81,6 @@ func ResolutionFor(from, now time.Time) Resolution {
 	return Res1w
 }
 
-// Day is a civil date as days since 1970-01-01: which instants it holds
-// depends on the time zone (Days).
-type Day int64
-
-// DayOf is the UTC day of t.
-func DayOf(t time.Time) Day { return Day(floorDiv(t.Unix(), 86400)) }
-
-// Days tells the days of the analytics' time zone (QUOTA_TIMEZONE): a
-// time's Day is its date there, so a day that springs forward holds 23
-// hours of calls and one that falls back 25.
-type Days struct {
-	Loc *time.Location // nil: UTC
-}
-
-// Of is the Day of t.
-func (z Days) Of(t time.Time) Day {
-	if z.Loc == nil || z.Loc == time.UTC {
-		return DayOf(t)
-	}
-	_, off := t.In(z.Loc).Zone()
-	return Day(floorDiv(t.Unix()+int64(off), 86400))
-}
-
-// OfUnix is the Day of the Unix second sec.
-func (z Days) OfUnix(sec int64) Day { return z.Of(time.Unix(sec, 0)) }
-
-// ParseDay reads YYYY-MM-DD.
-func ParseDay(s string) (Day, error) {
-	t, err := time.Parse(time.DateOnly, s)
-	if err != nil || t.Format(time.DateOnly) != s {
-		return 0, fmt.Errorf("date %q: want YYYY-MM-DD", s)
-	}
-	return DayOf(t), nil
-}
-
-// Time is the day's first instant.
-func (d Day) Time() time.Time { return time.Unix(int64(d)*86400, 0).UTC() }
-
-func (d Day) String() string { return d.Time().Format(time.DateOnly) }
-
 // seriesRow is a usage_series row of a 1-minute point.
 type seriesRow struct {
 	app, iface string
@@ -132,7 +94,7 @@ type dailyKey struct {
 }
 
 type userKey struct {
-	id  rowID // app, interface and user
+	id  usage.RowID // app, interface and user
 	day Day
 }
 
@@ -147,7 +109,7 @@ type userRow struct {
 
 func newUserRow(k userKey, c Counts) userRow {
 	var b [8]byte
-	copy(b[:], k.id.user())
+	copy(b[:], k.id.User())
 	return userRow{userKey: k, Counts: c, userHead: binary.BigEndian.Uint64(b[:])}
 }
 
@@ -163,8 +125,8 @@ func compareGroupRows(a, b *userRow) int {
 	if c := cmp.Compare(a.userHead, b.userHead); c != 0 {
 		return c
 	}
-	_, aIface, aUser := a.id.split()
-	_, bIface, bUser := b.id.split()
+	_, aIface, aUser := a.id.Split()
+	_, bIface, bUser := b.id.Split()
 	if c := strings.Compare(aUser, bUser); c != 0 {
 		return c
 	}
@@ -284,9 +246,9 @@ func internNames(app, iface *string) canonicalNames {
 
 // add adds c to d's day and to its minute t.
 func (r *rowset) add(d *ifaceDay, t int64, c Counts) {
-	d.Counts.add(c)
+	d.Counts.Add(c)
 	if m := d.minute(t); m != nil {
-		m.add(c)
+		m.Add(c)
 		return
 	}
 	d.mins = append(d.mins, minuteCounts{t: t, Counts: c})
@@ -307,7 +269,7 @@ func (r *rowset) splitFrom(t0 int64) *rowset {
 				continue
 			}
 			out.add(out.ifaceDay(k, out.daily[k]), m.t, m.Counts)
-			d.Counts.sub(m.Counts)
+			d.Counts.Sub(m.Counts)
 			r.nSeries--
 		}
 		d.mins = kept
@@ -412,7 +374,7 @@ func sortUserRows(rows []userRow) []userRow {
 	n := 0
 	for i := range rows {
 		if n > 0 && rows[n-1].userKey == rows[i].userKey {
-			rows[n-1].Counts.add(rows[i].Counts)
+			rows[n-1].Counts.Add(rows[i].Counts)
 			continue
 		}
 		rows[n] = rows[i]
@@ -435,15 +397,6 @@ func (r *rowset) userChunks(mu sync.Locker, maxRaw int) []userChunk {
 		out = appendAppChunks(out, g.rows, maxRaw, &buf)
 	}
 	return out
-}
-
-// addTo adds c to the row at k.
-func addTo[K comparable](m map[K]*Counts, k K, c Counts) {
-	if cur := m[k]; cur != nil {
-		cur.add(c)
-		return
-	}
-	m[k] = &c
 }
 
 func (r *rowset) merge(o *rowset) {

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/quota-platform/quota/internal/testenv"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // orderCases are keys whose order trips a careless prefix comparison: equal
@@ -38,14 +40,14 @@ func TestUserRowsAreWrittenInThePrimaryKeyOrderOfMySQL(t *testing.T) {
 	}
 	for _, r := range rows {
 		if _, err := db.ExecContext(ctx, "INSERT INTO usage_user_daily (app_id, user_id, day, interface_id, calls) VALUES (?, ?, ?, ?, 1)",
-			r.id.app(), r.id.user(), r.day.String(), r.id.iface()); err != nil {
+			r.id.App(), r.id.User(), r.day.String(), r.id.Iface()); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// The order the flush writes them in (rowset.userChunks).
 	rs := newRowset()
 	for _, r := range rows {
-		rs.addUser(rs.group(appDay{app: r.id.app(), day: r.day}), r)
+		rs.addUser(rs.group(appDay{app: r.id.App(), day: r.day}), r)
 	}
 	rows = rows[:0]
 	for _, g := range rs.userGroups() {
@@ -64,11 +66,11 @@ func TestUserRowsAreWrittenInThePrimaryKeyOrderOfMySQL(t *testing.T) {
 			t.Fatal(err)
 		}
 		k := userKey{id: makeRowID(app, iface, user)}
-		if k.day, err = parseSQLDay(day); err != nil {
+		if k.day, err = usage.ParseSQLDay(day); err != nil {
 			t.Fatal(err)
 		}
 		if i < len(rows) && rows[i].userKey != k {
-			t.Fatalf("row %d: MySQL's order has %+q, the write order %+q", i, []string{app, user, k.day.String(), iface}, []string{rows[i].id.app(), rows[i].id.user(), rows[i].day.String(), rows[i].id.iface()})
+			t.Fatalf("row %d: MySQL's order has %+q, the write order %+q", i, []string{app, user, k.day.String(), iface}, []string{rows[i].id.App(), rows[i].id.User(), rows[i].day.String(), rows[i].id.Iface()})
 		}
 	}
 	if err := res.Err(); err != nil || i != len(rows) {

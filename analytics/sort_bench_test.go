@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // sortBenchRows are a flush's user rows of one (app, day) under make
@@ -42,7 +44,7 @@ func BenchmarkSortUserAdds(b *testing.B) {
 	for i := range src {
 		v := x.Next()
 		app, iface := "app-"+strconv.Itoa(int(v%1000)), "iface."+strconv.Itoa(int(v>>10%50))
-		src[i] = userAdd{group: groupOf(FNV1a64(app), 20415, iface), id: makeRowID(app, iface, "user-"+strconv.Itoa(int(v>>20%100_000))), day: 20415}
+		src[i] = userAdd{group: groupOf(usage.FNV1a64(app), 20415, iface), id: makeRowID(app, iface, "user-"+strconv.Itoa(int(v>>20%100_000))), day: 20415}
 	}
 	q := make([]userAdd, len(src))
 	b.ReportAllocs()

@@ -9,6 +9,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quota-platform/quota/clock"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // Who is throttled: for each (day, app, rule) the identities (the rule's
@@ -61,7 +63,7 @@ func (o ThrottledOptions) withDefaults() ThrottledOptions {
 type Throttled struct {
 	clk     clock.Clock
 	days    Days // the analytics day (QUOTA_TIMEZONE)
-	dbs     shards
+	dbs     usage.Shards
 	opt     ThrottledOptions
 	seed    maphash.Seed
 	shards  [16]throttledShard
@@ -135,7 +137,7 @@ func (h *ssHeap) Pop() any {
 	return e
 }
 
-func newThrottled(clk clock.Clock, days Days, dbs shards, opt ThrottledOptions, reg prometheus.Registerer) *Throttled {
+func newThrottled(clk clock.Clock, days Days, dbs usage.Shards, opt ThrottledOptions, reg prometheus.Registerer) *Throttled {
 	t := &Throttled{clk: clk, days: days, dbs: dbs, opt: opt.withDefaults(), seed: maphash.MakeSeed(),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "quota_analytics_throttled_dropped_total",
 			Help: "Denials not recorded in the who-is-throttled summaries (their memory budget was full), and replaced entries' counts not written."})}

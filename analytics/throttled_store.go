@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // throttledPerStatement bounds the rows of one upsert.
@@ -40,7 +42,7 @@ func (t *Throttled) Flush(ctx context.Context) error {
 	}
 	byShard := map[int][]throttledRow{}
 	for _, r := range rows {
-		i := ShardIndex(r.key.app, len(t.dbs))
+		i := usage.ShardIndex(r.key.app, len(t.dbs))
 		byShard[i] = append(byShard[i], r)
 	}
 	for i, rs := range byShard {
@@ -256,7 +258,7 @@ func (t *Throttled) Top(ctx context.Context, app string, day Day, n int) ([]Rule
 		}
 		m[hash] = &a
 	}
-	rows, err := t.dbs.of(app).QueryContext(ctx, `SELECT rule, identity_hash, dimensions, denied, max_overcount
+	rows, err := t.dbs.Of(app).QueryContext(ctx, `SELECT rule, identity_hash, dimensions, denied, max_overcount
 		FROM throttled_identities WHERE app_id = ? AND day = ?`, app, day.String())
 	if err != nil {
 		return nil, fmt.Errorf("throttled: %w", err)

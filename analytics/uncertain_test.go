@@ -3,6 +3,8 @@ package analytics
 import (
 	"context"
 	"testing"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // A flush whose COMMIT answer was lost is resolved by its batch id: a batch
@@ -64,6 +66,6 @@ func TestUncertainCommitResolvedByBatchID(t *testing.T) {
 // addCalls adds c to the rows of (app, iface) at minute t (the flush
 // adds a fold's rows with ifaceDay and add).
 func (r *rowset) addCalls(app, iface string, t int64, c Counts) {
-	k := dailyKey{app: app, iface: iface, day: Day(floorDiv(t, 86400))}
+	k := dailyKey{app: app, iface: iface, day: Day(usage.FloorDiv(t, 86400))}
 	r.add(r.ifaceDay(k, r.daily[k]), t, c)
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/golang/snappy"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // Per-user figures are the many rows of analytics (with make bench's keys
@@ -48,14 +50,14 @@ func partBitsFor(n int) uint {
 
 // partOf is the part column of user's chunk when split with bits hash
 // bits: bits<<8 | the user's part index.
-func partOf(user string, bits uint) uint16 { return partOfHash(FNV1a64(user), bits) }
+func partOf(user string, bits uint) uint16 { return partOfHash(usage.FNV1a64(user), bits) }
 
 func partOfHash(h uint64, bits uint) uint16 { return uint16(bits<<8) | uint16(h&(1<<bits-1)) }
 
 // partsOf are the part values a chunk holding user may have: one for each
 // split a flush, a merge or a seal may have used.
 func partsOf(user string) [maxPartBits/2 + 1]uint16 {
-	h := FNV1a64(user)
+	h := usage.FNV1a64(user)
 	var out [maxPartBits/2 + 1]uint16
 	for i := range out {
 		out[i] = partOfHash(h, uint(2*i))
@@ -161,7 +163,7 @@ func (b *chunkBuffers) reset(parts int) (raws [][]byte, counts []int, seqs []uin
 func appendAppChunks(out []userChunk, rows []userRow, maxRaw int, buf *chunkBuffers) []userChunk {
 	bits := partBitsFor(len(rows))
 	raws, counts, seqs := buf.reset(1 << bits)
-	day, app := rows[0].day, rows[0].id.app()
+	day, app := rows[0].day, rows[0].id.App()
 	emit := func(p int) {
 		out = append(out, userChunk{day: day, app: app, part: uint16(bits<<8) | uint16(p), seq: seqs[p],
 			entries: counts[p], body: snappy.Encode(nil, raws[p])})
@@ -169,7 +171,7 @@ func appendAppChunks(out []userChunk, rows []userRow, maxRaw int, buf *chunkBuff
 		raws[p], counts[p] = raws[p][:0], 0
 	}
 	for i := range rows {
-		_, iface, user := rows[i].id.split()
+		_, iface, user := rows[i].id.Split()
 		p := int(partOf(user, bits) & 0xff)
 		raws[p] = appendUserEntry(raws[p], user, iface, rows[i].Counts)
 		counts[p]++

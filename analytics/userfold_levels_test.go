@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"fmt"
 	"testing"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // At maxChunkLevel batches merge into one of the same level: not at
@@ -24,7 +26,7 @@ func TestChunkMerge_TopLevelMergesIntoItself(t *testing.T) {
 		for range batches {
 			var rows []userRow
 			for i := range users {
-				id := rowID(appendRowID(nil, "app", "if", fmt.Sprintf("u%d", i)))
+				id := usage.RowID(usage.AppendRowID(nil, "app", "if", fmt.Sprintf("u%d", i)))
 				rows = append(rows, newUserRow(userKey{id: id, day: today}, Counts{Calls: 1, Allowed: 1}))
 			}
 			chunks := appendAppChunks(nil, sortUserRows(rows), chunkMaxRaw, &chunkBuffers{})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/analytics"
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // The compaction of today's chunks (userfold.go), as the tests see it:
@@ -113,7 +114,7 @@ func (u userTruth) checkSample(t *testing.T, e *env, when string, stride uint64)
 	for d, apps := range u {
 		for app, users := range apps {
 			for user, ifaces := range users {
-				if analytics.FNV1a64(user)%stride != 0 {
+				if usage.FNV1a64(user)%stride != 0 {
 					continue
 				}
 				if sample[d] == nil {

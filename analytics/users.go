@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // userFigures keeps the per-user figures as compressed chunks per (day,
@@ -20,7 +22,7 @@ type userFigures struct {
 // write writes the user rows of p (a flush's, sorted under mu: readers
 // range over them) as one batch of chunks in tx and returns the chunks
 // written.
-func (u *userFigures) write(ctx context.Context, tx *sql.Tx, pace *pacer, p *rowset, mu sync.Locker, batchID [16]byte) (int, error) {
+func (u *userFigures) write(ctx context.Context, tx *sql.Tx, pace *usage.Pacer, p *rowset, mu sync.Locker, batchID [16]byte) (int, error) {
 	chunks := p.userChunks(mu, chunkMaxRaw)
 	if err := u.insertChunks(ctx, tx, pace, todayChunks, batchID, chunks); err != nil {
 		return 0, err
@@ -31,19 +33,19 @@ func (u *userFigures) write(ctx context.Context, tx *sql.Tx, pace *pacer, p *row
 // chunkTable is a table of per-user chunks: today's, with each chunk's
 // batch and level, or the finished days' sealed ones (userfold.go).
 type chunkTable struct {
-	insertTable
+	usage.InsertTable
 	sealed bool
 }
 
 var (
-	todayChunks  = chunkTable{insertTable: insertTable{name: "usage_user_chunks", cols: "day, app_id, part, batch_id, seq, level, entries, body"}}
-	sealedChunks = chunkTable{insertTable: insertTable{name: "usage_user_sealed", cols: "day, app_id, part, seq, entries, body"}, sealed: true}
+	todayChunks  = chunkTable{InsertTable: usage.InsertTable{Name: "usage_user_chunks", Cols: "day, app_id, part, batch_id, seq, level, entries, body"}}
+	sealedChunks = chunkTable{InsertTable: usage.InsertTable{Name: "usage_user_sealed", Cols: "day, app_id, part, seq, entries, body"}, sealed: true}
 )
 
 // insertChunks writes chunks into table, a batch (batchID: not written to
 // the sealed table).
-func (u *userFigures) insertChunks(ctx context.Context, tx *sql.Tx, pace *pacer, table chunkTable, batchID [16]byte, chunks []userChunk) error {
-	return insertRows(ctx, tx, pace, u.met, u.perStatement, table.insertTable, len(chunks),
+func (u *userFigures) insertChunks(ctx context.Context, tx *sql.Tx, pace *usage.Pacer, table chunkTable, batchID [16]byte, chunks []userChunk) error {
+	return usage.InsertRows(ctx, tx, pace, u.met.statements, u.perStatement, table.InsertTable, len(chunks),
 		func(i int) int { return len(chunks[i].body) },
 		func(args []any, i int) []any {
 			c := &chunks[i]
@@ -63,7 +65,7 @@ func userDayStatement(app, user string, day Day) (string, []any) {
 	parts := partsOf(user)
 	in := strings.TrimSuffix(strings.Repeat("?, ", len(parts)), ", ")
 	for _, t := range []chunkTable{todayChunks, sealedChunks} {
-		q += "\nUNION ALL\nSELECT '', 0, 0, 0, body FROM " + t.name + " WHERE day = ? AND app_id = ? AND part IN (" + in + ")"
+		q += "\nUNION ALL\nSELECT '', 0, 0, 0, body FROM " + t.Name + " WHERE day = ? AND app_id = ? AND part IN (" + in + ")"
 		args = append(args, d, app)
 		for _, p := range parts {
 			args = append(args, p)
@@ -78,7 +80,7 @@ func userDayStatement(app, user string, day Day) (string, []any) {
 // commits meanwhile moves entries between the chunk tables.
 func (u *userFigures) stored(ctx context.Context, db *sql.DB, app, user string, day Day, ifaces map[string]*Counts) error {
 	q, args := userDayStatement(app, user, day)
-	err := eachRow(ctx, db, q, args, func(rows *sql.Rows) error {
+	err := usage.EachRow(ctx, db, q, args, func(rows *sql.Rows) error {
 		var iface string
 		var c Counts
 		var body []byte
@@ -86,12 +88,12 @@ func (u *userFigures) stored(ctx context.Context, db *sql.DB, app, user string, 
 			return err
 		}
 		if body == nil {
-			addTo(ifaces, iface, c)
+			usage.AddTo(ifaces, iface, c)
 			return nil
 		}
 		return eachUserEntry(body, func(u, f string, c Counts) {
 			if u == user {
-				addTo(ifaces, f, c)
+				usage.AddTo(ifaces, f, c)
 			}
 		})
 	})
