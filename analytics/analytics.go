@@ -30,9 +30,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quota-platform/quota/clock"
-
+	"github.com/quota-platform/quota/analytics/throttled"
 	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/clock"
 )
 
 // DefaultFlushDuty is the share of wall time a periodic flush works while it
@@ -82,8 +82,8 @@ type Options struct {
 	// than in each of the minute's flushes. Flush and Close write
 	// everything.
 	HoldOpenMinute bool
-	// Throttled bounds the who-is-throttled summaries (throttled.go).
-	Throttled ThrottledOptions
+	// Throttled bounds the who-is-throttled summaries (package throttled).
+	Throttled throttled.Options
 }
 
 // withDefaults is o with every unset setting at its default, or an error
@@ -132,7 +132,7 @@ type Analytics struct {
 	Rollup   *Rollup   // the scheduled job (QUOTA_ROLLUP_SCHEDULE)
 	// Throttled: the most denied identities per (day, app, rule); Denied
 	// on the check path (denials only), Run for its flushes.
-	Throttled *Throttled
+	Throttled *throttled.Throttled
 }
 
 // New wires analytics' parts on o's servers. It starts nothing: call
@@ -153,7 +153,7 @@ func New(o Options) (*Analytics, error) {
 		Flusher:   flusher,
 		Stats:     &Stats{clk: o.Clock, days: Days{Loc: o.Location}, dbs: dbs, rec: rec, flusher: flusher, uniq: uniq, users: users},
 		Rollup:    &Rollup{clk: o.Clock, days: Days{Loc: o.Location}, dbs: dbs, users: users, uniq: uniq},
-		Throttled: newThrottled(o.Clock, Days{Loc: o.Location}, dbs, o.Throttled, o.Registerer),
+		Throttled: throttled.New(o.Clock, Days{Loc: o.Location}, dbs, o.Throttled, o.Registerer),
 	}, nil
 }
 

@@ -15,10 +15,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/analytics"
+	"github.com/quota-platform/quota/analytics/usage"
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/testenv"
-
-	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // t0 is a Monday, 10:00:30 UTC.

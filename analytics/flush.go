@@ -12,9 +12,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/quota-platform/quota/clock"
-
 	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/clock"
 )
 
 // Flusher moves the Recorder's counts into per-shard rows (rows.go) and

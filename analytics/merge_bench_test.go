@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/analytics/usage"
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/testenv"
-
-	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // BenchmarkMergeUserChunks is Rollup's merge of one app's chunks of today

@@ -7,9 +7,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/quota-platform/quota/clock"
-
 	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/clock"
 )
 
 // Recorder counts the decided calls in memory, one Counts per (app,

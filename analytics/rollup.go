@@ -7,9 +7,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/quota-platform/quota/clock"
-
 	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/clock"
 )
 
 // rollStep moves points of one resolution into the next coarser one once

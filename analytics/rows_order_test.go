@@ -4,9 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/quota-platform/quota/internal/testenv"
-
 	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/internal/testenv"
 )
 
 // orderCases are keys whose order trips a careless prefix comparison: equal

@@ -10,9 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/quota-platform/quota/clock"
-
 	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/clock"
 )
 
 // InterfaceCounts are one interface's figures.

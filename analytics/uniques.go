@@ -19,9 +19,8 @@ import (
 	"github.com/golang/snappy"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quota-platform/quota/clock"
-
 	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/clock"
 )
 
 const (

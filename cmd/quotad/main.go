@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/analytics"
+	"github.com/quota-platform/quota/analytics/throttled"
 	"github.com/quota-platform/quota/api"
 	"github.com/quota-platform/quota/apps"
 	"github.com/quota-platform/quota/clock"
@@ -236,9 +237,9 @@ func serve() error {
 	}
 	var usage api.UsageRecorder
 	var stats *analytics.Stats
-	var throttled *analytics.Throttled
+	var whoThrottled *throttled.Throttled
 	if an != nil {
-		usage, stats, throttled = an.Recorder, an.Stats, an.Throttled
+		usage, stats, whoThrottled = an.Recorder, an.Stats, an.Throttled
 	}
 	var checks api.SingleChecker = lim
 	if s.Coalesce > 0 {
@@ -266,7 +267,7 @@ func serve() error {
 		Ready:        ready,
 		Usage:        usage,
 		Analytics:    stats,
-		Throttled:    throttled,
+		Throttled:    whoThrottled,
 		Keys:         apps.New(dbs, nil),
 		Tiers:        tiersAdmin,
 		Status:       fm.source,
