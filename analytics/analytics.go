@@ -7,10 +7,12 @@
 // every FlushEvery moves the counts into per-shard rows and upserts them
 // into MySQL, one transaction per shard, handing the users to uniques
 // (uniques.go: Redis HyperLogLogs, their registers saved to MySQL) and the
-// per-user rows to userFigures (users.go, userchunk.go: compressed chunks
+// per-user rows to userdays.Store (package userdays: compressed chunks
 // per (day, app)); Stats (stats.go) answers the figures, MySQL's plus what
 // is still in memory; Rollup (rollup.go) is the scheduled job that rolls
-// curve points up and merges and seals the per-user chunks.
+// curve points up and merges and seals the per-user chunks. Throttled
+// (package throttled) keeps who is throttled; package usage holds what the
+// parts share.
 //
 // Exactly once: a transaction that fails before COMMIT is rolled back and
 // its rows stay pending; a COMMIT whose answer is lost is resolved by
@@ -32,6 +34,7 @@ import (
 
 	"github.com/quota-platform/quota/analytics/throttled"
 	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/analytics/userdays"
 	"github.com/quota-platform/quota/clock"
 )
 
@@ -146,7 +149,7 @@ func New(o Options) (*Analytics, error) {
 	dbs := usage.Shards(o.DBs)
 	rec := newRecorder(o, met)
 	uniq := newUniques(o, dbs, met)
-	users := &userFigures{perStatement: o.RowsPerStatement, duty: o.FlushDuty, met: met}
+	users := userdays.NewStore(o.RowsPerStatement, o.FlushDuty, met.rowsWritten, met.statements)
 	flusher := newFlusher(o, dbs, rec, uniq, users, met)
 	return &Analytics{
 		Recorder:  rec,

@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/analytics/userdays"
 	"github.com/quota-platform/quota/clock"
 )
 
 // Flusher moves the Recorder's counts into per-shard rows (rows.go) and
 // writes them: the day and curve figures as upserts, the per-user figures
-// through userFigures, the distinct users through uniques.
+// through userdays.Store, the distinct users through uniques.
 type Flusher struct {
 	opt   Options
 	clk   clock.Clock
@@ -26,7 +27,7 @@ type Flusher struct {
 	met   *collectors
 	rec   *Recorder
 	uniq  *uniques
-	users *userFigures
+	users *userdays.Store
 
 	// mu orders readers (Stats, in readRows) against the flusher's moves
 	// of rows from the Recorder to the shards and from the shards to
@@ -73,7 +74,7 @@ type batch struct {
 	rows *rowset
 }
 
-func newFlusher(o Options, dbs usage.Shards, rec *Recorder, uniq *uniques, users *userFigures, met *collectors) *Flusher {
+func newFlusher(o Options, dbs usage.Shards, rec *Recorder, uniq *uniques, users *userdays.Store, met *collectors) *Flusher {
 	f := &Flusher{opt: o, clk: o.Clock, log: o.Log, met: met, rec: rec, uniq: uniq, users: users,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	for _, db := range dbs {
@@ -264,7 +265,7 @@ func (f *Flusher) fold(rows liveRows, held []int, lost *int64, adds []userAdd) [
 		if user == "" {
 			continue
 		}
-		p.addUser(d.users, newUserRow(userKey{id: k.id, day: day}, c))
+		p.addUser(d.users, userdays.NewRow(userdays.Key{ID: k.id, Day: day}, c))
 		adds = append(adds, userAdd{group: groupOf(appHash, day, iface), id: k.id, day: day})
 	}
 	return adds
@@ -414,11 +415,16 @@ func (f *Flusher) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, batchID 
 		return nil, err
 	}
 	written[dailyTable.Name] = len(daily)
-	n, err := f.users.write(ctx, tx, pace, p, &f.mu, batchID)
+	// Each group is sorted under mu: readers range over its rows.
+	n, err := f.users.Write(ctx, tx, pace, p.userGroups(), func(g *userdays.Group) {
+		f.mu.Lock()
+		p.sortGroup(g)
+		f.mu.Unlock()
+	}, batchID)
 	if err != nil {
 		return nil, err
 	}
-	written[todayChunks.Name] = n
+	written[userdays.ChunksTable] = n
 	return written, nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/analytics/userdays"
 	"github.com/quota-platform/quota/clock"
 )
 
@@ -30,7 +31,7 @@ type Rollup struct {
 	clk   clock.Clock
 	days  Days
 	dbs   usage.Shards
-	users *userFigures
+	users *userdays.Store
 	uniq  *uniques
 }
 
@@ -38,7 +39,7 @@ type Rollup struct {
 type RollupResult struct {
 	Periods    int   // transactions that moved points
 	Moved      int64 // fine points folded into coarse ones (and deleted)
-	SealedDays int   // (day, app) pairs of finished days whose user chunks were sealed (userfold.go)
+	SealedDays int   // (day, app) pairs of finished days whose user chunks were sealed (userdays.Store.Seal)
 	UserMerges int   // merges of today's user chunks: one per app and level merged
 }
 
@@ -123,12 +124,12 @@ func (r *Rollup) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (Ro
 	// Today's merges first, and each step whatever the others' errors: a
 	// day that cannot be sealed (a corrupt chunk) fails every run.
 	var errs []error
-	merges, err := r.users.merge(ctx, conn, today)
+	merges, err := r.users.Merge(ctx, conn, today)
 	res.UserMerges = merges
 	if err != nil {
 		errs = append(errs, err)
 	}
-	sealed, err := r.users.seal(ctx, conn, today)
+	sealed, err := r.users.Seal(ctx, conn, today)
 	res.SealedDays = sealed
 	if err != nil {
 		errs = append(errs, err)

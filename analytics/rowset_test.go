@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/analytics/userdays"
 )
 
 // A rowset holds one usage_series row per (app, interface, minute), one
@@ -44,7 +45,7 @@ func TestRowset_RowsPerMinuteDayAndUser(t *testing.T) {
 				d := rs.ifaceDay(k, rs.daily[k])
 				rs.add(d, cl.t, Counts{Calls: 1, Allowed: 1})
 				if cl.user != "" {
-					rs.addUser(d.users, newUserRow(userKey{id: makeRowID(cl.app, cl.iface, cl.user), day: k.day}, Counts{Calls: 1, Allowed: 1}))
+					rs.addUser(d.users, userdays.NewRow(userdays.Key{ID: makeRowID(cl.app, cl.iface, cl.user), Day: k.day}, Counts{Calls: 1, Allowed: 1}))
 					grow++
 				}
 				if rs.len() != before+grow {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/analytics/userdays"
 	"github.com/quota-platform/quota/clock"
 )
 
@@ -59,7 +60,7 @@ type Stats struct {
 	rec     *Recorder
 	flusher *Flusher
 	uniq    *uniques
-	users   *userFigures
+	users   *userdays.Store
 }
 
 // Now is analytics' clock.
@@ -172,14 +173,14 @@ func (s *Stats) UserDay(ctx context.Context, app, user string, day Day) (UserDay
 	var out UserDayStats
 	ifaces := map[string]*Counts{}
 	err := s.flusher.readRows(func() error {
-		if err := s.users.stored(ctx, s.dbs.Of(app), app, user, day, ifaces); err != nil {
+		if err := s.users.Stored(ctx, s.dbs.Of(app), app, user, day, ifaces); err != nil {
 			return err
 		}
 		for _, rs := range s.flusher.unwritten(app) {
-			if g := rs.users[appDay{app: app, day: day}]; g != nil {
-				for i := range g.rows {
-					if _, f, us := g.rows[i].id.Split(); us == user {
-						usage.AddTo(ifaces, f, g.rows[i].Counts)
+			if g := rs.users[userdays.AppDay{App: app, Day: day}]; g != nil {
+				for i := range g.Rows {
+					if _, f, us := g.Rows[i].ID.Split(); us == user {
+						usage.AddTo(ifaces, f, g.Rows[i].Counts)
 					}
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/analytics/userdays"
 )
 
 // A flush whose COMMIT answer was lost is resolved by its batch id: a batch
@@ -28,7 +29,7 @@ func TestUncertainCommitResolvedByBatchID(t *testing.T) {
 		rs := newRowset()
 		c := Counts{Calls: n, Allowed: n}
 		rs.addCalls("app", "if", clk.Now().Unix(), c)
-		rs.addUser(rs.group(appDay{app: "app", day: day}), newUserRow(userKey{id: makeRowID("app", "if", "u"), day: day}, c))
+		rs.addUser(rs.group(userdays.AppDay{App: "app", Day: day}), userdays.NewRow(userdays.Key{ID: makeRowID("app", "if", "u"), Day: day}, c))
 		return rs
 	}
 	committed := &batch{id: [16]byte{1, 2, 3}, rows: mk(10)}

@@ -12,7 +12,7 @@ import (
 	"github.com/quota-platform/quota/analytics/usage"
 )
 
-// The compaction of today's chunks (userfold.go), as the tests see it:
+// The compaction of today's chunks (analytics/userdays/fold.go), as the tests see it:
 // Rollup merges an app's level-0 batches once there are 32, and its
 // batches of a level L >= 1 into one of L+1 once there are 16, up to level
 // 3. Written out here rather than taken from the package, so that the

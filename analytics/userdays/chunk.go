@@ -1,4 +1,4 @@
-package analytics
+package userdays
 
 import (
 	"encoding/binary"
@@ -13,7 +13,7 @@ import (
 // Per-user figures are the many rows of analytics (with make bench's keys
 // nearly every call is a new one), and an InnoDB upsert costs MariaDB ~7 µs
 // of CPU a row. So a flush writes them as a few compressed chunks per (day,
-// app) into usage_user_chunks, merged as the day goes on (userfold.go) and
+// app) into usage_user_chunks, merged as the day goes on (fold.go) and
 // sealed once it is over.
 //
 // A chunk holds one part of the app's users: all of them when the batch
@@ -65,7 +65,7 @@ func partsOf(user string) [maxPartBits/2 + 1]uint16 {
 	return out
 }
 
-func appendUserEntry[S ~string | ~[]byte](b []byte, user, iface S, c Counts) []byte {
+func appendUserEntry[S ~string | ~[]byte](b []byte, user, iface S, c usage.Counts) []byte {
 	b = binary.AppendUvarint(b, uint64(len(user)))
 	b = append(b, user...)
 	b = binary.AppendUvarint(b, uint64(len(iface)))
@@ -77,9 +77,9 @@ func appendUserEntry[S ~string | ~[]byte](b []byte, user, iface S, c Counts) []b
 
 var errBadChunk = errors.New("corrupt user chunk")
 
-// eachUserEntry decodes a chunk body and calls fn for each entry; user and
+// EachEntry decodes a chunk body and calls fn for each entry; user and
 // iface are substrings of one string per chunk (fn may keep them).
-func eachUserEntry(body []byte, fn func(user, iface string, c Counts)) error {
+func EachEntry(body []byte, fn func(user, iface string, c usage.Counts)) error {
 	raw, err := snappy.Decode(nil, body)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errBadChunk, err)
@@ -114,7 +114,7 @@ func userEntryAt(raw []byte, i int) (e mergeEntry, next int, ok bool) {
 		v[k] = x
 		i += n
 	}
-	e.Counts = Counts{Calls: int64(v[0]), Allowed: int64(v[1]), Denied: int64(v[2])}
+	e.Counts = usage.Counts{Calls: int64(v[0]), Allowed: int64(v[1]), Denied: int64(v[2])}
 	return e, i, true
 }
 
@@ -131,11 +131,11 @@ func rawField(raw []byte, i int) (rawSpan, int) {
 
 // userChunk is one usage_user_chunks row to write.
 type userChunk struct {
-	day     Day
+	day     usage.Day
 	app     string
 	part    uint16
 	seq     uint32 // in its batch: a part longer than chunkMaxRaw takes several
-	level   uint8  // 0: a flush's; L >= 1: a merge of the day's level-(L−1) chunks, or at maxChunkLevel of its own (userfold.go)
+	level   uint8  // 0: a flush's; L >= 1: a merge of the day's level-(L−1) chunks, or at maxChunkLevel of its own (fold.go)
 	entries int
 	body    []byte // compressed
 }
@@ -160,10 +160,10 @@ func (b *chunkBuffers) reset(parts int) (raws [][]byte, counts []int, seqs []uin
 }
 
 // appendAppChunks appends the chunks of one (day, app)'s rows, built in buf.
-func appendAppChunks(out []userChunk, rows []userRow, maxRaw int, buf *chunkBuffers) []userChunk {
+func appendAppChunks(out []userChunk, rows []Row, maxRaw int, buf *chunkBuffers) []userChunk {
 	bits := partBitsFor(len(rows))
 	raws, counts, seqs := buf.reset(1 << bits)
-	day, app := rows[0].day, rows[0].id.App()
+	day, app := rows[0].Day, rows[0].ID.App()
 	emit := func(p int) {
 		out = append(out, userChunk{day: day, app: app, part: uint16(bits<<8) | uint16(p), seq: seqs[p],
 			entries: counts[p], body: snappy.Encode(nil, raws[p])})
@@ -171,7 +171,7 @@ func appendAppChunks(out []userChunk, rows []userRow, maxRaw int, buf *chunkBuff
 		raws[p], counts[p] = raws[p][:0], 0
 	}
 	for i := range rows {
-		_, iface, user := rows[i].id.Split()
+		_, iface, user := rows[i].ID.Split()
 		p := int(partOf(user, bits) & 0xff)
 		raws[p] = appendUserEntry(raws[p], user, iface, rows[i].Counts)
 		counts[p]++

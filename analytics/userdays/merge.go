@@ -1,4 +1,4 @@
-package analytics
+package userdays
 
 import (
 	"bytes"
@@ -35,7 +35,7 @@ type mergeKey struct {
 // mergeEntry is one decoded entry: its user and interface as spans of raw.
 type mergeEntry struct {
 	user, iface rawSpan
-	Counts
+	usage.Counts
 }
 
 // rawSpan is raw[off : off+n].
@@ -84,7 +84,7 @@ func (m *chunkMerge) add(body []byte) error {
 // sort below, not by user name: readers take a chunk's entries in any
 // order. The chunks' bodies are new; the rest of m is reused by the next
 // merge.
-func (m *chunkMerge) chunks(day Day, app string, level uint8, maxRaw int) []userChunk {
+func (m *chunkMerge) chunks(day usage.Day, app string, level uint8, maxRaw int) []userChunk {
 	keys := m.sum()
 	if len(keys) == 0 {
 		return nil
