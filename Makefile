@@ -112,6 +112,14 @@ bench-hll: services
 bench-analytics-servers: services
 	$(GO) test -run '^$$' -bench 'BenchmarkFlushServerCPU' -benchtime 5x ./analytics/
 
+# The per-user figures stored plainly (a usage_user_daily row per app,
+# user, interface and day) against as chunks, in the same run on one private
+# MariaDB: its CPU an entry and the table's bytes (analytics/userdays,
+# Store.Write); ~15 minutes.
+.PHONY: bench-userdays-layout
+bench-userdays-layout: services
+	$(GO) test -run '^$$' -bench 'BenchmarkUserLayout' -benchtime 8x -timeout 60m ./analytics/userdays/
+
 # What plans cost a check: 10,000 apps on 3 plans with 1,000 overrides
 # against the same rules without plans, alternated (bench/plans.sh).
 .PHONY: bench-plans

@@ -7,10 +7,12 @@
 // every FlushEvery moves the counts into per-shard rows and upserts them
 // into MySQL, one transaction per shard, handing the users to uniques
 // (uniques.go: Redis HyperLogLogs, their registers saved to MySQL) and the
-// per-user rows to userFigures (users.go, userchunk.go: compressed chunks
+// per-user rows to userdays.Store (package userdays: compressed chunks
 // per (day, app)); Stats (stats.go) answers the figures, MySQL's plus what
 // is still in memory; Rollup (rollup.go) is the scheduled job that rolls
-// curve points up and merges and seals the per-user chunks.
+// curve points up and merges and seals the per-user chunks. Throttled
+// (package throttled) keeps who is throttled; package usage holds what the
+// parts share.
 //
 // Exactly once: a transaction that fails before COMMIT is rolled back and
 // its rows stay pending; a COMMIT whose answer is lost is resolved by
@@ -30,8 +32,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-platform/quota/analytics/throttled"
+	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/analytics/userdays"
 	"github.com/quota-platform/quota/clock"
 )
+
+// DefaultFlushDuty is the share of wall time a periodic flush works while it
+// is within its budget (Options.FlushDuty; usage.Pacer).
+const DefaultFlushDuty = 0.25
 
 // Options configure analytics. DBs and Redis are required.
 type Options struct {
@@ -76,8 +85,8 @@ type Options struct {
 	// than in each of the minute's flushes. Flush and Close write
 	// everything.
 	HoldOpenMinute bool
-	// Throttled bounds the who-is-throttled summaries (throttled.go).
-	Throttled ThrottledOptions
+	// Throttled bounds the who-is-throttled summaries (package throttled).
+	Throttled throttled.Options
 }
 
 // withDefaults is o with every unset setting at its default, or an error
@@ -126,7 +135,7 @@ type Analytics struct {
 	Rollup   *Rollup   // the scheduled job (QUOTA_ROLLUP_SCHEDULE)
 	// Throttled: the most denied identities per (day, app, rule); Denied
 	// on the check path (denials only), Run for its flushes.
-	Throttled *Throttled
+	Throttled *throttled.Throttled
 }
 
 // New wires analytics' parts on o's servers. It starts nothing: call
@@ -137,46 +146,34 @@ func New(o Options) (*Analytics, error) {
 		return nil, err
 	}
 	met := newCollectors(o.Registerer)
-	dbs := shards(o.DBs)
+	dbs := usage.Shards(o.DBs)
 	rec := newRecorder(o, met)
 	uniq := newUniques(o, dbs, met)
-	users := &userFigures{perStatement: o.RowsPerStatement, duty: o.FlushDuty, met: met}
+	users := userdays.NewStore(o.RowsPerStatement, o.FlushDuty, met.rowsWritten, met.statements)
 	flusher := newFlusher(o, dbs, rec, uniq, users, met)
 	return &Analytics{
 		Recorder:  rec,
 		Flusher:   flusher,
-		Stats:     &Stats{clk: o.Clock, days: Days{o.Location}, dbs: dbs, rec: rec, flusher: flusher, uniq: uniq, users: users},
-		Rollup:    &Rollup{clk: o.Clock, days: Days{o.Location}, dbs: dbs, users: users, uniq: uniq},
-		Throttled: newThrottled(o.Clock, Days{o.Location}, dbs, o.Throttled, o.Registerer),
+		Stats:     &Stats{clk: o.Clock, days: Days{Loc: o.Location}, dbs: dbs, rec: rec, flusher: flusher, uniq: uniq, users: users},
+		Rollup:    &Rollup{clk: o.Clock, days: Days{Loc: o.Location}, dbs: dbs, users: users, uniq: uniq},
+		Throttled: throttled.New(o.Clock, Days{Loc: o.Location}, dbs, o.Throttled, o.Registerer),
 	}, nil
 }
 
-// shards are the MySQL shards, an app's on shards[ShardIndex(app, n)].
-type shards []*sql.DB
+// The figures' vocabulary is package usage's, which analytics' parts
+// share; these names keep it in analytics' API.
+type (
+	Counts = usage.Counts // the figures of one aggregate
+	Day    = usage.Day    // a civil date
+	Days   = usage.Days   // the days of the analytics' time zone
+)
 
-func (s shards) of(app string) *sql.DB { return s[ShardIndex(app, len(s))] }
+// DayOf is the UTC day of t.
+func DayOf(t time.Time) Day { return usage.DayOf(t) }
 
-// Counts are the figures of one aggregate.
-type Counts struct {
-	Calls, Allowed, Denied int64
-}
+// ParseDay reads YYYY-MM-DD.
+func ParseDay(s string) (Day, error) { return usage.ParseDay(s) }
 
-func (c *Counts) add(o Counts) {
-	c.Calls += o.Calls
-	c.Allowed += o.Allowed
-	c.Denied += o.Denied
-}
-
-func (c *Counts) sub(o Counts) {
-	c.Calls -= o.Calls
-	c.Allowed -= o.Allowed
-	c.Denied -= o.Denied
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
-}
+// ShardIndex is the MySQL shard (0…shards-1) of an app's analytics rows
+// (usage.ShardIndex).
+func ShardIndex(appID string, shards int) int { return usage.ShardIndex(appID, shards) }

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/analytics"
+	"github.com/quota-platform/quota/analytics/usage"
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/testenv"
 )
@@ -766,11 +767,11 @@ func TestShardIndexStable(t *testing.T) {
 	// Pinned values: changing the hash would move every app's rows.
 	for app, want := range map[string]int{"a1": 1, "app-7": 0, "": 1} {
 		if got := analytics.ShardIndex(app, 2); got != want {
-			t.Errorf("ShardIndex(%q, 2) = %d, want %d", app, got, want)
+			t.Errorf("usage.ShardIndex(%q, 2) = %d, want %d", app, got, want)
 		}
 	}
-	if analytics.FNV1a64("") != 14695981039346656037 || analytics.FNV1a64("a") != 0xaf63dc4c8601ec8c {
-		t.Fatalf("FNV-1a 64 of \"a\" = %#x", analytics.FNV1a64("a"))
+	if usage.FNV1a64("") != 14695981039346656037 || usage.FNV1a64("a") != 0xaf63dc4c8601ec8c {
+		t.Fatalf("FNV-1a 64 of \"a\" = %#x", usage.FNV1a64("a"))
 	}
 	if analytics.ShardIndex("anything", 1) != 0 {
 		t.Fatal("one shard")

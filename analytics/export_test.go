@@ -1,6 +1,10 @@
 package analytics
 
-import "context"
+import (
+	"context"
+
+	"github.com/quota-platform/quota/analytics/userdays"
+)
 
 // Test helpers of this package that the external tests (package
 // analytics_test) use too.
@@ -8,7 +12,7 @@ var (
 	BenchNames     = benchNames
 	NewXorshift    = newXorshift
 	NewUniformLoad = newUniformLoad
-	EachUserEntry  = eachUserEntry
+	EachUserEntry  = userdays.EachEntry
 )
 
 // PeriodicFlush is one of Run's flushes, unpaced.

@@ -12,12 +12,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/analytics/userdays"
 	"github.com/quota-platform/quota/clock"
 )
 
 // Flusher moves the Recorder's counts into per-shard rows (rows.go) and
 // writes them: the day and curve figures as upserts, the per-user figures
-// through userFigures, the distinct users through uniques.
+// through userdays.Store, the distinct users through uniques.
 type Flusher struct {
 	opt   Options
 	clk   clock.Clock
@@ -25,7 +27,7 @@ type Flusher struct {
 	met   *collectors
 	rec   *Recorder
 	uniq  *uniques
-	users *userFigures
+	users *userdays.Store
 
 	// mu orders readers (Stats, in readRows) against the flusher's moves
 	// of rows from the Recorder to the shards and from the shards to
@@ -72,7 +74,7 @@ type batch struct {
 	rows *rowset
 }
 
-func newFlusher(o Options, dbs shards, rec *Recorder, uniq *uniques, users *userFigures, met *collectors) *Flusher {
+func newFlusher(o Options, dbs usage.Shards, rec *Recorder, uniq *uniques, users *userdays.Store, met *collectors) *Flusher {
 	f := &Flusher{opt: o, clk: o.Clock, log: o.Log, met: met, rec: rec, uniq: uniq, users: users,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	for _, db := range dbs {
@@ -101,7 +103,7 @@ func (f *Flusher) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		fctx, cancel := context.WithTimeout(ctx, max(f.opt.FlushEvery, 30*time.Second))
-		pace := newPacer(f.opt.FlushDuty, time.Now().Add(f.opt.FlushEvery/2), f.stop)
+		pace := usage.NewPacer(f.opt.FlushDuty, time.Now().Add(f.opt.FlushEvery/2), f.stop)
 		if err := f.flush(fctx, false, pace, f.periodicHold()); err != nil {
 			f.log.Warn("analytics flush failed; rows kept for the next flush", "err", err)
 		}
@@ -146,7 +148,7 @@ func (f *Flusher) readRows(fn func() error) error {
 // unwritten are the rows of app's shard not known to be in MySQL (caller
 // in readRows).
 func (f *Flusher) unwritten(app string) []*rowset {
-	return f.shards[ShardIndex(app, len(f.shards))].unwritten()
+	return f.shards[usage.ShardIndex(app, len(f.shards))].unwritten()
 }
 
 // unwrittenApps adds to set the apps of the rows not known to be in MySQL.
@@ -169,7 +171,7 @@ const writeAll int64 = math.MaxInt64
 // to Redis and writes every shard's pending rows but the day and curve
 // figures of minutes from hold on (writeAll: none). final also persists
 // every touched HyperLogLog (Close). pace (nil: flat out) spreads the work.
-func (f *Flusher) flush(ctx context.Context, final bool, pace *pacer, hold int64) error {
+func (f *Flusher) flush(ctx context.Context, final bool, pace *usage.Pacer, hold int64) error {
 	f.flushing.Lock()
 	defer f.flushing.Unlock()
 	start := time.Now()
@@ -197,7 +199,7 @@ func (f *Flusher) flush(ctx context.Context, final bool, pace *pacer, hold int64
 // swapLive empties the Recorder's maps into the shards' pending rows and
 // hands their users to uniques, each map under mu (a reader sees each call
 // once: still in the Recorder or already pending), resting between maps.
-func (f *Flusher) swapLive(ctx context.Context, pace *pacer) {
+func (f *Flusher) swapLive(ctx context.Context, pace *usage.Pacer) {
 	// Only the flusher changes what the shards hold: no lock to count.
 	held := make([]int, len(f.shards))
 	for i, s := range f.shards {
@@ -222,7 +224,7 @@ func (f *Flusher) swapLive(ctx context.Context, pace *pacer) {
 		f.mu.Unlock()
 		clear(f.adds) // no row ids kept alive
 		f.rec.putBack(i, rows)
-		pace.rest(ctx)
+		pace.Rest(ctx)
 	}
 	if lost > 0 {
 		f.met.dropped.Add(float64(lost))
@@ -241,11 +243,11 @@ func (f *Flusher) fold(rows liveRows, held []int, lost *int64, adds []userAdd) [
 	n := len(f.shards)
 	for i, k := range rows.keys {
 		c := rows.counts[i]
-		app, iface, user := k.id.split()
-		appHash := FNV1a64(app)
+		app, iface, user := k.id.Split()
+		appHash := usage.FNV1a64(app)
 		si := int(appHash % uint64(n)) // ShardIndex
 		p := f.shards[si].pending
-		day := Days{f.opt.Location}.OfUnix(k.min)
+		day := Days{Loc: f.opt.Location}.OfUnix(k.min)
 		dk := dailyKey{app: app, iface: iface, day: day}
 		// One probe finds the day's row, its minutes and its app's user rows.
 		pd := p.daily[dk]
@@ -263,7 +265,7 @@ func (f *Flusher) fold(rows liveRows, held []int, lost *int64, adds []userAdd) [
 		if user == "" {
 			continue
 		}
-		p.addUser(d.users, newUserRow(userKey{id: k.id, day: day}, c))
+		p.addUser(d.users, userdays.NewRow(userdays.Key{ID: k.id, Day: day}, c))
 		adds = append(adds, userAdd{group: groupOf(appHash, day, iface), id: k.id, day: day})
 	}
 	return adds
@@ -271,12 +273,12 @@ func (f *Flusher) fold(rows liveRows, held []int, lost *int64, adds []userAdd) [
 
 // writeShards writes every shard's pending rows, the shards at once, so a
 // shard that hangs does not hold the others back.
-func (f *Flusher) writeShards(ctx context.Context, pace *pacer, hold int64) []error {
+func (f *Flusher) writeShards(ctx context.Context, pace *usage.Pacer, hold int64) []error {
 	errs := make([]error, len(f.shards))
 	var wg sync.WaitGroup
 	for i := range f.shards {
 		wg.Add(1)
-		shardPace := pace.share(len(f.shards))
+		shardPace := pace.Share(len(f.shards))
 		go func() {
 			defer wg.Done()
 			if err := f.writeShard(ctx, i, shardPace, hold); err != nil {
@@ -290,7 +292,7 @@ func (f *Flusher) writeShards(ctx context.Context, pace *pacer, hold int64) []er
 
 // writeShard resolves the shard's uncertain batches, then writes its
 // pending rows (but the held minutes) in one transaction.
-func (f *Flusher) writeShard(ctx context.Context, i int, pace *pacer, hold int64) error {
+func (f *Flusher) writeShard(ctx context.Context, i int, pace *usage.Pacer, hold int64) error {
 	sh := f.shards[i]
 	for len(sh.uncertain) > 0 {
 		b := sh.uncertain[0]
@@ -381,28 +383,28 @@ const addCounts = " ON DUPLICATE KEY UPDATE calls = calls + VALUES(calls), allow
 
 // The tables the flush upserts, their columns in INSERT order.
 var (
-	seriesTable = insertTable{name: "usage_series", cols: "app_id, res, t, interface_id, calls, allowed, denied", suffix: addCounts}
-	dailyTable  = insertTable{name: "usage_daily", cols: "app_id, day, interface_id, calls, allowed, denied", suffix: addCounts}
+	seriesTable = usage.InsertTable{Name: "usage_series", Cols: "app_id, res, t, interface_id, calls, allowed, denied", Suffix: addCounts}
+	dailyTable  = usage.InsertTable{Name: "usage_daily", Cols: "app_id, day, interface_id, calls, allowed, denied", Suffix: addCounts}
 )
 
 // writeRows writes p's rows in tx and returns the rows written by table.
-func (f *Flusher) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, batchID [16]byte, pace *pacer) (map[string]int, error) {
+func (f *Flusher) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, batchID [16]byte, pace *usage.Pacer) (map[string]int, error) {
 	written := map[string]int{}
 	// Rows go in primary-key order: concurrent writers (other quotads) lock
 	// them in the same order and do not deadlock.
 	daily := p.dailyRows()
 	series := seriesRows(daily)
-	err := insertRows(ctx, tx, pace, f.met, f.opt.RowsPerStatement, seriesTable, len(series), nil, func(args []any, i int) []any {
+	err := usage.InsertRows(ctx, tx, pace, f.met.statements, f.opt.RowsPerStatement, seriesTable, len(series), nil, func(args []any, i int) []any {
 		s := &series[i]
 		return append(args, s.app, int64(Res1m), s.t, s.iface, s.Calls, s.Allowed, s.Denied)
 	})
 	if err != nil {
 		return nil, err
 	}
-	written[seriesTable.name] = len(series)
+	written[seriesTable.Name] = len(series)
 	// Kept: a Day.String() a row costs 1.5 % (BenchmarkRecordAndPeriodicFlush, GOGC=off) of a 1.1× budget.
 	day, dayText := Day(0), ""
-	err = insertRows(ctx, tx, pace, f.met, f.opt.RowsPerStatement, dailyTable, len(daily), nil, func(args []any, i int) []any {
+	err = usage.InsertRows(ctx, tx, pace, f.met.statements, f.opt.RowsPerStatement, dailyTable, len(daily), nil, func(args []any, i int) []any {
 		d := &daily[i]
 		if dayText == "" || d.day != day {
 			day, dayText = d.day, d.day.String()
@@ -412,12 +414,17 @@ func (f *Flusher) writeRows(ctx context.Context, tx *sql.Tx, p *rowset, batchID 
 	if err != nil {
 		return nil, err
 	}
-	written[dailyTable.name] = len(daily)
-	n, err := f.users.write(ctx, tx, pace, p, &f.mu, batchID)
+	written[dailyTable.Name] = len(daily)
+	// Each group is sorted under mu: readers range over its rows.
+	n, err := f.users.Write(ctx, tx, pace, p.userGroups(), func(g *userdays.Group) {
+		f.mu.Lock()
+		p.sortGroup(g)
+		f.mu.Unlock()
+	}, batchID)
 	if err != nil {
 		return nil, err
 	}
-	written[todayChunks.name] = n
+	written[userdays.ChunksTable] = n
 	return written, nil
 }
 

@@ -3,6 +3,8 @@ package analytics
 import (
 	"fmt"
 	"testing"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // The HyperLogLogs' Redis keys keep the format that earlier versions wrote
@@ -10,11 +12,11 @@ import (
 func TestRedisKeyFormat(t *testing.T) {
 	t.Parallel()
 	viaFmt := func(prefix string, k hllKey) string {
-		s := prefix + fmt.Sprintf("hll:{%016x}:%d:", FNV1a64(k.app), int64(k.day))
+		s := prefix + fmt.Sprintf("hll:{%016x}:%d:", usage.FNV1a64(k.app), int64(k.day))
 		if k.scope == scopeApp {
 			return s + "a"
 		}
-		return s + fmt.Sprintf("i:%016x%016x", FNV1a64(k.iface), FNV1a64("\x00"+k.iface))
+		return s + fmt.Sprintf("i:%016x%016x", usage.FNV1a64(k.iface), usage.FNV1a64("\x00"+k.iface))
 	}
 	cases := []struct {
 		prefix string
@@ -42,13 +44,13 @@ func TestPFADD_InterfacesWhoseGroupsCollideKeepTheirOwnUsers(t *testing.T) {
 	var a, b string
 	for i := 0; b == ""; i++ {
 		name := fmt.Sprintf("if.%d", i)
-		h := FNV1a64(name) & (1<<24 - 1)
+		h := usage.FNV1a64(name) & (1<<24 - 1)
 		if other, ok := seen[h]; ok {
 			a, b = other, name
 		}
 		seen[h] = name
 	}
-	if groupOf(FNV1a64("app"), 20415, a) != groupOf(FNV1a64("app"), 20415, b) {
+	if groupOf(usage.FNV1a64("app"), 20415, a) != groupOf(usage.FNV1a64("app"), 20415, b) {
 		t.Fatal("the two interfaces' groups differ: the test cannot tell")
 	}
 	r, _, clk := newShardRecorder(t)

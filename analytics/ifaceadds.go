@@ -4,6 +4,8 @@ import (
 	"math"
 	"strings"
 	"unsafe"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // ifaceAdds are the distinct-user adds waiting for the interface pass,
@@ -37,12 +39,12 @@ func (q *ifaceAdds) add(a *userAdd) bool {
 }
 
 // id is the id of add i: a string over buf, valid until the next reset.
-func (q *ifaceAdds) id(i int) rowID {
+func (q *ifaceAdds) id(i int) usage.RowID {
 	a := &q.adds[i]
 	if a.n == 0 {
 		return ""
 	}
-	return rowID(unsafe.String(&q.buf[a.off], int(a.n)))
+	return usage.RowID(unsafe.String(&q.buf[a.off], int(a.n)))
 }
 
 // view appends adds lo to hi to v as userAdds whose ids lie over buf (clear
@@ -65,7 +67,7 @@ func (q *ifaceAdds) pending(k hllKey, last Day, extra map[hllKey][]string) {
 		if day < k.day || day > last {
 			continue
 		}
-		if app, iface, user := q.id(i).split(); app == k.app && iface == k.iface {
+		if app, iface, user := q.id(i).Split(); app == k.app && iface == k.iface {
 			dk := k
 			dk.day = day
 			extra[dk] = append(extra[dk], strings.Clone(user))

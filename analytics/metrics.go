@@ -1,6 +1,10 @@
 package analytics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quota-platform/quota/analytics/userdays"
+)
 
 type collectors struct {
 	rowsWritten  *prometheus.CounterVec // table
@@ -48,7 +52,7 @@ func newCollectors(reg prometheus.Registerer) *collectors {
 	}
 	// Every table's series and both scopes exist from the start (at 0),
 	// so that the dashboard shows zeros before the first flush.
-	for _, t := range []string{seriesTable.name, dailyTable.name, todayChunks.name, sealedChunks.name, "usage_uniques"} {
+	for _, t := range []string{seriesTable.Name, dailyTable.Name, userdays.ChunksTable, userdays.SealedTable, "usage_uniques"} {
 		c.rowsWritten.WithLabelValues(t)
 		c.statements.WithLabelValues(t)
 	}

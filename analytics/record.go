@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/quota-platform/quota/analytics/usage"
 	"github.com/quota-platform/quota/clock"
 )
 
@@ -42,8 +43,8 @@ func (r *liveRows) each(f func(k liveKey, c Counts)) {
 }
 
 type liveKey struct {
-	id  rowID // a copy of the call's app, interface and user (not the request's strings)
-	min int64 // Unix seconds of the minute's start
+	id  usage.RowID // a copy of the call's app, interface and user (not the request's strings)
+	min int64       // Unix seconds of the minute's start
 }
 
 type liveShard struct {
@@ -67,7 +68,7 @@ func newRecorder(o Options, met *collectors) *Recorder {
 // Record adds one decided call. It never blocks on I/O: it takes one of
 // many small locks for a map update.
 func (r *Recorder) Record(appID, interfaceID, userID string, allowed bool) {
-	m := floorDiv(r.clk.Now().Unix(), 60) * 60
+	m := usage.FloorDiv(r.clk.Now().Unix(), 60) * 60
 	if !r.record(m, appID, interfaceID, userID, allowed) {
 		r.dropped.Inc()
 	}
@@ -79,16 +80,16 @@ func (r *Recorder) record(m int64, appID, interfaceID, userID string, allowed bo
 	// The id is built on the stack: a call to an existing row allocates
 	// nothing, a new row copies its id.
 	var buf [192]byte
-	id := appendRowID(buf[:0], appID, interfaceID, userID)
+	id := usage.AppendRowID(buf[:0], appID, interfaceID, userID)
 	s := &r.shards[maphash.Bytes(r.seed, id)&r.mask]
 	s.mu.Lock()
-	i, ok := s.rows.index[liveKey{id: rowID(id), min: m}]
+	i, ok := s.rows.index[liveKey{id: usage.RowID(id), min: m}]
 	if !ok {
 		if len(s.rows.keys) >= r.maxPer {
 			s.mu.Unlock()
 			return false
 		}
-		k := liveKey{id: rowID(id), min: m}
+		k := liveKey{id: usage.RowID(id), min: m}
 		i = int32(len(s.rows.keys))
 		s.rows.index[k] = i
 		s.rows.keys = append(s.rows.keys, k)
@@ -131,7 +132,7 @@ func (r *Recorder) scan(app string, f func(k liveKey, c Counts)) {
 		s := &r.shards[i]
 		s.mu.Lock()
 		s.rows.each(func(k liveKey, c Counts) {
-			if k.id.app() == app {
+			if k.id.App() == app {
 				f(k, c)
 			}
 		})
@@ -145,7 +146,7 @@ func (r *Recorder) apps(set map[string]struct{}) {
 		s := &r.shards[i]
 		s.mu.Lock()
 		for _, k := range s.rows.keys {
-			set[k.id.app()] = struct{}{}
+			set[k.id.App()] = struct{}{}
 		}
 		s.mu.Unlock()
 	}

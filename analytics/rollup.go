@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/analytics/userdays"
 	"github.com/quota-platform/quota/clock"
 )
 
@@ -28,8 +30,8 @@ var rollSteps = []rollStep{
 type Rollup struct {
 	clk   clock.Clock
 	days  Days
-	dbs   shards
-	users *userFigures
+	dbs   usage.Shards
+	users *userdays.Store
 	uniq  *uniques
 }
 
@@ -37,7 +39,7 @@ type Rollup struct {
 type RollupResult struct {
 	Periods    int   // transactions that moved points
 	Moved      int64 // fine points folded into coarse ones (and deleted)
-	SealedDays int   // (day, app) pairs of finished days whose user chunks were sealed (userfold.go)
+	SealedDays int   // (day, app) pairs of finished days whose user chunks were sealed (userdays.Store.Seal)
 	UserMerges int   // merges of today's user chunks: one per app and level merged
 }
 
@@ -85,7 +87,7 @@ func (r *Rollup) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (Ro
 	}
 	lock := "quota_rollup:" + dbName.String
 	if len(lock) > 64 {
-		lock = fmt.Sprintf("quota_rollup:%016x", FNV1a64(dbName.String))
+		lock = fmt.Sprintf("quota_rollup:%016x", usage.FNV1a64(dbName.String))
 	}
 	var got sql.NullInt64
 	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 10)", lock).Scan(&got); err != nil {
@@ -122,12 +124,12 @@ func (r *Rollup) rollupShard(ctx context.Context, db *sql.DB, now time.Time) (Ro
 	// Today's merges first, and each step whatever the others' errors: a
 	// day that cannot be sealed (a corrupt chunk) fails every run.
 	var errs []error
-	merges, err := r.users.merge(ctx, conn, today)
+	merges, err := r.users.Merge(ctx, conn, today)
 	res.UserMerges = merges
 	if err != nil {
 		errs = append(errs, err)
 	}
-	sealed, err := r.users.seal(ctx, conn, today)
+	sealed, err := r.users.Seal(ctx, conn, today)
 	res.SealedDays = sealed
 	if err != nil {
 		errs = append(errs, err)

@@ -2,13 +2,14 @@ package analytics
 
 import (
 	"cmp"
-	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 	"unique"
+
+	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/analytics/userdays"
 )
 
 // Resolution is the width of a curve point.
@@ -59,9 +60,9 @@ func ParseResolution(s string) (Resolution, bool) {
 // Floor is the start (Unix seconds) of the point holding Unix time t.
 func (r Resolution) Floor(t int64) int64 {
 	if r == Res1w {
-		return floorDiv(t-weekOffset, int64(r))*int64(r) + weekOffset
+		return usage.FloorDiv(t-weekOffset, int64(r))*int64(r) + weekOffset
 	}
-	return floorDiv(t, int64(r)) * int64(r)
+	return usage.FloorDiv(t, int64(r)) * int64(r)
 }
 
 // ResolutionFor is the resolution of a curve whose oldest point is at from,
@@ -79,46 +80,6 @@ func ResolutionFor(from, now time.Time) Resolution {
 	return Res1w
 }
 
-// Day is a civil date as days since 1970-01-01: which instants it holds
-// depends on the time zone (Days).
-type Day int64
-
-// DayOf is the UTC day of t.
-func DayOf(t time.Time) Day { return Day(floorDiv(t.Unix(), 86400)) }
-
-// Days tells the days of the analytics' time zone (QUOTA_TIMEZONE): a
-// time's Day is its date there, so a day that springs forward holds 23
-// hours of calls and one that falls back 25.
-type Days struct {
-	Loc *time.Location // nil: UTC
-}
-
-// Of is the Day of t.
-func (z Days) Of(t time.Time) Day {
-	if z.Loc == nil || z.Loc == time.UTC {
-		return DayOf(t)
-	}
-	_, off := t.In(z.Loc).Zone()
-	return Day(floorDiv(t.Unix()+int64(off), 86400))
-}
-
-// OfUnix is the Day of the Unix second sec.
-func (z Days) OfUnix(sec int64) Day { return z.Of(time.Unix(sec, 0)) }
-
-// ParseDay reads YYYY-MM-DD.
-func ParseDay(s string) (Day, error) {
-	t, err := time.Parse(time.DateOnly, s)
-	if err != nil || t.Format(time.DateOnly) != s {
-		return 0, fmt.Errorf("date %q: want YYYY-MM-DD", s)
-	}
-	return DayOf(t), nil
-}
-
-// Time is the day's first instant.
-func (d Day) Time() time.Time { return time.Unix(int64(d)*86400, 0).UTC() }
-
-func (d Day) String() string { return d.Time().Format(time.DateOnly) }
-
 // seriesRow is a usage_series row of a 1-minute point.
 type seriesRow struct {
 	app, iface string
@@ -131,60 +92,6 @@ type dailyKey struct {
 	day        Day
 }
 
-type userKey struct {
-	id  rowID // app, interface and user
-	day Day
-}
-
-// userRow is a per-user figure of a flush, to write in a chunk.
-type userRow struct {
-	userKey
-	Counts
-	// userHead, the user's first 8 bytes big-endian, ends most comparisons.
-	// Kept: without it 11 % more (BenchmarkRecordAndFlush, GOGC=off).
-	userHead uint64
-}
-
-func newUserRow(k userKey, c Counts) userRow {
-	var b [8]byte
-	copy(b[:], k.id.user())
-	return userRow{userKey: k, Counts: c, userHead: binary.BigEndian.Uint64(b[:])}
-}
-
-// The user rows are written in the order of the chunks' primary key (day,
-// app, then user and interface), so that two quotads' transactions never
-// lock chunk rows in opposite orders (no deadlock).
-func compareAppDays(a, b appDay) int {
-	return cmp.Or(cmp.Compare(a.day, b.day), strings.Compare(a.app, b.app))
-}
-
-// compareGroupRows orders rows of one (day, app) by user, then interface.
-func compareGroupRows(a, b *userRow) int {
-	if c := cmp.Compare(a.userHead, b.userHead); c != 0 {
-		return c
-	}
-	_, aIface, aUser := a.id.split()
-	_, bIface, bUser := b.id.split()
-	if c := strings.Compare(aUser, bUser); c != 0 {
-		return c
-	}
-	return strings.Compare(aIface, bIface)
-}
-
-// appDay is the (app, day) of a group of user rows: a flush writes each
-// group as its own chunks.
-type appDay struct {
-	app string
-	day Day
-}
-
-// userGroup is the user rows of one (app, day), in the order added until
-// the write sorts them.
-type userGroup struct {
-	appDay
-	rows []userRow
-}
-
 // rowset is a set of rows to write. The per-user rows are lists per (app,
 // day), sorted and summed by the write; nUsers counts them unsummed (the
 // pending bound errs on the safe side). The usage_daily and usage_series
@@ -192,7 +99,7 @@ type userGroup struct {
 // the (app, day)'s user rows: one map probe per row folded.
 type rowset struct {
 	daily   map[dailyKey]*ifaceDay
-	users   map[appDay]*userGroup
+	users   map[userdays.AppDay]*userdays.Group
 	nSeries int // minutes held in daily's ifaceDays
 	nUsers  int
 }
@@ -202,7 +109,7 @@ type rowset struct {
 type ifaceDay struct {
 	Counts
 	mins  []minuteCounts  // in the order first added: nearly always ascending
-	users *userGroup      // the (app, day)'s user rows
+	users *userdays.Group // the (app, day)'s user rows
 	first [2]minuteCounts // mins' first backing array: a flush's calls fall in one or two minutes
 	names canonicalNames  // keeps the key's names canonical while the row lives
 }
@@ -236,16 +143,16 @@ func (d *ifaceDay) newRows(t int64) int {
 }
 
 func newRowset() *rowset {
-	return &rowset{daily: map[dailyKey]*ifaceDay{}, users: map[appDay]*userGroup{}}
+	return &rowset{daily: map[dailyKey]*ifaceDay{}, users: map[userdays.AppDay]*userdays.Group{}}
 }
 
 // next returns an empty rowset with room for as many rows as r holds: the
 // next flush will likely hold as many.
 func (r *rowset) next() *rowset {
-	n := &rowset{daily: make(map[dailyKey]*ifaceDay, len(r.daily)), users: make(map[appDay]*userGroup, len(r.users))}
+	n := &rowset{daily: make(map[dailyKey]*ifaceDay, len(r.daily)), users: make(map[userdays.AppDay]*userdays.Group, len(r.users))}
 	for k, g := range r.users {
-		if len(g.rows) > 0 {
-			n.users[k] = &userGroup{appDay: k, rows: make([]userRow, 0, len(g.rows)+len(g.rows)/4)}
+		if len(g.Rows) > 0 {
+			n.users[k] = &userdays.Group{AppDay: k, Rows: make([]userdays.Row, 0, len(g.Rows)+len(g.Rows)/4)}
 		}
 	}
 	return n
@@ -261,7 +168,7 @@ func (r *rowset) ifaceDay(k dailyKey, cur *ifaceDay) *ifaceDay {
 		return cur
 	}
 	names := internNames(&k.app, &k.iface)
-	d := &ifaceDay{users: r.group(appDay{app: k.app, day: k.day}), names: names}
+	d := &ifaceDay{users: r.group(userdays.AppDay{App: k.app, Day: k.day}), names: names}
 	d.mins = d.first[:0]
 	r.daily[k] = d
 	return d
@@ -284,9 +191,9 @@ func internNames(app, iface *string) canonicalNames {
 
 // add adds c to d's day and to its minute t.
 func (r *rowset) add(d *ifaceDay, t int64, c Counts) {
-	d.Counts.add(c)
+	d.Counts.Add(c)
 	if m := d.minute(t); m != nil {
-		m.add(c)
+		m.Add(c)
 		return
 	}
 	d.mins = append(d.mins, minuteCounts{t: t, Counts: c})
@@ -307,7 +214,7 @@ func (r *rowset) splitFrom(t0 int64) *rowset {
 				continue
 			}
 			out.add(out.ifaceDay(k, out.daily[k]), m.t, m.Counts)
-			d.Counts.sub(m.Counts)
+			d.Counts.Sub(m.Counts)
 			r.nSeries--
 		}
 		d.mins = kept
@@ -370,80 +277,39 @@ func seriesRows(daily []dailyRow) []seriesRow {
 }
 
 // group returns k's user rows, made if none.
-func (r *rowset) group(k appDay) *userGroup {
+func (r *rowset) group(k userdays.AppDay) *userdays.Group {
 	g := r.users[k]
 	if g == nil {
-		g = &userGroup{appDay: k}
+		g = &userdays.Group{AppDay: k}
 		r.users[k] = g
 	}
 	return g
 }
 
 // addUser appends a user row to g.
-func (r *rowset) addUser(g *userGroup, row userRow) {
-	g.rows = append(g.rows, row)
+func (r *rowset) addUser(g *userdays.Group, row userdays.Row) {
+	g.Rows = append(g.Rows, row)
 	r.nUsers++
 }
 
 // userGroups returns the groups that hold rows, in write order (their rows
 // unsorted: see sortGroup).
-func (r *rowset) userGroups() []*userGroup {
-	out := make([]*userGroup, 0, len(r.users))
+func (r *rowset) userGroups() []*userdays.Group {
+	out := make([]*userdays.Group, 0, len(r.users))
 	for _, g := range r.users {
-		if len(g.rows) > 0 {
+		if len(g.Rows) > 0 {
 			out = append(out, g)
 		}
 	}
-	slices.SortFunc(out, func(a, b *userGroup) int { return compareAppDays(a.appDay, b.appDay) })
+	slices.SortFunc(out, func(a, b *userdays.Group) int { return userdays.CompareAppDays(a.AppDay, b.AppDay) })
 	return out
 }
 
 // sortGroup sorts g's rows into write order and sums rows of equal keys.
-func (r *rowset) sortGroup(g *userGroup) {
-	n := len(g.rows)
-	g.rows = sortUserRows(g.rows)
-	r.nUsers -= n - len(g.rows)
-}
-
-// sortUserRows sorts rows into write order (compareGroupRows) and sums rows
-// of equal keys, in place, and returns them.
-func sortUserRows(rows []userRow) []userRow {
-	slices.SortFunc(rows, func(a, b userRow) int { return compareGroupRows(&a, &b) })
-	n := 0
-	for i := range rows {
-		if n > 0 && rows[n-1].userKey == rows[i].userKey {
-			rows[n-1].Counts.add(rows[i].Counts)
-			continue
-		}
-		rows[n] = rows[i]
-		n++
-	}
-	clear(rows[n:]) // drop the merged rows' ids
-	return rows[:n]
-}
-
-// userChunks sorts each (day, app)'s rows into write order and turns them
-// into chunks of about maxRaw bytes at most before compression, a group at
-// a time. Each sort holds mu: readers range over the rows.
-func (r *rowset) userChunks(mu sync.Locker, maxRaw int) []userChunk {
-	var out []userChunk
-	var buf chunkBuffers
-	for _, g := range r.userGroups() {
-		mu.Lock()
-		r.sortGroup(g)
-		mu.Unlock()
-		out = appendAppChunks(out, g.rows, maxRaw, &buf)
-	}
-	return out
-}
-
-// addTo adds c to the row at k.
-func addTo[K comparable](m map[K]*Counts, k K, c Counts) {
-	if cur := m[k]; cur != nil {
-		cur.add(c)
-		return
-	}
-	m[k] = &c
+func (r *rowset) sortGroup(g *userdays.Group) {
+	n := len(g.Rows)
+	g.Rows = userdays.SortRows(g.Rows)
+	r.nUsers -= n - len(g.Rows)
 }
 
 func (r *rowset) merge(o *rowset) {
@@ -455,7 +321,7 @@ func (r *rowset) merge(o *rowset) {
 	}
 	for k, og := range o.users {
 		g := r.group(k)
-		for _, row := range og.rows {
+		for _, row := range og.Rows {
 			r.addUser(g, row)
 		}
 	}

@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/analytics/userdays"
 )
 
 // A rowset holds one usage_series row per (app, interface, minute), one
@@ -36,20 +39,20 @@ func TestRowset_RowsPerMinuteDayAndUser(t *testing.T) {
 			rs := newRowset()
 			want := map[dailyKey]Counts{}
 			for _, cl := range c.calls {
-				k := dailyKey{app: cl.app, iface: cl.iface, day: Day(floorDiv(cl.t, 86400))}
+				k := dailyKey{app: cl.app, iface: cl.iface, day: Day(usage.FloorDiv(cl.t, 86400))}
 				before := rs.len()
 				grow := rs.daily[k].newRows(cl.t)
 				d := rs.ifaceDay(k, rs.daily[k])
 				rs.add(d, cl.t, Counts{Calls: 1, Allowed: 1})
 				if cl.user != "" {
-					rs.addUser(d.users, newUserRow(userKey{id: makeRowID(cl.app, cl.iface, cl.user), day: k.day}, Counts{Calls: 1, Allowed: 1}))
+					rs.addUser(d.users, userdays.NewRow(userdays.Key{ID: makeRowID(cl.app, cl.iface, cl.user), Day: k.day}, Counts{Calls: 1, Allowed: 1}))
 					grow++
 				}
 				if rs.len() != before+grow {
 					t.Fatalf("call %+v: %d rows after %d, newRows said %d more", cl, rs.len(), before, grow)
 				}
 				w := want[k]
-				w.add(Counts{Calls: 1, Allowed: 1})
+				w.Add(Counts{Calls: 1, Allowed: 1})
 				want[k] = w
 			}
 			check := func(rs *rowset, times int64) {
@@ -69,7 +72,7 @@ func TestRowset_RowsPerMinuteDayAndUser(t *testing.T) {
 				for k, d := range rs.daily {
 					var sum Counts
 					for _, m := range d.mins {
-						sum.add(m.Counts)
+						sum.Add(m.Counts)
 					}
 					if w := want[k]; d.Counts != (Counts{Calls: w.Calls * times, Allowed: w.Allowed * times}) || sum != d.Counts {
 						t.Errorf("%+v: day %+v, minutes sum to %+v, want %d calls", k, d.Counts, sum, w.Calls*times)

@@ -5,17 +5,20 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+
+	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/analytics/userdays"
 )
 
 // sortBenchRows are a flush's user rows of one (app, day) under make
 // bench's uniform keys: ~330 rows (a 15 s flush at ~22,000 checks/s over
 // 1,000 apps), users drawn from 100,000, interfaces from 50.
-func sortBenchRows(n int, x *xorshift) []userRow {
-	rows := make([]userRow, n)
+func sortBenchRows(n int, x *xorshift) []userdays.Row {
+	rows := make([]userdays.Row, n)
 	for i := range rows {
 		v := x.Next()
 		id := makeRowID("app-7", "iface."+strconv.Itoa(int(v>>10%50)), "user-"+strconv.Itoa(int(v>>20%100_000)))
-		rows[i] = newUserRow(userKey{id: id, day: 20415}, Counts{Calls: 1, Allowed: 1})
+		rows[i] = userdays.NewRow(userdays.Key{ID: id, Day: 20415}, Counts{Calls: 1, Allowed: 1})
 	}
 	return rows
 }
@@ -25,12 +28,12 @@ func sortBenchRows(n int, x *xorshift) []userRow {
 func BenchmarkSortGroupRows(b *testing.B) {
 	x := newXorshift()
 	src := sortBenchRows(330, &x)
-	rows := make([]userRow, len(src))
+	rows := make([]userdays.Row, len(src))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i += len(src) {
 		copy(rows, src)
-		sortUserRows(rows)
+		userdays.SortRows(rows)
 	}
 }
 
@@ -42,7 +45,7 @@ func BenchmarkSortUserAdds(b *testing.B) {
 	for i := range src {
 		v := x.Next()
 		app, iface := "app-"+strconv.Itoa(int(v%1000)), "iface."+strconv.Itoa(int(v>>10%50))
-		src[i] = userAdd{group: groupOf(FNV1a64(app), 20415, iface), id: makeRowID(app, iface, "user-"+strconv.Itoa(int(v>>20%100_000))), day: 20415}
+		src[i] = userAdd{group: groupOf(usage.FNV1a64(app), 20415, iface), id: makeRowID(app, iface, "user-"+strconv.Itoa(int(v>>20%100_000))), day: 20415}
 	}
 	q := make([]userAdd, len(src))
 	b.ReportAllocs()

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/analytics/userdays"
 	"github.com/quota-platform/quota/clock"
 )
 
@@ -54,11 +56,11 @@ const MaxPoints = 366 * 24 * 60
 type Stats struct {
 	clk     clock.Clock
 	days    Days
-	dbs     shards
+	dbs     usage.Shards
 	rec     *Recorder
 	flusher *Flusher
 	uniq    *uniques
-	users   *userFigures
+	users   *userdays.Store
 }
 
 // Now is analytics' clock.
@@ -103,30 +105,30 @@ func (s *Stats) day(ctx context.Context, k hllKey) (map[string]*Counts, map[hllK
 		args = append(args, k.iface)
 	}
 	err := s.flusher.readRows(func() error {
-		err := scanCounts(ctx, s.dbs.of(k.app), query, args, func(iface string, c Counts) { addTo(ifaces, iface, c) })
+		err := scanCounts(ctx, s.dbs.Of(k.app), query, args, func(iface string, c Counts) { usage.AddTo(ifaces, iface, c) })
 		if err != nil {
 			return fmt.Errorf("usage_daily of %q: %w", k.app, err)
 		}
 		for _, rs := range s.flusher.unwritten(k.app) {
 			if k.scope == scopeIface {
 				if d := rs.daily[dailyKey{app: k.app, iface: k.iface, day: k.day}]; d != nil {
-					addTo(ifaces, k.iface, d.Counts)
+					usage.AddTo(ifaces, k.iface, d.Counts)
 				}
 				continue
 			}
 			for dk, d := range rs.daily {
 				if dk.app == k.app && dk.day == k.day {
-					addTo(ifaces, dk.iface, d.Counts)
+					usage.AddTo(ifaces, dk.iface, d.Counts)
 				}
 			}
 		}
 		seen := map[string]struct{}{}
 		s.rec.scan(k.app, func(lk liveKey, c Counts) {
-			_, iface, user := lk.id.split()
+			_, iface, user := lk.id.Split()
 			if s.days.OfUnix(lk.min) != k.day || (k.scope == scopeIface && iface != k.iface) {
 				return
 			}
-			addTo(ifaces, iface, c)
+			usage.AddTo(ifaces, iface, c)
 			if _, ok := seen[user]; !ok && user != "" {
 				seen[user] = struct{}{}
 				users[k] = append(users[k], user)
@@ -138,30 +140,10 @@ func (s *Stats) day(ctx context.Context, k hllKey) (map[string]*Counts, map[hllK
 	return ifaces, users, err
 }
 
-// querier is a *sql.DB, *sql.Conn or *sql.Tx.
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-// eachRow runs query on db and calls f with each row.
-func eachRow(ctx context.Context, db querier, query string, args []any, f func(*sql.Rows) error) error {
-	rows, err := db.QueryContext(ctx, query, args...)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		if err := f(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
-}
-
 // scanCounts runs query on db, whose rows are a key and calls, allowed,
 // denied, and calls f with each row.
 func scanCounts[K any](ctx context.Context, db *sql.DB, query string, args []any, f func(K, Counts)) error {
-	return eachRow(ctx, db, query, args, func(rows *sql.Rows) error {
+	return usage.EachRow(ctx, db, query, args, func(rows *sql.Rows) error {
 		var k K
 		var c Counts
 		if err := rows.Scan(&k, &c.Calls, &c.Allowed, &c.Denied); err != nil {
@@ -177,7 +159,7 @@ func byInterface(ifaces map[string]*Counts) (Counts, []InterfaceCounts) {
 	var total Counts
 	var out []InterfaceCounts
 	for iface, c := range ifaces {
-		total.add(*c)
+		total.Add(*c)
 		out = append(out, InterfaceCounts{InterfaceID: iface, Counts: *c})
 	}
 	slices.SortFunc(out, func(a, b InterfaceCounts) int {
@@ -191,21 +173,21 @@ func (s *Stats) UserDay(ctx context.Context, app, user string, day Day) (UserDay
 	var out UserDayStats
 	ifaces := map[string]*Counts{}
 	err := s.flusher.readRows(func() error {
-		if err := s.users.stored(ctx, s.dbs.of(app), app, user, day, ifaces); err != nil {
+		if err := s.users.Stored(ctx, s.dbs.Of(app), app, user, day, ifaces); err != nil {
 			return err
 		}
 		for _, rs := range s.flusher.unwritten(app) {
-			if g := rs.users[appDay{app: app, day: day}]; g != nil {
-				for i := range g.rows {
-					if _, f, us := g.rows[i].id.split(); us == user {
-						addTo(ifaces, f, g.rows[i].Counts)
+			if g := rs.users[userdays.AppDay{App: app, Day: day}]; g != nil {
+				for i := range g.Rows {
+					if _, f, us := g.Rows[i].ID.Split(); us == user {
+						usage.AddTo(ifaces, f, g.Rows[i].Counts)
 					}
 				}
 			}
 		}
 		s.rec.scan(app, func(k liveKey, c Counts) {
-			if _, f, us := k.id.split(); us == user && s.days.OfUnix(k.min) == day {
-				addTo(ifaces, f, c)
+			if _, f, us := k.id.Split(); us == user && s.days.OfUnix(k.min) == day {
+				usage.AddTo(ifaces, f, c)
 			}
 		})
 		return nil
@@ -272,7 +254,7 @@ func (s *Stats) Series(ctx context.Context, q SeriesQuery) ([]Point, error) {
 		args = append(args, q.Interface)
 	}
 	err := s.flusher.readRows(func() error {
-		if err := scanCounts(ctx, s.dbs.of(q.App), query+" GROUP BY res, t", args, add); err != nil {
+		if err := scanCounts(ctx, s.dbs.Of(q.App), query+" GROUP BY res, t", args, add); err != nil {
 			return fmt.Errorf("usage_series of %q: %w", q.App, err)
 		}
 		for _, rs := range s.flusher.unwritten(q.App) {
@@ -285,7 +267,7 @@ func (s *Stats) Series(ctx context.Context, q SeriesQuery) ([]Point, error) {
 			}
 		}
 		s.rec.scan(q.App, func(k liveKey, c Counts) {
-			if !q.ByInterface || k.id.iface() == q.Interface {
+			if !q.ByInterface || k.id.Iface() == q.Interface {
 				add(k.min, c)
 			}
 		})
@@ -312,7 +294,7 @@ func (s *Stats) Uniques(ctx context.Context, app string, from, to Day) (int64, e
 		s.uniq.pending(hllKey{app: app, scope: scopeApp, day: from}, to, extra)
 		s.rec.scan(app, func(k liveKey, _ Counts) {
 			d := s.days.OfUnix(k.min)
-			if user := k.id.user(); user != "" && d >= from && d <= to {
+			if user := k.id.User(); user != "" && d >= from && d <= to {
 				hk := hllKey{app: app, scope: scopeApp, day: d}
 				extra[hk] = append(extra[hk], user)
 			}
@@ -328,7 +310,7 @@ func (s *Stats) Apps(ctx context.Context, limit int) ([]string, error) {
 	set := map[string]struct{}{}
 	since := (s.Today() - 31).String()
 	for i, db := range s.dbs {
-		err := eachRow(ctx, db, "SELECT DISTINCT app_id FROM usage_daily WHERE day >= ?", []any{since}, func(rows *sql.Rows) error {
+		err := usage.EachRow(ctx, db, "SELECT DISTINCT app_id FROM usage_daily WHERE day >= ?", []any{since}, func(rows *sql.Rows) error {
 			var a string
 			if err := rows.Scan(&a); err != nil {
 				return err

@@ -3,6 +3,9 @@ package analytics
 import (
 	"context"
 	"testing"
+
+	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/analytics/userdays"
 )
 
 // A flush whose COMMIT answer was lost is resolved by its batch id: a batch
@@ -26,7 +29,7 @@ func TestUncertainCommitResolvedByBatchID(t *testing.T) {
 		rs := newRowset()
 		c := Counts{Calls: n, Allowed: n}
 		rs.addCalls("app", "if", clk.Now().Unix(), c)
-		rs.addUser(rs.group(appDay{app: "app", day: day}), newUserRow(userKey{id: makeRowID("app", "if", "u"), day: day}, c))
+		rs.addUser(rs.group(userdays.AppDay{App: "app", Day: day}), userdays.NewRow(userdays.Key{ID: makeRowID("app", "if", "u"), Day: day}, c))
 		return rs
 	}
 	committed := &batch{id: [16]byte{1, 2, 3}, rows: mk(10)}
@@ -64,6 +67,6 @@ func TestUncertainCommitResolvedByBatchID(t *testing.T) {
 // addCalls adds c to the rows of (app, iface) at minute t (the flush
 // adds a fold's rows with ifaceDay and add).
 func (r *rowset) addCalls(app, iface string, t int64, c Counts) {
-	k := dailyKey{app: app, iface: iface, day: Day(floorDiv(t, 86400))}
+	k := dailyKey{app: app, iface: iface, day: Day(usage.FloorDiv(t, 86400))}
 	r.add(r.ifaceDay(k, r.daily[k]), t, c)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/golang/snappy"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-platform/quota/analytics/usage"
 	"github.com/quota-platform/quota/clock"
 )
 
@@ -39,7 +40,7 @@ type uniques struct {
 	clk clock.Clock
 	log *slog.Logger
 	rdb redis.UniversalClient
-	dbs shards
+	dbs usage.Shards
 	met *collectors
 
 	// mu orders readers (pending) against the moves of adds from queue to
@@ -57,7 +58,7 @@ type uniques struct {
 	sparseOnce    sync.Once // sets hll-sparse-max-bytes
 }
 
-func newUniques(o Options, dbs shards, met *collectors) *uniques {
+func newUniques(o Options, dbs usage.Shards, met *collectors) *uniques {
 	now := o.Clock.Now()
 	return &uniques{opt: o, clk: o.Clock, log: o.Log, rdb: o.Redis, dbs: dbs, met: met,
 		touched: map[hllKey]*touchedHLL{}, lastIfacePass: now, lastPersist: now}
@@ -83,21 +84,21 @@ type userAdd struct {
 	// bits, of the interface in the low 24 (a collision only splits a run).
 	// Kept: sorting by (day, id) costs 1,330 instructions an add more, 13–20 % of a flush (BenchmarkSortUserAdds).
 	group uint64
-	id    rowID // app, interface and user
+	id    usage.RowID // app, interface and user
 	day   Day
 }
 
 func groupOf(appHash uint64, day Day, iface string) uint64 {
 	const ifaceBits = 24
 	ad := (appHash ^ uint64(day)*0x9E3779B97F4A7C15) << ifaceBits
-	return ad | FNV1a64(iface)&(1<<ifaceBits-1)
+	return ad | usage.FNV1a64(iface)&(1<<ifaceBits-1)
 }
 
 // send sends the queued distinct users to their app-level HyperLogLogs
 // and moves them to the interface-level queue, whose users it sends when
 // the interface pass is due (always when all). PFADD is idempotent, so a
 // pipeline that failed is simply sent again.
-func (u *uniques) send(ctx context.Context, pace *pacer, all bool) error {
+func (u *uniques) send(ctx context.Context, pace *usage.Pacer, all bool) error {
 	u.sending.Lock()
 	defer u.sending.Unlock()
 	u.sparseLimit(ctx)
@@ -116,7 +117,7 @@ func (u *uniques) send(ctx context.Context, pace *pacer, all bool) error {
 // pfaddRuns sends the users of q (sorted by group) to their HyperLogLogs of
 // scope, in pipelines of whole runs of one key, resting after each as pace
 // says. It returns how many of q Redis has (a prefix).
-func (u *uniques) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope uint8) (int, error) {
+func (u *uniques) pfaddRuns(ctx context.Context, pace *usage.Pacer, q []userAdd, scope uint8) (int, error) {
 	now := u.clk.Now()
 	args := make([]any, 0, pfaddChunk)
 	// *string arguments: an any holding a string allocates, 3.8 % (BenchmarkRecordAndPeriodicFlush, GOGC=off).
@@ -137,7 +138,7 @@ func (u *uniques) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope
 			for lo := hi; lo < end; lo += pfaddChunk {
 				args = args[:0]
 				for i := lo; i < min(lo+pfaddChunk, end); i++ {
-					users[i] = q[i].id.user()
+					users[i] = q[i].id.User()
 					args = append(args, &users[i])
 				}
 				pipe.PFAdd(ctx, t.name, args...) // go-redis copies args
@@ -157,7 +158,7 @@ func (u *uniques) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope
 			u.touched[k].ttlSet = now
 		}
 		sent = hi
-		pace.rest(ctx)
+		pace.Rest(ctx)
 	}
 	return sent, nil
 }
@@ -165,7 +166,7 @@ func (u *uniques) pfaddRuns(ctx context.Context, pace *pacer, q []userAdd, scope
 // ifacePass sends the waiting adds to their interface-level HyperLogLogs,
 // viewed ifaceViewSize at a time (a view of a minute's adds would be tens
 // of MB for the collector), and empties the queue when Redis has them all.
-func (u *uniques) ifacePass(ctx context.Context, pace *pacer) error {
+func (u *uniques) ifacePass(ctx context.Context, pace *usage.Pacer) error {
 	now := u.clk.Now()
 	q := &u.ifaceQueue
 	u.mu.Lock() // readers scan the adds
@@ -194,7 +195,7 @@ const ifaceViewSize = 1 << 14
 // keys persist saves now that the day is over.
 func (u *uniques) ifaceDue(now time.Time) bool {
 	q := &u.ifaceQueue
-	return len(q.adds) > 0 && (now.Sub(u.lastIfacePass) >= u.opt.IfaceUsersEvery || q.minDay < (Days{u.opt.Location}).Of(now))
+	return len(q.adds) > 0 && (now.Sub(u.lastIfacePass) >= u.opt.IfaceUsersEvery || q.minDay < (Days{Loc: u.opt.Location}).Of(now))
 }
 
 // touchedHLL is a HyperLogLog added to since it was last persisted.
@@ -225,10 +226,10 @@ func (u *uniques) expireEvery() time.Duration { return min(time.Hour, u.opt.HLLT
 // id's prefix that names it (its fields are length-prefixed: ids with that
 // prefix name the same app and interface).
 func (a *userAdd) key(scope uint8) (hllKey, int) {
-	app, n := rowField(a.id, 0)
+	app, n := usage.RowField(a.id, 0)
 	k := hllKey{app: app, scope: scope, day: a.day}
 	if scope == scopeIface {
-		k.iface, n = rowField(a.id, n)
+		k.iface, n = usage.RowField(a.id, n)
 	}
 	return k, n
 }
@@ -262,12 +263,12 @@ func (u *uniques) pending(k hllKey, last Day, extra map[hllKey][]string) {
 	defer u.mu.RUnlock()
 	for i := range u.queue {
 		a := &u.queue[i]
-		if a.day < k.day || a.day > last || a.id.app() != k.app || (k.scope == scopeIface && a.id.iface() != k.iface) {
+		if a.day < k.day || a.day > last || a.id.App() != k.app || (k.scope == scopeIface && a.id.Iface() != k.iface) {
 			continue
 		}
 		dk := k
 		dk.day = a.day
-		extra[dk] = append(extra[dk], a.id.user())
+		extra[dk] = append(extra[dk], a.id.User())
 	}
 	if k.scope == scopeIface {
 		u.ifaceQueue.pending(k, last, extra)
@@ -301,11 +302,11 @@ func (u *uniques) persist(ctx context.Context, final, onlyDue bool) error {
 	if onlyDue && !final && now.Sub(u.lastPersist) < u.opt.PersistEvery {
 		return nil
 	}
-	today := Days{u.opt.Location}.Of(now)
+	today := Days{Loc: u.opt.Location}.Of(now)
 	byShard := make([][]hllKey, len(u.dbs))
 	for k := range u.touched {
 		if final || k.scope == scopeApp || k.day < today {
-			i := ShardIndex(k.app, len(u.dbs))
+			i := usage.ShardIndex(k.app, len(u.dbs))
 			byShard[i] = append(byShard[i], k)
 		}
 	}
@@ -436,13 +437,13 @@ func loadRegisterChunk(ctx context.Context, db *sql.DB, keys []hllKey, out map[h
 		q.WriteString("(app_id = ? AND day = ? AND scope = ? AND interface_id = ?)")
 		args = append(args, k.app, k.day.String(), k.scope, k.iface)
 	}
-	return eachRow(ctx, db, q.String(), args, func(rows *sql.Rows) error {
+	return usage.EachRow(ctx, db, q.String(), args, func(rows *sql.Rows) error {
 		var k hllKey
 		var day string
 		var h savedHLL
 		err := rows.Scan(&k.app, &day, &k.scope, &k.iface, &h.regs, &h.users)
 		if err == nil {
-			k.day, err = parseSQLDay(day)
+			k.day, err = usage.ParseSQLDay(day)
 		}
 		if err != nil {
 			return err
@@ -455,15 +456,6 @@ func loadRegisterChunk(ctx context.Context, db *sql.DB, keys []hllKey, out map[h
 	})
 }
 
-// parseSQLDay reads a DATE column as the driver returns it: "YYYY-MM-DD"
-// without parseTime, an RFC 3339 time with it.
-func parseSQLDay(s string) (Day, error) {
-	if len(s) > len(time.DateOnly) {
-		s = s[:len(time.DateOnly)]
-	}
-	return ParseDay(s)
-}
-
 // count is the number of distinct users over the union of keys (all of
 // one app): Redis's registers, the saved ones and extra users not yet
 // added. Without Redis it falls back to the largest saved count.
@@ -471,7 +463,7 @@ func (u *uniques) count(ctx context.Context, keys []hllKey, extra map[hllKey][]s
 	if len(keys) == 0 {
 		return 0, nil
 	}
-	found, err := loadRegistersOf(ctx, u.dbs.of(keys[0].app), keys)
+	found, err := loadRegistersOf(ctx, u.dbs.Of(keys[0].app), keys)
 	if err != nil {
 		return 0, err
 	}
@@ -534,12 +526,12 @@ const (
 // Kept without fmt: fmt costs 4.5 % (BenchmarkRecordAndPeriodicFlush, GOGC=off) of a 1.1× budget.
 func (k hllKey) redisKey(prefix string) string {
 	hex16 := func(b []byte, x uint64) []byte { return hex.AppendEncode(b, binary.BigEndian.AppendUint64(nil, x)) }
-	b := hex16(append([]byte(prefix), "hll:{"...), FNV1a64(k.app))
+	b := hex16(append([]byte(prefix), "hll:{"...), usage.FNV1a64(k.app))
 	b = append(strconv.AppendInt(append(b, "}:"...), int64(k.day), 10), ':')
 	if k.scope == scopeApp {
 		return string(append(b, 'a'))
 	}
-	return string(hex16(hex16(append(b, "i:"...), FNV1a64(k.iface)), FNV1a64("\x00"+k.iface)))
+	return string(hex16(hex16(append(b, "i:"...), usage.FNV1a64(k.iface)), usage.FNV1a64("\x00"+k.iface)))
 }
 
 // Redis keeps a HyperLogLog sparse until it passes hll-sparse-max-bytes,

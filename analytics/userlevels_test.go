@@ -9,9 +9,10 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/analytics"
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
-// The compaction of today's chunks (userfold.go), as the tests see it:
+// The compaction of today's chunks (analytics/userdays/fold.go), as the tests see it:
 // Rollup merges an app's level-0 batches once there are 32, and its
 // batches of a level L >= 1 into one of L+1 once there are 16, up to level
 // 3. Written out here rather than taken from the package, so that the
@@ -113,7 +114,7 @@ func (u userTruth) checkSample(t *testing.T, e *env, when string, stride uint64)
 	for d, apps := range u {
 		for app, users := range apps {
 			for user, ifaces := range users {
-				if analytics.FNV1a64(user)%stride != 0 {
+				if usage.FNV1a64(user)%stride != 0 {
 					continue
 				}
 				if sample[d] == nil {

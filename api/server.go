@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/quota-platform/quota/analytics"
+	"github.com/quota-platform/quota/analytics/throttled"
 	"github.com/quota-platform/quota/apps"
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/limiter"
@@ -61,7 +62,7 @@ type Deps struct {
 	// Throttled records the denying rules' identities of denied checks and
 	// answers GET /v1/apps/{app_id}/throttled (api/throttled.go); nil: the
 	// answer lists interfaces only.
-	Throttled *analytics.Throttled
+	Throttled *throttled.Throttled
 	// Keys mints and verifies the app keys of the stats API; nil: only the
 	// admin token reads stats, and POST /v1/admin/apps answers 404.
 	Keys *apps.Keys

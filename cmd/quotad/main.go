@@ -163,7 +163,7 @@ func serve() error {
 	if err != nil {
 		return err
 	}
-	usage, stats, throttled := analyticsDeps(an)
+	usage, stats, whoThrottled := analyticsDeps(an)
 	checks, stopChecks := newCheckPath(s, lim)
 	defer stopChecks()
 	ready := readiness(hot, dbs)
@@ -181,7 +181,7 @@ func serve() error {
 		Ready:        ready,
 		Usage:        usage,
 		Analytics:    stats,
-		Throttled:    throttled,
+		Throttled:    whoThrottled,
 		Keys:         apps.New(dbs, nil),
 		Tiers:        tiersAdmin,
 		Status:       fm.source,

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quota-platform/quota/analytics"
+	"github.com/quota-platform/quota/analytics/throttled"
 	"github.com/quota-platform/quota/api"
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/coalesce"
@@ -122,7 +123,7 @@ func newCheckPath(s config.Settings, lim *limiter.Limiter) (checks api.SingleChe
 }
 
 // analyticsDeps are the API's analytics parts; nil with analytics off.
-func analyticsDeps(an *analytics.Analytics) (api.UsageRecorder, *analytics.Stats, *analytics.Throttled) {
+func analyticsDeps(an *analytics.Analytics) (api.UsageRecorder, *analytics.Stats, *throttled.Throttled) {
 	if an == nil {
 		return nil, nil, nil
 	}

@@ -1,4 +1,4 @@
-package analytics
+package userdays
 
 import (
 	"context"
@@ -7,21 +7,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/analytics/usage"
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/testenv"
 )
 
-// BenchmarkSealDay is the end-of-day seal (sealUserDays) of one app's
+// BenchmarkSealDay is the end-of-day seal (Seal) of one app's
 // day: 24 hours of 15 s flushes (5,760), each of dayBenchCallsPerFlush calls
 // of users spread over dayBenchUsers and 2 interfaces (so the day has ~100,000
 // distinct (user, interface)), the flushes' chunks written as a flush
-// writes them and merged by Rollup every 40 flushes (its 10-minute
-// schedule). The day is built once; each op restores its chunks from a
+// writes them and merged as Rollup merges them (Merge) every 40 flushes
+// (its 10-minute schedule). The day is built once; each op restores its chunks from a
 // copy (untimed) and seals them into an empty usage_user_sealed, flat out
 // (FlushDuty 1: the seal's rests are not measured). It reports the
 // entries sealed (one per (user, interface) of the day) per op and per
 // second, the chunks, batches and entries the seal read,
-// and the longest and the total of the Rollups while the day was built
+// and the longest and the total of the merges while the day was built
 // (its merges hold the app's chunks locked: a flush of the app waits).
 // The MariaDB is private (testenv.StartMariaDB), so its CPU from /proc is
 // the seal's alone, each op's counted until mergeBenchSettleTime after the
@@ -31,15 +32,16 @@ import (
 // BenchmarkFoldDay, per row.)
 func BenchmarkSealDay(b *testing.B) {
 	srv := testenv.StartMariaDB(b)
-	r, db := dayBenchRecorder(b, privateShard(b, srv, "quota_0"))
+	db := privateShard(b, srv, "quota_0")
+	u := newTestStore()
 	ctx := context.Background()
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	start := DayOf(r.Flusher.clk.Now())
-	maxRollup, allRollups := buildBenchDay(b, r, conn, start)
+	start := t0Day
+	maxRollup, allRollups := buildBenchDay(b, u, conn, start)
 	chunks, batches, read := dayBenchCount(b, db)
 	for _, q := range []string{
 		"CREATE TABLE bench_day_chunks LIKE usage_user_chunks",
@@ -62,7 +64,7 @@ func BenchmarkSealDay(b *testing.B) {
 			}
 		}
 		cpu.measure(b, srv, func() {
-			if sealed, err := r.Flusher.users.seal(ctx, conn, start+1); err != nil || sealed != 1 {
+			if sealed, err := u.Seal(ctx, conn, start+1); err != nil || sealed != 1 {
 				b.Fatalf("%d (day, app) sealed, want 1: %v", sealed, err)
 			}
 		})
@@ -91,30 +93,18 @@ const (
 	dayBenchRollupEvery   = 40 // the 10-minute rollup
 )
 
-// dayBenchRecorder is a Recorder on the shard db, its clock at the
-// start of a UTC day, working flat out.
-func dayBenchRecorder(b *testing.B, db *sql.DB) (*Analytics, *sql.DB) {
-	rdb, prefix := testenv.Redis(b)
-	clk := clock.NewFake(time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC))
-	r, err := New(Options{DBs: []*sql.DB{db}, Redis: rdb, KeyPrefix: prefix, Clock: clk, FlushDuty: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return r, db
-}
-
 // buildBenchDay writes a day of flush chunks of app "app" as the flushes
-// would (rowset.userChunks, insertChunks: one batch per flush; a rollup
-// period's flushes share a transaction, which leaves the same rows), with
-// a Rollup after every dayBenchRollupEvery flushes. It returns the longest
-// Rollup and their sum.
-func buildBenchDay(b *testing.B, r *Analytics, conn *sql.Conn, day Day) (longest, total time.Duration) {
+// would (Chunks, insertChunks: one batch per flush; a rollup period's
+// flushes share a transaction, which leaves the same rows), with the
+// Rollup's merge of today's chunks (Merge) after every dayBenchRollupEvery
+// flushes. It returns the longest merge and their sum.
+func buildBenchDay(b *testing.B, u *Store, conn *sql.Conn, day usage.Day) (longest, total time.Duration) {
 	ctx := context.Background()
 	users, ifaces := make([]string, dayBenchUsers), []string{"iface.0", "iface.1"}
 	for i := range users {
 		users[i] = "user-" + strconv.Itoa(i)
 	}
-	clk := r.Flusher.clk.(*clock.Fake)
+	clk := clock.NewFake(day.Time())
 	x := newXorshift()
 	for f := 0; f < dayBenchFlushes; f += dayBenchRollupEvery {
 		tx, err := conn.BeginTx(ctx, nil)
@@ -122,7 +112,7 @@ func buildBenchDay(b *testing.B, r *Analytics, conn *sql.Conn, day Day) (longest
 			b.Fatal(err)
 		}
 		for range dayBenchRollupEvery {
-			writeFlushBatch(b, r, tx, day, "app", dayBenchCallsPerFlush, func() (string, string) {
+			writeFlushBatch(b, u, tx, day, "app", dayBenchCallsPerFlush, func() (string, string) {
 				v := x.Next()
 				return ifaces[v&1], users[(v>>8)%dayBenchUsers]
 			})
@@ -131,11 +121,11 @@ func buildBenchDay(b *testing.B, r *Analytics, conn *sql.Conn, day Day) (longest
 			b.Fatal(err)
 		}
 		clk.Advance(dayBenchRollupEvery * 15 * time.Second)
-		if DayOf(clk.Now()) != day {
+		if usage.DayOf(clk.Now()) != day {
 			break // the last period's rollup would seal the day
 		}
 		began := time.Now()
-		if _, err := r.Rollup.Run(ctx); err != nil {
+		if _, err := u.Merge(ctx, conn, day); err != nil {
 			b.Fatal(err)
 		}
 		longest = max(longest, time.Since(began))

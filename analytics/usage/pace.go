@@ -1,22 +1,18 @@
-package analytics
+package usage
 
 import (
 	"context"
 	"time"
 )
 
-// DefaultFlushDuty is the share of wall time a periodic flush works while it
-// is within its budget (Options.FlushDuty).
-const DefaultFlushDuty = 0.25
-
-// pacer spreads a periodic flush's work over time, so that a flush does
+// Pacer spreads a periodic flush's work over time, so that a flush does
 // not take the cores the checks share with Redis and MySQL for a second or
 // more (their p99 rose severalfold after each flush: make bench-analytics).
 // After each step it rests (1/duty − 1) times as long as the step took,
 // until the deadline (half the flush interval); then it runs flat out. It
-// measures real time, not analytics' clock. A nil *pacer never rests, nor
+// measures real time, not analytics' clock. A nil *Pacer never rests, nor
 // does one whose hurry channel is closed (Close during a paced flush).
-type pacer struct {
+type Pacer struct {
 	duty     float64
 	deadline time.Time
 	last     time.Time // end of the previous rest: the current step's start
@@ -25,18 +21,18 @@ type pacer struct {
 	sleep    func(ctx context.Context, hurry <-chan struct{}, d time.Duration)
 }
 
-// newPacer paces until deadline at duty (0 < duty < 1) or until hurry is
+// NewPacer paces until deadline at duty (0 < duty < 1) or until hurry is
 // closed; otherwise it returns nil, which never rests.
-func newPacer(duty float64, deadline time.Time, hurry <-chan struct{}) *pacer {
+func NewPacer(duty float64, deadline time.Time, hurry <-chan struct{}) *Pacer {
 	if duty <= 0 || duty >= 1 {
 		return nil
 	}
-	return &pacer{duty: duty, deadline: deadline, hurry: hurry, last: time.Now(), now: time.Now, sleep: sleepCtx}
+	return &Pacer{duty: duty, deadline: deadline, hurry: hurry, last: time.Now(), now: time.Now, sleep: sleepCtx}
 }
 
-// share is a pacer for one of n flushers working at once (the shards'
+// Share is a pacer for one of n flushers working at once (the shards'
 // writers), each at 1/n of p's duty so that together they keep to it.
-func (p *pacer) share(n int) *pacer {
+func (p *Pacer) Share(n int) *Pacer {
 	if p == nil {
 		return nil
 	}
@@ -46,9 +42,9 @@ func (p *pacer) share(n int) *pacer {
 	return &q
 }
 
-// rest ends a step: it sleeps in proportion to the step's length, never past
+// Rest ends a step: it sleeps in proportion to the step's length, never past
 // the deadline, and returns early when ctx is done.
-func (p *pacer) rest(ctx context.Context) {
+func (p *Pacer) Rest(ctx context.Context) {
 	if p == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package analytics
+package userdays
 
 import (
 	"encoding/binary"
@@ -6,12 +6,14 @@ import (
 	"fmt"
 
 	"github.com/golang/snappy"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // Per-user figures are the many rows of analytics (with make bench's keys
 // nearly every call is a new one), and an InnoDB upsert costs MariaDB ~7 µs
 // of CPU a row. So a flush writes them as a few compressed chunks per (day,
-// app) into usage_user_chunks, merged as the day goes on (userfold.go) and
+// app) into usage_user_chunks, merged as the day goes on (fold.go) and
 // sealed once it is over.
 //
 // A chunk holds one part of the app's users: all of them when the batch
@@ -48,14 +50,14 @@ func partBitsFor(n int) uint {
 
 // partOf is the part column of user's chunk when split with bits hash
 // bits: bits<<8 | the user's part index.
-func partOf(user string, bits uint) uint16 { return partOfHash(FNV1a64(user), bits) }
+func partOf(user string, bits uint) uint16 { return partOfHash(usage.FNV1a64(user), bits) }
 
 func partOfHash(h uint64, bits uint) uint16 { return uint16(bits<<8) | uint16(h&(1<<bits-1)) }
 
 // partsOf are the part values a chunk holding user may have: one for each
 // split a flush, a merge or a seal may have used.
 func partsOf(user string) [maxPartBits/2 + 1]uint16 {
-	h := FNV1a64(user)
+	h := usage.FNV1a64(user)
 	var out [maxPartBits/2 + 1]uint16
 	for i := range out {
 		out[i] = partOfHash(h, uint(2*i))
@@ -63,7 +65,7 @@ func partsOf(user string) [maxPartBits/2 + 1]uint16 {
 	return out
 }
 
-func appendUserEntry[S ~string | ~[]byte](b []byte, user, iface S, c Counts) []byte {
+func appendUserEntry[S ~string | ~[]byte](b []byte, user, iface S, c usage.Counts) []byte {
 	b = binary.AppendUvarint(b, uint64(len(user)))
 	b = append(b, user...)
 	b = binary.AppendUvarint(b, uint64(len(iface)))
@@ -75,9 +77,9 @@ func appendUserEntry[S ~string | ~[]byte](b []byte, user, iface S, c Counts) []b
 
 var errBadChunk = errors.New("corrupt user chunk")
 
-// eachUserEntry decodes a chunk body and calls fn for each entry; user and
+// EachEntry decodes a chunk body and calls fn for each entry; user and
 // iface are substrings of one string per chunk (fn may keep them).
-func eachUserEntry(body []byte, fn func(user, iface string, c Counts)) error {
+func EachEntry(body []byte, fn func(user, iface string, c usage.Counts)) error {
 	raw, err := snappy.Decode(nil, body)
 	if err != nil {
 		return fmt.Errorf("%w: %v", errBadChunk, err)
@@ -112,7 +114,7 @@ func userEntryAt(raw []byte, i int) (e mergeEntry, next int, ok bool) {
 		v[k] = x
 		i += n
 	}
-	e.Counts = Counts{Calls: int64(v[0]), Allowed: int64(v[1]), Denied: int64(v[2])}
+	e.Counts = usage.Counts{Calls: int64(v[0]), Allowed: int64(v[1]), Denied: int64(v[2])}
 	return e, i, true
 }
 
@@ -129,11 +131,11 @@ func rawField(raw []byte, i int) (rawSpan, int) {
 
 // userChunk is one usage_user_chunks row to write.
 type userChunk struct {
-	day     Day
+	day     usage.Day
 	app     string
 	part    uint16
 	seq     uint32 // in its batch: a part longer than chunkMaxRaw takes several
-	level   uint8  // 0: a flush's; L >= 1: a merge of the day's level-(L−1) chunks, or at maxChunkLevel of its own (userfold.go)
+	level   uint8  // 0: a flush's; L >= 1: a merge of the day's level-(L−1) chunks, or at maxChunkLevel of its own (fold.go)
 	entries int
 	body    []byte // compressed
 }
@@ -158,10 +160,10 @@ func (b *chunkBuffers) reset(parts int) (raws [][]byte, counts []int, seqs []uin
 }
 
 // appendAppChunks appends the chunks of one (day, app)'s rows, built in buf.
-func appendAppChunks(out []userChunk, rows []userRow, maxRaw int, buf *chunkBuffers) []userChunk {
+func appendAppChunks(out []userChunk, rows []Row, maxRaw int, buf *chunkBuffers) []userChunk {
 	bits := partBitsFor(len(rows))
 	raws, counts, seqs := buf.reset(1 << bits)
-	day, app := rows[0].day, rows[0].id.app()
+	day, app := rows[0].Day, rows[0].ID.App()
 	emit := func(p int) {
 		out = append(out, userChunk{day: day, app: app, part: uint16(bits<<8) | uint16(p), seq: seqs[p],
 			entries: counts[p], body: snappy.Encode(nil, raws[p])})
@@ -169,7 +171,7 @@ func appendAppChunks(out []userChunk, rows []userRow, maxRaw int, buf *chunkBuff
 		raws[p], counts[p] = raws[p][:0], 0
 	}
 	for i := range rows {
-		_, iface, user := rows[i].id.split()
+		_, iface, user := rows[i].ID.Split()
 		p := int(partOf(user, bits) & 0xff)
 		raws[p] = appendUserEntry(raws[p], user, iface, rows[i].Counts)
 		counts[p]++

@@ -1,10 +1,13 @@
-package analytics
+package userdays
 
 import (
 	"context"
 	"crypto/rand"
 	"fmt"
 	"testing"
+
+	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/internal/testenv"
 )
 
 // At maxChunkLevel batches merge into one of the same level: not at
@@ -15,19 +18,25 @@ import (
 // written as merges would have left them.
 func TestChunkMerge_TopLevelMergesIntoItself(t *testing.T) {
 	t.Parallel()
-	r, db, clk := newShardRecorder(t)
+	db := testenv.MySQLShards(t, 1)[0]
+	u := newTestStore()
 	ctx := context.Background()
-	today := DayOf(clk.Now())
+	today := t0Day
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
 	const users = 600 // more than partCap: each batch has 4 parts
 	plant := func(batches int) {
 		t.Helper()
 		for range batches {
-			var rows []userRow
+			var rows []Row
 			for i := range users {
-				id := rowID(appendRowID(nil, "app", "if", fmt.Sprintf("u%d", i)))
-				rows = append(rows, newUserRow(userKey{id: id, day: today}, Counts{Calls: 1, Allowed: 1}))
+				id := usage.RowID(usage.AppendRowID(nil, "app", "if", fmt.Sprintf("u%d", i)))
+				rows = append(rows, NewRow(Key{ID: id, Day: today}, usage.Counts{Calls: 1, Allowed: 1}))
 			}
-			chunks := appendAppChunks(nil, sortUserRows(rows), chunkMaxRaw, &chunkBuffers{})
+			chunks := appendAppChunks(nil, SortRows(rows), chunkMaxRaw, &chunkBuffers{})
 			for i := range chunks {
 				chunks[i].level = maxChunkLevel
 			}
@@ -37,7 +46,7 @@ func TestChunkMerge_TopLevelMergesIntoItself(t *testing.T) {
 			}
 			var id [16]byte
 			_, _ = rand.Read(id[:])
-			if err := r.Flusher.users.insertChunks(ctx, tx, nil, todayChunks, id, chunks); err != nil {
+			if err := u.insertChunks(ctx, tx, nil, todayChunks, id, chunks); err != nil {
 				t.Fatal(err)
 			}
 			if err := tx.Commit(); err != nil {
@@ -65,22 +74,19 @@ func TestChunkMerge_TopLevelMergesIntoItself(t *testing.T) {
 	}
 	for i, st := range steps {
 		plant(st.plant)
-		res, err := r.Rollup.Run(ctx)
+		merges, err := u.Merge(ctx, conn, today) // the Rollup's merges
 		if err != nil {
 			t.Fatal(err)
 		}
 		batches, entries := state()
-		if res.UserMerges != st.wantMerges || batches != st.wantBatches || entries != st.wantEntries {
+		if merges != st.wantMerges || batches != st.wantBatches || entries != st.wantEntries {
 			t.Fatalf("step %d: %d merges, %d batches of level %d holding %d entries; want %d, %d, %d",
-				i, res.UserMerges, batches, maxChunkLevel, entries, st.wantMerges, st.wantBatches, st.wantEntries)
+				i, merges, batches, maxChunkLevel, entries, st.wantMerges, st.wantBatches, st.wantEntries)
 		}
-		for _, u := range []string{"u0", "u123", "u599"} {
-			got, err := r.Stats.UserDay(ctx, "app", u, today)
-			if err != nil {
-				t.Fatal(err)
-			}
+		for _, user := range []string{"u0", "u123", "u599"} {
+			got := userDay(t, u, db, "app", user, today)
 			if got.Calls != st.wantCalls || got.Allowed != st.wantCalls {
-				t.Fatalf("step %d: %s has %+v, want %d calls, all allowed", i, u, got.Counts, st.wantCalls)
+				t.Fatalf("step %d: %s has %+v, want %d calls, all allowed", i, user, got, st.wantCalls)
 			}
 		}
 	}

@@ -1,4 +1,4 @@
-package analytics
+package userdays
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // Today's chunks are compacted in size tiers, as an LSM tree's runs are:
@@ -44,12 +46,12 @@ func mergeThreshold(level uint8) int {
 // mergeTarget is the level that the merge of level's chunks writes.
 func mergeTarget(level uint8) uint8 { return min(level+1, maxChunkLevel) }
 
-// merge compacts today's chunks: for each level from 0 up (so a merge's
+// Merge compacts today's chunks: for each level from 0 up (so a merge's
 // batch counts towards the next level in the same run), each app with at
 // least mergeThreshold batches of it has them merged into one batch of
 // mergeTarget. It returns the merges done.
-func (u *userFigures) merge(ctx context.Context, conn *sql.Conn, today Day) (int, error) {
-	pace := newPacer(u.duty, time.Now().Add(time.Hour), nil)
+func (u *Store) Merge(ctx context.Context, conn *sql.Conn, today usage.Day) (int, error) {
+	pace := usage.NewPacer(u.duty, time.Now().Add(time.Hour), nil)
 	var m chunkMerge
 	var errs []error
 	merges := 0
@@ -71,9 +73,9 @@ func (u *userFigures) merge(ctx context.Context, conn *sql.Conn, today Day) (int
 
 // appsToMerge lists the apps with at least mergeThreshold(level) batches
 // of level on day.
-func appsToMerge(ctx context.Context, conn *sql.Conn, day Day, level uint8) ([]string, error) {
+func appsToMerge(ctx context.Context, conn *sql.Conn, day usage.Day, level uint8) ([]string, error) {
 	var apps []string
-	err := eachRow(ctx, conn,
+	err := usage.EachRow(ctx, conn,
 		"SELECT app_id FROM usage_user_chunks WHERE day = ? AND level = ? GROUP BY app_id HAVING COUNT(DISTINCT batch_id) >= ?",
 		[]any{day.String(), level, mergeThreshold(level)}, func(rows *sql.Rows) error {
 			var app []byte
@@ -91,7 +93,7 @@ func appsToMerge(ctx context.Context, conn *sql.Conn, day Day, level uint8) ([]s
 
 // mergeAppChunks replaces app's chunks of level on day with one batch of
 // mergeTarget(level) chunks of the same entries summed.
-func (u *userFigures) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *pacer, m *chunkMerge, day Day, app string, level uint8) error {
+func (u *Store) mergeAppChunks(ctx context.Context, conn *sql.Conn, pace *usage.Pacer, m *chunkMerge, day usage.Day, app string, level uint8) error {
 	return u.rewriteChunks(ctx, conn, pace, m, chunkRewrite{
 		from:  []chunkTable{todayChunks},
 		where: "day = ? AND app_id = ? AND level = ?",
@@ -110,7 +112,7 @@ type chunkRewrite struct {
 	from  []chunkTable
 	where string
 	args  []any
-	day   Day
+	day   usage.Day
 	app   string
 	to    chunkTable
 	level uint8
@@ -118,7 +120,7 @@ type chunkRewrite struct {
 
 // rewriteChunks does w in one transaction: a crash leaves the old chunks
 // or the new, never both. m is the working set, reused.
-func (u *userFigures) rewriteChunks(ctx context.Context, conn *sql.Conn, pace *pacer, m *chunkMerge, w chunkRewrite) error {
+func (u *Store) rewriteChunks(ctx context.Context, conn *sql.Conn, pace *usage.Pacer, m *chunkMerge, w chunkRewrite) error {
 	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin: %w", err)
@@ -127,8 +129,8 @@ func (u *userFigures) rewriteChunks(ctx context.Context, conn *sql.Conn, pace *p
 	// Locking reads: the DELETEs below remove the chunks read and no other.
 	m.reset()
 	for _, t := range w.from {
-		if err := lockedChunks(ctx, tx, m, "SELECT body FROM "+t.name+" WHERE "+w.where+" FOR UPDATE", w.args...); err != nil {
-			return fmt.Errorf("read %s: %w", t.name, err)
+		if err := lockedChunks(ctx, tx, m, "SELECT body FROM "+t.Name+" WHERE "+w.where+" FOR UPDATE", w.args...); err != nil {
+			return fmt.Errorf("read %s: %w", t.Name, err)
 		}
 	}
 	chunks := m.chunks(w.day, w.app, w.level, chunkMaxRaw)
@@ -138,8 +140,8 @@ func (u *userFigures) rewriteChunks(ctx context.Context, conn *sql.Conn, pace *p
 	// Delete before inserting: at maxChunkLevel a merge's new chunks have
 	// the level of the old ones.
 	for _, t := range w.from {
-		if _, err := tx.ExecContext(ctx, "DELETE FROM "+t.name+" WHERE "+w.where, w.args...); err != nil {
-			return fmt.Errorf("delete rewritten chunks from %s: %w", t.name, err)
+		if _, err := tx.ExecContext(ctx, "DELETE FROM "+t.Name+" WHERE "+w.where, w.args...); err != nil {
+			return fmt.Errorf("delete rewritten chunks from %s: %w", t.Name, err)
 		}
 	}
 	var id [16]byte
@@ -150,14 +152,14 @@ func (u *userFigures) rewriteChunks(ctx context.Context, conn *sql.Conn, pace *p
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
-	u.met.rowsWritten.WithLabelValues(w.to.name).Add(float64(len(chunks)))
+	u.rowsWritten.WithLabelValues(w.to.Name).Add(float64(len(chunks)))
 	return nil
 }
 
 // lockedChunks reads (and locks) the chunk bodies that query selects into
 // m, adding them to what m holds.
 func lockedChunks(ctx context.Context, tx *sql.Tx, m *chunkMerge, query string, args ...any) error {
-	return eachRow(ctx, tx, query, args, func(rows *sql.Rows) error {
+	return usage.EachRow(ctx, tx, query, args, func(rows *sql.Rows) error {
 		var body sql.RawBytes // decoded at once: no copy of the body
 		if err := rows.Scan(&body); err != nil {
 			return err
@@ -173,10 +175,10 @@ func lockedChunks(ctx context.Context, tx *sql.Tx, m *chunkMerge, query string, 
 // usage_user_daily rows, which cost MariaDB many times more an entry
 // (BenchmarkSealDay).
 
-// seal seals every (day, app) with chunks of a day before today, one per
+// Seal seals every (day, app) with chunks of a day before today, one per
 // transaction, resting as the flush does, and returns the pairs sealed.
-func (u *userFigures) seal(ctx context.Context, conn *sql.Conn, today Day) (int, error) {
-	pace := newPacer(u.duty, time.Now().Add(time.Hour), nil)
+func (u *Store) Seal(ctx context.Context, conn *sql.Conn, today usage.Day) (int, error) {
+	pace := usage.NewPacer(u.duty, time.Now().Add(time.Hour), nil)
 	var m chunkMerge // the merges' working set, reused
 	var errs []error
 	sealed := 0
@@ -194,7 +196,7 @@ WHERE day < ? AND (day, app_id) > (?, ?) ORDER BY day, app_id LIMIT 1`,
 			return sealed, errors.Join(append(errs, fmt.Errorf("user chunks to seal: %w", err))...)
 		}
 		app = string(next)
-		day, err := ParseDay(d)
+		day, err := usage.ParseDay(d)
 		if err == nil {
 			err = u.sealAppDay(ctx, conn, pace, &m, day, app)
 		}
@@ -211,7 +213,7 @@ WHERE day < ? AND (day, app_id) > (?, ?) ORDER BY day, app_id LIMIT 1`,
 
 // sealAppDay replaces app's chunks of day, today's and sealed, with one
 // sealed batch of the same entries summed.
-func (u *userFigures) sealAppDay(ctx context.Context, conn *sql.Conn, pace *pacer, m *chunkMerge, day Day, app string) error {
+func (u *Store) sealAppDay(ctx context.Context, conn *sql.Conn, pace *usage.Pacer, m *chunkMerge, day usage.Day, app string) error {
 	return u.rewriteChunks(ctx, conn, pace, m, chunkRewrite{
 		from:  []chunkTable{todayChunks, sealedChunks},
 		where: "day = ? AND app_id = ?",

@@ -1,8 +1,13 @@
-package analytics
+package throttled
 
 import (
 	"context"
 	"testing"
+	"time"
+
+	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/internal/testenv"
 )
 
 // A who-is-throttled flush whose COMMIT answer was lost is resolved by its
@@ -10,10 +15,11 @@ import (
 // is, so no denial counts twice or goes missing.
 func TestThrottledUncertainCommitResolvedByBatchID(t *testing.T) {
 	t.Parallel()
-	r, db, clk := newShardRecorder(t)
-	th := r.Throttled
+	db := testenv.MySQLShards(t, 1)[0]
+	clk := clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
+	th := New(clk, usage.Days{}, usage.Shards{db}, Options{}, nil)
 	ctx := context.Background()
-	day := DayOf(clk.Now())
+	day := usage.DayOf(clk.Now())
 	deny := func(n int) {
 		for range n {
 			th.Denied("app", "r", []string{"app_id", "user_id"}, []string{"app", "u"})

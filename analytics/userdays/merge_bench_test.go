@@ -1,15 +1,14 @@
-package analytics
+package userdays
 
 import (
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/analytics/usage"
 	"github.com/quota-platform/quota/internal/testenv"
 )
 
@@ -35,14 +34,9 @@ import (
 func BenchmarkMergeUserChunks(b *testing.B) {
 	srv := testenv.StartMariaDB(b)
 	db := privateShard(b, srv, "quota_0")
-	rdb, prefix := testenv.Redis(b)
-	clk := clock.NewFake(time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC))
-	r, err := New(Options{DBs: []*sql.DB{db}, Redis: rdb, KeyPrefix: prefix, Clock: clk, FlushDuty: 1})
-	if err != nil {
-		b.Fatal(err)
-	}
+	u := newTestStore()
 	for _, level := range []uint8{0, 1} {
-		b.Run("level="+strconv.Itoa(int(level)), func(b *testing.B) { benchMergeLevel(b, r, srv, db, level) })
+		b.Run("level="+strconv.Itoa(int(level)), func(b *testing.B) { benchMergeLevel(b, u, srv, db, level) })
 	}
 }
 
@@ -52,21 +46,21 @@ const (
 	mergeBenchSettleTime = 300 * time.Millisecond
 )
 
-func benchMergeLevel(b *testing.B, r *Analytics, srv *testenv.MariaDBProcess, db *sql.DB, level uint8) {
+func benchMergeLevel(b *testing.B, u *Store, srv *testenv.MariaDBProcess, db *sql.DB, level uint8) {
 	ctx := context.Background()
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer conn.Close()
-	day := DayOf(r.Flusher.clk.Now())
+	day := t0Day
 	exec := func(q string) {
 		if _, err := db.ExecContext(ctx, q); err != nil {
 			b.Fatalf("%s: %v", q, err)
 		}
 	}
 	exec("DELETE FROM usage_user_chunks")
-	buildMergeLevel(b, r, conn, day, level)
+	buildMergeLevel(b, u, conn, day, level)
 	var entries, bodyBytes int64
 	if err := db.QueryRow("SELECT SUM(entries), SUM(LENGTH(body)) FROM usage_user_chunks WHERE level = ?", level).Scan(&entries, &bodyBytes); err != nil {
 		b.Fatal(err)
@@ -81,7 +75,7 @@ func benchMergeLevel(b *testing.B, r *Analytics, srv *testenv.MariaDBProcess, db
 		exec("DELETE FROM usage_user_chunks")
 		exec("INSERT INTO usage_user_chunks SELECT * FROM bench_merge_chunks")
 		cpu.measure(b, srv, func() {
-			if err := r.Flusher.users.mergeAppChunks(ctx, conn, nil, &m, day, mergeBenchApp, level); err != nil {
+			if err := u.mergeAppChunks(ctx, conn, nil, &m, day, mergeBenchApp, level); err != nil {
 				b.Fatal(err)
 			}
 		})
@@ -100,8 +94,8 @@ func benchMergeLevel(b *testing.B, r *Analytics, srv *testenv.MariaDBProcess, db
 
 // buildMergeLevel writes the batches that a merge of level takes, for
 // mergeBenchApp on day: flush batches as the flushes write them
-// (rowset.userChunks, insertChunks) and, for level 1, merges of them.
-func buildMergeLevel(b *testing.B, r *Analytics, conn *sql.Conn, day Day, level uint8) {
+// (Chunks, insertChunks) and, for level 1, merges of them.
+func buildMergeLevel(b *testing.B, u *Store, conn *sql.Conn, day usage.Day, level uint8) {
 	ctx := context.Background()
 	load := newUniformLoad()
 	rounds := 1 // level 0: one round of flush batches, not merged
@@ -114,7 +108,7 @@ func buildMergeLevel(b *testing.B, r *Analytics, conn *sql.Conn, day Day, level 
 			if err != nil {
 				b.Fatal(err)
 			}
-			writeFlushBatch(b, r, tx, day, mergeBenchApp, mergeBenchPerFlush, func() (string, string) {
+			writeFlushBatch(b, u, tx, day, mergeBenchApp, mergeBenchPerFlush, func() (string, string) {
 				_, iface, user := load.Next()
 				return iface, user
 			})
@@ -123,7 +117,7 @@ func buildMergeLevel(b *testing.B, r *Analytics, conn *sql.Conn, day Day, level 
 			}
 		}
 		if level == 1 {
-			if err := r.Flusher.users.mergeAppChunks(ctx, conn, nil, &chunkMerge{}, day, mergeBenchApp, 0); err != nil {
+			if err := u.mergeAppChunks(ctx, conn, nil, &chunkMerge{}, day, mergeBenchApp, 0); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -157,18 +151,17 @@ func (c *opCPU) report(b *testing.B, n float64, unit string) {
 }
 
 // writeFlushBatch writes, in tx, one flush batch of app's per-user chunks
-// on day as a flush writes it (rowset.userChunks, insertChunks): n calls,
+// on day as a flush writes it (Chunks, insertChunks): n calls,
 // each of the (interface, user) that next returns.
-func writeFlushBatch(b *testing.B, r *Analytics, tx *sql.Tx, day Day, app string, n int, next func() (iface, user string)) {
-	rs := newRowset()
-	g := rs.group(appDay{app: app, day: day})
+func writeFlushBatch(b *testing.B, u *Store, tx *sql.Tx, day usage.Day, app string, n int, next func() (iface, user string)) {
+	gs := groups{}
 	for range n {
 		iface, user := next()
-		rs.addUser(g, newUserRow(userKey{id: rowID(appendRowID(nil, app, iface, user)), day: day}, Counts{Calls: 1, Allowed: 1}))
+		gs.add(NewRow(Key{ID: makeRowID(app, iface, user), Day: day}, usage.Counts{Calls: 1, Allowed: 1}))
 	}
 	var id [16]byte
 	_, _ = rand.Read(id[:])
-	if err := r.Flusher.users.insertChunks(context.Background(), tx, nil, todayChunks, id, rs.userChunks(&sync.Mutex{}, chunkMaxRaw)); err != nil {
+	if err := u.insertChunks(context.Background(), tx, nil, todayChunks, id, Chunks(gs.inOrder(), sortGroup, chunkMaxRaw)); err != nil {
 		b.Fatal(err)
 	}
 }

@@ -1,4 +1,4 @@
-package analytics_test
+package throttled_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/analytics"
+	"github.com/quota-platform/quota/analytics/throttled"
 	"github.com/quota-platform/quota/internal/testenv"
 )
 
@@ -57,7 +58,7 @@ func TestThrottled_TopDeniedAreTheModelsHeavyHittersWithExactCounts(t *testing.T
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			const instances, keep, top = 3, 1000, 20
-			opt := func(o *analytics.Options) { o.Throttled = analytics.ThrottledOptions{TopK: tc.topK, KeepRows: keep} }
+			opt := func(o *analytics.Options) { o.Throttled = throttled.Options{TopK: tc.topK, KeepRows: keep} }
 			e := newEnv(t, 2, opt)
 			fleet := []*analytics.Analytics{e.rec, e.open(opt), e.open(opt)}
 			ctx := context.Background()
@@ -174,7 +175,7 @@ func TestThrottled_ADayLeavesMemoryAtTheNextDaysFlushAndStaysQueryable(t *testin
 // dimensions (an app id and a user id of 8 bytes) a summary.
 func TestThrottled_MemoryOfFullSummariesIsBounded(t *testing.T) {
 	e := newEnv(t, 1, func(o *analytics.Options) {
-		o.Throttled = analytics.ThrottledOptions{TopK: 1024, MaxEntries: 64 * 1024}
+		o.Throttled = throttled.Options{TopK: 1024, MaxEntries: 64 * 1024}
 	})
 	th := e.rec.Throttled
 	var before, after runtime.MemStats
@@ -226,7 +227,7 @@ func BenchmarkThrottledDenied(b *testing.B) {
 // shard and keeps the others.
 func TestThrottled_RowsPastKeepDaysAreDeletedByTheDaysFirstFlush(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, 2, func(o *analytics.Options) { o.Throttled = analytics.ThrottledOptions{KeepDays: 30} })
+	e := newEnv(t, 2, func(o *analytics.Options) { o.Throttled = throttled.Options{KeepDays: 30} })
 	ctx := context.Background()
 	th := e.rec.Throttled
 	for _, ago := range []int{31, 30, 0} {

@@ -1,4 +1,4 @@
-package analytics
+package userdays
 
 import (
 	"errors"
@@ -7,23 +7,24 @@ import (
 	"testing"
 
 	"github.com/golang/snappy"
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // mergeInput is chunk bodies of entries drawn from users × ifaces, each
 // (user, interface) in several chunks, and what they sum to.
-func mergeInput(seed uint64, chunks, perChunk, users, ifaces int) (bodies [][]byte, want map[[2]string]Counts) {
+func mergeInput(seed uint64, chunks, perChunk, users, ifaces int) (bodies [][]byte, want map[[2]string]usage.Counts) {
 	rng := rand.New(rand.NewPCG(seed, 1))
-	want = map[[2]string]Counts{}
+	want = map[[2]string]usage.Counts{}
 	for range chunks {
 		var raw []byte
 		for range perChunk {
 			user, iface := fmt.Sprintf("user-%d", rng.IntN(users)), fmt.Sprintf("iface.%d", rng.IntN(ifaces))
-			c := Counts{Calls: int64(rng.IntN(5) + 1)}
+			c := usage.Counts{Calls: int64(rng.IntN(5) + 1)}
 			c.Denied = int64(rng.IntN(int(c.Calls) + 1))
 			c.Allowed = c.Calls - c.Denied
 			raw = appendUserEntry(raw, user, iface, c)
 			w := want[[2]string{user, iface}]
-			w.add(c)
+			w.Add(c)
 			want[[2]string{user, iface}] = w
 		}
 		bodies = append(bodies, snappy.Encode(nil, raw))
@@ -62,7 +63,7 @@ func TestChunkMerge_SumsEachUserInterfaceOnceInItsPart(t *testing.T) {
 			}
 		}
 		chunks := m.chunks(20000, "app", 3, c.maxRaw)
-		got := map[[2]string]Counts{}
+		got := map[[2]string]usage.Counts{}
 		nextSeq := map[uint16]uint32{}
 		split := false
 		for _, ch := range chunks {
@@ -82,7 +83,7 @@ func TestChunkMerge_SumsEachUserInterfaceOnceInItsPart(t *testing.T) {
 				t.Fatalf("%s: chunk %x/%d: %d bytes raw (%v)", c.name, ch.part, ch.seq, len(raw), err)
 			}
 			n := 0
-			err = eachUserEntry(ch.body, func(u, f string, cnt Counts) {
+			err = EachEntry(ch.body, func(u, f string, cnt usage.Counts) {
 				n++
 				if p := partOf(u, uint(ch.part>>8)); p != ch.part {
 					t.Errorf("%s: %s in part %x, its part is %x", c.name, u, ch.part, p)
@@ -126,7 +127,7 @@ func TestChunkMerge_UsersOfOneHashSummedApart(t *testing.T) {
 	for i := range m.keys {
 		m.keys[i].hash = 42
 	}
-	got := map[[2]string]Counts{}
+	got := map[[2]string]usage.Counts{}
 	for _, k := range m.sum() {
 		e := &m.entries[k.idx]
 		key := [2]string{string(m.bytes(e.user)), string(m.bytes(e.iface))}
@@ -148,7 +149,7 @@ func TestChunkMerge_UsersOfOneHashSummedApart(t *testing.T) {
 // A damaged chunk fails the merge (errBadChunk), whatever the damage.
 func TestChunkMerge_CorruptChunkIsAnError(t *testing.T) {
 	t.Parallel()
-	good := appendUserEntry(nil, "user", "iface", Counts{Calls: 300, Allowed: 300})
+	good := appendUserEntry(nil, "user", "iface", usage.Counts{Calls: 300, Allowed: 300})
 	cases := corruptChunks()
 	for name, body := range cases {
 		t.Run(name, func(t *testing.T) {

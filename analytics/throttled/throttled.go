@@ -1,18 +1,5 @@
-package analytics
-
-import (
-	"container/heap"
-	"encoding/binary"
-	"hash/maphash"
-	"sync"
-
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/quota-platform/quota/clock"
-)
-
-// Who is throttled: for each (day, app, rule) the identities (the rule's
-// dimension values) most denied, and how often.
+// Package throttled records who is throttled: for each (day, app, rule)
+// the identities (the rule's dimension values) most denied, and how often.
 //
 // Each instance keeps, in memory, a Space-Saving summary (Metwally, Agrawal
 // and El Abbadi, 2005) per (day, app, rule) that has seen a denial: at
@@ -25,16 +12,29 @@ import (
 // Every flush adds each entry's counts since the last flush to the MySQL
 // table throttled_identities (sql/009_throttled.sql) of the app's shard,
 // keyed (app, day, rule, identity hash), so the instances' summaries add
-// up; a key's rows are pruned to the KeepRows most denied (throttled_store.go).
+// up; a key's rows are pruned to the KeepRows most denied (store.go).
 //
 // Memory: at most TopK entries a summary and MaxEntries entries over all
 // summaries (a full budget makes a new summary record nothing, counted in
 // quota_analytics_throttled_dropped_total). What it costs a check: nothing
 // for an allowed check (the API does not call it); a denied one takes one of
 // 16 locks, hashes its identity, and updates a map and a heap (O(log TopK)).
+package throttled
 
-// ThrottledOptions bound the summaries; zero values take the defaults.
-type ThrottledOptions struct {
+import (
+	"container/heap"
+	"encoding/binary"
+	"hash/maphash"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/clock"
+)
+
+// Options bound the summaries; zero values take the defaults.
+type Options struct {
 	// TopK is the capacity of one (day, app, rule) summary (default 1024).
 	TopK int
 	// MaxEntries bounds the entries of all summaries together (default
@@ -48,7 +48,7 @@ type ThrottledOptions struct {
 	KeepDays int
 }
 
-func (o ThrottledOptions) withDefaults() ThrottledOptions {
+func (o Options) withDefaults() Options {
 	orDefault(&o.TopK, 1024)
 	orDefault(&o.MaxEntries, 131_072)
 	orDefault(&o.KeepRows, 1000)
@@ -56,13 +56,20 @@ func (o ThrottledOptions) withDefaults() ThrottledOptions {
 	return o
 }
 
+// orDefault sets *v to def unless it is positive.
+func orDefault(v *int, def int) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
 // Throttled records the denials of each (day, app, rule) by identity and
 // answers the most denied. Safe for concurrent use.
 type Throttled struct {
 	clk     clock.Clock
-	days    Days // the analytics day (QUOTA_TIMEZONE)
-	dbs     shards
-	opt     ThrottledOptions
+	days    usage.Days // the analytics day (QUOTA_TIMEZONE)
+	dbs     usage.Shards
+	opt     Options
 	seed    maphash.Seed
 	shards  [16]throttledShard
 	dropped prometheus.Counter
@@ -71,7 +78,7 @@ type Throttled struct {
 	entries  int // entries of all summaries (budgetMu)
 
 	flushMu   sync.Mutex       // one flush at a time
-	expired   Day              // the day whose old rows were last deleted (flushMu)
+	expired   usage.Day        // the day whose old rows were last deleted (flushMu)
 	uncertain []throttledBatch // batches whose COMMIT answer was lost (flushMu)
 }
 
@@ -82,7 +89,7 @@ type throttledShard struct {
 }
 
 type sumKey struct {
-	day       Day
+	day       usage.Day
 	app, rule string
 }
 
@@ -135,7 +142,7 @@ func (h *ssHeap) Pop() any {
 	return e
 }
 
-func newThrottled(clk clock.Clock, days Days, dbs shards, opt ThrottledOptions, reg prometheus.Registerer) *Throttled {
+func New(clk clock.Clock, days usage.Days, dbs usage.Shards, opt Options, reg prometheus.Registerer) *Throttled {
 	t := &Throttled{clk: clk, days: days, dbs: dbs, opt: opt.withDefaults(), seed: maphash.MakeSeed(),
 		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "quota_analytics_throttled_dropped_total",
 			Help: "Denials not recorded in the who-is-throttled summaries (their memory budget was full), and replaced entries' counts not written."})}
@@ -205,7 +212,7 @@ func (t *Throttled) Denied(app, rule string, names, values []string) {
 	t.denied(t.days.Of(t.clk.Now()), app, rule, identityKey(names, values))
 }
 
-func (t *Throttled) denied(day Day, app, rule, id string) {
+func (t *Throttled) denied(day usage.Day, app, rule, id string) {
 	sh := t.shardOf(app)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -285,7 +292,7 @@ type throttledRow struct {
 // takeDeltas returns every entry's counts since the last flush, and marks
 // them flushed (undone by restore when the write fails). Summaries of days
 // before today, once taken, are dropped.
-func (t *Throttled) takeDeltas(today Day) []throttledRow {
+func (t *Throttled) takeDeltas(today usage.Day) []throttledRow {
 	var out []throttledRow
 	for i := range t.shards {
 		sh := &t.shards[i]
@@ -338,7 +345,7 @@ func (t *Throttled) restore(rows []throttledRow) {
 }
 
 // unflushed are the counts of app's summaries of day not yet written.
-func (t *Throttled) unflushed(app string, day Day) []throttledRow {
+func (t *Throttled) unflushed(app string, day usage.Day) []throttledRow {
 	sh := t.shardOf(app)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

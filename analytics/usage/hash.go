@@ -1,4 +1,4 @@
-package analytics
+package usage
 
 // ShardIndex is the MySQL shard (0…shards-1) that holds an app's analytics
 // rows: FNV-1a 64-bit of the app_id, modulo the number of shards; stable

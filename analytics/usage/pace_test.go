@@ -1,4 +1,4 @@
-package analytics
+package usage
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 )
 
 // fakePacer paces on a fake time line: sleeping moves it on.
-func fakePacer(duty float64, budget time.Duration) (*pacer, *time.Time, *[]time.Duration) {
+func fakePacer(duty float64, budget time.Duration) (*Pacer, *time.Time, *[]time.Duration) {
 	now := time.Unix(0, 0)
 	var slept []time.Duration
-	p := &pacer{duty: duty, deadline: now.Add(budget), last: now,
+	p := &Pacer{duty: duty, deadline: now.Add(budget), last: now,
 		now: func() time.Time { return now },
 		sleep: func(_ context.Context, _ <-chan struct{}, d time.Duration) {
 			slept = append(slept, d)
@@ -26,7 +26,7 @@ func TestPacer_RestsInProportionToEachStepUntilTheDeadline(t *testing.T) {
 	p, now, slept := fakePacer(0.25, 10*time.Second)
 	step := func(d time.Duration) {
 		*now = now.Add(d)
-		p.rest(context.Background())
+		p.Rest(context.Background())
 	}
 	step(time.Second)     // works a quarter of the time: rests 3 s (at 4 s)
 	step(2 * time.Second) // 6 s of rest would pass the deadline: 4 s (at 10 s)
@@ -40,9 +40,9 @@ func TestPacer_RestsInProportionToEachStepUntilTheDeadline(t *testing.T) {
 func TestPacer_SharedByTwoWritersEachWorksHalfTheDuty(t *testing.T) {
 	t.Parallel()
 	p, now, slept := fakePacer(0.25, time.Minute)
-	q := p.share(2)
+	q := p.Share(2)
 	*now = now.Add(100 * time.Millisecond)
-	q.rest(context.Background())
+	q.Rest(context.Background())
 	if want := []time.Duration{700 * time.Millisecond}; !slices.Equal(*slept, want) {
 		t.Errorf("rests %v, want %v (duty 0.125)", *slept, want)
 	}
@@ -50,12 +50,12 @@ func TestPacer_SharedByTwoWritersEachWorksHalfTheDuty(t *testing.T) {
 
 func TestPacer_FlatOutWhenNotPaced(t *testing.T) {
 	t.Parallel()
-	if p := newPacer(1, time.Now().Add(time.Hour), nil); p != nil {
+	if p := NewPacer(1, time.Now().Add(time.Hour), nil); p != nil {
 		t.Errorf("duty 1 made a pacer %+v", p)
 	}
-	var p *pacer
-	p.rest(context.Background()) // nil: returns at once
-	if p.share(4) != nil {
+	var p *Pacer
+	p.Rest(context.Background()) // nil: returns at once
+	if p.Share(4) != nil {
 		t.Error("a nil pacer's share paces")
 	}
 }
@@ -64,11 +64,11 @@ func TestPacer_FlatOutWhenNotPaced(t *testing.T) {
 func TestPacer_ClosedHurryEndsTheRestAtOnce(t *testing.T) {
 	t.Parallel()
 	hurry := make(chan struct{})
-	p := newPacer(0.01, time.Now().Add(time.Hour), hurry)
+	p := NewPacer(0.01, time.Now().Add(time.Hour), hurry)
 	p.last = time.Now().Add(-time.Minute) // a step of a minute: 99 minutes' rest
 	close(hurry)
 	done := make(chan struct{})
-	go func() { p.rest(context.Background()); close(done) }()
+	go func() { p.Rest(context.Background()); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):

@@ -1,4 +1,4 @@
-package analytics
+package userdays
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"slices"
 
 	"github.com/golang/snappy"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // chunkMerge is the working set of one merge or seal of an app's user
@@ -33,7 +35,7 @@ type mergeKey struct {
 // mergeEntry is one decoded entry: its user and interface as spans of raw.
 type mergeEntry struct {
 	user, iface rawSpan
-	Counts
+	usage.Counts
 }
 
 // rawSpan is raw[off : off+n].
@@ -69,7 +71,7 @@ func (m *chunkMerge) add(body []byte) error {
 		if !ok {
 			return errBadChunk
 		}
-		m.keys = append(m.keys, mergeKey{hash: bits.Reverse64(FNV1a64(m.bytes(e.user))), idx: int32(len(m.entries))})
+		m.keys = append(m.keys, mergeKey{hash: bits.Reverse64(usage.FNV1a64(m.bytes(e.user))), idx: int32(len(m.entries))})
 		m.entries = append(m.entries, e)
 		i = next
 	}
@@ -82,7 +84,7 @@ func (m *chunkMerge) add(body []byte) error {
 // sort below, not by user name: readers take a chunk's entries in any
 // order. The chunks' bodies are new; the rest of m is reused by the next
 // merge.
-func (m *chunkMerge) chunks(day Day, app string, level uint8, maxRaw int) []userChunk {
+func (m *chunkMerge) chunks(day usage.Day, app string, level uint8, maxRaw int) []userChunk {
 	keys := m.sum()
 	if len(keys) == 0 {
 		return nil
@@ -129,7 +131,7 @@ func (m *chunkMerge) sum() []mergeKey {
 	n := 0
 	for _, k := range keys {
 		if n > 0 && keys[n-1].hash == k.hash && m.compareNames(keys[n-1], k) == 0 {
-			m.entries[keys[n-1].idx].Counts.add(m.entries[k.idx].Counts)
+			m.entries[keys[n-1].idx].Counts.Add(m.entries[k.idx].Counts)
 			continue
 		}
 		keys[n] = k

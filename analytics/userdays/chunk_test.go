@@ -1,13 +1,13 @@
-package analytics
+package userdays
 
 import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/golang/snappy"
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // An entry decodes to what was encoded, whatever the bytes of its strings
@@ -16,20 +16,20 @@ func TestUserEntryRoundTrip(t *testing.T) {
 	t.Parallel()
 	type entry struct {
 		user, iface string
-		c           Counts
+		c           usage.Counts
 	}
 	in := []entry{
-		{"", "", Counts{}},
-		{"u", "if", Counts{Calls: 3, Allowed: 2, Denied: 1}},
-		{"\x00\xff\x80", "a\x00b", Counts{Calls: 1 << 40, Allowed: 1<<40 - 1, Denied: 1}},
-		{strings.Repeat("x", 300), strings.Repeat("y", 128), Counts{Calls: 127, Allowed: 128, Denied: 0}},
+		{"", "", usage.Counts{}},
+		{"u", "if", usage.Counts{Calls: 3, Allowed: 2, Denied: 1}},
+		{"\x00\xff\x80", "a\x00b", usage.Counts{Calls: 1 << 40, Allowed: 1<<40 - 1, Denied: 1}},
+		{strings.Repeat("x", 300), strings.Repeat("y", 128), usage.Counts{Calls: 127, Allowed: 128, Denied: 0}},
 	}
 	var raw []byte
 	for _, e := range in {
 		raw = appendUserEntry(raw, e.user, e.iface, e.c)
 	}
 	var out []entry
-	if err := eachUserEntry(snappy.Encode(nil, raw), func(u, f string, c Counts) { out = append(out, entry{u, f, c}) }); err != nil {
+	if err := EachEntry(snappy.Encode(nil, raw), func(u, f string, c usage.Counts) { out = append(out, entry{u, f, c}) }); err != nil {
 		t.Fatal(err)
 	}
 	if fmt.Sprint(out) != fmt.Sprint(in) {
@@ -39,12 +39,12 @@ func TestUserEntryRoundTrip(t *testing.T) {
 
 // corruptChunks are damaged chunk bodies, by the damage.
 func corruptChunks() map[string][]byte {
-	good := appendUserEntry(nil, "user", "iface", Counts{Calls: 300, Allowed: 300})
+	good := appendUserEntry(nil, "user", "iface", usage.Counts{Calls: 300, Allowed: 300})
 	return map[string][]byte{
 		"not snappy":       []byte("\xff\xff\xff\xff"),
 		"truncated entry":  snappy.Encode(nil, good[:len(good)-2]),
 		"length past end":  snappy.Encode(nil, []byte{0x7f, 'a'}),
-		"varint too long":  snappy.Encode(nil, append(appendUserEntry(nil, "u", "i", Counts{})[:4], 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01)),
+		"varint too long":  snappy.Encode(nil, append(appendUserEntry(nil, "u", "i", usage.Counts{})[:4], 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01)),
 		"count over 2^62":  snappy.Encode(nil, append(append([]byte{1, 'u', 1, 'i'}, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f), 0, 0)),
 		"garbage after ok": snappy.Encode(nil, append(append([]byte{}, good...), 0x05)),
 	}
@@ -57,7 +57,7 @@ func TestUserEntry_CorruptChunkIsAnError(t *testing.T) {
 	for name, body := range cases {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			err := eachUserEntry(body, func(string, string, Counts) {})
+			err := EachEntry(body, func(string, string, usage.Counts) {})
 			if !errors.Is(err, errBadChunk) {
 				t.Fatalf("got %v, want errBadChunk", err)
 			}
@@ -84,21 +84,21 @@ func TestUserChunks_EachRowInOneChunkOfItsPart(t *testing.T) {
 		{"sixty-four", 16*partCap + 1, 6},
 		{"busy", 40_000, 8},
 	}
-	rs := newRowset()
-	want := map[string]Counts{}
+	gs := groups{}
+	want := map[string]usage.Counts{}
 	for _, c := range cases {
 		for i := range c.users {
 			user := fmt.Sprintf("u%d", i)
 			if c.app == "busy" {
 				user += long
 			}
-			cnt := Counts{Calls: int64(i%5 + 1), Allowed: int64(i%5 + 1)}
-			rs.addUser(rs.group(appDay{app: c.app, day: 20000}), newUserRow(userKey{id: makeRowID(c.app, "if", user), day: 20000}, cnt))
+			cnt := usage.Counts{Calls: int64(i%5 + 1), Allowed: int64(i%5 + 1)}
+			gs.add(NewRow(Key{ID: makeRowID(c.app, "if", user), Day: 20000}, cnt))
 			want[c.app+"/"+user] = cnt
 		}
 	}
-	chunks := rs.userChunks(&sync.Mutex{}, maxRaw)
-	got := map[string]Counts{}
+	chunks := Chunks(gs.inOrder(), sortGroup, maxRaw)
+	got := map[string]usage.Counts{}
 	bits := map[string]uint{}
 	seqs := 0
 	for _, ch := range chunks {
@@ -112,7 +112,7 @@ func TestUserChunks_EachRowInOneChunkOfItsPart(t *testing.T) {
 			t.Fatalf("chunk %s/%x: %d bytes raw (%v)", ch.app, ch.part, len(raw), err)
 		}
 		n := 0
-		err = eachUserEntry(ch.body, func(u, f string, c Counts) {
+		err = EachEntry(ch.body, func(u, f string, c usage.Counts) {
 			n++
 			if partOf(u, b) != ch.part {
 				t.Errorf("user %q in part %x, its part is %x", u, ch.part, partOf(u, b))

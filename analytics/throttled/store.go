@@ -1,4 +1,4 @@
-package analytics
+package throttled
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/quota-platform/quota/analytics/usage"
 )
 
 // throttledPerStatement bounds the rows of one upsert.
@@ -27,7 +29,7 @@ func (t *Throttled) Flush(ctx context.Context) error {
 	today := t.days.Of(t.clk.Now())
 	var errs []error
 	if t.expired != today {
-		if err := t.expire(ctx, today-Day(t.opt.KeepDays)); err != nil {
+		if err := t.expire(ctx, today-usage.Day(t.opt.KeepDays)); err != nil {
 			errs = append(errs, err)
 		} else {
 			t.expired = today
@@ -40,7 +42,7 @@ func (t *Throttled) Flush(ctx context.Context) error {
 	}
 	byShard := map[int][]throttledRow{}
 	for _, r := range rows {
-		i := ShardIndex(r.key.app, len(t.dbs))
+		i := usage.ShardIndex(r.key.app, len(t.dbs))
 		byShard[i] = append(byShard[i], r)
 	}
 	for i, rs := range byShard {
@@ -187,7 +189,7 @@ func (t *Throttled) dueForPrune(rows []throttledRow) []sumKey {
 
 // expire deletes the rows of days before before on every shard, 10,000
 // rows a statement.
-func (t *Throttled) expire(ctx context.Context, before Day) error {
+func (t *Throttled) expire(ctx context.Context, before usage.Day) error {
 	for i, db := range t.dbs {
 		for {
 			res, err := db.ExecContext(ctx, `DELETE FROM throttled_identities WHERE day < ? LIMIT 10000`, before.String())
@@ -236,7 +238,7 @@ type RuleThrottled struct {
 // Top is, for each rule that denied app on day, its n most denied
 // identities, most denied first (rules by name): MySQL's rows plus what
 // this instance has not flushed yet.
-func (t *Throttled) Top(ctx context.Context, app string, day Day, n int) ([]RuleThrottled, error) {
+func (t *Throttled) Top(ctx context.Context, app string, day usage.Day, n int) ([]RuleThrottled, error) {
 	type acc struct {
 		dims        []byte
 		id          string
@@ -256,7 +258,7 @@ func (t *Throttled) Top(ctx context.Context, app string, day Day, n int) ([]Rule
 		}
 		m[hash] = &a
 	}
-	rows, err := t.dbs.of(app).QueryContext(ctx, `SELECT rule, identity_hash, dimensions, denied, max_overcount
+	rows, err := t.dbs.Of(app).QueryContext(ctx, `SELECT rule, identity_hash, dimensions, denied, max_overcount
 		FROM throttled_identities WHERE app_id = ? AND day = ?`, app, day.String())
 	if err != nil {
 		return nil, fmt.Errorf("throttled: %w", err)
