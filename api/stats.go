@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/quota-platform/quota/analytics"
+	"github.com/quota-platform/quota/api/decide"
 )
 
 // maxUniqueDays bounds GET /v1/apps/{app_id}/uniques.
@@ -66,7 +67,7 @@ func (s *Server) caller(c echo.Context) (app string, admin bool, err error) {
 	if tok == "" {
 		return "", false, newError(http.StatusUnauthorized, "unauthorized", "stats need an app key or the admin token as Authorization: Bearer")
 	}
-	if sameToken(tok, s.deps.Settings.AdminToken) {
+	if decide.SameToken(tok, s.deps.Settings.AdminToken) {
 		return "", true, nil
 	}
 	if s.deps.Keys == nil { // no app keys: the admin token only

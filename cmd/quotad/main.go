@@ -23,6 +23,7 @@ import (
 
 	"github.com/quota-platform/quota/analytics"
 	"github.com/quota-platform/quota/api"
+	"github.com/quota-platform/quota/api/rlsgrpc"
 	"github.com/quota-platform/quota/apps"
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/coalesce"
@@ -277,7 +278,7 @@ func serve() error {
 		h = tracing.Handler(srv, tp)
 	}
 	go reloadOnHangup(ctx, s.RulesPath, lim, rw.publish, m, log)
-	envoy := api.NewEnvoyConfig(envoyConf)
+	envoy := rlsgrpc.NewEnvoyConfig(envoyConf)
 	go reloadEnvoyOnHangup(ctx, s, envoy, den.clear, log)
 	rls, err := startGRPC(s, srv, envoy, log)
 	if err != nil {
