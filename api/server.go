@@ -1,6 +1,7 @@
 // Package api is quotad's HTTP surface: it decodes requests, calls the
-// limiter (and the other services), and encodes answers. It holds no
-// counting logic of its own.
+// limiter (checks through api/decide, the decision path it shares with
+// the gRPC edge, api/rlsgrpc) and the other services, and encodes
+// answers. It holds no counting logic of its own.
 package api
 
 import (

@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/quota-platform/quota/analytics"
+	"github.com/quota-platform/quota/api/dashboard"
 	"github.com/quota-platform/quota/api/decide"
 )
 
@@ -35,7 +36,7 @@ func (s *Server) analyticsRoutes(e *echo.Echo) {
 	if s.deps.Keys != nil {
 		e.POST("/v1/admin/apps", s.createApp, s.requireAdmin)
 	}
-	s.dashboardRoutes(e)
+	dashboard.Routes(e)
 }
 
 // pathParam is a path parameter, unescaped (an id may hold '/' or ' ' as
@@ -311,6 +312,23 @@ func (s *Server) series(c echo.Context) error {
 		Resolution  string      `json:"resolution"`
 		Points      []pointJSON `json:"points"`
 	}{q.App, iface, q.From.UTC().Format(time.RFC3339), q.To.UTC().Format(time.RFC3339), q.Res.String(), out})
+}
+
+// seriesSVG draws the call curve that GET …/series answers as an SVG chart
+// (same query parameters), so the dashboard needs no chart library.
+func (s *Server) seriesSVG(c echo.Context) error {
+	q, err := s.seriesQuery(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.queryCtx(c)
+	defer cancel()
+	pts, err := s.deps.Analytics.Series(ctx, q)
+	if err != nil {
+		return s.storeError(err)
+	}
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.Blob(http.StatusOK, "image/svg+xml; charset=utf-8", dashboard.Chart(pts, q.Res))
 }
 
 // uniques answers the distinct users of an app over a range of days
