@@ -100,9 +100,6 @@ func New(d Deps) *Server {
 	if d.Log == nil {
 		d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if d.Checks == nil {
-		d.Checks = d.Limiter
-	}
 	core := decide.New(decide.Deps{Settings: d.Settings, Limiter: d.Limiter, Checks: d.Checks, Metrics: d.Metrics,
 		Log: d.Log, Usage: d.Usage, Throttled: d.Throttled})
 	s := &Server{deps: d, core: core, echo: echo.New(), inFlight: make(chan struct{}, d.Settings.MaxInFlight)}
