@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -9,13 +8,11 @@ import (
 	"testing"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quota-platform/quota/api"
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/config"
-	"github.com/quota-platform/quota/envoyconf"
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
@@ -57,32 +54,4 @@ func BenchmarkCheckHandler(b *testing.B) {
 			i++
 		}
 	})
-}
-
-// BenchmarkShouldRateLimit is one Envoy call with the platform's two
-// descriptors through the handler (checks, lookup, the limiter request,
-// one Redis round trip, the answer), without the transport: run with
-// -benchmem to see the call's allocations beside /v1/check's.
-// bench/grpcbench's BenchmarkCall adds the transport.
-func BenchmarkShouldRateLimit(b *testing.B) {
-	rdb, prefix := testenv.Redis(b)
-	conf, err := envoyconf.Load("../deploy/envoy/ratelimit.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	set, _ := rules.NewSet(nil)
-	lim, _ := limiter.New(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second}), clock.Real{}, set)
-	reg := prometheus.NewRegistry()
-	srv := api.New(api.Deps{Settings: config.Defaults(), Limiter: lim, Metrics: metrics.New(reg), Gatherer: reg})
-	rls := srv.RateLimitService(api.NewEnvoyConfig(conf))
-	reqs := api.PlatformRequests(1024)
-	ctx := context.Background()
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; b.Loop(); i++ {
-		resp, err := rls.ShouldRateLimit(ctx, reqs[i%len(reqs)])
-		if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
-			b.Fatalf("%v %v", resp, err)
-		}
-	}
 }

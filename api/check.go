@@ -5,12 +5,10 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"sync/atomic"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/api/decide"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/rulesync"
@@ -32,7 +30,7 @@ func (s *Server) checkToken(tok string) error {
 	if tok == "" {
 		return newError(http.StatusUnauthorized, "unauthorized", "checks need the check token as Authorization: Bearer (or X-Quota-Token on /v1/auth)")
 	}
-	if !sameToken(tok, s.deps.Settings.CheckToken) {
+	if !decide.SameToken(tok, s.deps.Settings.CheckToken) {
 		return newError(http.StatusUnauthorized, "unauthorized", "the check token is wrong")
 	}
 	return nil
@@ -58,13 +56,11 @@ func (s *Server) check(c echo.Context) error {
 // denied, with the rate-limit headers; metrics, analytics and the fail
 // mode are the same whichever entry point decoded req.
 func (s *Server) decide(c echo.Context, req *limiter.Request, denyStatus int) error {
-	d, err := s.deps.Checks.Check(c.Request().Context(), req)
+	d, err := s.core.Check(c.Request().Context(), req)
 	if err != nil {
 		return s.storeFailure(c, err, 0)
 	}
-	s.count(&d)
-	s.recordUsage(req, d.Allowed)
-	s.recordDenied(req, &d)
+	s.core.Decided(req, &d)
 	status := http.StatusOK
 	if !d.Allowed {
 		status = denyStatus
@@ -90,16 +86,14 @@ func (s *Server) checkBatch(c echo.Context) error {
 	for i := range reqs {
 		ptrs[i] = &reqs[i]
 	}
-	ds, err := s.deps.Limiter.CheckBatch(c.Request().Context(), ptrs)
+	ds, err := s.core.CheckBatch(c.Request().Context(), ptrs)
 	if err != nil {
 		return s.storeFailure(c, err, len(reqs))
 	}
 	b := make([]byte, 0, 64+160*len(ds))
 	b = append(b, `{"results":[`...)
 	for i := range ds {
-		s.count(&ds[i])
-		s.recordUsage(&reqs[i], ds[i].Allowed)
-		s.recordDenied(&reqs[i], &ds[i])
+		s.core.Decided(&reqs[i], &ds[i])
 		if i > 0 {
 			b = append(b, ',')
 		}
@@ -112,22 +106,14 @@ func (s *Server) checkBatch(c echo.Context) error {
 // storeFailure applies QUOTA_FAIL_MODE to checks the store could not
 // decide; batch is the number of items of a batch (0 for a single check).
 func (s *Server) storeFailure(c echo.Context, err error, batch int) error {
-	s.deps.Metrics.StoreErrors.WithLabelValues("hot").Inc()
-	// During an outage every check lands here: one line a second (with how
-	// many were not logged) instead of thousands; the metrics count them all.
-	if ok, suppressed := s.undecidedLog.allow(time.Now()); ok {
-		s.deps.Log.Warn("check undecided", "err", err, "fail_mode", string(s.deps.Settings.FailMode), "not_logged_since_last", suppressed)
-	}
-	if s.deps.Settings.FailMode == config.FailClosed {
+	if !s.core.Undecided(err, max(batch, 1)) {
 		return newError(http.StatusServiceUnavailable, "store_unavailable", "the counter store is unreachable; no decision could be made")
 	}
 	c.Response().Header().Set(HeaderEnforced, "false")
 	const item = `{"allowed":true,"rules":[],"enforced":false}`
 	if batch == 0 {
-		s.deps.Metrics.Unenforced.Inc()
 		return writeJSON(c, http.StatusOK, []byte(item+"\n"))
 	}
-	s.deps.Metrics.Unenforced.Add(float64(batch))
 	b := make([]byte, 0, 16+len(item)*batch)
 	b = append(b, `{"results":[`...)
 	for i := 0; i < batch; i++ {
@@ -137,37 +123,6 @@ func (s *Server) storeFailure(c echo.Context, err error, batch int) error {
 		b = append(b, item...)
 	}
 	return writeJSON(c, http.StatusOK, append(b, "]}\n"...))
-}
-
-// recordUsage feeds analytics with calls that name an app; a dry run is not
-// a call and is not recorded.
-func (s *Server) recordUsage(req *limiter.Request, allowed bool) {
-	if s.deps.Usage == nil || req.DryRun {
-		return
-	}
-	app, ok := req.Lookup("app_id")
-	if !ok {
-		return
-	}
-	iface, _ := req.Lookup("interface_id")
-	user, _ := req.Lookup("user_id")
-	s.deps.Usage.Record(app, iface, user, allowed)
-}
-
-func (s *Server) count(d *limiter.Decision) {
-	for i := range d.Entries {
-		e := &d.Entries[i]
-		decision := "allowed"
-		switch {
-		case !e.Allowed && e.Shadow:
-			decision = "shadow_denied"
-		case !e.Allowed:
-			decision = "denied"
-		case !d.Allowed:
-			decision = "not_counted" // this limit had room, another denied the call
-		}
-		s.deps.Metrics.Checks.WithLabelValues(e.Rule, decision).Inc()
-	}
 }
 
 // setRateLimitHeaders sets the rate-limit headers QUOTA_HEADERS asks for
@@ -200,10 +155,10 @@ func setLegacyHeaders(h http.Header, d *limiter.Decision, limits bool) {
 		e := &d.Entries[i]
 		add("Ratelimit-Limit", e.Limit) // textproto's canonical forms
 		add("Ratelimit-Remaining", e.Remaining)
-		add("Ratelimit-Reset", ceilSeconds(e.ResetAfter))
+		add("Ratelimit-Reset", decide.CeilSeconds(e.ResetAfter))
 	}
 	if !d.Allowed {
-		add("Retry-After", max(1, ceilSeconds(d.RetryAfter())))
+		add("Retry-After", max(1, decide.CeilSeconds(d.RetryAfter())))
 	}
 	if n == 0 {
 		return
@@ -216,10 +171,6 @@ func setLegacyHeaders(h http.Header, d *limiter.Decision, limits bool) {
 		h[keys[j]] = vals[j : j+1 : j+1]
 		start = ends[j]
 	}
-}
-
-func ceilSeconds(d time.Duration) int64 {
-	return int64((d + time.Second - 1) / time.Second)
 }
 
 func appendDecision(b []byte, d *limiter.Decision) []byte {
@@ -322,22 +273,4 @@ func (s *Server) putRules(c echo.Context) error {
 	s.deps.Metrics.SetRulesVersion(set.Version)
 	s.deps.Log.Info("rules replaced", "version", set.Version, "rules", len(set.Rules))
 	return c.JSON(http.StatusOK, rulesBody(set))
-}
-
-// logThrottle lets one log line through per second and counts the others.
-type logThrottle struct {
-	last       atomic.Int64 // UnixNano of the last line let through
-	suppressed atomic.Int64
-}
-
-// allow reports whether a line may be logged now, and how many were not
-// since the last one that was.
-func (l *logThrottle) allow(now time.Time) (bool, int64) {
-	n := now.UnixNano()
-	last := l.last.Load()
-	if n-last < int64(time.Second) || !l.last.CompareAndSwap(last, n) {
-		l.suppressed.Add(1)
-		return false, 0
-	}
-	return true, l.suppressed.Swap(0)
 }

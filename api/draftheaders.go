@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/quota-platform/quota/api/decide"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/rules"
 )
@@ -33,13 +34,13 @@ func setDraftHeaders(h http.Header, d *limiter.Decision) {
 		policy = append(policy, ";q="...)
 		policy = strconv.AppendInt(policy, max(0, e.Limit), 10)
 		policy = append(policy, ";w="...)
-		policy = strconv.AppendInt(policy, max(1, ceilSeconds(rules.Duration(e.Window).Nominal())), 10) // a calendar period: its usual length
+		policy = strconv.AppendInt(policy, max(1, decide.CeilSeconds(rules.Duration(e.Window).Nominal())), 10) // a calendar period: its usual length
 
 		limit = appendPolicyName(limit, d, i)
 		limit = append(limit, ";r="...)
 		limit = strconv.AppendInt(limit, max(0, e.Remaining), 10)
 		limit = append(limit, ";t="...)
-		limit = strconv.AppendInt(limit, max(0, ceilSeconds(e.ResetAfter)), 10)
+		limit = strconv.AppendInt(limit, max(0, decide.CeilSeconds(e.ResetAfter)), 10)
 	}
 	h["Ratelimit-Policy"] = []string{string(policy)} // textproto's canonical forms
 	h["Ratelimit"] = []string{string(limit)}

@@ -1,11 +1,11 @@
 // Package api is quotad's HTTP surface: it decodes requests, calls the
-// limiter (and the other services), and encodes answers. It holds no
-// counting logic of its own.
+// limiter (checks through api/decide, the decision path it shares with
+// the gRPC edge, api/rlsgrpc) and the other services, and encodes
+// answers. It holds no counting logic of its own.
 package api
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"io"
 	"log/slog"
@@ -23,6 +23,7 @@ import (
 
 	"github.com/quota-platform/quota/analytics"
 	"github.com/quota-platform/quota/analytics/throttled"
+	"github.com/quota-platform/quota/api/decide"
 	"github.com/quota-platform/quota/apps"
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/limiter"
@@ -81,26 +82,20 @@ type Deps struct {
 	Nearest NearestIdentities
 }
 
-// SingleChecker decides one check.
-type SingleChecker interface {
-	Check(ctx context.Context, req *limiter.Request) (limiter.Decision, error)
-}
+// SingleChecker decides one check (decide.SingleChecker).
+type SingleChecker = decide.SingleChecker
 
-// UsageRecorder is fed every decided check (allowed or denied). It must not
-// block: it runs on the check path.
-type UsageRecorder interface {
-	Record(appID, interfaceID, userID string, allowed bool)
-}
+// UsageRecorder is fed every decided check (decide.UsageRecorder).
+type UsageRecorder = decide.UsageRecorder
 
 // Server is the HTTP handler of quotad.
 type Server struct {
 	deps     Deps
+	core     *decide.Core // the checks' decisions, shared with the gRPC edge
 	echo     *echo.Echo
 	bufs     sync.Pool
 	bodies   sync.Pool // *bufferedBody, for checks read before their slot
 	inFlight chan struct{}
-	// undecidedLog limits "check undecided" log lines to one a second.
-	undecidedLog logThrottle
 	// draining is set on SIGTERM: /readyz answers 503 from then on.
 	draining atomic.Bool
 }
@@ -110,10 +105,9 @@ func New(d Deps) *Server {
 	if d.Log == nil {
 		d.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if d.Checks == nil {
-		d.Checks = d.Limiter
-	}
-	s := &Server{deps: d, echo: echo.New(), inFlight: make(chan struct{}, d.Settings.MaxInFlight)}
+	core := decide.New(decide.Deps{Settings: d.Settings, Limiter: d.Limiter, Checks: d.Checks, Metrics: d.Metrics,
+		Log: d.Log, Usage: d.Usage, Throttled: d.Throttled})
+	s := &Server{deps: d, core: core, echo: echo.New(), inFlight: make(chan struct{}, d.Settings.MaxInFlight)}
 	s.bufs.New = func() any { b := make([]byte, 0, 4096); return &b }
 	s.bodies.New = func() any { return &bufferedBody{b: make([]byte, 0, 4096)} }
 	e := s.echo
@@ -142,6 +136,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.Serv
 
 // Echo exposes the router so that other packages' routes can be added.
 func (s *Server) Echo() *echo.Echo { return s.echo }
+
+// Core is the decision path of this server's checks, for quotad's other
+// check edge (api/rlsgrpc) to share: one set of metrics, analytics and
+// fail-mode log lines for both.
+func (s *Server) Core() *decide.Core { return s.core }
 
 // apiError is an error answered with the contract's error body.
 type apiError struct {
@@ -406,11 +405,6 @@ func bearer(c echo.Context) string {
 	return ""
 }
 
-// sameToken compares in constant time.
-func sameToken(got, want string) bool {
-	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
-}
-
 func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if s.deps.Settings.AdminToken == "" {
@@ -420,7 +414,7 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 		if tok == "" {
 			return newError(http.StatusUnauthorized, "unauthorized", "this endpoint needs the admin token as Authorization: Bearer")
 		}
-		if !sameToken(tok, s.deps.Settings.AdminToken) {
+		if !decide.SameToken(tok, s.deps.Settings.AdminToken) {
 			return newError(http.StatusForbidden, "forbidden", "the token given is not the admin token")
 		}
 		return next(c)

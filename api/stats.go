@@ -11,6 +11,8 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/quota-platform/quota/analytics"
+	"github.com/quota-platform/quota/api/dashboard"
+	"github.com/quota-platform/quota/api/decide"
 )
 
 // maxUniqueDays bounds GET /v1/apps/{app_id}/uniques.
@@ -34,7 +36,7 @@ func (s *Server) analyticsRoutes(e *echo.Echo) {
 	if s.deps.Keys != nil {
 		e.POST("/v1/admin/apps", s.createApp, s.requireAdmin)
 	}
-	s.dashboardRoutes(e)
+	dashboard.Routes(e)
 }
 
 // pathParam is a path parameter, unescaped (an id may hold '/' or ' ' as
@@ -66,7 +68,7 @@ func (s *Server) caller(c echo.Context) (app string, admin bool, err error) {
 	if tok == "" {
 		return "", false, newError(http.StatusUnauthorized, "unauthorized", "stats need an app key or the admin token as Authorization: Bearer")
 	}
-	if sameToken(tok, s.deps.Settings.AdminToken) {
+	if decide.SameToken(tok, s.deps.Settings.AdminToken) {
 		return "", true, nil
 	}
 	if s.deps.Keys == nil { // no app keys: the admin token only
@@ -310,6 +312,23 @@ func (s *Server) series(c echo.Context) error {
 		Resolution  string      `json:"resolution"`
 		Points      []pointJSON `json:"points"`
 	}{q.App, iface, q.From.UTC().Format(time.RFC3339), q.To.UTC().Format(time.RFC3339), q.Res.String(), out})
+}
+
+// seriesSVG draws the call curve that GET …/series answers as an SVG chart
+// (same query parameters), so the dashboard needs no chart library.
+func (s *Server) seriesSVG(c echo.Context) error {
+	q, err := s.seriesQuery(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := s.queryCtx(c)
+	defer cancel()
+	pts, err := s.deps.Analytics.Series(ctx, q)
+	if err != nil {
+		return s.storeError(err)
+	}
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return c.Blob(http.StatusOK, "image/svg+xml; charset=utf-8", dashboard.Chart(pts, q.Res))
 }
 
 // uniques answers the distinct users of an app over a range of days

@@ -6,77 +6,14 @@ import (
 	"sort"
 	"strconv"
 
-	rlcommon "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/labstack/echo/v4"
 
 	"github.com/quota-platform/quota/analytics"
-	"github.com/quota-platform/quota/limiter"
 )
 
 // defaultThrottledTop and maxThrottledTop: identities and interfaces
 // GET /v1/apps/{app_id}/throttled lists, by default and at most (?top=).
 const defaultThrottledTop, maxThrottledTop = 10, 100
-
-// recordDenied feeds Deps.Throttled with a denied check's denying rules
-// (not shadow ones). An allowed check costs one branch; a dry run is not a
-// call.
-func (s *Server) recordDenied(req *limiter.Request, d *limiter.Decision) {
-	if d.Allowed || s.deps.Throttled == nil || req.DryRun {
-		return
-	}
-	app, ok := req.Lookup("app_id")
-	if !ok {
-		return
-	}
-	var set []string // rules already recorded: one count per rule, not per limit
-	for i := range d.Entries {
-		e := &d.Entries[i]
-		if e.Allowed || e.Shadow || contains(set, e.Rule) {
-			continue
-		}
-		set = append(set, e.Rule)
-		dims := s.ruleDimensions(e.Rule)
-		if dims == nil {
-			continue
-		}
-		values := make([]string, len(dims))
-		for j, name := range dims {
-			values[j], _ = req.Lookup(name)
-		}
-		s.deps.Throttled.Denied(app, e.Rule, dims, values)
-	}
-}
-
-// recordDeniedDescriptor feeds Deps.Throttled with one descriptor of a
-// gRPC (Envoy) check that its limit denied: the "rule" is the limit's full
-// key in the envoy configuration, the identity the descriptor's entries.
-func (s *Server) recordDeniedDescriptor(app, key string, entries []*rlcommon.RateLimitDescriptor_Entry) {
-	if app == "" || s.deps.Throttled == nil {
-		return
-	}
-	names, values := make([]string, len(entries)), make([]string, len(entries))
-	for i, e := range entries {
-		names[i], values[i] = e.GetKey(), e.GetValue()
-	}
-	s.deps.Throttled.Denied(app, key, names, values)
-}
-
-func contains(l []string, s string) bool {
-	for _, v := range l {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
-// ruleDimensions are the dimensions of the rule in force named name.
-func (s *Server) ruleDimensions(name string) []string {
-	if r := s.deps.Limiter.Rules().Rule(name); r != nil {
-		return r.Dimensions
-	}
-	return nil
-}
 
 type throttledIdentityJSON struct {
 	Dimensions map[string]string `json:"dimensions"`

@@ -10,7 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	"github.com/quota-platform/quota/api"
+	"github.com/quota-platform/quota/api/decide"
+	"github.com/quota-platform/quota/api/rlsgrpc"
 	"github.com/quota-platform/quota/bench/loadgen"
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/envoyconf"
@@ -40,8 +41,8 @@ func BenchmarkCall(b *testing.B) {
 		b.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	srv := api.New(api.Deps{Settings: config.Defaults(), Checks: allowAll{}, Metrics: metrics.New(reg), Gatherer: reg})
-	gs, _ := srv.NewGRPC(api.NewEnvoyConfig(conf), grpc.NumStreamWorkers(256)) // as quotad
+	core := decide.New(decide.Deps{Settings: config.Defaults(), Checks: allowAll{}, Metrics: metrics.New(reg)})
+	gs, _ := rlsgrpc.NewServer(core, rlsgrpc.NewEnvoyConfig(conf), grpc.NumStreamWorkers(256)) // as quotad
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -75,7 +75,8 @@ func main() {
 	}
 }
 
-func run(args []string, out io.Writer) error {
+// parseOptions reads grpcbench's flags.
+func parseOptions(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("grpcbench", flag.ContinueOnError)
 	fs.StringVar(&o.url, "url", "http://127.0.0.1:18090", "quotad's HTTP base URL")
@@ -95,39 +96,63 @@ func run(args []string, out io.Writer) error {
 	fs.Uint64Var(&o.seed, "seed", 0, "added to each round's key seed (round 1: seed+1), so that separate runs draw other keys")
 	fs.IntVar(&o.serverPID, "server-pid", 0, "quotad's pid: report its CPU time per check (Linux /proc)")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return o, err
 	}
 	if o.conns < 1 || o.grpcConns < 1 || o.muxConns < 1 || o.rounds < 1 || o.phase <= 0 {
-		return errors.New("-c, -grpc-conns, -mux-conns, -rounds and -phase must be positive")
+		return o, errors.New("-c, -grpc-conns, -mux-conns, -rounds and -phase must be positive")
 	}
 	if o.grpcClient != clientRaw && o.grpcClient != clientGRPCGo {
-		return fmt.Errorf("-grpc-client %q: want raw or grpc-go", o.grpcClient)
+		return o, fmt.Errorf("-grpc-client %q: want raw or grpc-go", o.grpcClient)
 	}
 	for _, e := range strings.Split(*entries, ",") {
 		if e != "grpc" && e != "grpc-mux" && e != "http" {
-			return fmt.Errorf("-entries: unknown entry point %q (grpc, grpc-mux, http)", e)
+			return o, fmt.Errorf("-entries: unknown entry point %q (grpc, grpc-mux, http)", e)
 		}
 		o.entries = append(o.entries, e)
 	}
+	return o, nil
+}
+
+// openTargets connects the gRPC entry points: "grpc" (o's client and
+// connections) and, when o runs it, "grpc-mux" (the raw client, callers'
+// calls multiplexed on -mux-conns connections, as om says); closeAll closes
+// them.
+func openTargets(o options) (targets map[string]*grpcTarget, om options, closeAll func(), err error) {
 	g, err := newGRPCTarget(o)
 	if err != nil {
-		return err
+		return nil, om, nil, err
 	}
-	defer g.close()
-	om := o // the grpc-mux entry's
+	om = o // the grpc-mux entry's
 	om.grpcClient, om.grpcConns = clientRaw, min(o.muxConns, o.conns-1)
 	if o.conns == 1 {
 		om.grpcConns = 1
 	}
-	targets := map[string]*grpcTarget{"grpc": g}
+	targets = map[string]*grpcTarget{"grpc": g}
 	if slices.Contains(o.entries, "grpc-mux") {
 		gm, err := newGRPCTarget(om)
 		if err != nil {
-			return err
+			g.close()
+			return nil, om, nil, err
 		}
-		defer gm.close()
 		targets["grpc-mux"] = gm
 	}
+	return targets, om, func() {
+		for _, t := range targets {
+			t.close()
+		}
+	}, nil
+}
+
+func run(args []string, out io.Writer) error {
+	o, err := parseOptions(args)
+	if err != nil {
+		return err
+	}
+	targets, om, closeTargets, err := openTargets(o)
+	if err != nil {
+		return err
+	}
+	defer closeTargets()
 	var tlOut io.Writer
 	if o.timelinePath != "" {
 		f, err := os.Create(o.timelinePath)

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/quota-platform/quota/api"
+	"github.com/quota-platform/quota/api/rlsgrpc"
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/envoyconf"
 )
@@ -41,7 +42,7 @@ type grpcServer struct {
 // startGRPC serves Envoy's rate limit service on QUOTA_GRPC_LISTEN (nil
 // with "off"). It keeps serving until drain stops it, so that during the
 // drain wait it answers like the HTTP server does.
-func startGRPC(s config.Settings, srv *api.Server, conf *api.EnvoyConfig, log *slog.Logger) (*grpcServer, error) {
+func startGRPC(s config.Settings, srv *api.Server, conf *rlsgrpc.EnvoyConfig, log *slog.Logger) (*grpcServer, error) {
 	if s.GRPCListen == "off" {
 		return nil, nil
 	}
@@ -51,7 +52,9 @@ func startGRPC(s config.Settings, srv *api.Server, conf *api.EnvoyConfig, log *s
 	}
 	// Handlers run on long-lived workers, whose stacks are already grown,
 	// instead of a new goroutine per call that grows its stack each time.
-	gs, health := srv.NewGRPC(conf, grpc.NumStreamWorkers(grpcWorkers))
+	// Its checks share the HTTP server's decision path (metrics,
+	// analytics, fail mode).
+	gs, health := rlsgrpc.NewServer(srv.Core(), conf, grpc.NumStreamWorkers(grpcWorkers))
 	go func() {
 		if err := gs.Serve(ln); err != nil {
 			log.Error("grpc server stopped", "err", err)
@@ -77,7 +80,7 @@ func startGRPC(s config.Settings, srv *api.Server, conf *api.EnvoyConfig, log *s
 // reloadEnvoyOnHangup re-reads QUOTA_ENVOY_CONFIG on SIGHUP (with the rules
 // file, reloadOnHangup), keeping the configuration in force when the new
 // one is invalid.
-func reloadEnvoyOnHangup(ctx context.Context, s config.Settings, conf *api.EnvoyConfig, changed func(), log *slog.Logger) {
+func reloadEnvoyOnHangup(ctx context.Context, s config.Settings, conf *rlsgrpc.EnvoyConfig, changed func(), log *slog.Logger) {
 	if s.EnvoyConfig == "" {
 		return
 	}

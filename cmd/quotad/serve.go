@@ -16,6 +16,7 @@ import (
 	"github.com/quota-platform/quota/analytics"
 	"github.com/quota-platform/quota/analytics/throttled"
 	"github.com/quota-platform/quota/api"
+	"github.com/quota-platform/quota/api/rlsgrpc"
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/coalesce"
 	"github.com/quota-platform/quota/config"
@@ -134,7 +135,7 @@ func analyticsDeps(an *analytics.Analytics) (api.UsageRecorder, *analytics.Stats
 // (QUOTA_GRPC_LISTEN; nil when off) with conf, which SIGHUP reloads; changed
 // is called after each reload.
 func startEnvoyService(ctx context.Context, s config.Settings, srv *api.Server, conf *envoyconf.Config, changed func(), log *slog.Logger) (*grpcServer, error) {
-	envoy := api.NewEnvoyConfig(conf)
+	envoy := rlsgrpc.NewEnvoyConfig(conf)
 	go reloadEnvoyOnHangup(ctx, s, envoy, changed, log)
 	return startGRPC(s, srv, envoy, log)
 }

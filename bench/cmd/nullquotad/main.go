@@ -63,7 +63,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	// quotad's own (api.grpcTransport, cmd/quotad's grpcWorkers).
+	// quotad's own (rlsgrpc.grpcTransport in api/rlsgrpc, cmd/quotad's grpcWorkers).
 	gs := grpc.NewServer(grpc.StaticStreamWindowSize(64<<10), grpc.StaticConnWindowSize(1<<20), grpc.NumStreamWorkers(256))
 	rlsv3.RegisterRateLimitServiceServer(gs, okService{})
 	mux := http.NewServeMux()

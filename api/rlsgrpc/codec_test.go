@@ -1,4 +1,4 @@
-package api
+package rlsgrpc
 
 import (
 	"strconv"

@@ -1,4 +1,4 @@
-package api_test
+package rlsgrpc_test
 
 import (
 	"context"
@@ -13,7 +13,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/quota-platform/quota/analytics"
-	"github.com/quota-platform/quota/api"
+	"github.com/quota-platform/quota/api/decide"
+	"github.com/quota-platform/quota/api/rlsgrpc"
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/envoyconf"
@@ -41,13 +42,13 @@ func TestThrottled_EnvoyDescriptorsDeniedAreCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf, err := envoyconf.Load("../envoyconf/testdata")
+	conf, err := envoyconf.Load("../../envoyconf/testdata")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := api.New(api.Deps{Settings: config.Defaults(), Limiter: lim, Metrics: metrics.New(reg), Gatherer: reg,
-		Usage: an.Recorder, Analytics: an.Stats, Throttled: an.Throttled})
-	gs, _ := srv.NewGRPC(api.NewEnvoyConfig(conf))
+	core := decide.New(decide.Deps{Settings: config.Defaults(), Limiter: lim, Metrics: metrics.New(reg),
+		Usage: an.Recorder, Throttled: an.Throttled})
+	gs, _ := rlsgrpc.NewServer(core, rlsgrpc.NewEnvoyConfig(conf))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package api_test
+package rlsgrpc_test
 
 import (
 	"context"
@@ -25,7 +25,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/quota-platform/quota/api"
+	"github.com/quota-platform/quota/api/decide"
+	"github.com/quota-platform/quota/api/rlsgrpc"
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/coalesce"
 	"github.com/quota-platform/quota/config"
@@ -38,7 +39,7 @@ import (
 )
 
 // rlsHarness is the Envoy rate limit service of an in-process quotad
-// (api.Server over a real Redis), served on a loopback port, with envoy
+// (the service over a real Redis), served on a loopback port, with envoy
 // ratelimit's example configurations (envoyconf/testdata).
 type rlsHarness struct {
 	t      *testing.T
@@ -73,7 +74,7 @@ func newRLS(t *testing.T, opts ...harnessOption) *rlsHarness {
 	for _, o := range opts {
 		o(&hc)
 	}
-	conf, err := envoyconf.Load("../envoyconf/testdata")
+	conf, err := envoyconf.Load("../../envoyconf/testdata")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,8 +89,8 @@ func newRLS(t *testing.T, opts ...harnessOption) *rlsHarness {
 	// quotad's path: single checks through the coalescer (QUOTA_COALESCE, 4 by default).
 	co := coalesce.New(lim, hc.settings.Coalesce, 64)
 	t.Cleanup(co.Close)
-	srv := api.New(api.Deps{Settings: hc.settings, Limiter: lim, Checks: co, Metrics: metrics.New(reg), Gatherer: reg, Usage: usage})
-	gs, _ := srv.NewGRPC(api.NewEnvoyConfig(conf))
+	core := decide.New(decide.Deps{Settings: hc.settings, Limiter: lim, Checks: co, Metrics: metrics.New(reg), Usage: usage})
+	gs, _ := rlsgrpc.NewServer(core, rlsgrpc.NewEnvoyConfig(conf))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

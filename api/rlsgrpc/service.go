@@ -1,4 +1,12 @@
-package api
+// Package rlsgrpc is quotad's gRPC edge: Envoy's rate limit service
+// (envoy.service.ratelimit.v3.RateLimitService) with gRPC health checking
+// and reflection, beside the HTTP edge (package api) and apart from it, as
+// envoyproxy/ratelimit keeps its server apart from its service. It decodes
+// and checks Envoy's descriptors, looks up their limits in the envoy
+// ratelimit configuration (package envoyconf) and answers in Envoy's
+// terms; the decision itself (the limiter call, metrics, analytics, the
+// fail mode) is package api/decide's, shared with the HTTP edge.
+package rlsgrpc
 
 import (
 	"context"
@@ -19,7 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/api/decide"
 	"github.com/quota-platform/quota/envoyconf"
 	"github.com/quota-platform/quota/limiter"
 )
@@ -72,29 +80,39 @@ func (st *envoyState) scope(domain string) string {
 // limiter: the same counters store, metrics and analytics as /v1/check.
 type rateLimitService struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	s    *Server
+	core *decide.Core
 	conf *EnvoyConfig
+	// checkToken is QUOTA_CHECK_TOKEN ("": calls need none); appKey is
+	// QUOTA_ENVOY_APP_KEY, the descriptor entry that names the app.
+	checkToken, appKey string
 	// latency times each call in quota_check_duration_seconds under the
 	// method's name, beside the HTTP routes (nil without metrics).
 	latency prometheus.Observer
 }
 
-// NewGRPC returns quotad's gRPC server: the Envoy rate limit service under
-// conf, gRPC health checking (SERVING until the returned health server is
-// shut down) and reflection. opts come after (and so win over) its own
-// transport options, grpcTransport.
-func (s *Server) NewGRPC(conf *EnvoyConfig, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
+// NewServer returns quotad's gRPC server: the Envoy rate limit service
+// deciding through core under conf, gRPC health checking (SERVING until
+// the returned health server is shut down) and reflection. opts come after
+// (and so win over) its own transport options, grpcTransport.
+func NewServer(core *decide.Core, conf *EnvoyConfig, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	gs := grpc.NewServer(append(grpcTransport(), opts...)...)
-	rls := &rateLimitService{s: s, conf: conf}
-	if s.deps.Metrics != nil {
-		rls.latency = s.deps.Metrics.CheckLatency.WithLabelValues(rateLimitMethod)
-	}
-	rlsv3.RegisterRateLimitServiceServer(gs, rls)
+	rlsv3.RegisterRateLimitServiceServer(gs, New(core, conf))
 	hs := health.NewServer()
 	hs.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
 	reflection.Register(gs)
 	return gs, hs
+}
+
+// New is the Envoy rate limit service NewServer serves, deciding through
+// core under conf and timed as there, without the transport.
+func New(core *decide.Core, conf *EnvoyConfig) rlsv3.RateLimitServiceServer {
+	set := core.Settings()
+	rls := &rateLimitService{core: core, conf: conf, checkToken: set.CheckToken, appKey: set.EnvoyAppKey}
+	if m := core.Metrics(); m != nil {
+		rls.latency = m.CheckLatency.WithLabelValues(rateLimitMethod)
+	}
+	return rls
 }
 
 // Flow-control windows of quotad's gRPC connections. Static windows turn
@@ -278,13 +296,13 @@ func (c *rlsCall) limitOf(i int) (*rlsv3.RateLimitResponse_RateLimit, *durationp
 // authorize asks for QUOTA_CHECK_TOKEN, when set, as "authorization:
 // Bearer <token>" metadata (Envoy's grpc_service initial_metadata).
 func (r *rateLimitService) authorize(ctx context.Context) error {
-	want := r.s.deps.Settings.CheckToken
+	want := r.checkToken
 	if want == "" {
 		return nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	for _, v := range md.Get("authorization") {
-		if tok, ok := strings.CutPrefix(v, "Bearer "); ok && sameToken(tok, want) {
+		if tok, ok := strings.CutPrefix(v, "Bearer "); ok && decide.SameToken(tok, want) {
 			return nil
 		}
 	}
@@ -326,17 +344,31 @@ const (
 // all in one store trip, and the all-or-nothing then holds within each
 // cost.
 func (r *rateLimitService) decide(ctx context.Context, st *envoyState, call *rlsCall, req *rlsv3.RateLimitRequest, limits []*envoyconf.Limit, costs []int64) (*rlsv3.RateLimitResponse, error) {
-	appKey := r.s.deps.Settings.EnvoyAppKey
-	reqs := call.reqs[:0]
+	app, iface, user := r.identify(req)
 	var whereBuf [inlineDescriptors]counterSlot
-	where := whereBuf[:0]
-	ids := call.ids[:0]
-	app, iface, user := "", "", ""
-	for i, d := range req.GetDescriptors() {
-		where = append(where, counterSlot{-1, -1})
+	reqs, where := r.counters(st, call, req, limits, costs, whereBuf[:0])
+	ds, err := r.check(ctx, call, reqs)
+	if err != nil {
+		return r.storeFailure(err, call, len(limits))
+	}
+	allowed := true
+	for i := range ds {
+		r.core.Count(&ds[i])
+		allowed = allowed && ds[i].Allowed
+	}
+	if app != "" {
+		r.core.RecordCall(app, iface, user, allowed)
+	}
+	return r.respond(call, req, limits, ds, where, app), nil
+}
+
+// identify is the call's app (QUOTA_ENVOY_APP_KEY), interface and user for
+// analytics: the last of each among all the descriptors' entries.
+func (r *rateLimitService) identify(req *rlsv3.RateLimitRequest) (app, iface, user string) {
+	for _, d := range req.GetDescriptors() {
 		for _, e := range d.GetEntries() {
 			switch e.GetKey() {
-			case appKey:
+			case r.appKey:
 				app = e.GetValue()
 			case "interface_id":
 				iface = e.GetValue()
@@ -344,29 +376,24 @@ func (r *rateLimitService) decide(ctx context.Context, st *envoyState, call *rls
 				user = e.GetValue()
 			}
 		}
+	}
+	return app, iface, user
+}
+
+// counters turns each descriptor with a limit into a counter of the
+// limiter request of its cost, appending to where (one per descriptor)
+// that counter's place, counterSlot{-1, -1} for a descriptor without one.
+func (r *rateLimitService) counters(st *envoyState, call *rlsCall, req *rlsv3.RateLimitRequest, limits []*envoyconf.Limit, costs []int64, where []counterSlot) ([]*limiter.Request, []counterSlot) {
+	reqs := call.reqs[:0]
+	ids := call.ids[:0]
+	for i, d := range req.GetDescriptors() {
+		where = append(where, counterSlot{-1, -1})
 		l := limits[i]
 		if l == nil || l.Unlimited {
 			continue
 		}
-		k := -1
-		for j, cr := range reqs {
-			if cr.Cost == costs[i] {
-				k = j
-				break
-			}
-		}
-		if k < 0 {
-			var cr *limiter.Request
-			if len(reqs) == 0 { // the common case: one cost
-				cr = &call.req
-				cr.Counters = call.counters[:0]
-			} else {
-				cr = new(limiter.Request)
-			}
-			cr.Scope, cr.Cost = st.scope(req.GetDomain()), costs[i]
-			k = len(reqs)
-			reqs = append(reqs, cr)
-		}
+		var k int
+		reqs, k = requestOf(st, call, req.GetDomain(), reqs, costs[i])
 		// The identity is cut from one array shared by the call's counters;
 		// once cut, it is never appended to.
 		start := len(ids)
@@ -374,7 +401,7 @@ func (r *rateLimitService) decide(ctx context.Context, st *envoyState, call *rls
 		for _, e := range d.GetEntries() {
 			ids = append(ids, e.GetKey(), e.GetValue())
 			switch e.GetKey() {
-			case appKey:
+			case r.appKey:
 				dApp = e.GetValue()
 			case "user_id":
 				dUser = e.GetValue()
@@ -386,28 +413,48 @@ func (r *rateLimitService) decide(ctx context.Context, st *envoyState, call *rls
 			Shadow: l.Shadow, App: dApp, User: dUser,
 		})
 	}
-	var ds []limiter.Decision
-	var err error
+	return reqs, where
+}
+
+// requestOf is the place in reqs of the limiter request of cost, added
+// when there is none yet: the first one is the call's own.
+func requestOf(st *envoyState, call *rlsCall, domain string, reqs []*limiter.Request, cost int64) ([]*limiter.Request, int) {
+	for j, cr := range reqs {
+		if cr.Cost == cost {
+			return reqs, j
+		}
+	}
+	var cr *limiter.Request
+	if len(reqs) == 0 { // the common case: one cost
+		cr = &call.req
+		cr.Counters = call.counters[:0]
+	} else {
+		cr = new(limiter.Request)
+	}
+	cr.Scope, cr.Cost = st.scope(domain), cost
+	k := len(reqs)
+	return append(reqs, cr), k
+}
+
+// check decides the limiter requests: one on the path of POST /v1/check,
+// where the coalescer shares Redis pipelines; more in one store trip.
+func (r *rateLimitService) check(ctx context.Context, call *rlsCall, reqs []*limiter.Request) ([]limiter.Decision, error) {
 	switch len(reqs) {
 	case 0:
+		return nil, nil
 	case 1:
-		// The path of POST /v1/check: the coalescer shares Redis pipelines.
-		call.ds[0], err = r.s.deps.Checks.Check(ctx, reqs[0])
-		ds = call.ds[:]
-	default:
-		ds, err = r.s.deps.Limiter.CheckBatch(ctx, reqs)
+		var err error
+		call.ds[0], err = r.core.Check(ctx, reqs[0])
+		return call.ds[:], err
 	}
-	if err != nil {
-		return r.storeFailure(err, call, len(limits))
-	}
-	allowed := true
-	for i := range ds {
-		r.s.count(&ds[i])
-		allowed = allowed && ds[i].Allowed
-	}
-	if app != "" && r.s.deps.Usage != nil {
-		r.s.deps.Usage.Record(app, iface, user, allowed)
-	}
+	return r.core.CheckBatch(ctx, reqs)
+}
+
+// respond is the answer to the call: each descriptor's status with its
+// limit's numbers from its counter's entry in ds, OVER_LIMIT where that
+// entry denied (not in shadow mode), each such denial recorded in who is
+// throttled.
+func (r *rateLimitService) respond(call *rlsCall, req *rlsv3.RateLimitRequest, limits []*envoyconf.Limit, ds []limiter.Decision, where []counterSlot, app string) *rlsv3.RateLimitResponse {
 	resp := call.answer(len(limits))
 	for i, l := range limits {
 		st := resp.Statuses[i]
@@ -421,17 +468,31 @@ func (r *rateLimitService) decide(ctx context.Context, st *envoyState, call *rls
 		e := &ds[where[i].req].Entries[where[i].counter]
 		current, reset := call.limitOf(i)
 		current.Name, current.RequestsPerUnit, current.Unit = l.Name, l.RequestsPerUnit, l.Unit
-		reset.Seconds = ceilSeconds(e.ResetAfter)
+		reset.Seconds = decide.CeilSeconds(e.ResetAfter)
 		st.CurrentLimit, st.DurationUntilReset = current, reset
 		st.LimitRemaining = uint32(min(max(e.Remaining, 0), math.MaxUint32))
 		if !e.Allowed && !e.Shadow {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			st.LimitRemaining = 0
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			r.s.recordDeniedDescriptor(app, l.FullKey, req.GetDescriptors()[i].GetEntries())
+			r.recordDenied(app, l.FullKey, req.GetDescriptors()[i].GetEntries())
 		}
 	}
-	return resp, nil
+	return resp
+}
+
+// recordDenied records one descriptor that its limit denied in who is
+// throttled: the "rule" is the limit's full key in the envoy
+// configuration, the identity the descriptor's entries.
+func (r *rateLimitService) recordDenied(app, key string, entries []*rlcommon.RateLimitDescriptor_Entry) {
+	if app == "" || !r.core.RecordsThrottled() {
+		return
+	}
+	names, values := make([]string, len(entries)), make([]string, len(entries))
+	for i, e := range entries {
+		names[i], values[i] = e.GetKey(), e.GetValue()
+	}
+	r.core.RecordThrottled(app, key, names, values)
 }
 
 // storeFailure applies QUOTA_FAIL_MODE as /v1/check does: open answers OK
@@ -439,14 +500,8 @@ func (r *rateLimitService) decide(ctx context.Context, st *envoyState, call *rls
 // rate_limit filter turns into its own failure_mode_deny choice, as it does
 // when envoy ratelimit loses its Redis.
 func (r *rateLimitService) storeFailure(err error, call *rlsCall, n int) (*rlsv3.RateLimitResponse, error) {
-	s := r.s
-	s.deps.Metrics.StoreErrors.WithLabelValues("hot").Inc()
-	if ok, suppressed := s.undecidedLog.allow(time.Now()); ok {
-		s.deps.Log.Warn("check undecided", "err", err, "fail_mode", string(s.deps.Settings.FailMode), "not_logged_since_last", suppressed, "entry", "grpc")
-	}
-	if s.deps.Settings.FailMode == config.FailClosed {
+	if !r.core.Undecided(err, 1, "entry", "grpc") {
 		return nil, status.Error(codes.Unavailable, "the counter store is unreachable; no decision could be made")
 	}
-	s.deps.Metrics.Unenforced.Inc()
 	return call.answer(n), nil
 }

@@ -1,4 +1,4 @@
-package api
+package rlsgrpc
 
 import (
 	"math"
@@ -24,6 +24,7 @@ import (
 // is_negative_hits, an unknown field, an unexpected wire type, invalid
 // UTF-8) and every other message go to protobuf's decoder, so the request
 // decoded is always the one proto.Unmarshal makes (FuzzDecodeRateLimitRequest).
+// Paid for by bench/grpcbench's BenchmarkCall (-benchmem; make bench-grpc end to end): 5 allocations a request instead of protobuf's 26.
 type rlsCodec struct {
 	encoding.CodecV2 // grpc-go's protobuf codec: Marshal, Name, other messages
 }

@@ -1,9 +1,12 @@
-package api
+// Package dashboard is quotad's developer dashboard: a static page
+// embedded in the binary that calls the stats API with the key it is
+// signed in with, and the SVG chart of an app's calls that the stats API
+// draws for it (GET /v1/apps/{app_id}/series.svg, package api).
+package dashboard
 
 import (
 	"embed"
 	"fmt"
-	"io/fs"
 	"math"
 	"net/http"
 	"strconv"
@@ -15,17 +18,12 @@ import (
 	"github.com/quota-platform/quota/analytics"
 )
 
-//go:embed dashboard
-var dashboardFiles embed.FS
+//go:embed index.html app.js style.css
+var pageFiles embed.FS
 
-// dashboardRoutes serves the developer dashboard, a static page embedded in
-// the binary that calls the stats API with the key it is signed in with.
-func (s *Server) dashboardRoutes(e *echo.Echo) {
-	sub, err := fs.Sub(dashboardFiles, "dashboard")
-	if err != nil {
-		panic(err) // the embedded folder is fixed at build time
-	}
-	files := http.StripPrefix("/dashboard/", http.FileServer(http.FS(sub)))
+// Routes serves the dashboard on e under /dashboard/.
+func Routes(e *echo.Echo) {
+	files := http.StripPrefix("/dashboard/", http.FileServer(http.FS(pageFiles)))
 	serve := func(c echo.Context) error {
 		h := c.Response().Header()
 		h.Set("Cache-Control", "no-cache")
@@ -41,23 +39,6 @@ func (s *Server) dashboardRoutes(e *echo.Echo) {
 	e.GET("/dashboard/*", serve)
 }
 
-// seriesSVG draws the call curve that GET …/series answers as an SVG chart
-// (same query parameters), so the dashboard needs no chart library.
-func (s *Server) seriesSVG(c echo.Context) error {
-	q, err := s.seriesQuery(c)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := s.queryCtx(c)
-	defer cancel()
-	pts, err := s.deps.Analytics.Series(ctx, q)
-	if err != nil {
-		return s.storeError(err)
-	}
-	c.Response().Header().Set("Cache-Control", "no-store")
-	return c.Blob(http.StatusOK, "image/svg+xml; charset=utf-8", renderChart(pts, q.Res))
-}
-
 // Chart geometry (SVG user units; the SVG scales to its container).
 const (
 	chartW, chartH                         = 960.0, 300.0
@@ -67,9 +48,10 @@ const (
 	colorGrid, colorAxisText, colorNoCalls = "#e5e7eb", "#6b7280", "#9ca3af"
 )
 
-// renderChart draws calls (blue area) and denied calls (red line) over time
-// with a labelled y axis and time ticks suited to the span.
-func renderChart(pts []analytics.Point, res analytics.Resolution) []byte {
+// Chart draws calls (blue area) and denied calls (red line) over time
+// with a labelled y axis and time ticks suited to the span: an SVG of
+// points pts at resolution res.
+func Chart(pts []analytics.Point, res analytics.Resolution) []byte {
 	var b strings.Builder
 	var total, denied, peak int64
 	for _, p := range pts {
