@@ -13,7 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/clock"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // makeRowID is the rowID of (app, iface, user), as Record makes it.

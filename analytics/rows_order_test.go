@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // orderCases are keys whose order trips a careless prefix comparison: equal

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/analytics"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // deny is one denial of the model's stream.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/clock"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // BenchmarkSealDay is the end-of-day seal (sealUserDays) of one app's

@@ -16,7 +16,7 @@ import (
 )
 
 // chromiumPath finds headless Chromium, installing the Debian package with
-// internal/testenv/ensure-tool.sh when it is missing; "" when it cannot be had.
+// internal/testsupport/testenv/ensure-tool.sh when it is missing; "" when it cannot be had.
 func chromiumPath(t *testing.T) string {
 	t.Helper()
 	for _, b := range []string{"chromium", "chromium-browser"} {
@@ -26,9 +26,9 @@ func chromiumPath(t *testing.T) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "bash", "../internal/testenv/ensure-tool.sh", "chromium").CombinedOutput()
+	out, err := exec.CommandContext(ctx, "bash", "../internal/testsupport/testenv/ensure-tool.sh", "chromium").CombinedOutput()
 	if err != nil {
-		t.Logf("internal/testenv/ensure-tool.sh chromium: %v: %s", err, out)
+		t.Logf("internal/testsupport/testenv/ensure-tool.sh chromium: %v: %s", err, out)
 		return ""
 	}
 	lines := strings.Fields(strings.TrimSpace(string(out)))

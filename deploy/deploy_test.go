@@ -1,6 +1,6 @@
 // Package deploy holds what an operator deploys (no Go code); its tests
 // check those files with the tools this machine has or can install
-// (make test installs them: internal/testenv/ensure-tool.sh).
+// (make test installs them: internal/testsupport/testenv/ensure-tool.sh).
 package deploy
 
 import (
@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // tool is the path of a command-line tool; without it the test is skipped
@@ -22,7 +22,7 @@ func tool(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		t.Skipf("%s not installed: run `bash internal/testenv/ensure-tool.sh %s` (make test does)", name, name)
+		t.Skipf("%s not installed: run `bash internal/testsupport/testenv/ensure-tool.sh %s` (make test does)", name, name)
 	}
 	return p
 }

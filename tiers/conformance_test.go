@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
-	"github.com/quota-platform/quota/internal/tiermodel"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/tiermodel"
 	"github.com/quota-platform/quota/rules"
 )
 
@@ -413,7 +413,7 @@ func spreadShards2(t *testing.T, s *ColdStore, a, b confCell) (confCell, confCel
 }
 
 // confDifferential runs a random sequence of ops over a few cells through
-// the store and through tiermodel.FixedWindow (internal/tiermodel, the reference the hot
+// the store and through tiermodel.FixedWindow (internal/testsupport/tiermodel, the reference the hot
 // script is held to) and requires every answer to agree.
 func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 7))

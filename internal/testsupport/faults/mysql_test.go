@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/analytics"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/tiers"
 )
 
