@@ -28,7 +28,10 @@ var confT0 = time.Date(2026, 3, 2, 10, 0, 0, 250_000_000, time.UTC)
 type confEnv struct {
 	name  string
 	store Store
-	mover Mover      // nil: the tier does not move records yet (hot: phase 2)
+	// mover is nil for hot: HotMover exports a window's count without the
+	// activity samples a full record carries, so it cannot round-trip one
+	// (moverCases); migrate's tests cover its moves.
+	mover Mover
 	cold  *ColdStore // set for the cold tier
 }
 
@@ -333,10 +336,17 @@ var confCases = []struct {
 			t.Fatalf("second cell count %d, want %d (all or nothing)", n, limit)
 		}
 	}},
+	{"model_differential", func(t *testing.T, e *confEnv, _ []*confEnv) {
+		confDifferential(t, e, uint64(time.Now().UnixNano()), 150)
+	}},
+}
+
+// moverCases run on the stores that move full records (confEnv.mover).
+var moverCases = []struct {
+	name string
+	fn   func(t *testing.T, e *confEnv, all []*confEnv)
+}{
 	{"move_round_trip", func(t *testing.T, e *confEnv, all []*confEnv) {
-		if e.mover == nil {
-			t.Skipf("%s: Export/Import/Delete come with phase 2 (the hot key must become derivable from the cell id)", e.name)
-		}
 		ctx := context.Background()
 		for _, dst := range all {
 			if dst.mover == nil || dst == e {
@@ -388,9 +398,6 @@ var confCases = []struct {
 				t.Fatal(err)
 			}
 		}
-	}},
-	{"model_differential", func(t *testing.T, e *confEnv, _ []*confEnv) {
-		confDifferential(t, e, uint64(time.Now().UnixNano()), 150)
 	}},
 }
 
@@ -492,7 +499,11 @@ func TestConformance(t *testing.T) {
 	for _, e := range envs {
 		t.Run(e.name, func(t *testing.T) {
 			t.Parallel()
-			for _, c := range confCases {
+			cases := confCases
+			if e.mover != nil {
+				cases = append(cases[:len(cases):len(cases)], moverCases...)
+			}
+			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
 					t.Parallel()
 					c.fn(t, e, envs)
