@@ -213,6 +213,13 @@ bench-move: services
 bench-scripts: services
 	$(GO) test -run '^$$' -bench 'BenchmarkQuietMove_RedisInstructions|BenchmarkCheck_RedisInstructions' -benchtime 1x ./tiers/
 
+# MEMORY USAGE of one identity's key per algorithm and limit, after one
+# call and after a window of calls at the limit's rate (BENCHMARKS.md);
+# ~1 minute.
+.PHONY: bench-algo-memory
+bench-algo-memory: services
+	$(GO) test -run '^$$' -bench 'BenchmarkAlgoMemory_PerIdentity' -benchtime 1x ./tiers/
+
 # The check path at a window's start in tags with cold cells: the hot
 # script's cold-filter probe (no filter, one layer, layers grown without the
 # cycle's estimate), Redis CPU an op on a redis-server of its own and the
