@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // chromiumPath finds headless Chromium, installing the Debian package with
@@ -40,16 +42,13 @@ func chromiumPath(t *testing.T) string {
 
 // requireChromium returns Chromium's path, installing it when missing. Under
 // CI=true a Chromium that cannot be had fails the test: CI must never pass
-// a browser test by not running it; elsewhere the test is skipped.
+// a browser test by not running it; elsewhere the test is skipped
+// (testenv.Unavailable).
 func requireChromium(t *testing.T) string {
 	t.Helper()
 	browser := chromiumPath(t)
 	if browser == "" {
-		msg := "chromium is not installed and could not be installed (apt-get install chromium)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg + ": dashboard browser test skipped")
+		testenv.Unavailable(t, "chromium is not installed and could not be installed (apt-get install chromium): dashboard browser test")
 	}
 	return browser
 }
