@@ -30,8 +30,25 @@ schema: services build
 run: schema
 	QUOTA_ADMIN_TOKEN=$${QUOTA_ADMIN_TOKEN:-$(DEV_ADMIN_TOKEN)} $(BIN)/quotad serve
 
+# go test -race over the tree, then again without -race the tests of every
+# `//go:build !race` file (allocation counts the race detector spoils), all
+# read through internal/testsupport/cmd/testsummary: "ok"/"FAIL" per
+# package, then failed tests' output, skipped tests with their reasons and
+# the counts ("skipped: N"). Under CI=true a skipped test fails the run.
+NORACE_FILES := $(shell grep -rl --include='*_test.go' '^//go:build !race' . 2>/dev/null)
+NORACE_PKGS  := $(sort $(dir $(NORACE_FILES)))
+NORACE_SED   := s/^func \(Test[A-Za-z0-9_]*\)[(].*/\1/p
+NORACE_TESTS := $(shell sed -n '$(NORACE_SED)' $(NORACE_FILES) /dev/null | paste -sd'|')
+TESTSUMMARY_FLAGS := $(if $(filter true,$(CI)),-fail-on-skip)
+
 test: services test-tools
-	$(GO) test -race -count=1 ./...
+	@$(GO) build -o $(BIN)/testsummary ./internal/testsupport/cmd/testsummary
+	@set -o pipefail; { \
+		rc=0; \
+		$(GO) test -race -count=1 -json ./... || rc=1; \
+		$(if $(NORACE_TESTS),$(GO) test -count=1 -json -run '^($(NORACE_TESTS))$$' $(NORACE_PKGS) || rc=1;) \
+		exit $$rc; \
+	} 2>&1 | $(BIN)/testsummary $(TESTSUMMARY_FLAGS)
 
 # The tools deploy/'s and gateways/' tests run (promtool, systemd-analyze, docker-compose, nginx),
 # installed with apt-get when missing.
@@ -206,11 +223,12 @@ bench-move: services
 
 # Redis instructions a cell of the quiet move's two scripts and a check of
 # the check script, counted by valgrind's callgrind on a redis-server of
-# the benchmark's own (Debian's valgrind package; skipped without it):
+# the benchmark's own (Debian's valgrind package, installed when missing):
 # figures that do not move with the machine's load, for comparing script
 # changes. ~1 minute.
 .PHONY: bench-scripts
 bench-scripts: services
+	@bash internal/testsupport/testenv/ensure-tool.sh valgrind >/dev/null
 	$(GO) test -run '^$$' -bench 'BenchmarkQuietMove_RedisInstructions|BenchmarkCheck_RedisInstructions' -benchtime 1x ./tiers/
 
 # MEMORY USAGE of one identity's key per algorithm and limit, after one
