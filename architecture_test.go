@@ -6,7 +6,8 @@
 //     internal/testsupport/ imports internal/testsupport/... from a non-test
 //     file (test harnesses import production code, never the other way).
 //   - TestArchitectureDocNamesEveryPackage: docs/architecture.md's package
-//     map names every package of the module, and nothing else.
+//     map names every package of the module, and nothing else
+//     (TestDocPackages_ReadsOnlyThePackageMapsFirstColumn: how it is read).
 package quota_test
 
 import (
@@ -206,5 +207,33 @@ func TestArchitectureDocNamesEveryPackage(t *testing.T) {
 			slices.Sort(c.paths)
 			t.Errorf("%s, table under %q: %s:\n\t%s", architectureDoc, mapHeading, c.what, strings.Join(c.paths, "\n\t"))
 		}
+	}
+}
+
+func TestDocPackages_ReadsOnlyThePackageMapsFirstColumn(t *testing.T) {
+	tests := []struct {
+		name string
+		doc  string
+		want []string
+	}{
+		{
+			name: "one and several to a row",
+			doc: "# A\n\n## Packages, and more\n\ntext `not/this`\n\n| package | job |\n| --- | --- |\n" +
+				"| `api` | the `edges` |\n| `client`, `client/httpmw` | client |\n| `.` | tests |\n\nafter `nor/this`\n",
+			want: []string{"api", "client", "client/httpmw", "."},
+		},
+		{
+			name: "a table in another section is not the map",
+			doc: "## Other\n\n| package | job |\n| --- | --- |\n| `old` | x |\n\n" +
+				"## Packages\n\n| package | job |\n| --- | --- |\n| `new` | y |\n",
+			want: []string{"new"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := docPackages(t, []byte(tc.doc)); !slices.Equal(got, tc.want) {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
