@@ -30,14 +30,31 @@ schema: services build
 run: schema
 	QUOTA_ADMIN_TOKEN=$${QUOTA_ADMIN_TOKEN:-$(DEV_ADMIN_TOKEN)} $(BIN)/quotad serve
 
+# go test -race over the tree, then again without -race the tests of every
+# `//go:build !race` file (allocation counts the race detector spoils), all
+# read through internal/testsupport/cmd/testsummary: "ok"/"FAIL" per
+# package, then failed tests' output, skipped tests with their reasons and
+# the counts ("skipped: N"). Under CI=true a skipped test fails the run.
+NORACE_FILES := $(shell grep -rl --include='*_test.go' '^//go:build !race' . 2>/dev/null)
+NORACE_PKGS  := $(sort $(dir $(NORACE_FILES)))
+NORACE_SED   := s/^func \(Test[A-Za-z0-9_]*\)[(].*/\1/p
+NORACE_TESTS := $(shell sed -n '$(NORACE_SED)' $(NORACE_FILES) /dev/null | paste -sd'|')
+TESTSUMMARY_FLAGS := $(if $(filter true,$(CI)),-fail-on-skip)
+
 test: services test-tools
-	$(GO) test -race -count=1 ./...
+	@$(GO) build -o $(BIN)/testsummary ./internal/testsupport/cmd/testsummary
+	@set -o pipefail; { \
+		rc=0; \
+		$(GO) test -race -count=1 -json ./... || rc=1; \
+		$(if $(NORACE_TESTS),$(GO) test -count=1 -json -run '^($(NORACE_TESTS))$$' $(NORACE_PKGS) || rc=1;) \
+		exit $$rc; \
+	} 2>&1 | $(BIN)/testsummary $(TESTSUMMARY_FLAGS)
 
 # The tools deploy/'s and gateways/' tests run (promtool, systemd-analyze, docker-compose, nginx),
 # installed with apt-get when missing.
 .PHONY: test-tools
 test-tools:
-	@bash internal/testenv/ensure-tool.sh promtool systemd-analyze docker-compose nginx >/dev/null
+	@bash internal/testsupport/testenv/ensure-tool.sh promtool systemd-analyze docker-compose nginx >/dev/null
 
 # Static binaries (quotad, quotactl) for each platform, with the LICENSE,
 # README, CHANGELOG, default rules and systemd unit, as
@@ -160,7 +177,7 @@ clean:
 # screenshots land in test-output/.
 .PHONY: test-dashboard
 test-dashboard: services
-	bash internal/testenv/ensure-tool.sh chromium
+	bash internal/testsupport/testenv/ensure-tool.sh chromium
 	$(GO) test -count=1 -run 'TestDashboardInChromium|TestDashboard_Shows' -v ./api/
 
 # Fault injection (build tag `faults`, not in `make test`): quotad binaries
@@ -174,7 +191,7 @@ FAULTS_RACE ?=
 test-faults: services
 	@mkdir -p bench-out
 	set -o pipefail; QUOTA_TEST_RACE=$(FAULTS_RACE) FAULTS_FIGURES=$(CURDIR)/bench-out/faults.txt \
-		$(GO) test -tags faults -count=1 -timeout 30m -v ./internal/faults/ 2>&1 | tee bench-out/faults-test.log
+		$(GO) test -tags faults -count=1 -timeout 30m -v ./internal/testsupport/faults/ 2>&1 | tee bench-out/faults-test.log
 
 # Soak: the maximum throughput (closed loop, 20 s, 64 connections), then an
 # open loop at 70% of it for SOAK_DURATION (default 10m) on a private Redis,
@@ -214,12 +231,20 @@ bench-move: services
 
 # Redis instructions a cell of the quiet move's two scripts and a check of
 # the check script, counted by valgrind's callgrind on a redis-server of
-# the benchmark's own (Debian's valgrind package; skipped without it):
+# the benchmark's own (Debian's valgrind package, installed when missing):
 # figures that do not move with the machine's load, for comparing script
 # changes. ~1 minute.
 .PHONY: bench-scripts
 bench-scripts: services
+	@bash internal/testsupport/testenv/ensure-tool.sh valgrind >/dev/null
 	$(GO) test -run '^$$' -bench 'BenchmarkQuietMove_RedisInstructions|BenchmarkCheck_RedisInstructions' -benchtime 1x ./tiers/
+
+# MEMORY USAGE of one identity's key per algorithm and limit, after one
+# call and after a window of calls at the limit's rate (BENCHMARKS.md);
+# ~1 minute.
+.PHONY: bench-algo-memory
+bench-algo-memory: services
+	$(GO) test -run '^$$' -bench 'BenchmarkAlgoMemory_PerIdentity' -benchtime 1x ./tiers/
 
 # The check path at a window's start in tags with cold cells: the hot
 # script's cold-filter probe (no filter, one layer, layers grown without the
@@ -251,13 +276,13 @@ bench-zipf-cycle: services build
 bench-tracing: services
 	$(GO) test -run '^$$' -bench BenchmarkCheckTracing -benchmem -benchtime 5000x -count 3 ./tracing/
 
-# Faults between hosts (issue 54; build tags `faults partitions`, root): a cluster and quotads in network namespaces cut apart, clocks 1 s apart, Redis SIGKILLed and restarted from its AOF, split brain with/without QUOTA_REDIS_WAIT_REPLICAS and its cost, each judged by the history checker (internal/faults/history); ~5 minutes. Figures: bench-out/partitions.txt; log: bench-out/partitions-test.log.
+# Faults between hosts (issue 54; build tags `faults partitions`, root): a cluster and quotads in network namespaces cut apart, clocks 1 s apart, Redis SIGKILLed and restarted from its AOF, split brain with/without QUOTA_REDIS_WAIT_REPLICAS and its cost, each judged by the history checker (internal/testsupport/faults/history); ~5 minutes. Figures: bench-out/partitions.txt; log: bench-out/partitions-test.log.
 .PHONY: test-partitions
 test-partitions: services
-	@bash internal/testenv/ensure-tool.sh ip iptables >/dev/null
+	@bash internal/testsupport/testenv/ensure-tool.sh ip iptables >/dev/null
 	@mkdir -p bench-out
 	set -o pipefail; FAULTS_FIGURES=$(CURDIR)/bench-out/partitions.txt $(GO) test -tags 'faults partitions' -count=1 -timeout 30m -v \
-		-run '^(TestPartitions|TestClockSkew|TestRedisCrash|TestSplitBrain|TestWaitReplicas)' ./internal/faults/ 2>&1 | tee bench-out/partitions-test.log
+		-run '^(TestPartitions|TestClockSkew|TestRedisCrash|TestSplitBrain|TestWaitReplicas)' ./internal/testsupport/faults/ 2>&1 | tee bench-out/partitions-test.log
 
 # A production-shaped fleet on this machine (bench/fleet/fleet.sh): Redis
 # Cluster of 3 masters + 3 replicas (7101-7106), two mariadbd with one shard
@@ -274,13 +299,13 @@ fleet-down:
 # The fleet scenarios (issue 32) on a fleet make test-fleet starts and stops:
 # exact limits per tier through nginx, one migration cycle for the fleet
 # (and a crash in it), a Redis master killed under load (and the counts it
-# lost), a shard server killed (internal/faults/fleet_test.go; ~3 minutes plus the
+# lost), a shard server killed (internal/testsupport/faults/fleet_test.go; ~3 minutes plus the
 # fleet's start). Figures: bench-out/fleet.txt; log: bench-out/fleet-test.log.
 test-fleet: build
 	@mkdir -p bench-out
 	bash bench/fleet/fleet.sh up
 	set -o pipefail; FAULTS_FIGURES=$(CURDIR)/bench-out/fleet.txt $(GO) test -tags 'faults fleet' -count=1 -timeout 20m \
-		-run '^TestFleet' -v ./internal/faults/ 2>&1 | tee bench-out/fleet-test.log; rc=$$?; bash bench/fleet/fleet.sh down; exit $$rc
+		-run '^TestFleet' -v ./internal/testsupport/faults/ 2>&1 | tee bench-out/fleet-test.log; rc=$$?; bash bench/fleet/fleet.sh down; exit $$rc
 
 # Checks/s and p99 through nginx with 1 and 3 quotad on the cluster
 # (bench/fleet/bench.sh; bench-out/fleet/summary.txt).

@@ -17,7 +17,7 @@ import (
 	"github.com/quota-platform/quota/analytics"
 	"github.com/quota-platform/quota/analytics/usage"
 	"github.com/quota-platform/quota/clock"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // t0 is a Monday, 10:00:30 UTC.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/golang/snappy"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // Registers read back whether saved raw (before compression) or

@@ -12,7 +12,7 @@ import (
 
 	"github.com/quota-platform/quota/analytics/usage"
 	"github.com/quota-platform/quota/clock"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // makeRowID is the usage.RowID of (app, iface, user), as Record makes it.

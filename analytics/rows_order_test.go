@@ -6,7 +6,7 @@ import (
 
 	"github.com/quota-platform/quota/analytics/usage"
 	"github.com/quota-platform/quota/analytics/userdays"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // orderCases are keys whose order trips a careless prefix comparison: equal

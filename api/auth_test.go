@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/quota-platform/quota/config"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // authHeaders are the default QUOTA_AUTH_HEADERS of the call `call`.

@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // chromiumPath finds headless Chromium, installing the Debian package with
-// internal/testenv/ensure-tool.sh when it is missing; "" when it cannot be had.
+// internal/testsupport/testenv/ensure-tool.sh when it is missing; "" when it cannot be had.
 func chromiumPath(t *testing.T) string {
 	t.Helper()
 	for _, b := range []string{"chromium", "chromium-browser"} {
@@ -26,9 +28,9 @@ func chromiumPath(t *testing.T) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "bash", "../internal/testenv/ensure-tool.sh", "chromium").CombinedOutput()
+	out, err := exec.CommandContext(ctx, "bash", "../internal/testsupport/testenv/ensure-tool.sh", "chromium").CombinedOutput()
 	if err != nil {
-		t.Logf("internal/testenv/ensure-tool.sh chromium: %v: %s", err, out)
+		t.Logf("internal/testsupport/testenv/ensure-tool.sh chromium: %v: %s", err, out)
 		return ""
 	}
 	lines := strings.Fields(strings.TrimSpace(string(out)))
@@ -40,16 +42,13 @@ func chromiumPath(t *testing.T) string {
 
 // requireChromium returns Chromium's path, installing it when missing. Under
 // CI=true a Chromium that cannot be had fails the test: CI must never pass
-// a browser test by not running it; elsewhere the test is skipped.
+// a browser test by not running it; elsewhere the test is skipped
+// (testenv.Unavailable).
 func requireChromium(t *testing.T) string {
 	t.Helper()
 	browser := chromiumPath(t)
 	if browser == "" {
-		msg := "chromium is not installed and could not be installed (apt-get install chromium)"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg + ": dashboard browser test skipped")
+		testenv.Unavailable(t, "chromium is not installed and could not be installed (apt-get install chromium): dashboard browser test")
 	}
 	return browser
 }

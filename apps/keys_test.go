@@ -7,7 +7,7 @@ import (
 
 	"github.com/quota-platform/quota/apps"
 	"github.com/quota-platform/quota/clock"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // Each quotad keeps the apps of the keys it verified for a minute (on its

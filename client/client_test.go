@@ -14,8 +14,8 @@ import (
 
 	"github.com/quota-platform/quota/client"
 	"github.com/quota-platform/quota/config"
-	"github.com/quota-platform/quota/internal/quotatest"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/quotatest"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 func user(id string) client.CheckRequest {

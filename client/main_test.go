@@ -3,7 +3,7 @@ package client_test
 import (
 	"testing"
 
-	"github.com/quota-platform/quota/internal/quotatest"
+	"github.com/quota-platform/quota/internal/testsupport/quotatest"
 )
 
 // quotaSrv is the real quota HTTP API (quotatest.ExampleRules) that the

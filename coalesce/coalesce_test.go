@@ -12,7 +12,7 @@ import (
 
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/coalesce"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 const adminToken = "gateways-admin-token-0123456789"
@@ -112,7 +112,7 @@ func startNginx(t *testing.T, conf string) *nginx {
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
 		if bin, err = exec.LookPath("/usr/sbin/nginx"); err != nil {
-			t.Fatalf("nginx is not installed: run internal/testenv/ensure-tool.sh nginx (make test does): %v", err)
+			t.Fatalf("nginx is not installed: run internal/testsupport/testenv/ensure-tool.sh nginx (make test does): %v", err)
 		}
 	}
 	dir := t.TempDir()

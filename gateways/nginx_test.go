@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // nginxPrelude opens an nginx configuration that runs in the foreground

@@ -224,7 +224,7 @@ func (d *Denials) remember(op *tiers.Op, now time.Time, gen uint64) bool {
 // entryValidity is how long after the store's answer o a closed cell c
 // answers as o says with reset and retry shrunk by the time gone, and
 // whether that answer is the same for every cost (the models:
-// internal/tiermodel).
+// internal/testsupport/tiermodel).
 func entryValidity(c *tiers.Cell, o *tiers.Outcome) (time.Duration, bool) {
 	switch c.Algorithm {
 	case rules.FixedWindow, rules.MinInterval:

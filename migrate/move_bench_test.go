@@ -14,7 +14,7 @@ import (
 
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/internal/gcfloor"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/tiers"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/nearquota"
 	"github.com/quota-platform/quota/rules"

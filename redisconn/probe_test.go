@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // fakeRedis accepts connections and answers each with reply ("" never answers).

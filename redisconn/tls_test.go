@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/config"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/redisconn"
 )
 

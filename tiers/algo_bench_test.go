@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/rules"
 )
 
@@ -117,17 +116,14 @@ func BenchmarkHotCheck_TokenBucket(b *testing.B)   { benchHotCheck(b, rules.Toke
 func BenchmarkHotCheck_SlidingLog(b *testing.B)    { benchHotCheck(b, rules.SlidingLog) }
 func BenchmarkHotCheck_MinInterval(b *testing.B)   { benchHotCheck(b, rules.MinInterval) }
 
-// TestAlgoMemory_PerIdentity measures MEMORY USAGE of one identity's key
-// per algorithm and limit: after one call, and after an hour of calls at
-// the limit's rate. It takes a while, so it runs only with
-// QUOTA_MEASURE_MEMORY=1 (numbers for README):
-//
-//	QUOTA_MEASURE_MEMORY=1 go test -run TestAlgoMemory -v ./tiers/
-func TestAlgoMemory_PerIdentity(t *testing.T) {
-	if os.Getenv("QUOTA_MEASURE_MEMORY") == "" {
-		t.Skip("set QUOTA_MEASURE_MEMORY=1 to measure")
-	}
-	rdb, prefix := testenv.Redis(t)
+// BenchmarkAlgoMemory_PerIdentity measures MEMORY USAGE of one identity's
+// key per algorithm and limit: after one call (B-one-call), and after a
+// window of calls at the limit's rate (B-full-window; fields-full-window
+// for sliding_window's hash). Each iteration is a fresh identity; the
+// figures do not depend on b.N, so `make bench-algo-memory` runs it once
+// (-benchtime 1x; numbers for BENCHMARKS.md).
+func BenchmarkAlgoMemory_PerIdentity(b *testing.B) {
+	rdb, prefix := testenv.Redis(b)
 	s := NewHotStore(rdb, HotOptions{Prefix: prefix, Jitter: time.Minute})
 	ctx := context.Background()
 	type setup struct {
@@ -139,35 +135,45 @@ func TestAlgoMemory_PerIdentity(t *testing.T) {
 			if a == rules.MinInterval && st.limit > 1000 {
 				continue
 			}
-			name := fmt.Sprintf("%s %d/%s", a, st.limit, st.window)
-			c := algoCell(a, st.limit, st.window, name)
-			usage := func() int64 {
-				n, err := rdb.MemoryUsage(ctx, s.Key(&c), 0).Result()
-				if err != nil {
-					t.Fatal(err)
+			b.Run(fmt.Sprintf("%s/%d_per_%s", a, st.limit, st.window), func(b *testing.B) {
+				var one, full, fields int64
+				for i := 0; i < b.N; i++ {
+					c := algoCell(a, st.limit, st.window, fmt.Sprintf("mem %s %d/%s #%d", a, st.limit, st.window, i))
+					usage := func() int64 {
+						n, err := rdb.MemoryUsage(ctx, s.Key(&c), 0).Result()
+						if err != nil {
+							b.Fatal(err)
+						}
+						return n
+					}
+					now := t0 + 1234
+					if err := s.Check(ctx, time.UnixMilli(now), []*Op{{Cost: 1, Cells: []Cell{c}}}); err != nil {
+						b.Fatal(err)
+					}
+					one = usage()
+					// then calls at the limit's rate for one window
+					gap := st.window.Milliseconds() / st.limit
+					for i := int64(1); i < st.limit; i++ {
+						now += gap
+						if err := s.Check(ctx, time.UnixMilli(now), []*Op{{Cost: 1, Cells: []Cell{c}}}); err != nil {
+							b.Fatal(err)
+						}
+					}
+					full = usage()
+					if a == rules.SlidingWindow {
+						n, err := rdb.HLen(ctx, s.Key(&c)).Result()
+						if err != nil {
+							b.Fatal(err)
+						}
+						fields = n
+					}
 				}
-				return n
-			}
-			now := t0 + 1234
-			if err := s.Check(ctx, time.UnixMilli(now), []*Op{{Cost: 1, Cells: []Cell{c}}}); err != nil {
-				t.Fatal(err)
-			}
-			one := usage()
-			// then calls at the limit's rate for one window
-			gap := st.window.Milliseconds() / st.limit
-			for i := int64(1); i < st.limit; i++ {
-				now += gap
-				if err := s.Check(ctx, time.UnixMilli(now), []*Op{{Cost: 1, Cells: []Cell{c}}}); err != nil {
-					t.Fatal(err)
+				b.ReportMetric(float64(one), "B-one-call")
+				b.ReportMetric(float64(full), "B-full-window")
+				if a == rules.SlidingWindow {
+					b.ReportMetric(float64(fields), "fields-full-window")
 				}
-			}
-			full := usage()
-			fields := ""
-			if a == rules.SlidingWindow {
-				n, _ := rdb.HLen(ctx, s.Key(&c)).Result()
-				fields = fmt.Sprintf(" (%d fields)", n)
-			}
-			t.Logf("%-32s one call: %6d B   a window at the limit's rate: %7d B%s", name, one, full, fields)
+			})
 		}
 	}
 }

@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
-	"github.com/quota-platform/quota/internal/tiermodel"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/tiermodel"
 	"github.com/quota-platform/quota/rules"
 )
 
 // The differential test: random call sequences run through HotStore.Check
 // (the Lua script on the real Redis, under an injected clock) and through
-// the Go reference models (internal/tiermodel). Every field of every answer must be
+// the Go reference models (internal/testsupport/tiermodel). Every field of every answer must be
 // equal: allowed, remaining, reset_after and retry_after of every cell, and
 // whether the op counted. All of them are exact (integer milliseconds).
 

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
-	"github.com/quota-platform/quota/internal/tiermodel"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/tiermodel"
 	"github.com/quota-platform/quota/rules"
 )
 

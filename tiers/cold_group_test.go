@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // The cold tier's group commit: the ops of one Check share one transaction

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // BenchmarkHotCheck_FirstCallInATagWithColdCells is the check path at a

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // idAt is a cell id whose slot index (low bits of its first 8 bytes) is

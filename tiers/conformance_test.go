@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
-	"github.com/quota-platform/quota/internal/tiermodel"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/tiermodel"
 	"github.com/quota-platform/quota/rules"
 )
 
@@ -28,7 +28,10 @@ var confT0 = time.Date(2026, 3, 2, 10, 0, 0, 250_000_000, time.UTC)
 type confEnv struct {
 	name  string
 	store Store
-	mover Mover      // nil: the tier does not move records yet (hot: phase 2)
+	// mover is nil for hot: HotMover exports a window's count without the
+	// activity samples a full record carries, so it cannot round-trip one
+	// (moverCases); migrate's tests cover its moves.
+	mover Mover
 	cold  *ColdStore // set for the cold tier
 }
 
@@ -333,10 +336,17 @@ var confCases = []struct {
 			t.Fatalf("second cell count %d, want %d (all or nothing)", n, limit)
 		}
 	}},
+	{"model_differential", func(t *testing.T, e *confEnv, _ []*confEnv) {
+		confDifferential(t, e, uint64(time.Now().UnixNano()), 150)
+	}},
+}
+
+// moverCases run on the stores that move full records (confEnv.mover).
+var moverCases = []struct {
+	name string
+	fn   func(t *testing.T, e *confEnv, all []*confEnv)
+}{
 	{"move_round_trip", func(t *testing.T, e *confEnv, all []*confEnv) {
-		if e.mover == nil {
-			t.Skipf("%s: Export/Import/Delete come with phase 2 (the hot key must become derivable from the cell id)", e.name)
-		}
 		ctx := context.Background()
 		for _, dst := range all {
 			if dst.mover == nil || dst == e {
@@ -389,9 +399,6 @@ var confCases = []struct {
 			}
 		}
 	}},
-	{"model_differential", func(t *testing.T, e *confEnv, _ []*confEnv) {
-		confDifferential(t, e, uint64(time.Now().UnixNano()), 150)
-	}},
 }
 
 // spreadShards rerolls users until a, b and c do not all share a cold shard.
@@ -413,7 +420,7 @@ func spreadShards2(t *testing.T, s *ColdStore, a, b confCell) (confCell, confCel
 }
 
 // confDifferential runs a random sequence of ops over a few cells through
-// the store and through tiermodel.FixedWindow (internal/tiermodel, the reference the hot
+// the store and through tiermodel.FixedWindow (internal/testsupport/tiermodel, the reference the hot
 // script is held to) and requires every answer to agree.
 func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 	rng := rand.New(rand.NewPCG(seed, 7))
@@ -492,7 +499,11 @@ func TestConformance(t *testing.T) {
 	for _, e := range envs {
 		t.Run(e.name, func(t *testing.T) {
 			t.Parallel()
-			for _, c := range confCases {
+			cases := confCases
+			if e.mover != nil {
+				cases = append(cases[:len(cases):len(cases)], moverCases...)
+			}
+			for _, c := range cases {
 				t.Run(c.name, func(t *testing.T) {
 					t.Parallel()
 					c.fn(t, e, envs)

@@ -3,7 +3,7 @@ package tiers
 import (
 	"time"
 
-	"github.com/quota-platform/quota/internal/tiermodel"
+	"github.com/quota-platform/quota/internal/testsupport/tiermodel"
 )
 
 // checkModels is tiermodel.CheckModels in the store's types: one Outcome

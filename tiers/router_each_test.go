@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/clock"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // Router.CheckEach answers each op of a batch as soon as it is decided.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // Cold-tier specifics: the evaluate-commit-compensate path across shards,

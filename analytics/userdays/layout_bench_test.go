@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/quota-platform/quota/analytics/usage"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // BenchmarkUserLayout answers whether the per-user figures could be stored

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/analytics/usage"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // BenchmarkMergeUserChunks is Rollup's merge of one app's chunks of today

@@ -9,7 +9,7 @@ import (
 
 	"github.com/quota-platform/quota/analytics/usage"
 	"github.com/quota-platform/quota/clock"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // BenchmarkSealDay is the end-of-day seal (Seal) of one app's

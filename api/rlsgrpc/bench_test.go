@@ -13,7 +13,7 @@ import (
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/envoyconf"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/rules"

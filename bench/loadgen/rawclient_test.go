@@ -547,21 +547,3 @@ func TestRunCountsMalformedResponses(t *testing.T) {
 		assertConsistent(t, res)
 	})
 }
-
-func TestRawWorkerAllocatesNothingPerRequest(t *testing.T) {
-	if raceEnabled {
-		t.Skip("the race detector allocates")
-	}
-	addr := tinyServer(t, tinyAnswer)
-	w := testWorker(t, "http://"+addr, ClientRaw, 0)
-	for range 100 { // warm up: buffers, the histogram's first values
-		w.do(time.Now())
-	}
-	allocs := testing.AllocsPerRun(2000, func() { w.do(time.Now()) })
-	if allocs != 0 {
-		t.Errorf("%.2f allocations per request, want 0", allocs)
-	}
-	if w.allowed.Load() != w.requests.Load() || w.tiers["hot"] == nil {
-		t.Errorf("%d of %d allowed (errors %v %v)", w.allowed.Load(), w.requests.Load(), w.kinds, w.statuses)
-	}
-}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/quota-platform/quota/client"
 	"github.com/quota-platform/quota/client/echomw"
-	"github.com/quota-platform/quota/internal/quotatest"
+	"github.com/quota-platform/quota/internal/testsupport/quotatest"
 )
 
 var (

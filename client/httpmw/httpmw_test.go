@@ -11,8 +11,8 @@ import (
 
 	"github.com/quota-platform/quota/client"
 	"github.com/quota-platform/quota/client/httpmw"
-	"github.com/quota-platform/quota/internal/quotatest"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/quotatest"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 var (

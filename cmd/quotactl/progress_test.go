@@ -22,7 +22,7 @@ import (
 
 	"github.com/creack/pty"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // cellsQuotad starts a quotad on shards of its own whose cycles scan at

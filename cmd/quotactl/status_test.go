@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/fleet"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // quotactl status against one of three instances sharing a Redis Cluster

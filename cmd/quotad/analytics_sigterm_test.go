@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 const sigtermAdmin = "sigterm-test-admin-token-0123"

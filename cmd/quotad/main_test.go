@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	sqlschema "github.com/quota-platform/quota/sql"
 )
 

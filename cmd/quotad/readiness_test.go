@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // /readyz follows the fail mode: with its Redis killed, an open instance

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 const storeAdmin = "e2e-admin-token-0123456789" // startServer's

@@ -35,7 +35,7 @@
 -- its cell is hot (a move out of hot renames it away in the same step
 -- that writes 'M').
 --
--- The Go reference models in internal/tiermodel have the same integer semantics; the
+-- The Go reference models in internal/testsupport/tiermodel have the same integer semantics; the
 -- differential test holds the two together.
 
 local now = tonumber(ARGV[1])

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/analytics"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/tiers"
 )
 
@@ -113,7 +113,7 @@ func shardKilledUnderLoad(t *testing.T, env ...string) {
 	q := so.q
 	fig := newFigures(t)
 	waitReady(t, q, "every dependency up", allReady)
-	withAnalytics := analyticsWired(t, q)
+	requireAnalytics(t, q)
 
 	// The load runs over 3,000 identities, all seen before the kill, so all
 	// hot (with tiering on, a cell never seen before is looked up in the
@@ -179,26 +179,24 @@ func shardKilledUnderLoad(t *testing.T, env ...string) {
 		}
 	}
 	var shard0During int64
-	if withAnalytics {
-		// The flushes fail for shard 1 and keep its rows, and go on for
-		// shard 0. usage_daily gets a minute's figures once the minute is
-		// over (QUOTA_ANALYTICS_HOLD_MINUTE, on): allow a minute and a flush.
-		before0 := analyticsCalls(t, so.dbs[0])
-		if err := PollUntil(heldMinute+20*time.Second, 100*time.Millisecond, func() error {
-			m, err := q.Metrics()
-			if err != nil {
-				return err
-			}
-			if m["quota_analytics_flush_errors_total"] < 1 || m["quota_analytics_pending_rows"] < 1 {
-				return fmt.Errorf("flush errors %v, pending rows %v", m["quota_analytics_flush_errors_total"], m["quota_analytics_pending_rows"])
-			}
-			if shard0During = analyticsCalls(t, so.dbs[0]); shard0During <= before0 {
-				return fmt.Errorf("shard 0 not written while shard 1 is down (%d calls)", shard0During)
-			}
-			return nil
-		}); err != nil {
-			t.Errorf("analytics with shard 1 down: %v", err)
+	// The flushes fail for shard 1 and keep its rows, and go on for
+	// shard 0. usage_daily gets a minute's figures once the minute is
+	// over (QUOTA_ANALYTICS_HOLD_MINUTE, on): allow a minute and a flush.
+	before0 := analyticsCalls(t, so.dbs[0])
+	if err := PollUntil(heldMinute+20*time.Second, 100*time.Millisecond, func() error {
+		m, err := q.Metrics()
+		if err != nil {
+			return err
 		}
+		if m["quota_analytics_flush_errors_total"] < 1 || m["quota_analytics_pending_rows"] < 1 {
+			return fmt.Errorf("flush errors %v, pending rows %v", m["quota_analytics_flush_errors_total"], m["quota_analytics_pending_rows"])
+		}
+		if shard0During = analyticsCalls(t, so.dbs[0]); shard0During <= before0 {
+			return fmt.Errorf("shard 0 not written while shard 1 is down (%d calls)", shard0During)
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("analytics with shard 1 down: %v", err)
 	}
 	if d := time.Since(tKill); d < 5*time.Second {
 		time.Sleep(5*time.Second - d) // keep the shard down 5 s under load
@@ -224,10 +222,6 @@ func shardKilledUnderLoad(t *testing.T, env ...string) {
 	fig.add("/readyz showed shard 1 down %s after the kill, ready again %s after mariadbd answered (restart took %s)",
 		detect.Round(time.Millisecond), ready.Round(time.Millisecond), restart.Round(time.Millisecond))
 
-	if !withAnalytics {
-		fig.add("analytics not wired into quotad: its assertions skipped")
-		return
-	}
 	// Everything decided is in analytics exactly once: the rows kept during
 	// the outage were written when the shard returned (the last minute's
 	// once it is over).
@@ -265,9 +259,7 @@ func shardKilledUnderLoad(t *testing.T, env ...string) {
 func TestMySQLShardKilled_AnalyticsBufferBounded(t *testing.T) {
 	so := startShardOutage(t, "QUOTA_ANALYTICS_BUFFER_MAX=1000")
 	q := so.q
-	if !analyticsWired(t, q) {
-		t.Skip("quotad does not record analytics yet (no quota_analytics_pending_rows in /metrics)")
-	}
+	requireAnalytics(t, q)
 	fig := newFigures(t)
 	waitReady(t, q, "every dependency up", allReady)
 	so.maria.Kill()
@@ -378,7 +370,7 @@ func TestMySQLShardKilled_ColdIdentitiesFollowFailMode(t *testing.T) {
 			// history of to cold (both thresholds far above any rate).
 			qHot := testenv.StartQuotad(t, env...)
 			if a := call(t, "GET", qHot.URL+"/v1/admin/tiers", "", "Authorization", "Bearer "+adminToken); a.status != http.StatusOK {
-				t.Skipf("quotad has no tiers yet (GET /v1/admin/tiers: %d %s)", a.status, a.raw)
+				t.Fatalf("quotad with QUOTA_TIERING=on has no tiers: GET /v1/admin/tiers: %d %s", a.status, a.raw)
 			}
 			qCold := testenv.StartQuotad(t, append(env, "QUOTA_HOT_THRESHOLD=1e9", "QUOTA_COLD_THRESHOLD=1e9", "QUOTA_MIGRATE_MIN_WINDOW=0")...)
 			fig := newFigures(t)

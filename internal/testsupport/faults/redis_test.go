@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // redisTimeout is QUOTA_REDIS_TIMEOUT in these tests (quotad's default).

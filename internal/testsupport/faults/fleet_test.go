@@ -30,7 +30,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	schema "github.com/quota-platform/quota/sql"
 	"github.com/quota-platform/quota/tiers"
 )

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/faults/history"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/faults/history"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/tiers"
 )
 

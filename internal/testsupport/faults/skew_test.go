@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/faults/history"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/faults/history"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // Two quotad on one Redis, the second's clock 1 s ahead

@@ -3,7 +3,8 @@
 # are installed: chromium (the dashboard's browser test), promtool (the
 # Prometheus rules' checks), systemd-analyze (the unit file's verification),
 # docker-compose (the compose file's validation; no Docker engine needed),
-# nginx (the forward-auth tests; each test starts its own on a private port).
+# nginx (the forward-auth tests; each test starts its own on a private port),
+# valgrind (make bench-scripts' instruction counts).
 # Idempotent: prints the path of each tool and exits 0 when it is there;
 # installs the Debian package with apt-get (as root, or through sudo) when it
 # is not; exits 1 with one line on stderr when it cannot be installed.
@@ -43,7 +44,7 @@ ensure() {
 	command -v "$name"
 }
 
-[ $# -gt 0 ] || { echo "usage: ensure-tool.sh chromium|promtool|systemd-analyze|docker-compose|nginx..." >&2; exit 2; }
+[ $# -gt 0 ] || { echo "usage: ensure-tool.sh chromium|promtool|systemd-analyze|docker-compose|nginx|ip|iptables|valgrind..." >&2; exit 2; }
 for tool in "$@"; do
 	case "$tool" in
 	chromium)
@@ -59,6 +60,8 @@ for tool in "$@"; do
 	systemd-analyze) ensure systemd-analyze systemd ;;
 	docker-compose) ensure docker-compose docker-compose ;;
 	nginx) ensure nginx nginx ;;
+	# make bench-scripts: Redis instructions counted by callgrind.
+	valgrind) ensure valgrind valgrind ;;
 	# make test-partitions: namespaces (iproute2) and DROP rules in them.
 	ip) ensure ip iproute2 ;;
 	iptables) ensure iptables iptables ;;

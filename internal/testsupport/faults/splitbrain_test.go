@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/faults/history"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/faults/history"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // Split brain: master-1 cut from every other Redis node for 15 s while both

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 const crashRules = `rules:
@@ -111,15 +111,18 @@ func TestQuotadSIGKILL_HotCountersSurvive(t *testing.T) {
 		len(ss), tKill.Sub(ss[0].Intended).Round(time.Millisecond), totalLost, restarted.Round(time.Millisecond), total, len(keys))
 }
 
-// analyticsWired reports whether this quotad records analytics.
-func analyticsWired(t *testing.T, q *testenv.Quotad) bool {
+// requireAnalytics fails the test unless this quotad records analytics
+// (quota_analytics_pending_rows in /metrics): analytics is on by default, so
+// its absence is a regression, never a reason to pass.
+func requireAnalytics(t *testing.T, q *testenv.Quotad) {
 	t.Helper()
 	m, err := q.Metrics()
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, ok := m["quota_analytics_pending_rows"]
-	return ok
+	if _, ok := m["quota_analytics_pending_rows"]; !ok {
+		t.Fatal("quotad does not record analytics: no quota_analytics_pending_rows in /metrics")
+	}
 }
 
 // analyticsCalls is the calls recorded in usage_daily over dbs.
@@ -167,9 +170,7 @@ func TestQuotadSIGKILL_AnalyticsLosesAtMostWhatItHeld(t *testing.T) {
 				env = append(env, "QUOTA_ANALYTICS_HOLD_MINUTE=off")
 			}
 			q := testenv.StartQuotad(t, env...)
-			if !analyticsWired(t, q) {
-				t.Skip("quotad does not record analytics yet (no quota_analytics_pending_rows in /metrics)")
-			}
+			requireAnalytics(t, q)
 			if tc.hold {
 				// Start 2.5 s before a minute ends (wait for the next such moment).
 				now := time.Now()

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // The server timeouts live in cmd/quotad, so these tests speak raw HTTP/1.1

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/bench/loadgen"
-	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 func TestMain(m *testing.M) {

@@ -1,6 +1,0 @@
-//go:build race
-
-package loadgen
-
-// raceEnabled: the race detector's own allocations would be counted.
-const raceEnabled = true
