@@ -22,6 +22,7 @@ import (
 	"github.com/quota-platform/quota/migrate"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/routing"
 )
 
 // tiersServer is quotad's tiering wiring on a test prefix and shards:
@@ -35,7 +36,7 @@ func tiersServer(t *testing.T, token string) (*httptest.Server, *clock.Fake) {
 	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix})
 	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
 	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
-	router := tiers.NewRouter(hot, warm, cold)
+	router := routing.NewRouter(hot, warm, cold)
 	act := &migrate.Activity{DBs: dbs, Now: clk.Now}
 	router.Calls = act.Observe
 	mover := &migrate.Mover{RDB: rdb, Prefix: prefix, Warm: warm, Cold: cold,

@@ -11,6 +11,7 @@ import (
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/routing"
 )
 
 // A caller whose check the hot tier decides alone is answered as soon as
@@ -35,7 +36,7 @@ func coldAndHot(t *testing.T) (coldLim *limiter.Limiter, db *sql.DB, keyA, keyB 
 	if err != nil {
 		t.Fatal(err)
 	}
-	coldLim, err = limiter.New(tiers.NewBreaker(tiers.NewRouter(hot, warm, cold), clock.Real{}, 3, 100*time.Millisecond), clock.Real{}, set)
+	coldLim, err = limiter.New(routing.NewBreaker(routing.NewRouter(hot, warm, cold), clock.Real{}, 3, 100*time.Millisecond), clock.Real{}, set)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,13 +11,14 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/routing"
 )
 
 // t0 is the tests' clock: inside an hour, far from its end.
 var t0 = time.Date(2026, 5, 4, 10, 20, 0, 0, time.UTC)
 
 type env struct {
-	router *tiers.Router
+	router *routing.Router
 	mover  *Mover
 	hot    *tiers.HotMover
 	warm   *tiers.WarmStore
@@ -34,7 +35,7 @@ func newEnv(t testing.TB) *env {
 	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second})
 	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
 	cold := tiers.NewColdStore(testenv.MySQLShards(t, 2), tiers.ColdOptions{})
-	e := &env{router: tiers.NewRouter(hot, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0)}
+	e := &env{router: routing.NewRouter(hot, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0)}
 	e.hot = &tiers.HotMover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}
 	e.mover = &Mover{RDB: rdb, Prefix: prefix, Hot: e.hot, Warm: warm, Cold: cold, LeaseTTL: 5 * time.Second}
 	return e

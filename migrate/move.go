@@ -17,6 +17,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/routing"
 )
 
 // Step is a step of a move, in order (PROTOCOL.md).
@@ -62,7 +63,7 @@ type Mover struct {
 	// ColdHints, when set (the router's), learns the cells moved to cold,
 	// so that their next checks in this process skip the cold-row lookup,
 	// and forgets those moved out of it.
-	ColdHints *tiers.ColdHints
+	ColdHints *routing.ColdHints
 	// MovedFromHot, when set, is called after cells moved out of the hot
 	// tier: a denial cached with a hot cell's answer says "hot" no more
 	// (limiter.Denials; denysync).

@@ -522,7 +522,7 @@ func (w *Worker) moveBatch(ctx context.Context, cells []scannedCell, capacity fu
 	}
 }
 
-// Observe is the router's on-call hook (tiers.Router.Observe): it queues a
+// Observe is the router's on-call hook (routing.Router.Observe): it queues a
 // move, never blocking the check, when a warm cell's mean interval crosses
 // a threshold or a cold cell's drops to the promote interval, by the record
 // the router hands over (none: nothing to decide on).

@@ -23,7 +23,7 @@ import (
 func readsOf(t *testing.T, s *HotStore, mon *monitor, prefix string, now int64, op *Op) int64 {
 	t.Helper()
 	before := mon.sync(t, s, prefix)
-	c := call{op: op}
+	c := Call{Op: op}
 	keys, args := s.args(&c, time.UnixMilli(now), op.Mode)
 	res, err := s.script.Run(context.Background(), s.rdb, keys, args...).Int64Slice()
 	if err != nil {
@@ -147,7 +147,7 @@ func TestAlgoReads_SlidingWindow24hReadsAtMost150Buckets(t *testing.T) {
 		pipe := rdb.Pipeline()
 		var cmds []*redis.Cmd
 		for _, at := range times {
-			c := call{op: &Op{Cost: 1, Mode: Report, Cells: []Cell{cell}}}
+			c := Call{Op: &Op{Cost: 1, Mode: Report, Cells: []Cell{cell}}}
 			keys, args := s.args(&c, time.UnixMilli(at), Report)
 			cmds = append(cmds, s.script.EvalSha(context.Background(), pipe, keys, args...))
 		}

@@ -33,7 +33,7 @@ type coldGroup struct {
 // an op that fails (ErrMoved, a corrupt row, a shard down) counts nothing,
 // and Check returns the first op's error.
 func (s *ColdStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
-	for _, err := range s.checkEach(ctx, now, ops) {
+	for _, err := range s.CheckGroup(ctx, now, ops) {
 		if err != nil {
 			return err
 		}
@@ -41,8 +41,8 @@ func (s *ColdStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 	return nil
 }
 
-// checkEach decides ops as one group and returns each op's error.
-func (s *ColdStore) checkEach(ctx context.Context, now time.Time, ops []*Op) []error {
+// CheckGroup decides ops as one group and returns each op's error.
+func (s *ColdStore) CheckGroup(ctx context.Context, now time.Time, ops []*Op) []error {
 	errs := make([]error, len(ops))
 	g := s.planGroup(ops, errs)
 	if len(g.shards) == 0 { // no cells: nothing to read
@@ -345,7 +345,7 @@ func (s *ColdStore) commitFailed(ctx context.Context, now time.Time, g *coldGrou
 	if len(refunds) == 0 {
 		return
 	}
-	for k, err := range s.checkEach(context.WithoutCancel(ctx), now, refunds) {
+	for k, err := range s.CheckGroup(context.WithoutCancel(ctx), now, refunds) {
 		if err != nil {
 			i := owners[k]
 			errs[i] = errors.Join(errs[i], fmt.Errorf("cold compensation failed, counts %d too high: %w", g.ops[i].Cost, err))

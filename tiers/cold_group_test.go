@@ -135,7 +135,7 @@ func TestColdGroup_AnOpThatFailsFailsAlone(t *testing.T) {
 			s := NewColdStore(testenv.MySQLShards(t, 1), ColdOptions{})
 			a, bad, b := newConfCell(5, time.Hour), newConfCell(5, time.Hour), newConfCell(5, time.Hour)
 			ops := []*Op{confOp(confT0, 1, Enforce, a), tc.setup(t, s, bad), confOp(confT0, 2, Enforce, b, a)}
-			errs := s.checkEach(context.Background(), confT0, ops)
+			errs := s.CheckGroup(context.Background(), confT0, ops)
 			if errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], tc.want) {
 				t.Fatalf("errors %v, want only op 1 failing with %v", errs, tc.want)
 			}
@@ -172,7 +172,7 @@ func TestColdGroup_CommitFailureFailsTheOpsOnThatShardAndRefundsTheirOtherParts(
 		confOp(confT0, 3, Enforce, a1),     // shard 1 only: lost
 		confOp(confT0, 4, Enforce, b0, b1), // both: lost, its shard-0 part refunded
 	}
-	errs := s.checkEach(ctx, confT0, ops)
+	errs := s.CheckGroup(ctx, confT0, ops)
 	faults.set(nil)
 	if errs[0] != nil || !errors.Is(errs[1], ErrUnavailable) || !errors.Is(errs[2], ErrUnavailable) {
 		t.Fatalf("errors %v, want nil, ErrUnavailable, ErrUnavailable", errs)

@@ -124,8 +124,16 @@ func NewHotStore(rdb redis.UniversalClient, o HotOptions) *HotStore {
 	}
 }
 
-// notifyRefund calls HotOptions.Refunded.
-func (s *HotStore) notifyRefund() {
+// WithDirectory returns a copy of s (its options kept) whose fixed-window
+// cells look up their tier in warm's directory: a Router's hot store.
+func (s *HotStore) WithDirectory(warm *WarmStore) *HotStore {
+	h := *s
+	h.dir = warm
+	return &h
+}
+
+// NotifyRefund calls HotOptions.Refunded.
+func (s *HotStore) NotifyRefund() {
 	if s.refunded != nil {
 		s.refunded()
 	}
@@ -165,9 +173,9 @@ func appendHex(b, src []byte) []byte {
 	return b
 }
 
-// call is one script invocation: a slice of one op's cells.
-type call struct {
-	op    *Op
+// Call is one script invocation: a slice of one op's cells.
+type Call struct {
+	Op    *Op
 	cells []int // indexes into op.Cells
 	cmd   *redis.Cmd
 	fixed bool // sent to hot_fixed.lua (its reply is counts, not outcomes)
@@ -175,8 +183,8 @@ type call struct {
 	// last value, kept by decode so that the router need not convert
 	// the reply again.
 	counted bool
-	// err: the call failed (its node down, a bad reply); set by runEach.
-	err error
+	// Err: the call failed (its node down, a bad reply); set by RunEach.
+	Err error
 }
 
 // Check decides ops in one pipeline (one round trip). A check whose cells
@@ -224,8 +232,8 @@ func (s *HotStore) CheckEach(ctx context.Context, now time.Time, ops []*Op, done
 
 // checkEach is check reporting each op to done.
 func (s *HotStore) checkEach(ctx context.Context, now time.Time, ops []*Op, done func(i int, err error)) error {
-	calls := s.plan(ops)
-	if err := s.runEach(ctx, now, calls); err != nil {
+	calls := s.Plan(ops)
+	if err := s.RunEach(ctx, now, calls); err != nil {
 		for i := range ops {
 			done(i, err)
 		}
@@ -234,17 +242,17 @@ func (s *HotStore) checkEach(ctx context.Context, now time.Time, ops []*Op, done
 	var first error
 	for i, op := range ops {
 		var err error
-		var refunds []call
+		var refunds []Call
 		for _, c := range calls {
-			if c.op == op && c.err != nil {
-				err = cmp.Or(err, c.err)
+			if c.Op == op && c.Err != nil {
+				err = cmp.Or(err, c.Err)
 			}
 		}
 		if err != nil {
 			// Give back what the op's other calls counted.
 			for _, c := range calls {
-				if c.op == op && c.committed() {
-					refunds = append(refunds, call{op: op, cells: c.cells})
+				if c.Op == op && c.Committed() {
+					refunds = append(refunds, Call{Op: op, cells: c.cells})
 				}
 			}
 		} else {
@@ -265,11 +273,11 @@ func (s *HotStore) checkEach(ctx context.Context, now time.Time, ops []*Op, done
 }
 
 func (s *HotStore) check(ctx context.Context, now time.Time, ops []*Op) error {
-	calls := s.plan(ops)
-	if err := s.run(ctx, now, calls); err != nil {
+	calls := s.Plan(ops)
+	if err := s.Run(ctx, now, calls); err != nil {
 		return err
 	}
-	var refunds []call
+	var refunds []Call
 	for _, op := range ops {
 		op.Committed = op.Mode != DryRun && op.Allowed()
 		if op.Mode == Enforce && !op.Committed {
@@ -282,14 +290,16 @@ func (s *HotStore) check(ctx context.Context, now time.Time, ops []*Op) error {
 	return nil
 }
 
-func (s *HotStore) plan(ops []*Op) []call {
-	calls := make([]call, 0, len(ops))
+// Plan groups ops' cells into script calls (a Router runs them with Run
+// or RunEach, then reads each op's Route).
+func (s *HotStore) Plan(ops []*Op) []Call {
+	calls := make([]Call, 0, len(ops))
 	for _, op := range ops {
 		if len(op.Out) != len(op.Cells) {
 			op.Out = make([]Outcome, len(op.Cells))
 		}
 		if !s.splitBySlot || sameTag(op.Cells) {
-			calls = append(calls, call{op: op})
+			calls = append(calls, Call{Op: op})
 			continue
 		}
 		byTag := map[Tag][]int{}
@@ -302,7 +312,7 @@ func (s *HotStore) plan(ops []*Op) []call {
 			byTag[t] = append(byTag[t], i)
 		}
 		for _, t := range order {
-			calls = append(calls, call{op: op, cells: byTag[t]})
+			calls = append(calls, Call{Op: op, cells: byTag[t]})
 		}
 	}
 	return calls
@@ -318,9 +328,9 @@ func sameTag(cells []Cell) bool {
 }
 
 // each calls fn with the index of every op cell in c (all when c.cells is nil).
-func (c *call) each(fn func(i int)) {
+func (c *Call) Each(fn func(i int)) {
 	if c.cells == nil {
-		for i := range c.op.Cells {
+		for i := range c.Op.Cells {
 			fn(i)
 		}
 		return
@@ -330,28 +340,28 @@ func (c *call) each(fn func(i int)) {
 	}
 }
 
-func (s *HotStore) args(c *call, now time.Time, mode Mode) ([]string, []any) {
-	n := len(c.op.Cells)
+func (s *HotStore) args(c *Call, now time.Time, mode Mode) ([]string, []any) {
+	n := len(c.Op.Cells)
 	if c.cells != nil {
 		n = len(c.cells)
 	}
 	keys := make([]string, 0, n)
 	args := make([]any, 0, 3+5*n)
-	args = append(args, now.UnixMilli(), c.op.Cost, int(mode))
+	args = append(args, now.UnixMilli(), c.Op.Cost, int(mode))
 	var dirArgs []any
 	var dirKeys []string
 	pos := 0
-	c.each(func(i int) {
-		cell := &c.op.Cells[i]
+	c.Each(func(i int) {
+		cell := &c.Op.Cells[i]
 		pos++
 		if s.dir != nil && cell.Algorithm == rules.FixedWindow {
 			l := s.dir.locate(cell.Identity, cell.Window, cell.Tag)
 			dirKeys = append(dirKeys, l.headerKey())
-			dirArgs = append(dirArgs, pos, l.field, c.op.notColdAt(i))
+			dirArgs = append(dirArgs, pos, l.field, c.Op.NotColdAt(i))
 		}
 	})
-	c.each(func(i int) {
-		cell := &c.op.Cells[i]
+	c.Each(func(i int) {
+		cell := &c.Op.Cells[i]
 		keys = append(keys, s.Key(cell))
 		args = append(args, algorithmCodes[cell.Algorithm], cell.Limit, cell.Window.Milliseconds(), s.ttlJitter(), boolInt(cell.Shadow))
 	})
@@ -364,25 +374,26 @@ func (s *HotStore) args(c *call, now time.Time, mode Mode) ([]string, []any) {
 	return keys, args
 }
 
-func (s *HotStore) run(ctx context.Context, now time.Time, calls []call) error {
-	if err := s.runEach(ctx, now, calls); err != nil {
+// Run sends calls (Plan's) and decodes their replies.
+func (s *HotStore) Run(ctx context.Context, now time.Time, calls []Call) error {
+	if err := s.RunEach(ctx, now, calls); err != nil {
 		return err
 	}
 	for i := range calls {
-		if calls[i].err != nil {
-			return calls[i].err
+		if calls[i].Err != nil {
+			return calls[i].Err
 		}
 	}
 	return nil
 }
 
-// runEach sends calls in one round trip and decodes each reply, leaving a
+// RunEach sends calls in one round trip and decodes each reply, leaving a
 // call's failure in its err: on a Redis Cluster the calls go to several
 // masters, and one master down must fail only the calls whose keys it
 // holds. It returns an error only when no call could be sent.
-func (s *HotStore) runEach(ctx context.Context, now time.Time, calls []call) error {
+func (s *HotStore) RunEach(ctx context.Context, now time.Time, calls []Call) error {
 	for i := range calls {
-		for _, c := range calls[i].op.Cells {
+		for _, c := range calls[i].Op.Cells {
 			if !SupportsAlgorithm(c.Algorithm) {
 				return fmt.Errorf("hot check: algorithm %q not supported", c.Algorithm)
 			}
@@ -401,9 +412,9 @@ func (s *HotStore) runEach(ctx context.Context, now time.Time, calls []call) err
 	for i := range calls {
 		c := &calls[i]
 		if c.fixed {
-			c.err = s.decodeFixed(c, now)
+			c.Err = s.decodeFixed(c, now)
 		} else {
-			c.err = s.decode(c)
+			c.Err = s.decode(c)
 		}
 	}
 	return nil
@@ -412,29 +423,29 @@ func (s *HotStore) runEach(ctx context.Context, now time.Time, calls []call) err
 // request chooses the script of a check's call and builds its keys and
 // arguments: hot_fixed.lua when every cell is a fixed window and the call
 // counts (not a refund), else hot_check.lua.
-func (s *HotStore) request(c *call, now time.Time) (*redis.Script, []string, []any) {
+func (s *HotStore) request(c *Call, now time.Time) (*redis.Script, []string, []any) {
 	c.fixed = s.fixedOnly(c)
 	if c.fixed {
 		keys, args := s.fixedArgs(c, now)
 		return s.fixed, keys, args
 	}
-	keys, args := s.args(c, now, c.op.Mode)
+	keys, args := s.args(c, now, c.Op.Mode)
 	return s.script, keys, args
 }
 
 // fixedOnly reports whether hot_fixed.lua can decide c.
-func (s *HotStore) fixedOnly(c *call) bool {
-	if c.op.Mode > Report {
+func (s *HotStore) fixedOnly(c *Call) bool {
+	if c.Op.Mode > Report {
 		return false
 	}
 	ok := true
-	c.each(func(i int) { ok = ok && c.op.Cells[i].Algorithm == rules.FixedWindow })
-	return ok && len(c.op.Cells) > 0
+	c.Each(func(i int) { ok = ok && c.Op.Cells[i].Algorithm == rules.FixedWindow })
+	return ok && len(c.Op.Cells) > 0
 }
 
 // fixedArgs builds hot_fixed.lua's keys and arguments (see its header).
-func (s *HotStore) fixedArgs(c *call, now time.Time) ([]string, []any) {
-	n := len(c.op.Cells)
+func (s *HotStore) fixedArgs(c *Call, now time.Time) ([]string, []any) {
+	n := len(c.Op.Cells)
 	if c.cells != nil {
 		n = len(c.cells)
 	}
@@ -446,18 +457,18 @@ func (s *HotStore) fixedArgs(c *call, now time.Time) ([]string, []any) {
 	}
 	keys := make([]string, nkeys)
 	args := make([]any, 0, 3+5*n)
-	args = append(args, c.op.Cost, int(c.op.Mode), dir)
+	args = append(args, c.Op.Cost, int(c.Op.Mode), dir)
 	ms := now.UnixMilli()
 	j := 0
-	c.each(func(i int) {
-		cell := &c.op.Cells[i]
+	c.Each(func(i int) {
+		cell := &c.Op.Cells[i]
 		keys[j] = s.Key(cell)
 		ttl := untilWindowEnd(ms, cell.Window.Milliseconds()) + s.ttlJitter()
 		field, notCold := "", ""
 		if s.dir != nil {
 			l := s.dir.locate(cell.Identity, cell.Window, cell.Tag)
 			keys[n+j] = l.headerKey()
-			field, notCold = l.field, c.op.notColdAt(i)
+			field, notCold = l.field, c.Op.NotColdAt(i)
 		}
 		j++
 		args = append(args, cell.Limit, ttl, boolInt(cell.Shadow), field, notCold)
@@ -509,19 +520,19 @@ func untilWindowEnd(ms, w int64) int64 {
 // window; retry is the reset of a cell that denies. A cell the directory
 // places elsewhere gets its route, as decode gives it. The reply is walked
 // twice: whether every cell allows decides what each one reports.
-func (s *HotStore) decodeFixed(c *call, now time.Time) error {
+func (s *HotStore) decodeFixed(c *Call, now time.Time) error {
 	vals, err := c.cmd.Slice()
 	if err != nil {
 		return fmt.Errorf("hot check: %w", wrapUnavailable(err))
 	}
-	op := c.op
+	op := c.Op
 	all := true
-	j, err := walkFixedReply(c, vals, func(i int, used int64, rt *route) {
+	j, err := walkFixedReply(c, vals, func(i int, used int64, rt *Route) {
 		if rt != nil {
-			if op.route == nil {
-				op.route = make([]route, len(op.Cells))
+			if op.Route == nil {
+				op.Route = make([]Route, len(op.Cells))
 			}
-			op.route[i] = *rt
+			op.Route[i] = *rt
 			return
 		}
 		if cell := &op.Cells[i]; used+op.Cost > cell.Limit && !cell.Shadow {
@@ -538,7 +549,7 @@ func (s *HotStore) decodeFixed(c *call, now time.Time) error {
 	c.counted = commit == 1
 	post := commit == 1 || (op.Mode == DryRun && all)
 	ms := now.UnixMilli()
-	_, _ = walkFixedReply(c, vals, func(i int, used int64, rt *route) {
+	_, _ = walkFixedReply(c, vals, func(i int, used int64, rt *Route) {
 		if rt != nil {
 			op.Out[i] = Outcome{}
 			return
@@ -558,10 +569,10 @@ func (s *HotStore) decodeFixed(c *call, now time.Time) error {
 // in hot_fixed.lua's reply: the count (rt nil) or, for a cell the
 // directory places elsewhere, its route. It returns the index of the
 // reply's last value (the decision).
-func walkFixedReply(c *call, vals []any, fn func(i int, used int64, rt *route)) (int, error) {
+func walkFixedReply(c *Call, vals []any, fn func(i int, used int64, rt *Route)) (int, error) {
 	j := 0
 	var bad error
-	c.each(func(i int) {
+	c.Each(func(i int) {
 		if bad != nil {
 			return
 		}
@@ -575,10 +586,10 @@ func walkFixedReply(c *call, vals []any, fn func(i int, used int64, rt *route)) 
 			fn(i, v, nil)
 			return
 		}
-		rt := route{where: int8(-v)}
+		rt := Route{Where: int8(-v)}
 		if v == -1 || v == -4 {
 			// The warm record, or the cold filter's version.
-			if rt.raw, ok = replyString(vals, j); !ok {
+			if rt.Raw, ok = replyString(vals, j); !ok {
 				bad = fmt.Errorf("hot check: reply %v has no string after %d at %d", vals, v, j)
 				return
 			}
@@ -609,7 +620,7 @@ func replyInt(vals []any, i int) (int64, bool) {
 
 // runPipelined sends every call by EVALSHA in one pipeline; if Redis lost
 // the script (restart, SCRIPT FLUSH) it loads it and tries once more.
-func (s *HotStore) runPipelined(ctx context.Context, now time.Time, calls []call, retry bool) error {
+func (s *HotStore) runPipelined(ctx context.Context, now time.Time, calls []Call, retry bool) error {
 	pipe := s.rdb.Pipeline()
 	for i := range calls {
 		sc, keys, args := s.request(&calls[i], now)
@@ -621,7 +632,7 @@ func (s *HotStore) runPipelined(ctx context.Context, now time.Time, calls []call
 	// Only the calls refused for want of a script are sent again: the
 	// others ran (on a cluster a restarted or newly promoted master lacks
 	// the scripts the other masters have) and must not count twice.
-	var again []call
+	var again []Call
 	var at []int
 	for i := range calls {
 		if redisscript.IsNoScript(calls[i].cmd.Err()) {
@@ -670,9 +681,9 @@ func replyInts(cmd *redis.Cmd) ([]int64, map[int]string, error) {
 
 // committed reports whether the script call counted its (hot) cells (set
 // when the reply was decoded).
-func (c *call) committed() bool { return c.counted }
+func (c *Call) Committed() bool { return c.counted }
 
-func (s *HotStore) decode(c *call) error {
+func (s *HotStore) decode(c *Call) error {
 	res, raws, err := replyInts(c.cmd)
 	if err != nil {
 		return fmt.Errorf("hot check: %w", wrapUnavailable(err))
@@ -680,7 +691,7 @@ func (s *HotStore) decode(c *call) error {
 	c.counted = len(res) > 0 && res[len(res)-1] == 1
 	j := 0
 	var bad error
-	c.each(func(i int) {
+	c.Each(func(i int) {
 		if bad != nil {
 			return
 		}
@@ -691,15 +702,15 @@ func (s *HotStore) decode(c *call) error {
 		r := res[4*j : 4*j+4]
 		if r[0] < 0 {
 			// Directory answer: the cell lives elsewhere.
-			if c.op.route == nil {
-				c.op.route = make([]route, len(c.op.Cells))
+			if c.Op.Route == nil {
+				c.Op.Route = make([]Route, len(c.Op.Cells))
 			}
-			c.op.route[i] = route{where: int8(-r[0]), raw: raws[4*j+1]}
-			c.op.Out[i] = Outcome{}
+			c.Op.Route[i] = Route{Where: int8(-r[0]), Raw: raws[4*j+1]}
+			c.Op.Out[i] = Outcome{}
 			j++
 			return
 		}
-		c.op.Out[i] = Outcome{
+		c.Op.Out[i] = Outcome{
 			Allowed:    r[0] == 1,
 			Remaining:  r[1],
 			ResetAfter: time.Duration(r[2]) * time.Millisecond,
@@ -713,15 +724,15 @@ func (s *HotStore) decode(c *call) error {
 
 // partsToRefund returns the parts of a split op that counted although the op
 // as a whole was denied.
-func (s *HotStore) partsToRefund(op *Op, calls []call) []call {
-	var out []call
+func (s *HotStore) partsToRefund(op *Op, calls []Call) []Call {
+	var out []Call
 	for i := range calls {
 		c := &calls[i]
-		if c.op != op || c.cells == nil {
+		if c.Op != op || c.cells == nil {
 			continue
 		}
-		if c.committed() {
-			out = append(out, call{op: op, cells: c.cells})
+		if c.Committed() {
+			out = append(out, Call{Op: op, cells: c.cells})
 		}
 	}
 	return out
@@ -731,8 +742,8 @@ func (s *HotStore) partsToRefund(op *Op, calls []call) []call {
 // refunded cell's state after the refund, which becomes the cell's
 // remaining, reset and retry: the op counted nothing, so they describe the
 // state now, as for any denied check. Each cell keeps its decision.
-func (s *HotStore) refund(ctx context.Context, now time.Time, calls []call) error {
-	defer s.notifyRefund()
+func (s *HotStore) refund(ctx context.Context, now time.Time, calls []Call) error {
+	defer s.NotifyRefund()
 	each := make([]redisscript.Call, len(calls))
 	for i := range calls {
 		each[i].Keys, each[i].Args = s.args(&calls[i], now, Refund)
@@ -750,13 +761,13 @@ func (s *HotStore) refund(ctx context.Context, now time.Time, calls []call) erro
 	for i := range calls {
 		c := &calls[i]
 		allowed := make([]bool, 0, len(c.cells))
-		c.each(func(j int) { allowed = append(allowed, c.op.Out[j].Allowed) })
+		c.Each(func(j int) { allowed = append(allowed, c.Op.Out[j].Allowed) })
 		if err := s.decode(c); err != nil {
 			return fmt.Errorf("hot refund: %w", err)
 		}
 		k := 0
-		c.each(func(j int) {
-			o := &c.op.Out[j]
+		c.Each(func(j int) {
+			o := &c.Op.Out[j]
 			o.Allowed = allowed[k]
 			if o.Allowed {
 				o.RetryAfter = 0

@@ -64,8 +64,8 @@ func TestHot_FixedWindowOnlyChecksGoToTheFixedScript(t *testing.T) {
 	if err := withDir.Check(ctx, confT0, []*Op{op}); err != nil {
 		t.Fatal(err)
 	}
-	if op.route != nil || !op.Committed || op.Out[0].Remaining != 4 || op.Out[1].Remaining != 4 {
-		t.Fatalf("new cells with the directory: route %v, committed %v, %+v; want both counted in hot", op.route, op.Committed, op.Out)
+	if op.Route != nil || !op.Committed || op.Out[0].Remaining != 4 || op.Out[1].Remaining != 4 {
+		t.Fatalf("new cells with the directory: route %v, committed %v, %+v; want both counted in hot", op.Route, op.Committed, op.Out)
 	}
 	if general, fixed := scriptsCached(t, rdb, s); general || !fixed {
 		t.Fatalf("after a check with the directory: general script cached %v, fixed %v; want only the fixed one", general, fixed)

@@ -34,7 +34,7 @@ type hotRequest struct {
 // with fewer replicas (or fails it) gets an ErrUnavailable reply: the
 // count was made but may not survive a failover, so the fail mode answers
 // it, never an enforced allow. Still one round trip (per master).
-func (s *HotStore) runWaited(ctx context.Context, now time.Time, calls []call) error {
+func (s *HotStore) runWaited(ctx context.Context, now time.Time, calls []Call) error {
 	reqs := make([]hotRequest, len(calls))
 	for i := range calls {
 		reqs[i].sc, reqs[i].keys, reqs[i].args = s.request(&calls[i], now)
@@ -80,7 +80,7 @@ func (s *HotStore) runWaited(ctx context.Context, now time.Time, calls []call) e
 // and marks the calls WAIT does not vouch for as unavailable. A call
 // refused for want of its script (a restarted or promoted master) is sent
 // again once the scripts are loaded, with a WAIT of its own.
-func (s *HotStore) waitedPipeline(ctx context.Context, c redis.Cmdable, calls []call, reqs []hotRequest, idxs []int, retry bool) {
+func (s *HotStore) waitedPipeline(ctx context.Context, c redis.Cmdable, calls []Call, reqs []hotRequest, idxs []int, retry bool) {
 	pipe := c.Pipeline()
 	for _, i := range idxs {
 		calls[i].cmd = reqs[i].sc.EvalSha(ctx, pipe, reqs[i].keys, reqs[i].args...)

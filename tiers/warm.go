@@ -108,6 +108,10 @@ func (s *WarmStore) WithClient(rdb redis.UniversalClient) *WarmStore {
 	return &c
 }
 
+// Cluster reports whether the store's client is a Redis Cluster client (a
+// script's keys must then share a hash slot).
+func (s *WarmStore) Cluster() bool { return s.cluster }
+
 // Tier returns Warm.
 func (s *WarmStore) Tier() Tier { return Warm }
 
@@ -131,6 +135,15 @@ type warmLoc struct {
 
 func (s *WarmStore) locate(id Identity, window time.Duration, tag Tag) warmLoc {
 	return s.locateCell(CellIDOf(id, window), tag)
+}
+
+// Location returns where r's record lives: the key base of its tag
+// (prefix{tag}: its header is base+"d", its buckets base+"w" and a 2-byte
+// index) and its field in its bucket (for tests and tools that read the
+// directory's keys).
+func (s *WarmStore) Location(r *Ref) (base, field string) {
+	l := s.locate(r.Identity, r.Window, r.Tag)
+	return l.base, l.field
 }
 
 // locateCell is locate for a cell whose id is known.

@@ -36,6 +36,7 @@ import (
 	"github.com/quota-platform/quota/schedule"
 	sqlschema "github.com/quota-platform/quota/sql"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/routing"
 	"github.com/quota-platform/quota/tracing"
 )
 
@@ -196,13 +197,13 @@ func serve() error {
 	if tp != nil {
 		routed = tracing.Store(routed, tp)
 	}
-	store := tiers.NewBreaker(routed, clock.Real{}, 3, 100*time.Millisecond).
+	store := routing.NewBreaker(routed, clock.Real{}, 3, 100*time.Millisecond).
 		WithProbe(redisProbeFor(s), s.RedisTimeout)
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		// A circuit per master: one dead master fails fast only the checks
 		// of its slots, and its probe reloads the slot map so that they
 		// follow the replica's promotion (redisprobe.go).
-		store.WithPartitions(tiers.ClusterPartition(cc), clusterProbe(cc, s.RedisAddrs, redisPing(s)), s.RedisTimeout)
+		store.WithPartitions(routing.ClusterPartition(cc), clusterProbe(cc, s.RedisAddrs, redisPing(s)), s.RedisTimeout)
 	}
 	clk, err := decisionClock(os.Getenv)
 	if err != nil {

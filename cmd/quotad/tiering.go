@@ -14,6 +14,7 @@ import (
 	"github.com/quota-platform/quota/internal/tick"
 	"github.com/quota-platform/quota/migrate"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/routing"
 )
 
 // startTiering builds the tier router over hot (QUOTA_TIERING=on), the
@@ -32,8 +33,8 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 		log.Warn("redis not reachable at start (warm script)", "err", err)
 	}
 	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
-	router := tiers.NewRouter(hot, warm, cold)
-	router.ColdHints = tiers.NewColdHints(s.ColdHints)
+	router := routing.NewRouter(hot, warm, cold)
+	router.ColdHints = routing.NewColdHints(s.ColdHints)
 	// Moves run on a Redis client of their own: their pipelines are larger
 	// than a check's and may take longer than QUOTA_REDIS_TIMEOUT.
 	ms := s

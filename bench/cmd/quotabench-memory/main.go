@@ -48,6 +48,7 @@ import (
 	"github.com/quota-platform/quota/rules"
 	sqlschema "github.com/quota-platform/quota/sql"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/routing"
 )
 
 type config struct {
@@ -301,7 +302,7 @@ func redisTiers(ctx context.Context, c *config) error {
 		// The same cells checked through a tier router (QUOTA_TIERING=on):
 		// new cells are counted hot with nothing beside their keys.
 		warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "q:"})
-		router := tiers.NewRouter(hot, warm, nil)
+		router := routing.NewRouter(hot, warm, nil)
 		bt, d, err := measure(ctx, rdb, func() error { return checkAll(ctx, c, router, now) })
 		if err != nil {
 			return fmt.Errorf("hot, tiering on: %w", err)
@@ -353,7 +354,7 @@ func warmUp(ctx context.Context, c *config, rdb *redis.Client, now time.Time) er
 	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: "q:", Jitter: time.Minute})
 	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "q:"})
 	_, _, err := measure(ctx, rdb, func() error {
-		if err := checkAll(ctx, &small, tiers.NewRouter(hot, warm, nil), now); err != nil {
+		if err := checkAll(ctx, &small, routing.NewRouter(hot, warm, nil), now); err != nil {
 			return err
 		}
 		if err := checkAll(ctx, &small, warm, now); err != nil {

@@ -1,4 +1,4 @@
-package tiers
+package routing
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // On a Redis Cluster with one master dead, a batch of checks over every
@@ -28,10 +29,10 @@ func TestRouter_OnAClusterADeadMasterFailsOnlyTheChecksOfItsSlots(t *testing.T) 
 func deadMasterFailsOnlyItsChecks(t *testing.T, routed bool) {
 	nodes := testenv.StartRedisCluster(t, 3)
 	cc := testenv.ClusterClient(t, nodes, &redis.ClusterOptions{MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second, ReadTimeout: time.Second})
-	hot := NewHotStore(cc, HotOptions{Prefix: "c:"})
-	var r EachChecker = hot
+	hot := tiers.NewHotStore(cc, tiers.HotOptions{Prefix: "c:"})
+	var r tiers.EachChecker = hot
 	if routed {
-		r = NewRouter(hot, NewWarmStore(cc, WarmOptions{Prefix: "c:"}), NewColdStore(testenv.MySQLShards(t, 1), ColdOptions{}))
+		r = NewRouter(hot, tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"}), tiers.NewColdStore(testenv.MySQLShards(t, 1), tiers.ColdOptions{}))
 	}
 	partition := ClusterPartition(cc)
 	ctx := context.Background()
@@ -40,10 +41,10 @@ func deadMasterFailsOnlyItsChecks(t *testing.T, routed bool) {
 	for range 30 {
 		cells = append(cells, newConfCell(100, time.Hour))
 	}
-	ops := func() []*Op {
-		out := make([]*Op, len(cells))
+	ops := func() []*tiers.Op {
+		out := make([]*tiers.Op, len(cells))
 		for i, c := range cells {
-			out[i] = confOp(confT0, 1, Enforce, c)
+			out[i] = confOp(confT0, 1, tiers.Enforce, c)
 		}
 		return out
 	}
@@ -69,7 +70,7 @@ func deadMasterFailsOnlyItsChecks(t *testing.T, routed bool) {
 	_ = r.CheckEach(ctx, confT0, batch, func(i int, err error) { errs[i] = err })
 	for i, op := range batch {
 		switch {
-		case onDead[i] && !errors.Is(errs[i], ErrUnavailable):
+		case onDead[i] && !errors.Is(errs[i], tiers.ErrUnavailable):
 			t.Errorf("op %d on the dead master: %v, want ErrUnavailable", i, errs[i])
 		case !onDead[i] && errs[i] != nil:
 			t.Errorf("op %d on a live master failed: %v", i, errs[i])
@@ -87,21 +88,21 @@ func deadMasterFailsOnlyItsChecks(t *testing.T, routed bool) {
 func TestRouter_OnAClusterCellsWithoutAppAreEnforced(t *testing.T) {
 	t.Parallel()
 	cc := testenv.ClusterClient(t, testenv.StartRedisCluster(t, 3), nil)
-	r := NewRouter(NewHotStore(cc, HotOptions{Prefix: "c:"}), NewWarmStore(cc, WarmOptions{Prefix: "c:"}), NewColdStore(testenv.MySQLShards(t, 1), ColdOptions{}))
+	r := NewRouter(tiers.NewHotStore(cc, tiers.HotOptions{Prefix: "c:"}), tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"}), tiers.NewColdStore(testenv.MySQLShards(t, 1), tiers.ColdOptions{}))
 	ctx := context.Background()
 	for range 20 {
 		noApp, withApp := newConfCell(2, time.Hour), newConfCell(5, time.Hour)
 		for n := int64(1); n <= 3; n++ {
-			alone := confOp(confT0, 1, Enforce, noApp)
-			both := confOp(confT0, 1, Enforce, noApp, withApp)
-			for _, op := range []*Op{alone, both} {
+			alone := confOp(confT0, 1, tiers.Enforce, noApp)
+			both := confOp(confT0, 1, tiers.Enforce, noApp, withApp)
+			for _, op := range []*tiers.Op{alone, both} {
 				id := op.Cells[0].Identity
-				op.Cells[0].Tag, op.Cells[0].ShardKey = TagOfIdentity(id), ShardKeyOfIdentity(id)
+				op.Cells[0].Tag, op.Cells[0].ShardKey = tiers.TagOfIdentity(id), tiers.ShardKeyOfIdentity(id)
 			}
-			if err := r.Check(ctx, confT0, []*Op{alone}); err != nil {
+			if err := r.Check(ctx, confT0, []*tiers.Op{alone}); err != nil {
 				t.Fatalf("check %d of a cell without app: %v", n, err)
 			}
-			if err := r.Check(ctx, confT0, []*Op{both}); err != nil {
+			if err := r.Check(ctx, confT0, []*tiers.Op{both}); err != nil {
 				t.Fatalf("check %d of a cell without app beside an app's: %v", n, err)
 			}
 			// Limit 2, two units a round: the first round fills it.

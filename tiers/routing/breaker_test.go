@@ -1,4 +1,4 @@
-package tiers_test
+package routing_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/routing"
 )
 
 // flakyStore is a Store double for the breaker only: it stands in for "a
@@ -35,7 +36,7 @@ func TestBreaker_OpensAfterFailuresAndRecoversThroughAProbe(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 	store := &flakyStore{down: true}
-	b := tiers.NewBreaker(store, clk, 3, 100*time.Millisecond)
+	b := routing.NewBreaker(store, clk, 3, 100*time.Millisecond)
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		if err := b.Check(ctx, clk.Now(), nil); !errors.Is(err, tiers.ErrUnavailable) {
@@ -45,11 +46,11 @@ func TestBreaker_OpensAfterFailuresAndRecoversThroughAProbe(t *testing.T) {
 	if !b.Open() {
 		t.Fatal("not open after 3 failures")
 	}
-	if err := b.Check(ctx, clk.Now(), nil); !errors.Is(err, tiers.ErrCircuitOpen) || store.calls != 3 {
+	if err := b.Check(ctx, clk.Now(), nil); !errors.Is(err, routing.ErrCircuitOpen) || store.calls != 3 {
 		t.Fatalf("open circuit should refuse without calling the store: %v (calls %d)", err, store.calls)
 	}
 	clk.Advance(100 * time.Millisecond)
-	if err := b.Check(ctx, clk.Now(), nil); !errors.Is(err, tiers.ErrUnavailable) || errors.Is(err, tiers.ErrCircuitOpen) || store.calls != 4 {
+	if err := b.Check(ctx, clk.Now(), nil); !errors.Is(err, tiers.ErrUnavailable) || errors.Is(err, routing.ErrCircuitOpen) || store.calls != 4 {
 		t.Fatalf("after the cooldown one probe goes through: %v (calls %d)", err, store.calls)
 	}
 	if !b.Open() {
@@ -71,7 +72,7 @@ func TestBreaker_OpensAfterFailuresAndRecoversThroughAProbe(t *testing.T) {
 func TestBreaker_NonAvailabilityErrorsDoNotOpenIt(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	b := tiers.NewBreaker(errStore{}, clk, 1, time.Second)
+	b := routing.NewBreaker(errStore{}, clk, 1, time.Second)
 	for i := 0; i < 5; i++ {
 		_ = b.Check(context.Background(), clk.Now(), nil)
 	}
@@ -113,7 +114,7 @@ func TestBreaker_OpensOnTheFirstBackendTimeout(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-			b := tiers.NewBreaker(timeoutStore{tc.err}, clk, 3, 100*time.Millisecond)
+			b := routing.NewBreaker(timeoutStore{tc.err}, clk, 3, 100*time.Millisecond)
 			if err := b.Check(context.Background(), clk.Now(), nil); !errors.Is(err, tiers.ErrUnavailable) {
 				t.Fatalf("check: %v", err)
 			}

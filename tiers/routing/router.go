@@ -1,4 +1,4 @@
-package tiers
+package routing
 
 import (
 	"cmp"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // Router is the Store the service checks against when tiering is on: it
@@ -43,14 +44,14 @@ import (
 // the truth: the hints are only a guess at where to look, which the cold
 // part's MustExist checks.
 type Router struct {
-	hot  *HotStore
-	warm *WarmStore
-	cold *ColdStore
+	hot  *tiers.HotStore
+	warm *tiers.WarmStore
+	cold *tiers.ColdStore
 	// Observe, when set, is called after each op with the cells found
 	// in warm or cold and their records as the hot script saw them (warm)
 	// or as the check left them (cold): the on-call migration's input. It
 	// must not block.
-	Observe func(tier Tier, ref Ref, rec *Record)
+	Observe func(tier tiers.Tier, ref tiers.Ref, rec *tiers.Record)
 	// ColdHints, when set, lets a cell found cold before skip the cold-row
 	// lookup (coldhints.go); nil: every cold check looks its row up.
 	ColdHints *ColdHints
@@ -58,7 +59,7 @@ type Router struct {
 	// fixed-window cells whose window is at least CallsMinWindow (the
 	// scheduled migration's activity count); an op with none costs
 	// nothing. It must not block.
-	Calls          func(refs []Ref)
+	Calls          func(refs []tiers.Ref)
 	CallsMinWindow time.Duration
 	// MovedWait bounds how long an op waits for cells frozen by a move
 	// before it fails with ErrUnavailable (and the fail mode answers). A
@@ -78,24 +79,22 @@ func (r *Router) movedWait() time.Duration {
 
 // NewRouter returns a router over the three stores (cold may be nil: then a
 // cell found cold is an error). The hot store's options are kept.
-func NewRouter(hot *HotStore, warm *WarmStore, cold *ColdStore) *Router {
-	h := *hot
-	h.dir = warm
-	return &Router{hot: &h, warm: warm, cold: cold}
+func NewRouter(hot *tiers.HotStore, warm *tiers.WarmStore, cold *tiers.ColdStore) *Router {
+	return &Router{hot: hot.WithDirectory(warm), warm: warm, cold: cold}
 }
 
 // Tier returns Hot: the router answers for the service's default tier.
-func (r *Router) Tier() Tier { return Hot }
+func (r *Router) Tier() tiers.Tier { return tiers.Hot }
 
 // Hot returns the router's hot store (it carries the directory).
-func (r *Router) Hot() *HotStore { return r.hot }
+func (r *Router) Hot() *tiers.HotStore { return r.hot }
 
 // Check decides ops in order, one hot-script pipeline for the batch, then
 // the warm and cold parts of the ops that have any: the cold parts of a
 // run of ops without warm cells together (finishRun), the others op by op.
 // Every op is finished, even after another failed; Check returns the first
 // error (CheckEach).
-func (r *Router) Check(ctx context.Context, now time.Time, ops []*Op) error {
+func (r *Router) Check(ctx context.Context, now time.Time, ops []*tiers.Op) error {
 	return r.CheckEach(ctx, now, ops, func(int, error) {})
 }
 
@@ -116,21 +115,21 @@ func (r *Router) Check(ctx context.Context, now time.Time, ops []*Op) error {
 // earlier that the denied op counted nothing, as when each is sent alone.
 // Finishing it earlier changes when its caller hears the answer, not the
 // answer.
-func (r *Router) CheckEach(ctx context.Context, now time.Time, ops []*Op, done func(i int, err error)) error {
+func (r *Router) CheckEach(ctx context.Context, now time.Time, ops []*tiers.Op, done func(i int, err error)) error {
 	for _, op := range ops {
-		op.route = nil
-		op.Out = make([]Outcome, len(op.Cells))
+		op.Route = nil
+		op.Out = make([]tiers.Outcome, len(op.Cells))
 	}
-	calls := r.hot.plan(ops)
-	if err := r.hot.runEach(ctx, now, calls); err != nil {
+	calls := r.hot.Plan(ops)
+	if err := r.hot.RunEach(ctx, now, calls); err != nil {
 		for i := range ops {
 			done(i, err)
 		}
 		return err
 	}
-	byOp := make(map[*Op][]call, len(ops))
+	byOp := make(map[*tiers.Op][]tiers.Call, len(ops))
 	for _, c := range calls {
-		byOp[c.op] = append(byOp[c.op], c)
+		byOp[c.Op] = append(byOp[c.Op], c)
 	}
 	var first error
 	report := func(i int, err error) {
@@ -146,14 +145,14 @@ func (r *Router) CheckEach(ctx context.Context, now time.Time, ops []*Op, done f
 			report(i, r.undo(ctx, now, op, hotCounted(op, byOp[op]), err))
 			continue
 		}
-		if op.route != nil {
+		if op.Route != nil {
 			rest = append(rest, i)
 			continue
 		}
 		report(i, r.finishOne(ctx, now, op, byOp[op]))
 	}
 	if len(rest) > 0 {
-		slowPart(ctx)
+		tiers.SlowPart(ctx)
 	}
 	for k := 0; k < len(rest); {
 		k += r.finishRun(ctx, now, ops, rest[k:], byOp, report)
@@ -162,29 +161,29 @@ func (r *Router) CheckEach(ctx context.Context, now time.Time, ops []*Op, done f
 }
 
 // callsErr is the first error of calls.
-func callsErr(calls []call) error {
+func callsErr(calls []tiers.Call) error {
 	for i := range calls {
-		if calls[i].err != nil {
-			return calls[i].err
+		if calls[i].Err != nil {
+			return calls[i].Err
 		}
 	}
 	return nil
 }
 
 // finishOne finishes op alone.
-func (r *Router) finishOne(ctx context.Context, now time.Time, op *Op, calls []call) error {
+func (r *Router) finishOne(ctx context.Context, now time.Time, op *tiers.Op, calls []tiers.Call) error {
 	return r.settle(ctx, now, op, r.finish(ctx, now, op, calls))
 }
 
 // errNotCold ends an attempt that found cells the cold filter placed in
 // doubt to have no cold row: the op is sent again at once (no backoff).
-var errNotCold = fmt.Errorf("router: cells not cold after all: %w", ErrMoved)
+var errNotCold = fmt.Errorf("router: cells not cold after all: %w", tiers.ErrMoved)
 
 // settle ends op's first attempt, which ended with err: an op that found a
 // cell moving (or not cold after all) is sent again alone (checkOp), and a
 // decided op is reported to Calls.
-func (r *Router) settle(ctx context.Context, now time.Time, op *Op, err error) error {
-	if errors.Is(err, ErrMoved) {
+func (r *Router) settle(ctx context.Context, now time.Time, op *tiers.Op, err error) error {
+	if errors.Is(err, tiers.ErrMoved) {
 		attempt := 2
 		if errors.Is(err, errNotCold) {
 			attempt = 1
@@ -198,14 +197,14 @@ func (r *Router) settle(ctx context.Context, now time.Time, op *Op, err error) e
 }
 
 // called reports op's fixed-window cells of long enough windows to Calls.
-func (r *Router) called(op *Op) {
-	if r.Calls == nil || op.Mode == Refund {
+func (r *Router) called(op *tiers.Op) {
+	if r.Calls == nil || op.Mode == tiers.Refund {
 		return
 	}
-	var refs []Ref
+	var refs []tiers.Ref
 	for i := range op.Cells {
 		if c := &op.Cells[i]; c.Algorithm == rules.FixedWindow && c.Window >= r.CallsMinWindow {
-			refs = append(refs, RefOf(c))
+			refs = append(refs, tiers.RefOf(c))
 		}
 	}
 	if len(refs) > 0 {
@@ -215,25 +214,25 @@ func (r *Router) called(op *Op) {
 
 // checkOp sends op alone, again until no part finds a cell moving or
 // MovedWait has passed.
-func (r *Router) checkOp(ctx context.Context, now time.Time, op *Op, attempt int) error {
+func (r *Router) checkOp(ctx context.Context, now time.Time, op *tiers.Op, attempt int) error {
 	start := time.Now()
 	for ; ; attempt++ {
 		if time.Since(start) > r.movedWait() {
-			return fmt.Errorf("router: %w: %w (%d attempts in %s)", ErrUnavailable, ErrMoved, attempt-1, time.Since(start).Round(time.Millisecond))
+			return fmt.Errorf("router: %w: %w (%d attempts in %s)", tiers.ErrUnavailable, tiers.ErrMoved, attempt-1, time.Since(start).Round(time.Millisecond))
 		}
 		if attempt > 1 {
 			if err := routerBackoff(ctx, attempt); err != nil {
 				return fmt.Errorf("router: %w", err)
 			}
 		}
-		op.route = nil
-		op.Out = make([]Outcome, len(op.Cells))
-		calls := r.hot.plan([]*Op{op})
-		if err := r.hot.run(ctx, now, calls); err != nil {
+		op.Route = nil
+		op.Out = make([]tiers.Outcome, len(op.Cells))
+		calls := r.hot.Plan([]*tiers.Op{op})
+		if err := r.hot.Run(ctx, now, calls); err != nil {
 			return err
 		}
 		err := r.finish(ctx, now, op, calls)
-		if !errors.Is(err, ErrMoved) {
+		if !errors.Is(err, tiers.ErrMoved) {
 			return err
 		}
 	}
@@ -250,9 +249,9 @@ func routerBackoff(ctx context.Context, attempt int) error {
 // parts, sets Committed and refunds what counted when the op is denied.
 // It returns an error wrapping ErrMoved when the op must be sent again
 // (having then given back everything it counted).
-func (r *Router) finish(ctx context.Context, now time.Time, op *Op, calls []call) error {
+func (r *Router) finish(ctx context.Context, now time.Time, op *tiers.Op, calls []tiers.Call) error {
 	counted := hotCounted(op, calls)
-	if op.route != nil {
+	if op.Route != nil {
 		if err := r.decideParts(ctx, now, op, &counted); err != nil {
 			return r.undo(ctx, now, op, counted, err)
 		}
@@ -261,15 +260,15 @@ func (r *Router) finish(ctx context.Context, now time.Time, op *Op, calls []call
 }
 
 // hotCounted returns the indexes of op's hot cells whose part counted.
-func hotCounted(op *Op, calls []call) []int {
+func hotCounted(op *tiers.Op, calls []tiers.Call) []int {
 	var counted []int
 	for i := range calls {
 		c := &calls[i]
-		if !c.committed() {
+		if !c.Committed() {
 			continue
 		}
-		c.each(func(j int) {
-			if op.route == nil || op.route[j].where == routeHot {
+		c.Each(func(j int) {
+			if op.Route == nil || op.Route[j].Where == tiers.RouteHot {
 				counted = append(counted, j)
 			}
 		})
@@ -279,8 +278,8 @@ func hotCounted(op *Op, calls []call) []int {
 
 // undo gives back what op counted (the cells at counted) after cause and
 // returns cause, or the refund's failure.
-func (r *Router) undo(ctx context.Context, now time.Time, op *Op, counted []int, cause error) error {
-	if len(counted) == 0 || op.Mode == Refund {
+func (r *Router) undo(ctx context.Context, now time.Time, op *tiers.Op, counted []int, cause error) error {
+	if len(counted) == 0 || op.Mode == tiers.Refund {
 		return cause
 	}
 	if err := r.refundCells(ctx, now, op, counted); err != nil {
@@ -300,25 +299,25 @@ type refundFailed struct{ err error }
 func (e refundFailed) Error() string { return e.err.Error() }
 
 func (e refundFailed) Is(target error) bool {
-	return !errors.Is(target, ErrMoved) && errors.Is(e.err, target)
+	return !errors.Is(target, tiers.ErrMoved) && errors.Is(e.err, target)
 }
 
 // decideParts decides op's warm and cold parts, adding the cells that
 // counted to counted.
-func (r *Router) decideParts(ctx context.Context, now time.Time, op *Op, counted *[]int) error {
+func (r *Router) decideParts(ctx context.Context, now time.Time, op *tiers.Op, counted *[]int) error {
 	var warmIdx, coldIdx, unknownIdx []int
-	for i, rt := range op.route {
-		switch rt.where {
-		case routeWarm:
+	for i, rt := range op.Route {
+		switch rt.Where {
+		case tiers.RouteWarm:
 			warmIdx = append(warmIdx, i)
-		case routeUnknown:
+		case tiers.RouteUnknown:
 			if r.hinted(&op.Cells[i]) {
 				coldIdx = append(coldIdx, i)
 			} else {
 				unknownIdx = append(unknownIdx, i)
 			}
-		case routeMoving:
-			return fmt.Errorf("router: %w", ErrMoved)
+		case tiers.RouteMoving:
+			return fmt.Errorf("router: %w", tiers.ErrMoved)
 		}
 	}
 	if len(unknownIdx) > 0 {
@@ -333,7 +332,7 @@ func (r *Router) decideParts(ctx context.Context, now time.Time, op *Op, counted
 		}
 	}
 	for _, part := range r.warmParts(op, warmIdx) {
-		if err := r.decidePart(ctx, now, op, part, r.warm, Warm, counted); err != nil {
+		if err := r.decidePart(ctx, now, op, part, r.warm, tiers.Warm, counted); err != nil {
 			return err
 		}
 	}
@@ -341,7 +340,7 @@ func (r *Router) decideParts(ctx context.Context, now time.Time, op *Op, counted
 		if r.cold == nil {
 			return errors.New("router: a cell is cold but no cold store is configured")
 		}
-		return r.decidePart(ctx, now, op, coldIdx, r.cold, Cold, counted)
+		return r.decidePart(ctx, now, op, coldIdx, r.cold, tiers.Cold, counted)
 	}
 	return nil
 }
@@ -353,15 +352,15 @@ func (r *Router) decideParts(ctx context.Context, now time.Time, op *Op, counted
 // parts then count one after the other and an op denied by a later one
 // gives back what the earlier ones counted, as its parts in different
 // tiers do.
-func (r *Router) warmParts(op *Op, idx []int) [][]int {
+func (r *Router) warmParts(op *tiers.Op, idx []int) [][]int {
 	if len(idx) == 0 {
 		return nil
 	}
-	if !r.warm.cluster {
+	if !r.warm.Cluster() {
 		return [][]int{idx}
 	}
 	var parts [][]int
-	at := map[Tag]int{}
+	at := map[tiers.Tag]int{}
 	for _, i := range idx {
 		t := op.Cells[i].Tag
 		k, ok := at[t]
@@ -376,10 +375,10 @@ func (r *Router) warmParts(op *Op, idx []int) [][]int {
 }
 
 // decidePart sends op's cells at idx to store as one op.
-func (r *Router) decidePart(ctx context.Context, now time.Time, op *Op, idx []int, store Store, tier Tier, counted *[]int) error {
+func (r *Router) decidePart(ctx context.Context, now time.Time, op *tiers.Op, idx []int, store tiers.Store, tier tiers.Tier, counted *[]int) error {
 	sub := r.partOp(op, idx, tier)
-	if err := store.Check(ctx, now, []*Op{sub}); err != nil {
-		if tier == Cold {
+	if err := store.Check(ctx, now, []*tiers.Op{sub}); err != nil {
+		if tier == tiers.Cold {
 			r.forgetHints(op, idx, err)
 		}
 		return err
@@ -391,17 +390,17 @@ func (r *Router) decidePart(ctx context.Context, now time.Time, op *Op, idx []in
 // partOp is the op a tier decides for op's cells at idx: the directory
 // said they are there, so they must exist. A cold part returns its records
 // when Observe wants them.
-func (r *Router) partOp(op *Op, idx []int, tier Tier) *Op {
-	sub := &Op{Cost: op.Cost, Mode: op.Mode, MustExist: true, Cells: pick(op.Cells, idx)}
-	if tier == Cold && r.Observe != nil {
-		sub.Records = make([]Record, len(idx))
+func (r *Router) partOp(op *tiers.Op, idx []int, tier tiers.Tier) *tiers.Op {
+	sub := &tiers.Op{Cost: op.Cost, Mode: op.Mode, MustExist: true, Cells: pick(op.Cells, idx)}
+	if tier == tiers.Cold && r.Observe != nil {
+		sub.Records = make([]tiers.Record, len(idx))
 	}
 	return sub
 }
 
 // applyPart copies a decided part's outcomes into op, reports its cells to
 // Observe, and returns counted with idx added when the part counted.
-func (r *Router) applyPart(op *Op, idx []int, sub *Op, tier Tier, counted []int) []int {
+func (r *Router) applyPart(op *tiers.Op, idx []int, sub *tiers.Op, tier tiers.Tier, counted []int) []int {
 	for k, i := range idx {
 		op.Out[i] = sub.Out[k]
 	}
@@ -410,14 +409,14 @@ func (r *Router) applyPart(op *Op, idx []int, sub *Op, tier Tier, counted []int)
 	}
 	if r.Observe != nil {
 		for k, i := range idx {
-			ref := RefOf(&op.Cells[i])
-			var rec *Record
+			ref := tiers.RefOf(&op.Cells[i])
+			var rec *tiers.Record
 			switch {
-			case tier == Warm:
-				if rv, ok := IsWarmRecord(op.route[i].raw); ok {
+			case tier == tiers.Warm:
+				if rv, ok := tiers.IsWarmRecord(op.Route[i].Raw); ok {
 					rec = &rv
 				}
-			case tier == Cold && len(sub.Records) == len(idx):
+			case tier == tiers.Cold && len(sub.Records) == len(idx):
 				rec = &sub.Records[k]
 			}
 			r.Observe(tier, ref, rec)
@@ -428,14 +427,14 @@ func (r *Router) applyPart(op *Op, idx []int, sub *Op, tier Tier, counted []int)
 
 // conclude sets op.Committed once every part is decided and refunds what
 // counted when the op is denied.
-func (r *Router) conclude(ctx context.Context, now time.Time, op *Op, counted []int) error {
-	if op.Mode == Refund {
+func (r *Router) conclude(ctx context.Context, now time.Time, op *tiers.Op, counted []int) error {
+	if op.Mode == tiers.Refund {
 		op.Committed = false
 		return nil
 	}
 	allowed := op.Allowed()
-	op.Committed = op.Mode != DryRun && allowed
-	if op.Mode == Enforce && !allowed && len(counted) > 0 {
+	op.Committed = op.Mode != tiers.DryRun && allowed
+	if op.Mode == tiers.Enforce && !allowed && len(counted) > 0 {
 		if err := r.refundCells(ctx, now, op, counted); err != nil {
 			return fmt.Errorf("router refund: %w", err)
 		}
@@ -448,10 +447,10 @@ func (r *Router) conclude(ctx context.Context, now time.Time, op *Op, counted []
 // false positive of the filter, or a cell moved out of cold): it reports
 // whether it marked any (the op is then sent again, and the script counts
 // those cells as new unless the filter changed meanwhile).
-func (r *Router) sortUnknown(ctx context.Context, op *Op, idx []int, coldIdx *[]int) (bool, error) {
-	refs := make([]Ref, len(idx))
+func (r *Router) sortUnknown(ctx context.Context, op *tiers.Op, idx []int, coldIdx *[]int) (bool, error) {
+	refs := make([]tiers.Ref, len(idx))
 	for k, i := range idx {
-		refs[k] = RefOf(&op.Cells[i])
+		refs[k] = tiers.RefOf(&op.Cells[i])
 	}
 	exists := make([]bool, len(idx))
 	if r.cold != nil {
@@ -467,10 +466,10 @@ func (r *Router) sortUnknown(ctx context.Context, op *Op, idx []int, coldIdx *[]
 			r.hint(refs[k])
 			continue
 		}
-		if op.notCold == nil {
-			op.notCold = make([]string, len(op.Cells))
+		if op.NotCold == nil {
+			op.NotCold = make([]string, len(op.Cells))
 		}
-		op.notCold[i] = op.route[i].raw
+		op.NotCold[i] = op.Route[i].Raw
 		marked = true
 	}
 	return marked, nil
@@ -478,12 +477,12 @@ func (r *Router) sortUnknown(ctx context.Context, op *Op, idx []int, coldIdx *[]
 
 // hinted reports whether c is hinted cold. Without hints no cell id (a
 // hash) is computed.
-func (r *Router) hinted(c *Cell) bool {
-	return r.ColdHints != nil && r.ColdHints.Has(RefOf(c).ID())
+func (r *Router) hinted(c *tiers.Cell) bool {
+	return r.ColdHints != nil && r.ColdHints.Has(tiers.RefOf(c).ID())
 }
 
 // hint remembers refs as cold.
-func (r *Router) hint(refs ...Ref) {
+func (r *Router) hint(refs ...tiers.Ref) {
 	if r.ColdHints == nil {
 		return
 	}
@@ -495,12 +494,12 @@ func (r *Router) hint(refs ...Ref) {
 // forgetHints drops the cold hints of op's cells at idx when their cold
 // part failed with ErrMoved (a row missing: the cell moved away or was
 // never cold), so that the op, sent again, looks the rows up.
-func (r *Router) forgetHints(op *Op, idx []int, err error) {
-	if r.ColdHints == nil || !errors.Is(err, ErrMoved) {
+func (r *Router) forgetHints(op *tiers.Op, idx []int, err error) {
+	if r.ColdHints == nil || !errors.Is(err, tiers.ErrMoved) {
 		return
 	}
 	for _, i := range idx {
-		r.ColdHints.Forget(RefOf(&op.Cells[i]).ID())
+		r.ColdHints.Forget(tiers.RefOf(&op.Cells[i]).ID())
 	}
 }
 
@@ -512,12 +511,12 @@ func (r *Router) forgetHints(op *Op, idx []int, err error) {
 // to some cells when it found another moving would apply to them again on
 // every attempt, and the cell would then admit more than its limit
 // (TestRouter_RefundRetriedOverAFrozenCellRefundsTheOthersOnce).
-func (r *Router) refundCells(ctx context.Context, now time.Time, op *Op, idx []int) error {
+func (r *Router) refundCells(ctx context.Context, now time.Time, op *tiers.Op, idx []int) error {
 	ctx = context.WithoutCancel(ctx)
-	defer r.hot.notifyRefund()
+	defer r.hot.NotifyRefund()
 	var errs []error
 	for _, i := range idx {
-		rop := &Op{Cost: op.Cost, Mode: Refund, Cells: pick(op.Cells, []int{i})}
+		rop := &tiers.Op{Cost: op.Cost, Mode: tiers.Refund, Cells: pick(op.Cells, []int{i})}
 		if err := r.checkOp(ctx, now, rop, 1); err != nil {
 			errs = append(errs, err)
 			continue
@@ -532,8 +531,8 @@ func (r *Router) refundCells(ctx context.Context, now time.Time, op *Op, idx []i
 	return errors.Join(errs...)
 }
 
-func pick(cells []Cell, idx []int) []Cell {
-	out := make([]Cell, len(idx))
+func pick(cells []tiers.Cell, idx []int) []tiers.Cell {
+	out := make([]tiers.Cell, len(idx))
 	for k, i := range idx {
 		out[k] = cells[i]
 	}

@@ -1,4 +1,4 @@
-package tiers
+package routing
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // BenchmarkHotCheck_FirstCallInATagWithColdCells is the check path at a
@@ -32,8 +33,8 @@ func BenchmarkHotCheck_FirstCallInATagWithColdCells(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			rdb := tierBenchRedis(b)
-			warm := NewWarmStore(rdb, WarmOptions{})
-			hot := NewRouter(NewHotStore(rdb, HotOptions{}), warm, nil).Hot()
+			warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{})
+			hot := NewRouter(tiers.NewHotStore(rdb, tiers.HotOptions{}), warm, nil).Hot()
 			ctx := context.Background()
 			apps := make([]string, 64)
 			for i := range apps {
@@ -51,11 +52,11 @@ func BenchmarkHotCheck_FirstCallInATagWithColdCells(b *testing.B) {
 				c := newConfCell(1000, time.Hour)
 				c.app = apps[i%len(apps)]
 				i++
-				op := &Op{Cost: 1, Mode: Enforce, Cells: []Cell{c.at(now)}}
-				if err := hot.Check(ctx, now, []*Op{op}); err != nil {
+				op := &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{c.at(now)}}
+				if err := hot.Check(ctx, now, []*tiers.Op{op}); err != nil {
 					b.Fatal(err)
 				}
-				if len(op.route) > 0 && op.route[0].where == routeUnknown {
+				if len(op.Route) > 0 && op.Route[0].Where == tiers.RouteUnknown {
 					maybe++
 				}
 			}
@@ -68,21 +69,21 @@ func BenchmarkHotCheck_FirstCallInATagWithColdCells(b *testing.B) {
 // fillColdFilters adds 2,000 cells to each app's cold filter in switches
 // calls (none: no filter), with the cycle's estimate of 2,000 or without,
 // and returns them by tag.
-func fillColdFilters(b *testing.B, warm *WarmStore, apps []string, switches int, estimate bool) map[Tag][]FilterCell {
+func fillColdFilters(b *testing.B, warm *tiers.WarmStore, apps []string, switches int, estimate bool) map[tiers.Tag][]tiers.FilterCell {
 	ctx := context.Background()
-	cells := map[Tag][]FilterCell{}
+	cells := map[tiers.Tag][]tiers.FilterCell{}
 	for _, app := range apps {
 		for s := range switches {
-			swaps := make([]DirSwap, 2000/switches)
+			swaps := make([]tiers.DirSwap, 2000/switches)
 			for k := range swaps {
 				c := newConfCell(10, time.Hour)
 				c.app = app
 				swaps[k].Ref = c.ref()
-				cells[swaps[k].Tag] = append(cells[swaps[k].Tag], FilterCellOf(swaps[k].ID()))
+				cells[swaps[k].Tag] = append(cells[swaps[k].Tag], tiers.FilterCellOf(swaps[k].ID()))
 			}
-			var capacity func(Tag) int
+			var capacity func(tiers.Tag) int
 			if estimate {
-				capacity = func(Tag) int { return 2000 }
+				capacity = func(tiers.Tag) int { return 2000 }
 			}
 			if _, err := warm.SwitchToCold(ctx, swaps, capacity); err != nil {
 				b.Fatalf("switch %d of %s: %v", s, app, err)
@@ -94,10 +95,10 @@ func fillColdFilters(b *testing.B, warm *WarmStore, apps []string, switches int,
 
 // compactColdFilters replaces each tag's filter with one layer of its
 // cells, as migrate.Worker.CompactColdFilters does when they are all cold.
-func compactColdFilters(b *testing.B, warm *WarmStore, cells map[Tag][]FilterCell) {
+func compactColdFilters(b *testing.B, warm *tiers.WarmStore, cells map[tiers.Tag][]tiers.FilterCell) {
 	ctx := context.Background()
 	for tag, cs := range cells {
-		f, err := warm.ColdFilters(ctx, []Tag{tag})
+		f, err := warm.ColdFilters(ctx, []tiers.Tag{tag})
 		if err != nil {
 			b.Fatal(err)
 		}

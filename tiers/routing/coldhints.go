@@ -1,9 +1,11 @@
-package tiers
+package routing
 
 import (
 	"encoding/binary"
 	"math/bits"
 	"sync/atomic"
+
+	"github.com/quota-platform/quota/tiers"
 )
 
 // ColdHints remembers, lossily, cells recently found in the cold tier (by
@@ -42,14 +44,14 @@ func NewColdHints(n int) *ColdHints {
 	return &ColdHints{slots: make([]atomic.Uint64, size), mask: size - 1}
 }
 
-func (h *ColdHints) slot(id CellID) (*atomic.Uint64, uint64) {
+func (h *ColdHints) slot(id tiers.CellID) (*atomic.Uint64, uint64) {
 	i := binary.LittleEndian.Uint64(id[:8]) & h.mask
 	return &h.slots[i], binary.LittleEndian.Uint64(id[8:]) | 1
 }
 
 // Has reports whether id was hinted cold and not forgotten or overwritten
 // since. A nil table has no hints.
-func (h *ColdHints) Has(id CellID) bool {
+func (h *ColdHints) Has(id tiers.CellID) bool {
 	if h == nil {
 		return false
 	}
@@ -58,7 +60,7 @@ func (h *ColdHints) Has(id CellID) bool {
 }
 
 // Add hints that id is cold.
-func (h *ColdHints) Add(id CellID) {
+func (h *ColdHints) Add(id tiers.CellID) {
 	if h == nil {
 		return
 	}
@@ -67,7 +69,7 @@ func (h *ColdHints) Add(id CellID) {
 }
 
 // Forget drops id's hint, if its slot still holds it.
-func (h *ColdHints) Forget(id CellID) {
+func (h *ColdHints) Forget(id tiers.CellID) {
 	if h == nil {
 		return
 	}

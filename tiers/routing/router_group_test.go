@@ -1,4 +1,4 @@
-package tiers
+package routing
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // The router hands the cold parts of a batch to the cold tier as one group:
@@ -18,18 +19,18 @@ import (
 
 // newGroupRouter is a router over the test Redis (a prefix of its own) and
 // two fresh shard databases.
-func newGroupRouter(t *testing.T) (*Router, *ColdStore) {
+func newGroupRouter(t *testing.T) (*Router, *tiers.ColdStore) {
 	t.Helper()
 	return newGroupRouterOn(t, testenv.MySQLShards(t, 2))
 }
 
 // newGroupRouterOn is newGroupRouter with the cold tier on dbs.
-func newGroupRouterOn(t *testing.T, dbs []*sql.DB) (*Router, *ColdStore) {
+func newGroupRouterOn(t *testing.T, dbs []*sql.DB) (*Router, *tiers.ColdStore) {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
-	hot := NewHotStore(rdb, HotOptions{Prefix: prefix})
-	warm := NewWarmStore(rdb, WarmOptions{Prefix: prefix})
-	cold := NewColdStore(dbs, ColdOptions{})
+	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix})
+	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
+	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
 	return NewRouter(hot, warm, cold), cold
 }
 
@@ -38,11 +39,11 @@ func newGroupRouterOn(t *testing.T, dbs []*sql.DB) (*Router, *ColdStore) {
 // cold.
 func makeCold(t *testing.T, r *Router, cells ...confCell) {
 	t.Helper()
-	var recs []Record
-	var swaps []DirSwap
+	var recs []tiers.Record
+	var swaps []tiers.DirSwap
 	for _, c := range cells {
-		recs = append(recs, Record{Ref: c.ref(), First: confT0.Unix(), Last: confT0.Unix()})
-		swaps = append(swaps, DirSwap{Ref: c.ref()})
+		recs = append(recs, tiers.Record{Ref: c.ref(), First: confT0.Unix(), Last: confT0.Unix()})
+		swaps = append(swaps, tiers.DirSwap{Ref: c.ref()})
 	}
 	ctx := context.Background()
 	if err := r.cold.Import(ctx, recs); err != nil {
@@ -56,9 +57,9 @@ func makeCold(t *testing.T, r *Router, cells ...confCell) {
 // makeWarm gives cells an empty warm record (their directory field).
 func makeWarm(t *testing.T, r *Router, cells ...confCell) {
 	t.Helper()
-	var recs []Record
+	var recs []tiers.Record
 	for _, c := range cells {
-		recs = append(recs, Record{Ref: c.ref(), First: confT0.Unix(), Last: confT0.Unix()})
+		recs = append(recs, tiers.Record{Ref: c.ref(), First: confT0.Unix(), Last: confT0.Unix()})
 	}
 	if err := r.warm.Import(context.Background(), recs); err != nil {
 		t.Fatal(err)
@@ -66,7 +67,7 @@ func makeWarm(t *testing.T, r *Router, cells ...confCell) {
 }
 
 // routerCheck sends ops through r in one Check.
-func routerCheck(t *testing.T, r *Router, ops ...*Op) {
+func routerCheck(t *testing.T, r *Router, ops ...*tiers.Op) {
 	t.Helper()
 	if err := r.Check(context.Background(), confT0, ops); err != nil {
 		t.Fatal(err)
@@ -77,15 +78,15 @@ func TestRouter_ColdPartsOfABatchCommitOncePerShard(t *testing.T) {
 	t.Parallel()
 	dbs, faults := faultyShards(t, 2)
 	r, cold := newGroupRouterOn(t, dbs)
-	var ops []*Op
+	var ops []*tiers.Op
 	for i := range 20 {
 		a, b := cellOnShard(t, cold, 0, 10), cellOnShard(t, cold, 1, 10)
 		makeCold(t, r, a, b)
-		ops = append(ops, confOp(confT0, 1, Enforce, a, b))
+		ops = append(ops, confOp(confT0, 1, tiers.Enforce, a, b))
 		if i%5 == 0 { // a hot op now and then stays in the run
 			h := newConfCell(10, time.Hour)
-			routerCheck(t, r, confOp(confT0, 1, DryRun, h)) // places it hot
-			ops = append(ops, confOp(confT0, 1, Enforce, h))
+			routerCheck(t, r, confOp(confT0, 1, tiers.DryRun, h)) // places it hot
+			ops = append(ops, confOp(confT0, 1, tiers.Enforce, h))
 		}
 	}
 	commits := countCommits(faults)
@@ -105,24 +106,24 @@ func TestRouter_BatchIsDecidedInOrderAroundOpsThatGoAlone(t *testing.T) {
 	r, _ := newGroupRouter(t)
 	c, full, fresh := newConfCell(2, time.Hour), newConfCell(1, time.Hour), newConfCell(10, time.Hour)
 	makeCold(t, r, c)
-	routerCheck(t, r, confOp(confT0, 1, Enforce, full)) // hot, at its limit
+	routerCheck(t, r, confOp(confT0, 1, tiers.Enforce, full)) // hot, at its limit
 	steps := []struct {
 		name    string
-		mode    Mode
+		mode    tiers.Mode
 		cells   []confCell
 		allowed bool
 	}{
-		{"cold", Enforce, []confCell{c}, true},
+		{"cold", tiers.Enforce, []confCell{c}, true},
 		// Denied by its hot part: its cold part must not be seen by the
 		// next op (it goes alone: counted, then refunded).
-		{"hot denies", Enforce, []confCell{full, c}, false},
-		{"cold after a denied op", Enforce, []confCell{c}, true},
+		{"hot denies", tiers.Enforce, []confCell{full, c}, false},
+		{"cold after a denied op", tiers.Enforce, []confCell{c}, true},
 		// A new cell: placed, then the op is sent again, alone.
-		{"new cell", Enforce, []confCell{fresh, c}, false},
-		{"cold at its limit", Enforce, []confCell{c}, false},
-		{"dry run", DryRun, []confCell{c}, false},
+		{"new cell", tiers.Enforce, []confCell{fresh, c}, false},
+		{"cold at its limit", tiers.Enforce, []confCell{c}, false},
+		{"dry run", tiers.DryRun, []confCell{c}, false},
 	}
-	var ops []*Op
+	var ops []*tiers.Op
 	for _, st := range steps {
 		ops = append(ops, confOp(confT0, 1, st.mode, st.cells...))
 	}
@@ -135,9 +136,9 @@ func TestRouter_BatchIsDecidedInOrderAroundOpsThatGoAlone(t *testing.T) {
 	for _, w := range []struct {
 		name string
 		c    confCell
-		tier Tier
+		tier tiers.Tier
 		used int64
-	}{{"cold cell", c, Cold, 2}, {"full hot cell", full, Hot, 1}, {"new cell", fresh, Hot, 0}} {
+	}{{"cold cell", c, tiers.Cold, 2}, {"full hot cell", full, tiers.Hot, 1}, {"new cell", fresh, tiers.Hot, 0}} {
 		if used, tier := usedOf(t, r, w.c); used != w.used || tier != w.tier {
 			t.Errorf("%s after the batch: %d used in %s, want %d in %s", w.name, used, tier, w.used, w.tier)
 		}
@@ -145,9 +146,9 @@ func TestRouter_BatchIsDecidedInOrderAroundOpsThatGoAlone(t *testing.T) {
 }
 
 // usedOf is c's count and tier as a dry run through r sees them.
-func usedOf(t *testing.T, r *Router, c confCell) (int64, Tier) {
+func usedOf(t *testing.T, r *Router, c confCell) (int64, tiers.Tier) {
 	t.Helper()
-	op := confOp(confT0, 1, DryRun, c)
+	op := confOp(confT0, 1, tiers.DryRun, c)
 	routerCheck(t, r, op)
 	return c.limit - op.Out[0].Remaining - boolInt(op.Out[0].Allowed), op.Out[0].Tier
 }
@@ -157,11 +158,11 @@ func TestRouter_GroupedOpDeniedInColdGivesBackItsHotPart(t *testing.T) {
 	r, _ := newGroupRouter(t)
 	h, c, other := newConfCell(10, time.Hour), newConfCell(1, time.Hour), newConfCell(10, time.Hour)
 	makeCold(t, r, c, other)
-	routerCheck(t, r, confOp(confT0, 1, DryRun, h)) // places h hot
-	routerCheck(t, r, confOp(confT0, 1, Enforce, c))
-	ops := []*Op{
-		confOp(confT0, 1, Enforce, h, c), // cold denies: h's count is given back
-		confOp(confT0, 1, Enforce, other),
+	routerCheck(t, r, confOp(confT0, 1, tiers.DryRun, h)) // places h hot
+	routerCheck(t, r, confOp(confT0, 1, tiers.Enforce, c))
+	ops := []*tiers.Op{
+		confOp(confT0, 1, tiers.Enforce, h, c), // cold denies: h's count is given back
+		confOp(confT0, 1, tiers.Enforce, other),
 	}
 	routerCheck(t, r, ops...)
 	if ops[0].Allowed() || ops[0].Committed || !ops[1].Committed {
@@ -189,7 +190,7 @@ func TestRouter_RefundRetriedOverAFrozenCellRefundsTheOthersOnce(t *testing.T) {
 	if err := r.refundCells(ctx, confT0, op, []int{0, 1}); err == nil {
 		t.Fatal("the refund of a frozen cell succeeded")
 	}
-	recs, err := mover.Export(ctx, []Ref{RefOf(&a)})
+	recs, err := mover.Export(ctx, []tiers.Ref{tiers.RefOf(&a)})
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("export: %v %v", recs, err)
 	}
@@ -205,15 +206,15 @@ func TestRouter_FailedRefundIsNeverSentAgain(t *testing.T) {
 	t.Parallel()
 	r, _, op := opOverAFrozenCell(t, 100*time.Millisecond, 1)
 	ctx := context.Background()
-	cause := fmt.Errorf("cold part: %w", ErrMoved)
+	cause := fmt.Errorf("cold part: %w", tiers.ErrMoved)
 	err := r.undo(ctx, confT0, op, []int{0, 1}, cause)
 	if err == nil {
 		t.Fatal("the refund of a frozen cell succeeded")
 	}
-	if errors.Is(err, ErrMoved) {
+	if errors.Is(err, tiers.ErrMoved) {
 		t.Fatalf("a failed refund's error is ErrMoved (the op would be sent again and count twice): %v", err)
 	}
-	if !errors.Is(err, ErrUnavailable) {
+	if !errors.Is(err, tiers.ErrUnavailable) {
 		t.Fatalf("a failed refund's error is not ErrUnavailable (the fail mode would not answer): %v", err)
 	}
 }
@@ -221,21 +222,21 @@ func TestRouter_FailedRefundIsNeverSentAgain(t *testing.T) {
 // opOverAFrozenCell places two hot cells a and b, counts n calls on both,
 // freezes b (as a move out of hot does) and returns the router (with
 // movedWait), the mover, and an Enforce op over a and b ready to decide.
-func opOverAFrozenCell(t *testing.T, movedWait time.Duration, n int) (*Router, *HotMover, *Op) {
+func opOverAFrozenCell(t *testing.T, movedWait time.Duration, n int) (*Router, *tiers.HotMover, *tiers.Op) {
 	t.Helper()
 	r, _ := newGroupRouter(t)
 	r.MovedWait = movedWait
 	a, b := newConfCell(100, time.Hour), newConfCell(100, time.Hour)
-	routerCheck(t, r, confOp(confT0, 1, DryRun, a, b)) // places both hot
+	routerCheck(t, r, confOp(confT0, 1, tiers.DryRun, a, b)) // places both hot
 	for range n {
-		routerCheck(t, r, confOp(confT0, 1, Enforce, a, b))
+		routerCheck(t, r, confOp(confT0, 1, tiers.Enforce, a, b))
 	}
-	mover := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
-	if _, err := mover.FreezeExport(context.Background(), []Ref{b.ref()}, false); err != nil {
+	mover := &tiers.HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+	if _, err := mover.FreezeExport(context.Background(), []tiers.Ref{b.ref()}, false); err != nil {
 		t.Fatal(err)
 	}
-	op := confOp(confT0, 1, Enforce, a, b)
-	op.Out = make([]Outcome, 2)
+	op := confOp(confT0, 1, tiers.Enforce, a, b)
+	op.Out = make([]tiers.Outcome, 2)
 	return r, mover, op
 }
 
@@ -252,20 +253,20 @@ func TestRouter_ObserveGetsTheRecordAColdCheckLeft(t *testing.T) {
 				cells[i] = newConfCell(10, time.Hour)
 			}
 			makeCold(t, r, cells...)
-			seen := map[CellID]Record{}
-			r.Observe = func(tier Tier, ref Ref, rec *Record) {
-				if tier != Cold || rec == nil {
+			seen := map[tiers.CellID]tiers.Record{}
+			r.Observe = func(tier tiers.Tier, ref tiers.Ref, rec *tiers.Record) {
+				if tier != tiers.Cold || rec == nil {
 					t.Errorf("observed %s record %v, want cold with its record", tier, rec)
 					return
 				}
 				seen[ref.ID()] = *rec
 			}
 			var now time.Time
-			for call := range 3 {
-				now = confT0.Add(time.Duration(call) * 10 * time.Second)
-				var ops []*Op
+			for Call := range 3 {
+				now = confT0.Add(time.Duration(Call) * 10 * time.Second)
+				var ops []*tiers.Op
 				for _, c := range cells {
-					ops = append(ops, confOp(now, 2, Enforce, c))
+					ops = append(ops, confOp(now, 2, tiers.Enforce, c))
 				}
 				if err := r.Check(context.Background(), now, ops); err != nil {
 					t.Fatal(err)

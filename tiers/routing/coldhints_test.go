@@ -1,4 +1,4 @@
-package tiers
+package routing
 
 import (
 	"context"
@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // idAt is a cell id whose slot index (low bits of its first 8 bytes) is
 // slot and whose tag bytes are tag.
-func idAt(slot, tag byte) CellID {
-	var id CellID
+func idAt(slot, tag byte) tiers.CellID {
+	var id tiers.CellID
 	id[0], id[8] = slot, tag
 	return id
 }
@@ -22,16 +23,16 @@ func TestColdHints_RemembersForgetsAndOverwrites(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		do   func(h *ColdHints)
-		has  map[CellID]bool
+		has  map[tiers.CellID]bool
 	}{
-		{"empty", func(*ColdHints) {}, map[CellID]bool{a: false, b: false, c: false}},
-		{"added", func(h *ColdHints) { h.Add(a); h.Add(c) }, map[CellID]bool{a: true, b: false, c: true}},
-		{"forgotten", func(h *ColdHints) { h.Add(a); h.Add(c); h.Forget(a) }, map[CellID]bool{a: false, c: true}},
-		{"overwritten by its slot's other id", func(h *ColdHints) { h.Add(a); h.Add(b) }, map[CellID]bool{a: false, b: true}},
+		{"empty", func(*ColdHints) {}, map[tiers.CellID]bool{a: false, b: false, c: false}},
+		{"added", func(h *ColdHints) { h.Add(a); h.Add(c) }, map[tiers.CellID]bool{a: true, b: false, c: true}},
+		{"forgotten", func(h *ColdHints) { h.Add(a); h.Add(c); h.Forget(a) }, map[tiers.CellID]bool{a: false, c: true}},
+		{"overwritten by its slot's other id", func(h *ColdHints) { h.Add(a); h.Add(b) }, map[tiers.CellID]bool{a: false, b: true}},
 		// a's Forget must not drop b, which took the slot since.
-		{"forgetting an overwritten id keeps the new one", func(h *ColdHints) { h.Add(a); h.Add(b); h.Forget(a) }, map[CellID]bool{a: false, b: true}},
+		{"forgetting an overwritten id keeps the new one", func(h *ColdHints) { h.Add(a); h.Add(b); h.Forget(a) }, map[tiers.CellID]bool{a: false, b: true}},
 		// The tag's low bit is set to tell a hint from an empty slot.
-		{"a zero tag is not an empty slot", func(h *ColdHints) { h.Add(idAt(3, 0)) }, map[CellID]bool{idAt(3, 0): true, idAt(3, 1): true, idAt(3, 2): false}},
+		{"a zero tag is not an empty slot", func(h *ColdHints) { h.Add(idAt(3, 0)) }, map[tiers.CellID]bool{idAt(3, 0): true, idAt(3, 1): true, idAt(3, 2): false}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -67,12 +68,12 @@ func TestColdHints_SizeRoundsUpAndNilHasNoHints(t *testing.T) {
 
 // hintRouter is a router over two counted shard databases, with or
 // without cold hints.
-func hintRouter(t *testing.T, hints bool) (*Router, *ColdStore, func() int64) {
+func hintRouter(t *testing.T, hints bool) (*Router, *tiers.ColdStore, func() int64) {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	dbs, trips := countedShards(t, 2)
-	cold := NewColdStore(dbs, ColdOptions{})
-	r := NewRouter(NewHotStore(rdb, HotOptions{Prefix: prefix}), NewWarmStore(rdb, WarmOptions{Prefix: prefix}), cold)
+	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
+	r := NewRouter(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix}), cold)
 	if hints {
 		r.ColdHints = NewColdHints(1024)
 	}
@@ -105,16 +106,16 @@ func TestRouter_HintedColdCellSkipsTheRowLookup(t *testing.T) {
 			makeCold(t, r, cells...)
 			trips()
 			for k, want := range tc.want {
-				var ops []*Op
+				var ops []*tiers.Op
 				for _, c := range cells {
-					ops = append(ops, confOp(confT0, 1, Enforce, c))
+					ops = append(ops, confOp(confT0, 1, tiers.Enforce, c))
 				}
 				routerCheck(t, r, ops...)
 				if n := trips(); n != want {
 					t.Errorf("check %d: %d MySQL round trips, want %d", k+1, n, want)
 				}
 				for i, op := range ops {
-					if !op.Committed || op.Out[0].Tier != Cold || op.Out[0].Remaining != int64(100-k-1) {
+					if !op.Committed || op.Out[0].Tier != tiers.Cold || op.Out[0].Remaining != int64(100-k-1) {
 						t.Fatalf("check %d, op %d: committed %v, outcome %+v", k+1, i, op.Committed, op.Out[0])
 					}
 				}
@@ -145,24 +146,24 @@ func TestRouter_StaleColdHintCountsOnce(t *testing.T) {
 			stale := newConfCell(10, time.Hour)
 			if tc.gone {
 				makeCold(t, r, stale)
-				routerCheck(t, r, confOp(confT0, 1, Enforce, stale)) // found cold: hinted
-				if err := cold.Delete(ctx, []Ref{stale.ref()}); err != nil {
+				routerCheck(t, r, confOp(confT0, 1, tiers.Enforce, stale)) // found cold: hinted
+				if err := cold.Delete(ctx, []tiers.Ref{stale.ref()}); err != nil {
 					t.Fatal(err)
 				}
 			} else {
 				r.ColdHints.Add(stale.ref().ID())
 			}
 			var others []confCell
-			var ops []*Op
+			var ops []*tiers.Op
 			for i := range tc.size {
 				if i == tc.size/2 {
-					ops = append(ops, confOp(confT0, 1, Enforce, stale))
+					ops = append(ops, confOp(confT0, 1, tiers.Enforce, stale))
 					continue
 				}
 				c := newConfCell(10, time.Hour)
 				makeCold(t, r, c)
 				others = append(others, c)
-				ops = append(ops, confOp(confT0, 1, Enforce, c))
+				ops = append(ops, confOp(confT0, 1, tiers.Enforce, c))
 			}
 			routerCheck(t, r, ops...)
 			for i, op := range ops {
@@ -175,11 +176,11 @@ func TestRouter_StaleColdHintCountsOnce(t *testing.T) {
 			if tc.gone && r.ColdHints.Has(stale.ref().ID()) {
 				t.Error("the stale hint is still there")
 			}
-			if used, tier := usedOf(t, r, stale); used != 1 || tier != Hot {
+			if used, tier := usedOf(t, r, stale); used != 1 || tier != tiers.Hot {
 				t.Errorf("stale-hinted cell: %d used in %s, want 1 in hot (placed new)", used, tier)
 			}
 			for _, c := range others {
-				if used, tier := usedOf(t, r, c); used != 1 || tier != Cold {
+				if used, tier := usedOf(t, r, c); used != 1 || tier != tiers.Cold {
 					t.Errorf("cold cell beside it: %d used in %s, want 1 in cold", used, tier)
 				}
 			}

@@ -1,10 +1,12 @@
-package tiers
+package routing
 
 import (
 	"context"
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/quota-platform/quota/tiers"
 )
 
 // The router calls the batch's WithSlowPart function once, after every op
@@ -24,19 +26,19 @@ func TestRouter_CallsSlowPartOnceOnlyWhenWarmOrColdWorkIsLeft(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r, _ := newGroupRouter(t)
-			var ops []*Op
+			var ops []*tiers.Op
 			for _, isCold := range tc.cold {
 				c := newConfCell(10, time.Hour)
 				if isCold {
 					makeCold(t, r, c)
 				} else {
-					routerCheck(t, r, confOp(confT0, 1, DryRun, c)) // places it hot
+					routerCheck(t, r, confOp(confT0, 1, tiers.DryRun, c)) // places it hot
 				}
-				ops = append(ops, confOp(confT0, 1, Enforce, c))
+				ops = append(ops, confOp(confT0, 1, tiers.Enforce, c))
 			}
 			var reported []int
 			var atSlow [][]int // what was reported when slow was called
-			ctx := WithSlowPart(context.Background(), func() { atSlow = append(atSlow, slices.Clone(reported)) })
+			ctx := tiers.WithSlowPart(context.Background(), func() { atSlow = append(atSlow, slices.Clone(reported)) })
 			err := r.CheckEach(ctx, confT0, ops, func(i int, err error) {
 				if err != nil {
 					t.Errorf("op %d: %v", i, err)

@@ -1,8 +1,10 @@
-package tiers
+package routing
 
 import (
 	"context"
 	"time"
+
+	"github.com/quota-platform/quota/tiers"
 )
 
 // Group commit of a batch's cold parts. The hot script has decided the hot
@@ -27,7 +29,7 @@ import (
 // (ops at idx, in order) whose cold parts can be decided together,
 // reports each op it finished (report(i, err), i its index in ops) as soon
 // as it is, and returns how many of idx it finished.
-func (r *Router) finishRun(ctx context.Context, now time.Time, ops []*Op, idx []int, byOp map[*Op][]call, report func(i int, err error)) int {
+func (r *Router) finishRun(ctx context.Context, now time.Time, ops []*tiers.Op, idx []int, byOp map[*tiers.Op][]tiers.Call, report func(i int, err error)) int {
 	n := 0
 	for n < len(idx) && groupable(ops[idx[n]]) {
 		n++
@@ -43,26 +45,26 @@ func (r *Router) finishRun(ctx context.Context, now time.Time, ops []*Op, idx []
 // groupable reports whether op can be finished in a group: no cell of it
 // is warm or moving, and it is not an Enforce op with cells outside hot
 // whose hot part denied.
-func groupable(op *Op) bool {
-	if op.route == nil {
+func groupable(op *tiers.Op) bool {
+	if op.Route == nil {
 		return true
 	}
 	outside := false
-	for _, rt := range op.route {
-		switch rt.where {
-		case routeWarm, routeMoving:
+	for _, rt := range op.Route {
+		switch rt.Where {
+		case tiers.RouteWarm, tiers.RouteMoving:
 			return false
-		case routeUnknown:
+		case tiers.RouteUnknown:
 			outside = true
 		}
 	}
-	return !outside || op.Mode != Enforce || !hotDenied(op)
+	return !outside || op.Mode != tiers.Enforce || !hotDenied(op)
 }
 
 // hotDenied reports whether a non-shadow hot cell of op denied.
-func hotDenied(op *Op) bool {
+func hotDenied(op *tiers.Op) bool {
 	for j := range op.Cells {
-		hot := op.route == nil || op.route[j].where == routeHot
+		hot := op.Route == nil || op.Route[j].Where == tiers.RouteHot
 		if hot && !op.Out[j].Allowed && !op.Cells[j].Shadow {
 			return true
 		}
@@ -75,8 +77,8 @@ func hotDenied(op *Op) bool {
 // reports each as it is finished, and returns how many it finished. An op
 // that fails gives back what it counted and gets its own error; the others
 // get their decisions.
-func (r *Router) finishGroup(ctx context.Context, now time.Time, ops []*Op, idx []int, byOp map[*Op][]call, report func(i int, err error)) int {
-	group := make([]*Op, len(idx))
+func (r *Router) finishGroup(ctx context.Context, now time.Time, ops []*tiers.Op, idx []int, byOp map[*tiers.Op][]tiers.Call, report func(i int, err error)) int {
+	group := make([]*tiers.Op, len(idx))
 	counted := make([][]int, len(idx))
 	for k, i := range idx {
 		group[k] = ops[i]
@@ -111,15 +113,15 @@ func (r *Router) finishGroup(ctx context.Context, now time.Time, ops []*Op, idx 
 // outside hot have a cold row. It returns, per op, the indexes of its cold
 // cells, for the ops before the first one with a cell that has none (a new
 // cell), and how many ops that is.
-func (r *Router) locateCold(ctx context.Context, ops []*Op) ([][]int, int, error) {
+func (r *Router) locateCold(ctx context.Context, ops []*tiers.Op) ([][]int, int, error) {
 	type at struct{ op, cell int }
-	var refs []Ref
+	var refs []tiers.Ref
 	var where []at
 	var hinted []bool
 	for i, op := range ops {
-		for j := range op.route {
-			if op.route[j].where == routeUnknown {
-				refs = append(refs, RefOf(&op.Cells[j]))
+		for j := range op.Route {
+			if op.Route[j].Where == tiers.RouteUnknown {
+				refs = append(refs, tiers.RefOf(&op.Cells[j]))
 				where = append(where, at{i, j})
 				hinted = append(hinted, r.hinted(&op.Cells[j]))
 			}
@@ -144,9 +146,9 @@ func (r *Router) locateCold(ctx context.Context, ops []*Op) ([][]int, int, error
 // coldRowsExist reports, per ref, whether it has a cold row: true for the
 // hinted ones, as the cold part's MustExist will check, and for the others
 // by one lookup per shard, whose finds become hints.
-func (r *Router) coldRowsExist(ctx context.Context, refs []Ref, hinted []bool) ([]bool, error) {
+func (r *Router) coldRowsExist(ctx context.Context, refs []tiers.Ref, hinted []bool) ([]bool, error) {
 	exists := make([]bool, len(refs))
-	var look []Ref
+	var look []tiers.Ref
 	var at []int
 	for k := range refs {
 		if hinted[k] {
@@ -174,27 +176,27 @@ func (r *Router) coldRowsExist(ctx context.Context, refs []Ref, hinted []bool) (
 // decideColdGroup decides the ops' cold cells (coldIdx) as one ColdStore
 // group, applies what each part decided to its op and counted, and returns
 // each op's error.
-func (r *Router) decideColdGroup(ctx context.Context, now time.Time, ops []*Op, coldIdx [][]int, counted [][]int) []error {
+func (r *Router) decideColdGroup(ctx context.Context, now time.Time, ops []*tiers.Op, coldIdx [][]int, counted [][]int) []error {
 	errs := make([]error, len(ops))
-	var subs []*Op
+	var subs []*tiers.Op
 	var owner []int
 	for i, op := range ops {
 		if len(coldIdx[i]) > 0 {
-			subs = append(subs, r.partOp(op, coldIdx[i], Cold))
+			subs = append(subs, r.partOp(op, coldIdx[i], tiers.Cold))
 			owner = append(owner, i)
 		}
 	}
 	if len(subs) == 0 {
 		return errs
 	}
-	for k, err := range r.cold.checkEach(ctx, now, subs) {
+	for k, err := range r.cold.CheckGroup(ctx, now, subs) {
 		i := owner[k]
 		if err != nil {
 			r.forgetHints(ops[i], coldIdx[i], err)
 			errs[i] = err
 			continue
 		}
-		counted[i] = r.applyPart(ops[i], coldIdx[i], subs[k], Cold, counted[i])
+		counted[i] = r.applyPart(ops[i], coldIdx[i], subs[k], tiers.Cold, counted[i])
 	}
 	return errs
 }

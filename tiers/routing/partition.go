@@ -1,4 +1,4 @@
-package tiers
+package routing
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/tiers"
 )
 
 // ClusterPartition returns a Breaker partition (WithPartitions) for a Redis
@@ -17,8 +19,8 @@ import (
 // After a failover go-redis' map names the promoted replica once it is
 // reloaded (ClusterClient.ReloadState), so the ops of the failed master's
 // slots find a closed circuit of the new master's.
-func ClusterPartition(cc *redis.ClusterClient) func(ctx context.Context, op *Op) string {
-	return func(ctx context.Context, op *Op) string {
+func ClusterPartition(cc *redis.ClusterClient) func(ctx context.Context, op *tiers.Op) string {
+	return func(ctx context.Context, op *tiers.Op) string {
 		if len(op.Cells) == 0 {
 			return ""
 		}
@@ -42,12 +44,8 @@ func ClusterPartition(cc *redis.ClusterClient) func(ctx context.Context, op *Op)
 }
 
 // masterOf is the address of the master of tag's slot, "" if unknown.
-func masterOf(ctx context.Context, cc *redis.ClusterClient, tag Tag) string {
-	var b [8]byte
-	k := append(b[:0], '{')
-	k = appendHex(k, tag[:])
-	k = append(k, '}')
-	c, err := cc.MasterForKey(ctx, string(k))
+func masterOf(ctx context.Context, cc *redis.ClusterClient, tag tiers.Tag) string {
+	c, err := cc.MasterForKey(ctx, "{"+tag.String()+"}")
 	if err != nil {
 		return ""
 	}

@@ -1,4 +1,4 @@
-package tiers_test
+package routing_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/routing"
 )
 
 // With a probe, an open breaker never lets a call through to test the
@@ -22,7 +23,7 @@ func TestBreaker_WithProbe_ClosesOnlyWhenTheProbeSucceeds(t *testing.T) {
 	var up atomic.Bool
 	var probes atomic.Int32
 	done := make(chan struct{}, 16)
-	b := tiers.NewBreaker(store, clk, 3, 100*time.Millisecond).WithProbe(func(ctx context.Context) error {
+	b := routing.NewBreaker(store, clk, 3, 100*time.Millisecond).WithProbe(func(ctx context.Context) error {
 		defer func() { done <- struct{}{} }()
 		probes.Add(1)
 		if _, ok := ctx.Deadline(); !ok {
@@ -42,7 +43,7 @@ func TestBreaker_WithProbe_ClosesOnlyWhenTheProbeSucceeds(t *testing.T) {
 	}
 	// Cooldown over: the next call starts a probe and fails fast itself.
 	clk.Advance(100 * time.Millisecond)
-	if err := b.Check(ctx, clk.Now(), nil); !errors.Is(err, tiers.ErrCircuitOpen) {
+	if err := b.Check(ctx, clk.Now(), nil); !errors.Is(err, routing.ErrCircuitOpen) {
 		t.Fatalf("call that starts the probe: %v", err)
 	}
 	<-done
@@ -57,7 +58,7 @@ func TestBreaker_WithProbe_ClosesOnlyWhenTheProbeSucceeds(t *testing.T) {
 	if !b.Open() {
 		t.Fatal("a failed probe must keep the circuit open for another cooldown")
 	}
-	if err := b.Check(ctx, clk.Now(), nil); !errors.Is(err, tiers.ErrCircuitOpen) || probes.Load() != 1 {
+	if err := b.Check(ctx, clk.Now(), nil); !errors.Is(err, routing.ErrCircuitOpen) || probes.Load() != 1 {
 		t.Fatalf("within the new cooldown no probe: %v, probes %d", err, probes.Load())
 	}
 	// The store is back: the next probe succeeds and closes the circuit.
@@ -70,7 +71,7 @@ func TestBreaker_WithProbe_ClosesOnlyWhenTheProbeSucceeds(t *testing.T) {
 	// call is refused without a store call or a new probe.
 	var err error
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if err = b.Check(ctx, clk.Now(), nil); !errors.Is(err, tiers.ErrCircuitOpen) {
+		if err = b.Check(ctx, clk.Now(), nil); !errors.Is(err, routing.ErrCircuitOpen) {
 			break
 		}
 	}
@@ -84,7 +85,7 @@ func TestBreaker_WithProbe_ClosesOnlyWhenTheProbeSucceeds(t *testing.T) {
 func TestBreaker_ColdShardErrorsDoNotOpenIt(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	b := tiers.NewBreaker(coldDownStore{}, clk, 3, 100*time.Millisecond)
+	b := routing.NewBreaker(coldDownStore{}, clk, 3, 100*time.Millisecond)
 	for range 10 {
 		if err := b.Check(context.Background(), clk.Now(), nil); !errors.Is(err, tiers.ErrUnavailable) {
 			t.Fatalf("the store's error must come through: %v", err)

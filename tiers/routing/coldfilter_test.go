@@ -1,4 +1,4 @@
-package tiers
+package routing
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // redisCalls counts what a client sends: round trips (a command or a
@@ -62,7 +63,7 @@ func filterRouter(t *testing.T) (r *Router, calls *redisCalls, mysqlTrips func()
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	dbs, trips := countedShards(t, 2)
-	r = NewRouter(NewHotStore(rdb, HotOptions{Prefix: prefix}), NewWarmStore(rdb, WarmOptions{Prefix: prefix}), NewColdStore(dbs, ColdOptions{}))
+	r = NewRouter(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix}), tiers.NewColdStore(dbs, tiers.ColdOptions{}))
 	if err := r.Hot().Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func filterRouter(t *testing.T) (r *Router, calls *redisCalls, mysqlTrips func()
 // inFilter reports whether the cold filter of c's tag says "may be cold".
 func inFilter(t *testing.T, r *Router, c confCell) bool {
 	t.Helper()
-	in, err := r.warm.MayBeCold(context.Background(), []Ref{c.ref()})
+	in, err := r.warm.MayBeCold(context.Background(), []tiers.Ref{c.ref()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestRouter_NewCellCostsOneScriptCallAndNoMySQL(t *testing.T) {
 			if tc.appWithCold {
 				makeCold(t, r, app)
 			}
-			var ops []*Op
+			var ops []*tiers.Op
 			var cells []confCell
 			for range tc.ops {
 				var cs []confCell
@@ -127,7 +128,7 @@ func TestRouter_NewCellCostsOneScriptCallAndNoMySQL(t *testing.T) {
 					cs = append(cs, sameApp(t, r, app))
 				}
 				cells = append(cells, cs...)
-				ops = append(ops, confOp(confT0, 1, Enforce, cs...))
+				ops = append(ops, confOp(confT0, 1, tiers.Enforce, cs...))
 			}
 			mysqlTrips()
 			calls.trips.Store(0)
@@ -140,13 +141,13 @@ func TestRouter_NewCellCostsOneScriptCallAndNoMySQL(t *testing.T) {
 				t.Errorf("%d Redis round trips of %d commands, want 1 of %d", trips, cmds, tc.wantRedisCmd)
 			}
 			for i, op := range ops {
-				if !op.Committed || op.Out[0].Tier != Hot || op.Out[0].Remaining != 2 {
+				if !op.Committed || op.Out[0].Tier != tiers.Hot || op.Out[0].Remaining != 2 {
 					t.Fatalf("op %d: committed %v %+v, want counted in hot", i, op.Committed, op.Out)
 				}
 			}
 			for _, c := range cells {
 				ref := c.ref()
-				raw, err := r.warm.DirRaw(ctx, []Ref{ref})
+				raw, err := r.warm.DirRaw(ctx, []tiers.Ref{ref})
 				if err != nil || raw[0] != "" {
 					t.Fatalf("directory field %q (%v), want none: a hot cell has no marker", raw, err)
 				}
@@ -168,17 +169,17 @@ func TestRouter_ColdCellIsNeverCountedAsNew(t *testing.T) {
 		t.Parallel()
 		r, _, _ := filterRouter(t)
 		c := newConfCell(3, time.Hour)
-		rec := Record{Ref: c.ref(), Count: 2, First: confT0.Unix(), Last: confT0.Unix()}
-		if err := r.cold.Import(ctx, []Record{rec}); err != nil {
+		rec := tiers.Record{Ref: c.ref(), Count: 2, First: confT0.Unix(), Last: confT0.Unix()}
+		if err := r.cold.Import(ctx, []tiers.Record{rec}); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := r.warm.SwitchToCold(ctx, []DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
+		if ok, err := r.warm.SwitchToCold(ctx, []tiers.DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
 			t.Fatal(ok, err)
 		}
-		first, second := confOp(confT0, 1, Enforce, c), confOp(confT0, 1, Enforce, c)
+		first, second := confOp(confT0, 1, tiers.Enforce, c), confOp(confT0, 1, tiers.Enforce, c)
 		routerCheck(t, r, first)
 		routerCheck(t, r, second)
-		if !first.Committed || first.Out[0].Tier != Cold || first.Out[0].Remaining != 0 || second.Allowed() {
+		if !first.Committed || first.Out[0].Tier != tiers.Cold || first.Out[0].Remaining != 0 || second.Allowed() {
 			t.Fatalf("3rd call of 3: %+v; 4th allowed %v; want the cold count kept", first.Out, second.Allowed())
 		}
 	})
@@ -189,18 +190,18 @@ func TestRouter_ColdCellIsNeverCountedAsNew(t *testing.T) {
 		c := newConfCell(3, time.Hour)
 		// In the filter without a row: what a false positive, or a cell
 		// moved out of cold, looks like.
-		if ok, err := r.warm.SwitchToCold(ctx, []DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
+		if ok, err := r.warm.SwitchToCold(ctx, []tiers.DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
 			t.Fatal(ok, err)
 		}
 		mysqlTrips()
 		var trips []int64
 		var allowed []bool
 		for range 4 {
-			op := confOp(confT0, 1, Enforce, c)
+			op := confOp(confT0, 1, tiers.Enforce, c)
 			routerCheck(t, r, op)
 			trips = append(trips, mysqlTrips())
 			allowed = append(allowed, op.Allowed())
-			if op.Committed && op.Out[0].Tier != Hot {
+			if op.Committed && op.Out[0].Tier != tiers.Hot {
 				t.Fatalf("counted in %s, want hot", op.Out[0].Tier)
 			}
 		}
@@ -213,39 +214,39 @@ func TestRouter_ColdCellIsNeverCountedAsNew(t *testing.T) {
 		t.Parallel()
 		r, _, _ := filterRouter(t)
 		c := newConfCell(3, time.Hour)
-		if ok, err := r.warm.SwitchToCold(ctx, []DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
+		if ok, err := r.warm.SwitchToCold(ctx, []tiers.DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
 			t.Fatal(ok, err)
 		}
-		op := confOp(confT0, 1, Enforce, c)
-		if err := r.hot.run(ctx, confT0, r.hot.plan([]*Op{op})); err != nil {
+		op := confOp(confT0, 1, tiers.Enforce, c)
+		if err := r.hot.Run(ctx, confT0, r.hot.Plan([]*tiers.Op{op})); err != nil {
 			t.Fatal(err)
 		}
-		if op.route == nil || op.route[0].where != routeUnknown {
-			t.Fatalf("route %v, want may-be-cold", op.route)
+		if op.Route == nil || op.Route[0].Where != tiers.RouteUnknown {
+			t.Fatalf("route %v, want may-be-cold", op.Route)
 		}
-		seen := op.route[0].raw
+		seen := op.Route[0].Raw
 		// Now the cell goes cold with 2 calls counted (its row, then the
 		// switch), after the router found no row at version seen.
-		rec := Record{Ref: c.ref(), Count: 2, First: confT0.Unix(), Last: confT0.Unix()}
-		if err := r.cold.Import(ctx, []Record{rec}); err != nil {
+		rec := tiers.Record{Ref: c.ref(), Count: 2, First: confT0.Unix(), Last: confT0.Unix()}
+		if err := r.cold.Import(ctx, []tiers.Record{rec}); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := r.warm.SwitchToCold(ctx, []DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
+		if ok, err := r.warm.SwitchToCold(ctx, []tiers.DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
 			t.Fatal(ok, err)
 		}
-		stale := confOp(confT0, 1, Enforce, c)
-		stale.notCold = []string{seen}
-		if err := r.hot.run(ctx, confT0, r.hot.plan([]*Op{stale})); err != nil {
+		stale := confOp(confT0, 1, tiers.Enforce, c)
+		stale.NotCold = []string{seen}
+		if err := r.hot.Run(ctx, confT0, r.hot.Plan([]*tiers.Op{stale})); err != nil {
 			t.Fatal(err)
 		}
-		if stale.route == nil || stale.route[0].where != routeUnknown || stale.route[0].raw == seen {
-			t.Fatalf("route %+v after the switch: a stale not-cold was taken", stale.route)
+		if stale.Route == nil || stale.Route[0].Where != tiers.RouteUnknown || stale.Route[0].Raw == seen {
+			t.Fatalf("route %+v after the switch: a stale not-cold was taken", stale.Route)
 		}
 		// Through the router: the cold count holds.
-		a, b := confOp(confT0, 1, Enforce, c), confOp(confT0, 1, Enforce, c)
+		a, b := confOp(confT0, 1, tiers.Enforce, c), confOp(confT0, 1, tiers.Enforce, c)
 		routerCheck(t, r, a)
 		routerCheck(t, r, b)
-		if !a.Committed || a.Out[0].Tier != Cold || b.Allowed() {
+		if !a.Committed || a.Out[0].Tier != tiers.Cold || b.Allowed() {
 			t.Fatalf("3rd call %+v, 4th allowed %v: want the cold count of 2 kept", a.Out, b.Allowed())
 		}
 	})
@@ -270,8 +271,8 @@ func TestRouter_NewCellsNeedNoMySQL(t *testing.T) {
 	}
 	db := sql.OpenDB(conn)
 	t.Cleanup(func() { db.Close() })
-	r := NewRouter(NewHotStore(rdb, HotOptions{Prefix: prefix}), NewWarmStore(rdb, WarmOptions{Prefix: prefix}), NewColdStore([]*sql.DB{db}, ColdOptions{}))
-	op := confOp(confT0, 1, Enforce, newConfCell(2, time.Hour), newConfCell(2, time.Minute))
+	r := NewRouter(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix}), tiers.NewColdStore([]*sql.DB{db}, tiers.ColdOptions{}))
+	op := confOp(confT0, 1, tiers.Enforce, newConfCell(2, time.Hour), newConfCell(2, time.Minute))
 	routerCheck(t, r, op)
 	if !op.Committed || op.Out[0].Remaining != 1 || op.Out[1].Remaining != 1 {
 		t.Fatalf("committed %v %+v, want both counted", op.Committed, op.Out)
@@ -288,30 +289,30 @@ func TestColdFilter_HoldsEveryCellSwitchedAndFewOthers(t *testing.T) {
 	const cells, batch = 4000, 100
 	for _, tc := range []struct {
 		name      string
-		capacity  func(Tag) int
+		capacity  func(tiers.Tag) int
 		maxFP     float64 // share of other cells of the tag found "maybe"
 		maxLayers int
 	}{
-		{"estimate of the tag's cells", func(Tag) int { return cells }, 0.06, 1},
+		{"estimate of the tag's cells", func(tiers.Tag) int { return cells }, 0.06, 1},
 		{"no estimate", nil, 0.25, 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rdb, prefix := testenv.Redis(t)
-			warm := NewWarmStore(rdb, WarmOptions{Prefix: prefix})
+			warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
 			ctx := context.Background()
 			app := "app-" + testenv.RandomHex(4)
-			ref := func(i int) Ref {
+			ref := func(i int) tiers.Ref {
 				c := confCell{rule: "f", vals: []string{app, "u" + string(rune('a'+i%26)), testenv.RandomHex(4)}, window: time.Hour, app: app, user: "u"}
 				return c.ref()
 			}
-			var in []Ref
+			var in []tiers.Ref
 			for range cells / batch {
-				var swaps []DirSwap
+				var swaps []tiers.DirSwap
 				for range batch {
 					r := ref(len(in))
 					in = append(in, r)
-					swaps = append(swaps, DirSwap{Ref: r})
+					swaps = append(swaps, tiers.DirSwap{Ref: r})
 				}
 				if ok, err := warm.SwitchToCold(ctx, swaps, tc.capacity); err != nil || slices.Contains(ok, false) {
 					t.Fatalf("switch: %v", err)
@@ -324,7 +325,7 @@ func TestColdFilter_HoldsEveryCellSwitchedAndFewOthers(t *testing.T) {
 			if k := slices.Index(got, false); k >= 0 {
 				t.Fatalf("cell %d of %d switched to cold is not in the filter", k, len(in))
 			}
-			var others []Ref
+			var others []tiers.Ref
 			for range cells {
 				others = append(others, ref(0))
 			}
@@ -363,17 +364,17 @@ func TestColdFilter_HoldsEveryCellSwitchedAndFewOthers(t *testing.T) {
 func TestColdFilter_StoredBitsFollowTheDocumentedLayout(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
-	warm := NewWarmStore(rdb, WarmOptions{Prefix: prefix})
+	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
 	ctx := context.Background()
 	for i := range 8 {
 		c := newConfCell(10, time.Hour) // a tag of its own: a fresh filter
 		r := c.ref()
 		// Capacity 8: a layer of one 8-byte block, so the cell's block is it.
-		if ok, err := warm.SwitchToCold(ctx, []DirSwap{{Ref: r}}, func(Tag) int { return 8 }); err != nil || !ok[0] {
+		if ok, err := warm.SwitchToCold(ctx, []tiers.DirSwap{{Ref: r}}, func(tiers.Tag) int { return 8 }); err != nil || !ok[0] {
 			t.Fatal(ok, err)
 		}
-		l := warm.locate(r.Identity, r.Window, r.Tag)
-		raw, err := rdb.Get(ctx, l.headerKey()).Bytes()
+		_, field := warm.Location(&r)
+		raw, err := rdb.Get(ctx, warm.HeaderKey(&r)).Bytes()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -381,7 +382,7 @@ func TestColdFilter_StoredBitsFollowTheDocumentedLayout(t *testing.T) {
 		if len(raw) != header+4+8 || raw[header-1] != 1 {
 			t.Fatalf("cell %d: header of %d bytes, %d layers; want one layer of one block", i, len(raw), raw[header-1])
 		}
-		f := []byte(l.field)
+		f := []byte(field)
 		var want [8]byte
 		for _, p := range []byte{f[3] >> 2, f[3]&3<<4 | f[4]>>4, f[4]&15<<2 | f[5]>>6, f[5] & 63} {
 			want[p/8] |= 0x80 >> (p % 8)
@@ -410,11 +411,11 @@ func TestReplaceColdFilter_WritesOneLayerOfItsCellsUnlessTheVersionChanged(t *te
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rdb, prefix := testenv.Redis(t)
-			warm := NewWarmStore(rdb, WarmOptions{Prefix: prefix})
+			warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
 			ctx := context.Background()
 			app := "app-" + testenv.RandomHex(4)
-			refs := func(n int) []Ref {
-				out := make([]Ref, n)
+			refs := func(n int) []tiers.Ref {
+				out := make([]tiers.Ref, n)
 				for i := range out {
 					c := confCell{rule: "f", vals: []string{app, testenv.RandomHex(6)}, window: time.Hour, app: app, user: "u"}
 					out[i] = c.ref()
@@ -423,9 +424,9 @@ func TestReplaceColdFilter_WritesOneLayerOfItsCellsUnlessTheVersionChanged(t *te
 			}
 			switched := refs(2000)
 			for batch := range slices.Chunk(switched, 100) { // no estimate: layers grow
-				swaps := make([]DirSwap, len(batch))
+				swaps := make([]tiers.DirSwap, len(batch))
 				for i := range batch {
-					swaps[i] = DirSwap{Ref: batch[i]}
+					swaps[i] = tiers.DirSwap{Ref: batch[i]}
 				}
 				if ok, err := warm.SwitchToCold(ctx, swaps, nil); err != nil || slices.Contains(ok, false) {
 					t.Fatalf("switch: %v", err)
@@ -435,20 +436,20 @@ func TestReplaceColdFilter_WritesOneLayerOfItsCellsUnlessTheVersionChanged(t *te
 			if err := rdb.SetRange(ctx, key, 0, "\x01\x02\x00\x03").Err(); err != nil { // a warm layout
 				t.Fatal(err)
 			}
-			before, err := warm.ColdFilters(ctx, []Tag{tag})
+			before, err := warm.ColdFilters(ctx, []tiers.Tag{tag})
 			// A cell whose bits were all set already is not counted in.
 			if err != nil || before[0].Layers < 2 || before[0].Cells < 1000 || before[0].Cells > 2000 {
 				t.Fatalf("filter before %+v, %v; want several layers of up to 2,000 cells", before, err)
 			}
 			if tc.stale {
-				if _, err := warm.SwitchToCold(ctx, []DirSwap{{Ref: refs(1)[0]}}, nil); err != nil {
+				if _, err := warm.SwitchToCold(ctx, []tiers.DirSwap{{Ref: refs(1)[0]}}, nil); err != nil {
 					t.Fatal(err)
 				}
 			}
 			raw, _ := rdb.Get(ctx, key).Bytes()
-			cells := make([]FilterCell, tc.keep)
+			cells := make([]tiers.FilterCell, tc.keep)
 			for i := range cells {
-				cells[i] = FilterCellOf(switched[i].ID())
+				cells[i] = tiers.FilterCellOf(switched[i].ID())
 			}
 			ok, size, err := warm.ReplaceColdFilter(ctx, tag, before[0].Version, cells)
 			if err != nil || ok == tc.stale {
@@ -464,7 +465,7 @@ func TestReplaceColdFilter_WritesOneLayerOfItsCellsUnlessTheVersionChanged(t *te
 			if string(after[:4]) != "\x01\x02\x00\x03" {
 				t.Fatalf("warm layout %x, want 01020003", after[:4])
 			}
-			got, err := warm.ColdFilters(ctx, []Tag{tag})
+			got, err := warm.ColdFilters(ctx, []tiers.Tag{tag})
 			wantLayers := min(tc.keep, 1)
 			if err != nil || got[0].Layers != wantLayers || got[0].Cells != tc.keep || got[0].Bytes != len(after) || size != len(after) ||
 				binary.BigEndian.Uint32(got[0].Version[:]) != binary.BigEndian.Uint32(before[0].Version[:])+1 {

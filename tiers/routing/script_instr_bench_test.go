@@ -1,4 +1,4 @@
-package tiers
+package routing
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // BenchmarkQuietMove_RedisInstructions counts the instructions Redis
@@ -20,8 +21,8 @@ import (
 // time, the figures do not move with the load of a shared machine.
 func BenchmarkQuietMove_RedisInstructions(b *testing.B) {
 	cg, r := callgrindRouter(b)
-	m := &HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
-	capacity := func(Tag) int { return 200 }
+	m := &tiers.HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+	capacity := func(tiers.Tag) int { return 200 }
 	quietMove(b, r, m, capacity, 1, true, nil) // the scripts loaded, outside the count
 	for _, tc := range []struct {
 		name    string
@@ -48,8 +49,8 @@ func callgrindRouter(b *testing.B) (*testenv.Callgrind, *Router) {
 	cg := testenv.StartRedisCallgrind(b)
 	rdb := redis.NewClient(&redis.Options{Addr: cg.Addr()})
 	b.Cleanup(func() { rdb.Close() })
-	return cg, NewRouter(NewHotStore(rdb, HotOptions{Prefix: "bench:"}), NewWarmStore(rdb, WarmOptions{Prefix: "bench:"}),
-		NewColdStore(testenv.MySQLShards(b, 2), ColdOptions{}))
+	return cg, NewRouter(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: "bench:"}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "bench:"}),
+		tiers.NewColdStore(testenv.MySQLShards(b, 2), tiers.ColdOptions{}))
 }
 
 // quietMove makes n new hot cells of 1-day windows over 160 apps (each
@@ -57,21 +58,21 @@ func callgrindRouter(b *testing.B) (*testenv.Callgrind, *Router) {
 // move's scripts in calls of 1,000, requiring every cell to switch. With
 // cg (nil: none) it returns the instructions Redis executed for the States
 // and the switch calls.
-func quietMove(b *testing.B, r *Router, m *HotMover, capacity func(Tag) int, n int, counted bool, cg *testenv.Callgrind) (states, switches int64) {
+func quietMove(b *testing.B, r *Router, m *tiers.HotMover, capacity func(tiers.Tag) int, n int, counted bool, cg *testenv.Callgrind) (states, switches int64) {
 	b.Helper()
 	ctx := context.Background()
 	apps := make([]confCell, 160)
 	for i := range apps {
 		apps[i] = newConfCell(10, 24*time.Hour)
 	}
-	refs := make([]Ref, n)
-	var ops []*Op
+	refs := make([]tiers.Ref, n)
+	var ops []*tiers.Op
 	for i := range refs {
 		c := newConfCell(10, 24*time.Hour)
 		c.app, c.vals[0] = apps[i%len(apps)].app, apps[i%len(apps)].app
 		refs[i] = c.ref()
 		if counted {
-			ops = append(ops, confOp(confT0, 1, Enforce, c))
+			ops = append(ops, confOp(confT0, 1, tiers.Enforce, c))
 		}
 	}
 	if err := r.Check(ctx, confT0, ops); err != nil {
@@ -85,7 +86,7 @@ func quietMove(b *testing.B, r *Router, m *HotMover, capacity func(Tag) int, n i
 		return cg.Instructions(fn)
 	}
 	for batch := range slices.Chunk(refs, 1000) {
-		var st []HotState
+		var st []tiers.HotState
 		var ok []bool
 		var err error
 		states += measure(func() { st, err = m.States(ctx, batch, slices.Repeat([]bool{!counted}, len(batch))) })
@@ -110,35 +111,35 @@ func BenchmarkCheck_RedisInstructions(b *testing.B) {
 	cg, r := callgrindRouter(b)
 	ctx := context.Background()
 	apps := make([]confCell, 50)
-	var swaps []DirSwap
+	var swaps []tiers.DirSwap
 	for i := range apps {
 		apps[i] = newConfCell(10, time.Hour)
 		for range 40 {
 			c := newConfCell(10, time.Hour)
 			c.app, c.vals[0] = apps[i].app, apps[i].app
-			swaps = append(swaps, DirSwap{Ref: c.ref()})
+			swaps = append(swaps, tiers.DirSwap{Ref: c.ref()})
 		}
 	}
 	if _, err := r.warm.SwitchToCold(ctx, swaps, nil); err != nil { // field absent: into the filters
 		b.Fatal(err)
 	}
-	check := func(ops []*Op) {
+	check := func(ops []*tiers.Op) {
 		for _, op := range ops {
-			if err := r.Check(ctx, confT0, []*Op{op}); err != nil || !op.Committed {
+			if err := r.Check(ctx, confT0, []*tiers.Op{op}); err != nil || !op.Committed {
 				b.Fatalf("check: %v, committed %v", err, op.Committed)
 			}
 		}
 	}
-	check([]*Op{confOp(confT0, 1, Enforce, newConfCell(10, time.Hour))}) // the script loaded
+	check([]*tiers.Op{confOp(confT0, 1, tiers.Enforce, newConfCell(10, time.Hour))}) // the script loaded
 	const cells = 1000
 	var first, next int64
 	for range b.N {
-		var ops, again []*Op
+		var ops, again []*tiers.Op
 		for i := range cells {
 			c := newConfCell(10, time.Hour)
 			c.app, c.vals[0] = apps[i%len(apps)].app, apps[i%len(apps)].app
-			ops = append(ops, confOp(confT0, 1, Enforce, c))
-			again = append(again, confOp(confT0, 1, Enforce, c))
+			ops = append(ops, confOp(confT0, 1, tiers.Enforce, c))
+			again = append(again, confOp(confT0, 1, tiers.Enforce, c))
 		}
 		first += cg.Instructions(func() { check(ops) })
 		next += cg.Instructions(func() { check(again) })

@@ -1,4 +1,4 @@
-package tiers_test
+package routing_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/routing"
 )
 
 // partStore is a Store double for the breaker only: the ops whose first
@@ -46,7 +47,7 @@ func TestBreaker_WithPartitions_ADeadPartFailsFastOnlyItsOwnOps(t *testing.T) {
 	dead, healthy := tiers.Tag{1}, tiers.Tag{2}
 	store := &partStore{down: map[tiers.Tag]bool{dead: true}, calls: map[tiers.Tag]int{}}
 	probed := make(chan string, 16)
-	b := tiers.NewBreaker(store, clk, 3, 100*time.Millisecond).WithPartitions(
+	b := routing.NewBreaker(store, clk, 3, 100*time.Millisecond).WithPartitions(
 		func(_ context.Context, op *tiers.Op) string { return op.Cells[0].Tag.String() },
 		func(_ context.Context, part string) error { probed <- part; return errors.New("still down") },
 		time.Second)
@@ -61,7 +62,7 @@ func TestBreaker_WithPartitions_ADeadPartFailsFastOnlyItsOwnOps(t *testing.T) {
 		if !errors.Is(errs[0], tiers.ErrUnavailable) || !errors.Is(errs[2], tiers.ErrUnavailable) {
 			t.Fatalf("round %d: the dead part's ops: %v, %v", round, errs[0], errs[2])
 		}
-		if round >= 2 && !errors.Is(errs[0], tiers.ErrCircuitOpen) {
+		if round >= 2 && !errors.Is(errs[0], routing.ErrCircuitOpen) {
 			t.Fatalf("round %d: the dead part's circuit should be open: %v", round, errs[0])
 		}
 	}
@@ -84,12 +85,12 @@ func TestBreaker_WithPartitions_AnOpMovedToANewPartIsAdmitted(t *testing.T) {
 	tag := tiers.Tag{7}
 	store := &partStore{down: map[tiers.Tag]bool{tag: true}, calls: map[tiers.Tag]int{}}
 	master := "old:7101"
-	b := tiers.NewBreaker(store, clk, 1, time.Hour).WithPartitions(
+	b := routing.NewBreaker(store, clk, 1, time.Hour).WithPartitions(
 		func(context.Context, *tiers.Op) string { return master },
 		func(context.Context, string) error { return errors.New("down") }, time.Second)
 	ctx := context.Background()
 	_ = b.Check(ctx, clk.Now(), []*tiers.Op{tagOp(tag)})
-	if err := b.Check(ctx, clk.Now(), []*tiers.Op{tagOp(tag)}); !errors.Is(err, tiers.ErrCircuitOpen) {
+	if err := b.Check(ctx, clk.Now(), []*tiers.Op{tagOp(tag)}); !errors.Is(err, routing.ErrCircuitOpen) {
 		t.Fatalf("old master's circuit should be open: %v", err)
 	}
 	// The slot map now names the promoted replica: its circuit is closed.

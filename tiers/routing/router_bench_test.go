@@ -1,4 +1,4 @@
-package tiers
+package routing
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // BenchmarkRouter_ColdBatches: the router's cost per check when every cell
@@ -28,18 +29,18 @@ func BenchmarkRouter_ColdBatches(b *testing.B) {
 
 func benchRouterCold(b *testing.B, batch int, hints bool) {
 	ctx := context.Background()
-	cold := NewColdStore(testenv.MySQLShards(b, 2), ColdOptions{})
+	cold := tiers.NewColdStore(testenv.MySQLShards(b, 2), tiers.ColdOptions{})
 	rdb := tierBenchRedis(b)
-	r := NewRouter(NewHotStore(rdb, HotOptions{Prefix: "h:"}), NewWarmStore(rdb, WarmOptions{Prefix: "w:"}), cold)
+	r := NewRouter(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: "h:"}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "w:"}), cold)
 	if hints {
 		r.ColdHints = NewColdHints(1 << 16)
 	}
 	cells := tierBenchCells(4096)
 	now := time.Now()
-	var recs []Record
+	var recs []tiers.Record
 	for _, c := range cells {
 		for _, cc := range c {
-			recs = append(recs, Record{Ref: cc.ref(), First: now.Unix(), Last: now.Unix()})
+			recs = append(recs, tiers.Record{Ref: cc.ref(), First: now.Unix(), Last: now.Unix()})
 		}
 	}
 	if err := cold.Import(ctx, recs); err != nil {
@@ -49,13 +50,13 @@ func benchRouterCold(b *testing.B, batch int, hints bool) {
 	b.SetParallelism(2) // 4 senders on 2 CPUs, like QUOTA_COALESCE=4
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		ops := make([]*Op, 0, batch)
+		ops := make([]*tiers.Op, 0, batch)
 		send := func() {
 			if err := r.Check(ctx, now, ops); err != nil {
 				b.Error(err)
 			}
 			for _, op := range ops {
-				if !op.Committed || op.Out[0].Tier != Cold {
+				if !op.Committed || op.Out[0].Tier != tiers.Cold {
 					b.Errorf("op not counted in cold: %+v", op.Out)
 				}
 			}
@@ -63,7 +64,7 @@ func benchRouterCold(b *testing.B, batch int, hints bool) {
 		}
 		for pb.Next() {
 			c := cells[next.Add(1)%int64(len(cells))]
-			ops = append(ops, confOp(now, 1, Enforce, c[0], c[1]))
+			ops = append(ops, confOp(now, 1, tiers.Enforce, c[0], c[1]))
 			if len(ops) == batch {
 				send()
 			}

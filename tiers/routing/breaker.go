@@ -1,4 +1,4 @@
-package tiers
+package routing
 
 import (
 	"cmp"
@@ -10,18 +10,12 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // ErrCircuitOpen is returned (wrapped in ErrUnavailable) while a Breaker
 // refuses calls after repeated failures.
 var ErrCircuitOpen = errors.New("circuit open")
-
-// ErrColdUnavailable marks (with ErrUnavailable) a cold-tier MySQL shard
-// that could not answer. A Breaker does not open on it: one shard down
-// must leave every check that does not need that shard decided (the
-// router reaches the cold tier only after Redis answered), while the
-// checks that need it answer per the fail mode.
-var ErrColdUnavailable = errors.New("cold shard unavailable")
 
 // Breaker wraps a Store so that when its backend is down checks fail at
 // once instead of each waiting out a timeout: after Failures consecutive
@@ -35,7 +29,7 @@ var ErrColdUnavailable = errors.New("cold shard unavailable")
 // that one dead master fails fast only the checks whose keys live on it
 // while every other check still goes to its healthy master.
 type Breaker struct {
-	Store
+	tiers.Store
 	clock    clock.Clock
 	failures int
 	cooldown time.Duration
@@ -45,7 +39,7 @@ type Breaker struct {
 	probe        func(ctx context.Context, part string) error
 	probeTimeout time.Duration
 	// partition, when set, names the part of the backend an op goes to.
-	partition func(ctx context.Context, op *Op) string
+	partition func(ctx context.Context, op *tiers.Op) string
 
 	mu    sync.Mutex
 	whole circuit             // the circuit without partitions
@@ -66,7 +60,7 @@ type circuit struct {
 const maxParts = 64
 
 // NewBreaker wraps s. failures and cooldown default to 3 and 100 ms.
-func NewBreaker(s Store, clk clock.Clock, failures int, cooldown time.Duration) *Breaker {
+func NewBreaker(s tiers.Store, clk clock.Clock, failures int, cooldown time.Duration) *Breaker {
 	if failures < 1 {
 		failures = 3
 	}
@@ -95,7 +89,7 @@ func (b *Breaker) WithProbe(probe func(context.Context) error, timeout time.Dura
 // probe, as for WithProbe, tests one part. An op whose part's circuit is
 // open fails at once; the others go to the store. Call it before the
 // breaker is used.
-func (b *Breaker) WithPartitions(partition func(ctx context.Context, op *Op) string, probe func(ctx context.Context, part string) error, timeout time.Duration) *Breaker {
+func (b *Breaker) WithPartitions(partition func(ctx context.Context, op *tiers.Op) string, probe func(ctx context.Context, part string) error, timeout time.Duration) *Breaker {
 	b.partition = partition
 	b.parts = map[string]*circuit{}
 	return b.withProbe(probe, timeout)
@@ -111,7 +105,7 @@ func (b *Breaker) withProbe(probe func(context.Context, string) error, timeout t
 
 // Check passes ops to the wrapped store unless the circuit is open (with
 // partitions: the ops whose part's circuit is closed).
-func (b *Breaker) Check(ctx context.Context, now time.Time, ops []*Op) error {
+func (b *Breaker) Check(ctx context.Context, now time.Time, ops []*tiers.Op) error {
 	if b.partition != nil {
 		return b.CheckEach(ctx, now, ops, func(int, error) {})
 	}
@@ -129,7 +123,7 @@ func (b *Breaker) Check(ctx context.Context, now time.Time, ops []*Op) error {
 // is not one reports them all at the end). Without partitions the breaker
 // records the first error, as for Check; with them, each op's error counts
 // for its part.
-func (b *Breaker) CheckEach(ctx context.Context, now time.Time, ops []*Op, done func(i int, err error)) error {
+func (b *Breaker) CheckEach(ctx context.Context, now time.Time, ops []*tiers.Op, done func(i int, err error)) error {
 	if b.partition != nil {
 		return b.checkParts(ctx, now, ops, done)
 	}
@@ -140,17 +134,17 @@ func (b *Breaker) CheckEach(ctx context.Context, now time.Time, ops []*Op, done 
 		}
 		return err
 	}
-	err = CheckEach(ctx, b.Store, now, ops, done)
+	err = tiers.CheckEach(ctx, b.Store, now, ops, done)
 	b.record(&b.whole, err, probe)
 	return err
 }
 
 // checkParts is CheckEach with partitions: the ops whose part is open fail
 // at once, the others go to the store in one batch, in order.
-func (b *Breaker) checkParts(ctx context.Context, now time.Time, ops []*Op, done func(i int, err error)) error {
+func (b *Breaker) checkParts(ctx context.Context, now time.Time, ops []*tiers.Op, done func(i int, err error)) error {
 	circuits := make([]*circuit, len(ops))
 	probes := make([]bool, len(ops))
-	pass := make([]*Op, 0, len(ops))
+	pass := make([]*tiers.Op, 0, len(ops))
 	at := make([]int, 0, len(ops))
 	var first error
 	for i, op := range ops {
@@ -168,7 +162,7 @@ func (b *Breaker) checkParts(ctx context.Context, now time.Time, ops []*Op, done
 	if len(pass) == 0 {
 		return first
 	}
-	err := CheckEach(ctx, b.Store, now, pass, func(k int, err error) {
+	err := tiers.CheckEach(ctx, b.Store, now, pass, func(k int, err error) {
 		i := at[k]
 		b.record(circuits[i], err, probes[i])
 		done(i, err)
@@ -218,9 +212,9 @@ func (b *Breaker) admit(c *circuit, part string) (probe bool, err error) {
 
 func (b *Breaker) openErr(part string) error {
 	if part != "" {
-		return fmt.Errorf("%s (%s): %w: %w", b.Tier(), part, ErrUnavailable, ErrCircuitOpen)
+		return fmt.Errorf("%s (%s): %w: %w", b.Tier(), part, tiers.ErrUnavailable, ErrCircuitOpen)
 	}
-	return fmt.Errorf("%s: %w: %w", b.Tier(), ErrUnavailable, ErrCircuitOpen)
+	return fmt.Errorf("%s: %w: %w", b.Tier(), tiers.ErrUnavailable, ErrCircuitOpen)
 }
 
 // runProbe tests the backend (part) with the probe and closes c if it
@@ -246,7 +240,7 @@ func (b *Breaker) record(c *circuit, err error, probe bool) {
 	if probe {
 		c.probing = false
 	}
-	if err == nil || !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrColdUnavailable) {
+	if err == nil || !errors.Is(err, tiers.ErrUnavailable) || errors.Is(err, tiers.ErrColdUnavailable) {
 		c.streak = 0
 		c.openUntil = time.Time{}
 		return

@@ -1,4 +1,4 @@
-package tiers
+package routing
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // Router.CheckEach answers each op of a batch as soon as it is decided.
@@ -19,11 +20,11 @@ type report struct {
 
 // checkEachAsync runs CheckEach(s, ops) in the background and returns its
 // reports as they come; the channel is closed when CheckEach returns.
-func checkEachAsync(s Store, ops ...*Op) chan report {
+func checkEachAsync(s tiers.Store, ops ...*tiers.Op) chan report {
 	ch := make(chan report, len(ops)+1)
 	go func() {
 		defer close(ch)
-		CheckEach(context.Background(), s, confT0, ops, func(i int, err error) { ch <- report{i, err} })
+		tiers.CheckEach(context.Background(), s, confT0, ops, func(i int, err error) { ch <- report{i, err} })
 	}()
 	return ch
 }
@@ -56,9 +57,9 @@ func TestRouter_AllHotOpIsAnsweredWhileAColdOpOfItsBatchWaitsForItsRow(t *testin
 	r, cold := newGroupRouter(t)
 	c, h := cellOnShard(t, cold, 0, 10), newConfCell(10, time.Hour)
 	makeCold(t, r, c)
-	routerCheck(t, r, confOp(confT0, 1, DryRun, h)) // places h hot
+	routerCheck(t, r, confOp(confT0, 1, tiers.DryRun, h)) // places h hot
 	ctx := context.Background()
-	tx, err := cold.dbs[0].BeginTx(ctx, nil)
+	tx, err := cold.DBs()[0].BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestRouter_AllHotOpIsAnsweredWhileAColdOpOfItsBatchWaitsForItsRow(t *testin
 	}
 	// Through the breaker, as quotad wires it.
 	b := NewBreaker(r, clock.Real{}, 3, 100*time.Millisecond)
-	ops := []*Op{confOp(confT0, 1, Enforce, c), confOp(confT0, 1, Enforce, h)}
+	ops := []*tiers.Op{confOp(confT0, 1, tiers.Enforce, c), confOp(confT0, 1, tiers.Enforce, h)}
 	ch := checkEachAsync(b, ops...)
 	var first report
 	select {
@@ -78,7 +79,7 @@ func TestRouter_AllHotOpIsAnsweredWhileAColdOpOfItsBatchWaitsForItsRow(t *testin
 		tx.Rollback()
 		t.Fatal("no op answered while the cold op's row was locked")
 	}
-	if first.i != 1 || first.err != nil || !ops[1].Committed || ops[1].Out[0].Remaining != 9 || ops[1].Out[0].Tier != Hot {
+	if first.i != 1 || first.err != nil || !ops[1].Committed || ops[1].Out[0].Remaining != 9 || ops[1].Out[0].Tier != tiers.Hot {
 		t.Fatalf("first answer: op %d err %v, want the hot op allowed (%+v)", first.i, first.err, ops[1].Out)
 	}
 	if err := tx.Rollback(); err != nil {
@@ -89,7 +90,7 @@ func TestRouter_AllHotOpIsAnsweredWhileAColdOpOfItsBatchWaitsForItsRow(t *testin
 			t.Fatalf("op %d: %v committed %v", i, err, ops[i].Committed)
 		}
 	}
-	if ops[0].Out[0].Tier != Cold || ops[0].Out[0].Remaining != 9 {
+	if ops[0].Out[0].Tier != tiers.Cold || ops[0].Out[0].Remaining != 9 {
 		t.Fatalf("cold op: %+v", ops[0].Out)
 	}
 }
@@ -99,23 +100,23 @@ func TestRouter_OpThatFailsGivesBackItsCountsAndTheOthersGetTheirDecisions(t *te
 	r, cold := newGroupRouter(t)
 	h1, h2, w := newConfCell(10, time.Hour), newConfCell(10, time.Hour), newConfCell(10, time.Hour)
 	bad, c := cellOnShard(t, cold, 0, 10), cellOnShard(t, cold, 1, 10)
-	routerCheck(t, r, confOp(confT0, 1, DryRun, h1, h2)) // places both hot
+	routerCheck(t, r, confOp(confT0, 1, tiers.DryRun, h1, h2)) // places both hot
 	makeWarm(t, r, w)
 	makeCold(t, r, c)
 	makeCold(t, r, bad)
 	id := bad.ref().ID()
-	if _, err := cold.dbs[0].Exec("UPDATE cold_cells SET r = ? WHERE k = ?", []byte("junk"), id[:]); err != nil {
+	if _, err := cold.DBs()[0].Exec("UPDATE cold_cells SET r = ? WHERE k = ?", []byte("junk"), id[:]); err != nil {
 		t.Fatal(err)
 	}
 	// The warm op makes the first go alone (not grouped with the cold op).
-	ops := []*Op{
-		confOp(confT0, 1, Enforce, h1, bad), // counts h1, then fails in cold
-		confOp(confT0, 1, Enforce, w),
-		confOp(confT0, 1, Enforce, c),
-		confOp(confT0, 1, Enforce, h2),
+	ops := []*tiers.Op{
+		confOp(confT0, 1, tiers.Enforce, h1, bad), // counts h1, then fails in cold
+		confOp(confT0, 1, tiers.Enforce, w),
+		confOp(confT0, 1, tiers.Enforce, c),
+		confOp(confT0, 1, tiers.Enforce, h2),
 	}
 	errs := reportsOf(t, checkEachAsync(r, ops...), len(ops))
-	if !errors.Is(errs[0], ErrRecordCorrupt) {
+	if !errors.Is(errs[0], tiers.ErrRecordCorrupt) {
 		t.Fatalf("op 0: err %v, want ErrRecordCorrupt", errs[0])
 	}
 	for i := 1; i < len(ops); i++ {
@@ -137,9 +138,9 @@ func TestRouter_OpThatFailsGivesBackItsCountsAndTheOthersGetTheirDecisions(t *te
 func TestCheckEach_StoreWithoutItReportsEveryOpWithCheck(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
-	hot := NewHotStore(rdb, HotOptions{Prefix: prefix})
+	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix})
 	a, b := newConfCell(1, time.Hour), newConfCell(1, time.Hour)
-	ops := []*Op{confOp(confT0, 1, Enforce, a), confOp(confT0, 1, Enforce, b), confOp(confT0, 1, Enforce, a)}
+	ops := []*tiers.Op{confOp(confT0, 1, tiers.Enforce, a), confOp(confT0, 1, tiers.Enforce, b), confOp(confT0, 1, tiers.Enforce, a)}
 	for i, err := range reportsOf(t, checkEachAsync(hot, ops...), len(ops)) {
 		if err != nil {
 			t.Fatalf("op %d: %v", i, err)
