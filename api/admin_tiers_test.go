@@ -22,6 +22,7 @@ import (
 	"github.com/quota-platform/quota/migrate"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/routing"
 )
 
@@ -35,7 +36,7 @@ func tiersServer(t *testing.T, token string) (*httptest.Server, *clock.Fake) {
 	clk := clock.NewFake(start)
 	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix})
 	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
-	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
+	cold := cold.NewStore(dbs, cold.Options{})
 	router := routing.NewRouter(hot, warm, cold)
 	act := &migrate.Activity{DBs: dbs, Now: clk.Now}
 	router.Calls = act.Observe

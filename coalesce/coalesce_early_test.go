@@ -11,6 +11,7 @@ import (
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/routing"
 )
 
@@ -28,7 +29,7 @@ func coldAndHot(t *testing.T) (coldLim *limiter.Limiter, db *sql.DB, keyA, keyB 
 	dbs := testenv.MySQLShards(t, 1)
 	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix})
 	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
-	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
+	cold := cold.NewStore(dbs, cold.Options{})
 	set, err := rules.NewSet([]rules.Rule{{
 		Name: "per_user", Dimensions: []string{"user_id"}, Limit: 10,
 		Window: rules.Duration(time.Hour), Algorithm: rules.FixedWindow,

@@ -9,6 +9,7 @@ import (
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/routing"
 )
 
@@ -122,7 +123,7 @@ func newClusterEnv(t *testing.T) *env {
 	cc := testenv.ClusterClient(t, nodes, nil)
 	hot := tiers.NewHotStore(cc, tiers.HotOptions{Prefix: "c:"})
 	warm := tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"})
-	cold := tiers.NewColdStore(testenv.MySQLShards(t, 2), tiers.ColdOptions{})
+	cold := cold.NewStore(testenv.MySQLShards(t, 2), cold.Options{})
 	e := &env{router: routing.NewRouter(hot, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0), nodes: nodes}
 	e.hot = &tiers.HotMover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}
 	e.mover = &Mover{RDB: cc, Prefix: "c:", Hot: e.hot, Warm: warm, Cold: cold, LeaseTTL: 5 * time.Second}

@@ -11,6 +11,7 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/routing"
 )
 
@@ -22,7 +23,7 @@ type env struct {
 	mover  *Mover
 	hot    *tiers.HotMover
 	warm   *tiers.WarmStore
-	cold   *tiers.ColdStore
+	cold   *cold.Store
 	clock  *clock.Fake             // the tests' time; the worker's goroutines read it too
 	nodes  []*testenv.RedisProcess // the Redis Cluster's masters, if on one
 }
@@ -34,7 +35,7 @@ func newEnv(t testing.TB) *env {
 	rdb, prefix := testenv.Redis(t)
 	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second})
 	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
-	cold := tiers.NewColdStore(testenv.MySQLShards(t, 2), tiers.ColdOptions{})
+	cold := cold.NewStore(testenv.MySQLShards(t, 2), cold.Options{})
 	e := &env{router: routing.NewRouter(hot, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0)}
 	e.hot = &tiers.HotMover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}
 	e.mover = &Mover{RDB: rdb, Prefix: prefix, Hot: e.hot, Warm: warm, Cold: cold, LeaseTTL: 5 * time.Second}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/routing"
 )
 
@@ -50,7 +51,7 @@ type Mover struct {
 	Prefix string // of the journal and lease keys (the service's key prefix)
 	Hot    *tiers.HotMover
 	Warm   *tiers.WarmStore
-	Cold   *tiers.ColdStore // nil: moves to or from cold fail
+	Cold   *cold.Store // nil: moves to or from cold fail
 	// LeaseTTL bounds how long a crashed worker's cells stay frozen
 	// before another worker's Repair finishes their move; the worker
 	// renews its leases every LeaseTTL/4 while a batch runs, so a batch

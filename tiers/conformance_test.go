@@ -1,4 +1,4 @@
-package tiers
+package tiers_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/internal/tiermodel"
 	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 )
 
 // The conformance suite: one table of cases, run against every tier's Store
@@ -27,9 +29,9 @@ var confT0 = time.Date(2026, 3, 2, 10, 0, 0, 250_000_000, time.UTC)
 // confEnv is one store under test.
 type confEnv struct {
 	name  string
-	store Store
-	mover Mover      // nil: the tier does not move records yet (hot: phase 2)
-	cold  *ColdStore // set for the cold tier
+	store tiers.Store
+	mover tiers.Mover // nil: the tier does not move records yet (hot: phase 2)
+	cold  *cold.Store // set for the cold tier
 }
 
 // confCell is a cell identity as a test names it; at(now) makes the Cell of
@@ -56,25 +58,25 @@ func newConfCell(limit int64, window time.Duration) confCell {
 	}
 }
 
-func (c confCell) at(now time.Time) Cell {
+func (c confCell) at(now time.Time) tiers.Cell {
 	w := c.window.Milliseconds()
-	return Cell{
+	return tiers.Cell{
 		Algorithm: rules.FixedWindow,
 		Limit:     c.limit,
 		Window:    c.window,
 		Shadow:    c.shadow,
-		Identity:  IdentityOf(c.rule, c.vals),
-		Key:       FixedKeyOf(CellIDOf(IdentityOf(c.rule, c.vals), c.window), now.UnixMilli()/w),
-		Tag:       TagOf(c.app),
-		ShardKey:  ShardKeyOf(c.app, c.user),
+		Identity:  tiers.IdentityOf(c.rule, c.vals),
+		Key:       tiers.FixedKeyOf(tiers.CellIDOf(tiers.IdentityOf(c.rule, c.vals), c.window), now.UnixMilli()/w),
+		Tag:       tiers.TagOf(c.app),
+		ShardKey:  tiers.ShardKeyOf(c.app, c.user),
 	}
 }
 
-func (c confCell) ref() Ref { cell := c.at(confT0); return RefOf(&cell) }
+func (c confCell) ref() tiers.Ref { cell := c.at(confT0); return tiers.RefOf(&cell) }
 
 // op builds an op over cells at now.
-func confOp(now time.Time, cost int64, mode Mode, cells ...confCell) *Op {
-	op := &Op{Cost: cost, Mode: mode}
+func confOp(now time.Time, cost int64, mode tiers.Mode, cells ...confCell) *tiers.Op {
+	op := &tiers.Op{Cost: cost, Mode: mode}
 	for _, c := range cells {
 		op.Cells = append(op.Cells, c.at(now))
 	}
@@ -82,10 +84,10 @@ func confOp(now time.Time, cost int64, mode Mode, cells ...confCell) *Op {
 }
 
 // check runs one op and fails the test on an error.
-func (e *confEnv) check(t *testing.T, now time.Time, cost int64, mode Mode, cells ...confCell) *Op {
+func (e *confEnv) check(t *testing.T, now time.Time, cost int64, mode tiers.Mode, cells ...confCell) *tiers.Op {
 	t.Helper()
 	op := confOp(now, cost, mode, cells...)
-	if err := e.store.Check(context.Background(), now, []*Op{op}); err != nil {
+	if err := e.store.Check(context.Background(), now, []*tiers.Op{op}); err != nil {
 		t.Fatalf("%s: check: %v", e.name, err)
 	}
 	for i := range op.Out {
@@ -97,7 +99,7 @@ func (e *confEnv) check(t *testing.T, now time.Time, cost int64, mode Mode, cell
 }
 
 // want asserts one cell's outcome.
-func want(t *testing.T, what string, o Outcome, allowed bool, remaining int64, reset time.Duration) {
+func want(t *testing.T, what string, o tiers.Outcome, allowed bool, remaining int64, reset time.Duration) {
 	t.Helper()
 	var retry time.Duration
 	if !allowed {
@@ -114,7 +116,7 @@ func want(t *testing.T, what string, o Outcome, allowed bool, remaining int64, r
 func (e *confEnv) count(t *testing.T, now time.Time, c confCell) int64 {
 	t.Helper()
 	if e.mover != nil {
-		recs, err := e.mover.Export(context.Background(), []Ref{c.ref()})
+		recs, err := e.mover.Export(context.Background(), []tiers.Ref{c.ref()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +125,7 @@ func (e *confEnv) count(t *testing.T, now time.Time, c confCell) int64 {
 		}
 		return recs[0].Count
 	}
-	op := e.check(t, now, 1, DryRun, c)
+	op := e.check(t, now, 1, tiers.DryRun, c)
 	return c.limit - op.Out[0].Remaining - boolInt(op.Out[0].Allowed)
 }
 
@@ -137,7 +139,7 @@ var confCases = []struct {
 		c := newConfCell(5, hour)
 		for i := range 8 {
 			now := confT0.Add(time.Duration(i) * time.Millisecond)
-			op := e.check(t, now, 1, Enforce, c)
+			op := e.check(t, now, 1, tiers.Enforce, c)
 			reset := hour - 250*time.Millisecond - time.Duration(i)*time.Millisecond
 			if i < 5 {
 				want(t, fmt.Sprint("call ", i), op.Out[0], true, int64(4-i), reset)
@@ -155,12 +157,12 @@ var confCases = []struct {
 	{"cost", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		c := newConfCell(10, hour)
 		reset := hour - 250*time.Millisecond
-		want(t, "4", e.check(t, confT0, 4, Enforce, c).Out[0], true, 6, reset)
-		want(t, "4 more", e.check(t, confT0, 4, Enforce, c).Out[0], true, 2, reset)
-		want(t, "4 over", e.check(t, confT0, 4, Enforce, c).Out[0], false, 2, reset)
-		want(t, "2 fits", e.check(t, confT0, 2, Enforce, c).Out[0], true, 0, reset)
+		want(t, "4", e.check(t, confT0, 4, tiers.Enforce, c).Out[0], true, 6, reset)
+		want(t, "4 more", e.check(t, confT0, 4, tiers.Enforce, c).Out[0], true, 2, reset)
+		want(t, "4 over", e.check(t, confT0, 4, tiers.Enforce, c).Out[0], false, 2, reset)
+		want(t, "2 fits", e.check(t, confT0, 2, tiers.Enforce, c).Out[0], true, 0, reset)
 		big := newConfCell(10, hour)
-		want(t, "cost over limit", e.check(t, confT0, 11, Enforce, big).Out[0], false, 10, reset)
+		want(t, "cost over limit", e.check(t, confT0, 11, tiers.Enforce, big).Out[0], false, 10, reset)
 		if n := e.count(t, confT0, big); n != 0 {
 			t.Fatalf("a denied call counted %d", n)
 		}
@@ -168,16 +170,16 @@ var confCases = []struct {
 	{"dry_run", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		c := newConfCell(3, hour)
 		reset := hour - 250*time.Millisecond
-		op := e.check(t, confT0, 1, DryRun, c)
+		op := e.check(t, confT0, 1, tiers.DryRun, c)
 		want(t, "dry run", op.Out[0], true, 2, reset)
 		if op.Committed {
 			t.Fatal("a dry run committed")
 		}
 		for range 3 {
-			e.check(t, confT0, 1, Enforce, c)
+			e.check(t, confT0, 1, tiers.Enforce, c)
 		}
-		want(t, "dry run exhausted", e.check(t, confT0, 1, DryRun, c).Out[0], false, 0, reset)
-		want(t, "enforce exhausted", e.check(t, confT0, 1, Enforce, c).Out[0], false, 0, reset)
+		want(t, "dry run exhausted", e.check(t, confT0, 1, tiers.DryRun, c).Out[0], false, 0, reset)
+		want(t, "enforce exhausted", e.check(t, confT0, 1, tiers.Enforce, c).Out[0], false, 0, reset)
 		if n := e.count(t, confT0, c); n != 3 {
 			t.Fatalf("count %d, want 3", n)
 		}
@@ -185,13 +187,13 @@ var confCases = []struct {
 	{"report", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		c := newConfCell(2, hour)
 		reset := hour - 250*time.Millisecond
-		op := e.check(t, confT0, 3, Report, c)
+		op := e.check(t, confT0, 3, tiers.Report, c)
 		want(t, "report over limit", op.Out[0], false, 0, reset)
 		if !op.Allowed() || !op.Committed {
 			t.Fatalf("report: allowed %v committed %v, want both", op.Allowed(), op.Committed)
 		}
-		want(t, "enforce after report", e.check(t, confT0, 1, Enforce, c).Out[0], false, 0, reset)
-		e.check(t, confT0, 1, Report, c)
+		want(t, "enforce after report", e.check(t, confT0, 1, tiers.Enforce, c).Out[0], false, 0, reset)
+		e.check(t, confT0, 1, tiers.Report, c)
 		if e.mover != nil {
 			if n := e.count(t, confT0, c); n != 4 {
 				t.Fatalf("count %d, want 4 (reports count past the limit)", n)
@@ -204,7 +206,7 @@ var confCases = []struct {
 		c := newConfCell(10, hour)
 		reset := hour - 250*time.Millisecond
 		for i := range 3 {
-			op := e.check(t, confT0, 1, Enforce, sh, c)
+			op := e.check(t, confT0, 1, tiers.Enforce, sh, c)
 			if !op.Allowed() || !op.Committed {
 				t.Fatalf("call %d: a shadow cell denied", i)
 			}
@@ -220,10 +222,10 @@ var confCases = []struct {
 	{"refund", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		c := newConfCell(5, hour)
 		reset := hour - 250*time.Millisecond
-		want(t, "3", e.check(t, confT0, 3, Enforce, c).Out[0], true, 2, reset)
+		want(t, "3", e.check(t, confT0, 3, tiers.Enforce, c).Out[0], true, 2, reset)
 		// The refund answers the state after it, as for a call not counted.
-		want(t, "refund 2", e.check(t, confT0, 2, Refund, c).Out[0], true, 4, reset)
-		want(t, "4 fits again", e.check(t, confT0, 4, Enforce, c).Out[0], true, 0, reset)
+		want(t, "refund 2", e.check(t, confT0, 2, tiers.Refund, c).Out[0], true, 4, reset)
+		want(t, "4 fits again", e.check(t, confT0, 4, tiers.Enforce, c).Out[0], true, 0, reset)
 		if n := e.count(t, confT0, c); n != 5 {
 			t.Fatalf("count %d, want 5", n)
 		}
@@ -231,18 +233,18 @@ var confCases = []struct {
 	{"window_rollover", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		c := newConfCell(2, time.Minute)
 		reset := time.Minute - 250*time.Millisecond
-		e.check(t, confT0, 1, Enforce, c)
-		e.check(t, confT0, 1, Enforce, c)
-		want(t, "exhausted", e.check(t, confT0, 1, Enforce, c).Out[0], false, 0, reset)
+		e.check(t, confT0, 1, tiers.Enforce, c)
+		e.check(t, confT0, 1, tiers.Enforce, c)
+		want(t, "exhausted", e.check(t, confT0, 1, tiers.Enforce, c).Out[0], false, 0, reset)
 		late := confT0.Add(59700 * time.Millisecond) // 10:00:59.950
-		want(t, "end of window", e.check(t, late, 1, Enforce, c).Out[0], false, 0, 50*time.Millisecond)
+		want(t, "end of window", e.check(t, late, 1, tiers.Enforce, c).Out[0], false, 0, 50*time.Millisecond)
 		next := confT0.Add(time.Minute) // 10:01:00.250
-		want(t, "next window", e.check(t, next, 1, Enforce, c).Out[0], true, 1, reset)
+		want(t, "next window", e.check(t, next, 1, tiers.Enforce, c).Out[0], true, 1, reset)
 		if n := e.count(t, next, c); n != 1 {
 			t.Fatalf("count in the new window %d, want 1", n)
 		}
 		skip := confT0.Add(3 * time.Minute) // several windows later
-		want(t, "windows later", e.check(t, skip, 2, Enforce, c).Out[0], true, 0, reset)
+		want(t, "windows later", e.check(t, skip, 2, tiers.Enforce, c).Out[0], true, 0, reset)
 	}},
 	{"all_or_nothing", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		a, b, c := newConfCell(5, hour), newConfCell(2, hour), newConfCell(10, time.Minute)
@@ -250,11 +252,11 @@ var confCases = []struct {
 			a, b, c = spreadShards(t, e.cold, a, b, c)
 		}
 		for i := range 2 {
-			if op := e.check(t, confT0, 1, Enforce, a, b, c); !op.Committed {
+			if op := e.check(t, confT0, 1, tiers.Enforce, a, b, c); !op.Committed {
 				t.Fatalf("call %d denied", i)
 			}
 		}
-		op := e.check(t, confT0, 1, Enforce, a, b, c)
+		op := e.check(t, confT0, 1, tiers.Enforce, a, b, c)
 		if op.Committed || op.Allowed() {
 			t.Fatal("third call allowed past b's limit")
 		}
@@ -272,8 +274,8 @@ var confCases = []struct {
 	}},
 	{"batch_in_order", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		c, d := newConfCell(3, hour), newConfCell(100, hour)
-		modes := []Mode{Enforce, DryRun, Enforce, Enforce, DryRun, Enforce, Report}
-		var ops []*Op
+		modes := []tiers.Mode{tiers.Enforce, tiers.DryRun, tiers.Enforce, tiers.Enforce, tiers.DryRun, tiers.Enforce, tiers.Report}
+		var ops []*tiers.Op
 		for _, m := range modes {
 			ops = append(ops, confOp(confT0, 1, m, c, d))
 		}
@@ -306,8 +308,8 @@ var confCases = []struct {
 				defer wg.Done()
 				for i := range calls {
 					now := confT0.Add(time.Duration(g*calls+i) * time.Millisecond)
-					op := confOp(now, 1, Enforce, c, big)
-					if err := e.store.Check(context.Background(), now, []*Op{op}); err != nil {
+					op := confOp(now, 1, tiers.Enforce, c, big)
+					if err := e.store.Check(context.Background(), now, []*tiers.Op{op}); err != nil {
 						errs <- err
 						return
 					}
@@ -344,10 +346,10 @@ var confCases = []struct {
 			}
 			c := newConfCell(10, hour)
 			for i := range 7 {
-				e.check(t, confT0.Add(time.Duration(i)*time.Minute), 1, Enforce, c)
+				e.check(t, confT0.Add(time.Duration(i)*time.Minute), 1, tiers.Enforce, c)
 			}
 			missing := newConfCell(10, hour)
-			recs, err := e.mover.Export(ctx, []Ref{missing.ref(), c.ref()})
+			recs, err := e.mover.Export(ctx, []tiers.Ref{missing.ref(), c.ref()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -363,28 +365,28 @@ var confCases = []struct {
 			older := recs[0]
 			older.Last -= 3600
 			older.Count = 1
-			if err := dst.mover.Import(ctx, []Record{older}); err != nil {
+			if err := dst.mover.Import(ctx, []tiers.Record{older}); err != nil {
 				t.Fatal(err)
 			}
-			got, err := dst.mover.Export(ctx, []Ref{c.ref()})
+			got, err := dst.mover.Export(ctx, []tiers.Ref{c.ref()})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(got) != 1 || got[0] != recs[0] {
 				t.Fatalf("%s -> %s: imported %+v, exported %+v", e.name, dst.name, recs[0], got)
 			}
-			if err := e.mover.Delete(ctx, []Ref{c.ref(), missing.ref()}); err != nil {
+			if err := e.mover.Delete(ctx, []tiers.Ref{c.ref(), missing.ref()}); err != nil {
 				t.Fatal(err)
 			}
-			if left, err := e.mover.Export(ctx, []Ref{c.ref()}); err != nil || len(left) != 0 {
+			if left, err := e.mover.Export(ctx, []tiers.Ref{c.ref()}); err != nil || len(left) != 0 {
 				t.Fatalf("after delete: %v %v", left, err)
 			}
 			// The destination goes on from the moved count.
 			now := confT0.Add(10 * time.Minute)
 			reset := hour - 10*time.Minute - 250*time.Millisecond
-			want(t, "after move", dst.check(t, now, 3, Enforce, c).Out[0], true, 0, reset)
-			want(t, "after move, full", dst.check(t, now, 1, Enforce, c).Out[0], false, 0, reset)
-			if err := dst.mover.Delete(ctx, []Ref{c.ref()}); err != nil {
+			want(t, "after move", dst.check(t, now, 3, tiers.Enforce, c).Out[0], true, 0, reset)
+			want(t, "after move, full", dst.check(t, now, 1, tiers.Enforce, c).Out[0], false, 0, reset)
+			if err := dst.mover.Delete(ctx, []tiers.Ref{c.ref()}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -395,7 +397,7 @@ var confCases = []struct {
 }
 
 // spreadShards rerolls users until a, b and c do not all share a cold shard.
-func spreadShards(t *testing.T, s *ColdStore, a, b, c confCell) (confCell, confCell, confCell) {
+func spreadShards(t *testing.T, s *cold.Store, a, b, c confCell) (confCell, confCell, confCell) {
 	for range 100 {
 		ra, rb, rc := a.ref(), b.ref(), c.ref()
 		if sa := s.ShardOf(&ra); sa != s.ShardOf(&rb) || sa != s.ShardOf(&rc) {
@@ -407,7 +409,7 @@ func spreadShards(t *testing.T, s *ColdStore, a, b, c confCell) (confCell, confC
 	return a, b, c
 }
 
-func spreadShards2(t *testing.T, s *ColdStore, a, b confCell) (confCell, confCell) {
+func spreadShards2(t *testing.T, s *cold.Store, a, b confCell) (confCell, confCell) {
 	a, b, _ = spreadShards(t, s, a, b, b)
 	return a, b
 }
@@ -443,7 +445,7 @@ func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 		if len(pick) == 0 {
 			pick = cells[:1]
 		}
-		mode := []Mode{Enforce, Enforce, Enforce, DryRun, Report}[rng.IntN(5)]
+		mode := []tiers.Mode{tiers.Enforce, tiers.Enforce, tiers.Enforce, tiers.DryRun, tiers.Report}[rng.IntN(5)]
 		cost := int64(1 + rng.IntN(3))
 		op := e.check(t, now, cost, mode, pick...)
 		var mcs []tiermodel.Cell
@@ -454,7 +456,7 @@ func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 		log = append(log, fmt.Sprintf("step %d: +%s cost %d mode %d cells %d", step, now.Sub(confT0), cost, mode, len(pick)))
 		for i := range wantOut {
 			got := op.Out[i]
-			got.Tier = Hot
+			got.Tier = tiers.Hot
 			if got != wantOut[i] {
 				t.Fatalf("seed %d: %s: cell %d: got %+v, model %+v\n%v", seed, e.name, i, op.Out[i], wantOut[i], log)
 			}
@@ -463,8 +465,8 @@ func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 			t.Fatalf("seed %d: %s: committed %v, model %v\n%v", seed, e.name, op.Committed, wantCommit, log)
 		}
 		// Now and then give a counted op back, as a split check would.
-		if op.Committed && mode == Enforce && rng.IntN(6) == 0 {
-			e.check(t, now, cost, Refund, pick...)
+		if op.Committed && mode == tiers.Enforce && rng.IntN(6) == 0 {
+			e.check(t, now, cost, tiers.Refund, pick...)
 			for _, c := range pick {
 				models[c.rule].(*tiermodel.FixedWindow).Commit(now.UnixMilli(), -cost)
 			}
@@ -476,10 +478,10 @@ func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 // shard databases.
 func conformanceEnvs(t *testing.T) []*confEnv {
 	rdb, prefix := testenv.Redis(t)
-	hot := NewHotStore(rdb, HotOptions{Prefix: prefix + "h:"})
+	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix + "h:"})
 	// Few buckets, so the cells of the suite share hashes.
-	warm := NewWarmStore(rdb, WarmOptions{Prefix: prefix + "w:"})
-	cold := NewColdStore(testenv.MySQLShards(t, 2), ColdOptions{})
+	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix + "w:"})
+	cold := cold.NewStore(testenv.MySQLShards(t, 2), cold.Options{})
 	return []*confEnv{
 		{name: "hot", store: hot},
 		{name: "warm", store: warm, mover: warm},
@@ -513,10 +515,10 @@ func TestConformance_StoresAgreeOnOneSequence(t *testing.T) {
 	now := confT0
 	for step := range 120 {
 		now = now.Add(time.Duration(rng.IntN(15_000)) * time.Millisecond)
-		mode := []Mode{Enforce, Enforce, DryRun, Report}[rng.IntN(4)]
+		mode := []tiers.Mode{tiers.Enforce, tiers.Enforce, tiers.DryRun, tiers.Report}[rng.IntN(4)]
 		cost := int64(1 + rng.IntN(2))
 		pick := cells[:1+rng.IntN(3)]
-		var first *Op
+		var first *tiers.Op
 		for _, e := range envs {
 			op := e.check(t, now, cost, mode, pick...)
 			for i := range op.Out {
@@ -531,4 +533,34 @@ func TestConformance_StoresAgreeOnOneSequence(t *testing.T) {
 			}
 		}
 	}
+}
+
+// boolInt is 1 for true, 0 for false (the scripts' flags).
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// checkModels is tiermodel.CheckModels in the store's types: one Outcome
+// per cell (Tier Hot) and whether the cost was counted (model_test.go's,
+// for this external package).
+func checkModels(now time.Time, cost int64, mode tiers.Mode, cells []tiermodel.Cell) ([]tiers.Outcome, bool) {
+	outs, counted := tiermodel.CheckModels(now, cost, tiermodel.Mode(mode), cells)
+	res := make([]tiers.Outcome, len(outs))
+	for i, o := range outs {
+		retry := o.Retry
+		if o.Allowed {
+			retry = 0
+		}
+		res[i] = tiers.Outcome{
+			Allowed:    o.Allowed,
+			Remaining:  max(o.Remaining, 0),
+			ResetAfter: time.Duration(o.Reset) * time.Millisecond,
+			RetryAfter: time.Duration(retry) * time.Millisecond,
+			Tier:       tiers.Hot,
+		}
+	}
+	return res, counted
 }

@@ -5,7 +5,10 @@ import (
 	"crypto/md5"
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"time"
+
+	"github.com/quota-platform/quota/clock"
 )
 
 // This file holds what the warm and cold tiers share with the migration
@@ -115,3 +118,10 @@ var ErrContention = errors.New("too much contention on a cell")
 // was counted (the router retries such cells where the directory then
 // points: the move's destination).
 var ErrMoved = errors.New("cell is being moved")
+
+// Backoff sleeps before attempt (2, 3, ...): full jitter over 50 µs * 2^n,
+// capped at 5 ms.
+func Backoff(ctx context.Context, attempt int) error {
+	d := min(50*time.Microsecond<<min(attempt, 10), 5*time.Millisecond)
+	return clock.Sleep(ctx, d/2+rand.N(d/2+1))
+}

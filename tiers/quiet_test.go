@@ -1,98 +1,23 @@
 package tiers
 
 import (
-	"context"
 	"testing"
 	"time"
-
-	"github.com/quota-platform/quota/internal/testenv"
 )
-
-// InsertNew writes a record only where its cell has no row; DeleteUnchanged
-// deletes a row only while it holds exactly the record given: a row a
-// check has counted in since, or one InsertNew left alone, is kept.
-func TestColdStore_InsertNewAndDeleteUnchangedKeepCountedRows(t *testing.T) {
-	t.Parallel()
-	s := NewColdStore(testenv.MySQLShards(t, 2), ColdOptions{})
-	ctx := context.Background()
-	counted, held, untouched := newConfCell(10, time.Hour), newConfCell(10, time.Hour), newConfCell(10, time.Hour)
-	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 4, Enforce, held)}); err != nil {
-		t.Fatal(err)
-	}
-	m := &HotMover{Now: func() time.Time { return confT0 }}
-	refs := []Ref{counted.ref(), held.ref(), untouched.ref()}
-	recs, err := m.QuietRecords(refs, make([]HotState, len(refs)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.InsertNew(ctx, recs); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 2, Enforce, counted)}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.DeleteUnchanged(ctx, recs); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := s.Exists(ctx, refs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rows[0] || !rows[1] || rows[2] {
-		t.Fatalf("rows after the delete: %v, want counted and held kept, untouched gone", rows)
-	}
-	got, err := s.Export(ctx, refs[:2])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 || got[0].Count != 2 || got[1].Count != 4 {
-		t.Fatalf("records %+v, want counts 2 and 4", got)
-	}
-}
-
-// An idle cell's record counts 0 in the current window and loses to any
-// record of it, so an import of a count over it keeps the count.
-func TestQuietRecords_AnIdleCellsRecordLosesToACountOfTheWindow(t *testing.T) {
-	t.Parallel()
-	s := NewColdStore(testenv.MySQLShards(t, 1), ColdOptions{})
-	ctx := context.Background()
-	c := newConfCell(10, time.Hour)
-	m := &HotMover{Now: func() time.Time { return confT0 }}
-	idle, err := m.QuietRecords([]Ref{c.ref()}, make([]HotState, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := recState{rec: idle[0], present: true}
-	if u := st.used(3600, confT0.Unix()); u != 0 {
-		t.Fatalf("idle record uses %d of the window", u)
-	}
-	if err := s.InsertNew(ctx, idle); err != nil {
-		t.Fatal(err)
-	}
-	// What a move of the cell counting since (hot, 3 calls) imports.
-	nowS := confT0.Unix()
-	if err := s.Import(ctx, []Record{{Ref: c.ref(), Count: 3, Last: nowS, First: nowS}}); err != nil {
-		t.Fatal(err)
-	}
-	got, err := s.Export(ctx, []Ref{c.ref()})
-	if err != nil || len(got) != 1 || got[0].Count != 3 {
-		t.Fatalf("after the import: %+v %v, want count 3", got, err)
-	}
-}
 
 // A record that has seen no call (a move's empty copy) observes no
 // interval at its first call: the time since it was made is not one.
 func TestRecord_AnEmptyCopyObservesNoIntervalAtItsFirstCall(t *testing.T) {
 	t.Parallel()
 	ref := Ref{Window: time.Hour}
-	s := &recState{rec: Record{Ref: ref, Last: recT - 3*3600, First: recT - 3*3600}, present: true}
+	s := &RecState{Rec: Record{Ref: ref, Last: recT - 3*3600, First: recT - 3*3600}, Present: true}
 	s.count(&ref, 3600, recT+10, 1)
-	if s.rec.Samples != 0 || s.rec.MeanInterval != 0 || s.rec.Count != 1 {
-		t.Fatalf("after the first call: %+v", s.rec)
+	if s.Rec.Samples != 0 || s.Rec.MeanInterval != 0 || s.Rec.Count != 1 {
+		t.Fatalf("after the first call: %+v", s.Rec)
 	}
 	s.count(&ref, 3600, recT+70, 1)
-	if s.rec.Samples != 1 || s.rec.MeanInterval != 60 || s.rec.Count != 2 {
-		t.Fatalf("after the second call: %+v", s.rec)
+	if s.Rec.Samples != 1 || s.Rec.MeanInterval != 60 || s.Rec.Count != 2 {
+		t.Fatalf("after the second call: %+v", s.Rec)
 	}
 }
 

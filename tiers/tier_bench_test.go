@@ -1,4 +1,4 @@
-package tiers
+package tiers_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 )
 
 // Per-tier cost of one check shaped like the default rules: two cells, one
@@ -30,7 +32,7 @@ func tierBenchCells(n int) [][2]confCell {
 	return out
 }
 
-func tierBenchStore(b *testing.B, s Store) {
+func tierBenchStore(b *testing.B, s tiers.Store) {
 	ctx := context.Background()
 	cells := tierBenchCells(4096)
 	now := time.Now()
@@ -38,8 +40,8 @@ func tierBenchStore(b *testing.B, s Store) {
 	for b.Loop() {
 		c := cells[i%len(cells)]
 		i++
-		op := confOp(now, 1, Enforce, c[0], c[1])
-		if err := s.Check(ctx, now, []*Op{op}); err != nil {
+		op := confOp(now, 1, tiers.Enforce, c[0], c[1])
+		if err := s.Check(ctx, now, []*tiers.Op{op}); err != nil {
 			b.Fatal(err)
 		}
 		if !op.Committed {
@@ -58,13 +60,13 @@ func tierBenchRedis(b *testing.B) *redis.Client {
 }
 
 func BenchmarkStore_Hot(b *testing.B) {
-	tierBenchStore(b, NewHotStore(tierBenchRedis(b), HotOptions{Prefix: "h:"}))
+	tierBenchStore(b, tiers.NewHotStore(tierBenchRedis(b), tiers.HotOptions{Prefix: "h:"}))
 }
 
 func BenchmarkStore_Warm(b *testing.B) {
-	tierBenchStore(b, NewWarmStore(tierBenchRedis(b), WarmOptions{Prefix: "w:"}))
+	tierBenchStore(b, tiers.NewWarmStore(tierBenchRedis(b), tiers.WarmOptions{Prefix: "w:"}))
 }
 
 func BenchmarkStore_Cold(b *testing.B) {
-	tierBenchStore(b, NewColdStore(testenv.MySQLShards(b, 2), ColdOptions{}))
+	tierBenchStore(b, cold.NewStore(testenv.MySQLShards(b, 2), cold.Options{}))
 }

@@ -32,14 +32,14 @@ func TestRecord_RoundTrip(t *testing.T) {
 		{"first after last", Record{Count: 1, Last: recT, First: recT + 50}, 7, recT},
 	}
 	for _, c := range cases {
-		raw, err := appendRecordRaw(nil, &c.rec)
+		raw, err := AppendRecordRaw(nil, &c.rec)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		if len(raw) != c.rawSize {
 			t.Errorf("%s: %d raw bytes, want %d", c.name, len(raw), c.rawSize)
 		}
-		got, err := parseRecordRaw(raw)
+		got, err := ParseRecordRaw(raw)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -72,7 +72,7 @@ func TestRecord_EncodeRejectsWhatItCannotHold(t *testing.T) {
 		{Count: 1, Last: recT, MeanInterval: 1<<recordLastBits + 1},
 		{Count: 1, Last: recT, Samples: 32},
 	} {
-		if _, err := appendRecordRaw(nil, &r); err == nil {
+		if _, err := AppendRecordRaw(nil, &r); err == nil {
 			t.Errorf("%+v encoded", r)
 		}
 	}
@@ -80,7 +80,7 @@ func TestRecord_EncodeRejectsWhatItCannotHold(t *testing.T) {
 
 func TestRecord_DecodeRejectsCorruption(t *testing.T) {
 	t.Parallel()
-	good, _ := appendRecordRaw(nil, &Record{Count: 3, Last: recT, First: recT, MeanInterval: 10, Samples: 1})
+	good, _ := AppendRecordRaw(nil, &Record{Count: 3, Last: recT, First: recT, MeanInterval: 10, Samples: 1})
 	future := bytes.Clone(good)
 	future[3] |= 0x80
 	for name, raw := range map[string][]byte{
@@ -92,7 +92,7 @@ func TestRecord_DecodeRejectsCorruption(t *testing.T) {
 		"truncated var": append(bytes.Clone(good[:4]), 0x01, 0x80),
 		"huge count":    append(append(bytes.Clone(good[:4]), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f), 0, 0),
 	} {
-		if r, err := parseRecordRaw(raw); !errors.Is(err, ErrRecordCorrupt) {
+		if r, err := ParseRecordRaw(raw); !errors.Is(err, ErrRecordCorrupt) {
 			t.Errorf("%s: decoded %+v, %v", name, r, err)
 		}
 		if r, err := DecodeWarmValue(snappy.Encode(nil, raw)); !errors.Is(err, ErrRecordCorrupt) {
@@ -155,26 +155,26 @@ func TestRecord_IntervalMean(t *testing.T) {
 func TestRecord_CountsByWindow(t *testing.T) {
 	t.Parallel()
 	ref := Ref{Window: time.Hour}
-	s := &recState{}
+	s := &RecState{}
 	s.count(&ref, 3600, recT+10, 2)
 	s.count(&ref, 3600, recT+70, 1)
-	if s.rec.Count != 3 || s.rec.First != recT+10 || s.rec.Last != recT+70 || s.rec.Samples != 1 || s.rec.MeanInterval != 60 {
-		t.Fatalf("%+v", s.rec)
+	if s.Rec.Count != 3 || s.Rec.First != recT+10 || s.Rec.Last != recT+70 || s.Rec.Samples != 1 || s.Rec.MeanInterval != 60 {
+		t.Fatalf("%+v", s.Rec)
 	}
-	if u := s.used(3600, recT+3599); u != 3 {
+	if u := s.Used(3600, recT+3599); u != 3 {
 		t.Fatalf("same window used %d", u)
 	}
-	if u := s.used(3600, recT+3600); u != 0 {
+	if u := s.Used(3600, recT+3600); u != 0 {
 		t.Fatalf("next window used %d, want 0: an older window counts as 0", u)
 	}
 	// A caller whose clock is behind the last writer's counts in the record's window.
 	s.count(&ref, 3600, recT+3600, 1)
 	s.count(&ref, 3600, recT+3599, 1)
-	if s.rec.Count != 2 || s.rec.Last != recT+3600 {
-		t.Fatalf("%+v", s.rec)
+	if s.Rec.Count != 2 || s.Rec.Last != recT+3600 {
+		t.Fatalf("%+v", s.Rec)
 	}
-	if !s.refund(3600, recT+3600, 5) || s.rec.Count != 0 {
-		t.Fatalf("refund: %+v", s.rec)
+	if !s.refund(3600, recT+3600, 5) || s.Rec.Count != 0 {
+		t.Fatalf("refund: %+v", s.Rec)
 	}
 	if s.refund(3600, recT+7200, 1) {
 		t.Fatal("refund changed an older window's record")
@@ -199,7 +199,7 @@ func FuzzWarmRecordDecode(f *testing.F) {
 		bad := bytes.Clone(v)
 		bad[len(bad)/2] ^= 0x5a
 		f.Add(bad)
-		raw, _ := appendRecordRaw(nil, &r)
+		raw, _ := AppendRecordRaw(nil, &r)
 		f.Add(raw)
 	}
 	f.Add([]byte{})

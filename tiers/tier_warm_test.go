@@ -12,7 +12,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/internal/testenv"
-	"github.com/quota-platform/quota/rules"
 )
 
 // Warm-tier specifics: bucket layout, the compare-and-set under races, and
@@ -271,24 +270,6 @@ func TestWarm_SurvivesAScriptFlush(t *testing.T) {
 		if ops[0].Committed != (i < 3) || ops[1].Committed != (i < 3) {
 			t.Fatalf("round %d: %v %v", i, ops[0].Committed, ops[1].Committed)
 		}
-	}
-}
-
-func TestWarmCold_RejectOtherAlgorithmsAndOldTimes(t *testing.T) {
-	t.Parallel()
-	s, _, _ := newWarm(t, WarmOptions{})
-	cold := NewColdStore(nil, ColdOptions{})
-	c := newConfCell(10, time.Hour)
-	for _, st := range []Store{s, cold} {
-		op := confOp(confT0, 1, Enforce, c)
-		op.Cells[0].Algorithm = rules.TokenBucket
-		if err := st.Check(context.Background(), confT0, []*Op{op}); err == nil {
-			t.Errorf("%s counted a token bucket", st.Tier())
-		}
-	}
-	old := time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
-	if err := s.Check(context.Background(), old, []*Op{confOp(old, 1, Enforce, c)}); err == nil {
-		t.Error("warm counted at a time its record cannot hold")
 	}
 }
 

@@ -5,12 +5,10 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/redisscript"
 	"github.com/quota-platform/quota/rules"
 )
@@ -162,7 +160,7 @@ func (s *WarmStore) locateCell(cid CellID, tag Tag) warmLoc {
 // warmEntry is one record as read, then as the ops of an attempt leave it.
 type warmEntry struct {
 	raw    string // the stored value ("" = none); after a deciding op, its new value
-	state  recState
+	state  RecState
 	marker bool // raw is a directory marker, not a record
 }
 
@@ -187,7 +185,7 @@ func (s *WarmStore) read(ctx context.Context, locs []warmLoc) (map[warmLoc]*warm
 			// A directory marker (move.go): the cell is not warm; a
 			// check that finds it fails with ErrMoved.
 			e.raw = str
-			e.state = recState{rec: Record{Moved: true}, present: true}
+			e.state = RecState{Rec: Record{Moved: true}, Present: true}
 			e.marker = true
 		default:
 			rec, err := DecodeWarmValue([]byte(str))
@@ -195,7 +193,7 @@ func (s *WarmStore) read(ctx context.Context, locs []warmLoc) (map[warmLoc]*warm
 				return nil, fmt.Errorf("warm read %s field %x: %w", l.base, l.field, err)
 			}
 			e.raw = str
-			e.state = recState{rec: rec, present: true}
+			e.state = RecState{Rec: rec, Present: true}
 		}
 	}
 	return out, nil
@@ -263,13 +261,6 @@ func (s *WarmStore) runCAS(ctx context.Context, calls []warmCAS) ([]bool, error)
 	return ok, nil
 }
 
-// tierBackoff sleeps before attempt (2, 3, ...): full jitter over 50 µs * 2^n,
-// capped at 5 ms.
-func tierBackoff(ctx context.Context, attempt int) error {
-	d := min(50*time.Microsecond<<min(attempt, 10), 5*time.Millisecond)
-	return clock.Sleep(ctx, d/2+rand.N(d/2+1))
-}
-
 // warmPlan is where an op's cells live and, in an attempt, its write.
 type warmPlan struct {
 	locs []warmLoc
@@ -289,7 +280,7 @@ func (s *WarmStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 		p.locs = make([]warmLoc, len(op.Cells))
 		for j := range op.Cells {
 			c := &op.Cells[j]
-			if _, err := fixedWindowSeconds(c); err != nil {
+			if _, err := FixedWindowSeconds(c); err != nil {
 				return fmt.Errorf("warm check: %w", err)
 			}
 			p.locs[j] = s.locate(c.Identity, c.Window, c.Tag)
@@ -346,7 +337,7 @@ func (s *WarmStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 		if attempt >= s.maxAttempts {
 			return fmt.Errorf("warm check: %w (%d attempts)", ErrContention, attempt)
 		}
-		if err := tierBackoff(ctx, attempt); err != nil {
+		if err := Backoff(ctx, attempt); err != nil {
 			return fmt.Errorf("warm check: %w", err)
 		}
 		pending = next
@@ -356,7 +347,7 @@ func (s *WarmStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 // decide decides one op on entries and, when it writes, adds its call.
 func (s *WarmStore) decide(op *Op, now time.Time, p *warmPlan, entries map[warmLoc]*warmEntry, calls *[]warmCAS) error {
 	p.cas = -1
-	var stBuf [8]*recState
+	var stBuf [8]*RecState
 	var oldBuf [8]string
 	st, olds := stBuf[:0], oldBuf[:0]
 	for _, l := range p.locs {
@@ -364,7 +355,7 @@ func (s *WarmStore) decide(op *Op, now time.Time, p *warmPlan, entries map[warmL
 		st = append(st, &e.state)
 		olds = append(olds, e.raw)
 	}
-	changed, err := decideFixed(op, now, st, Warm)
+	changed, err := DecideFixed(op, now, st, Warm)
 	if err != nil || !changed {
 		return err
 	}
@@ -374,7 +365,7 @@ func (s *WarmStore) decide(op *Op, now time.Time, p *warmPlan, entries map[warmL
 		if j > 0 && containsLoc(p.locs[:j], l) {
 			continue // a cell named twice: one compare-and-set of its final value
 		}
-		val, err := EncodeWarmValue(&e.state.rec)
+		val, err := EncodeWarmValue(&e.state.Rec)
 		if err != nil {
 			return fmt.Errorf("warm check: %w", err)
 		}
@@ -407,8 +398,8 @@ func (s *WarmStore) Export(ctx context.Context, refs []Ref) ([]Record, error) {
 	}
 	var out []Record
 	for i := range refs {
-		if e := entries[locs[i]]; e.state.present && !e.marker {
-			r := e.state.rec
+		if e := entries[locs[i]]; e.state.Present && !e.marker {
+			r := e.state.Rec
 			r.Ref = refs[i]
 			out = append(out, r)
 		}
@@ -430,7 +421,7 @@ func (s *WarmStore) Import(ctx context.Context, recs []Record) error {
 	var items []item
 	for i := range recs {
 		r := &recs[i]
-		if _, err := fixedWindowSeconds(&Cell{Algorithm: rules.FixedWindow, Window: r.Window}); err != nil {
+		if _, err := FixedWindowSeconds(&Cell{Algorithm: rules.FixedWindow, Window: r.Window}); err != nil {
 			return fmt.Errorf("warm import: %w", err)
 		}
 		v, err := EncodeWarmValue(r)
@@ -475,7 +466,7 @@ func (s *WarmStore) Import(ctx context.Context, recs []Record) error {
 			if e.marker {
 				continue // the directory says the cell is not warm: leave it
 			}
-			if e.state.present && !it.rec.NewerThan(&e.state.rec) {
+			if e.state.Present && !it.rec.NewerThan(&e.state.Rec) {
 				continue
 			}
 			ci, ok := byKey[it.loc.base]
@@ -504,7 +495,7 @@ func (s *WarmStore) Import(ctx context.Context, recs []Record) error {
 		if attempt >= s.maxAttempts {
 			return fmt.Errorf("warm import: %w (%d attempts)", ErrContention, attempt)
 		}
-		if err := tierBackoff(ctx, attempt); err != nil {
+		if err := Backoff(ctx, attempt); err != nil {
 			return fmt.Errorf("warm import: %w", err)
 		}
 		pending = next

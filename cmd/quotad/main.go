@@ -36,6 +36,7 @@ import (
 	"github.com/quota-platform/quota/schedule"
 	sqlschema "github.com/quota-platform/quota/sql"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/routing"
 	"github.com/quota-platform/quota/tracing"
 )
@@ -71,7 +72,7 @@ func main() {
 func openShards(dsns []string) ([]*sql.DB, error) {
 	dbs := make([]*sql.DB, 0, len(dsns))
 	for i, dsn := range dsns {
-		dsn, err := tiers.ShardDSN(dsn)
+		dsn, err := cold.ShardDSN(dsn)
 		if err != nil {
 			return nil, fmt.Errorf("QUOTA_MYSQL_SHARDS entry %d: %w", i, err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/quota-platform/quota/internal/tick"
 	"github.com/quota-platform/quota/migrate"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/routing"
 )
 
@@ -32,7 +33,7 @@ func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, d
 	if err := warm.Load(ctx); err != nil {
 		log.Warn("redis not reachable at start (warm script)", "err", err)
 	}
-	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
+	cold := cold.NewStore(dbs, cold.Options{})
 	router := routing.NewRouter(hot, warm, cold)
 	router.ColdHints = routing.NewColdHints(s.ColdHints)
 	// Moves run on a Redis client of their own: their pipelines are larger

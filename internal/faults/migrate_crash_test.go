@@ -18,6 +18,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 )
 
 // One fixed-window rule (only fixed windows are tiered) with a limit no
@@ -84,7 +85,7 @@ type migEnv struct {
 	dbs   []*sql.DB
 	hot   *tiers.HotStore
 	warm  *tiers.WarmStore
-	cold  *tiers.ColdStore
+	cold  *cold.Store
 	app   string
 	users []string
 	refs  []tiers.Ref
@@ -107,7 +108,7 @@ func newMigEnv(t *testing.T, dir migDirection) *migEnv {
 	t.Cleanup(func() { e.rdb.Close() })
 	e.hot = tiers.NewHotStore(e.rdb, tiers.HotOptions{Prefix: migPrefix})
 	e.warm = tiers.NewWarmStore(e.rdb, tiers.WarmOptions{Prefix: migPrefix})
-	e.cold = tiers.NewColdStore(dbs, tiers.ColdOptions{})
+	e.cold = cold.NewStore(dbs, cold.Options{})
 	for i := range migCells {
 		u := fmt.Sprintf("u%d", i)
 		id := tiers.IdentityOf(migRule, []string{e.app, u})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 )
 
 // idAt is a cell id whose slot index (low bits of its first 8 bytes) is
@@ -68,11 +69,11 @@ func TestColdHints_SizeRoundsUpAndNilHasNoHints(t *testing.T) {
 
 // hintRouter is a router over two counted shard databases, with or
 // without cold hints.
-func hintRouter(t *testing.T, hints bool) (*Router, *tiers.ColdStore, func() int64) {
+func hintRouter(t *testing.T, hints bool) (*Router, *cold.Store, func() int64) {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	dbs, trips := countedShards(t, 2)
-	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
+	cold := cold.NewStore(dbs, cold.Options{})
 	r := NewRouter(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix}), cold)
 	if hints {
 		r.ColdHints = NewColdHints(1024)

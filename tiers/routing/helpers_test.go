@@ -14,6 +14,7 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 )
 
 // The test helpers the router's tests share with package tiers' (copied
@@ -75,7 +76,7 @@ func confOp(now time.Time, cost int64, mode tiers.Mode, cells ...confCell) *tier
 }
 
 // cellOnShard returns a new cell whose cold row lives on shard.
-func cellOnShard(t *testing.T, s *tiers.ColdStore, shard int, limit int64) confCell {
+func cellOnShard(t *testing.T, s *cold.Store, shard int, limit int64) confCell {
 	t.Helper()
 	for range 200 {
 		c := newConfCell(limit, time.Hour)

@@ -10,6 +10,7 @@ import (
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 )
 
 // Router is the Store the service checks against when tiering is on: it
@@ -46,7 +47,7 @@ import (
 type Router struct {
 	hot  *tiers.HotStore
 	warm *tiers.WarmStore
-	cold *tiers.ColdStore
+	cold *cold.Store
 	// Observe, when set, is called after each op with the cells found
 	// in warm or cold and their records as the hot script saw them (warm)
 	// or as the check left them (cold): the on-call migration's input. It
@@ -79,7 +80,7 @@ func (r *Router) movedWait() time.Duration {
 
 // NewRouter returns a router over the three stores (cold may be nil: then a
 // cell found cold is an error). The hot store's options are kept.
-func NewRouter(hot *tiers.HotStore, warm *tiers.WarmStore, cold *tiers.ColdStore) *Router {
+func NewRouter(hot *tiers.HotStore, warm *tiers.WarmStore, cold *cold.Store) *Router {
 	return &Router{hot: hot.WithDirectory(warm), warm: warm, cold: cold}
 }
 

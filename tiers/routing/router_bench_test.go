@@ -9,6 +9,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 )
 
 // BenchmarkRouter_ColdBatches: the router's cost per check when every cell
@@ -29,7 +30,7 @@ func BenchmarkRouter_ColdBatches(b *testing.B) {
 
 func benchRouterCold(b *testing.B, batch int, hints bool) {
 	ctx := context.Background()
-	cold := tiers.NewColdStore(testenv.MySQLShards(b, 2), tiers.ColdOptions{})
+	cold := cold.NewStore(testenv.MySQLShards(b, 2), cold.Options{})
 	rdb := tierBenchRedis(b)
 	r := NewRouter(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: "h:"}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "w:"}), cold)
 	if hints {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 )
 
 // On a Redis Cluster with one master dead, a batch of checks over every
@@ -32,7 +33,7 @@ func deadMasterFailsOnlyItsChecks(t *testing.T, routed bool) {
 	hot := tiers.NewHotStore(cc, tiers.HotOptions{Prefix: "c:"})
 	var r tiers.EachChecker = hot
 	if routed {
-		r = NewRouter(hot, tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"}), tiers.NewColdStore(testenv.MySQLShards(t, 1), tiers.ColdOptions{}))
+		r = NewRouter(hot, tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"}), cold.NewStore(testenv.MySQLShards(t, 1), cold.Options{}))
 	}
 	partition := ClusterPartition(cc)
 	ctx := context.Background()
@@ -88,7 +89,7 @@ func deadMasterFailsOnlyItsChecks(t *testing.T, routed bool) {
 func TestRouter_OnAClusterCellsWithoutAppAreEnforced(t *testing.T) {
 	t.Parallel()
 	cc := testenv.ClusterClient(t, testenv.StartRedisCluster(t, 3), nil)
-	r := NewRouter(tiers.NewHotStore(cc, tiers.HotOptions{Prefix: "c:"}), tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"}), tiers.NewColdStore(testenv.MySQLShards(t, 1), tiers.ColdOptions{}))
+	r := NewRouter(tiers.NewHotStore(cc, tiers.HotOptions{Prefix: "c:"}), tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"}), cold.NewStore(testenv.MySQLShards(t, 1), cold.Options{}))
 	ctx := context.Background()
 	for range 20 {
 		noApp, withApp := newConfCell(2, time.Hour), newConfCell(5, time.Hour)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 )
 
 // The router hands the cold parts of a batch to the cold tier as one group:
@@ -19,18 +20,18 @@ import (
 
 // newGroupRouter is a router over the test Redis (a prefix of its own) and
 // two fresh shard databases.
-func newGroupRouter(t *testing.T) (*Router, *tiers.ColdStore) {
+func newGroupRouter(t *testing.T) (*Router, *cold.Store) {
 	t.Helper()
 	return newGroupRouterOn(t, testenv.MySQLShards(t, 2))
 }
 
 // newGroupRouterOn is newGroupRouter with the cold tier on dbs.
-func newGroupRouterOn(t *testing.T, dbs []*sql.DB) (*Router, *tiers.ColdStore) {
+func newGroupRouterOn(t *testing.T, dbs []*sql.DB) (*Router, *cold.Store) {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix})
 	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
-	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
+	cold := cold.NewStore(dbs, cold.Options{})
 	return NewRouter(hot, warm, cold), cold
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 )
 
 // BenchmarkQuietMove_RedisInstructions counts the instructions Redis
@@ -50,7 +51,7 @@ func callgrindRouter(b *testing.B) (*testenv.Callgrind, *Router) {
 	rdb := redis.NewClient(&redis.Options{Addr: cg.Addr()})
 	b.Cleanup(func() { rdb.Close() })
 	return cg, NewRouter(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: "bench:"}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "bench:"}),
-		tiers.NewColdStore(testenv.MySQLShards(b, 2), tiers.ColdOptions{}))
+		cold.NewStore(testenv.MySQLShards(b, 2), cold.Options{}))
 }
 
 // quietMove makes n new hot cells of 1-day windows over 160 apps (each

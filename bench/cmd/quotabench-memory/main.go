@@ -48,6 +48,7 @@ import (
 	"github.com/quota-platform/quota/rules"
 	sqlschema "github.com/quota-platform/quota/sql"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/routing"
 )
 
@@ -537,7 +538,7 @@ func coldTier(ctx context.Context, c *config) error {
 		return fmt.Errorf("-mysql: %w", err)
 	}
 	base.InterpolateParams = true
-	base.MultiStatements = true // as tiers.ShardDSN: the cold tier needs both
+	base.MultiStatements = true // as cold.ShardDSN: the cold tier needs both
 	srvCfg := *base
 	srvCfg.DBName = ""
 	server, err := sql.Open("mysql", srvCfg.FormatDSN())
@@ -576,7 +577,7 @@ func coldTier(ctx context.Context, c *config) error {
 			return fmt.Errorf("schema on %s: %w", name, err)
 		}
 	}
-	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
+	cold := cold.NewStore(dbs, cold.Options{})
 	start := time.Now()
 	if err := importAll(ctx, c, cold, time.Now().Unix()); err != nil {
 		return fmt.Errorf("cold: %w", err)

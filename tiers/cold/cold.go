@@ -1,4 +1,7 @@
-package tiers
+// Package cold is the cold tier: fixed-window cells as rows of sharded
+// MySQL/MariaDB databases (Store), and its side of a move (Freeze,
+// Exists, and tiers.Mover's Export, Import and Delete).
+package cold
 
 import (
 	"context"
@@ -11,13 +14,14 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
 )
 
-// ColdStore keeps fixed-window cells in MySQL/MariaDB, one row per cell,
+// Store keeps fixed-window cells in MySQL/MariaDB, one row per cell,
 // sharded over N databases (sql/003_cold_cells.sql):
 //
 //	cold_cells(k BINARY(16) PRIMARY KEY, r VARBINARY(40))
-//	k = CellID, r = the raw record of warmrecord.go (7-10 bytes)
+//	k = CellID, r = the raw record of tiers/warmrecord.go (7-10 bytes)
 //
 // A cell's shard is JumpShard(ShardKey, N). One Check call is decided as a
 // group (group commit, cold_group.go): per shard its ops touch, one short
@@ -41,13 +45,13 @@ import (
 //
 // Shard DSNs must set interpolateParams=true and multiStatements=true
 // (ShardDSN adds both).
-type ColdStore struct {
+type Store struct {
 	dbs         []*sql.DB
 	maxAttempts int
 }
 
-// ColdOptions configures a ColdStore.
-type ColdOptions struct {
+// Options configures a Store.
+type Options struct {
 	MaxAttempts int // tries per check on deadlocks and insert races; 0: 10
 }
 
@@ -57,25 +61,25 @@ const coldTable = "cold_cells"
 // coldChunk bounds the rows of one statement of Export, Import and Delete.
 const coldChunk = 500
 
-// NewColdStore returns a cold store over the shard databases, in shard order.
-func NewColdStore(dbs []*sql.DB, o ColdOptions) *ColdStore {
+// NewStore returns a cold store over the shard databases, in shard order.
+func NewStore(dbs []*sql.DB, o Options) *Store {
 	a := o.MaxAttempts
 	if a <= 0 {
 		a = 10
 	}
-	return &ColdStore{dbs: dbs, maxAttempts: a}
+	return &Store{dbs: dbs, maxAttempts: a}
 }
 
 // Tier returns Cold.
-func (s *ColdStore) Tier() Tier { return Cold }
+func (s *Store) Tier() tiers.Tier { return tiers.Cold }
 
 // ShardOf returns the shard of a cell.
-func (s *ColdStore) ShardOf(r *Ref) int {
-	return JumpShard(cellShardKey(r.ShardKey, r.Identity), len(s.dbs))
+func (s *Store) ShardOf(r *tiers.Ref) int {
+	return tiers.JumpShard(tiers.CellShardKey(r.ShardKey, r.Identity), len(s.dbs))
 }
 
 // Ping reports whether every shard answers.
-func (s *ColdStore) Ping(ctx context.Context) error {
+func (s *Store) Ping(ctx context.Context) error {
 	for i, db := range s.dbs {
 		if err := db.PingContext(ctx); err != nil {
 			return fmt.Errorf("cold shard %d: %w", i, coldUnavailable(err))
@@ -92,13 +96,13 @@ func coldUnavailable(err error) error {
 	if errors.As(err, &me) {
 		return err
 	}
-	if errors.Is(err, ErrUnavailable) {
-		if errors.Is(err, ErrColdUnavailable) {
+	if errors.Is(err, tiers.ErrUnavailable) {
+		if errors.Is(err, tiers.ErrColdUnavailable) {
 			return err
 		}
-		return fmt.Errorf("%w: %w", ErrColdUnavailable, err)
+		return fmt.Errorf("%w: %w", tiers.ErrColdUnavailable, err)
 	}
-	return fmt.Errorf("%w: %w: %w", ErrUnavailable, ErrColdUnavailable, err)
+	return fmt.Errorf("%w: %w: %w", tiers.ErrUnavailable, tiers.ErrColdUnavailable, err)
 }
 
 // coldRetryable reports errors after which the whole op is tried again:
@@ -116,7 +120,7 @@ func coldRetryable(err error) bool {
 type coldRow struct {
 	exists bool
 	raw    []byte
-	state  recState
+	state  tiers.RecState
 	bad    error
 }
 
@@ -127,16 +131,16 @@ var errColdReserved = errors.New("cold rows reserved")
 // again: after reserving rows at once, after a deadlock or an insert race
 // with a backoff, unless attempts are used up; otherwise it returns the
 // error to give up with.
-func (s *ColdStore) again(ctx context.Context, err error, attempt int) (bool, error) {
+func (s *Store) again(ctx context.Context, err error, attempt int) (bool, error) {
 	reserved := errors.Is(err, errColdReserved)
 	if err == nil || !(reserved || coldRetryable(err)) {
 		return false, err
 	}
 	if attempt >= s.maxAttempts {
-		return false, fmt.Errorf("cold: %w (%d attempts): %w", ErrContention, attempt, err)
+		return false, fmt.Errorf("cold: %w (%d attempts): %w", tiers.ErrContention, attempt, err)
 	}
 	if !reserved {
-		if err := tierBackoff(ctx, attempt); err != nil {
+		if err := tiers.Backoff(ctx, attempt); err != nil {
 			return false, fmt.Errorf("cold: %w", err)
 		}
 	}
@@ -167,7 +171,7 @@ func coldPlaceholders(n, k int) string {
 
 // selectCold reads the rows of ids into rows (FOR UPDATE when lock); a
 // row whose record cannot be parsed fails it.
-func selectCold(ctx context.Context, q coldQueryer, ids []CellID, lock bool, rows map[CellID]*coldRow) error {
+func selectCold(ctx context.Context, q coldQueryer, ids []tiers.CellID, lock bool, rows map[tiers.CellID]*coldRow) error {
 	if err := readCold(ctx, q, ids, lock, rows); err != nil {
 		return err
 	}
@@ -181,7 +185,7 @@ func selectCold(ctx context.Context, q coldQueryer, ids []CellID, lock bool, row
 
 // readCold reads the rows of ids into rows (FOR UPDATE when lock); a row
 // whose record cannot be parsed is kept with its error in bad.
-func readCold(ctx context.Context, q coldQueryer, ids []CellID, lock bool, rows map[CellID]*coldRow) error {
+func readCold(ctx context.Context, q coldQueryer, ids []tiers.CellID, lock bool, rows map[tiers.CellID]*coldRow) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -198,7 +202,7 @@ func coldSelectSQL(n int, lock bool) string {
 }
 
 // coldIDArgs is ids as statement arguments.
-func coldIDArgs(ids []CellID) []any {
+func coldIDArgs(ids []tiers.CellID) []any {
 	args := make([]any, len(ids))
 	for i := range ids {
 		args[i] = ids[i][:]
@@ -207,7 +211,7 @@ func coldIDArgs(ids []CellID) []any {
 }
 
 // queryCold runs query, whose result is (k, r) rows, and keeps them in rows.
-func queryCold(ctx context.Context, q coldQueryer, query string, args []any, rows map[CellID]*coldRow) error {
+func queryCold(ctx context.Context, q coldQueryer, query string, args []any, rows map[tiers.CellID]*coldRow) error {
 	rs, err := q.QueryContext(ctx, query, args...)
 	if err != nil {
 		return coldUnavailable(err)
@@ -218,18 +222,18 @@ func queryCold(ctx context.Context, q coldQueryer, query string, args []any, row
 		if err := rs.Scan(&k, &r); err != nil {
 			return coldUnavailable(err)
 		}
-		var id CellID
+		var id tiers.CellID
 		if len(k) != len(id) {
 			return fmt.Errorf("cold row key of %d bytes", len(k))
 		}
 		copy(id[:], k)
 		row := &coldRow{exists: true, raw: r}
 		if len(r) > 0 {
-			rec, err := parseRecordRaw(r)
+			rec, err := tiers.ParseRecordRaw(r)
 			if err != nil {
 				row.bad = fmt.Errorf("cold row %x: %w", k, err)
 			} else {
-				row.state = recState{rec: rec, present: true}
+				row.state = tiers.RecState{Rec: rec, Present: true}
 			}
 		}
 		rows[id] = row
@@ -244,7 +248,7 @@ func queryCold(ctx context.Context, q coldQueryer, query string, args []any, row
 // INSERT (a row created meanwhile makes it fail with a duplicate key, and
 // the caller retries), existing ones - locked by this transaction - by an
 // INSERT ... ON DUPLICATE KEY UPDATE.
-func writeCold(ctx context.Context, q coldQueryer, ids []CellID, rows map[CellID]*coldRow) error {
+func writeCold(ctx context.Context, q coldQueryer, ids []tiers.CellID, rows map[tiers.CellID]*coldRow) error {
 	stmts, args, err := coldWrites(ids, rows)
 	if err != nil {
 		return err
@@ -259,14 +263,14 @@ func writeCold(ctx context.Context, q coldQueryer, ids []CellID, rows map[CellID
 
 // coldWrites returns writeCold's statements (none, one or two) and the
 // arguments of each.
-func coldWrites(ids []CellID, rows map[CellID]*coldRow) ([]string, [][]any, error) {
+func coldWrites(ids []tiers.CellID, rows map[tiers.CellID]*coldRow) ([]string, [][]any, error) {
 	var ins, upd []any
 	for _, id := range ids {
 		r := rows[id]
-		if r == nil || !r.state.present {
+		if r == nil || !r.state.Present {
 			continue
 		}
-		raw, err := appendRecordRaw(nil, &r.state.rec)
+		raw, err := tiers.AppendRecordRaw(nil, &r.state.Rec)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -294,7 +298,7 @@ func coldWrites(ids []CellID, rows map[CellID]*coldRow) ([]string, [][]any, erro
 // reserveCold creates the rows of ids that have none (autocommit), each
 // with its value in vals, or empty (reserved, no record) when vals is nil.
 // It returns how many it created.
-func reserveCold(ctx context.Context, q coldQueryer, ids []CellID, vals [][]byte) (int64, error) {
+func reserveCold(ctx context.Context, q coldQueryer, ids []tiers.CellID, vals [][]byte) (int64, error) {
 	if len(ids) == 0 {
 		return 0, nil
 	}
@@ -319,7 +323,7 @@ func reserveCold(ctx context.Context, q coldQueryer, ids []CellID, vals [][]byte
 }
 
 // refsByShard groups indexes of refs by shard, in shard order.
-func (s *ColdStore) refsByShard(refs []Ref) ([][]int, error) {
+func (s *Store) refsByShard(refs []tiers.Ref) ([][]int, error) {
 	if len(s.dbs) == 0 && len(refs) > 0 {
 		return nil, errors.New("cold: no shard databases")
 	}
@@ -333,7 +337,7 @@ func (s *ColdStore) refsByShard(refs []Ref) ([][]int, error) {
 
 // shardChunks calls fn with the indexes of refs grouped by shard, in
 // chunks of at most coldChunk (one statement each), shard by shard.
-func (s *ColdStore) shardChunks(refs []Ref, fn func(sh int, chunk []int) error) error {
+func (s *Store) shardChunks(refs []tiers.Ref, fn func(sh int, chunk []int) error) error {
 	by, err := s.refsByShard(refs)
 	if err != nil {
 		return err
@@ -350,14 +354,14 @@ func (s *ColdStore) shardChunks(refs []Ref, fn func(sh int, chunk []int) error) 
 
 // Export returns the records of refs (Mover): one SELECT per shard and
 // chunk of refs.
-func (s *ColdStore) Export(ctx context.Context, refs []Ref) ([]Record, error) {
-	rows := map[CellID]*coldRow{}
-	ids := make([]CellID, len(refs))
+func (s *Store) Export(ctx context.Context, refs []tiers.Ref) ([]tiers.Record, error) {
+	rows := map[tiers.CellID]*coldRow{}
+	ids := make([]tiers.CellID, len(refs))
 	for i := range refs {
 		ids[i] = refs[i].ID()
 	}
 	err := s.shardChunks(refs, func(sh int, chunk []int) error {
-		part := make([]CellID, len(chunk))
+		part := make([]tiers.CellID, len(chunk))
 		for j, i := range chunk {
 			part[j] = ids[i]
 		}
@@ -369,10 +373,10 @@ func (s *ColdStore) Export(ctx context.Context, refs []Ref) ([]Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []Record
+	var out []tiers.Record
 	for i := range refs {
-		if r, ok := rows[ids[i]]; ok && r.state.present {
-			rec := r.state.rec
+		if r, ok := rows[ids[i]]; ok && r.state.Present {
+			rec := r.state.Rec
 			rec.Ref = refs[i]
 			out = append(out, rec)
 		}
@@ -384,17 +388,17 @@ func (s *ColdStore) Export(ctx context.Context, refs []Ref) ([]Record, error) {
 // chunk, one transaction that locks the rows, then one multi-row INSERT
 // and one multi-row upsert. Of several records for one cell, the newest is
 // imported.
-func (s *ColdStore) Import(ctx context.Context, recs []Record) error {
-	newest := map[CellID]int{}
-	var refs []Ref
-	var pick []*Record
-	var ids []CellID // of pick
+func (s *Store) Import(ctx context.Context, recs []tiers.Record) error {
+	newest := map[tiers.CellID]int{}
+	var refs []tiers.Ref
+	var pick []*tiers.Record
+	var ids []tiers.CellID // of pick
 	for i := range recs {
 		r := &recs[i]
-		if _, err := fixedWindowSeconds(&Cell{Algorithm: rules.FixedWindow, Window: r.Window}); err != nil {
+		if _, err := tiers.FixedWindowSeconds(&tiers.Cell{Algorithm: rules.FixedWindow, Window: r.Window}); err != nil {
 			return fmt.Errorf("cold import: %w", err)
 		}
-		if _, err := appendRecordRaw(nil, r); err != nil {
+		if _, err := tiers.AppendRecordRaw(nil, r); err != nil {
 			return fmt.Errorf("cold import: %w", err)
 		}
 		id := r.ID()
@@ -410,8 +414,8 @@ func (s *ColdStore) Import(ctx context.Context, recs []Record) error {
 		refs = append(refs, r.Ref)
 	}
 	return s.shardChunks(refs, func(sh int, chunk []int) error {
-		part := make([]*Record, len(chunk))
-		partIDs := make([]CellID, len(chunk))
+		part := make([]*tiers.Record, len(chunk))
+		partIDs := make([]tiers.CellID, len(chunk))
 		for j, i := range chunk {
 			part[j], partIDs[j] = pick[i], ids[i]
 		}
@@ -428,10 +432,10 @@ func (s *ColdStore) Import(ctx context.Context, recs []Record) error {
 // the rows it did not insert existed and are compared in tryImport, which
 // finds the rows just inserted holding their own record (nothing newer to
 // write). ids are the records' cell ids.
-func (s *ColdStore) importChunk(ctx context.Context, sh int, recs []*Record, ids []CellID) error {
+func (s *Store) importChunk(ctx context.Context, sh int, recs []*tiers.Record, ids []tiers.CellID) error {
 	vals := make([][]byte, len(recs))
 	for i, r := range recs {
-		raw, err := appendRecordRaw(nil, r)
+		raw, err := tiers.AppendRecordRaw(nil, r)
 		if err != nil {
 			return err
 		}
@@ -452,22 +456,22 @@ func (s *ColdStore) importChunk(ctx context.Context, sh int, recs []*Record, ids
 // that are missing are created outside it first by INSERT IGNORE with their
 // record (no gap locks, as in tryOp), then the chunk is tried again: a row
 // that a check created meanwhile is then compared like any other.
-func (s *ColdStore) tryImport(ctx context.Context, sh int, recs []*Record, ids []CellID) error {
+func (s *Store) tryImport(ctx context.Context, sh int, recs []*tiers.Record, ids []tiers.CellID) error {
 	tx, err := s.dbs[sh].BeginTx(ctx, nil)
 	if err != nil {
 		return coldUnavailable(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	rows := map[CellID]*coldRow{}
+	rows := map[tiers.CellID]*coldRow{}
 	if err := selectCold(ctx, tx, ids, true, rows); err != nil {
 		return err
 	}
-	var missing, write []CellID
+	var missing, write []tiers.CellID
 	var vals [][]byte
 	for i, r := range recs {
 		cur, ok := rows[ids[i]]
 		if !ok {
-			raw, err := appendRecordRaw(nil, r)
+			raw, err := tiers.AppendRecordRaw(nil, r)
 			if err != nil {
 				return err
 			}
@@ -475,10 +479,10 @@ func (s *ColdStore) tryImport(ctx context.Context, sh int, recs []*Record, ids [
 			vals = append(vals, raw)
 			continue
 		}
-		if cur.state.present && !r.NewerThan(&cur.state.rec) {
+		if cur.state.Present && !r.NewerThan(&cur.state.Rec) {
 			continue
 		}
-		cur.state = recState{rec: *r, present: true}
+		cur.state = tiers.RecState{Rec: *r, Present: true}
 		write = append(write, ids[i])
 	}
 	if len(missing) > 0 {
@@ -508,8 +512,8 @@ func (s *ColdStore) tryImport(ctx context.Context, sh int, recs []*Record, ids [
 // rows that exist as they are: one INSERT IGNORE per shard and chunk. The
 // quiet move of idle cells (HotMover.QuietRecords) uses it; a row that
 // exists is another move's copy, or the cell's.
-func (s *ColdStore) InsertNew(ctx context.Context, recs []Record) error {
-	return s.eachChunk(recs, func(sh int, ids []CellID, vals [][]byte) error {
+func (s *Store) InsertNew(ctx context.Context, recs []tiers.Record) error {
+	return s.eachChunk(recs, func(sh int, ids []tiers.CellID, vals [][]byte) error {
 		if _, err := reserveCold(ctx, s.dbs[sh], ids, vals); err != nil {
 			return fmt.Errorf("cold insert shard %d: %w", sh, err)
 		}
@@ -521,8 +525,8 @@ func (s *ColdStore) InsertNew(ctx context.Context, recs []Record) error {
 // that record: a row nothing has counted in since InsertNew wrote it (a
 // check that counts changes its Last or Count). One DELETE per shard and
 // chunk.
-func (s *ColdStore) DeleteUnchanged(ctx context.Context, recs []Record) error {
-	return s.eachChunk(recs, func(sh int, ids []CellID, vals [][]byte) error {
+func (s *Store) DeleteUnchanged(ctx context.Context, recs []tiers.Record) error {
+	return s.eachChunk(recs, func(sh int, ids []tiers.CellID, vals [][]byte) error {
 		args := make([]any, 0, 2*len(ids))
 		for i := range ids {
 			args = append(args, ids[i][:], vals[i])
@@ -537,16 +541,16 @@ func (s *ColdStore) DeleteUnchanged(ctx context.Context, recs []Record) error {
 
 // eachChunk calls fn with the cell ids and raw records of recs, grouped
 // by shard, in chunks of coldChunk.
-func (s *ColdStore) eachChunk(recs []Record, fn func(sh int, ids []CellID, vals [][]byte) error) error {
-	refs := make([]Ref, len(recs))
+func (s *Store) eachChunk(recs []tiers.Record, fn func(sh int, ids []tiers.CellID, vals [][]byte) error) error {
+	refs := make([]tiers.Ref, len(recs))
 	for i := range recs {
 		refs[i] = recs[i].Ref
 	}
 	return s.shardChunks(refs, func(sh int, chunk []int) error {
-		ids := make([]CellID, len(chunk))
+		ids := make([]tiers.CellID, len(chunk))
 		vals := make([][]byte, len(chunk))
 		for j, i := range chunk {
-			raw, err := appendRecordRaw(nil, &recs[i])
+			raw, err := tiers.AppendRecordRaw(nil, &recs[i])
 			if err != nil {
 				return fmt.Errorf("cold record: %w", err)
 			}
@@ -557,7 +561,7 @@ func (s *ColdStore) eachChunk(recs []Record, fn func(sh int, ids []CellID, vals 
 }
 
 // Delete removes the records of refs (Mover): one DELETE per shard and chunk.
-func (s *ColdStore) Delete(ctx context.Context, refs []Ref) error {
+func (s *Store) Delete(ctx context.Context, refs []tiers.Ref) error {
 	return s.shardChunks(refs, func(sh int, chunk []int) error {
 		args := make([]any, len(chunk))
 		for j, i := range chunk {

@@ -1,4 +1,4 @@
-package tiers
+package cold
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/quota-platform/quota/tiers"
 )
 
 // shardTx is one shard's transaction in a counting cold check, sent in two
@@ -41,7 +43,7 @@ func beginShardTx(ctx context.Context, db *sql.DB) (*shardTx, error) {
 // lock starts the transaction and reads the rows of ids (ascending) FOR
 // UPDATE into rows, in statements of at most coldChunk ids, so locks are
 // taken in key order; the first statement carries the START TRANSACTION.
-func (t *shardTx) lock(ctx context.Context, ids []CellID, rows map[CellID]*coldRow) error {
+func (t *shardTx) lock(ctx context.Context, ids []tiers.CellID, rows map[tiers.CellID]*coldRow) error {
 	for part := range slices.Chunk(ids, coldChunk) {
 		query := coldSelectSQL(len(part), true)
 		if !t.open {
@@ -57,7 +59,7 @@ func (t *shardTx) lock(ctx context.Context, ids []CellID, rows map[CellID]*coldR
 
 // commitSQL is the text and arguments of a shard's second round trip: the
 // writes of the rows of ids that changed, then COMMIT.
-func commitSQL(ids []CellID, rows map[CellID]*coldRow) (string, []any, error) {
+func commitSQL(ids []tiers.CellID, rows map[tiers.CellID]*coldRow) (string, []any, error) {
 	var b strings.Builder
 	var args []any
 	for part := range slices.Chunk(ids, coldChunk) {
@@ -116,7 +118,7 @@ func (t *shardTx) end(ctx context.Context) {
 func multiStatementsHint(err error) error {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == 1064 {
-		return fmt.Errorf("%w (does the shard's DSN set multiStatements=true? see tiers.ShardDSN)", err)
+		return fmt.Errorf("%w (does the shard's DSN set multiStatements=true? see cold.ShardDSN)", err)
 	}
 	return err
 }

@@ -1,4 +1,4 @@
-package tiers
+package cold
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // countedShards returns pools on n fresh shard databases whose round trips
@@ -71,32 +72,32 @@ func TestColdCheck_SendsEachShardsTransactionInTwoRoundTrips(t *testing.T) {
 		name   string
 		shards []int // the shard of each cell of the op
 		cost   int64
-		mode   Mode
+		mode   tiers.Mode
 		want   int64 // round trips
 		count  int64 // the first cell's count after (1 before)
 	}{
-		{"counted, one shard", []int{0, 0}, 1, Enforce, 2, 2},
-		{"counted, two shards", []int{0, 1}, 1, Enforce, 4, 2},
-		{"denied, one shard", []int{0}, 100, Enforce, 2, 1},
-		{"refund, one shard", []int{1}, 1, Refund, 2, 0},
-		{"dry run, two shards: reads only", []int{0, 1}, 1, DryRun, 2, 1},
+		{"counted, one shard", []int{0, 0}, 1, tiers.Enforce, 2, 2},
+		{"counted, two shards", []int{0, 1}, 1, tiers.Enforce, 4, 2},
+		{"denied, one shard", []int{0}, 100, tiers.Enforce, 2, 1},
+		{"refund, one shard", []int{1}, 1, tiers.Refund, 2, 0},
+		{"dry run, two shards: reads only", []int{0, 1}, 1, tiers.DryRun, 2, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			dbs, trips := countedShards(t, 2)
-			s := NewColdStore(dbs, ColdOptions{})
+			s := NewStore(dbs, Options{})
 			var cells []confCell
 			for _, sh := range tc.shards {
 				cells = append(cells, cellOnShard(t, s, sh, 10))
 			}
 			ctx := context.Background()
 			// Rows exist (a first call reserves them first).
-			if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, cells...)}); err != nil {
+			if err := s.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, tiers.Enforce, cells...)}); err != nil {
 				t.Fatal(err)
 			}
 			trips.Store(0)
 			op := confOp(confT0, tc.cost, tc.mode, cells...)
-			if err := s.Check(ctx, confT0, []*Op{op}); err != nil {
+			if err := s.Check(ctx, confT0, []*tiers.Op{op}); err != nil {
 				t.Fatal(err)
 			}
 			if n := trips.Load(); n != tc.want {
@@ -125,14 +126,14 @@ func TestColdCheck_FailedCommitHandsBackNoOpenTransaction(t *testing.T) {
 	t.Parallel()
 	dbs, faults := faultyShards(t, 1)
 	dbs[0].SetMaxOpenConns(1) // the check's connection is the one looked at after
-	s := NewColdStore(dbs, ColdOptions{})
+	s := NewStore(dbs, Options{})
 	ctx := context.Background()
 	c := newConfCell(10, time.Hour)
-	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); err != nil {
+	if err := s.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, tiers.Enforce, c)}); err != nil {
 		t.Fatal(err)
 	}
 	faults.set(func(int) error { return errors.New("injected: commit fails") })
-	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); !errors.Is(err, ErrUnavailable) {
+	if err := s.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, tiers.Enforce, c)}); !errors.Is(err, tiers.ErrUnavailable) {
 		t.Fatalf("err %v, want ErrUnavailable", err)
 	}
 	if inTransaction(t, dbs[0]) {
@@ -157,10 +158,10 @@ func TestColdCheck_ConnectionKilledBeforeCommitCountsNothingAndTheNextCheckWorks
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { admin.Close() })
-	s := NewColdStore(dbs, ColdOptions{})
+	s := NewStore(dbs, Options{})
 	ctx := context.Background()
 	c := newConfCell(10, time.Hour)
-	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); err != nil {
+	if err := s.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, tiers.Enforce, c)}); err != nil {
 		t.Fatal(err)
 	}
 	killed := 0
@@ -182,15 +183,15 @@ func TestColdCheck_ConnectionKilledBeforeCommitCountsNothingAndTheNextCheckWorks
 		}
 		return rows.Err()
 	})
-	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); !errors.Is(err, ErrUnavailable) {
+	if err := s.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, tiers.Enforce, c)}); !errors.Is(err, tiers.ErrUnavailable) {
 		t.Fatalf("err %v, want ErrUnavailable", err)
 	}
 	faults.set(nil)
 	if killed == 0 {
 		t.Fatal("no connection killed: the test did not test anything")
 	}
-	op := confOp(confT0, 1, Enforce, c)
-	if err := s.Check(ctx, confT0, []*Op{op}); err != nil || !op.Committed || op.Out[0].Remaining != 8 {
+	op := confOp(confT0, 1, tiers.Enforce, c)
+	if err := s.Check(ctx, confT0, []*tiers.Op{op}); err != nil || !op.Committed || op.Out[0].Remaining != 8 {
 		t.Fatalf("next check: err %v committed %v outcomes %+v, want counted with 8 left", err, op.Committed, op.Out)
 	}
 }
@@ -201,8 +202,8 @@ func TestColdCheck_ConnectionKilledBeforeCommitCountsNothingAndTheNextCheckWorks
 func TestColdStore_ImportKeepsTheNewerRecordPerCell(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	at := func(c confCell, last int64, count int64) Record {
-		return Record{Ref: c.ref(), Count: count, First: last, Last: last}
+	at := func(c confCell, last int64, count int64) tiers.Record {
+		return tiers.Record{Ref: c.ref(), Count: count, First: last, Last: last}
 	}
 	t0 := confT0.Unix()
 	tests := []struct {
@@ -219,9 +220,9 @@ func TestColdStore_ImportKeepsTheNewerRecordPerCell(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := NewColdStore(testenv.MySQLShards(t, 2), ColdOptions{})
+			s := NewStore(testenv.MySQLShards(t, 2), Options{})
 			cells := make([]confCell, len(tc.held))
-			var held, given []Record
+			var held, given []tiers.Record
 			for i := range cells {
 				cells[i] = newConfCell(10, time.Hour)
 				if tc.held[i] != 0 {
@@ -236,7 +237,7 @@ func TestColdStore_ImportKeepsTheNewerRecordPerCell(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, c := range cells {
-				got, err := s.Export(ctx, []Ref{c.ref()})
+				got, err := s.Export(ctx, []tiers.Ref{c.ref()})
 				if err != nil || len(got) != 1 {
 					t.Fatalf("cell %d: %v %v", i, got, err)
 				}

@@ -1,4 +1,4 @@
-package tiers
+package cold
 
 import (
 	"context"
@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // The cold tier's group commit: the ops of one Check share one transaction
 // per shard, and each still stands or fails on its own.
 
 // cellOnShard returns a new cell whose cold row lives on shard.
-func cellOnShard(t *testing.T, s *ColdStore, shard int, limit int64) confCell {
+func cellOnShard(t *testing.T, s *Store, shard int, limit int64) confCell {
 	t.Helper()
 	for range 200 {
 		c := newConfCell(limit, time.Hour)
@@ -36,11 +37,11 @@ func countCommits(f *commitFaults) *atomic.Int64 {
 func TestColdGroup_OpsOfOneCheckCommitOncePerShard(t *testing.T) {
 	t.Parallel()
 	dbs, faults := faultyShards(t, 2)
-	s := NewColdStore(dbs, ColdOptions{})
+	s := NewStore(dbs, Options{})
 	commits := countCommits(faults)
-	var ops []*Op
+	var ops []*tiers.Op
 	for i := range 24 {
-		ops = append(ops, confOp(confT0, 1, Enforce, cellOnShard(t, s, i%2, 5), cellOnShard(t, s, (i/2)%2, 5)))
+		ops = append(ops, confOp(confT0, 1, tiers.Enforce, cellOnShard(t, s, i%2, 5), cellOnShard(t, s, (i/2)%2, 5)))
 	}
 	if err := s.Check(context.Background(), confT0, ops); err != nil {
 		t.Fatal(err)
@@ -58,26 +59,26 @@ func TestColdGroup_OpsOfOneCheckCommitOncePerShard(t *testing.T) {
 
 func TestColdGroup_OpsOnOneCellAreDecidedInOrderAsIfAlone(t *testing.T) {
 	t.Parallel()
-	s := NewColdStore(testenv.MySQLShards(t, 2), ColdOptions{})
+	s := NewStore(testenv.MySQLShards(t, 2), Options{})
 	ctx := context.Background()
 	c, other := newConfCell(5, time.Hour), newConfCell(100, time.Hour)
 	steps := []struct {
 		cost      int64
-		mode      Mode
+		mode      tiers.Mode
 		cells     []confCell
 		allowed   bool
 		remaining int64
 	}{
-		{1, Enforce, []confCell{c}, true, 4},
-		{3, Enforce, []confCell{c, other}, true, 1},
-		{2, Enforce, []confCell{c}, false, 1},        // 4 + 2 > 5: denied, nothing counted
-		{2, Enforce, []confCell{other, c}, false, 1}, // all or nothing: other not counted either
-		{1, DryRun, []confCell{c}, true, 0},          // sees the counts before it, counts nothing
-		{1, Refund, []confCell{c}, true, 2},          // gives 1 back: 3 used
-		{2, Enforce, []confCell{c}, true, 0},
-		{1, Report, []confCell{c}, false, 0}, // counted beyond the limit
+		{1, tiers.Enforce, []confCell{c}, true, 4},
+		{3, tiers.Enforce, []confCell{c, other}, true, 1},
+		{2, tiers.Enforce, []confCell{c}, false, 1},        // 4 + 2 > 5: denied, nothing counted
+		{2, tiers.Enforce, []confCell{other, c}, false, 1}, // all or nothing: other not counted either
+		{1, tiers.DryRun, []confCell{c}, true, 0},          // sees the counts before it, counts nothing
+		{1, tiers.Refund, []confCell{c}, true, 2},          // gives 1 back: 3 used
+		{2, tiers.Enforce, []confCell{c}, true, 0},
+		{1, tiers.Report, []confCell{c}, false, 0}, // counted beyond the limit
 	}
-	var ops []*Op
+	var ops []*tiers.Op
 	for _, st := range steps {
 		ops = append(ops, confOp(confT0, st.cost, st.mode, st.cells...))
 	}
@@ -113,28 +114,28 @@ func TestColdGroup_AnOpThatFailsFailsAlone(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
 		name  string
-		setup func(t *testing.T, s *ColdStore, c confCell) *Op
+		setup func(t *testing.T, s *Store, c confCell) *tiers.Op
 		want  error
 	}{
-		{"record moved away (MustExist, no row)", func(t *testing.T, _ *ColdStore, c confCell) *Op {
-			op := confOp(confT0, 1, Enforce, c)
+		{"record moved away (MustExist, no row)", func(t *testing.T, _ *Store, c confCell) *tiers.Op {
+			op := confOp(confT0, 1, tiers.Enforce, c)
 			op.MustExist = true
 			return op
-		}, ErrMoved},
-		{"corrupt row", func(t *testing.T, s *ColdStore, c confCell) *Op {
+		}, tiers.ErrMoved},
+		{"corrupt row", func(t *testing.T, s *Store, c confCell) *tiers.Op {
 			id := c.ref().ID()
 			if _, err := s.dbs[0].ExecContext(context.Background(), "INSERT INTO cold_cells (k, r) VALUES (?, ?)", id[:], []byte("junk")); err != nil {
 				t.Fatal(err)
 			}
-			return confOp(confT0, 1, Enforce, c)
-		}, ErrRecordCorrupt},
+			return confOp(confT0, 1, tiers.Enforce, c)
+		}, tiers.ErrRecordCorrupt},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := NewColdStore(testenv.MySQLShards(t, 1), ColdOptions{})
+			s := NewStore(testenv.MySQLShards(t, 1), Options{})
 			a, bad, b := newConfCell(5, time.Hour), newConfCell(5, time.Hour), newConfCell(5, time.Hour)
-			ops := []*Op{confOp(confT0, 1, Enforce, a), tc.setup(t, s, bad), confOp(confT0, 2, Enforce, b, a)}
+			ops := []*tiers.Op{confOp(confT0, 1, tiers.Enforce, a), tc.setup(t, s, bad), confOp(confT0, 2, tiers.Enforce, b, a)}
 			errs := s.CheckGroup(context.Background(), confT0, ops)
 			if errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], tc.want) {
 				t.Fatalf("errors %v, want only op 1 failing with %v", errs, tc.want)
@@ -153,12 +154,12 @@ func TestColdGroup_AnOpThatFailsFailsAlone(t *testing.T) {
 func TestColdGroup_CommitFailureFailsTheOpsOnThatShardAndRefundsTheirOtherParts(t *testing.T) {
 	t.Parallel()
 	dbs, faults := faultyShards(t, 2)
-	s := NewColdStore(dbs, ColdOptions{})
+	s := NewStore(dbs, Options{})
 	ctx := context.Background()
 	a0, a1 := cellOnShard(t, s, 0, 10), cellOnShard(t, s, 1, 10)
 	b0, b1 := cellOnShard(t, s, 0, 10), cellOnShard(t, s, 1, 10)
 	// Rows exist, so the group commits at its first attempt.
-	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, a0, a1, b0, b1)}); err != nil {
+	if err := s.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, tiers.Enforce, a0, a1, b0, b1)}); err != nil {
 		t.Fatal(err)
 	}
 	faults.set(func(shard int) error {
@@ -167,14 +168,14 @@ func TestColdGroup_CommitFailureFailsTheOpsOnThatShardAndRefundsTheirOtherParts(
 		}
 		return nil
 	})
-	ops := []*Op{
-		confOp(confT0, 2, Enforce, a0),     // shard 0 only: commits
-		confOp(confT0, 3, Enforce, a1),     // shard 1 only: lost
-		confOp(confT0, 4, Enforce, b0, b1), // both: lost, its shard-0 part refunded
+	ops := []*tiers.Op{
+		confOp(confT0, 2, tiers.Enforce, a0),     // shard 0 only: commits
+		confOp(confT0, 3, tiers.Enforce, a1),     // shard 1 only: lost
+		confOp(confT0, 4, tiers.Enforce, b0, b1), // both: lost, its shard-0 part refunded
 	}
 	errs := s.CheckGroup(ctx, confT0, ops)
 	faults.set(nil)
-	if errs[0] != nil || !errors.Is(errs[1], ErrUnavailable) || !errors.Is(errs[2], ErrUnavailable) {
+	if errs[0] != nil || !errors.Is(errs[1], tiers.ErrUnavailable) || !errors.Is(errs[2], tiers.ErrUnavailable) {
 		t.Fatalf("errors %v, want nil, ErrUnavailable, ErrUnavailable", errs)
 	}
 	if !ops[0].Committed || ops[1].Committed || ops[2].Committed {
@@ -195,9 +196,9 @@ func TestColdGroup_CommitFailureFailsTheOpsOnThatShardAndRefundsTheirOtherParts(
 func TestColdGroup_AnOpWithoutCellsIsDecidedWithoutTouchingMySQL(t *testing.T) {
 	t.Parallel()
 	dbs, trips := countedShards(t, 1)
-	s := NewColdStore(dbs, ColdOptions{})
-	op := &Op{Cost: 1, Mode: Enforce}
-	if err := s.Check(context.Background(), confT0, []*Op{op}); err != nil || !op.Committed {
+	s := NewStore(dbs, Options{})
+	op := &tiers.Op{Cost: 1, Mode: tiers.Enforce}
+	if err := s.Check(context.Background(), confT0, []*tiers.Op{op}); err != nil || !op.Committed {
 		t.Fatalf("err %v committed %v, want nil and true (nothing denies)", err, op.Committed)
 	}
 	if n := trips.Load(); n != 0 {

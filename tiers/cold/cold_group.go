@@ -1,4 +1,4 @@
-package tiers
+package cold
 
 import (
 	"bytes"
@@ -8,31 +8,33 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/quota-platform/quota/tiers"
 )
 
 // Group commit of cold checks: all ops of one Check call are decided in one
-// transaction per shard they touch (see ColdStore).
+// transaction per shard they touch (see Store).
 
 // coldCell is one cell of an op: its id and shard.
 type coldCell struct {
-	id    CellID
+	id    tiers.CellID
 	shard int
 }
 
 // coldGroup is the plan of one Check call.
 type coldGroup struct {
-	ops    []*Op
-	cells  [][]coldCell // per op; nil for an op that failed planning
-	shards []int        // the shards touched, ascending
-	ids    [][]CellID   // per entry of shards: its distinct ids, ascending
-	lock   bool         // some op counts or refunds: rows are locked
+	ops    []*tiers.Op
+	cells  [][]coldCell     // per op; nil for an op that failed planning
+	shards []int            // the shards touched, ascending
+	ids    [][]tiers.CellID // per entry of shards: its distinct ids, ascending
+	lock   bool             // some op counts or refunds: rows are locked
 }
 
 // Check decides ops in order, each as if sent alone, all or nothing per op,
 // as one group (one transaction per shard touched). Every op is decided;
 // an op that fails (ErrMoved, a corrupt row, a shard down) counts nothing,
 // and Check returns the first op's error.
-func (s *ColdStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
+func (s *Store) Check(ctx context.Context, now time.Time, ops []*tiers.Op) error {
 	for _, err := range s.CheckGroup(ctx, now, ops) {
 		if err != nil {
 			return err
@@ -42,11 +44,11 @@ func (s *ColdStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 }
 
 // CheckGroup decides ops as one group and returns each op's error.
-func (s *ColdStore) CheckGroup(ctx context.Context, now time.Time, ops []*Op) []error {
+func (s *Store) CheckGroup(ctx context.Context, now time.Time, ops []*tiers.Op) []error {
 	errs := make([]error, len(ops))
 	g := s.planGroup(ops, errs)
 	if len(g.shards) == 0 { // no cells: nothing to read
-		res, _ := decideGroup(now, g, map[CellID]*coldRow{})
+		res, _ := decideGroup(now, g, map[tiers.CellID]*coldRow{})
 		keepFirst(errs, res)
 		return errs
 	}
@@ -73,7 +75,7 @@ func (s *ColdStore) CheckGroup(ctx context.Context, now time.Time, ops []*Op) []
 }
 
 // failAll gives err to every op of a group that has no error yet.
-func failAll(ops []*Op, errs []error, err error) {
+func failAll(ops []*tiers.Op, errs []error, err error) {
 	for i := range errs {
 		if errs[i] == nil {
 			errs[i] = err
@@ -84,9 +86,9 @@ func failAll(ops []*Op, errs []error, err error) {
 
 // planGroup maps the cells of ops to ids and shards; an op with a cell
 // the cold tier cannot hold gets its error in errs.
-func (s *ColdStore) planGroup(ops []*Op, errs []error) *coldGroup {
+func (s *Store) planGroup(ops []*tiers.Op, errs []error) *coldGroup {
 	g := &coldGroup{ops: ops, cells: make([][]coldCell, len(ops))}
-	byShard := map[int][]CellID{}
+	byShard := map[int][]tiers.CellID{}
 	for i, op := range ops {
 		op.Committed = false
 		cells, err := s.planOp(op)
@@ -95,7 +97,7 @@ func (s *ColdStore) planGroup(ops []*Op, errs []error) *coldGroup {
 			continue
 		}
 		g.cells[i] = cells
-		g.lock = g.lock || op.Mode != DryRun
+		g.lock = g.lock || op.Mode != tiers.DryRun
 		for _, c := range cells {
 			byShard[c.shard] = append(byShard[c.shard], c.id)
 		}
@@ -106,16 +108,16 @@ func (s *ColdStore) planGroup(ops []*Op, errs []error) *coldGroup {
 	slices.Sort(g.shards)
 	for _, sh := range g.shards {
 		ids := byShard[sh]
-		slices.SortFunc(ids, func(a, b CellID) int { return bytes.Compare(a[:], b[:]) })
+		slices.SortFunc(ids, func(a, b tiers.CellID) int { return bytes.Compare(a[:], b[:]) })
 		g.ids = append(g.ids, slices.Compact(ids))
 	}
 	return g
 }
 
 // planOp returns the cells of one op with their shards.
-func (s *ColdStore) planOp(op *Op) ([]coldCell, error) {
+func (s *Store) planOp(op *tiers.Op) ([]coldCell, error) {
 	for i := range op.Cells {
-		if _, err := fixedWindowSeconds(&op.Cells[i]); err != nil {
+		if _, err := tiers.FixedWindowSeconds(&op.Cells[i]); err != nil {
 			return nil, fmt.Errorf("cold check: %w", err)
 		}
 	}
@@ -124,15 +126,15 @@ func (s *ColdStore) planOp(op *Op) ([]coldCell, error) {
 	}
 	cells := make([]coldCell, len(op.Cells))
 	for i := range op.Cells {
-		ref := RefOf(&op.Cells[i])
+		ref := tiers.RefOf(&op.Cells[i])
 		cells[i] = coldCell{id: ref.ID(), shard: s.ShardOf(&ref)}
 	}
 	return cells, nil
 }
 
 // readGroup decides a group of dry runs on rows read without locks.
-func (s *ColdStore) readGroup(ctx context.Context, now time.Time, g *coldGroup, errs []error) {
-	rows := map[CellID]*coldRow{}
+func (s *Store) readGroup(ctx context.Context, now time.Time, g *coldGroup, errs []error) {
+	rows := map[tiers.CellID]*coldRow{}
 	for k, sh := range g.shards {
 		if err := readChunks(ctx, s.dbs[sh], g.ids[k], rows); err != nil {
 			failAll(g.ops, errs, fmt.Errorf("cold check shard %d: %w", sh, err))
@@ -152,7 +154,7 @@ func keepFirst(errs, res []error) {
 
 // readChunks reads ids without locks, in statements of at most coldChunk
 // ids.
-func readChunks(ctx context.Context, q coldQueryer, ids []CellID, rows map[CellID]*coldRow) error {
+func readChunks(ctx context.Context, q coldQueryer, ids []tiers.CellID, rows map[tiers.CellID]*coldRow) error {
 	for part := range slices.Chunk(ids, coldChunk) {
 		if err := readCold(ctx, q, part, false, rows); err != nil {
 			return err
@@ -164,7 +166,7 @@ func readChunks(ctx context.Context, q coldQueryer, ids []CellID, rows map[CellI
 // decideGroup decides the planned ops in order on rows, each seeing the
 // rows as the ops before it left them. It returns each op's error (an op
 // that fails changes nothing) and whether any row changed.
-func decideGroup(now time.Time, g *coldGroup, rows map[CellID]*coldRow) ([]error, bool) {
+func decideGroup(now time.Time, g *coldGroup, rows map[tiers.CellID]*coldRow) ([]error, bool) {
 	res := make([]error, len(g.ops))
 	changed := false
 	for i, op := range g.ops {
@@ -182,8 +184,8 @@ func decideGroup(now time.Time, g *coldGroup, rows map[CellID]*coldRow) ([]error
 }
 
 // decideCold decides one op on rows (a missing row is an empty one).
-func decideCold(op *Op, now time.Time, cells []coldCell, rows map[CellID]*coldRow) (bool, error) {
-	var stBuf [8]*recState
+func decideCold(op *tiers.Op, now time.Time, cells []coldCell, rows map[tiers.CellID]*coldRow) (bool, error) {
+	var stBuf [8]*tiers.RecState
 	st := stBuf[:0]
 	for _, c := range cells {
 		r, ok := rows[c.id]
@@ -196,10 +198,10 @@ func decideCold(op *Op, now time.Time, cells []coldCell, rows map[CellID]*coldRo
 		}
 		st = append(st, &r.state)
 	}
-	changed, err := decideFixed(op, now, st, Cold)
+	changed, err := tiers.DecideFixed(op, now, st, tiers.Cold)
 	if err == nil && len(op.Records) == len(cells) {
 		for i := range st {
-			op.Records[i] = st[i].rec
+			op.Records[i] = st[i].Rec
 		}
 	}
 	return changed, err
@@ -219,10 +221,10 @@ func (e *coldCommitError) Unwrap() error { return e.err }
 // commit, each shard's transaction in two round trips (shardTx). It
 // returns each op's decision error, or the error of the attempt (a
 // *coldCommitError when a shard's write or commit failed).
-func (s *ColdStore) tryGroup(ctx context.Context, now time.Time, g *coldGroup) (res []error, err error) {
+func (s *Store) tryGroup(ctx context.Context, now time.Time, g *coldGroup) (res []error, err error) {
 	txs := make([]*shardTx, len(g.shards))
 	defer endAll(ctx, txs)
-	rows := map[CellID]*coldRow{}
+	rows := map[tiers.CellID]*coldRow{}
 	for k, sh := range g.shards {
 		tx, err := beginShardTx(ctx, s.dbs[sh])
 		if err != nil {
@@ -272,12 +274,12 @@ func endAll(ctx context.Context, txs []*shardTx) {
 // existing rows only, in key order, shard by shard. (A reservation racing
 // a check can still deadlock, rarely; InnoDB picks a victim and the group
 // is tried again.) It returns nil when no row is missing.
-func (s *ColdStore) reserveMissing(ctx context.Context, g *coldGroup, rows map[CellID]*coldRow, txs []*shardTx) error {
-	missing := make([][]CellID, len(g.shards))
+func (s *Store) reserveMissing(ctx context.Context, g *coldGroup, rows map[tiers.CellID]*coldRow, txs []*shardTx) error {
+	missing := make([][]tiers.CellID, len(g.shards))
 	found := false
 	for k := range g.shards {
 		for _, id := range g.ids[k] {
-			if r := rows[id]; r != nil && !r.exists && r.state.present {
+			if r := rows[id]; r != nil && !r.exists && r.state.Present {
 				missing[k] = append(missing[k], id)
 				found = true
 			}
@@ -301,14 +303,14 @@ func (s *ColdStore) reserveMissing(ctx context.Context, g *coldGroup, rows map[C
 // stops it (the transactions after it are rolled back by the caller). Every
 // row a write touches exists and is locked (reserveMissing), so a write
 // fails only as a commit can: the shard is unavailable.
-func (s *ColdStore) commitAll(ctx context.Context, g *coldGroup, txs []*shardTx, commits []shardCommit) error {
+func (s *Store) commitAll(ctx context.Context, g *coldGroup, txs []*shardTx, commits []shardCommit) error {
 	for k, sh := range g.shards {
 		if err := txs[k].commit(ctx, commits[k].query, commits[k].args); err != nil {
 			// Ending it releases the locks of this shard when its commit
 			// never ran.
 			txs[k].end(ctx)
 			// Not retried: %v keeps a MySQL error from looking retryable.
-			return &coldCommitError{at: k, err: fmt.Errorf("cold check shard %d: commit: %w: %w: %v", sh, ErrUnavailable, ErrColdUnavailable, err)}
+			return &coldCommitError{at: k, err: fmt.Errorf("cold check shard %d: commit: %w: %w: %v", sh, tiers.ErrUnavailable, tiers.ErrColdUnavailable, err)}
 		}
 	}
 	return nil
@@ -318,9 +320,9 @@ func (s *ColdStore) commitAll(ctx context.Context, g *coldGroup, txs []*shardTx,
 // cell in a shard that did not commit fails with ce, and what it counted
 // in the shards that did is refunded (one compensating group); the other
 // ops stand as decided (res).
-func (s *ColdStore) commitFailed(ctx context.Context, now time.Time, g *coldGroup, res []error, ce *coldCommitError, errs []error) {
+func (s *Store) commitFailed(ctx context.Context, now time.Time, g *coldGroup, res []error, ce *coldCommitError, errs []error) {
 	lost := g.shards[ce.at:]
-	var refunds []*Op
+	var refunds []*tiers.Op
 	var owners []int
 	for i, op := range g.ops {
 		if errs[i] != nil {
@@ -365,8 +367,8 @@ func touches(cells []coldCell, shards []int) bool {
 
 // refundCommitted is the refund of op's cost in its cells outside lost
 // (the shards that committed), nil when it has none.
-func refundCommitted(op *Op, cells []coldCell, lost []int) *Op {
-	refund := &Op{Cost: op.Cost, Mode: Refund}
+func refundCommitted(op *tiers.Op, cells []coldCell, lost []int) *tiers.Op {
+	refund := &tiers.Op{Cost: op.Cost, Mode: tiers.Refund}
 	for i, c := range cells {
 		if !slices.Contains(lost, c.shard) {
 			refund.Cells = append(refund.Cells, op.Cells[i])
