@@ -211,7 +211,7 @@ bench-move: services
 # changes. ~1 minute.
 .PHONY: bench-scripts
 bench-scripts: services
-	$(GO) test -run '^$$' -bench 'BenchmarkQuietMove_RedisInstructions|BenchmarkCheck_RedisInstructions' -benchtime 1x ./tiers/
+	$(GO) test -run '^$$' -bench 'BenchmarkQuietMove_RedisInstructions|BenchmarkCheck_RedisInstructions' -benchtime 1x ./tiers/routing/
 
 # The check path at a window's start in tags with cold cells: the hot
 # script's cold-filter probe (no filter, one layer, layers grown without the
@@ -219,7 +219,7 @@ bench-scripts: services
 # share of false "may be cold" answers. ~1 minute.
 .PHONY: bench-filter
 bench-filter: services
-	$(GO) test -run '^$$' -bench 'BenchmarkHotCheck_FirstCallInATagWithColdCells' -benchtime 20000x -count 3 ./tiers/
+	$(GO) test -run '^$$' -bench 'BenchmarkHotCheck_FirstCallInATagWithColdCells' -benchtime 20000x -count 3 ./tiers/routing/
 
 # Tiering on against off, alternated in one run, for uniform keys, skewed
 # keys and batches of new identities; MariaDB statements per 1,000 checks

@@ -20,7 +20,7 @@ import (
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // BenchmarkCheckHandler measures one POST /v1/check through the handler
@@ -32,7 +32,7 @@ func BenchmarkCheckHandler(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second})
+	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix, Jitter: time.Second})
 	lim, _ := limiter.New(hot, clock.Real{}, set)
 	reg := prometheus.NewRegistry()
 	s := config.Defaults()
@@ -71,7 +71,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		b.Fatal(err)
 	}
 	set, _ := rules.NewSet(nil)
-	lim, _ := limiter.New(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second}), clock.Real{}, set)
+	lim, _ := limiter.New(hot.NewStore(rdb, hot.Options{Prefix: prefix, Jitter: time.Second}), clock.Real{}, set)
 	reg := prometheus.NewRegistry()
 	srv := api.New(api.Deps{Settings: config.Defaults(), Limiter: lim, Metrics: metrics.New(reg), Gatherer: reg})
 	rls := srv.RateLimitService(api.NewEnvoyConfig(conf))

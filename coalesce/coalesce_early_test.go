@@ -12,6 +12,7 @@ import (
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
 	"github.com/quota-platform/quota/tiers/routing"
 )
 
@@ -27,7 +28,7 @@ func coldAndHot(t *testing.T) (coldLim *limiter.Limiter, db *sql.DB, keyA, keyB 
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	dbs := testenv.MySQLShards(t, 1)
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix})
+	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix})
 	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
 	cold := cold.NewStore(dbs, cold.Options{})
 	set, err := rules.NewSet([]rules.Rule{{

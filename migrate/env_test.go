@@ -12,6 +12,7 @@ import (
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
 	"github.com/quota-platform/quota/tiers/routing"
 )
 
@@ -21,7 +22,7 @@ var t0 = time.Date(2026, 5, 4, 10, 20, 0, 0, time.UTC)
 type env struct {
 	router *routing.Router
 	mover  *Mover
-	hot    *tiers.HotMover
+	hot    *hot.Mover
 	warm   *tiers.WarmStore
 	cold   *cold.Store
 	clock  *clock.Fake             // the tests' time; the worker's goroutines read it too
@@ -33,11 +34,11 @@ type env struct {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second})
+	hs := hot.NewStore(rdb, hot.Options{Prefix: prefix, Jitter: time.Second})
 	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
 	cold := cold.NewStore(testenv.MySQLShards(t, 2), cold.Options{})
-	e := &env{router: routing.NewRouter(hot, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0)}
-	e.hot = &tiers.HotMover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}
+	e := &env{router: routing.NewRouter(hs, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0)}
+	e.hot = &hot.Mover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}
 	e.mover = &Mover{RDB: rdb, Prefix: prefix, Hot: e.hot, Warm: warm, Cold: cold, LeaseTTL: 5 * time.Second}
 	return e
 }

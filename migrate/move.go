@@ -18,6 +18,7 @@ import (
 	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
 	"github.com/quota-platform/quota/tiers/routing"
 )
 
@@ -49,7 +50,7 @@ func (s Step) String() string {
 type Mover struct {
 	RDB    redis.UniversalClient
 	Prefix string // of the journal and lease keys (the service's key prefix)
-	Hot    *tiers.HotMover
+	Hot    *hot.Mover
 	Warm   *tiers.WarmStore
 	Cold   *cold.Store // nil: moves to or from cold fail
 	// LeaseTTL bounds how long a crashed worker's cells stay frozen
@@ -76,7 +77,7 @@ var ErrLeased = errors.New("cell is leased by another worker")
 
 func (m *Mover) journalKey() string { return m.Prefix + "mig:journal" }
 
-// now is the hot tier's clock (tiers.HotMover.Now).
+// now is the hot tier's clock (hot.Mover.Now).
 func (m *Mover) now() time.Time {
 	if m.Hot.Now != nil {
 		return m.Hot.Now()
@@ -245,9 +246,9 @@ type moveOpts struct {
 	// (tiers.WarmStore.SwitchToCold).
 	capacity func(tiers.Tag) int
 	// states (the scheduled cycle's), per ref, where the cells of a move
-	// hot>cold stood when it read the directory (tiers.HotMover.States);
+	// hot>cold stood when it read the directory (hot.Mover.States);
 	// nil: read here.
-	states []tiers.HotState
+	states []hot.State
 }
 
 // moveCells is MoveCells with what the caller knows of the batch.

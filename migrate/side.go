@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // side is what a move needs of the tier at one of its ends (PROTOCOL.md,
@@ -103,7 +104,7 @@ func (h hotSide) Freeze(ctx context.Context, held *leases, refs []tiers.Ref) (fr
 	}
 	var maybe []tiers.Ref
 	for i, f := range got {
-		if f.State == tiers.HotMaybeCold {
+		if f.State == hot.MaybeCold {
 			maybe = append(maybe, refs[i])
 			continue
 		}
@@ -142,9 +143,9 @@ func (h hotSide) Freeze(ctx context.Context, held *leases, refs []tiers.Ref) (fr
 }
 
 // add places one of FreezeExport's answers.
-func (hotSide) add(b *frozenBatch, r tiers.Ref, f tiers.HotFreeze) {
+func (hotSide) add(b *frozenBatch, r tiers.Ref, f hot.Freeze) {
 	switch f.State {
-	case tiers.HotFrozenNow:
+	case hot.FrozenNow:
 		b.refs = append(b.refs, r)
 		b.old = append(b.old, tiers.DirMoving)
 		if f.Record != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/quota-platform/quota/internal/tick"
 	"github.com/quota-platform/quota/schedule"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // Config is the migration policy.
@@ -490,7 +491,7 @@ func (w *Worker) moveBatch(ctx context.Context, cells []scannedCell, capacity fu
 	type dir struct{ from, to tiers.Tier }
 	type group struct {
 		refs   []tiers.Ref
-		states []tiers.HotState
+		states []hot.State
 	}
 	groups := map[dir]*group{}
 	var order []dir

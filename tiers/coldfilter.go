@@ -39,7 +39,7 @@ import (
 //go:embed cold_switch.lua
 var coldSwitchSource string
 
-var coldSwitchScript = dirScript(coldSwitchSource)
+var coldSwitchScript = DirScript(coldSwitchSource)
 
 // SwitchToCold is the switch step of moves into cold: for each swap, if
 // the cell's directory field holds Old, it deletes the field and adds the
@@ -49,23 +49,23 @@ var coldSwitchScript = dirScript(coldSwitchSource)
 // filter layer); nil: as many as switch now. It reports per swap whether
 // it switched.
 func (s *WarmStore) SwitchToCold(ctx context.Context, swaps []DirSwap, capacity func(Tag) int) ([]bool, error) {
-	locs := make([]warmLoc, len(swaps))
+	locs := make([]DirLoc, len(swaps))
 	for i := range swaps {
-		locs[i] = s.locate(swaps[i].Identity, swaps[i].Window, swaps[i].Tag)
+		locs[i] = s.Locate(swaps[i].Identity, swaps[i].Window, swaps[i].Tag)
 	}
-	return s.switchToCold(ctx, swaps, locs, nil, capacity)
+	return s.SwitchToColdWith(ctx, swaps, locs, nil, capacity)
 }
 
-// switchToCold is SwitchToCold for swaps located at locs; with live set
+// SwitchToColdWith is SwitchToCold for swaps located at locs; with live set
 // (each swap's Old then ""), a swap also requires that its cell's counter
-// of the window holds live[i].want (none for "") and that of the next does
-// not exist, and deletes the first (HotMover.SwitchQuietToCold).
-func (s *WarmStore) switchToCold(ctx context.Context, swaps []DirSwap, locs []warmLoc, live []cellCounters, capacity func(Tag) int) ([]bool, error) {
-	calls := s.dirCalls(locs)
+// of the window holds live[i].Want (none for "") and that of the next does
+// not exist, and deletes the first (hot.Mover.SwitchQuietToCold).
+func (s *WarmStore) SwitchToColdWith(ctx context.Context, swaps []DirSwap, locs []DirLoc, live []CellCounters, capacity func(Tag) int) ([]bool, error) {
+	calls := s.DirCalls(locs)
 	for ci := range calls {
 		calls[ci].Args = coldSwitchArgs(&calls[ci], swaps, live, capacity)
 	}
-	vals, err := perCell(ctx, s.rdb, coldSwitchScript, calls, len(swaps))
+	vals, err := PerCell(ctx, s.rdb, coldSwitchScript, calls, len(swaps))
 	if err != nil {
 		return nil, fmt.Errorf("cold switch: %w", err)
 	}
@@ -79,13 +79,13 @@ func (s *WarmStore) switchToCold(ctx context.Context, swaps []DirSwap, locs []wa
 // or with live the counter's: the field must then be absent) per cell.
 // The counter keys of live, if any, are appended to the call's KEYS after
 // the headers, two a cell in the call's order.
-func coldSwitchArgs(c *dirCall, swaps []DirSwap, live []cellCounters, capacity func(Tag) int) []any {
-	counts := c.byHeader()
+func coldSwitchArgs(c *DirCall, swaps []DirSwap, live []CellCounters, capacity func(Tag) int) []any {
+	counts := c.ByHeader()
 	tags := make([]Tag, len(c.Keys))
-	for k, at := range c.at {
+	for k, at := range c.At {
 		tags[c.hdr[k]] = swaps[at].Tag
 	}
-	args := make([]any, 0, 2+2*len(counts)+2*len(c.at))
+	args := make([]any, 0, 2+2*len(counts)+2*len(c.At))
 	args = append(args, len(counts))
 	for hi, n := range counts {
 		if capacity != nil {
@@ -98,12 +98,12 @@ func coldSwitchArgs(c *dirCall, swaps []DirSwap, live []cellCounters, capacity f
 	}
 	args = append(args, boolInt(live != nil))
 	if live != nil {
-		c.Keys = slices.Grow(c.Keys, 2*len(c.at))
+		c.Keys = slices.Grow(c.Keys, 2*len(c.At))
 	}
-	for k, at := range c.at {
+	for k, at := range c.At {
 		if live != nil {
-			args = append(args, c.Args[2*k+1], live[at].want)
-			c.Keys = append(c.Keys, live[at].cur, live[at].next)
+			args = append(args, c.Args[2*k+1], live[at].Want)
+			c.Keys = append(c.Keys, live[at].Cur, live[at].Next)
 		} else {
 			args = append(args, c.Args[2*k+1], swaps[at].Old)
 		}
@@ -127,18 +127,18 @@ func (s *WarmStore) Client() redis.UniversalClient { return s.rdb }
 //go:embed cold_probe.lua
 var coldProbeSource string
 
-var coldProbeScript = dirScript(coldProbeSource)
+var coldProbeScript = DirScript(coldProbeSource)
 
 // MayBeCold reports, per ref, whether its tag's cold filter holds it
 // (a false positive included): what the hot script's probe answers. One
 // call on a single Redis (one per tag on a cluster); for the mover, tools
 // and tests, not the check path.
 func (s *WarmStore) MayBeCold(ctx context.Context, refs []Ref) ([]bool, error) {
-	locs := make([]warmLoc, len(refs))
+	locs := make([]DirLoc, len(refs))
 	for i := range refs {
-		locs[i] = s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
+		locs[i] = s.Locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
 	}
-	vals, err := perCell(ctx, s.rdb, coldProbeScript, s.dirCalls(locs), len(refs))
+	vals, err := PerCell(ctx, s.rdb, coldProbeScript, s.DirCalls(locs), len(refs))
 	if err != nil {
 		return nil, fmt.Errorf("cold filter probe: %w", err)
 	}
@@ -148,7 +148,7 @@ func (s *WarmStore) MayBeCold(ctx context.Context, refs []Ref) ([]bool, error) {
 //go:embed cold_replace.lua
 var coldReplaceSource string
 
-var coldReplaceScript = dirScript(coldReplaceSource)
+var coldReplaceScript = DirScript(coldReplaceSource)
 
 // FilterCell is what a cell's bits in its tag's cold filter derive from:
 // bytes 1-6 of its warm field, bytes 9-14 of its cell id.
@@ -245,4 +245,16 @@ func buildColdFilter(cells []FilterCell) []byte {
 }
 
 // tagHeaderKey is the key of tag's directory header.
-func (s *WarmStore) tagHeaderKey(tag Tag) string { return s.locateCell(CellID{}, tag).headerKey() }
+func (s *WarmStore) tagHeaderKey(tag Tag) string { return s.LocateCell(CellID{}, tag).HeaderKey() }
+
+// CellCounters are a cell's counter keys of a window and the next, and,
+// for a switch, the value its counter of the window must hold ("": none).
+type CellCounters struct{ Cur, Next, Want string }
+
+// boolInt is 1 for true, 0 for false.
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // The conformance suite: one table of cases, run against every tier's Store
@@ -478,7 +479,7 @@ func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 // shard databases.
 func conformanceEnvs(t *testing.T) []*confEnv {
 	rdb, prefix := testenv.Redis(t)
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix + "h:"})
+	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix + "h:"})
 	// Few buckets, so the cells of the suite share hashes.
 	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix + "w:"})
 	cold := cold.NewStore(testenv.MySQLShards(t, 2), cold.Options{})

@@ -35,68 +35,69 @@ var warmReadSource string
 //go:embed warm_delete.lua
 var warmDeleteSource string
 
-// dirScript is a script that uses the directory: directory.lua's and
+// DirScript is a script that uses the directory: directory.lua's and
 // directory_write.lua's functions put in front of src (a script cannot
 // load another). checkScript is one with directory.lua's only, for the
 // check scripts: Redis makes a script's local functions again at every
 // call, so every function a check does not use costs each check (make
 // bench-scripts).
-func dirScript(src string) *redis.Script {
+func DirScript(src string) *redis.Script {
 	return redis.NewScript(directorySource + directoryWriteSource + src)
 }
 
-func checkScript(src string) *redis.Script { return redis.NewScript(directorySource + src) }
+// CheckScript is DirScript with directory.lua's functions only.
+func CheckScript(src string) *redis.Script { return redis.NewScript(directorySource + src) }
 
 var (
-	warmReadScript   = dirScript(warmReadSource)
-	warmDeleteScript = dirScript(warmDeleteSource)
+	warmReadScript   = DirScript(warmReadSource)
+	warmDeleteScript = DirScript(warmDeleteSource)
 )
 
 // dirHeaderBytes is the size of a header before its layer table
 // (directory.lua's DIR_HEADER).
 const dirHeaderBytes = 13
 
-// headerKey is the key of l's tag's header.
-func (l warmLoc) headerKey() string { return l.base + "d" }
+// HeaderKey is the key of l's tag's header.
+func (l DirLoc) HeaderKey() string { return l.base + "d" }
 
 // HeaderKey returns the key of the directory header of r's tag (its warm
 // layout and cold filter).
 func (s *WarmStore) HeaderKey(r *Ref) string {
-	return s.locate(r.Identity, r.Window, r.Tag).headerKey()
+	return s.Locate(r.Identity, r.Window, r.Tag).HeaderKey()
 }
 
-// dirCall is one call of a directory script over some cells: their tags'
+// DirCall is one call of a directory script over some cells: their tags'
 // headers as KEYS and, per cell, its header's index (1-based) and its
 // field as ARGV.
-type dirCall struct {
+type DirCall struct {
 	redisscript.Call
-	at  []int // per cell of the call, its index in the caller's list
+	At  []int // per cell of the call, its index in the caller's list
 	hdr []int // per cell of the call, its header's index into Keys (0-based)
 }
 
-// dirCalls groups locs into calls: one on a single Redis (a call per tag
+// DirCalls groups locs into calls: one on a single Redis (a call per tag
 // would cost Redis a script call per app, the most of a move's time), one
 // per tag on a cluster, where a script's keys must share a slot.
-func (s *WarmStore) dirCalls(locs []warmLoc) []dirCall {
-	var calls []dirCall
+func (s *WarmStore) DirCalls(locs []DirLoc) []DirCall {
+	var calls []DirCall
 	byBase := map[string]int{} // base -> call (cluster) or header index (single)
 	for i, l := range locs {
-		hk := l.headerKey()
+		hk := l.HeaderKey()
 		if s.cluster {
 			ci, ok := byBase[l.base]
 			if !ok {
 				ci = len(calls)
 				byBase[l.base] = ci
-				calls = append(calls, dirCall{Call: redisscript.Call{Keys: []string{hk}}})
+				calls = append(calls, DirCall{Call: redisscript.Call{Keys: []string{hk}}})
 			}
 			c := &calls[ci]
-			c.Args = append(c.Args, 1, l.field)
-			c.at = append(c.at, i)
+			c.Args = append(c.Args, 1, l.Field)
+			c.At = append(c.At, i)
 			c.hdr = append(c.hdr, 0)
 			continue
 		}
 		if len(calls) == 0 {
-			calls = append(calls, dirCall{})
+			calls = append(calls, DirCall{})
 		}
 		c := &calls[0]
 		ki, ok := byBase[l.base]
@@ -105,20 +106,20 @@ func (s *WarmStore) dirCalls(locs []warmLoc) []dirCall {
 			ki = len(c.Keys)
 			byBase[l.base] = ki
 		}
-		c.Args = append(c.Args, ki, l.field)
-		c.at = append(c.at, i)
+		c.Args = append(c.Args, ki, l.Field)
+		c.At = append(c.At, i)
 		c.hdr = append(c.hdr, ki-1)
 	}
 	return calls
 }
 
-// byHeader orders the call's cells by header, each header's in the
+// ByHeader orders the call's cells by header, each header's in the
 // caller's order, and returns each header's count of cells: the mover's
 // scripts (hot_state.lua, cold_switch.lua) take a header's cells
 // together, so that a cell needs no header index of its own (an argument
 // costs Redis about as much as a dozen Lua operations). Call it before the
 // cells' counters are added to Keys: Keys are the headers.
-func (c *dirCall) byHeader() []int {
+func (c *DirCall) ByHeader() []int {
 	counts := make([]int, len(c.Keys))
 	for _, h := range c.hdr {
 		counts[h]++
@@ -127,34 +128,34 @@ func (c *dirCall) byHeader() []int {
 	for k := 1; k < len(counts); k++ {
 		next[k] = next[k-1] + counts[k-1]
 	}
-	at, hdr, args := make([]int, len(c.at)), make([]int, len(c.hdr)), make([]any, len(c.Args))
+	at, hdr, args := make([]int, len(c.At)), make([]int, len(c.hdr)), make([]any, len(c.Args))
 	for i, h := range c.hdr {
 		j := next[h]
 		next[h]++
-		at[j], hdr[j] = c.at[i], h
+		at[j], hdr[j] = c.At[i], h
 		args[2*j], args[2*j+1] = c.Args[2*i], c.Args[2*i+1]
 	}
-	c.at, c.hdr, c.Args = at, hdr, args
+	c.At, c.hdr, c.Args = at, hdr, args
 	return counts
 }
 
 // runDirCalls runs sc for each call in one pipeline (redisscript.RunEach).
 // Per-command errors are left in the commands.
-func runDirCalls(ctx context.Context, rdb redis.UniversalClient, sc *redis.Script, calls []dirCall) ([]*redis.Cmd, error) {
+func runDirCalls(ctx context.Context, rdb redis.UniversalClient, sc *redis.Script, calls []DirCall) ([]*redis.Cmd, error) {
 	each := make([]redisscript.Call, len(calls))
 	for i := range calls {
 		each[i] = calls[i].Call
 	}
 	cmds, err := redisscript.RunEach(ctx, rdb, sc, each)
 	if err != nil {
-		return nil, wrapUnavailable(err)
+		return nil, WrapUnavailable(err)
 	}
 	return cmds, nil
 }
 
-// perCell runs sc over calls (runDirCalls) and returns each cell's value in
+// PerCell runs sc over calls (runDirCalls) and returns each cell's value in
 // the replies, in the order of the caller's list of n cells.
-func perCell(ctx context.Context, rdb redis.UniversalClient, sc *redis.Script, calls []dirCall, n int) ([]any, error) {
+func PerCell(ctx context.Context, rdb redis.UniversalClient, sc *redis.Script, calls []DirCall, n int) ([]any, error) {
 	cmds, err := runDirCalls(ctx, rdb, sc, calls)
 	if err != nil {
 		return nil, err
@@ -163,12 +164,12 @@ func perCell(ctx context.Context, rdb redis.UniversalClient, sc *redis.Script, c
 	for i, c := range calls {
 		vals, err := cmds[i].Slice()
 		if err != nil {
-			return nil, wrapUnavailable(err)
+			return nil, WrapUnavailable(err)
 		}
-		if len(vals) != len(c.at) {
-			return nil, fmt.Errorf("%d values for %d cells", len(vals), len(c.at))
+		if len(vals) != len(c.At) {
+			return nil, fmt.Errorf("%d values for %d cells", len(vals), len(c.At))
 		}
-		for k, at := range c.at {
+		for k, at := range c.At {
 			out[at] = vals[k]
 		}
 	}

@@ -75,7 +75,7 @@ type Record struct {
 }
 
 // Index is the window index Count belongs to.
-func (r *Record) Index() int64 { return recordFloorDiv(r.Last, int64(r.Window/time.Second)) }
+func (r *Record) Index() int64 { return RecordFloorDiv(r.Last, int64(r.Window/time.Second)) }
 
 // NewerThan reports whether r must win over o when both describe r's cell
 // (o's Ref is not consulted: a record read from a tier has none): r is of a
@@ -84,7 +84,7 @@ func (r *Record) Index() int64 { return recordFloorDiv(r.Last, int64(r.Window/ti
 // replaces it.
 func (r *Record) NewerThan(o *Record) bool {
 	w := int64(r.Window / time.Second)
-	ri, oi := recordFloorDiv(r.Last, w), recordFloorDiv(o.Last, w)
+	ri, oi := RecordFloorDiv(r.Last, w), RecordFloorDiv(o.Last, w)
 	if ri != oi {
 		return ri > oi
 	}

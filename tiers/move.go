@@ -27,7 +27,7 @@ const (
 
 // readRaw reads directory values without decoding: markers are not
 // records ("" = none).
-func (s *WarmStore) readRaw(ctx context.Context, locs []warmLoc) ([]string, error) {
+func (s *WarmStore) readRaw(ctx context.Context, locs []DirLoc) ([]string, error) {
 	vals, err := s.readFields(ctx, locs)
 	if err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ type DirSwap struct {
 func (s *WarmStore) DirCAS(ctx context.Context, swaps []DirSwap) ([]bool, error) {
 	calls := make([]warmCAS, len(swaps))
 	for i := range swaps {
-		l := s.locate(swaps[i].Identity, swaps[i].Window, swaps[i].Tag)
+		l := s.Locate(swaps[i].Identity, swaps[i].Window, swaps[i].Tag)
 		calls[i].add(l, swaps[i].Old, swaps[i].New)
 	}
 	ok, err := s.runCAS(ctx, calls)
@@ -62,9 +62,9 @@ func (s *WarmStore) DirCAS(ctx context.Context, swaps []DirSwap) ([]bool, error)
 
 // DirRaw returns the raw directory values of refs ("" = none).
 func (s *WarmStore) DirRaw(ctx context.Context, refs []Ref) ([]string, error) {
-	locs := make([]warmLoc, len(refs))
+	locs := make([]DirLoc, len(refs))
 	for i := range refs {
-		locs[i] = s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
+		locs[i] = s.Locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
 	}
 	out, err := s.readRaw(ctx, locs)
 	if err != nil {
@@ -94,9 +94,9 @@ func EncodeDirRecord(r *Record) (string, error) {
 // the field holds no warm record).
 func (s *WarmStore) Freeze(ctx context.Context, refs []Ref) ([]bool, error) {
 	out := make([]bool, len(refs))
-	locs := make([]warmLoc, len(refs))
+	locs := make([]DirLoc, len(refs))
 	for i := range refs {
-		locs[i] = s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
+		locs[i] = s.Locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
 	}
 	var stripes [16]uint16
 	defer s.locks.unlock(s.locks.lock(locs, stripes[:0]))

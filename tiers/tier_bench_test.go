@@ -11,6 +11,7 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // Per-tier cost of one check shaped like the default rules: two cells, one
@@ -60,7 +61,7 @@ func tierBenchRedis(b *testing.B) *redis.Client {
 }
 
 func BenchmarkStore_Hot(b *testing.B) {
-	tierBenchStore(b, tiers.NewHotStore(tierBenchRedis(b), tiers.HotOptions{Prefix: "h:"}))
+	tierBenchStore(b, hot.NewStore(tierBenchRedis(b), hot.Options{Prefix: "h:"}))
 }
 
 func BenchmarkStore_Warm(b *testing.B) {

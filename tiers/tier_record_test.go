@@ -27,8 +27,8 @@ func TestRecord_RoundTrip(t *testing.T) {
 		{"minute-old", Record{Count: 3, Last: recT, First: recT - 120, MeanInterval: 60, Samples: 2}, 7, recT},
 		{"moved", Record{Count: 5, Last: recT, First: recT - day - 7, MeanInterval: 7, Samples: 9, Moved: true}, 7, recT - day},
 		{"three days", Record{Count: 5, Last: recT, First: recT - 3*day, Samples: 1}, 7, recT - 2*day},
-		{"epoch", Record{Count: 0, Last: recordEpoch, First: recordEpoch}, 7, recordEpoch},
-		{"last second", Record{Count: 1 << 40, Last: recordMaxLast, First: recordEpoch, MeanInterval: 1 << recordLastBits, Samples: 31}, 4 + 6 + 5 + 1, recordMaxLast - 64*day},
+		{"epoch", Record{Count: 0, Last: RecordEpoch, First: RecordEpoch}, 7, RecordEpoch},
+		{"last second", Record{Count: 1 << 40, Last: recordMaxLast, First: RecordEpoch, MeanInterval: 1 << recordLastBits, Samples: 31}, 4 + 6 + 5 + 1, recordMaxLast - 64*day},
 		{"first after last", Record{Count: 1, Last: recT, First: recT + 50}, 7, recT},
 	}
 	for _, c := range cases {
@@ -65,7 +65,7 @@ func TestRecord_RoundTrip(t *testing.T) {
 func TestRecord_EncodeRejectsWhatItCannotHold(t *testing.T) {
 	t.Parallel()
 	for _, r := range []Record{
-		{Count: 1, Last: recordEpoch - 1},
+		{Count: 1, Last: RecordEpoch - 1},
 		{Count: 1, Last: recordMaxLast + 1},
 		{Count: -1, Last: recT},
 		{Count: 1, Last: recT, MeanInterval: -1},
@@ -222,4 +222,20 @@ func FuzzWarmRecordDecode(f *testing.F) {
 			t.Fatalf("re-encoded %+v decodes to %+v, %v", r, r2, err)
 		}
 	})
+}
+
+// A record that has seen no call (a move's empty copy) observes no
+// interval at its first call: the time since it was made is not one.
+func TestRecord_AnEmptyCopyObservesNoIntervalAtItsFirstCall(t *testing.T) {
+	t.Parallel()
+	ref := Ref{Window: time.Hour}
+	s := &RecState{Rec: Record{Ref: ref, Last: recT - 3*3600, First: recT - 3*3600}, Present: true}
+	s.count(&ref, 3600, recT+10, 1)
+	if s.Rec.Samples != 0 || s.Rec.MeanInterval != 0 || s.Rec.Count != 1 {
+		t.Fatalf("after the first call: %+v", s.Rec)
+	}
+	s.count(&ref, 3600, recT+70, 1)
+	if s.Rec.Samples != 1 || s.Rec.MeanInterval != 60 || s.Rec.Count != 2 {
+		t.Fatalf("after the second call: %+v", s.Rec)
+	}
 }

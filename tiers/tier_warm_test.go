@@ -105,9 +105,9 @@ func TestWarm_CellsWithoutAppArePooled(t *testing.T) {
 	for range 20000 {
 		c := newConfCell(1, time.Hour).at(confT0)
 		c.Tag = TagOfIdentity(c.Identity) // a rule without app_id
-		l := s.locate(c.Identity, c.Window, c.Tag)
-		if len(l.base) != len(prefix)+len("{abcdef}") || len(l.field) != 7 {
-			t.Fatalf("tag %q field %x", l.base, l.field)
+		l := s.Locate(c.Identity, c.Window, c.Tag)
+		if len(l.base) != len(prefix)+len("{abcdef}") || len(l.Field) != 7 {
+			t.Fatalf("tag %q field %x", l.base, l.Field)
 		}
 		keys[l.base] = true
 	}
@@ -227,10 +227,10 @@ func TestWarm_CorruptValueFailsTheCheckAndStays(t *testing.T) {
 	c := newConfCell(10, time.Hour)
 	ref := c.ref()
 	// The tag's only bucket: a tag with no header has one.
-	l := s.locate(ref.Identity, ref.Window, ref.Tag)
-	k, f := l.base+"w\x00\x00", l.field
+	l := s.Locate(ref.Identity, ref.Window, ref.Tag)
+	k, f := l.base+"w\x00\x00", l.Field
 	rdb.HSet(ctx, k, f, "\x05garbage")
-	rdb.SetRange(ctx, l.headerKey(), 0, "\x01") // the tag has warm fields
+	rdb.SetRange(ctx, l.HeaderKey(), 0, "\x01") // the tag has warm fields
 	err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)})
 	if !errors.Is(err, ErrRecordCorrupt) {
 		t.Fatalf("err %v, want ErrRecordCorrupt", err)
@@ -313,7 +313,7 @@ func TestWarm_ConcurrentChecksOnOneCellInOneProcessAllCount(t *testing.T) {
 
 func TestWarmLocks_AllocateNothingForAFewCells(t *testing.T) {
 	w := newWarmLocks()
-	locs := []warmLoc{{base: "q:{abcdef}", field: "1234567"}, {base: "q:{abcdef}", field: "7654321"}}
+	locs := []DirLoc{{base: "q:{abcdef}", Field: "1234567"}, {base: "q:{abcdef}", Field: "7654321"}}
 	n := testing.AllocsPerRun(100, func() {
 		var buf [16]uint16
 		w.unlock(w.lock(locs, buf[:0]))

@@ -87,7 +87,7 @@ func NewWarmStore(rdb redis.UniversalClient, o WarmOptions) *WarmStore {
 	f = min(max(f, 6), 8)
 	return &WarmStore{
 		rdb:         rdb,
-		cas:         dirScript(warmCASSource),
+		cas:         DirScript(warmCASSource),
 		prefix:      o.Prefix,
 		fieldBytes:  f,
 		maxAttempts: a,
@@ -113,26 +113,29 @@ func (s *WarmStore) Cluster() bool { return s.cluster }
 // Tier returns Warm.
 func (s *WarmStore) Tier() Tier { return Warm }
 
-// Load caches the directory's scripts in Redis (a script Redis lost is
-// loaded again when it is first missed).
-func (s *WarmStore) Load(ctx context.Context) error {
-	for _, sc := range []*redis.Script{s.cas, warmReadScript, warmDeleteScript, coldSwitchScript, coldProbeScript, hotFreezeScript} {
+// Load caches the directory's scripts in Redis, then more (the hot store's
+// move scripts: hot.Store.MoveScripts) (a script Redis lost is loaded
+// again when it is first missed).
+func (s *WarmStore) Load(ctx context.Context, more ...*redis.Script) error {
+	for _, sc := range append([]*redis.Script{s.cas, warmReadScript, warmDeleteScript, coldSwitchScript, coldProbeScript}, more...) {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
-			return fmt.Errorf("warm load script: %w", wrapUnavailable(err))
+			return fmt.Errorf("warm load script: %w", WrapUnavailable(err))
 		}
 	}
 	return nil
 }
 
-// warmLoc is where one cell's record lives: its tag's key base
+// DirLoc is where one cell's record lives: its tag's key base
 // (prefix{tag}, directory.go) and its field.
-type warmLoc struct {
+type DirLoc struct {
 	base  string
-	field string
+	Field string
 }
 
-func (s *WarmStore) locate(id Identity, window time.Duration, tag Tag) warmLoc {
-	return s.locateCell(CellIDOf(id, window), tag)
+// Locate returns where the record of the cell of identity id and window
+// lives (a DirLoc).
+func (s *WarmStore) Locate(id Identity, window time.Duration, tag Tag) DirLoc {
+	return s.LocateCell(CellIDOf(id, window), tag)
 }
 
 // Location returns where r's record lives: the key base of its tag
@@ -140,12 +143,12 @@ func (s *WarmStore) locate(id Identity, window time.Duration, tag Tag) warmLoc {
 // index) and its field in its bucket (for tests and tools that read the
 // directory's keys).
 func (s *WarmStore) Location(r *Ref) (base, field string) {
-	l := s.locate(r.Identity, r.Window, r.Tag)
-	return l.base, l.field
+	l := s.Locate(r.Identity, r.Window, r.Tag)
+	return l.base, l.Field
 }
 
-// locateCell is locate for a cell whose id is known.
-func (s *WarmStore) locateCell(cid CellID, tag Tag) warmLoc {
+// LocateCell is Locate for a cell whose id is known.
+func (s *WarmStore) LocateCell(cid CellID, tag Tag) DirLoc {
 	const hexdigits = "0123456789abcdef"
 	var buf [64]byte
 	k := append(buf[:0], s.prefix...)
@@ -154,7 +157,7 @@ func (s *WarmStore) locateCell(cid CellID, tag Tag) warmLoc {
 		k = append(k, hexdigits[c>>4], hexdigits[c&15])
 	}
 	k = append(k, '}')
-	return warmLoc{base: string(k), field: string(cid[8 : 8+s.fieldBytes])}
+	return DirLoc{base: string(k), Field: string(cid[8 : 8+s.fieldBytes])}
 }
 
 // warmEntry is one record as read, then as the ops of an attempt leave it.
@@ -165,12 +168,12 @@ type warmEntry struct {
 }
 
 // read fetches the records at locs (readFields) and decodes them.
-func (s *WarmStore) read(ctx context.Context, locs []warmLoc) (map[warmLoc]*warmEntry, error) {
+func (s *WarmStore) read(ctx context.Context, locs []DirLoc) (map[DirLoc]*warmEntry, error) {
 	vals, err := s.readFields(ctx, locs)
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[warmLoc]*warmEntry, len(vals))
+	out := make(map[DirLoc]*warmEntry, len(vals))
 	for _, l := range locs {
 		if _, ok := out[l]; ok {
 			continue
@@ -190,7 +193,7 @@ func (s *WarmStore) read(ctx context.Context, locs []warmLoc) (map[warmLoc]*warm
 		default:
 			rec, err := DecodeWarmValue([]byte(str))
 			if err != nil {
-				return nil, fmt.Errorf("warm read %s field %x: %w", l.base, l.field, err)
+				return nil, fmt.Errorf("warm read %s field %x: %w", l.base, l.Field, err)
 			}
 			e.raw = str
 			e.state = RecState{Rec: rec, Present: true}
@@ -201,12 +204,12 @@ func (s *WarmStore) read(ctx context.Context, locs []warmLoc) (map[warmLoc]*warm
 
 // readFields reads the raw values at locs ("" = none): warm_read.lua, one
 // call on a single Redis, one per tag on a cluster, in one pipeline.
-func (s *WarmStore) readFields(ctx context.Context, locs []warmLoc) (map[warmLoc]string, error) {
-	vals, err := perCell(ctx, s.rdb, warmReadScript, s.dirCalls(locs), len(locs))
+func (s *WarmStore) readFields(ctx context.Context, locs []DirLoc) (map[DirLoc]string, error) {
+	vals, err := PerCell(ctx, s.rdb, warmReadScript, s.DirCalls(locs), len(locs))
 	if err != nil {
 		return nil, fmt.Errorf("warm read: %w", err)
 	}
-	out := make(map[warmLoc]string, len(locs))
+	out := make(map[DirLoc]string, len(locs))
 	for i, v := range vals {
 		if str, ok := v.(string); ok {
 			out[locs[i]] = str
@@ -219,8 +222,8 @@ func (s *WarmStore) readFields(ctx context.Context, locs []warmLoc) (map[warmLoc
 type warmCAS struct{ redisscript.Call }
 
 // add appends a record's expected and new value, deduplicating the keys.
-func (c *warmCAS) add(l warmLoc, old, new string) {
-	hk := l.headerKey()
+func (c *warmCAS) add(l DirLoc, old, new string) {
+	hk := l.HeaderKey()
 	ki := -1
 	for i, k := range c.Keys {
 		if k == hk {
@@ -232,7 +235,7 @@ func (c *warmCAS) add(l warmLoc, old, new string) {
 		c.Keys = append(c.Keys, hk)
 		ki = len(c.Keys) - 1
 	}
-	c.Args = append(c.Args, ki+1, l.field, old, new)
+	c.Args = append(c.Args, ki+1, l.Field, old, new)
 }
 
 // runCAS runs the calls in one pipeline and reports which succeeded.
@@ -246,7 +249,7 @@ func (s *WarmStore) runCAS(ctx context.Context, calls []warmCAS) ([]bool, error)
 	}
 	cmds, err := redisscript.RunEach(ctx, s.rdb, s.cas, each)
 	if err != nil {
-		return nil, fmt.Errorf("warm compare-and-set: %w", wrapUnavailable(err))
+		return nil, fmt.Errorf("warm compare-and-set: %w", WrapUnavailable(err))
 	}
 	ok := make([]bool, len(calls))
 	for i, c := range cmds {
@@ -254,7 +257,7 @@ func (s *WarmStore) runCAS(ctx context.Context, calls []warmCAS) ([]bool, error)
 		if err != nil {
 			// The outcome of this write is unknown (it may have been
 			// applied): report, never retry it.
-			return nil, fmt.Errorf("warm compare-and-set: %w", wrapUnavailable(err))
+			return nil, fmt.Errorf("warm compare-and-set: %w", WrapUnavailable(err))
 		}
 		ok[i] = v == 1
 	}
@@ -263,7 +266,7 @@ func (s *WarmStore) runCAS(ctx context.Context, calls []warmCAS) ([]bool, error)
 
 // warmPlan is where an op's cells live and, in an attempt, its write.
 type warmPlan struct {
-	locs []warmLoc
+	locs []DirLoc
 	cas  int // index of the op's call in the attempt, -1 if it wrote nothing
 }
 
@@ -274,16 +277,16 @@ type warmPlan struct {
 // would have written.
 func (s *WarmStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 	plans := make([]warmPlan, len(ops))
-	var all []warmLoc
+	var all []DirLoc
 	for i, op := range ops {
 		p := &plans[i]
-		p.locs = make([]warmLoc, len(op.Cells))
+		p.locs = make([]DirLoc, len(op.Cells))
 		for j := range op.Cells {
 			c := &op.Cells[j]
 			if _, err := FixedWindowSeconds(c); err != nil {
 				return fmt.Errorf("warm check: %w", err)
 			}
-			p.locs[j] = s.locate(c.Identity, c.Window, c.Tag)
+			p.locs[j] = s.Locate(c.Identity, c.Window, c.Tag)
 			if s.cluster && j > 0 && c.Tag != op.Cells[0].Tag {
 				return errors.New("warm check: on a Redis Cluster the cells of one check must share a tag")
 			}
@@ -313,7 +316,7 @@ func (s *WarmStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 			return err
 		}
 		var next []int
-		dirty := map[warmLoc]bool{}
+		dirty := map[DirLoc]bool{}
 		locs = locs[:0:0]
 		for _, i := range pending {
 			p := &plans[i]
@@ -345,7 +348,7 @@ func (s *WarmStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 }
 
 // decide decides one op on entries and, when it writes, adds its call.
-func (s *WarmStore) decide(op *Op, now time.Time, p *warmPlan, entries map[warmLoc]*warmEntry, calls *[]warmCAS) error {
+func (s *WarmStore) decide(op *Op, now time.Time, p *warmPlan, entries map[DirLoc]*warmEntry, calls *[]warmCAS) error {
 	p.cas = -1
 	var stBuf [8]*RecState
 	var oldBuf [8]string
@@ -377,7 +380,7 @@ func (s *WarmStore) decide(op *Op, now time.Time, p *warmPlan, entries map[warmL
 	return nil
 }
 
-func containsLoc(ls []warmLoc, l warmLoc) bool {
+func containsLoc(ls []DirLoc, l DirLoc) bool {
 	for _, x := range ls {
 		if x == l {
 			return true
@@ -388,9 +391,9 @@ func containsLoc(ls []warmLoc, l warmLoc) bool {
 
 // Export returns the records of refs (Mover).
 func (s *WarmStore) Export(ctx context.Context, refs []Ref) ([]Record, error) {
-	locs := make([]warmLoc, len(refs))
+	locs := make([]DirLoc, len(refs))
 	for i := range refs {
-		locs[i] = s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
+		locs[i] = s.Locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
 	}
 	entries, err := s.read(ctx, locs)
 	if err != nil {
@@ -413,11 +416,11 @@ func (s *WarmStore) Export(ctx context.Context, refs []Ref) ([]Record, error) {
 // imported.
 func (s *WarmStore) Import(ctx context.Context, recs []Record) error {
 	type item struct {
-		loc warmLoc
+		loc DirLoc
 		rec *Record
 		val string
 	}
-	index := map[warmLoc]int{}
+	index := map[DirLoc]int{}
 	var items []item
 	for i := range recs {
 		r := &recs[i]
@@ -428,7 +431,7 @@ func (s *WarmStore) Import(ctx context.Context, recs []Record) error {
 		if err != nil {
 			return fmt.Errorf("warm import: %w", err)
 		}
-		l := s.locate(r.Identity, r.Window, r.Tag)
+		l := s.Locate(r.Identity, r.Window, r.Tag)
 		if j, dup := index[l]; dup {
 			if r.NewerThan(items[j].rec) {
 				items[j] = item{loc: l, rec: r, val: string(v)}
@@ -438,7 +441,7 @@ func (s *WarmStore) Import(ctx context.Context, recs []Record) error {
 		index[l] = len(items)
 		items = append(items, item{loc: l, rec: r, val: string(v)})
 	}
-	all := make([]warmLoc, len(items))
+	all := make([]DirLoc, len(items))
 	for i := range items {
 		all[i] = items[i].loc
 	}
@@ -449,7 +452,7 @@ func (s *WarmStore) Import(ctx context.Context, recs []Record) error {
 		pending[i] = i
 	}
 	for attempt := 1; ; attempt++ {
-		locs := make([]warmLoc, len(pending))
+		locs := make([]DirLoc, len(pending))
 		for j, i := range pending {
 			locs[j] = items[i].loc
 		}
@@ -505,17 +508,17 @@ func (s *WarmStore) Import(ctx context.Context, recs []Record) error {
 // Delete removes the records of refs (Mover): warm_delete.lua, one call
 // on a single Redis, one per tag on a cluster, in one pipeline.
 func (s *WarmStore) Delete(ctx context.Context, refs []Ref) error {
-	locs := make([]warmLoc, len(refs))
+	locs := make([]DirLoc, len(refs))
 	for i := range refs {
-		locs[i] = s.locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
+		locs[i] = s.Locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
 	}
-	cmds, err := runDirCalls(ctx, s.rdb, warmDeleteScript, s.dirCalls(locs))
+	cmds, err := runDirCalls(ctx, s.rdb, warmDeleteScript, s.DirCalls(locs))
 	if err != nil {
 		return fmt.Errorf("warm delete: %w", err)
 	}
 	for _, c := range cmds {
 		if err := c.Err(); err != nil {
-			return fmt.Errorf("warm delete: %w", wrapUnavailable(err))
+			return fmt.Errorf("warm delete: %w", WrapUnavailable(err))
 		}
 	}
 	return nil

@@ -27,13 +27,13 @@ func newWarmLocks() *warmLocks { return &warmLocks{seed: maphash.MakeSeed()} }
 // lock takes the stripes of locs, in ascending order, and returns them
 // for unlock. buf is where they are listed (a caller's stack array keeps a
 // check free of allocations).
-func (w *warmLocks) lock(locs []warmLoc, buf []uint16) []uint16 {
+func (w *warmLocks) lock(locs []DirLoc, buf []uint16) []uint16 {
 	idx := buf[:0]
 	for _, l := range locs {
 		var h maphash.Hash
 		h.SetSeed(w.seed)
 		h.WriteString(l.base)
-		h.WriteString(l.field)
+		h.WriteString(l.Field)
 		idx = append(idx, uint16(h.Sum64()%warmStripes))
 	}
 	slices.Sort(idx)

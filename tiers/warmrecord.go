@@ -46,9 +46,9 @@ import (
 // length plus 2.
 
 const (
-	recordEpoch     = 1_704_067_200 // 2024-01-01T00:00:00Z
+	RecordEpoch     = 1_704_067_200 // 2024-01-01T00:00:00Z
 	recordLastBits  = 30
-	recordMaxLast   = recordEpoch + 1<<recordLastBits - 1
+	recordMaxLast   = RecordEpoch + 1<<recordLastBits - 1
 	recordMovedBit  = 1 << 30
 	recordFutureBit = 1 << 31
 	recordMaxSample = 31
@@ -63,17 +63,17 @@ var ErrRecordCorrupt = errors.New("corrupt record")
 
 // errRecordTime means a time the record cannot hold (before 2024 or after 2058).
 var errRecordTime = fmt.Errorf("time outside %s .. %s",
-	time.Unix(recordEpoch, 0).UTC().Format(time.DateOnly), time.Unix(recordMaxLast, 0).UTC().Format(time.DateOnly))
+	time.Unix(RecordEpoch, 0).UTC().Format(time.DateOnly), time.Unix(recordMaxLast, 0).UTC().Format(time.DateOnly))
 
 // AppendRecordRaw appends the raw encoding of r (its Ref is not encoded).
 func AppendRecordRaw(b []byte, r *Record) ([]byte, error) {
-	if r.Last < recordEpoch || r.Last > recordMaxLast {
+	if r.Last < RecordEpoch || r.Last > recordMaxLast {
 		return b, fmt.Errorf("record last %d: %w", r.Last, errRecordTime)
 	}
 	if r.Count < 0 || r.MeanInterval < 0 || r.MeanInterval > 1<<recordLastBits || r.Samples > recordMaxSample {
 		return b, fmt.Errorf("record out of range: count %d, mean interval %d, samples %d", r.Count, r.MeanInterval, r.Samples)
 	}
-	h := uint32(r.Last - recordEpoch)
+	h := uint32(r.Last - RecordEpoch)
 	if r.Moved {
 		h |= recordMovedBit
 	}
@@ -106,7 +106,7 @@ func ParseRecordRaw(b []byte) (Record, error) {
 		return r, fmt.Errorf("%w: unknown format (header %#08x)", ErrRecordCorrupt, h)
 	}
 	r.Moved = h&recordMovedBit != 0
-	r.Last = recordEpoch + int64(h&(1<<recordLastBits-1))
+	r.Last = RecordEpoch + int64(h&(1<<recordLastBits-1))
 	p := b[4 : len(b)-1]
 	var vals [2]uint64
 	for i := range vals {
@@ -223,7 +223,8 @@ func abs64(x int64) int64 {
 	return x
 }
 
-func recordFloorDiv(a, b int64) int64 {
+// RecordFloorDiv is a/b rounded toward negative infinity.
+func RecordFloorDiv(a, b int64) int64 {
 	q := a / b
 	if a%b != 0 && (a < 0) != (b < 0) {
 		q--
@@ -241,7 +242,7 @@ type RecState struct {
 // now's (a caller whose clock is a little behind the last writer's) is
 // counted as current: the call is counted in the record's window.
 func (s *RecState) Used(wS, nowS int64) int64 {
-	if s.Present && recordFloorDiv(s.Rec.Last, wS) >= nowS/wS {
+	if s.Present && RecordFloorDiv(s.Rec.Last, wS) >= nowS/wS {
 		return s.Rec.Count
 	}
 	return 0
@@ -302,8 +303,8 @@ func FixedWindowSeconds(c *Cell) (int64, error) {
 // would be), else the state now.
 func DecideFixed(op *Op, now time.Time, st []*RecState, tier Tier) (bool, error) {
 	nowMs := now.UnixMilli()
-	nowS := recordFloorDiv(nowMs, 1000)
-	if nowS < recordEpoch || nowS > recordMaxLast {
+	nowS := RecordFloorDiv(nowMs, 1000)
+	if nowS < RecordEpoch || nowS > recordMaxLast {
 		return false, fmt.Errorf("%s check at %s: %w", tier, now.UTC().Format(time.RFC3339), errRecordTime)
 	}
 	if op.Cost < 1 {

@@ -19,7 +19,7 @@ import (
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // quotactl plans sets a plan and an override through the admin API and
@@ -31,7 +31,7 @@ func TestPlans_SetOverrideAndUsage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := limiter.New(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix}), clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)), set)
+	lim, err := limiter.New(hot.NewStore(rdb, hot.Options{Prefix: prefix}), clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)), set)
 	if err != nil {
 		t.Fatal(err)
 	}

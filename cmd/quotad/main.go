@@ -35,8 +35,8 @@ import (
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/schedule"
 	sqlschema "github.com/quota-platform/quota/sql"
-	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
 	"github.com/quota-platform/quota/tiers/routing"
 	"github.com/quota-platform/quota/tracing"
 )
@@ -182,7 +182,7 @@ func serve() error {
 		return err
 	}
 	den := newDenialCache(s, rdb, log)
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter, Refunded: den.invalidate,
+	hot := hot.NewStore(rdb, hot.Options{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter, Refunded: den.invalidate,
 		WaitReplicas: s.RedisWaitReplicas, WaitTimeout: s.RedisWaitTimeout})
 	reg := prometheus.NewRegistry()
 	// With QUOTA_TIERING=on (the default) checks go through the tier router and
@@ -382,7 +382,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 	return an, stop, nil
 }
 
-func readiness(hot *tiers.HotStore, dbs []*sql.DB) []api.ReadinessCheck {
+func readiness(hot *hot.Store, dbs []*sql.DB) []api.ReadinessCheck {
 	checks := []api.ReadinessCheck{{Name: "redis", Check: hot.Ping}}
 	for i, db := range dbs {
 		checks = append(checks, api.ReadinessCheck{

@@ -19,6 +19,7 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // One fixed-window rule (only fixed windows are tiered) with a limit no
@@ -83,7 +84,7 @@ type migEnv struct {
 	q     *testenv.Quotad
 	rdb   *redis.Client
 	dbs   []*sql.DB
-	hot   *tiers.HotStore
+	hot   *hot.Store
 	warm  *tiers.WarmStore
 	cold  *cold.Store
 	app   string
@@ -106,7 +107,7 @@ func newMigEnv(t *testing.T, dir migDirection) *migEnv {
 	e := &migEnv{q: testenv.StartQuotad(t, env...), dbs: dbs, app: fmt.Sprintf("mig-%d", time.Now().UnixNano())}
 	e.rdb = redis.NewClient(&redis.Options{Addr: r.Addr()})
 	t.Cleanup(func() { e.rdb.Close() })
-	e.hot = tiers.NewHotStore(e.rdb, tiers.HotOptions{Prefix: migPrefix})
+	e.hot = hot.NewStore(e.rdb, hot.Options{Prefix: migPrefix})
 	e.warm = tiers.NewWarmStore(e.rdb, tiers.WarmOptions{Prefix: migPrefix})
 	e.cold = cold.NewStore(dbs, cold.Options{})
 	for i := range migCells {

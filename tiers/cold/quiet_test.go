@@ -7,6 +7,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // InsertNew writes a record only where its cell has no row; DeleteUnchanged
@@ -20,9 +21,9 @@ func TestColdStore_InsertNewAndDeleteUnchangedKeepCountedRows(t *testing.T) {
 	if err := s.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 4, tiers.Enforce, held)}); err != nil {
 		t.Fatal(err)
 	}
-	m := &tiers.HotMover{Now: func() time.Time { return confT0 }}
+	m := &hot.Mover{Now: func() time.Time { return confT0 }}
 	refs := []tiers.Ref{counted.ref(), held.ref(), untouched.ref()}
-	recs, err := m.QuietRecords(refs, make([]tiers.HotState, len(refs)))
+	recs, err := m.QuietRecords(refs, make([]hot.State, len(refs)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,8 +59,8 @@ func TestQuietRecords_AnIdleCellsRecordLosesToACountOfTheWindow(t *testing.T) {
 	s := NewStore(testenv.MySQLShards(t, 1), Options{})
 	ctx := context.Background()
 	c := newConfCell(10, time.Hour)
-	m := &tiers.HotMover{Now: func() time.Time { return confT0 }}
-	idle, err := m.QuietRecords([]tiers.Ref{c.ref()}, make([]tiers.HotState, 1))
+	m := &hot.Mover{Now: func() time.Time { return confT0 }}
+	idle, err := m.QuietRecords([]tiers.Ref{c.ref()}, make([]hot.State, 1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // BenchmarkHotCheck_FirstCallInATagWithColdCells is the check path at a
@@ -34,7 +35,7 @@ func BenchmarkHotCheck_FirstCallInATagWithColdCells(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			rdb := tierBenchRedis(b)
 			warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{})
-			hot := NewRouter(tiers.NewHotStore(rdb, tiers.HotOptions{}), warm, nil).Hot()
+			hot := NewRouter(hot.NewStore(rdb, hot.Options{}), warm, nil).Hot()
 			ctx := context.Background()
 			apps := make([]string, 64)
 			for i := range apps {

@@ -17,6 +17,7 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // redisCalls counts what a client sends: round trips (a command or a
@@ -64,7 +65,7 @@ func filterRouter(t *testing.T) (r *Router, calls *redisCalls, mysqlTrips func()
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	dbs, trips := countedShards(t, 2)
-	r = NewRouter(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix}), cold.NewStore(dbs, cold.Options{}))
+	r = NewRouter(hot.NewStore(rdb, hot.Options{Prefix: prefix}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix}), cold.NewStore(dbs, cold.Options{}))
 	if err := r.Hot().Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +273,7 @@ func TestRouter_NewCellsNeedNoMySQL(t *testing.T) {
 	}
 	db := sql.OpenDB(conn)
 	t.Cleanup(func() { db.Close() })
-	r := NewRouter(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix}), cold.NewStore([]*sql.DB{db}, cold.Options{}))
+	r := NewRouter(hot.NewStore(rdb, hot.Options{Prefix: prefix}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix}), cold.NewStore([]*sql.DB{db}, cold.Options{}))
 	op := confOp(confT0, 1, tiers.Enforce, newConfCell(2, time.Hour), newConfCell(2, time.Minute))
 	routerCheck(t, r, op)
 	if !op.Committed || op.Out[0].Remaining != 1 || op.Out[1].Remaining != 1 {

@@ -8,6 +8,7 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // idAt is a cell id whose slot index (low bits of its first 8 bytes) is
@@ -74,7 +75,7 @@ func hintRouter(t *testing.T, hints bool) (*Router, *cold.Store, func() int64) {
 	rdb, prefix := testenv.Redis(t)
 	dbs, trips := countedShards(t, 2)
 	cold := cold.NewStore(dbs, cold.Options{})
-	r := NewRouter(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix}), cold)
+	r := NewRouter(hot.NewStore(rdb, hot.Options{Prefix: prefix}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix}), cold)
 	if hints {
 		r.ColdHints = NewColdHints(1024)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // States reads the counters of a call's cells with one MGET, in slices of
@@ -30,7 +31,7 @@ func TestStates_ManyCellsInOneCallEachGetTheirOwn(t *testing.T) {
 		}
 	}
 	routerCheck(t, r, ops...)
-	m := &tiers.HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+	m := &hot.Mover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
 	states, err := m.States(context.Background(), refs, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +55,7 @@ func TestSwitchQuietToCold_ACellTwiceInACallSwitchesOnce(t *testing.T) {
 	r, _ := newGroupRouter(t)
 	c := newConfCell(10, time.Hour)
 	routerCheck(t, r, confOp(confT0, 1, tiers.Enforce, c), confOp(confT0, 1, tiers.Enforce, c))
-	m := &tiers.HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+	m := &hot.Mover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
 	ctx := context.Background()
 	refs := []tiers.Ref{c.ref(), c.ref()}
 	states, err := m.States(ctx, refs, nil)
@@ -91,7 +92,7 @@ func TestSwitchQuietToCold_AnIdleCellReadInAnEarlierWindowIsCheckedInTheSwitchsW
 			r, _ := newGroupRouter(t)
 			c := newConfCell(10, time.Hour)
 			now := confT0
-			m := &tiers.HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return now }}
+			m := &hot.Mover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return now }}
 			ctx := context.Background()
 			refs := []tiers.Ref{c.ref()}
 			states, err := m.States(ctx, refs, nil)
@@ -125,7 +126,7 @@ func TestStates_HoldsTheIdleCellsAskedFor(t *testing.T) {
 	rdb := r.Hot().Client()
 	idle, asked, counted := newConfCell(10, time.Hour), newConfCell(10, time.Hour), newConfCell(10, time.Hour)
 	routerCheck(t, r, confOp(confT0, 1, tiers.Enforce, counted))
-	m := &tiers.HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+	m := &hot.Mover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
 	ctx := context.Background()
 	states, err := m.States(ctx, []tiers.Ref{idle.ref(), asked.ref(), counted.ref()}, []bool{false, true, true})
 	if err != nil {
@@ -184,7 +185,7 @@ func TestSwitchQuietToCold_ACountedCellTheFilterHeldBeforeTheCallStaysHot(t *tes
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r, _ := newGroupRouter(t)
-			m := &tiers.HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+			m := &hot.Mover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
 			ctx := context.Background()
 			refs := make([]tiers.Ref, tc.cells)
 			var ops []*tiers.Op

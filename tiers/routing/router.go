@@ -11,6 +11,7 @@ import (
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // Router is the Store the service checks against when tiering is on: it
@@ -45,7 +46,7 @@ import (
 // the truth: the hints are only a guess at where to look, which the cold
 // part's MustExist checks.
 type Router struct {
-	hot  *tiers.HotStore
+	hot  *hot.Store
 	warm *tiers.WarmStore
 	cold *cold.Store
 	// Observe, when set, is called after each op with the cells found
@@ -80,7 +81,7 @@ func (r *Router) movedWait() time.Duration {
 
 // NewRouter returns a router over the three stores (cold may be nil: then a
 // cell found cold is an error). The hot store's options are kept.
-func NewRouter(hot *tiers.HotStore, warm *tiers.WarmStore, cold *cold.Store) *Router {
+func NewRouter(hot *hot.Store, warm *tiers.WarmStore, cold *cold.Store) *Router {
 	return &Router{hot: hot.WithDirectory(warm), warm: warm, cold: cold}
 }
 
@@ -88,7 +89,7 @@ func NewRouter(hot *tiers.HotStore, warm *tiers.WarmStore, cold *cold.Store) *Ro
 func (r *Router) Tier() tiers.Tier { return tiers.Hot }
 
 // Hot returns the router's hot store (it carries the directory).
-func (r *Router) Hot() *tiers.HotStore { return r.hot }
+func (r *Router) Hot() *hot.Store { return r.hot }
 
 // Check decides ops in order, one hot-script pipeline for the batch, then
 // the warm and cold parts of the ops that have any: the cold parts of a
@@ -128,7 +129,7 @@ func (r *Router) CheckEach(ctx context.Context, now time.Time, ops []*tiers.Op, 
 		}
 		return err
 	}
-	byOp := make(map[*tiers.Op][]tiers.Call, len(ops))
+	byOp := make(map[*tiers.Op][]hot.Call, len(ops))
 	for _, c := range calls {
 		byOp[c.Op] = append(byOp[c.Op], c)
 	}
@@ -162,7 +163,7 @@ func (r *Router) CheckEach(ctx context.Context, now time.Time, ops []*tiers.Op, 
 }
 
 // callsErr is the first error of calls.
-func callsErr(calls []tiers.Call) error {
+func callsErr(calls []hot.Call) error {
 	for i := range calls {
 		if calls[i].Err != nil {
 			return calls[i].Err
@@ -172,7 +173,7 @@ func callsErr(calls []tiers.Call) error {
 }
 
 // finishOne finishes op alone.
-func (r *Router) finishOne(ctx context.Context, now time.Time, op *tiers.Op, calls []tiers.Call) error {
+func (r *Router) finishOne(ctx context.Context, now time.Time, op *tiers.Op, calls []hot.Call) error {
 	return r.settle(ctx, now, op, r.finish(ctx, now, op, calls))
 }
 
@@ -250,7 +251,7 @@ func routerBackoff(ctx context.Context, attempt int) error {
 // parts, sets Committed and refunds what counted when the op is denied.
 // It returns an error wrapping ErrMoved when the op must be sent again
 // (having then given back everything it counted).
-func (r *Router) finish(ctx context.Context, now time.Time, op *tiers.Op, calls []tiers.Call) error {
+func (r *Router) finish(ctx context.Context, now time.Time, op *tiers.Op, calls []hot.Call) error {
 	counted := hotCounted(op, calls)
 	if op.Route != nil {
 		if err := r.decideParts(ctx, now, op, &counted); err != nil {
@@ -261,7 +262,7 @@ func (r *Router) finish(ctx context.Context, now time.Time, op *tiers.Op, calls 
 }
 
 // hotCounted returns the indexes of op's hot cells whose part counted.
-func hotCounted(op *tiers.Op, calls []tiers.Call) []int {
+func hotCounted(op *tiers.Op, calls []hot.Call) []int {
 	var counted []int
 	for i := range calls {
 		c := &calls[i]

@@ -10,6 +10,7 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // BenchmarkRouter_ColdBatches: the router's cost per check when every cell
@@ -32,7 +33,7 @@ func benchRouterCold(b *testing.B, batch int, hints bool) {
 	ctx := context.Background()
 	cold := cold.NewStore(testenv.MySQLShards(b, 2), cold.Options{})
 	rdb := tierBenchRedis(b)
-	r := NewRouter(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: "h:"}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "w:"}), cold)
+	r := NewRouter(hot.NewStore(rdb, hot.Options{Prefix: "h:"}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "w:"}), cold)
 	if hints {
 		r.ColdHints = NewColdHints(1 << 16)
 	}

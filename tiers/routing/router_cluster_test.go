@@ -11,6 +11,7 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // On a Redis Cluster with one master dead, a batch of checks over every
@@ -30,7 +31,7 @@ func TestRouter_OnAClusterADeadMasterFailsOnlyTheChecksOfItsSlots(t *testing.T) 
 func deadMasterFailsOnlyItsChecks(t *testing.T, routed bool) {
 	nodes := testenv.StartRedisCluster(t, 3)
 	cc := testenv.ClusterClient(t, nodes, &redis.ClusterOptions{MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second, ReadTimeout: time.Second})
-	hot := tiers.NewHotStore(cc, tiers.HotOptions{Prefix: "c:"})
+	hot := hot.NewStore(cc, hot.Options{Prefix: "c:"})
 	var r tiers.EachChecker = hot
 	if routed {
 		r = NewRouter(hot, tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"}), cold.NewStore(testenv.MySQLShards(t, 1), cold.Options{}))
@@ -89,7 +90,7 @@ func deadMasterFailsOnlyItsChecks(t *testing.T, routed bool) {
 func TestRouter_OnAClusterCellsWithoutAppAreEnforced(t *testing.T) {
 	t.Parallel()
 	cc := testenv.ClusterClient(t, testenv.StartRedisCluster(t, 3), nil)
-	r := NewRouter(tiers.NewHotStore(cc, tiers.HotOptions{Prefix: "c:"}), tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"}), cold.NewStore(testenv.MySQLShards(t, 1), cold.Options{}))
+	r := NewRouter(hot.NewStore(cc, hot.Options{Prefix: "c:"}), tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"}), cold.NewStore(testenv.MySQLShards(t, 1), cold.Options{}))
 	ctx := context.Background()
 	for range 20 {
 		noApp, withApp := newConfCell(2, time.Hour), newConfCell(5, time.Hour)

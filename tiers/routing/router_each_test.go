@@ -9,6 +9,7 @@ import (
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // Router.CheckEach answers each op of a batch as soon as it is decided.
@@ -138,7 +139,7 @@ func TestRouter_OpThatFailsGivesBackItsCountsAndTheOthersGetTheirDecisions(t *te
 func TestCheckEach_StoreWithoutItReportsEveryOpWithCheck(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix})
+	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix})
 	a, b := newConfCell(1, time.Hour), newConfCell(1, time.Hour)
 	ops := []*tiers.Op{confOp(confT0, 1, tiers.Enforce, a), confOp(confT0, 1, tiers.Enforce, b), confOp(confT0, 1, tiers.Enforce, a)}
 	for i, err := range reportsOf(t, checkEachAsync(hot, ops...), len(ops)) {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // Group commit of a batch's cold parts. The hot script has decided the hot
@@ -29,7 +30,7 @@ import (
 // (ops at idx, in order) whose cold parts can be decided together,
 // reports each op it finished (report(i, err), i its index in ops) as soon
 // as it is, and returns how many of idx it finished.
-func (r *Router) finishRun(ctx context.Context, now time.Time, ops []*tiers.Op, idx []int, byOp map[*tiers.Op][]tiers.Call, report func(i int, err error)) int {
+func (r *Router) finishRun(ctx context.Context, now time.Time, ops []*tiers.Op, idx []int, byOp map[*tiers.Op][]hot.Call, report func(i int, err error)) int {
 	n := 0
 	for n < len(idx) && groupable(ops[idx[n]]) {
 		n++
@@ -77,7 +78,7 @@ func hotDenied(op *tiers.Op) bool {
 // reports each as it is finished, and returns how many it finished. An op
 // that fails gives back what it counted and gets its own error; the others
 // get their decisions.
-func (r *Router) finishGroup(ctx context.Context, now time.Time, ops []*tiers.Op, idx []int, byOp map[*tiers.Op][]tiers.Call, report func(i int, err error)) int {
+func (r *Router) finishGroup(ctx context.Context, now time.Time, ops []*tiers.Op, idx []int, byOp map[*tiers.Op][]hot.Call, report func(i int, err error)) int {
 	group := make([]*tiers.Op, len(idx))
 	counted := make([][]int, len(idx))
 	for k, i := range idx {

@@ -12,6 +12,7 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // The router hands the cold parts of a batch to the cold tier as one group:
@@ -29,7 +30,7 @@ func newGroupRouter(t *testing.T) (*Router, *cold.Store) {
 func newGroupRouterOn(t *testing.T, dbs []*sql.DB) (*Router, *cold.Store) {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix})
+	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix})
 	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
 	cold := cold.NewStore(dbs, cold.Options{})
 	return NewRouter(hot, warm, cold), cold
@@ -223,7 +224,7 @@ func TestRouter_FailedRefundIsNeverSentAgain(t *testing.T) {
 // opOverAFrozenCell places two hot cells a and b, counts n calls on both,
 // freezes b (as a move out of hot does) and returns the router (with
 // movedWait), the mover, and an Enforce op over a and b ready to decide.
-func opOverAFrozenCell(t *testing.T, movedWait time.Duration, n int) (*Router, *tiers.HotMover, *tiers.Op) {
+func opOverAFrozenCell(t *testing.T, movedWait time.Duration, n int) (*Router, *hot.Mover, *tiers.Op) {
 	t.Helper()
 	r, _ := newGroupRouter(t)
 	r.MovedWait = movedWait
@@ -232,7 +233,7 @@ func opOverAFrozenCell(t *testing.T, movedWait time.Duration, n int) (*Router, *
 	for range n {
 		routerCheck(t, r, confOp(confT0, 1, tiers.Enforce, a, b))
 	}
-	mover := &tiers.HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+	mover := &hot.Mover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
 	if _, err := mover.FreezeExport(context.Background(), []tiers.Ref{b.ref()}, false); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // BenchmarkQuietMove_RedisInstructions counts the instructions Redis
@@ -22,7 +23,7 @@ import (
 // time, the figures do not move with the load of a shared machine.
 func BenchmarkQuietMove_RedisInstructions(b *testing.B) {
 	cg, r := callgrindRouter(b)
-	m := &tiers.HotMover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
+	m := &hot.Mover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
 	capacity := func(tiers.Tag) int { return 200 }
 	quietMove(b, r, m, capacity, 1, true, nil) // the scripts loaded, outside the count
 	for _, tc := range []struct {
@@ -50,7 +51,7 @@ func callgrindRouter(b *testing.B) (*testenv.Callgrind, *Router) {
 	cg := testenv.StartRedisCallgrind(b)
 	rdb := redis.NewClient(&redis.Options{Addr: cg.Addr()})
 	b.Cleanup(func() { rdb.Close() })
-	return cg, NewRouter(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: "bench:"}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "bench:"}),
+	return cg, NewRouter(hot.NewStore(rdb, hot.Options{Prefix: "bench:"}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "bench:"}),
 		cold.NewStore(testenv.MySQLShards(b, 2), cold.Options{}))
 }
 
@@ -59,7 +60,7 @@ func callgrindRouter(b *testing.B) (*testenv.Callgrind, *Router) {
 // move's scripts in calls of 1,000, requiring every cell to switch. With
 // cg (nil: none) it returns the instructions Redis executed for the States
 // and the switch calls.
-func quietMove(b *testing.B, r *Router, m *tiers.HotMover, capacity func(tiers.Tag) int, n int, counted bool, cg *testenv.Callgrind) (states, switches int64) {
+func quietMove(b *testing.B, r *Router, m *hot.Mover, capacity func(tiers.Tag) int, n int, counted bool, cg *testenv.Callgrind) (states, switches int64) {
 	b.Helper()
 	ctx := context.Background()
 	apps := make([]confCell, 160)
@@ -87,7 +88,7 @@ func quietMove(b *testing.B, r *Router, m *tiers.HotMover, capacity func(tiers.T
 		return cg.Instructions(fn)
 	}
 	for batch := range slices.Chunk(refs, 1000) {
-		var st []tiers.HotState
+		var st []hot.State
 		var ok []bool
 		var err error
 		states += measure(func() { st, err = m.States(ctx, batch, slices.Repeat([]bool{!counted}, len(batch))) })

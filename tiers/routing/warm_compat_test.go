@@ -8,6 +8,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // A tag whose bucket holds values of the previous form (written there as
@@ -17,7 +18,7 @@ import (
 func TestWarm_BucketOfThePreviousFormIsCountedExactly(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix})
+	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix})
 	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
 	r := NewRouter(hot, warm, nil)
 	ctx := context.Background()

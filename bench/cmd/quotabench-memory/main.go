@@ -49,6 +49,7 @@ import (
 	sqlschema "github.com/quota-platform/quota/sql"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
 	"github.com/quota-platform/quota/tiers/routing"
 )
 
@@ -283,7 +284,7 @@ func redisTiers(ctx context.Context, c *config) error {
 	}()
 	// Scripts Redis caches count in used_memory: loaded before any
 	// measurement, they are in none.
-	if err := tiers.NewHotStore(rdb, tiers.HotOptions{}).Load(ctx); err != nil {
+	if err := hot.NewStore(rdb, hot.Options{}).Load(ctx); err != nil {
 		return err
 	}
 	if err := tiers.NewWarmStore(rdb, tiers.WarmOptions{}).Load(ctx); err != nil {
@@ -294,7 +295,7 @@ func redisTiers(ctx context.Context, c *config) error {
 		return err
 	}
 	if c.tiers["hot"] {
-		hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: "q:", Jitter: time.Minute})
+		hot := hot.NewStore(rdb, hot.Options{Prefix: "q:", Jitter: time.Minute})
 		b, d, err := measure(ctx, rdb, func() error { return checkAll(ctx, c, hot, now) })
 		if err != nil {
 			return fmt.Errorf("hot: %w", err)
@@ -352,7 +353,7 @@ func redisTiers(ctx context.Context, c *config) error {
 func warmUp(ctx context.Context, c *config, rdb *redis.Client, now time.Time) error {
 	small := *c
 	small.n = min(c.n, 2000)
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: "q:", Jitter: time.Minute})
+	hot := hot.NewStore(rdb, hot.Options{Prefix: "q:", Jitter: time.Minute})
 	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "q:"})
 	_, _, err := measure(ctx, rdb, func() error {
 		if err := checkAll(ctx, &small, routing.NewRouter(hot, warm, nil), now); err != nil {

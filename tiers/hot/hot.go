@@ -1,4 +1,10 @@
-package tiers
+// Package hot is the hot tier: every counter its own Redis key, every
+// algorithm checked by one script call (Store), and its side of a move
+// (Mover: export, import, delete, the freeze, and the quiet cells' moves
+// to cold). Its scripts (hot_check/, hot_fixed.lua, hot_freeze.lua,
+// hot_state.lua) are embedded here; those that read the directory are
+// built with tiers.CheckScript or tiers.DirScript.
+package hot
 
 import (
 	"cmp"
@@ -16,11 +22,12 @@ import (
 
 	"github.com/quota-platform/quota/internal/redisscript"
 	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // hot_check.lua, the script of every check that is not all fixed windows,
 // is kept as one file per algorithm between a shared head and tail, so that
-// an algorithm reads on its own; NewHotStore joins them, in this order,
+// an algorithm reads on its own; NewStore joins them, in this order,
 // into the one script each check runs (one EVALSHA).
 var (
 	//go:embed hot_check/*.lua
@@ -57,7 +64,7 @@ var algorithmCodes = map[rules.Algorithm]int{
 // SupportsAlgorithm reports whether the hot tier can count a rule's algorithm.
 func SupportsAlgorithm(a rules.Algorithm) bool { _, ok := algorithmCodes[a]; return ok }
 
-// HotStore keeps every counter as its own Redis key ("expanded"):
+// Store keeps every counter as its own Redis key ("expanded"):
 //
 //	key   = prefix + "{" + hex(tag, 3 bytes) + "}" + CounterKey (16 raw bytes)
 //	value = the count, an integer string; TTL = until the window ends + jitter
@@ -70,7 +77,7 @@ func SupportsAlgorithm(a rules.Algorithm) bool { _, ok := algorithmCodes[a]; ret
 // (sliding_window), "tokens:last" (token_bucket), a ring of call times
 // (sliding_log), "next:prev" (min_interval), each expiring once it could
 // no longer change an answer.
-type HotStore struct {
+type Store struct {
 	rdb         redis.UniversalClient
 	script      *redis.Script // hot_check.lua: every algorithm, refunds, the directory
 	fixed       *redis.Script // hot_fixed.lua: fixed-window cells only
@@ -80,16 +87,16 @@ type HotStore struct {
 	// dir, when set (a Router's hot store), is where fixed-window cells
 	// look up their tier: each such cell carries its warm bucket field, and
 	// the script answers "not here" for a cell found elsewhere.
-	dir *WarmStore
+	dir *tiers.WarmStore
 	// wait: a call's count is final once this many replicas hold it
 	// (hot_wait.go); zero: off.
 	wait waitOptions
-	// refunded is HotOptions.Refunded.
+	// refunded is Options.Refunded.
 	refunded func()
 }
 
-// HotOptions configures a HotStore.
-type HotOptions struct {
+// Options configures a Store.
+type Options struct {
 	Prefix string        // prepended to every key, e.g. "q:"
 	Jitter time.Duration // random 0..Jitter added to each new key's TTL
 	// SplitBySlot sends the cells of one check as one script call per hash
@@ -109,13 +116,13 @@ type HotOptions struct {
 	Refunded func()
 }
 
-// NewHotStore returns a hot store over rdb.
-func NewHotStore(rdb redis.UniversalClient, o HotOptions) *HotStore {
+// NewStore returns a hot store over rdb.
+func NewStore(rdb redis.UniversalClient, o Options) *Store {
 	_, cluster := rdb.(*redis.ClusterClient)
-	return &HotStore{
+	return &Store{
 		rdb:         rdb,
-		script:      checkScript(hotCheckSource()),
-		fixed:       checkScript(hotFixedSource),
+		script:      tiers.CheckScript(hotCheckSource()),
+		fixed:       tiers.CheckScript(hotFixedSource),
 		prefix:      o.Prefix,
 		jitter:      o.Jitter,
 		splitBySlot: o.SplitBySlot || cluster,
@@ -126,36 +133,36 @@ func NewHotStore(rdb redis.UniversalClient, o HotOptions) *HotStore {
 
 // WithDirectory returns a copy of s (its options kept) whose fixed-window
 // cells look up their tier in warm's directory: a Router's hot store.
-func (s *HotStore) WithDirectory(warm *WarmStore) *HotStore {
+func (s *Store) WithDirectory(warm *tiers.WarmStore) *Store {
 	h := *s
 	h.dir = warm
 	return &h
 }
 
-// NotifyRefund calls HotOptions.Refunded.
-func (s *HotStore) NotifyRefund() {
+// NotifyRefund calls Options.Refunded.
+func (s *Store) NotifyRefund() {
 	if s.refunded != nil {
 		s.refunded()
 	}
 }
 
 // Tier returns Hot.
-func (s *HotStore) Tier() Tier { return Hot }
+func (s *Store) Tier() tiers.Tier { return tiers.Hot }
 
 // Load makes sure the scripts are cached in Redis so that checks go by
 // EVALSHA from the first call. A missing script (Redis restarted) is still
 // handled: checks load it again on NOSCRIPT.
-func (s *HotStore) Load(ctx context.Context) error {
+func (s *Store) Load(ctx context.Context) error {
 	for _, sc := range []*redis.Script{s.script, s.fixed} {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
-			return fmt.Errorf("hot load script: %w", wrapUnavailable(err))
+			return fmt.Errorf("hot load script: %w", tiers.WrapUnavailable(err))
 		}
 	}
 	return nil
 }
 
 // Key returns the Redis key of a cell.
-func (s *HotStore) Key(c *Cell) string {
+func (s *Store) Key(c *tiers.Cell) string {
 	var b [64]byte
 	k := append(b[:0], s.prefix...)
 	k = append(k, '{')
@@ -175,7 +182,7 @@ func appendHex(b, src []byte) []byte {
 
 // Call is one script invocation: a slice of one op's cells.
 type Call struct {
-	Op    *Op
+	Op    *tiers.Op
 	cells []int // indexes into op.Cells
 	cmd   *redis.Cmd
 	fixed bool // sent to hot_fixed.lua (its reply is counts, not outcomes)
@@ -195,7 +202,7 @@ type Call struct {
 // Ops are decided in order, each as if sent alone: an op that is split
 // ends a round trip, so that its refund (if any) is made before the ops
 // after it are decided. Ops that are not split share one round trip.
-func (s *HotStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
+func (s *Store) Check(ctx context.Context, now time.Time, ops []*tiers.Op) error {
 	if !s.splitBySlot {
 		return s.check(ctx, now, ops)
 	}
@@ -216,7 +223,7 @@ func (s *HotStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 // failed call fails only its own op (having given back what the op's other
 // calls counted), so that one dead master leaves the others' checks
 // decided.
-func (s *HotStore) CheckEach(ctx context.Context, now time.Time, ops []*Op, done func(i int, err error)) error {
+func (s *Store) CheckEach(ctx context.Context, now time.Time, ops []*tiers.Op, done func(i int, err error)) error {
 	var first error
 	start := 0
 	for i, op := range ops {
@@ -231,7 +238,7 @@ func (s *HotStore) CheckEach(ctx context.Context, now time.Time, ops []*Op, done
 }
 
 // checkEach is check reporting each op to done.
-func (s *HotStore) checkEach(ctx context.Context, now time.Time, ops []*Op, done func(i int, err error)) error {
+func (s *Store) checkEach(ctx context.Context, now time.Time, ops []*tiers.Op, done func(i int, err error)) error {
 	calls := s.Plan(ops)
 	if err := s.RunEach(ctx, now, calls); err != nil {
 		for i := range ops {
@@ -256,8 +263,8 @@ func (s *HotStore) checkEach(ctx context.Context, now time.Time, ops []*Op, done
 				}
 			}
 		} else {
-			op.Committed = op.Mode != DryRun && op.Allowed()
-			if op.Mode == Enforce && !op.Committed {
+			op.Committed = op.Mode != tiers.DryRun && op.Allowed()
+			if op.Mode == tiers.Enforce && !op.Committed {
 				refunds = s.partsToRefund(op, calls)
 			}
 		}
@@ -272,15 +279,15 @@ func (s *HotStore) checkEach(ctx context.Context, now time.Time, ops []*Op, done
 	return first
 }
 
-func (s *HotStore) check(ctx context.Context, now time.Time, ops []*Op) error {
+func (s *Store) check(ctx context.Context, now time.Time, ops []*tiers.Op) error {
 	calls := s.Plan(ops)
 	if err := s.Run(ctx, now, calls); err != nil {
 		return err
 	}
 	var refunds []Call
 	for _, op := range ops {
-		op.Committed = op.Mode != DryRun && op.Allowed()
-		if op.Mode == Enforce && !op.Committed {
+		op.Committed = op.Mode != tiers.DryRun && op.Allowed()
+		if op.Mode == tiers.Enforce && !op.Committed {
 			refunds = append(refunds, s.partsToRefund(op, calls)...)
 		}
 	}
@@ -292,18 +299,18 @@ func (s *HotStore) check(ctx context.Context, now time.Time, ops []*Op) error {
 
 // Plan groups ops' cells into script calls (a Router runs them with Run
 // or RunEach, then reads each op's Route).
-func (s *HotStore) Plan(ops []*Op) []Call {
+func (s *Store) Plan(ops []*tiers.Op) []Call {
 	calls := make([]Call, 0, len(ops))
 	for _, op := range ops {
 		if len(op.Out) != len(op.Cells) {
-			op.Out = make([]Outcome, len(op.Cells))
+			op.Out = make([]tiers.Outcome, len(op.Cells))
 		}
 		if !s.splitBySlot || sameTag(op.Cells) {
 			calls = append(calls, Call{Op: op})
 			continue
 		}
-		byTag := map[Tag][]int{}
-		var order []Tag
+		byTag := map[tiers.Tag][]int{}
+		var order []tiers.Tag
 		for i := range op.Cells {
 			t := op.Cells[i].Tag
 			if _, ok := byTag[t]; !ok {
@@ -318,7 +325,7 @@ func (s *HotStore) Plan(ops []*Op) []Call {
 	return calls
 }
 
-func sameTag(cells []Cell) bool {
+func sameTag(cells []tiers.Cell) bool {
 	for i := 1; i < len(cells); i++ {
 		if cells[i].Tag != cells[0].Tag {
 			return false
@@ -340,7 +347,7 @@ func (c *Call) Each(fn func(i int)) {
 	}
 }
 
-func (s *HotStore) args(c *Call, now time.Time, mode Mode) ([]string, []any) {
+func (s *Store) args(c *Call, now time.Time, mode tiers.Mode) ([]string, []any) {
 	n := len(c.Op.Cells)
 	if c.cells != nil {
 		n = len(c.cells)
@@ -355,9 +362,9 @@ func (s *HotStore) args(c *Call, now time.Time, mode Mode) ([]string, []any) {
 		cell := &c.Op.Cells[i]
 		pos++
 		if s.dir != nil && cell.Algorithm == rules.FixedWindow {
-			l := s.dir.locate(cell.Identity, cell.Window, cell.Tag)
-			dirKeys = append(dirKeys, l.headerKey())
-			dirArgs = append(dirArgs, pos, l.field, c.Op.NotColdAt(i))
+			l := s.dir.Locate(cell.Identity, cell.Window, cell.Tag)
+			dirKeys = append(dirKeys, l.HeaderKey())
+			dirArgs = append(dirArgs, pos, l.Field, c.Op.NotColdAt(i))
 		}
 	})
 	c.Each(func(i int) {
@@ -375,7 +382,7 @@ func (s *HotStore) args(c *Call, now time.Time, mode Mode) ([]string, []any) {
 }
 
 // Run sends calls (Plan's) and decodes their replies.
-func (s *HotStore) Run(ctx context.Context, now time.Time, calls []Call) error {
+func (s *Store) Run(ctx context.Context, now time.Time, calls []Call) error {
 	if err := s.RunEach(ctx, now, calls); err != nil {
 		return err
 	}
@@ -391,7 +398,7 @@ func (s *HotStore) Run(ctx context.Context, now time.Time, calls []Call) error {
 // call's failure in its err: on a Redis Cluster the calls go to several
 // masters, and one master down must fail only the calls whose keys it
 // holds. It returns an error only when no call could be sent.
-func (s *HotStore) RunEach(ctx context.Context, now time.Time, calls []Call) error {
+func (s *Store) RunEach(ctx context.Context, now time.Time, calls []Call) error {
 	for i := range calls {
 		for _, c := range calls[i].Op.Cells {
 			if !SupportsAlgorithm(c.Algorithm) {
@@ -423,7 +430,7 @@ func (s *HotStore) RunEach(ctx context.Context, now time.Time, calls []Call) err
 // request chooses the script of a check's call and builds its keys and
 // arguments: hot_fixed.lua when every cell is a fixed window and the call
 // counts (not a refund), else hot_check.lua.
-func (s *HotStore) request(c *Call, now time.Time) (*redis.Script, []string, []any) {
+func (s *Store) request(c *Call, now time.Time) (*redis.Script, []string, []any) {
 	c.fixed = s.fixedOnly(c)
 	if c.fixed {
 		keys, args := s.fixedArgs(c, now)
@@ -434,8 +441,8 @@ func (s *HotStore) request(c *Call, now time.Time) (*redis.Script, []string, []a
 }
 
 // fixedOnly reports whether hot_fixed.lua can decide c.
-func (s *HotStore) fixedOnly(c *Call) bool {
-	if c.Op.Mode > Report {
+func (s *Store) fixedOnly(c *Call) bool {
+	if c.Op.Mode > tiers.Report {
 		return false
 	}
 	ok := true
@@ -444,7 +451,7 @@ func (s *HotStore) fixedOnly(c *Call) bool {
 }
 
 // fixedArgs builds hot_fixed.lua's keys and arguments (see its header).
-func (s *HotStore) fixedArgs(c *Call, now time.Time) ([]string, []any) {
+func (s *Store) fixedArgs(c *Call, now time.Time) ([]string, []any) {
 	n := len(c.Op.Cells)
 	if c.cells != nil {
 		n = len(c.cells)
@@ -466,9 +473,9 @@ func (s *HotStore) fixedArgs(c *Call, now time.Time) ([]string, []any) {
 		ttl := untilWindowEnd(ms, cell.Window.Milliseconds()) + s.ttlJitter()
 		field, notCold := "", ""
 		if s.dir != nil {
-			l := s.dir.locate(cell.Identity, cell.Window, cell.Tag)
-			keys[n+j] = l.headerKey()
-			field, notCold = l.field, c.Op.NotColdAt(i)
+			l := s.dir.Locate(cell.Identity, cell.Window, cell.Tag)
+			keys[n+j] = l.HeaderKey()
+			field, notCold = l.Field, c.Op.NotColdAt(i)
 		}
 		j++
 		args = append(args, cell.Limit, ttl, boolInt(cell.Shadow), field, notCold)
@@ -482,7 +489,7 @@ func (s *HotStore) fixedArgs(c *Call, now time.Time) ([]string, []any) {
 // an instance whose clock is behind still decides in that window for as
 // long as the skew; without the floor a key could expire under it and its
 // window start again from 0 (make test-partitions, TestClockSkew_…).
-func (s *HotStore) ttlJitter() int64 {
+func (s *Store) ttlJitter() int64 {
 	if s.jitter <= 0 {
 		return 0
 	}
@@ -520,17 +527,17 @@ func untilWindowEnd(ms, w int64) int64 {
 // window; retry is the reset of a cell that denies. A cell the directory
 // places elsewhere gets its route, as decode gives it. The reply is walked
 // twice: whether every cell allows decides what each one reports.
-func (s *HotStore) decodeFixed(c *Call, now time.Time) error {
+func (s *Store) decodeFixed(c *Call, now time.Time) error {
 	vals, err := c.cmd.Slice()
 	if err != nil {
-		return fmt.Errorf("hot check: %w", wrapUnavailable(err))
+		return fmt.Errorf("hot check: %w", tiers.WrapUnavailable(err))
 	}
 	op := c.Op
 	all := true
-	j, err := walkFixedReply(c, vals, func(i int, used int64, rt *Route) {
+	j, err := walkFixedReply(c, vals, func(i int, used int64, rt *tiers.Route) {
 		if rt != nil {
 			if op.Route == nil {
-				op.Route = make([]Route, len(op.Cells))
+				op.Route = make([]tiers.Route, len(op.Cells))
 			}
 			op.Route[i] = *rt
 			return
@@ -547,11 +554,11 @@ func (s *HotStore) decodeFixed(c *Call, now time.Time) error {
 		return fmt.Errorf("hot check: reply of %d values, want the decision at %d", len(vals), j)
 	}
 	c.counted = commit == 1
-	post := commit == 1 || (op.Mode == DryRun && all)
+	post := commit == 1 || (op.Mode == tiers.DryRun && all)
 	ms := now.UnixMilli()
-	_, _ = walkFixedReply(c, vals, func(i int, used int64, rt *Route) {
+	_, _ = walkFixedReply(c, vals, func(i int, used int64, rt *tiers.Route) {
 		if rt != nil {
-			op.Out[i] = Outcome{}
+			op.Out[i] = tiers.Outcome{}
 			return
 		}
 		cell := &op.Cells[i]
@@ -569,7 +576,7 @@ func (s *HotStore) decodeFixed(c *Call, now time.Time) error {
 // in hot_fixed.lua's reply: the count (rt nil) or, for a cell the
 // directory places elsewhere, its route. It returns the index of the
 // reply's last value (the decision).
-func walkFixedReply(c *Call, vals []any, fn func(i int, used int64, rt *Route)) (int, error) {
+func walkFixedReply(c *Call, vals []any, fn func(i int, used int64, rt *tiers.Route)) (int, error) {
 	j := 0
 	var bad error
 	c.Each(func(i int) {
@@ -586,7 +593,7 @@ func walkFixedReply(c *Call, vals []any, fn func(i int, used int64, rt *Route)) 
 			fn(i, v, nil)
 			return
 		}
-		rt := Route{Where: int8(-v)}
+		rt := tiers.Route{Where: int8(-v)}
 		if v == -1 || v == -4 {
 			// The warm record, or the cold filter's version.
 			if rt.Raw, ok = replyString(vals, j); !ok {
@@ -620,7 +627,7 @@ func replyInt(vals []any, i int) (int64, bool) {
 
 // runPipelined sends every call by EVALSHA in one pipeline; if Redis lost
 // the script (restart, SCRIPT FLUSH) it loads it and tries once more.
-func (s *HotStore) runPipelined(ctx context.Context, now time.Time, calls []Call, retry bool) error {
+func (s *Store) runPipelined(ctx context.Context, now time.Time, calls []Call, retry bool) error {
 	pipe := s.rdb.Pipeline()
 	for i := range calls {
 		sc, keys, args := s.request(&calls[i], now)
@@ -683,10 +690,10 @@ func replyInts(cmd *redis.Cmd) ([]int64, map[int]string, error) {
 // when the reply was decoded).
 func (c *Call) Committed() bool { return c.counted }
 
-func (s *HotStore) decode(c *Call) error {
+func (s *Store) decode(c *Call) error {
 	res, raws, err := replyInts(c.cmd)
 	if err != nil {
-		return fmt.Errorf("hot check: %w", wrapUnavailable(err))
+		return fmt.Errorf("hot check: %w", tiers.WrapUnavailable(err))
 	}
 	c.counted = len(res) > 0 && res[len(res)-1] == 1
 	j := 0
@@ -703,19 +710,19 @@ func (s *HotStore) decode(c *Call) error {
 		if r[0] < 0 {
 			// Directory answer: the cell lives elsewhere.
 			if c.Op.Route == nil {
-				c.Op.Route = make([]Route, len(c.Op.Cells))
+				c.Op.Route = make([]tiers.Route, len(c.Op.Cells))
 			}
-			c.Op.Route[i] = Route{Where: int8(-r[0]), Raw: raws[4*j+1]}
-			c.Op.Out[i] = Outcome{}
+			c.Op.Route[i] = tiers.Route{Where: int8(-r[0]), Raw: raws[4*j+1]}
+			c.Op.Out[i] = tiers.Outcome{}
 			j++
 			return
 		}
-		c.Op.Out[i] = Outcome{
+		c.Op.Out[i] = tiers.Outcome{
 			Allowed:    r[0] == 1,
 			Remaining:  r[1],
 			ResetAfter: time.Duration(r[2]) * time.Millisecond,
 			RetryAfter: time.Duration(r[3]) * time.Millisecond,
-			Tier:       Hot,
+			Tier:       tiers.Hot,
 		}
 		j++
 	})
@@ -724,7 +731,7 @@ func (s *HotStore) decode(c *Call) error {
 
 // partsToRefund returns the parts of a split op that counted although the op
 // as a whole was denied.
-func (s *HotStore) partsToRefund(op *Op, calls []Call) []Call {
+func (s *Store) partsToRefund(op *tiers.Op, calls []Call) []Call {
 	var out []Call
 	for i := range calls {
 		c := &calls[i]
@@ -742,20 +749,20 @@ func (s *HotStore) partsToRefund(op *Op, calls []Call) []Call {
 // refunded cell's state after the refund, which becomes the cell's
 // remaining, reset and retry: the op counted nothing, so they describe the
 // state now, as for any denied check. Each cell keeps its decision.
-func (s *HotStore) refund(ctx context.Context, now time.Time, calls []Call) error {
+func (s *Store) refund(ctx context.Context, now time.Time, calls []Call) error {
 	defer s.NotifyRefund()
 	each := make([]redisscript.Call, len(calls))
 	for i := range calls {
-		each[i].Keys, each[i].Args = s.args(&calls[i], now, Refund)
+		each[i].Keys, each[i].Args = s.args(&calls[i], now, tiers.Refund)
 	}
 	cmds, err := redisscript.RunEach(ctx, s.rdb, s.script, each)
 	if err != nil {
-		return fmt.Errorf("hot refund: %w", wrapUnavailable(err))
+		return fmt.Errorf("hot refund: %w", tiers.WrapUnavailable(err))
 	}
 	for i := range calls {
 		calls[i].cmd = cmds[i]
 		if err := cmds[i].Err(); err != nil {
-			return fmt.Errorf("hot refund: %w", wrapUnavailable(err))
+			return fmt.Errorf("hot refund: %w", tiers.WrapUnavailable(err))
 		}
 	}
 	for i := range calls {
@@ -778,32 +785,12 @@ func (s *HotStore) refund(ctx context.Context, now time.Time, calls []Call) erro
 	return nil
 }
 
-// wrapUnavailable marks failures that mean Redis could not answer (network,
-// timeout, a node loading or failing over) as ErrUnavailable, so the caller
-// applies the fail mode; other Redis error replies stay plain errors.
-func wrapUnavailable(err error) error {
-	var re redis.Error
-	if errors.As(err, &re) && !transient(re.Error()) {
-		return err
-	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
-}
-
-func transient(msg string) bool {
-	for _, p := range []string{"LOADING", "CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "READONLY"} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
-}
-
 // Ping reports whether Redis answers. A pooled connection that Redis
 // closed after its last reply (an idle timeout; an unauthenticated
 // client's oversized request, such as loading a script) fails the first
 // ping with EOF when the close is still on its way: one more ping, on a
 // new connection, says whether Redis itself answers, and with what error.
-func (s *HotStore) Ping(ctx context.Context) error {
+func (s *Store) Ping(ctx context.Context) error {
 	err := s.rdb.Ping(ctx).Err()
 	if connectionLost(err) {
 		err = s.rdb.Ping(ctx).Err()
@@ -823,15 +810,15 @@ func connectionLost(err error) bool {
 
 // outcome is a cell's answer from its script reply values (ms); retry is
 // 0 when the cell allows.
-func outcome(allowed bool, rem, reset, retry int64) Outcome {
+func outcome(allowed bool, rem, reset, retry int64) tiers.Outcome {
 	if allowed {
 		retry = 0
 	}
-	return Outcome{
+	return tiers.Outcome{
 		Allowed:    allowed,
 		Remaining:  max(rem, 0),
 		ResetAfter: time.Duration(reset) * time.Millisecond,
 		RetryAfter: time.Duration(retry) * time.Millisecond,
-		Tier:       Hot,
+		Tier:       tiers.Hot,
 	}
 }

@@ -1,4 +1,4 @@
-package tiers
+package hot
 
 import (
 	"context"
@@ -74,7 +74,7 @@ func TestHotStore_PingSurvivesAConnectionRedisClosed(t *testing.T) {
 	p := startClosingProxy(t, testenv.RedisAddr())
 	rdb := redis.NewClient(&redis.Options{Addr: p.addr, MaxRetries: -1, PoolSize: 1})
 	t.Cleanup(func() { rdb.Close() })
-	s := NewHotStore(rdb, HotOptions{Prefix: "t:" + testenv.RandomHex(6) + ":"})
+	s := NewStore(rdb, Options{Prefix: "t:" + testenv.RandomHex(6) + ":"})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.Ping(ctx); err != nil {

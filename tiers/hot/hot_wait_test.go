@@ -1,4 +1,4 @@
-package tiers
+package hot
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // With WaitReplicas set, a check is final only once a replica holds its
@@ -51,10 +52,10 @@ func TestHotWait_DecisionIsFinalOnlyOnceAReplicaHoldsTheCount(t *testing.T) {
 			if err := rdb.ScriptFlush(ctx).Err(); err != nil { // NOSCRIPT is handled with WAIT too
 				t.Fatal(err)
 			}
-			hot := NewHotStore(rdb, HotOptions{Prefix: "w" + testenv.RandomHex(3) + ":", WaitReplicas: 1, WaitTimeout: tc.timeout})
-			var ops []*Op
+			hot := NewStore(rdb, Options{Prefix: "w" + testenv.RandomHex(3) + ":", WaitReplicas: 1, WaitTimeout: tc.timeout})
+			var ops []*tiers.Op
 			for range tc.ops {
-				ops = append(ops, confOp(confT0, 1, Enforce, newConfCell(5, time.Hour)))
+				ops = append(ops, confOp(confT0, 1, tiers.Enforce, newConfCell(5, time.Hour)))
 			}
 			start := time.Now()
 			err := hot.Check(ctx, confT0, ops)
@@ -70,7 +71,7 @@ func TestHotWait_DecisionIsFinalOnlyOnceAReplicaHoldsTheCount(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "0 of 1 replicas") {
+			if !errors.Is(err, tiers.ErrUnavailable) || !strings.Contains(err.Error(), "0 of 1 replicas") {
 				t.Fatalf("err = %v; want ErrUnavailable naming the replicas", err)
 			}
 			if took < tc.timeout {

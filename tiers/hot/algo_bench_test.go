@@ -1,4 +1,4 @@
-package tiers
+package hot
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // The benchmarks check like the default rules do (8 × GOMAXPROCS clients): every op has two cells,
@@ -30,20 +31,20 @@ type benchIdentity struct {
 	app, ip, user string
 }
 
-func benchCells(a rules.Algorithm, id benchIdentity, now time.Time) []Cell {
-	mk := func(rule string, limit int64, vals ...string) Cell {
+func benchCells(a rules.Algorithm, id benchIdentity, now time.Time) []tiers.Cell {
+	mk := func(rule string, limit int64, vals ...string) tiers.Cell {
 		var index int64
 		if a == rules.FixedWindow {
 			index = now.UnixMilli() / time.Hour.Milliseconds()
 		}
-		return Cell{
+		return tiers.Cell{
 			Algorithm: a, Limit: limit, Window: time.Hour,
-			Identity: IdentityOf(rule, vals),
-			Key:      CounterKeyOf(rule, vals, 3600, index),
-			Tag:      TagOf(id.app),
+			Identity: tiers.IdentityOf(rule, vals),
+			Key:      tiers.CounterKeyOf(rule, vals, 3600, index),
+			Tag:      tiers.TagOf(id.app),
 		}
 	}
-	return []Cell{
+	return []tiers.Cell{
 		mk("app_ip_hourly", 10_000, id.app, id.ip),
 		mk("app_user_iface_hourly", 1_000, id.app, id.user, "users.get"),
 	}
@@ -52,7 +53,7 @@ func benchCells(a rules.Algorithm, id benchIdentity, now time.Time) []Cell {
 func benchHotCheck(b *testing.B, a rules.Algorithm) {
 	b.Run("spread", func(b *testing.B) {
 		rdb, prefix := testenv.Redis(b)
-		s := NewHotStore(rdb, HotOptions{Prefix: prefix, Jitter: time.Minute})
+		s := NewStore(rdb, Options{Prefix: prefix, Jitter: time.Minute})
 		ctx := context.Background()
 		if err := s.Load(ctx); err != nil {
 			b.Fatal(err)
@@ -68,8 +69,8 @@ func benchHotCheck(b *testing.B, a rules.Algorithm) {
 				n := rng.IntN(100_000)
 				id := benchIdentity{app: "app" + strconv.Itoa(n%1000), ip: "10.0." + strconv.Itoa(n), user: "u" + strconv.Itoa(n)}
 				now := time.Now()
-				op := &Op{Cost: 1, Mode: Enforce, Cells: benchCells(a, id, now)}
-				if err := s.Check(ctx, now, []*Op{op}); err != nil {
+				op := &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: benchCells(a, id, now)}
+				if err := s.Check(ctx, now, []*tiers.Op{op}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -82,7 +83,7 @@ func benchHotCheck(b *testing.B, a rules.Algorithm) {
 	})
 	b.Run("hot", func(b *testing.B) {
 		rdb, prefix := testenv.Redis(b)
-		s := NewHotStore(rdb, HotOptions{Prefix: prefix, Jitter: time.Minute})
+		s := NewStore(rdb, Options{Prefix: prefix, Jitter: time.Minute})
 		ctx := context.Background()
 		if err := s.Load(ctx); err != nil {
 			b.Fatal(err)
@@ -97,8 +98,8 @@ func benchHotCheck(b *testing.B, a rules.Algorithm) {
 				i := tick.Add(1)
 				id := benchIdentity{app: "app" + strconv.Itoa(int(i%8)), ip: "10.0.0." + strconv.Itoa(int(i%8)), user: "u" + strconv.Itoa(int(i%80))}
 				now := time.UnixMilli(start + i*45) // 8 apps×IPs: each every 360 ms
-				op := &Op{Cost: 1, Mode: Enforce, Cells: benchCells(a, id, now)}
-				if err := s.Check(ctx, now, []*Op{op}); err != nil {
+				op := &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: benchCells(a, id, now)}
+				if err := s.Check(ctx, now, []*tiers.Op{op}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -128,7 +129,7 @@ func TestAlgoMemory_PerIdentity(t *testing.T) {
 		t.Skip("set QUOTA_MEASURE_MEMORY=1 to measure")
 	}
 	rdb, prefix := testenv.Redis(t)
-	s := NewHotStore(rdb, HotOptions{Prefix: prefix, Jitter: time.Minute})
+	s := NewStore(rdb, Options{Prefix: prefix, Jitter: time.Minute})
 	ctx := context.Background()
 	type setup struct {
 		limit  int64
@@ -149,7 +150,7 @@ func TestAlgoMemory_PerIdentity(t *testing.T) {
 				return n
 			}
 			now := t0 + 1234
-			if err := s.Check(ctx, time.UnixMilli(now), []*Op{{Cost: 1, Cells: []Cell{c}}}); err != nil {
+			if err := s.Check(ctx, time.UnixMilli(now), []*tiers.Op{{Cost: 1, Cells: []tiers.Cell{c}}}); err != nil {
 				t.Fatal(err)
 			}
 			one := usage()
@@ -157,7 +158,7 @@ func TestAlgoMemory_PerIdentity(t *testing.T) {
 			gap := st.window.Milliseconds() / st.limit
 			for i := int64(1); i < st.limit; i++ {
 				now += gap
-				if err := s.Check(ctx, time.UnixMilli(now), []*Op{{Cost: 1, Cells: []Cell{c}}}); err != nil {
+				if err := s.Check(ctx, time.UnixMilli(now), []*tiers.Op{{Cost: 1, Cells: []tiers.Cell{c}}}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -1,4 +1,4 @@
-package tiers
+package hot
 
 import (
 	"context"
@@ -11,9 +11,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/internal/redisscript"
+	"github.com/quota-platform/quota/tiers"
 )
 
-// waitOptions is HotOptions' WaitReplicas and WaitTimeout.
+// waitOptions is Options' WaitReplicas and WaitTimeout.
 type waitOptions struct {
 	replicas int64
 	timeout  time.Duration
@@ -34,7 +35,7 @@ type hotRequest struct {
 // with fewer replicas (or fails it) gets an ErrUnavailable reply: the
 // count was made but may not survive a failover, so the fail mode answers
 // it, never an enforced allow. Still one round trip (per master).
-func (s *HotStore) runWaited(ctx context.Context, now time.Time, calls []Call) error {
+func (s *Store) runWaited(ctx context.Context, now time.Time, calls []Call) error {
 	reqs := make([]hotRequest, len(calls))
 	for i := range calls {
 		reqs[i].sc, reqs[i].keys, reqs[i].args = s.request(&calls[i], now)
@@ -53,7 +54,7 @@ func (s *HotStore) runWaited(ctx context.Context, now time.Time, calls []Call) e
 	for i := range calls {
 		node, err := cc.MasterForKey(ctx, reqs[i].keys[0])
 		if err != nil {
-			calls[i].cmd = failedCmd(ctx, fmt.Errorf("%w: hot check: master of %s: %w", ErrUnavailable, reqs[i].keys[0], err))
+			calls[i].cmd = failedCmd(ctx, fmt.Errorf("%w: hot check: master of %s: %w", tiers.ErrUnavailable, reqs[i].keys[0], err))
 			continue
 		}
 		addr := node.Options().Addr
@@ -80,7 +81,7 @@ func (s *HotStore) runWaited(ctx context.Context, now time.Time, calls []Call) e
 // and marks the calls WAIT does not vouch for as unavailable. A call
 // refused for want of its script (a restarted or promoted master) is sent
 // again once the scripts are loaded, with a WAIT of its own.
-func (s *HotStore) waitedPipeline(ctx context.Context, c redis.Cmdable, calls []Call, reqs []hotRequest, idxs []int, retry bool) {
+func (s *Store) waitedPipeline(ctx context.Context, c redis.Cmdable, calls []Call, reqs []hotRequest, idxs []int, retry bool) {
 	pipe := c.Pipeline()
 	for _, i := range idxs {
 		calls[i].cmd = reqs[i].sc.EvalSha(ctx, pipe, reqs[i].keys, reqs[i].args...)
@@ -97,9 +98,9 @@ func (s *HotStore) waitedPipeline(ctx context.Context, c redis.Cmdable, calls []
 	}
 	var notFinal error
 	if n, err := wait.Int64(); err != nil {
-		notFinal = fmt.Errorf("%w: hot check not final: WAIT: %w", ErrUnavailable, err)
+		notFinal = fmt.Errorf("%w: hot check not final: WAIT: %w", tiers.ErrUnavailable, err)
 	} else if n < s.wait.replicas {
-		notFinal = fmt.Errorf("%w: hot check not final: %d of %d replicas acknowledged it within %s", ErrUnavailable, n, s.wait.replicas, s.wait.timeout)
+		notFinal = fmt.Errorf("%w: hot check not final: %d of %d replicas acknowledged it within %s", tiers.ErrUnavailable, n, s.wait.replicas, s.wait.timeout)
 	}
 	for _, i := range idxs {
 		err := calls[i].cmd.Err()
@@ -107,7 +108,7 @@ func (s *HotStore) waitedPipeline(ctx context.Context, c redis.Cmdable, calls []
 		case err == nil && notFinal != nil:
 			calls[i].cmd.SetErr(notFinal)
 		case isRedirect(err):
-			calls[i].cmd.SetErr(fmt.Errorf("%w: hot check: %w", ErrUnavailable, err))
+			calls[i].cmd.SetErr(fmt.Errorf("%w: hot check: %w", tiers.ErrUnavailable, err))
 		}
 	}
 	if len(again) == 0 {
@@ -116,7 +117,7 @@ func (s *HotStore) waitedPipeline(ctx context.Context, c redis.Cmdable, calls []
 	for _, sc := range []*redis.Script{s.script, s.fixed} {
 		if err := sc.Load(ctx, c).Err(); err != nil {
 			for _, i := range again {
-				calls[i].cmd = failedCmd(ctx, fmt.Errorf("hot load script: %w", wrapUnavailable(err)))
+				calls[i].cmd = failedCmd(ctx, fmt.Errorf("hot load script: %w", tiers.WrapUnavailable(err)))
 			}
 			return
 		}

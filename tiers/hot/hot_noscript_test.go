@@ -1,4 +1,4 @@
-package tiers
+package hot
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // A batch whose pipeline finds one of its scripts missing on only some
@@ -22,7 +23,7 @@ func TestHot_ScriptMissingForSomeCallsCountsEachCallOnce(t *testing.T) {
 	srv := testenv.StartRedis(t) // its own server: the test flushes its scripts
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	hot := NewHotStore(rdb, HotOptions{Prefix: "n:"})
+	hot := NewStore(rdb, Options{Prefix: "n:"})
 	ctx := context.Background()
 	fixed, sliding := newConfCell(2, time.Hour), newConfCell(2, time.Hour)
 	for round := 1; round <= 2; round++ {
@@ -32,13 +33,13 @@ func TestHot_ScriptMissingForSomeCallsCountsEachCallOnce(t *testing.T) {
 		if err := hot.fixed.Load(ctx, rdb).Err(); err != nil {
 			t.Fatal(err)
 		}
-		a, b := confOp(confT0, 1, Enforce, fixed), confOp(confT0, 1, Enforce, sliding)
+		a, b := confOp(confT0, 1, tiers.Enforce, fixed), confOp(confT0, 1, tiers.Enforce, sliding)
 		b.Cells[0].Algorithm = rules.SlidingWindow
-		b.Cells[0].Key = CounterKeyOf(sliding.rule, sliding.vals, 3600, 0)
-		if err := hot.Check(ctx, confT0, []*Op{a, b}); err != nil {
+		b.Cells[0].Key = tiers.CounterKeyOf(sliding.rule, sliding.vals, 3600, 0)
+		if err := hot.Check(ctx, confT0, []*tiers.Op{a, b}); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
-		for _, op := range []*Op{a, b} {
+		for _, op := range []*tiers.Op{a, b} {
 			if want := int64(2 - round); !op.Committed || op.Out[0].Remaining != want {
 				t.Errorf("round %d, %s: committed %v, remaining %d; want counted once (%d left)",
 					round, op.Cells[0].Algorithm, op.Committed, op.Out[0].Remaining, want)

@@ -1,4 +1,4 @@
-package tiers
+package hot
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/quota-platform/quota/tiers"
 )
 
 // Quiet cells: a hot fixed-window cell with no directory field and no cold
@@ -23,10 +25,10 @@ import (
 //go:embed hot_state.lua
 var hotStateSource string
 
-var hotStateScript = dirScript(hotStateSource)
+var hotStateScript = tiers.DirScript(hotStateSource)
 
-// HotState is where a cell stands for a move out of hot (States).
-type HotState struct {
+// State is where a cell stands for a move out of hot (States).
+type State struct {
 	Dir       string // its directory field ("" = none)
 	Counting  bool   // no field, and a counter of this window or the next exists
 	MaybeCold bool   // no field, no counter, and its tag's cold filter may hold it
@@ -40,25 +42,25 @@ type HotState struct {
 	Held bool
 	// The cell's directory location and counter keys of Window and the
 	// next, as States computed them (an MD5 each): SwitchQuietToCold uses
-	// them again while the window is the same. Nil in a HotState made
+	// them again while the window is the same. Nil in a State made
 	// elsewhere: computed then. Pointers into States' slices keep a state,
 	// which the mover copies several times, small.
-	loc  *warmLoc
-	live *cellCounters
+	loc  *tiers.DirLoc
+	live *tiers.CellCounters
 }
 
 // Idle reports whether the cell has no field, no counter and no filter
 // bit: hot, at 0.
-func (s *HotState) Idle() bool { return s.Dir == "" && !s.Counting && !s.MaybeCold }
+func (s *State) Idle() bool { return s.Dir == "" && !s.Counting && !s.MaybeCold }
 
 // WindowEnd is the end of the window States read r in (Window).
-func (s *HotState) WindowEnd(r *Ref) time.Time {
+func (s *State) WindowEnd(r *tiers.Ref) time.Time {
 	return time.UnixMilli((s.Window + 1) * r.Window.Milliseconds())
 }
 
 // Quiet reports whether the cell has no field, no filter bit and no
 // counter of the next window: hot, holding Count (idle when not Counting).
-func (s *HotState) Quiet() bool { return s.Idle() || s.Count != "" }
+func (s *State) Quiet() bool { return s.Idle() || s.Count != "" }
 
 // States reads where each of refs stands (hot_state.lua): one script call
 // on a single Redis, one per tag on a cluster. Advice only: the moves
@@ -66,23 +68,23 @@ func (s *HotState) Quiet() bool { return s.Idle() || s.Count != "" }
 // holdIdle[i] (nil: none) is held: its counter of the window is written
 // as 0, so that checks count in hot until its switch (migrate/PROTOCOL.md,
 // "Quiet cells").
-func (m *HotMover) States(ctx context.Context, refs []Ref, holdIdle []bool) ([]HotState, error) {
+func (m *Mover) States(ctx context.Context, refs []tiers.Ref, holdIdle []bool) ([]State, error) {
 	now := m.now()
 	locs, live, idx := m.cellKeys(refs, now)
-	calls := m.Warm.dirCalls(locs)
+	calls := m.Warm.DirCalls(locs)
 	// A hold's TTL, to its window's end, by window: no jitter, as a hold
 	// lasts until its switch, not its window, but for a stopped move.
 	holdTTL := map[time.Duration]string{}
 	for ci := range calls {
 		c := &calls[ci]
-		counts := c.byHeader()
-		args := make([]any, 0, 1+len(counts)+2*len(c.at))
+		counts := c.ByHeader()
+		args := make([]any, 0, 1+len(counts)+2*len(c.At))
 		args = append(args, len(counts))
 		for _, n := range counts {
 			args = append(args, n)
 		}
-		c.Keys = slices.Grow(c.Keys, 2*len(c.at))
-		for k, at := range c.at {
+		c.Keys = slices.Grow(c.Keys, 2*len(c.At))
+		for k, at := range c.At {
 			hold := ""
 			if w := refs[at].Window; holdIdle != nil && holdIdle[at] {
 				if hold = holdTTL[w]; hold == "" {
@@ -91,15 +93,15 @@ func (m *HotMover) States(ctx context.Context, refs []Ref, holdIdle []bool) ([]H
 				}
 			}
 			args = append(args, c.Args[2*k+1], hold)
-			c.Keys = append(c.Keys, live[at].cur, live[at].next)
+			c.Keys = append(c.Keys, live[at].Cur, live[at].Next)
 		}
 		c.Args = args
 	}
-	vals, err := perCell(ctx, m.Hot.rdb, hotStateScript, calls, len(refs))
+	vals, err := tiers.PerCell(ctx, m.Hot.rdb, hotStateScript, calls, len(refs))
 	if err != nil {
 		return nil, fmt.Errorf("hot state: %w", err)
 	}
-	out := make([]HotState, len(refs))
+	out := make([]State, len(refs))
 	for i, v := range vals {
 		s := &out[i]
 		s.Window, s.loc, s.live = idx[i], &locs[i], &live[i]
@@ -130,11 +132,11 @@ func (m *HotMover) States(ctx context.Context, refs []Ref, holdIdle []bool) ([]H
 // count, or held, is not tried once the window States read has passed:
 // its record is of that window, or its 0 is gone. capacity is
 // SwitchToCold's. It reports per ref whether it switched.
-func (m *HotMover) SwitchQuietToCold(ctx context.Context, refs []Ref, states []HotState, capacity func(Tag) int) ([]bool, error) {
+func (m *Mover) SwitchQuietToCold(ctx context.Context, refs []tiers.Ref, states []State, capacity func(tiers.Tag) int) ([]bool, error) {
 	now := m.now()
-	locs := make([]warmLoc, 0, len(refs))
-	live := make([]cellCounters, 0, len(refs))
-	swaps := make([]DirSwap, 0, len(refs))
+	locs := make([]tiers.DirLoc, 0, len(refs))
+	live := make([]tiers.CellCounters, 0, len(refs))
+	swaps := make([]tiers.DirSwap, 0, len(refs))
 	var tried []int // indexes into refs
 	for i := range refs {
 		s := &states[i]
@@ -142,8 +144,8 @@ func (m *HotMover) SwitchQuietToCold(ctx context.Context, refs []Ref, states []H
 		if (s.Count != "" || s.Held) && s.Window != idx {
 			continue
 		}
-		var loc warmLoc
-		var cnt cellCounters
+		var loc tiers.DirLoc
+		var cnt tiers.CellCounters
 		if s.loc != nil && s.Window == idx {
 			loc, cnt = *s.loc, *s.live
 		} else {
@@ -151,18 +153,18 @@ func (m *HotMover) SwitchQuietToCold(ctx context.Context, refs []Ref, states []H
 			// that has passed: its counters of now's window are the
 			// ones that must not exist.
 			id := refs[i].ID()
-			loc = m.Warm.locateCell(id, refs[i].Tag)
-			cnt.cur, cnt.next, _ = m.keys(id, &refs[i], now)
+			loc = m.Warm.LocateCell(id, refs[i].Tag)
+			cnt.Cur, cnt.Next, _ = m.keys(id, &refs[i], now)
 		}
-		cnt.want = s.Count
+		cnt.Want = s.Count
 		if s.Held {
-			cnt.want = "0"
+			cnt.Want = "0"
 		}
 		locs, live = append(locs, loc), append(live, cnt)
-		swaps = append(swaps, DirSwap{Ref: refs[i]})
+		swaps = append(swaps, tiers.DirSwap{Ref: refs[i]})
 		tried = append(tried, i)
 	}
-	ok, err := m.Warm.switchToCold(ctx, swaps, locs, live, capacity)
+	ok, err := m.Warm.SwitchToColdWith(ctx, swaps, locs, live, capacity)
 	if err != nil {
 		return nil, err
 	}
@@ -173,21 +175,17 @@ func (m *HotMover) SwitchQuietToCold(ctx context.Context, refs []Ref, states []H
 	return out, nil
 }
 
-// cellCounters are a cell's counter keys of a window and the next, and,
-// for a switch, the value its counter of the window must hold ("": none).
-type cellCounters struct{ cur, next, want string }
-
 // cellKeys returns each ref's directory location, its counter keys of the
 // window of now and the next, and that window's index (one cell id, an
 // MD5, a ref).
-func (m *HotMover) cellKeys(refs []Ref, now time.Time) ([]warmLoc, []cellCounters, []int64) {
-	locs := make([]warmLoc, len(refs))
-	live := make([]cellCounters, len(refs))
+func (m *Mover) cellKeys(refs []tiers.Ref, now time.Time) ([]tiers.DirLoc, []tiers.CellCounters, []int64) {
+	locs := make([]tiers.DirLoc, len(refs))
+	live := make([]tiers.CellCounters, len(refs))
 	idx := make([]int64, len(refs))
 	for i := range refs {
 		id := refs[i].ID()
-		locs[i] = m.Warm.locateCell(id, refs[i].Tag)
-		live[i].cur, live[i].next, idx[i] = m.keys(id, &refs[i], now)
+		locs[i] = m.Warm.LocateCell(id, refs[i].Tag)
+		live[i].Cur, live[i].Next, idx[i] = m.keys(id, &refs[i], now)
 	}
 	return locs, live, idx
 }
@@ -202,9 +200,9 @@ func (m *HotMover) cellKeys(refs []Ref, now time.Time) ([]warmLoc, []cellCounter
 // the current window (what a move of a counting cell imports) is newer, so
 // an import never keeps an idle record over a count, and a check finds its
 // count 0 in the current window, which is what the cell held.
-func (m *HotMover) QuietRecords(refs []Ref, states []HotState) ([]Record, error) {
-	nowS := recordFloorDiv(m.now().UnixMilli(), 1000)
-	out := make([]Record, len(refs))
+func (m *Mover) QuietRecords(refs []tiers.Ref, states []State) ([]tiers.Record, error) {
+	nowS := tiers.RecordFloorDiv(m.now().UnixMilli(), 1000)
+	out := make([]tiers.Record, len(refs))
 	for i := range refs {
 		wS := int64(refs[i].Window / time.Second)
 		if s := &states[i]; s.Count != "" {
@@ -212,15 +210,15 @@ func (m *HotMover) QuietRecords(refs []Ref, states []HotState) ([]Record, error)
 			// window's first second.
 			// A calendar period is the window [0, end) (limiter): its
 			// first second is dated the records' epoch, still inside it.
-			rec, err := hotRecord(&refs[i], s.Window, false, time.Unix(max(s.Window*wS, recordEpoch), 0), s.Count)
+			rec, err := hotRecord(&refs[i], s.Window, false, time.Unix(max(s.Window*wS, tiers.RecordEpoch), 0), s.Count)
 			if err != nil {
 				return nil, fmt.Errorf("quiet record: %w", err)
 			}
 			out[i] = rec
 			continue
 		}
-		last := max((recordFloorDiv(nowS, wS)-1)*wS, recordEpoch)
-		out[i] = Record{Ref: refs[i], Last: last, First: last}
+		last := max((tiers.RecordFloorDiv(nowS, wS)-1)*wS, tiers.RecordEpoch)
+		out[i] = tiers.Record{Ref: refs[i], Last: last, First: last}
 	}
 	return out, nil
 }

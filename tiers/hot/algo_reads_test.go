@@ -1,4 +1,4 @@
-package tiers
+package hot
 
 import (
 	"bufio"
@@ -16,11 +16,12 @@ import (
 
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // readsOf runs one op through the script and returns the number of stored
 // values it read, as MONITOR saw them (the HMGET fields of its scripts).
-func readsOf(t *testing.T, s *HotStore, mon *monitor, prefix string, now int64, op *Op) int64 {
+func readsOf(t *testing.T, s *Store, mon *monitor, prefix string, now int64, op *tiers.Op) int64 {
 	t.Helper()
 	before := mon.sync(t, s, prefix)
 	c := Call{Op: op}
@@ -102,7 +103,7 @@ func quotedArgs(s string) int {
 }
 
 // sync waits until the stream has shown every command sent before it.
-func (m *monitor) sync(t *testing.T, s *HotStore, prefix string) int {
+func (m *monitor) sync(t *testing.T, s *Store, prefix string) int {
 	mark := prefix + testenv.RandomHex(4)
 	if err := s.rdb.Echo(context.Background(), mark).Err(); err != nil {
 		t.Fatal(err)
@@ -126,7 +127,7 @@ func (m *monitor) sync(t *testing.T, s *HotStore, prefix string) int {
 func TestAlgoReads_SlidingWindow24hReadsAtMost150Buckets(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
-	s := NewHotStore(rdb, HotOptions{Prefix: prefix})
+	s := NewStore(rdb, Options{Prefix: prefix})
 	if err := s.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -147,8 +148,8 @@ func TestAlgoReads_SlidingWindow24hReadsAtMost150Buckets(t *testing.T) {
 		pipe := rdb.Pipeline()
 		var cmds []*redis.Cmd
 		for _, at := range times {
-			c := Call{Op: &Op{Cost: 1, Mode: Report, Cells: []Cell{cell}}}
-			keys, args := s.args(&c, time.UnixMilli(at), Report)
+			c := Call{Op: &tiers.Op{Cost: 1, Mode: tiers.Report, Cells: []tiers.Cell{cell}}}
+			keys, args := s.args(&c, time.UnixMilli(at), tiers.Report)
 			cmds = append(cmds, s.script.EvalSha(context.Background(), pipe, keys, args...))
 		}
 		if _, err := pipe.Exec(context.Background()); err != nil {
@@ -163,7 +164,7 @@ func TestAlgoReads_SlidingWindow24hReadsAtMost150Buckets(t *testing.T) {
 		now := start
 		for range 150 {
 			now += rng.Int64N(day / 100)
-			op := &Op{Cost: 1 + rng.Int64N(12), Mode: Mode(rng.IntN(3)), Cells: []Cell{cell}}
+			op := &tiers.Op{Cost: 1 + rng.Int64N(12), Mode: tiers.Mode(rng.IntN(3)), Cells: []tiers.Cell{cell}}
 			reads := readsOf(t, s, mon, prefix, now, op)
 			maxReads = max(maxReads, reads)
 			checks++

@@ -1,10 +1,12 @@
-package tiers
+package hot
 
 import (
 	"io/fs"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/quota-platform/quota/tiers"
 )
 
 // Every file of hot_check/ is joined into the script exactly once, in the
@@ -38,7 +40,7 @@ func TestHotCheckScript_JoinsEveryPartOnceInOrder(t *testing.T) {
 		}
 		at += i + len(part)
 	}
-	if got := NewHotStore(nil, HotOptions{}).script; got.Hash() != checkScript(src).Hash() {
+	if got := NewStore(nil, Options{}).script; got.Hash() != tiers.CheckScript(src).Hash() {
 		t.Fatal("the store's script is not directory.lua + the joined parts")
 	}
 }

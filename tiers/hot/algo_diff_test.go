@@ -1,4 +1,4 @@
-package tiers
+package hot
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/internal/tiermodel"
 	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // The differential test: random call sequences run through HotStore.Check
@@ -25,7 +26,7 @@ type diffRule struct {
 	algo   rules.Algorithm
 	shadow bool
 	limits []rules.Limit
-	tag    Tag
+	tag    tiers.Tag
 }
 
 type diffScenario struct {
@@ -66,7 +67,7 @@ func newDiffScenario(seed uint64, only rules.Algorithm, exactRefunds bool) *diff
 		if exactRefunds && (algo == rules.TokenBucket || algo == rules.SlidingLog) {
 			dr.shadow = false
 		}
-		dr.tag = TagOf(dr.name)
+		dr.tag = tiers.TagOf(dr.name)
 		nLimits := 1 + rng.IntN(3)
 		perm := rng.Perm(len(windows))
 		for _, wi := range perm[:nLimits] {
@@ -89,8 +90,8 @@ func newDiffScenario(seed uint64, only rules.Algorithm, exactRefunds bool) *diff
 }
 
 // op builds the store op and the model cells of one call by identity id.
-func (sc *diffScenario) op(id string, now time.Time, cost int64, mode Mode) (*Op, []tiermodel.Cell) {
-	op := &Op{Cost: cost, Mode: mode}
+func (sc *diffScenario) op(id string, now time.Time, cost int64, mode tiers.Mode) (*tiers.Op, []tiermodel.Cell) {
+	op := &tiers.Op{Cost: cost, Mode: mode}
 	var mcs []tiermodel.Cell
 	for _, r := range sc.rules {
 		for _, l := range r.limits {
@@ -100,10 +101,10 @@ func (sc *diffScenario) op(id string, now time.Time, cost int64, mode Mode) (*Op
 				index = now.UnixMilli() / w.Milliseconds()
 			}
 			vals := []string{id}
-			op.Cells = append(op.Cells, Cell{
+			op.Cells = append(op.Cells, tiers.Cell{
 				Algorithm: r.algo, Limit: l.Limit, Window: w, Shadow: r.shadow,
-				Identity: IdentityOf(r.name, vals),
-				Key:      CounterKeyOf(r.name, vals, int64(w/time.Second), index),
+				Identity: tiers.IdentityOf(r.name, vals),
+				Key:      tiers.CounterKeyOf(r.name, vals, int64(w/time.Second), index),
 				Tag:      r.tag,
 			})
 			mk := r.name + "|" + id + "|" + w.String()
@@ -134,7 +135,7 @@ func (sc *diffScenario) describe() string {
 	return b.String()
 }
 
-var modeNames = map[Mode]string{Enforce: "enforce", DryRun: "dry_run", Report: "report"}
+var modeNames = map[tiers.Mode]string{tiers.Enforce: "enforce", tiers.DryRun: "dry_run", tiers.Report: "report"}
 
 // runDiffScenario plays one scenario; it returns an error describing the
 // first disagreement. Simulated time never runs slower than real time, so a
@@ -148,7 +149,7 @@ type diffStats struct {
 	cells, denied, retrying map[rules.Algorithm]int
 }
 
-func (st *diffStats) add(op *Op) {
+func (st *diffStats) add(op *tiers.Op) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.ops++
@@ -166,7 +167,7 @@ func (st *diffStats) add(op *Op) {
 	}
 }
 
-func runDiffScenario(ctx context.Context, s *HotStore, sc *diffScenario, steps int, split bool, st *diffStats) error {
+func runDiffScenario(ctx context.Context, s *Store, sc *diffScenario, steps int, split bool, st *diffStats) error {
 	rng := rand.New(rand.NewPCG(sc.seed+1, 7))
 	realStart := time.Now()
 	simBase := realStart.UnixMilli() + rng.Int64N(400*24*3600*1000)
@@ -208,15 +209,15 @@ func runDiffScenario(ctx context.Context, s *HotStore, sc *diffScenario, steps i
 		}
 		now := time.UnixMilli(nowMs)
 		batch := 1 + rng.IntN(3)
-		ops := make([]*Op, batch)
+		ops := make([]*tiers.Op, batch)
 		models := make([][]tiermodel.Cell, batch)
 		for i := range ops {
-			mode := Enforce
+			mode := tiers.Enforce
 			switch p := rng.IntN(100); {
 			case p < 14:
-				mode = DryRun
+				mode = tiers.DryRun
 			case p < 28:
-				mode = Report
+				mode = tiers.Report
 			}
 			cost := int64(1 + rng.IntN(5))
 			if rng.IntN(8) == 0 {
@@ -233,7 +234,7 @@ func runDiffScenario(ctx context.Context, s *HotStore, sc *diffScenario, steps i
 			want, committed := checkModels(now, op.Cost, op.Mode, models[i])
 			// A split dry run reports, in a part that allows while another
 			// part denies, what that part would have left: compare decisions only.
-			decisionsOnly := split && op.Mode == DryRun && !allAllowed(want, models[i])
+			decisionsOnly := split && op.Mode == tiers.DryRun && !allAllowed(want, models[i])
 			for j := range want {
 				got := op.Out[j]
 				if decisionsOnly {
@@ -254,7 +255,7 @@ func runDiffScenario(ctx context.Context, s *HotStore, sc *diffScenario, steps i
 	return nil
 }
 
-func allAllowed(out []Outcome, cells []tiermodel.Cell) bool {
+func allAllowed(out []tiers.Outcome, cells []tiermodel.Cell) bool {
 	for i := range out {
 		if !out[i].Allowed && !cells[i].Shadow {
 			return false
@@ -266,7 +267,7 @@ func allAllowed(out []Outcome, cells []tiermodel.Cell) bool {
 // runDiff plays n scenarios on a few workers.
 func runDiff(t *testing.T, n, steps int, split bool, only rules.Algorithm) {
 	rdb, prefix := testenv.Redis(t)
-	s := NewHotStore(rdb, HotOptions{Prefix: prefix, Jitter: 10 * time.Minute, SplitBySlot: split})
+	s := NewStore(rdb, Options{Prefix: prefix, Jitter: 10 * time.Minute, SplitBySlot: split})
 	ctx := context.Background()
 	if err := s.Load(ctx); err != nil {
 		t.Fatal(err)

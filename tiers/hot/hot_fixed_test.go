@@ -1,4 +1,4 @@
-package tiers
+package hot
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // The fast path's answers are held to the models by the differential and
@@ -17,7 +18,7 @@ import (
 // its scripts.
 
 // scriptsCached reports whether Redis holds each of s's two scripts.
-func scriptsCached(t *testing.T, rdb *redis.Client, s *HotStore) (general, fixed bool) {
+func scriptsCached(t *testing.T, rdb *redis.Client, s *Store) (general, fixed bool) {
 	t.Helper()
 	got, err := rdb.ScriptExists(context.Background(), s.script.Hash(), s.fixed.Hash()).Result()
 	if err != nil {
@@ -28,11 +29,11 @@ func scriptsCached(t *testing.T, rdb *redis.Client, s *HotStore) (general, fixed
 
 // newPrivateHot is a hot store on a redis-server of the test's own, whose
 // scripts the test may flush.
-func newPrivateHot(t *testing.T) (*redis.Client, *HotStore) {
+func newPrivateHot(t *testing.T) (*redis.Client, *Store) {
 	p := testenv.StartRedis(t)
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	t.Cleanup(func() { rdb.Close() })
-	return rdb, NewHotStore(rdb, HotOptions{Prefix: "h:"})
+	return rdb, NewStore(rdb, Options{Prefix: "h:"})
 }
 
 func TestHot_FixedWindowOnlyChecksGoToTheFixedScript(t *testing.T) {
@@ -43,11 +44,11 @@ func TestHot_FixedWindowOnlyChecksGoToTheFixedScript(t *testing.T) {
 
 	// Two fixed-window cells, one op and two ops (a pipeline), every mode
 	// but refund: only hot_fixed.lua is ever loaded.
-	for _, mode := range []Mode{Enforce, DryRun, Report} {
-		if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, mode, a, b)}); err != nil {
+	for _, mode := range []tiers.Mode{tiers.Enforce, tiers.DryRun, tiers.Report} {
+		if err := s.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, mode, a, b)}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, mode, a), confOp(confT0, 1, mode, b)}); err != nil {
+		if err := s.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, mode, a), confOp(confT0, 1, mode, b)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -59,9 +60,9 @@ func TestHot_FixedWindowOnlyChecksGoToTheFixedScript(t *testing.T) {
 	// whose cells are all new here: counted in hot, as without it.
 	rdb.ScriptFlush(ctx)
 	withDir := *s
-	withDir.dir = NewWarmStore(rdb, WarmOptions{Prefix: "w:"})
-	op := confOp(confT0, 1, Enforce, newConfCell(5, time.Hour), newConfCell(5, time.Minute))
-	if err := withDir.Check(ctx, confT0, []*Op{op}); err != nil {
+	withDir.dir = tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "w:"})
+	op := confOp(confT0, 1, tiers.Enforce, newConfCell(5, time.Hour), newConfCell(5, time.Minute))
+	if err := withDir.Check(ctx, confT0, []*tiers.Op{op}); err != nil {
 		t.Fatal(err)
 	}
 	if op.Route != nil || !op.Committed || op.Out[0].Remaining != 4 || op.Out[1].Remaining != 4 {
@@ -73,9 +74,9 @@ func TestHot_FixedWindowOnlyChecksGoToTheFixedScript(t *testing.T) {
 
 	// A token bucket cell among them takes the general script.
 	rdb.ScriptFlush(ctx)
-	mixed := confOp(confT0, 1, Enforce, a, newConfCell(5, time.Hour))
+	mixed := confOp(confT0, 1, tiers.Enforce, a, newConfCell(5, time.Hour))
 	mixed.Cells[1].Algorithm = rules.TokenBucket
-	if err := s.Check(ctx, confT0, []*Op{mixed}); err != nil {
+	if err := s.Check(ctx, confT0, []*tiers.Op{mixed}); err != nil {
 		t.Fatal(err)
 	}
 	if general, fixed := scriptsCached(t, rdb, s); !general || fixed {
@@ -92,19 +93,19 @@ func TestHot_EachScriptSurvivesAScriptFlush(t *testing.T) {
 	ctx := context.Background()
 	for _, algo := range []rules.Algorithm{rules.FixedWindow, rules.TokenBucket} {
 		a, b := newConfCell(3, time.Hour), newConfCell(3, time.Hour)
-		op := func(c confCell) *Op {
-			o := confOp(confT0, 1, Enforce, c)
+		op := func(c confCell) *tiers.Op {
+			o := confOp(confT0, 1, tiers.Enforce, c)
 			o.Cells[0].Algorithm = algo
 			return o
 		}
 		for i := range 4 {
 			rdb.ScriptFlush(ctx)
-			single := []*Op{op(a)}
+			single := []*tiers.Op{op(a)}
 			if err := s.Check(ctx, confT0, single); err != nil {
 				t.Fatalf("%s single, round %d: %v", algo, i, err)
 			}
 			rdb.ScriptFlush(ctx)
-			piped := []*Op{op(b), op(b)}
+			piped := []*tiers.Op{op(b), op(b)}
 			if err := s.Check(ctx, confT0, piped); err != nil {
 				t.Fatalf("%s pipelined, round %d: %v", algo, i, err)
 			}

@@ -1,4 +1,4 @@
-package tiers
+package hot
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/internal/redisscript"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // The hot tier's side of a move (move.go has the protocol's outline): its
@@ -20,21 +21,21 @@ import (
 //go:embed hot_freeze.lua
 var hotFreezeSource string
 
-var hotFreezeScript = dirScript(hotFreezeSource)
+var hotFreezeScript = tiers.DirScript(hotFreezeSource)
 
-// HotMover is the hot tier's Mover for fixed-window cells, whose counter
+// Mover is the hot tier's Mover for fixed-window cells, whose counter
 // keys are FixedKeyOf(cell id, window index). Its clock says which window
 // is current (the checks' clock, injected in tests).
-type HotMover struct {
-	Hot  *HotStore
-	Warm *WarmStore // its buckets are the directory
+type Mover struct {
+	Hot  *Store
+	Warm *tiers.WarmStore // its buckets are the directory
 	Now  func() time.Time
 }
 
 // Tier returns Hot.
-func (m *HotMover) Tier() Tier { return Hot }
+func (m *Mover) Tier() tiers.Tier { return tiers.Hot }
 
-func (m *HotMover) now() time.Time {
+func (m *Mover) now() time.Time {
 	if m.Now != nil {
 		return m.Now()
 	}
@@ -43,19 +44,19 @@ func (m *HotMover) now() time.Time {
 
 // keys returns the live keys of the counters for this window and the next
 // of r, whose cell id is id.
-func (m *HotMover) keys(id CellID, r *Ref, now time.Time) (cur, next string, idx int64) {
+func (m *Mover) keys(id tiers.CellID, r *tiers.Ref, now time.Time) (cur, next string, idx int64) {
 	w := r.Window.Milliseconds()
 	idx = now.UnixMilli() / w
-	c := Cell{Tag: r.Tag, Key: FixedKeyOf(id, idx)}
+	c := tiers.Cell{Tag: r.Tag, Key: tiers.FixedKeyOf(id, idx)}
 	cur = m.Hot.Key(&c)
-	c.Key = FixedKeyOf(id, idx+1)
+	c.Key = tiers.FixedKeyOf(id, idx+1)
 	next = m.Hot.Key(&c)
 	return cur, next, idx
 }
 
 // Export returns the counts of refs' current (or next) window, preferring
 // the frozen keys a Freeze left (the final copy of a move).
-func (m *HotMover) Export(ctx context.Context, refs []Ref) ([]Record, error) {
+func (m *Mover) Export(ctx context.Context, refs []tiers.Ref) ([]tiers.Record, error) {
 	now := m.now()
 	pipe := m.Hot.rdb.Pipeline()
 	cmds := make([][4]*redis.StringCmd, len(refs))
@@ -67,10 +68,10 @@ func (m *HotMover) Export(ctx context.Context, refs []Ref) ([]Record, error) {
 	}
 	if len(refs) > 0 {
 		if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-			return nil, fmt.Errorf("hot export: %w", wrapUnavailable(err))
+			return nil, fmt.Errorf("hot export: %w", tiers.WrapUnavailable(err))
 		}
 	}
-	var out []Record
+	var out []tiers.Record
 	for i := range refs {
 		for k, c := range cmds[i] {
 			v, err := c.Result()
@@ -78,7 +79,7 @@ func (m *HotMover) Export(ctx context.Context, refs []Ref) ([]Record, error) {
 				continue
 			}
 			if err != nil {
-				return nil, fmt.Errorf("hot export: %w", wrapUnavailable(err))
+				return nil, fmt.Errorf("hot export: %w", tiers.WrapUnavailable(err))
 			}
 			rec, err := hotRecord(&refs[i], idxs[i], k%2 == 0, now, v)
 			if err != nil {
@@ -95,7 +96,7 @@ func (m *HotMover) Export(ctx context.Context, refs []Ref) ([]Record, error) {
 // later) window that counted anything, unless it exists: a key that exists
 // was made by an earlier import of the same move and has counted calls
 // since, so it wins. Records of past windows count nothing now.
-func (m *HotMover) Import(ctx context.Context, recs []Record) error {
+func (m *Mover) Import(ctx context.Context, recs []tiers.Record) error {
 	now := m.now()
 	nowMs := now.UnixMilli()
 	pipe := m.Hot.rdb.Pipeline()
@@ -107,7 +108,7 @@ func (m *HotMover) Import(ctx context.Context, recs []Record) error {
 		if r.Count <= 0 || idx < nowMs/w {
 			continue
 		}
-		c := Cell{Tag: r.Tag, Key: FixedKeyOf(r.ID(), idx)}
+		c := tiers.Cell{Tag: r.Tag, Key: tiers.FixedKeyOf(r.ID(), idx)}
 		ttl := (idx+1)*w - nowMs
 		if m.Hot.jitter > 0 {
 			ttl += rand.Int64N(m.Hot.jitter.Milliseconds() + 1)
@@ -119,7 +120,7 @@ func (m *HotMover) Import(ctx context.Context, recs []Record) error {
 		return nil
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("hot import: %w", wrapUnavailable(err))
+		return fmt.Errorf("hot import: %w", tiers.WrapUnavailable(err))
 	}
 	return nil
 }
@@ -132,16 +133,16 @@ const hotDeleteKeys = 512
 // frozen: a DEL for up to hotDeleteKeys keys of one slot (any cells' on a
 // single Redis, one tag's on a cluster), in one pipeline. One command for
 // many keys costs Redis and the client a fraction of a command a key.
-func (m *HotMover) Delete(ctx context.Context, refs []Ref) error {
+func (m *Mover) Delete(ctx context.Context, refs []tiers.Ref) error {
 	if len(refs) == 0 {
 		return nil
 	}
 	now := m.now()
-	bySlot := map[Tag][]string{}
-	var order []Tag
+	bySlot := map[tiers.Tag][]string{}
+	var order []tiers.Tag
 	for i := range refs {
-		var slot Tag // one group on a single Redis
-		if m.Warm.cluster {
+		var slot tiers.Tag // one group on a single Redis
+		if m.Warm.Cluster() {
 			slot = refs[i].Tag
 		}
 		if _, ok := bySlot[slot]; !ok {
@@ -157,26 +158,26 @@ func (m *HotMover) Delete(ctx context.Context, refs []Ref) error {
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return fmt.Errorf("hot delete: %w", wrapUnavailable(err))
+		return fmt.Errorf("hot delete: %w", tiers.WrapUnavailable(err))
 	}
 	return nil
 }
 
-// HotFrozen is what FreezeExport found of one cell.
-type HotFrozen int
+// Frozen is what FreezeExport found of one cell.
+type Frozen int
 
 // What FreezeExport found.
 const (
-	HotNotHot    HotFrozen = iota // the directory names another tier (Dir)
-	HotFrozenNow                  // frozen, now or by an earlier run of the move (Record)
-	HotMaybeCold                  // no field, and the cold filter may hold the cell: nothing done
+	NotHot    Frozen = iota // the directory names another tier (Dir)
+	FrozenNow               // frozen, now or by an earlier run of the move (Record)
+	MaybeCold               // no field, and the cold filter may hold the cell: nothing done
 )
 
-// HotFreeze is FreezeExport's answer for one ref.
-type HotFreeze struct {
-	State  HotFrozen
-	Dir    string  // HotNotHot: the directory value
-	Record *Record // HotFrozenNow: the frozen count (nil: the cell counted nothing)
+// Freeze is FreezeExport's answer for one ref.
+type Freeze struct {
+	State  Frozen
+	Dir    string        // HotNotHot: the directory value
+	Record *tiers.Record // HotFrozenNow: the frozen count (nil: the cell counted nothing)
 }
 
 // FreezeExport freezes the hot cells of refs for a move (hot_freeze.lua)
@@ -185,40 +186,40 @@ type HotFreeze struct {
 // single Redis (one per cell on a cluster). A cell whose field is absent
 // but whose tag's cold filter may hold it is left alone (HotMaybeCold)
 // unless noColdRow says the caller found no cold row for it.
-func (m *HotMover) FreezeExport(ctx context.Context, refs []Ref, noColdRow bool) ([]HotFreeze, error) {
+func (m *Mover) FreezeExport(ctx context.Context, refs []tiers.Ref, noColdRow bool) ([]Freeze, error) {
 	now := m.now()
 	var force any = "0" // boxed once, not once a cell
 	if noColdRow {
 		force = "1"
 	}
 	perCall := len(refs) // cells a call: all of them, or one on a cluster
-	if m.Warm.cluster {
+	if m.Warm.Cluster() {
 		perCall = 1
 	}
 	idxs := make([]int64, len(refs))
 	var calls []redisscript.Call
 	for i := range refs {
-		if i == 0 || m.Warm.cluster {
+		if i == 0 || m.Warm.Cluster() {
 			calls = append(calls, redisscript.Call{Keys: make([]string, 0, 3*perCall), Args: make([]any, 0, 5*perCall)})
 		}
 		p := &calls[len(calls)-1]
 		id := refs[i].ID()
-		l := m.Warm.locateCell(id, refs[i].Tag)
+		l := m.Warm.LocateCell(id, refs[i].Tag)
 		cur, next, idx := m.keys(id, &refs[i], now)
 		idxs[i] = idx
 		b := len(p.Keys)
-		p.Keys = append(p.Keys, l.headerKey(), cur, next)
-		p.Args = append(p.Args, b+1, l.field, b+2, b+3, force)
+		p.Keys = append(p.Keys, l.HeaderKey(), cur, next)
+		p.Args = append(p.Args, b+1, l.Field, b+2, b+3, force)
 	}
 	cmds, err := redisscript.RunEach(ctx, m.Hot.rdb, hotFreezeScript, calls)
 	if err != nil {
-		return nil, fmt.Errorf("hot freeze: %w", wrapUnavailable(err))
+		return nil, fmt.Errorf("hot freeze: %w", tiers.WrapUnavailable(err))
 	}
-	out := make([]HotFreeze, 0, len(refs))
+	out := make([]Freeze, 0, len(refs))
 	for _, c := range cmds {
 		vals, err := c.Slice()
 		if err != nil {
-			return nil, fmt.Errorf("hot freeze: %w", wrapUnavailable(err))
+			return nil, fmt.Errorf("hot freeze: %w", tiers.WrapUnavailable(err))
 		}
 		for k := 0; k+2 < len(vals); k += 3 {
 			f, err := frozenCell(&refs[len(out)], idxs[len(out)], now, vals[k:k+3])
@@ -235,45 +236,48 @@ func (m *HotMover) FreezeExport(ctx context.Context, refs []Ref, noColdRow bool)
 }
 
 // frozenCell decodes hot_freeze.lua's three values for one cell.
-func frozenCell(r *Ref, idx int64, now time.Time, v []any) (HotFreeze, error) {
+func frozenCell(r *tiers.Ref, idx int64, now time.Time, v []any) (Freeze, error) {
 	state, _ := v[0].(int64)
 	a, _ := v[1].(string)
 	w, _ := v[2].(string)
 	switch state {
 	case 0:
-		return HotFreeze{State: HotNotHot, Dir: a}, nil
+		return Freeze{State: NotHot, Dir: a}, nil
 	case 2:
-		return HotFreeze{State: HotMaybeCold}, nil
+		return Freeze{State: MaybeCold}, nil
 	case 1:
 		if a == "" {
-			return HotFreeze{State: HotFrozenNow}, nil
+			return Freeze{State: FrozenNow}, nil
 		}
 		rec, err := hotRecord(r, idx, w == "1", now, a)
 		if err != nil {
-			return HotFreeze{}, err
+			return Freeze{}, err
 		}
-		return HotFreeze{State: HotFrozenNow, Record: &rec}, nil
+		return Freeze{State: FrozenNow, Record: &rec}, nil
 	}
-	return HotFreeze{}, fmt.Errorf("unexpected answer %v", v)
+	return Freeze{}, fmt.Errorf("unexpected answer %v", v)
 }
 
 // hotRecord is the record of a counter's value v, counted in window idx
 // (or the next one).
-func hotRecord(r *Ref, idx int64, next bool, now time.Time, v string) (Record, error) {
+func hotRecord(r *tiers.Ref, idx int64, next bool, now time.Time, v string) (tiers.Record, error) {
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return Record{}, fmt.Errorf("counter %q: %w", v, err)
+		return tiers.Record{}, fmt.Errorf("counter %q: %w", v, err)
 	}
 	if next {
 		idx++
 	}
 	// Last: a second inside the count's window (Record).
 	wS := int64(r.Window / time.Second)
-	nowS := recordFloorDiv(now.UnixMilli(), 1000)
+	nowS := tiers.RecordFloorDiv(now.UnixMilli(), 1000)
 	last := min(max(nowS, idx*wS), idx*wS+wS-1)
-	return Record{Ref: *r, Count: max(n, 0), Last: last, First: last}, nil
+	return tiers.Record{Ref: *r, Count: max(n, 0), Last: last, First: last}, nil
 }
 
+// MoveScripts returns the scripts of the hot side of a move that
+// WarmStore.Load caches with the directory's (hot_freeze.lua).
+func (s *Store) MoveScripts() []*redis.Script { return []*redis.Script{hotFreezeScript} }
 
 // Client returns the store's Redis client.
-func (s *HotStore) Client() redis.UniversalClient { return s.rdb }
+func (s *Store) Client() redis.UniversalClient { return s.rdb }

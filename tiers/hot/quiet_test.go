@@ -1,25 +1,11 @@
-package tiers
+package hot
 
 import (
 	"testing"
 	"time"
-)
 
-// A record that has seen no call (a move's empty copy) observes no
-// interval at its first call: the time since it was made is not one.
-func TestRecord_AnEmptyCopyObservesNoIntervalAtItsFirstCall(t *testing.T) {
-	t.Parallel()
-	ref := Ref{Window: time.Hour}
-	s := &RecState{Rec: Record{Ref: ref, Last: recT - 3*3600, First: recT - 3*3600}, Present: true}
-	s.count(&ref, 3600, recT+10, 1)
-	if s.Rec.Samples != 0 || s.Rec.MeanInterval != 0 || s.Rec.Count != 1 {
-		t.Fatalf("after the first call: %+v", s.Rec)
-	}
-	s.count(&ref, 3600, recT+70, 1)
-	if s.Rec.Samples != 1 || s.Rec.MeanInterval != 60 || s.Rec.Count != 2 {
-		t.Fatalf("after the second call: %+v", s.Rec)
-	}
-}
+	"github.com/quota-platform/quota/tiers"
+)
 
 // A quiet cell's record of its count loses to any later copy of the cell's
 // state in the same window, even one made by a mover whose clock is behind
@@ -31,8 +17,8 @@ func TestQuietRecords_ACountLosesToAnyLaterCopyOfItsWindow(t *testing.T) {
 	c := newConfCell(10, time.Hour)
 	ref := c.ref()
 	idx := confT0.UnixMilli() / time.Hour.Milliseconds()
-	m := &HotMover{Now: func() time.Time { return confT0.Add(40 * time.Minute) }}
-	recs, err := m.QuietRecords([]Ref{ref}, []HotState{{Counting: true, Count: "7", Window: idx}})
+	m := &Mover{Now: func() time.Time { return confT0.Add(40 * time.Minute) }}
+	recs, err := m.QuietRecords([]tiers.Ref{ref}, []State{{Counting: true, Count: "7", Window: idx}})
 	if err != nil {
 		t.Fatal(err)
 	}

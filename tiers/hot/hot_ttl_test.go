@@ -1,4 +1,4 @@
-package tiers
+package hot
 
 import (
 	"testing"
@@ -21,7 +21,7 @@ func TestHotTTLJitter_LeavesAGraceForClocksBehind(t *testing.T) {
 		{time.Minute, 5000, 60000},
 	}
 	for _, tc := range tests {
-		s := &HotStore{jitter: tc.jitter}
+		s := &Store{jitter: tc.jitter}
 		for range 1000 {
 			if j := s.ttlJitter(); j < tc.min || j > tc.max {
 				t.Fatalf("jitter %s: extra TTL %d ms, want %d..%d", tc.jitter, j, tc.min, tc.max)
