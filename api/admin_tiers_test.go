@@ -21,10 +21,10 @@ import (
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/migrate"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
 	"github.com/quota-platform/quota/tiers/routing"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // tiersServer is quotad's tiering wiring on a test prefix and shards:
@@ -36,7 +36,7 @@ func tiersServer(t *testing.T, token string) (*httptest.Server, *clock.Fake) {
 	dbs := testenv.MySQLShards(t, 2)
 	clk := clock.NewFake(start)
 	hs := hot.NewStore(rdb, hot.Options{Prefix: prefix})
-	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
+	warm := warm.NewStore(rdb, warm.Options{Prefix: prefix})
 	cold := cold.NewStore(dbs, cold.Options{})
 	router := routing.NewRouter(hs, warm, cold)
 	act := &migrate.Activity{DBs: dbs, Now: clk.Now}

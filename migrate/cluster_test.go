@@ -12,6 +12,7 @@ import (
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
 	"github.com/quota-platform/quota/tiers/routing"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // On a Redis Cluster the cells of one batch live on several masters, and
@@ -123,7 +124,7 @@ func newClusterEnv(t *testing.T) *env {
 	nodes := testenv.StartRedisCluster(t, 3)
 	cc := testenv.ClusterClient(t, nodes, nil)
 	hs := hot.NewStore(cc, hot.Options{Prefix: "c:"})
-	warm := tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"})
+	warm := warm.NewStore(cc, warm.Options{Prefix: "c:"})
 	cold := cold.NewStore(testenv.MySQLShards(t, 2), cold.Options{})
 	e := &env{router: routing.NewRouter(hs, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0), nodes: nodes}
 	e.hot = &hot.Mover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}

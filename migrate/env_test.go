@@ -14,6 +14,7 @@ import (
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
 	"github.com/quota-platform/quota/tiers/routing"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // t0 is the tests' clock: inside an hour, far from its end.
@@ -23,7 +24,7 @@ type env struct {
 	router *routing.Router
 	mover  *Mover
 	hot    *hot.Mover
-	warm   *tiers.WarmStore
+	warm   *warm.Store
 	cold   *cold.Store
 	clock  *clock.Fake             // the tests' time; the worker's goroutines read it too
 	nodes  []*testenv.RedisProcess // the Redis Cluster's masters, if on one
@@ -35,7 +36,7 @@ func newEnv(t testing.TB) *env {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	hs := hot.NewStore(rdb, hot.Options{Prefix: prefix, Jitter: time.Second})
-	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
+	warm := warm.NewStore(rdb, warm.Options{Prefix: prefix})
 	cold := cold.NewStore(testenv.MySQLShards(t, 2), cold.Options{})
 	e := &env{router: routing.NewRouter(hs, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0)}
 	e.hot = &hot.Mover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}
@@ -190,7 +191,7 @@ func (e *env) move(t testing.TB, from, to tiers.Tier, cs ...cellSpec) {
 func (e *env) takeFullProtocol(t testing.TB, cs ...cellSpec) {
 	t.Helper()
 	refs := refsOf(cs...)
-	swaps := make([]tiers.DirSwap, len(refs))
+	swaps := make([]warm.DirSwap, len(refs))
 	for i := range refs {
 		swaps[i].Ref = refs[i]
 	}

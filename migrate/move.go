@@ -20,6 +20,7 @@ import (
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
 	"github.com/quota-platform/quota/tiers/routing"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // Step is a step of a move, in order (PROTOCOL.md).
@@ -51,7 +52,7 @@ type Mover struct {
 	RDB    redis.UniversalClient
 	Prefix string // of the journal and lease keys (the service's key prefix)
 	Hot    *hot.Mover
-	Warm   *tiers.WarmStore
+	Warm   *warm.Store
 	Cold   *cold.Store // nil: moves to or from cold fail
 	// LeaseTTL bounds how long a crashed worker's cells stay frozen
 	// before another worker's Repair finishes their move; the worker
@@ -149,9 +150,9 @@ type Result struct {
 // value is cold with a cold row, else hot (a cell the router has not marked
 // yet: checked before tiering, or never).
 func tierOf(v string, row bool) tiers.Tier {
-	rec, isRec := tiers.IsWarmRecord(v)
+	rec, isRec := warm.IsRecord(v)
 	switch {
-	case v == tiers.DirHot:
+	case v == warm.DirHot:
 		return tiers.Hot
 	case v == "" && row:
 		return tiers.Cold
@@ -243,7 +244,7 @@ type moveOpts struct {
 	// capacity (the scheduled cycle's) estimates per tag how many cells
 	// are still to go cold, so that a tag's cold filter gets a layer of
 	// that size at once rather than many small ones
-	// (tiers.WarmStore.SwitchToCold).
+	// (warm.Store.SwitchToCold).
 	capacity func(tiers.Tag) int
 	// states (the scheduled cycle's), per ref, where the cells of a move
 	// hot>cold stood when it read the directory (hot.Mover.States);
@@ -396,9 +397,9 @@ func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, 
 	} else if len(kept) != len(active) {
 		return nil, fmt.Errorf("switch: %d of %d cells' leases lapsed during the copy", len(active)-len(kept), len(active))
 	}
-	swaps := make([]tiers.DirSwap, len(active))
+	swaps := make([]warm.DirSwap, len(active))
 	for i := range active {
-		swaps[i] = tiers.DirSwap{Ref: active[i], Old: frozen[i]}
+		swaps[i] = warm.DirSwap{Ref: active[i], Old: frozen[i]}
 	}
 	if err := dst.Switch(ctx, swaps, full, capacity); err != nil {
 		return nil, err
@@ -511,7 +512,7 @@ func within(part, of []tiers.Ref) []tiers.Ref {
 
 // cas runs directory compare-and-sets that must all succeed: under the
 // lease nothing else changes a cell's directory.
-func (m *Mover) cas(ctx context.Context, swaps []tiers.DirSwap) error {
+func (m *Mover) cas(ctx context.Context, swaps []warm.DirSwap) error {
 	ok, err := m.Warm.DirCAS(ctx, swaps)
 	if err != nil {
 		return err
@@ -520,7 +521,7 @@ func (m *Mover) cas(ctx context.Context, swaps []tiers.DirSwap) error {
 }
 
 // allSwitched is an error naming the first swap that did not succeed.
-func allSwitched(swaps []tiers.DirSwap, ok []bool) error {
+func allSwitched(swaps []warm.DirSwap, ok []bool) error {
 	for i, b := range ok {
 		if !b {
 			return fmt.Errorf("directory of cell %x changed under its lease", swaps[i].ID())

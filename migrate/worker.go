@@ -426,7 +426,7 @@ func sortByTag(cells []scannedCell) {
 // lo, before hi when set) whose target is cold: a first pass, so that the
 // moves to cold size each tag's cold filter for what this cycle will add
 // at once instead of growing it layer by layer as the cells of a tag come
-// up in the scan (tiers.WarmStore.SwitchToCold). Cells already cold are
+// up in the scan (warm.Store.SwitchToCold). Cells already cold are
 // counted too: the filter's own count tells them apart. MariaDB counts
 // (one row a tag comes back): a cell's target is cold when its calls an
 // hour are under ColdThreshold (Config.Target), i.e. calls < ColdThreshold

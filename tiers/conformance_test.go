@@ -15,6 +15,7 @@ import (
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // The conformance suite: one table of cases, run against every tier's Store
@@ -481,7 +482,7 @@ func conformanceEnvs(t *testing.T) []*confEnv {
 	rdb, prefix := testenv.Redis(t)
 	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix + "h:"})
 	// Few buckets, so the cells of the suite share hashes.
-	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix + "w:"})
+	warm := warm.NewStore(rdb, warm.Options{Prefix: prefix + "w:"})
 	cold := cold.NewStore(testenv.MySQLShards(t, 2), cold.Options{})
 	return []*confEnv{
 		{name: "hot", store: hot},

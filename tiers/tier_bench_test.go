@@ -12,6 +12,7 @@ import (
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // Per-tier cost of one check shaped like the default rules: two cells, one
@@ -65,7 +66,7 @@ func BenchmarkStore_Hot(b *testing.B) {
 }
 
 func BenchmarkStore_Warm(b *testing.B) {
-	tierBenchStore(b, tiers.NewWarmStore(tierBenchRedis(b), tiers.WarmOptions{Prefix: "w:"}))
+	tierBenchStore(b, warm.NewStore(tierBenchRedis(b), warm.Options{Prefix: "w:"}))
 }
 
 func BenchmarkStore_Cold(b *testing.B) {

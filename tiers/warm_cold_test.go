@@ -11,11 +11,12 @@ import (
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 func TestWarmCold_RejectOtherAlgorithmsAndOldTimes(t *testing.T) {
 	t.Parallel()
-	s, _, _ := newWarm(t, tiers.WarmOptions{})
+	s, _, _ := newWarm(t, warm.Options{})
 	cold := cold.NewStore(nil, cold.Options{})
 	c := newConfCell(10, time.Hour)
 	for _, st := range []tiers.Store{s, cold} {
@@ -32,8 +33,8 @@ func TestWarmCold_RejectOtherAlgorithmsAndOldTimes(t *testing.T) {
 }
 
 // newWarm is tier_warm_test.go's, for this external package.
-func newWarm(t *testing.T, o tiers.WarmOptions) (*tiers.WarmStore, *redis.Client, string) {
+func newWarm(t *testing.T, o warm.Options) (*warm.Store, *redis.Client, string) {
 	rdb, prefix := testenv.Redis(t)
 	o.Prefix = prefix
-	return tiers.NewWarmStore(rdb, o), rdb, prefix
+	return warm.NewStore(rdb, o), rdb, prefix
 }

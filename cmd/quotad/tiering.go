@@ -17,6 +17,7 @@ import (
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
 	"github.com/quota-platform/quota/tiers/routing"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // startTiering builds the tier router over hs (QUOTA_TIERING=on), the
@@ -29,8 +30,8 @@ func startTiering(ctx context.Context, s config.Settings, hs *hot.Store, dbs []*
 	if !s.Tiering {
 		return hs, nil, func() {}, nil
 	}
-	wo := tiers.WarmOptions{Prefix: s.RedisKeyPrefix}
-	warm := tiers.NewWarmStore(hs.Client(), wo)
+	wo := warm.Options{Prefix: s.RedisKeyPrefix}
+	warm := warm.NewStore(hs.Client(), wo)
 	if err := warm.Load(ctx, hs.MoveScripts()...); err != nil {
 		log.Warn("redis not reachable at start (warm script)", "err", err)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // One fixed-window rule (only fixed windows are tiered) with a limit no
@@ -85,7 +86,7 @@ type migEnv struct {
 	rdb   *redis.Client
 	dbs   []*sql.DB
 	hot   *hot.Store
-	warm  *tiers.WarmStore
+	warm  *warm.Store
 	cold  *cold.Store
 	app   string
 	users []string
@@ -108,7 +109,7 @@ func newMigEnv(t *testing.T, dir migDirection) *migEnv {
 	e.rdb = redis.NewClient(&redis.Options{Addr: r.Addr()})
 	t.Cleanup(func() { e.rdb.Close() })
 	e.hot = hot.NewStore(e.rdb, hot.Options{Prefix: migPrefix})
-	e.warm = tiers.NewWarmStore(e.rdb, tiers.WarmOptions{Prefix: migPrefix})
+	e.warm = warm.NewStore(e.rdb, warm.Options{Prefix: migPrefix})
 	e.cold = cold.NewStore(dbs, cold.Options{})
 	for i := range migCells {
 		u := fmt.Sprintf("u%d", i)
@@ -266,10 +267,10 @@ func dirClass(v string) string {
 	switch v {
 	case "":
 		return "absent"
-	case tiers.DirHot, tiers.DirMoving:
+	case warm.DirHot, warm.DirMoving:
 		return v
 	}
-	if r, ok := tiers.IsWarmRecord(v); ok {
+	if r, ok := warm.IsRecord(v); ok {
 		if r.Moved {
 			return "warm-moved"
 		}
@@ -468,7 +469,7 @@ func sumLost(lost map[int]int) int {
 // firstFrozen is the first cell a move left frozen (-1 if none).
 func firstFrozen(ss []cellState) int {
 	for i, s := range ss {
-		if s.dir == tiers.DirMoving || s.dir == "warm-moved" {
+		if s.dir == warm.DirMoving || s.dir == "warm-moved" {
 			return i
 		}
 	}
@@ -526,7 +527,7 @@ func (e *migEnv) assertOneTierEach(t *testing.T) {
 	bad := 0
 	for u, s := range e.states(t) {
 		in := s.tiers()
-		ok := len(in) == 1 && !s.frozenHot && s.dir != tiers.DirMoving && s.dir != "warm-moved" && s.dir != "?"
+		ok := len(in) == 1 && !s.frozenHot && s.dir != warm.DirMoving && s.dir != "warm-moved" && s.dir != "?"
 		if ok && in[0] == "hot" {
 			ok = s.dir == "absent"
 		}

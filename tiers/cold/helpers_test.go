@@ -10,9 +10,9 @@ import (
 	"github.com/quota-platform/quota/tiers"
 )
 
-// The test helpers the cold store's tests share with package tiers' (copied
-// from its conformance_test.go: an internal test of tiers cannot import a
-// package that imports tiers).
+// The cell helpers of the cold store's tests: copies of the conformance
+// suite's (tiers/conformance_test.go, an external test package, which
+// these internal tests cannot import).
 
 // confT0 is 250 ms into an hour (2026-03-02T10:00:00.250Z): hourly windows
 // reset 3,599,750 ms later, minute windows 59,750 ms later.

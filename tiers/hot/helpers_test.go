@@ -8,9 +8,9 @@ import (
 	"github.com/quota-platform/quota/tiers"
 )
 
-// The cell helpers of the hot store's tests (copied from package tiers'
-// helpers_test.go and tier_record_test.go: an internal test of tiers
-// cannot import a package that imports tiers).
+// The cell helpers of the hot store's tests: copies of the conformance
+// suite's (tiers/conformance_test.go, an external test package, which
+// these internal tests cannot import).
 
 // confT0 is 250 ms into an hour (2026-03-02T10:00:00.250Z): hourly windows
 // reset 3,599,750 ms later, minute windows 59,750 ms later.

@@ -3,7 +3,7 @@
 // (Mover: export, import, delete, the freeze, and the quiet cells' moves
 // to cold). Its scripts (hot_check/, hot_fixed.lua, hot_freeze.lua,
 // hot_state.lua) are embedded here; those that read the directory are
-// built with tiers.CheckScript or tiers.DirScript.
+// built with warm.CheckScript or warm.DirScript.
 package hot
 
 import (
@@ -23,6 +23,7 @@ import (
 	"github.com/quota-platform/quota/internal/redisscript"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // hot_check.lua, the script of every check that is not all fixed windows,
@@ -87,7 +88,7 @@ type Store struct {
 	// dir, when set (a Router's hot store), is where fixed-window cells
 	// look up their tier: each such cell carries its warm bucket field, and
 	// the script answers "not here" for a cell found elsewhere.
-	dir *tiers.WarmStore
+	dir *warm.Store
 	// wait: a call's count is final once this many replicas hold it
 	// (hot_wait.go); zero: off.
 	wait waitOptions
@@ -121,8 +122,8 @@ func NewStore(rdb redis.UniversalClient, o Options) *Store {
 	_, cluster := rdb.(*redis.ClusterClient)
 	return &Store{
 		rdb:         rdb,
-		script:      tiers.CheckScript(hotCheckSource()),
-		fixed:       tiers.CheckScript(hotFixedSource),
+		script:      warm.CheckScript(hotCheckSource()),
+		fixed:       warm.CheckScript(hotFixedSource),
 		prefix:      o.Prefix,
 		jitter:      o.Jitter,
 		splitBySlot: o.SplitBySlot || cluster,
@@ -133,7 +134,7 @@ func NewStore(rdb redis.UniversalClient, o Options) *Store {
 
 // WithDirectory returns a copy of s (its options kept) whose fixed-window
 // cells look up their tier in warm's directory: a Router's hot store.
-func (s *Store) WithDirectory(warm *tiers.WarmStore) *Store {
+func (s *Store) WithDirectory(warm *warm.Store) *Store {
 	h := *s
 	h.dir = warm
 	return &h

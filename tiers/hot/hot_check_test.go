@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // Every file of hot_check/ is joined into the script exactly once, in the
@@ -40,7 +40,7 @@ func TestHotCheckScript_JoinsEveryPartOnceInOrder(t *testing.T) {
 		}
 		at += i + len(part)
 	}
-	if got := NewStore(nil, Options{}).script; got.Hash() != tiers.CheckScript(src).Hash() {
+	if got := NewStore(nil, Options{}).script; got.Hash() != warm.CheckScript(src).Hash() {
 		t.Fatal("the store's script is not directory.lua + the joined parts")
 	}
 }

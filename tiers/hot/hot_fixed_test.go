@@ -10,6 +10,7 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // The fast path's answers are held to the models by the differential and
@@ -60,7 +61,7 @@ func TestHot_FixedWindowOnlyChecksGoToTheFixedScript(t *testing.T) {
 	// whose cells are all new here: counted in hot, as without it.
 	rdb.ScriptFlush(ctx)
 	withDir := *s
-	withDir.dir = tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "w:"})
+	withDir.dir = warm.NewStore(rdb, warm.Options{Prefix: "w:"})
 	op := confOp(confT0, 1, tiers.Enforce, newConfCell(5, time.Hour), newConfCell(5, time.Minute))
 	if err := withDir.Check(ctx, confT0, []*tiers.Op{op}); err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/redisscript"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // The hot tier's side of a move (move.go has the protocol's outline): its
@@ -21,14 +22,14 @@ import (
 //go:embed hot_freeze.lua
 var hotFreezeSource string
 
-var hotFreezeScript = tiers.DirScript(hotFreezeSource)
+var hotFreezeScript = warm.DirScript(hotFreezeSource)
 
 // Mover is the hot tier's Mover for fixed-window cells, whose counter
 // keys are FixedKeyOf(cell id, window index). Its clock says which window
 // is current (the checks' clock, injected in tests).
 type Mover struct {
 	Hot  *Store
-	Warm *tiers.WarmStore // its buckets are the directory
+	Warm *warm.Store // its buckets are the directory
 	Now  func() time.Time
 }
 

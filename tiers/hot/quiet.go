@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // Quiet cells: a hot fixed-window cell with no directory field and no cold
@@ -25,7 +26,7 @@ import (
 //go:embed hot_state.lua
 var hotStateSource string
 
-var hotStateScript = tiers.DirScript(hotStateSource)
+var hotStateScript = warm.DirScript(hotStateSource)
 
 // State is where a cell stands for a move out of hot (States).
 type State struct {
@@ -45,8 +46,8 @@ type State struct {
 	// them again while the window is the same. Nil in a State made
 	// elsewhere: computed then. Pointers into States' slices keep a state,
 	// which the mover copies several times, small.
-	loc  *tiers.DirLoc
-	live *tiers.CellCounters
+	loc  *warm.DirLoc
+	live *warm.CellCounters
 }
 
 // Idle reports whether the cell has no field, no counter and no filter
@@ -97,7 +98,7 @@ func (m *Mover) States(ctx context.Context, refs []tiers.Ref, holdIdle []bool) (
 		}
 		c.Args = args
 	}
-	vals, err := tiers.PerCell(ctx, m.Hot.rdb, hotStateScript, calls, len(refs))
+	vals, err := warm.PerCell(ctx, m.Hot.rdb, hotStateScript, calls, len(refs))
 	if err != nil {
 		return nil, fmt.Errorf("hot state: %w", err)
 	}
@@ -134,9 +135,9 @@ func (m *Mover) States(ctx context.Context, refs []tiers.Ref, holdIdle []bool) (
 // SwitchToCold's. It reports per ref whether it switched.
 func (m *Mover) SwitchQuietToCold(ctx context.Context, refs []tiers.Ref, states []State, capacity func(tiers.Tag) int) ([]bool, error) {
 	now := m.now()
-	locs := make([]tiers.DirLoc, 0, len(refs))
-	live := make([]tiers.CellCounters, 0, len(refs))
-	swaps := make([]tiers.DirSwap, 0, len(refs))
+	locs := make([]warm.DirLoc, 0, len(refs))
+	live := make([]warm.CellCounters, 0, len(refs))
+	swaps := make([]warm.DirSwap, 0, len(refs))
 	var tried []int // indexes into refs
 	for i := range refs {
 		s := &states[i]
@@ -144,8 +145,8 @@ func (m *Mover) SwitchQuietToCold(ctx context.Context, refs []tiers.Ref, states 
 		if (s.Count != "" || s.Held) && s.Window != idx {
 			continue
 		}
-		var loc tiers.DirLoc
-		var cnt tiers.CellCounters
+		var loc warm.DirLoc
+		var cnt warm.CellCounters
 		if s.loc != nil && s.Window == idx {
 			loc, cnt = *s.loc, *s.live
 		} else {
@@ -161,7 +162,7 @@ func (m *Mover) SwitchQuietToCold(ctx context.Context, refs []tiers.Ref, states 
 			cnt.Want = "0"
 		}
 		locs, live = append(locs, loc), append(live, cnt)
-		swaps = append(swaps, tiers.DirSwap{Ref: refs[i]})
+		swaps = append(swaps, warm.DirSwap{Ref: refs[i]})
 		tried = append(tried, i)
 	}
 	ok, err := m.Warm.SwitchToColdWith(ctx, swaps, locs, live, capacity)
@@ -178,9 +179,9 @@ func (m *Mover) SwitchQuietToCold(ctx context.Context, refs []tiers.Ref, states 
 // cellKeys returns each ref's directory location, its counter keys of the
 // window of now and the next, and that window's index (one cell id, an
 // MD5, a ref).
-func (m *Mover) cellKeys(refs []tiers.Ref, now time.Time) ([]tiers.DirLoc, []tiers.CellCounters, []int64) {
-	locs := make([]tiers.DirLoc, len(refs))
-	live := make([]tiers.CellCounters, len(refs))
+func (m *Mover) cellKeys(refs []tiers.Ref, now time.Time) ([]warm.DirLoc, []warm.CellCounters, []int64) {
+	locs := make([]warm.DirLoc, len(refs))
+	live := make([]warm.CellCounters, len(refs))
 	idx := make([]int64, len(refs))
 	for i := range refs {
 		id := refs[i].ID()

@@ -9,6 +9,7 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // BenchmarkHotCheck_FirstCallInATagWithColdCells is the check path at a
@@ -34,16 +35,16 @@ func BenchmarkHotCheck_FirstCallInATagWithColdCells(b *testing.B) {
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			rdb := tierBenchRedis(b)
-			warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{})
-			hot := NewRouter(hot.NewStore(rdb, hot.Options{}), warm, nil).Hot()
+			ws := warm.NewStore(rdb, warm.Options{})
+			hot := NewRouter(hot.NewStore(rdb, hot.Options{}), ws, nil).Hot()
 			ctx := context.Background()
 			apps := make([]string, 64)
 			for i := range apps {
 				apps[i] = "app-" + strconv.Itoa(i)
 			}
-			cells := fillColdFilters(b, warm, apps, tc.switches, tc.estimate)
+			cells := fillColdFilters(b, ws, apps, tc.switches, tc.estimate)
 			if tc.compact {
-				compactColdFilters(b, warm, cells)
+				compactColdFilters(b, ws, cells)
 			}
 			now := time.Now()
 			maybe := 0
@@ -70,23 +71,23 @@ func BenchmarkHotCheck_FirstCallInATagWithColdCells(b *testing.B) {
 // fillColdFilters adds 2,000 cells to each app's cold filter in switches
 // calls (none: no filter), with the cycle's estimate of 2,000 or without,
 // and returns them by tag.
-func fillColdFilters(b *testing.B, warm *tiers.WarmStore, apps []string, switches int, estimate bool) map[tiers.Tag][]tiers.FilterCell {
+func fillColdFilters(b *testing.B, ws *warm.Store, apps []string, switches int, estimate bool) map[tiers.Tag][]warm.FilterCell {
 	ctx := context.Background()
-	cells := map[tiers.Tag][]tiers.FilterCell{}
+	cells := map[tiers.Tag][]warm.FilterCell{}
 	for _, app := range apps {
 		for s := range switches {
-			swaps := make([]tiers.DirSwap, 2000/switches)
+			swaps := make([]warm.DirSwap, 2000/switches)
 			for k := range swaps {
 				c := newConfCell(10, time.Hour)
 				c.app = app
 				swaps[k].Ref = c.ref()
-				cells[swaps[k].Tag] = append(cells[swaps[k].Tag], tiers.FilterCellOf(swaps[k].ID()))
+				cells[swaps[k].Tag] = append(cells[swaps[k].Tag], warm.FilterCellOf(swaps[k].ID()))
 			}
 			var capacity func(tiers.Tag) int
 			if estimate {
 				capacity = func(tiers.Tag) int { return 2000 }
 			}
-			if _, err := warm.SwitchToCold(ctx, swaps, capacity); err != nil {
+			if _, err := ws.SwitchToCold(ctx, swaps, capacity); err != nil {
 				b.Fatalf("switch %d of %s: %v", s, app, err)
 			}
 		}
@@ -96,14 +97,14 @@ func fillColdFilters(b *testing.B, warm *tiers.WarmStore, apps []string, switche
 
 // compactColdFilters replaces each tag's filter with one layer of its
 // cells, as migrate.Worker.CompactColdFilters does when they are all cold.
-func compactColdFilters(b *testing.B, warm *tiers.WarmStore, cells map[tiers.Tag][]tiers.FilterCell) {
+func compactColdFilters(b *testing.B, ws *warm.Store, cells map[tiers.Tag][]warm.FilterCell) {
 	ctx := context.Background()
 	for tag, cs := range cells {
-		f, err := warm.ColdFilters(ctx, []tiers.Tag{tag})
+		f, err := ws.ColdFilters(ctx, []tiers.Tag{tag})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if ok, _, err := warm.ReplaceColdFilter(ctx, tag, f[0].Version, cs); err != nil || !ok {
+		if ok, _, err := ws.ReplaceColdFilter(ctx, tag, f[0].Version, cs); err != nil || !ok {
 			b.Fatalf("replace: %v %v", ok, err)
 		}
 	}

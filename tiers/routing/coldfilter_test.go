@@ -18,6 +18,7 @@ import (
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // redisCalls counts what a client sends: round trips (a command or a
@@ -65,7 +66,7 @@ func filterRouter(t *testing.T) (r *Router, calls *redisCalls, mysqlTrips func()
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	dbs, trips := countedShards(t, 2)
-	r = NewRouter(hot.NewStore(rdb, hot.Options{Prefix: prefix}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix}), cold.NewStore(dbs, cold.Options{}))
+	r = NewRouter(hot.NewStore(rdb, hot.Options{Prefix: prefix}), warm.NewStore(rdb, warm.Options{Prefix: prefix}), cold.NewStore(dbs, cold.Options{}))
 	if err := r.Hot().Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +176,7 @@ func TestRouter_ColdCellIsNeverCountedAsNew(t *testing.T) {
 		if err := r.cold.Import(ctx, []tiers.Record{rec}); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := r.warm.SwitchToCold(ctx, []tiers.DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
+		if ok, err := r.warm.SwitchToCold(ctx, []warm.DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
 			t.Fatal(ok, err)
 		}
 		first, second := confOp(confT0, 1, tiers.Enforce, c), confOp(confT0, 1, tiers.Enforce, c)
@@ -192,7 +193,7 @@ func TestRouter_ColdCellIsNeverCountedAsNew(t *testing.T) {
 		c := newConfCell(3, time.Hour)
 		// In the filter without a row: what a false positive, or a cell
 		// moved out of cold, looks like.
-		if ok, err := r.warm.SwitchToCold(ctx, []tiers.DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
+		if ok, err := r.warm.SwitchToCold(ctx, []warm.DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
 			t.Fatal(ok, err)
 		}
 		mysqlTrips()
@@ -216,7 +217,7 @@ func TestRouter_ColdCellIsNeverCountedAsNew(t *testing.T) {
 		t.Parallel()
 		r, _, _ := filterRouter(t)
 		c := newConfCell(3, time.Hour)
-		if ok, err := r.warm.SwitchToCold(ctx, []tiers.DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
+		if ok, err := r.warm.SwitchToCold(ctx, []warm.DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
 			t.Fatal(ok, err)
 		}
 		op := confOp(confT0, 1, tiers.Enforce, c)
@@ -233,7 +234,7 @@ func TestRouter_ColdCellIsNeverCountedAsNew(t *testing.T) {
 		if err := r.cold.Import(ctx, []tiers.Record{rec}); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := r.warm.SwitchToCold(ctx, []tiers.DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
+		if ok, err := r.warm.SwitchToCold(ctx, []warm.DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
 			t.Fatal(ok, err)
 		}
 		stale := confOp(confT0, 1, tiers.Enforce, c)
@@ -273,7 +274,7 @@ func TestRouter_NewCellsNeedNoMySQL(t *testing.T) {
 	}
 	db := sql.OpenDB(conn)
 	t.Cleanup(func() { db.Close() })
-	r := NewRouter(hot.NewStore(rdb, hot.Options{Prefix: prefix}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix}), cold.NewStore([]*sql.DB{db}, cold.Options{}))
+	r := NewRouter(hot.NewStore(rdb, hot.Options{Prefix: prefix}), warm.NewStore(rdb, warm.Options{Prefix: prefix}), cold.NewStore([]*sql.DB{db}, cold.Options{}))
 	op := confOp(confT0, 1, tiers.Enforce, newConfCell(2, time.Hour), newConfCell(2, time.Minute))
 	routerCheck(t, r, op)
 	if !op.Committed || op.Out[0].Remaining != 1 || op.Out[1].Remaining != 1 {
@@ -301,7 +302,7 @@ func TestColdFilter_HoldsEveryCellSwitchedAndFewOthers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rdb, prefix := testenv.Redis(t)
-			warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
+			ws := warm.NewStore(rdb, warm.Options{Prefix: prefix})
 			ctx := context.Background()
 			app := "app-" + testenv.RandomHex(4)
 			ref := func(i int) tiers.Ref {
@@ -310,17 +311,17 @@ func TestColdFilter_HoldsEveryCellSwitchedAndFewOthers(t *testing.T) {
 			}
 			var in []tiers.Ref
 			for range cells / batch {
-				var swaps []tiers.DirSwap
+				var swaps []warm.DirSwap
 				for range batch {
 					r := ref(len(in))
 					in = append(in, r)
-					swaps = append(swaps, tiers.DirSwap{Ref: r})
+					swaps = append(swaps, warm.DirSwap{Ref: r})
 				}
-				if ok, err := warm.SwitchToCold(ctx, swaps, tc.capacity); err != nil || slices.Contains(ok, false) {
+				if ok, err := ws.SwitchToCold(ctx, swaps, tc.capacity); err != nil || slices.Contains(ok, false) {
 					t.Fatalf("switch: %v", err)
 				}
 			}
-			got, err := warm.MayBeCold(ctx, in)
+			got, err := ws.MayBeCold(ctx, in)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -331,7 +332,7 @@ func TestColdFilter_HoldsEveryCellSwitchedAndFewOthers(t *testing.T) {
 			for range cells {
 				others = append(others, ref(0))
 			}
-			got, err = warm.MayBeCold(ctx, others)
+			got, err = ws.MayBeCold(ctx, others)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -341,7 +342,7 @@ func TestColdFilter_HoldsEveryCellSwitchedAndFewOthers(t *testing.T) {
 					fp++
 				}
 			}
-			key := warm.HeaderKey(&in[0])
+			key := ws.HeaderKey(&in[0])
 			head, err := rdb.GetRange(ctx, key, 0, 12).Result()
 			if err != nil || len(head) != 13 {
 				t.Fatalf("header %q: %v", head, err)
@@ -366,17 +367,17 @@ func TestColdFilter_HoldsEveryCellSwitchedAndFewOthers(t *testing.T) {
 func TestColdFilter_StoredBitsFollowTheDocumentedLayout(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
-	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
+	ws := warm.NewStore(rdb, warm.Options{Prefix: prefix})
 	ctx := context.Background()
 	for i := range 8 {
 		c := newConfCell(10, time.Hour) // a tag of its own: a fresh filter
 		r := c.ref()
 		// Capacity 8: a layer of one 8-byte block, so the cell's block is it.
-		if ok, err := warm.SwitchToCold(ctx, []tiers.DirSwap{{Ref: r}}, func(tiers.Tag) int { return 8 }); err != nil || !ok[0] {
+		if ok, err := ws.SwitchToCold(ctx, []warm.DirSwap{{Ref: r}}, func(tiers.Tag) int { return 8 }); err != nil || !ok[0] {
 			t.Fatal(ok, err)
 		}
-		_, field := warm.Location(&r)
-		raw, err := rdb.Get(ctx, warm.HeaderKey(&r)).Bytes()
+		_, field := ws.Location(&r)
+		raw, err := rdb.Get(ctx, ws.HeaderKey(&r)).Bytes()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -413,7 +414,7 @@ func TestReplaceColdFilter_WritesOneLayerOfItsCellsUnlessTheVersionChanged(t *te
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rdb, prefix := testenv.Redis(t)
-			warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
+			ws := warm.NewStore(rdb, warm.Options{Prefix: prefix})
 			ctx := context.Background()
 			app := "app-" + testenv.RandomHex(4)
 			refs := func(n int) []tiers.Ref {
@@ -426,34 +427,34 @@ func TestReplaceColdFilter_WritesOneLayerOfItsCellsUnlessTheVersionChanged(t *te
 			}
 			switched := refs(2000)
 			for batch := range slices.Chunk(switched, 100) { // no estimate: layers grow
-				swaps := make([]tiers.DirSwap, len(batch))
+				swaps := make([]warm.DirSwap, len(batch))
 				for i := range batch {
-					swaps[i] = tiers.DirSwap{Ref: batch[i]}
+					swaps[i] = warm.DirSwap{Ref: batch[i]}
 				}
-				if ok, err := warm.SwitchToCold(ctx, swaps, nil); err != nil || slices.Contains(ok, false) {
+				if ok, err := ws.SwitchToCold(ctx, swaps, nil); err != nil || slices.Contains(ok, false) {
 					t.Fatalf("switch: %v", err)
 				}
 			}
-			key, tag := warm.HeaderKey(&switched[0]), switched[0].Tag
-			if err := rdb.SetRange(ctx, key, 0, "\x01\x02\x00\x03").Err(); err != nil { // a warm layout
+			key, tag := ws.HeaderKey(&switched[0]), switched[0].Tag
+			if err := rdb.SetRange(ctx, key, 0, "\x01\x02\x00\x03").Err(); err != nil { // a ws layout
 				t.Fatal(err)
 			}
-			before, err := warm.ColdFilters(ctx, []tiers.Tag{tag})
+			before, err := ws.ColdFilters(ctx, []tiers.Tag{tag})
 			// A cell whose bits were all set already is not counted in.
 			if err != nil || before[0].Layers < 2 || before[0].Cells < 1000 || before[0].Cells > 2000 {
 				t.Fatalf("filter before %+v, %v; want several layers of up to 2,000 cells", before, err)
 			}
 			if tc.stale {
-				if _, err := warm.SwitchToCold(ctx, []tiers.DirSwap{{Ref: refs(1)[0]}}, nil); err != nil {
+				if _, err := ws.SwitchToCold(ctx, []warm.DirSwap{{Ref: refs(1)[0]}}, nil); err != nil {
 					t.Fatal(err)
 				}
 			}
 			raw, _ := rdb.Get(ctx, key).Bytes()
-			cells := make([]tiers.FilterCell, tc.keep)
+			cells := make([]warm.FilterCell, tc.keep)
 			for i := range cells {
-				cells[i] = tiers.FilterCellOf(switched[i].ID())
+				cells[i] = warm.FilterCellOf(switched[i].ID())
 			}
-			ok, size, err := warm.ReplaceColdFilter(ctx, tag, before[0].Version, cells)
+			ok, size, err := ws.ReplaceColdFilter(ctx, tag, before[0].Version, cells)
 			if err != nil || ok == tc.stale {
 				t.Fatalf("replaced %v, %v; want %v", ok, err, !tc.stale)
 			}
@@ -467,13 +468,13 @@ func TestReplaceColdFilter_WritesOneLayerOfItsCellsUnlessTheVersionChanged(t *te
 			if string(after[:4]) != "\x01\x02\x00\x03" {
 				t.Fatalf("warm layout %x, want 01020003", after[:4])
 			}
-			got, err := warm.ColdFilters(ctx, []tiers.Tag{tag})
+			got, err := ws.ColdFilters(ctx, []tiers.Tag{tag})
 			wantLayers := min(tc.keep, 1)
 			if err != nil || got[0].Layers != wantLayers || got[0].Cells != tc.keep || got[0].Bytes != len(after) || size != len(after) ||
 				binary.BigEndian.Uint32(got[0].Version[:]) != binary.BigEndian.Uint32(before[0].Version[:])+1 {
 				t.Fatalf("filter after %+v (before %+v), %v; want %d layer(s) of %d cells and the next version", got, before, err, wantLayers, tc.keep)
 			}
-			held, err := warm.MayBeCold(ctx, switched)
+			held, err := ws.MayBeCold(ctx, switched)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // idAt is a cell id whose slot index (low bits of its first 8 bytes) is
@@ -75,7 +76,7 @@ func hintRouter(t *testing.T, hints bool) (*Router, *cold.Store, func() int64) {
 	rdb, prefix := testenv.Redis(t)
 	dbs, trips := countedShards(t, 2)
 	cold := cold.NewStore(dbs, cold.Options{})
-	r := NewRouter(hot.NewStore(rdb, hot.Options{Prefix: prefix}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix}), cold)
+	r := NewRouter(hot.NewStore(rdb, hot.Options{Prefix: prefix}), warm.NewStore(rdb, warm.Options{Prefix: prefix}), cold)
 	if hints {
 		r.ColdHints = NewColdHints(1024)
 	}

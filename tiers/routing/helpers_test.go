@@ -17,10 +17,10 @@ import (
 	"github.com/quota-platform/quota/tiers/cold"
 )
 
-// The test helpers the router's tests share with package tiers' (copied
-// from its conformance_test.go, cold_group_test.go, cold_tx_test.go,
-// tier_bench_test.go and tier_record_test.go: an internal test of tiers
-// cannot import a package that imports tiers).
+// The test helpers of the router's tests: copies of the conformance
+// suite's (tiers/conformance_test.go), the cold store's tests' (shard
+// and commit fault helpers) and the store benchmarks' (an internal test
+// package cannot import another package's tests).
 
 // confT0 is 250 ms into an hour (2026-03-02T10:00:00.250Z): hourly windows
 // reset 3,599,750 ms later, minute windows 59,750 ms later.

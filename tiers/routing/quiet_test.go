@@ -12,6 +12,7 @@ import (
 
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // States reads the counters of a call's cells with one MGET, in slices of
@@ -203,7 +204,7 @@ func TestSwitchQuietToCold_ACountedCellTheFilterHeldBeforeTheCallStaysHot(t *tes
 				other := newConfCell(10, time.Hour)
 				other.app, other.vals[0] = first.app, first.app
 				room := func(tiers.Tag) int { return tc.cells + 1 }
-				if _, err := r.warm.SwitchToCold(ctx, []tiers.DirSwap{{Ref: other.ref()}}, room); err != nil {
+				if _, err := r.warm.SwitchToCold(ctx, []warm.DirSwap{{Ref: other.ref()}}, room); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -212,9 +213,9 @@ func TestSwitchQuietToCold_ACountedCellTheFilterHeldBeforeTheCallStaysHot(t *tes
 				t.Fatal(err)
 			}
 			if tc.inFilter {
-				swaps := make([]tiers.DirSwap, len(refs))
+				swaps := make([]warm.DirSwap, len(refs))
 				for i := range refs {
-					swaps[i] = tiers.DirSwap{Ref: refs[i]} // field absent: into the filter
+					swaps[i] = warm.DirSwap{Ref: refs[i]} // field absent: into the filter
 				}
 				if _, err := r.warm.SwitchToCold(ctx, swaps, nil); err != nil {
 					t.Fatal(err)

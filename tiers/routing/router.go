@@ -12,6 +12,7 @@ import (
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // Router is the Store the service checks against when tiering is on: it
@@ -47,7 +48,7 @@ import (
 // part's MustExist checks.
 type Router struct {
 	hot  *hot.Store
-	warm *tiers.WarmStore
+	warm *warm.Store
 	cold *cold.Store
 	// Observe, when set, is called after each op with the cells found
 	// in warm or cold and their records as the hot script saw them (warm)
@@ -81,7 +82,7 @@ func (r *Router) movedWait() time.Duration {
 
 // NewRouter returns a router over the three stores (cold may be nil: then a
 // cell found cold is an error). The hot store's options are kept.
-func NewRouter(hot *hot.Store, warm *tiers.WarmStore, cold *cold.Store) *Router {
+func NewRouter(hot *hot.Store, warm *warm.Store, cold *cold.Store) *Router {
 	return &Router{hot: hot.WithDirectory(warm), warm: warm, cold: cold}
 }
 
@@ -415,7 +416,7 @@ func (r *Router) applyPart(op *tiers.Op, idx []int, sub *tiers.Op, tier tiers.Ti
 			var rec *tiers.Record
 			switch {
 			case tier == tiers.Warm:
-				if rv, ok := tiers.IsWarmRecord(op.Route[i].Raw); ok {
+				if rv, ok := warm.IsRecord(op.Route[i].Raw); ok {
 					rec = &rv
 				}
 			case tier == tiers.Cold && len(sub.Records) == len(idx):

@@ -11,6 +11,7 @@ import (
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // BenchmarkRouter_ColdBatches: the router's cost per check when every cell
@@ -33,7 +34,7 @@ func benchRouterCold(b *testing.B, batch int, hints bool) {
 	ctx := context.Background()
 	cold := cold.NewStore(testenv.MySQLShards(b, 2), cold.Options{})
 	rdb := tierBenchRedis(b)
-	r := NewRouter(hot.NewStore(rdb, hot.Options{Prefix: "h:"}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "w:"}), cold)
+	r := NewRouter(hot.NewStore(rdb, hot.Options{Prefix: "h:"}), warm.NewStore(rdb, warm.Options{Prefix: "w:"}), cold)
 	if hints {
 		r.ColdHints = NewColdHints(1 << 16)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // On a Redis Cluster with one master dead, a batch of checks over every
@@ -34,7 +35,7 @@ func deadMasterFailsOnlyItsChecks(t *testing.T, routed bool) {
 	hot := hot.NewStore(cc, hot.Options{Prefix: "c:"})
 	var r tiers.EachChecker = hot
 	if routed {
-		r = NewRouter(hot, tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"}), cold.NewStore(testenv.MySQLShards(t, 1), cold.Options{}))
+		r = NewRouter(hot, warm.NewStore(cc, warm.Options{Prefix: "c:"}), cold.NewStore(testenv.MySQLShards(t, 1), cold.Options{}))
 	}
 	partition := ClusterPartition(cc)
 	ctx := context.Background()
@@ -90,7 +91,7 @@ func deadMasterFailsOnlyItsChecks(t *testing.T, routed bool) {
 func TestRouter_OnAClusterCellsWithoutAppAreEnforced(t *testing.T) {
 	t.Parallel()
 	cc := testenv.ClusterClient(t, testenv.StartRedisCluster(t, 3), nil)
-	r := NewRouter(hot.NewStore(cc, hot.Options{Prefix: "c:"}), tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"}), cold.NewStore(testenv.MySQLShards(t, 1), cold.Options{}))
+	r := NewRouter(hot.NewStore(cc, hot.Options{Prefix: "c:"}), warm.NewStore(cc, warm.Options{Prefix: "c:"}), cold.NewStore(testenv.MySQLShards(t, 1), cold.Options{}))
 	ctx := context.Background()
 	for range 20 {
 		noApp, withApp := newConfCell(2, time.Hour), newConfCell(5, time.Hour)

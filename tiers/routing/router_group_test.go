@@ -13,6 +13,7 @@ import (
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // The router hands the cold parts of a batch to the cold tier as one group:
@@ -31,7 +32,7 @@ func newGroupRouterOn(t *testing.T, dbs []*sql.DB) (*Router, *cold.Store) {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix})
-	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
+	warm := warm.NewStore(rdb, warm.Options{Prefix: prefix})
 	cold := cold.NewStore(dbs, cold.Options{})
 	return NewRouter(hot, warm, cold), cold
 }
@@ -42,10 +43,10 @@ func newGroupRouterOn(t *testing.T, dbs []*sql.DB) (*Router, *cold.Store) {
 func makeCold(t *testing.T, r *Router, cells ...confCell) {
 	t.Helper()
 	var recs []tiers.Record
-	var swaps []tiers.DirSwap
+	var swaps []warm.DirSwap
 	for _, c := range cells {
 		recs = append(recs, tiers.Record{Ref: c.ref(), First: confT0.Unix(), Last: confT0.Unix()})
-		swaps = append(swaps, tiers.DirSwap{Ref: c.ref()})
+		swaps = append(swaps, warm.DirSwap{Ref: c.ref()})
 	}
 	ctx := context.Background()
 	if err := r.cold.Import(ctx, recs); err != nil {

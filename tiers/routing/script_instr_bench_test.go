@@ -12,6 +12,7 @@ import (
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // BenchmarkQuietMove_RedisInstructions counts the instructions Redis
@@ -51,7 +52,7 @@ func callgrindRouter(b *testing.B) (*testenv.Callgrind, *Router) {
 	cg := testenv.StartRedisCallgrind(b)
 	rdb := redis.NewClient(&redis.Options{Addr: cg.Addr()})
 	b.Cleanup(func() { rdb.Close() })
-	return cg, NewRouter(hot.NewStore(rdb, hot.Options{Prefix: "bench:"}), tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "bench:"}),
+	return cg, NewRouter(hot.NewStore(rdb, hot.Options{Prefix: "bench:"}), warm.NewStore(rdb, warm.Options{Prefix: "bench:"}),
 		cold.NewStore(testenv.MySQLShards(b, 2), cold.Options{}))
 }
 
@@ -113,13 +114,13 @@ func BenchmarkCheck_RedisInstructions(b *testing.B) {
 	cg, r := callgrindRouter(b)
 	ctx := context.Background()
 	apps := make([]confCell, 50)
-	var swaps []tiers.DirSwap
+	var swaps []warm.DirSwap
 	for i := range apps {
 		apps[i] = newConfCell(10, time.Hour)
 		for range 40 {
 			c := newConfCell(10, time.Hour)
 			c.app, c.vals[0] = apps[i].app, apps[i].app
-			swaps = append(swaps, tiers.DirSwap{Ref: c.ref()})
+			swaps = append(swaps, warm.DirSwap{Ref: c.ref()})
 		}
 	}
 	if _, err := r.warm.SwitchToCold(ctx, swaps, nil); err != nil { // field absent: into the filters

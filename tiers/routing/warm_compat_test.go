@@ -9,6 +9,7 @@ import (
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // A tag whose bucket holds values of the previous form (written there as
@@ -19,8 +20,8 @@ func TestWarm_BucketOfThePreviousFormIsCountedExactly(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
 	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix})
-	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
-	r := NewRouter(hot, warm, nil)
+	ws := warm.NewStore(rdb, warm.Options{Prefix: prefix})
+	r := NewRouter(hot, ws, nil)
 	ctx := context.Background()
 	now := time.Unix(recT+60, 0)
 	app := newConfCell(20, time.Hour).app
@@ -29,11 +30,11 @@ func TestWarm_BucketOfThePreviousFormIsCountedExactly(t *testing.T) {
 		cells[i] = newConfCell(20, time.Hour)
 		cells[i].app = app // one tag, one bucket
 		ref := tiers.Ref{Identity: cells[i].at(now).Identity, Window: time.Hour, Tag: tiers.TagOf(app)}
-		base, field := warm.Location(&ref)
+		base, field := ws.Location(&ref)
 		if err := rdb.HSet(ctx, base+"w\x00\x00", field, c.val).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := rdb.SetRange(ctx, warm.HeaderKey(&ref), 0, "\x01").Err(); err != nil {
+		if err := rdb.SetRange(ctx, ws.HeaderKey(&ref), 0, "\x01").Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -41,7 +42,7 @@ func TestWarm_BucketOfThePreviousFormIsCountedExactly(t *testing.T) {
 		op := confOp(now, 2, tiers.Enforce, cells[i])
 		if c.want.Moved {
 			// Frozen by a move of the old version: not counted.
-			if err := warm.Check(ctx, now, []*tiers.Op{op}); !errors.Is(err, tiers.ErrMoved) || op.Committed {
+			if err := ws.Check(ctx, now, []*tiers.Op{op}); !errors.Is(err, tiers.ErrMoved) || op.Committed {
 				t.Fatalf("%s: %v, %+v; want ErrMoved", c.name, err, op.Out)
 			}
 			continue
@@ -54,7 +55,7 @@ func TestWarm_BucketOfThePreviousFormIsCountedExactly(t *testing.T) {
 			used = 0 // an earlier window's count
 		}
 		if !op.Committed || op.Out[0].Tier != tiers.Warm || op.Out[0].Remaining != 20-used-2 {
-			t.Fatalf("%s: %+v, want warm, remaining %d", c.name, op.Out, 20-used-2)
+			t.Fatalf("%s: %+v, want ws, remaining %d", c.name, op.Out, 20-used-2)
 		}
 	}
 	refs := make([]tiers.Ref, len(cells))
@@ -62,11 +63,11 @@ func TestWarm_BucketOfThePreviousFormIsCountedExactly(t *testing.T) {
 		cell := cells[i].at(now)
 		refs[i] = tiers.RefOf(&cell)
 	}
-	frozen, err := warm.Freeze(ctx, refs)
+	frozen, err := ws.Freeze(ctx, refs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raws, err := warm.DirRaw(ctx, refs)
+	raws, err := ws.DirRaw(ctx, refs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func TestWarm_BucketOfThePreviousFormIsCountedExactly(t *testing.T) {
 				want.Count += c.want.Count
 			}
 		}
-		rec, ok := tiers.IsWarmRecord(raws[i])
+		rec, ok := warm.IsRecord(raws[i])
 		if !frozen[i] || !ok || !rec.Moved || rec.Count != want.Count {
 			t.Errorf("%s: after the freeze %+v (%v), want count %d, moved", c.name, rec, frozen[i], want.Count)
 		}

@@ -1,4 +1,4 @@
-package tiers
+package warm
 
 import (
 	"context"
@@ -12,15 +12,16 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/internal/testenv"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // Warm-tier specifics: bucket layout, the compare-and-set under races, and
 // what it does with values it cannot read.
 
-func newWarm(t *testing.T, o WarmOptions) (*WarmStore, *redis.Client, string) {
+func newWarm(t *testing.T, o Options) (*Store, *redis.Client, string) {
 	rdb, prefix := testenv.Redis(t)
 	o.Prefix = prefix
-	return NewWarmStore(rdb, o), rdb, prefix
+	return NewStore(rdb, o), rdb, prefix
 }
 
 // A tag's buckets follow its warm cells (linear hashing, split at 96):
@@ -48,12 +49,12 @@ func TestWarm_BucketsFollowTheTagsPopulationAndStayListpacks(t *testing.T) {
 			if err := rdb.ConfigSet(ctx, "hash-max-listpack-entries", "128").Err(); err != nil {
 				t.Fatal(err)
 			}
-			s := NewWarmStore(rdb, WarmOptions{Prefix: "w:"})
-			var recs []Record
+			s := NewStore(rdb, Options{Prefix: "w:"})
+			var recs []tiers.Record
 			for i := range tc.perTag {
 				c := newConfCell(10, time.Hour)
 				c.app = "one-app" // one tag, perTag cells
-				recs = append(recs, Record{Ref: c.ref(), Count: int64(1 + i%7), Last: recT, First: recT - 86400*3, MeanInterval: 900, Samples: 20})
+				recs = append(recs, tiers.Record{Ref: c.ref(), Count: int64(1 + i%7), Last: recT, First: recT - 86400*3, MeanInterval: 900, Samples: 20})
 			}
 			for i := 0; i < len(recs); i += tc.step {
 				if err := s.Import(ctx, recs[i:min(i+tc.step, len(recs))]); err != nil {
@@ -81,7 +82,7 @@ func TestWarm_BucketsFollowTheTagsPopulationAndStayListpacks(t *testing.T) {
 			if total != int64(tc.perTag) || largest >= 128 || len(keys) > tc.perTag/40+1 {
 				t.Fatalf("%d fields in %d hashes, largest %d: want %d fields, under 128 a hash, at least 40 a hash", total, len(keys), largest, tc.perTag)
 			}
-			refs := make([]Ref, len(recs))
+			refs := make([]tiers.Ref, len(recs))
 			for i := range recs {
 				refs[i] = recs[i].Ref
 			}
@@ -100,11 +101,11 @@ func TestWarm_BucketsFollowTheTagsPopulationAndStayListpacks(t *testing.T) {
 
 func TestWarm_CellsWithoutAppArePooled(t *testing.T) {
 	t.Parallel()
-	s, _, prefix := newWarm(t, WarmOptions{})
+	s, _, prefix := newWarm(t, Options{})
 	keys := map[string]bool{}
 	for range 20000 {
 		c := newConfCell(1, time.Hour).at(confT0)
-		c.Tag = TagOfIdentity(c.Identity) // a rule without app_id
+		c.Tag = tiers.TagOfIdentity(c.Identity) // a rule without app_id
 		l := s.Locate(c.Identity, c.Window, c.Tag)
 		if len(l.base) != len(prefix)+len("{abcdef}") || len(l.Field) != 7 {
 			t.Fatalf("tag %q field %x", l.base, l.Field)
@@ -152,12 +153,12 @@ func (h scriptHook) calls(cmd redis.Cmder) bool {
 // runs race before each round of compare-and-set calls (warm_cas.lua) it
 // sends, rounds counted from 1: another server's write then comes in
 // between the store's read and its write.
-func racedWarm(t *testing.T, rdb *redis.Client, o WarmOptions, race func(round int)) *WarmStore {
+func racedWarm(t *testing.T, rdb *redis.Client, o Options, race func(round int)) *Store {
 	t.Helper()
 	opts := *rdb.Options()
 	client := redis.NewClient(&opts)
 	t.Cleanup(func() { client.Close() })
-	s := NewWarmStore(client, o)
+	s := NewStore(client, o)
 	// Loaded first, so that no NOSCRIPT retry is taken for a round.
 	if err := s.cas.Load(context.Background(), client).Err(); err != nil {
 		t.Fatal(err)
@@ -170,20 +171,20 @@ func racedWarm(t *testing.T, rdb *redis.Client, o WarmOptions, race func(round i
 func TestWarm_LostRaceIsRetriedAndCountsExactlyOnce(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
-	other := NewWarmStore(rdb, WarmOptions{Prefix: prefix})
+	other := NewStore(rdb, Options{Prefix: prefix})
 	ctx := context.Background()
 	c := newConfCell(2, time.Hour)
 	// Between our read and our write, another server takes the last unit
 	// but one: our op must be decided again, and so must the dry run after
 	// it, which read the state our op would have left.
-	s := racedWarm(t, rdb, WarmOptions{Prefix: prefix}, func(round int) {
+	s := racedWarm(t, rdb, Options{Prefix: prefix}, func(round int) {
 		if round == 1 {
-			if err := other.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); err != nil {
+			if err := other.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, tiers.Enforce, c)}); err != nil {
 				t.Error(err)
 			}
 		}
 	})
-	ops := []*Op{confOp(confT0, 1, Enforce, c), confOp(confT0, 1, DryRun, c)}
+	ops := []*tiers.Op{confOp(confT0, 1, tiers.Enforce, c), confOp(confT0, 1, tiers.DryRun, c)}
 	if err := s.Check(ctx, confT0, ops); err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func TestWarm_LostRaceIsRetriedAndCountsExactlyOnce(t *testing.T) {
 	if ops[1].Allowed() {
 		t.Fatalf("dry run after the limit was reached allowed: %+v", ops[1].Out)
 	}
-	recs, err := s.Export(ctx, []Ref{c.ref()})
+	recs, err := s.Export(ctx, []tiers.Ref{c.ref()})
 	if err != nil || len(recs) != 1 || recs[0].Count != 2 {
 		t.Fatalf("count: %+v %v", recs, err)
 	}
@@ -202,19 +203,19 @@ func TestWarm_LostRaceIsRetriedAndCountsExactlyOnce(t *testing.T) {
 func TestWarm_EndlessContentionGivesUpAndCountsNothing(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.Redis(t)
-	other := NewWarmStore(rdb, WarmOptions{Prefix: prefix})
+	other := NewStore(rdb, Options{Prefix: prefix})
 	ctx := context.Background()
 	c := newConfCell(100, time.Hour)
-	s := racedWarm(t, rdb, WarmOptions{Prefix: prefix, MaxAttempts: 3}, func(int) {
-		if err := other.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); err != nil {
+	s := racedWarm(t, rdb, Options{Prefix: prefix, MaxAttempts: 3}, func(int) {
+		if err := other.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, tiers.Enforce, c)}); err != nil {
 			t.Error(err)
 		}
 	})
-	err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)})
-	if !errors.Is(err, ErrContention) {
+	err := s.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, tiers.Enforce, c)})
+	if !errors.Is(err, tiers.ErrContention) {
 		t.Fatalf("err %v, want ErrContention", err)
 	}
-	recs, _ := s.Export(ctx, []Ref{c.ref()})
+	recs, _ := s.Export(ctx, []tiers.Ref{c.ref()})
 	if len(recs) != 1 || recs[0].Count != 3 {
 		t.Fatalf("count %+v, want 3 (the other writer's only)", recs)
 	}
@@ -222,7 +223,7 @@ func TestWarm_EndlessContentionGivesUpAndCountsNothing(t *testing.T) {
 
 func TestWarm_CorruptValueFailsTheCheckAndStays(t *testing.T) {
 	t.Parallel()
-	s, rdb, _ := newWarm(t, WarmOptions{})
+	s, rdb, _ := newWarm(t, Options{})
 	ctx := context.Background()
 	c := newConfCell(10, time.Hour)
 	ref := c.ref()
@@ -231,8 +232,8 @@ func TestWarm_CorruptValueFailsTheCheckAndStays(t *testing.T) {
 	k, f := l.base+"w\x00\x00", l.Field
 	rdb.HSet(ctx, k, f, "\x05garbage")
 	rdb.SetRange(ctx, l.HeaderKey(), 0, "\x01") // the tag has warm fields
-	err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)})
-	if !errors.Is(err, ErrRecordCorrupt) {
+	err := s.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, tiers.Enforce, c)})
+	if !errors.Is(err, tiers.ErrRecordCorrupt) {
 		t.Fatalf("err %v, want ErrRecordCorrupt", err)
 	}
 	if v := rdb.HGet(ctx, k, f).Val(); v != "\x05garbage" {
@@ -242,13 +243,13 @@ func TestWarm_CorruptValueFailsTheCheckAndStays(t *testing.T) {
 
 func TestWarm_MovedRecordIsNotCounted(t *testing.T) {
 	t.Parallel()
-	s, _, _ := newWarm(t, WarmOptions{})
+	s, _, _ := newWarm(t, Options{})
 	ctx := context.Background()
 	c := newConfCell(10, time.Hour)
-	if err := s.Import(ctx, []Record{{Ref: c.ref(), Count: 4, Last: confT0.Unix(), First: confT0.Unix(), Moved: true}}); err != nil {
+	if err := s.Import(ctx, []tiers.Record{{Ref: c.ref(), Count: 4, Last: confT0.Unix(), First: confT0.Unix(), Moved: true}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); !errors.Is(err, ErrMoved) {
+	if err := s.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, tiers.Enforce, c)}); !errors.Is(err, tiers.ErrMoved) {
 		t.Fatalf("err %v, want ErrMoved", err)
 	}
 }
@@ -259,11 +260,11 @@ func TestWarm_SurvivesAScriptFlush(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
 	defer rdb.Close()
 	ctx := context.Background()
-	s := NewWarmStore(rdb, WarmOptions{Prefix: "w:"})
+	s := NewStore(rdb, Options{Prefix: "w:"})
 	a, b := newConfCell(3, time.Hour), newConfCell(3, time.Hour)
 	for i := range 4 {
 		rdb.ScriptFlush(ctx)
-		ops := []*Op{confOp(confT0, 1, Enforce, a), confOp(confT0, 1, Enforce, b)}
+		ops := []*tiers.Op{confOp(confT0, 1, tiers.Enforce, a), confOp(confT0, 1, tiers.Enforce, b)}
 		if err := s.Check(ctx, confT0, ops); err != nil {
 			t.Fatal(err)
 		}
@@ -279,12 +280,12 @@ func TestWarm_SurvivesAScriptFlush(t *testing.T) {
 // WithClient copy of the store.
 func TestWarm_ConcurrentChecksOnOneCellInOneProcessAllCount(t *testing.T) {
 	t.Parallel()
-	s, rdb, _ := newWarm(t, WarmOptions{MaxAttempts: 2})
+	s, rdb, _ := newWarm(t, Options{MaxAttempts: 2})
 	// Half the callers go through a copy on another client (as quotad's
 	// mover does): it shares the locks.
 	other := redis.NewClient(rdb.Options())
 	t.Cleanup(func() { other.Close() })
-	stores := []*WarmStore{s, s.WithClient(other)}
+	stores := []*Store{s, s.WithClient(other)}
 	ctx := context.Background()
 	c := newConfCell(10_000, time.Hour)
 	var wg sync.WaitGroup
@@ -294,7 +295,7 @@ func TestWarm_ConcurrentChecksOnOneCellInOneProcessAllCount(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 10 {
-				if err := stores[g%2].Check(ctx, confT0, []*Op{confOp(confT0, 1, Enforce, c)}); err != nil {
+				if err := stores[g%2].Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, tiers.Enforce, c)}); err != nil {
 					errs <- err
 				}
 			}
@@ -305,7 +306,7 @@ func TestWarm_ConcurrentChecksOnOneCellInOneProcessAllCount(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("check: %v", err)
 	}
-	recs, err := s.Export(ctx, []Ref{c.ref()})
+	recs, err := s.Export(ctx, []tiers.Ref{c.ref()})
 	if err != nil || len(recs) != 1 || recs[0].Count != 320 {
 		t.Fatalf("count: %+v %v, want 320", recs, err)
 	}

@@ -1,4 +1,9 @@
-package tiers
+// Package warm is the warm tier (Store: fixed-window cells compressed in
+// Redis hashes) and the directory its buckets make, with the tags' cold
+// filters: where each cell lives (directory.go, coldfilter.go), the
+// directory's side of a move (move.go) and their Lua scripts, which the
+// hot store's scripts build on (DirScript, CheckScript).
+package warm
 
 import (
 	"context"
@@ -11,12 +16,13 @@ import (
 
 	"github.com/quota-platform/quota/internal/redisscript"
 	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
 )
 
 //go:embed warm_cas.lua
 var warmCASSource string
 
-// WarmStore keeps fixed-window cells compressed in Redis hashes, many cells
+// Store keeps fixed-window cells compressed in Redis hashes, many cells
 // per hash, so that a cell costs tens of bytes instead of a key:
 //
 //	key   = prefix + "{" + hex(tag) + "}w" + bucket (2 bytes, big-endian)
@@ -53,7 +59,7 @@ var warmCASSource string
 // on an in-process stripe lock instead (warm_locks.go), so retries are for
 // races between instances. A denied call and a dry run are read-only: one
 // round trip.
-type WarmStore struct {
+type Store struct {
 	rdb         redis.UniversalClient
 	cas         *redis.Script
 	prefix      string
@@ -63,18 +69,18 @@ type WarmStore struct {
 	locks       *warmLocks
 }
 
-// WarmOptions configures a WarmStore.
-type WarmOptions struct {
+// Options configures a Store.
+type Options struct {
 	Prefix string // prepended to every key, e.g. "q:"
 	// FieldBytes is the width of a hash field, 6..8; 0: 7. Each byte less
 	// saves ~1.1 bytes a cell and multiplies the collision odds by 256
-	// (see WarmStore).
+	// (see Store).
 	FieldBytes  int
 	MaxAttempts int // compare-and-set attempts per check before ErrContention; 0: 32
 }
 
-// NewWarmStore returns a warm store over rdb.
-func NewWarmStore(rdb redis.UniversalClient, o WarmOptions) *WarmStore {
+// NewStore returns a warm store over rdb.
+func NewStore(rdb redis.UniversalClient, o Options) *Store {
 	_, cluster := rdb.(*redis.ClusterClient)
 	a := o.MaxAttempts
 	if a <= 0 {
@@ -85,7 +91,7 @@ func NewWarmStore(rdb redis.UniversalClient, o WarmOptions) *WarmStore {
 		f = 7
 	}
 	f = min(max(f, 6), 8)
-	return &WarmStore{
+	return &Store{
 		rdb:         rdb,
 		cas:         DirScript(warmCASSource),
 		prefix:      o.Prefix,
@@ -99,7 +105,7 @@ func NewWarmStore(rdb redis.UniversalClient, o WarmOptions) *WarmStore {
 // WithClient returns the store over another client (one with longer
 // timeouts, for moves) that shares s's in-process cell locks, so that what
 // it writes in this process queues with s's checks instead of racing them.
-func (s *WarmStore) WithClient(rdb redis.UniversalClient) *WarmStore {
+func (s *Store) WithClient(rdb redis.UniversalClient) *Store {
 	c := *s
 	c.rdb = rdb
 	_, c.cluster = rdb.(*redis.ClusterClient)
@@ -108,18 +114,18 @@ func (s *WarmStore) WithClient(rdb redis.UniversalClient) *WarmStore {
 
 // Cluster reports whether the store's client is a Redis Cluster client (a
 // script's keys must then share a hash slot).
-func (s *WarmStore) Cluster() bool { return s.cluster }
+func (s *Store) Cluster() bool { return s.cluster }
 
 // Tier returns Warm.
-func (s *WarmStore) Tier() Tier { return Warm }
+func (s *Store) Tier() tiers.Tier { return tiers.Warm }
 
 // Load caches the directory's scripts in Redis, then more (the hot store's
 // move scripts: hot.Store.MoveScripts) (a script Redis lost is loaded
 // again when it is first missed).
-func (s *WarmStore) Load(ctx context.Context, more ...*redis.Script) error {
+func (s *Store) Load(ctx context.Context, more ...*redis.Script) error {
 	for _, sc := range append([]*redis.Script{s.cas, warmReadScript, warmDeleteScript, coldSwitchScript, coldProbeScript}, more...) {
 		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
-			return fmt.Errorf("warm load script: %w", WrapUnavailable(err))
+			return fmt.Errorf("warm load script: %w", tiers.WrapUnavailable(err))
 		}
 	}
 	return nil
@@ -134,21 +140,21 @@ type DirLoc struct {
 
 // Locate returns where the record of the cell of identity id and window
 // lives (a DirLoc).
-func (s *WarmStore) Locate(id Identity, window time.Duration, tag Tag) DirLoc {
-	return s.LocateCell(CellIDOf(id, window), tag)
+func (s *Store) Locate(id tiers.Identity, window time.Duration, tag tiers.Tag) DirLoc {
+	return s.LocateCell(tiers.CellIDOf(id, window), tag)
 }
 
 // Location returns where r's record lives: the key base of its tag
 // (prefix{tag}: its header is base+"d", its buckets base+"w" and a 2-byte
 // index) and its field in its bucket (for tests and tools that read the
 // directory's keys).
-func (s *WarmStore) Location(r *Ref) (base, field string) {
+func (s *Store) Location(r *tiers.Ref) (base, field string) {
 	l := s.Locate(r.Identity, r.Window, r.Tag)
 	return l.base, l.Field
 }
 
 // LocateCell is Locate for a cell whose id is known.
-func (s *WarmStore) LocateCell(cid CellID, tag Tag) DirLoc {
+func (s *Store) LocateCell(cid tiers.CellID, tag tiers.Tag) DirLoc {
 	const hexdigits = "0123456789abcdef"
 	var buf [64]byte
 	k := append(buf[:0], s.prefix...)
@@ -163,12 +169,12 @@ func (s *WarmStore) LocateCell(cid CellID, tag Tag) DirLoc {
 // warmEntry is one record as read, then as the ops of an attempt leave it.
 type warmEntry struct {
 	raw    string // the stored value ("" = none); after a deciding op, its new value
-	state  RecState
+	state  tiers.RecState
 	marker bool // raw is a directory marker, not a record
 }
 
 // read fetches the records at locs (readFields) and decodes them.
-func (s *WarmStore) read(ctx context.Context, locs []DirLoc) (map[DirLoc]*warmEntry, error) {
+func (s *Store) read(ctx context.Context, locs []DirLoc) (map[DirLoc]*warmEntry, error) {
 	vals, err := s.readFields(ctx, locs)
 	if err != nil {
 		return nil, err
@@ -188,15 +194,15 @@ func (s *WarmStore) read(ctx context.Context, locs []DirLoc) (map[DirLoc]*warmEn
 			// A directory marker (move.go): the cell is not warm; a
 			// check that finds it fails with ErrMoved.
 			e.raw = str
-			e.state = RecState{Rec: Record{Moved: true}, Present: true}
+			e.state = tiers.RecState{Rec: tiers.Record{Moved: true}, Present: true}
 			e.marker = true
 		default:
-			rec, err := DecodeWarmValue([]byte(str))
+			rec, err := tiers.DecodeWarmValue([]byte(str))
 			if err != nil {
 				return nil, fmt.Errorf("warm read %s field %x: %w", l.base, l.Field, err)
 			}
 			e.raw = str
-			e.state = RecState{Rec: rec, Present: true}
+			e.state = tiers.RecState{Rec: rec, Present: true}
 		}
 	}
 	return out, nil
@@ -204,7 +210,7 @@ func (s *WarmStore) read(ctx context.Context, locs []DirLoc) (map[DirLoc]*warmEn
 
 // readFields reads the raw values at locs ("" = none): warm_read.lua, one
 // call on a single Redis, one per tag on a cluster, in one pipeline.
-func (s *WarmStore) readFields(ctx context.Context, locs []DirLoc) (map[DirLoc]string, error) {
+func (s *Store) readFields(ctx context.Context, locs []DirLoc) (map[DirLoc]string, error) {
 	vals, err := PerCell(ctx, s.rdb, warmReadScript, s.DirCalls(locs), len(locs))
 	if err != nil {
 		return nil, fmt.Errorf("warm read: %w", err)
@@ -239,7 +245,7 @@ func (c *warmCAS) add(l DirLoc, old, new string) {
 }
 
 // runCAS runs the calls in one pipeline and reports which succeeded.
-func (s *WarmStore) runCAS(ctx context.Context, calls []warmCAS) ([]bool, error) {
+func (s *Store) runCAS(ctx context.Context, calls []warmCAS) ([]bool, error) {
 	if len(calls) == 0 {
 		return nil, nil
 	}
@@ -249,7 +255,7 @@ func (s *WarmStore) runCAS(ctx context.Context, calls []warmCAS) ([]bool, error)
 	}
 	cmds, err := redisscript.RunEach(ctx, s.rdb, s.cas, each)
 	if err != nil {
-		return nil, fmt.Errorf("warm compare-and-set: %w", WrapUnavailable(err))
+		return nil, fmt.Errorf("warm compare-and-set: %w", tiers.WrapUnavailable(err))
 	}
 	ok := make([]bool, len(calls))
 	for i, c := range cmds {
@@ -257,7 +263,7 @@ func (s *WarmStore) runCAS(ctx context.Context, calls []warmCAS) ([]bool, error)
 		if err != nil {
 			// The outcome of this write is unknown (it may have been
 			// applied): report, never retry it.
-			return nil, fmt.Errorf("warm compare-and-set: %w", WrapUnavailable(err))
+			return nil, fmt.Errorf("warm compare-and-set: %w", tiers.WrapUnavailable(err))
 		}
 		ok[i] = v == 1
 	}
@@ -275,7 +281,7 @@ type warmPlan struct {
 // pipeline of compare-and-sets. An op that loses a race is decided again on
 // fresh reads, and so is every later op of the batch that read what it
 // would have written.
-func (s *WarmStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
+func (s *Store) Check(ctx context.Context, now time.Time, ops []*tiers.Op) error {
 	plans := make([]warmPlan, len(ops))
 	var all []DirLoc
 	for i, op := range ops {
@@ -283,7 +289,7 @@ func (s *WarmStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 		p.locs = make([]DirLoc, len(op.Cells))
 		for j := range op.Cells {
 			c := &op.Cells[j]
-			if _, err := FixedWindowSeconds(c); err != nil {
+			if _, err := tiers.FixedWindowSeconds(c); err != nil {
 				return fmt.Errorf("warm check: %w", err)
 			}
 			p.locs[j] = s.Locate(c.Identity, c.Window, c.Tag)
@@ -338,9 +344,9 @@ func (s *WarmStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 			return nil
 		}
 		if attempt >= s.maxAttempts {
-			return fmt.Errorf("warm check: %w (%d attempts)", ErrContention, attempt)
+			return fmt.Errorf("warm check: %w (%d attempts)", tiers.ErrContention, attempt)
 		}
-		if err := Backoff(ctx, attempt); err != nil {
+		if err := tiers.Backoff(ctx, attempt); err != nil {
 			return fmt.Errorf("warm check: %w", err)
 		}
 		pending = next
@@ -348,9 +354,9 @@ func (s *WarmStore) Check(ctx context.Context, now time.Time, ops []*Op) error {
 }
 
 // decide decides one op on entries and, when it writes, adds its call.
-func (s *WarmStore) decide(op *Op, now time.Time, p *warmPlan, entries map[DirLoc]*warmEntry, calls *[]warmCAS) error {
+func (s *Store) decide(op *tiers.Op, now time.Time, p *warmPlan, entries map[DirLoc]*warmEntry, calls *[]warmCAS) error {
 	p.cas = -1
-	var stBuf [8]*RecState
+	var stBuf [8]*tiers.RecState
 	var oldBuf [8]string
 	st, olds := stBuf[:0], oldBuf[:0]
 	for _, l := range p.locs {
@@ -358,7 +364,7 @@ func (s *WarmStore) decide(op *Op, now time.Time, p *warmPlan, entries map[DirLo
 		st = append(st, &e.state)
 		olds = append(olds, e.raw)
 	}
-	changed, err := DecideFixed(op, now, st, Warm)
+	changed, err := tiers.DecideFixed(op, now, st, tiers.Warm)
 	if err != nil || !changed {
 		return err
 	}
@@ -368,7 +374,7 @@ func (s *WarmStore) decide(op *Op, now time.Time, p *warmPlan, entries map[DirLo
 		if j > 0 && containsLoc(p.locs[:j], l) {
 			continue // a cell named twice: one compare-and-set of its final value
 		}
-		val, err := EncodeWarmValue(&e.state.Rec)
+		val, err := tiers.EncodeWarmValue(&e.state.Rec)
 		if err != nil {
 			return fmt.Errorf("warm check: %w", err)
 		}
@@ -390,7 +396,7 @@ func containsLoc(ls []DirLoc, l DirLoc) bool {
 }
 
 // Export returns the records of refs (Mover).
-func (s *WarmStore) Export(ctx context.Context, refs []Ref) ([]Record, error) {
+func (s *Store) Export(ctx context.Context, refs []tiers.Ref) ([]tiers.Record, error) {
 	locs := make([]DirLoc, len(refs))
 	for i := range refs {
 		locs[i] = s.Locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
@@ -399,7 +405,7 @@ func (s *WarmStore) Export(ctx context.Context, refs []Ref) ([]Record, error) {
 	if err != nil {
 		return nil, fmt.Errorf("warm export: %w", err)
 	}
-	var out []Record
+	var out []tiers.Record
 	for i := range refs {
 		if e := entries[locs[i]]; e.state.Present && !e.marker {
 			r := e.state.Rec
@@ -414,20 +420,20 @@ func (s *WarmStore) Export(ctx context.Context, refs []Ref) ([]Record, error) {
 // compare-and-set per hash, in one pipeline, retried for the hashes that
 // changed meanwhile. Of several records for one cell, the newest is
 // imported.
-func (s *WarmStore) Import(ctx context.Context, recs []Record) error {
+func (s *Store) Import(ctx context.Context, recs []tiers.Record) error {
 	type item struct {
 		loc DirLoc
-		rec *Record
+		rec *tiers.Record
 		val string
 	}
 	index := map[DirLoc]int{}
 	var items []item
 	for i := range recs {
 		r := &recs[i]
-		if _, err := FixedWindowSeconds(&Cell{Algorithm: rules.FixedWindow, Window: r.Window}); err != nil {
+		if _, err := tiers.FixedWindowSeconds(&tiers.Cell{Algorithm: rules.FixedWindow, Window: r.Window}); err != nil {
 			return fmt.Errorf("warm import: %w", err)
 		}
-		v, err := EncodeWarmValue(r)
+		v, err := tiers.EncodeWarmValue(r)
 		if err != nil {
 			return fmt.Errorf("warm import: %w", err)
 		}
@@ -496,9 +502,9 @@ func (s *WarmStore) Import(ctx context.Context, recs []Record) error {
 			return nil
 		}
 		if attempt >= s.maxAttempts {
-			return fmt.Errorf("warm import: %w (%d attempts)", ErrContention, attempt)
+			return fmt.Errorf("warm import: %w (%d attempts)", tiers.ErrContention, attempt)
 		}
-		if err := Backoff(ctx, attempt); err != nil {
+		if err := tiers.Backoff(ctx, attempt); err != nil {
 			return fmt.Errorf("warm import: %w", err)
 		}
 		pending = next
@@ -507,7 +513,7 @@ func (s *WarmStore) Import(ctx context.Context, recs []Record) error {
 
 // Delete removes the records of refs (Mover): warm_delete.lua, one call
 // on a single Redis, one per tag on a cluster, in one pipeline.
-func (s *WarmStore) Delete(ctx context.Context, refs []Ref) error {
+func (s *Store) Delete(ctx context.Context, refs []tiers.Ref) error {
 	locs := make([]DirLoc, len(refs))
 	for i := range refs {
 		locs[i] = s.Locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
@@ -518,7 +524,7 @@ func (s *WarmStore) Delete(ctx context.Context, refs []Ref) error {
 	}
 	for _, c := range cmds {
 		if err := c.Err(); err != nil {
-			return fmt.Errorf("warm delete: %w", WrapUnavailable(err))
+			return fmt.Errorf("warm delete: %w", tiers.WrapUnavailable(err))
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package tiers
+package warm
 
 import (
 	"hash/maphash"

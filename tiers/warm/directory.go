@@ -1,4 +1,4 @@
-package tiers
+package warm
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/internal/redisscript"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // The directory says where a fixed-window cell lives (migrate/PROTOCOL.md).
@@ -62,7 +63,7 @@ func (l DirLoc) HeaderKey() string { return l.base + "d" }
 
 // HeaderKey returns the key of the directory header of r's tag (its warm
 // layout and cold filter).
-func (s *WarmStore) HeaderKey(r *Ref) string {
+func (s *Store) HeaderKey(r *tiers.Ref) string {
 	return s.Locate(r.Identity, r.Window, r.Tag).HeaderKey()
 }
 
@@ -78,7 +79,7 @@ type DirCall struct {
 // DirCalls groups locs into calls: one on a single Redis (a call per tag
 // would cost Redis a script call per app, the most of a move's time), one
 // per tag on a cluster, where a script's keys must share a slot.
-func (s *WarmStore) DirCalls(locs []DirLoc) []DirCall {
+func (s *Store) DirCalls(locs []DirLoc) []DirCall {
 	var calls []DirCall
 	byBase := map[string]int{} // base -> call (cluster) or header index (single)
 	for i, l := range locs {
@@ -148,7 +149,7 @@ func runDirCalls(ctx context.Context, rdb redis.UniversalClient, sc *redis.Scrip
 	}
 	cmds, err := redisscript.RunEach(ctx, rdb, sc, each)
 	if err != nil {
-		return nil, WrapUnavailable(err)
+		return nil, tiers.WrapUnavailable(err)
 	}
 	return cmds, nil
 }
@@ -164,7 +165,7 @@ func PerCell(ctx context.Context, rdb redis.UniversalClient, sc *redis.Script, c
 	for i, c := range calls {
 		vals, err := cmds[i].Slice()
 		if err != nil {
-			return nil, WrapUnavailable(err)
+			return nil, tiers.WrapUnavailable(err)
 		}
 		if len(vals) != len(c.At) {
 			return nil, fmt.Errorf("%d values for %d cells", len(vals), len(c.At))

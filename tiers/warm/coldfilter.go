@@ -1,4 +1,4 @@
-package tiers
+package warm
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"slices"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/tiers"
 )
 
 // The cold filter lets the hot script tell a new cell from a cold one by
@@ -48,7 +50,7 @@ var coldSwitchScript = DirScript(coldSwitchSource)
 // estimates how many cells of a tag are still to go cold (it sizes a new
 // filter layer); nil: as many as switch now. It reports per swap whether
 // it switched.
-func (s *WarmStore) SwitchToCold(ctx context.Context, swaps []DirSwap, capacity func(Tag) int) ([]bool, error) {
+func (s *Store) SwitchToCold(ctx context.Context, swaps []DirSwap, capacity func(tiers.Tag) int) ([]bool, error) {
 	locs := make([]DirLoc, len(swaps))
 	for i := range swaps {
 		locs[i] = s.Locate(swaps[i].Identity, swaps[i].Window, swaps[i].Tag)
@@ -60,7 +62,7 @@ func (s *WarmStore) SwitchToCold(ctx context.Context, swaps []DirSwap, capacity 
 // (each swap's Old then ""), a swap also requires that its cell's counter
 // of the window holds live[i].Want (none for "") and that of the next does
 // not exist, and deletes the first (hot.Mover.SwitchQuietToCold).
-func (s *WarmStore) SwitchToColdWith(ctx context.Context, swaps []DirSwap, locs []DirLoc, live []CellCounters, capacity func(Tag) int) ([]bool, error) {
+func (s *Store) SwitchToColdWith(ctx context.Context, swaps []DirSwap, locs []DirLoc, live []CellCounters, capacity func(tiers.Tag) int) ([]bool, error) {
 	calls := s.DirCalls(locs)
 	for ci := range calls {
 		calls[ci].Args = coldSwitchArgs(&calls[ci], swaps, live, capacity)
@@ -79,9 +81,9 @@ func (s *WarmStore) SwitchToColdWith(ctx context.Context, swaps []DirSwap, locs 
 // or with live the counter's: the field must then be absent) per cell.
 // The counter keys of live, if any, are appended to the call's KEYS after
 // the headers, two a cell in the call's order.
-func coldSwitchArgs(c *DirCall, swaps []DirSwap, live []CellCounters, capacity func(Tag) int) []any {
+func coldSwitchArgs(c *DirCall, swaps []DirSwap, live []CellCounters, capacity func(tiers.Tag) int) []any {
 	counts := c.ByHeader()
-	tags := make([]Tag, len(c.Keys))
+	tags := make([]tiers.Tag, len(c.Keys))
 	for k, at := range c.At {
 		tags[c.hdr[k]] = swaps[at].Tag
 	}
@@ -122,7 +124,7 @@ func ones(vals []any) []bool {
 }
 
 // Client returns the store's Redis client.
-func (s *WarmStore) Client() redis.UniversalClient { return s.rdb }
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
 
 //go:embed cold_probe.lua
 var coldProbeSource string
@@ -133,7 +135,7 @@ var coldProbeScript = DirScript(coldProbeSource)
 // (a false positive included): what the hot script's probe answers. One
 // call on a single Redis (one per tag on a cluster); for the mover, tools
 // and tests, not the check path.
-func (s *WarmStore) MayBeCold(ctx context.Context, refs []Ref) ([]bool, error) {
+func (s *Store) MayBeCold(ctx context.Context, refs []tiers.Ref) ([]bool, error) {
 	locs := make([]DirLoc, len(refs))
 	for i := range refs {
 		locs[i] = s.Locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
@@ -155,7 +157,7 @@ var coldReplaceScript = DirScript(coldReplaceSource)
 type FilterCell [6]byte
 
 // FilterCellOf returns the FilterCell of the cell whose id is id.
-func FilterCellOf(id CellID) FilterCell { return FilterCell(id[8:14]) }
+func FilterCellOf(id tiers.CellID) FilterCell { return FilterCell(id[8:14]) }
 
 // ColdFilter is what a tag's header says of its cold filter.
 type ColdFilter struct {
@@ -167,7 +169,7 @@ type ColdFilter struct {
 
 // ColdFilters reads the cold filter of each tag (one GETRANGE and one
 // STRLEN a tag, in one pipeline).
-func (s *WarmStore) ColdFilters(ctx context.Context, tags []Tag) ([]ColdFilter, error) {
+func (s *Store) ColdFilters(ctx context.Context, tags []tiers.Tag) ([]ColdFilter, error) {
 	const most = dirHeaderBytes + 4*255 // the header and a layer table of 255 layers
 	pipe := s.rdb.Pipeline()
 	heads := make([]*redis.StringCmd, len(tags))
@@ -209,7 +211,7 @@ func parseColdFilter(h []byte) ColdFilter {
 // whether it did and, if so, the header's size now. The layer has a block of 8
 // bytes for every 8 cells, as one sized by the cycle's estimate (~3 %
 // false positives).
-func (s *WarmStore) ReplaceColdFilter(ctx context.Context, tag Tag, version [4]byte, cells []FilterCell) (replaced bool, bytes int, err error) {
+func (s *Store) ReplaceColdFilter(ctx context.Context, tag tiers.Tag, version [4]byte, cells []FilterCell) (replaced bool, bytes int, err error) {
 	filter := buildColdFilter(cells)
 	ok, err := coldReplaceScript.Run(ctx, s.rdb, []string{s.tagHeaderKey(tag)}, string(version[:]), filter).Int()
 	if err != nil {
@@ -245,7 +247,9 @@ func buildColdFilter(cells []FilterCell) []byte {
 }
 
 // tagHeaderKey is the key of tag's directory header.
-func (s *WarmStore) tagHeaderKey(tag Tag) string { return s.LocateCell(CellID{}, tag).HeaderKey() }
+func (s *Store) tagHeaderKey(tag tiers.Tag) string {
+	return s.LocateCell(tiers.CellID{}, tag).HeaderKey()
+}
 
 // CellCounters are a cell's counter keys of a window and the next, and,
 // for a switch, the value its counter of the window must hold ("": none).

@@ -1,15 +1,16 @@
-package tiers
+package warm
 
 import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/testenv"
 	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
 )
 
-// The cell helpers of this package's internal tests (the conformance
-// suite, an external test package since it imports the cold store, has
-// its own: conformance_test.go).
+// The cell helpers of the warm store's tests: copies of the conformance
+// suite's (tiers/conformance_test.go, an external test package, which
+// these internal tests cannot import), and tier_record_test.go's recT.
 
 // confT0 is 250 ms into an hour (2026-03-02T10:00:00.250Z): hourly windows
 // reset 3,599,750 ms later, minute windows 59,750 ms later.
@@ -39,27 +40,29 @@ func newConfCell(limit int64, window time.Duration) confCell {
 	}
 }
 
-func (c confCell) at(now time.Time) Cell {
+func (c confCell) at(now time.Time) tiers.Cell {
 	w := c.window.Milliseconds()
-	return Cell{
+	return tiers.Cell{
 		Algorithm: rules.FixedWindow,
 		Limit:     c.limit,
 		Window:    c.window,
 		Shadow:    c.shadow,
-		Identity:  IdentityOf(c.rule, c.vals),
-		Key:       FixedKeyOf(CellIDOf(IdentityOf(c.rule, c.vals), c.window), now.UnixMilli()/w),
-		Tag:       TagOf(c.app),
-		ShardKey:  ShardKeyOf(c.app, c.user),
+		Identity:  tiers.IdentityOf(c.rule, c.vals),
+		Key:       tiers.FixedKeyOf(tiers.CellIDOf(tiers.IdentityOf(c.rule, c.vals), c.window), now.UnixMilli()/w),
+		Tag:       tiers.TagOf(c.app),
+		ShardKey:  tiers.ShardKeyOf(c.app, c.user),
 	}
 }
 
-func (c confCell) ref() Ref { cell := c.at(confT0); return RefOf(&cell) }
+func (c confCell) ref() tiers.Ref { cell := c.at(confT0); return tiers.RefOf(&cell) }
 
 // op builds an op over cells at now.
-func confOp(now time.Time, cost int64, mode Mode, cells ...confCell) *Op {
-	op := &Op{Cost: cost, Mode: mode}
+func confOp(now time.Time, cost int64, mode tiers.Mode, cells ...confCell) *tiers.Op {
+	op := &tiers.Op{Cost: cost, Mode: mode}
 	for _, c := range cells {
 		op.Cells = append(op.Cells, c.at(now))
 	}
 	return op
 }
+
+var recT = time.Date(2026, 3, 2, 10, 0, 0, 0, time.UTC).Unix()

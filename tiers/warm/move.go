@@ -1,14 +1,16 @@
-package tiers
+package warm
 
 import (
 	"context"
 	"fmt"
+
+	"github.com/quota-platform/quota/tiers"
 )
 
-// This file holds the tier-side steps of a move (package migrate drives
-// them; migrate/PROTOCOL.md explains the protocol): the hot tier's Mover,
-// freezing a cell in its source tier, and reading and switching the
-// directory.
+// This file holds the warm tier's and the directory's side of a move
+// (package migrate drives them; migrate/PROTOCOL.md explains the
+// protocol; the hot and cold sides are in packages hot and cold): freezing
+// a warm cell, and reading and switching the directory.
 //
 // The directory of a fixed-window cell is its warm field and its tag's
 // cold filter (directory.go), in the same hash slot as the cell's hot keys:
@@ -27,7 +29,7 @@ const (
 
 // readRaw reads directory values without decoding: markers are not
 // records ("" = none).
-func (s *WarmStore) readRaw(ctx context.Context, locs []DirLoc) ([]string, error) {
+func (s *Store) readRaw(ctx context.Context, locs []DirLoc) ([]string, error) {
 	vals, err := s.readFields(ctx, locs)
 	if err != nil {
 		return nil, err
@@ -41,13 +43,13 @@ func (s *WarmStore) readRaw(ctx context.Context, locs []DirLoc) ([]string, error
 
 // DirSwap is one compare-and-set of a directory field.
 type DirSwap struct {
-	Ref
+	tiers.Ref
 	Old, New string // "" = absent
 }
 
 // DirCAS sets each field to New where it holds Old (one compare-and-set per
 // field, in one pipeline) and reports which did.
-func (s *WarmStore) DirCAS(ctx context.Context, swaps []DirSwap) ([]bool, error) {
+func (s *Store) DirCAS(ctx context.Context, swaps []DirSwap) ([]bool, error) {
 	calls := make([]warmCAS, len(swaps))
 	for i := range swaps {
 		l := s.Locate(swaps[i].Identity, swaps[i].Window, swaps[i].Tag)
@@ -61,7 +63,7 @@ func (s *WarmStore) DirCAS(ctx context.Context, swaps []DirSwap) ([]bool, error)
 }
 
 // DirRaw returns the raw directory values of refs ("" = none).
-func (s *WarmStore) DirRaw(ctx context.Context, refs []Ref) ([]string, error) {
+func (s *Store) DirRaw(ctx context.Context, refs []tiers.Ref) ([]string, error) {
 	locs := make([]DirLoc, len(refs))
 	for i := range refs {
 		locs[i] = s.Locate(refs[i].Identity, refs[i].Window, refs[i].Tag)
@@ -73,26 +75,26 @@ func (s *WarmStore) DirRaw(ctx context.Context, refs []Ref) ([]string, error) {
 	return out, nil
 }
 
-// IsWarmRecord reports whether a directory value is a warm record (not a
+// IsRecord reports whether a directory value is a warm record (not a
 // marker, not empty) and decodes it.
-func IsWarmRecord(v string) (Record, bool) {
+func IsRecord(v string) (tiers.Record, bool) {
 	if v == "" || v == DirMoving || v == DirHot {
-		return Record{}, false
+		return tiers.Record{}, false
 	}
-	r, err := DecodeWarmValue([]byte(v))
+	r, err := tiers.DecodeWarmValue([]byte(v))
 	return r, err == nil
 }
 
 // EncodeDirRecord is the directory value of a warm cell holding r.
-func EncodeDirRecord(r *Record) (string, error) {
-	v, err := EncodeWarmValue(r)
+func EncodeDirRecord(r *tiers.Record) (string, error) {
+	v, err := tiers.EncodeWarmValue(r)
 	return string(v), err
 }
 
 // Freeze sets Moved on the warm records of refs (compare-and-set, retried
 // on conflict); it reports per ref whether the record is frozen (false:
 // the field holds no warm record).
-func (s *WarmStore) Freeze(ctx context.Context, refs []Ref) ([]bool, error) {
+func (s *Store) Freeze(ctx context.Context, refs []tiers.Ref) ([]bool, error) {
 	out := make([]bool, len(refs))
 	locs := make([]DirLoc, len(refs))
 	for i := range refs {
@@ -107,7 +109,7 @@ func (s *WarmStore) Freeze(ctx context.Context, refs []Ref) ([]bool, error) {
 		}
 		var swaps []DirSwap
 		for i, v := range raws {
-			r, ok := IsWarmRecord(v)
+			r, ok := IsRecord(v)
 			out[i] = ok
 			if !ok || r.Moved {
 				continue
@@ -131,9 +133,9 @@ func (s *WarmStore) Freeze(ctx context.Context, refs []Ref) ([]bool, error) {
 			return out, nil
 		}
 		if attempt >= s.maxAttempts {
-			return nil, fmt.Errorf("warm freeze: %w", ErrContention)
+			return nil, fmt.Errorf("warm freeze: %w", tiers.ErrContention)
 		}
-		if err := Backoff(ctx, attempt); err != nil {
+		if err := tiers.Backoff(ctx, attempt); err != nil {
 			return nil, err
 		}
 	}
