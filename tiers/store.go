@@ -1,6 +1,12 @@
-// Package tiers stores limit counters. Three tiers implement one Store
-// interface: hot (expanded Redis keys), warm (compressed Redis hashes) and
-// cold (sharded MySQL); a check gives the same answer whichever holds it.
+// Package tiers is the model the tiers that store limit counters share.
+// Three tiers implement one Store interface: hot (expanded Redis keys,
+// package hot), warm (compressed Redis hashes, package warm, whose buckets
+// are also the directory of where each cell lives) and cold (sharded
+// MySQL, package cold); a check gives the same answer whichever holds it.
+// Package routing decides checks over all three. This package holds what
+// they share: the Store interface and its Op, Cell and Outcome, counter
+// identities, cold shards, the Ref and Record a move copies (and the
+// record's encoding), and the Mover interface.
 package tiers
 
 import (
@@ -80,7 +86,7 @@ type Op struct {
 	// NotCold, per cell, is the cold filter version at which the router
 	// found the cell's cold row missing ("" or nil: not looked up): the
 	// hot script then counts the cell as new if the filter has not changed
-	// since (coldfilter.go). It survives the op being sent again.
+	// since (tiers/warm/coldfilter.go). It survives the op being sent again.
 	NotCold []string
 }
 

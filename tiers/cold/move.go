@@ -8,7 +8,7 @@ import (
 	"github.com/quota-platform/quota/tiers"
 )
 
-// The cold tier's side of a move (move.go has the protocol's outline):
+// The cold tier's side of a move (tiers/warm/move.go has the protocol's outline):
 // freezing its rows and looking them up.
 
 // Freeze sets Moved on the cold rows of refs (one locking transaction per

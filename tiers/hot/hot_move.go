@@ -16,7 +16,7 @@ import (
 	"github.com/quota-platform/quota/tiers/warm"
 )
 
-// The hot tier's side of a move (move.go has the protocol's outline): its
+// The hot tier's side of a move (tiers/warm/move.go has the protocol's outline): its
 // Mover for fixed-window cells and the freeze of hot cells.
 
 //go:embed hot_freeze.lua

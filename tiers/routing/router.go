@@ -20,8 +20,8 @@ import (
 // lives.
 //
 // Every op goes first through the hot script, which carries, for each
-// fixed-window cell, its tag's directory (directory.go): its warm field
-// and its tag's cold filter (coldfilter.go). A cell whose hot key
+// fixed-window cell, its tag's directory (tiers/warm/directory.go): its warm field
+// and its tag's cold filter (tiers/warm/coldfilter.go). A cell whose hot key
 // exists is counted there with no lookup, and so is one with no field that
 // the filter says is not cold: a new cell, or a hot one whose key expired.
 // The script reports the others as warm (with the record), moving, or

@@ -27,7 +27,7 @@ var warmCASSource string
 //
 //	key   = prefix + "{" + hex(tag) + "}w" + bucket (2 bytes, big-endian)
 //	field = CellID[8:8+FieldBytes] (7 raw bytes by default)
-//	value = the record (warmrecord.go), 7-8 bytes
+//	value = the record (tiers/warmrecord.go), 7-8 bytes
 //
 // A tag's buckets follow its population (directory.lua, directory.go): a
 // tag starts with one bucket, and a bucket grown to 96 fields splits the
