@@ -15,6 +15,7 @@ import (
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/tierstest"
 	"github.com/quota-platform/quota/tiers/warm"
 )
 
@@ -24,9 +25,14 @@ import (
 // uses identities of its own, so cases run in parallel on shared stores.
 // Time is injected: Store.Check takes `now`.
 
-// confT0 is 250 ms into an hour (2026-03-02T10:00:00.250Z): hourly windows
-// reset 3,599,750 ms later, minute windows 59,750 ms later.
-var confT0 = time.Date(2026, 3, 2, 10, 0, 0, 250_000_000, time.UTC)
+// The suite's cells (package tierstest, which every store's tests share).
+type confCell = tierstest.Cell
+
+var (
+	confT0      = tierstest.T0
+	newConfCell = tierstest.NewCell
+	confOp      = tierstest.Op
+)
 
 // confEnv is one store under test.
 type confEnv struct {
@@ -34,55 +40,6 @@ type confEnv struct {
 	store tiers.Store
 	mover tiers.Mover // nil: the tier does not move records yet (hot: phase 2)
 	cold  *cold.Store // set for the cold tier
-}
-
-// confCell is a cell identity as a test names it; at(now) makes the Cell of
-// the window holding now (the hot tier's key changes with the window).
-type confCell struct {
-	rule   string
-	vals   []string
-	limit  int64
-	window time.Duration
-	shadow bool
-	app    string
-	user   string
-}
-
-func newConfCell(limit int64, window time.Duration) confCell {
-	app, user := "app-"+testenv.RandomHex(4), "user-"+testenv.RandomHex(4)
-	return confCell{
-		rule:   "conf_" + testenv.RandomHex(4),
-		vals:   []string{app, user, "iface.get"},
-		limit:  limit,
-		window: window,
-		app:    app,
-		user:   user,
-	}
-}
-
-func (c confCell) at(now time.Time) tiers.Cell {
-	w := c.window.Milliseconds()
-	return tiers.Cell{
-		Algorithm: rules.FixedWindow,
-		Limit:     c.limit,
-		Window:    c.window,
-		Shadow:    c.shadow,
-		Identity:  tiers.IdentityOf(c.rule, c.vals),
-		Key:       tiers.FixedKeyOf(tiers.CellIDOf(tiers.IdentityOf(c.rule, c.vals), c.window), now.UnixMilli()/w),
-		Tag:       tiers.TagOf(c.app),
-		ShardKey:  tiers.ShardKeyOf(c.app, c.user),
-	}
-}
-
-func (c confCell) ref() tiers.Ref { cell := c.at(confT0); return tiers.RefOf(&cell) }
-
-// op builds an op over cells at now.
-func confOp(now time.Time, cost int64, mode tiers.Mode, cells ...confCell) *tiers.Op {
-	op := &tiers.Op{Cost: cost, Mode: mode}
-	for _, c := range cells {
-		op.Cells = append(op.Cells, c.at(now))
-	}
-	return op
 }
 
 // check runs one op and fails the test on an error.
@@ -118,17 +75,17 @@ func want(t *testing.T, what string, o tiers.Outcome, allowed bool, remaining in
 func (e *confEnv) count(t *testing.T, now time.Time, c confCell) int64 {
 	t.Helper()
 	if e.mover != nil {
-		recs, err := e.mover.Export(context.Background(), []tiers.Ref{c.ref()})
+		recs, err := e.mover.Export(context.Background(), []tiers.Ref{c.Ref()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(recs) == 0 || recs[0].Index() != now.UnixMilli()/c.window.Milliseconds() {
+		if len(recs) == 0 || recs[0].Index() != now.UnixMilli()/c.Window.Milliseconds() {
 			return 0
 		}
 		return recs[0].Count
 	}
 	op := e.check(t, now, 1, tiers.DryRun, c)
-	return c.limit - op.Out[0].Remaining - boolInt(op.Out[0].Allowed)
+	return c.Limit - op.Out[0].Remaining - boolInt(op.Out[0].Allowed)
 }
 
 const hour = time.Hour
@@ -204,7 +161,7 @@ var confCases = []struct {
 	}},
 	{"shadow", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		sh := newConfCell(1, hour)
-		sh.shadow = true
+		sh.Shadow = true
 		c := newConfCell(10, hour)
 		reset := hour - 250*time.Millisecond
 		for i := range 3 {
@@ -351,11 +308,11 @@ var confCases = []struct {
 				e.check(t, confT0.Add(time.Duration(i)*time.Minute), 1, tiers.Enforce, c)
 			}
 			missing := newConfCell(10, hour)
-			recs, err := e.mover.Export(ctx, []tiers.Ref{missing.ref(), c.ref()})
+			recs, err := e.mover.Export(ctx, []tiers.Ref{missing.Ref(), c.Ref()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(recs) != 1 || recs[0].Count != 7 || recs[0].Ref != c.ref() || recs[0].Samples != 6 || recs[0].MeanInterval != 60 {
+			if len(recs) != 1 || recs[0].Count != 7 || recs[0].Ref != c.Ref() || recs[0].Samples != 6 || recs[0].MeanInterval != 60 {
 				t.Fatalf("export: %+v", recs)
 			}
 			// Copy, twice (idempotent), then an older copy (ignored).
@@ -370,17 +327,17 @@ var confCases = []struct {
 			if err := dst.mover.Import(ctx, []tiers.Record{older}); err != nil {
 				t.Fatal(err)
 			}
-			got, err := dst.mover.Export(ctx, []tiers.Ref{c.ref()})
+			got, err := dst.mover.Export(ctx, []tiers.Ref{c.Ref()})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(got) != 1 || got[0] != recs[0] {
 				t.Fatalf("%s -> %s: imported %+v, exported %+v", e.name, dst.name, recs[0], got)
 			}
-			if err := e.mover.Delete(ctx, []tiers.Ref{c.ref(), missing.ref()}); err != nil {
+			if err := e.mover.Delete(ctx, []tiers.Ref{c.Ref(), missing.Ref()}); err != nil {
 				t.Fatal(err)
 			}
-			if left, err := e.mover.Export(ctx, []tiers.Ref{c.ref()}); err != nil || len(left) != 0 {
+			if left, err := e.mover.Export(ctx, []tiers.Ref{c.Ref()}); err != nil || len(left) != 0 {
 				t.Fatalf("after delete: %v %v", left, err)
 			}
 			// The destination goes on from the moved count.
@@ -388,7 +345,7 @@ var confCases = []struct {
 			reset := hour - 10*time.Minute - 250*time.Millisecond
 			want(t, "after move", dst.check(t, now, 3, tiers.Enforce, c).Out[0], true, 0, reset)
 			want(t, "after move, full", dst.check(t, now, 1, tiers.Enforce, c).Out[0], false, 0, reset)
-			if err := dst.mover.Delete(ctx, []tiers.Ref{c.ref()}); err != nil {
+			if err := dst.mover.Delete(ctx, []tiers.Ref{c.Ref()}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -401,11 +358,11 @@ var confCases = []struct {
 // spreadShards rerolls users until a, b and c do not all share a cold shard.
 func spreadShards(t *testing.T, s *cold.Store, a, b, c confCell) (confCell, confCell, confCell) {
 	for range 100 {
-		ra, rb, rc := a.ref(), b.ref(), c.ref()
+		ra, rb, rc := a.Ref(), b.Ref(), c.Ref()
 		if sa := s.ShardOf(&ra); sa != s.ShardOf(&rb) || sa != s.ShardOf(&rc) {
 			return a, b, c
 		}
-		b = newConfCell(b.limit, b.window)
+		b = newConfCell(b.Limit, b.Window)
 	}
 	t.Fatal("could not spread cells over shards")
 	return a, b, c
@@ -426,13 +383,13 @@ func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 	for range 3 {
 		w := []time.Duration{time.Minute, 2 * time.Minute, hour}[rng.IntN(3)]
 		c := newConfCell(int64(1+rng.IntN(8)), w)
-		c.shadow = rng.IntN(4) == 0
+		c.Shadow = rng.IntN(4) == 0
 		cells = append(cells, c)
-		m, err := tiermodel.New(rules.FixedWindow, c.limit, c.window)
+		m, err := tiermodel.New(rules.FixedWindow, c.Limit, c.Window)
 		if err != nil {
 			t.Fatal(err)
 		}
-		models[c.rule] = m
+		models[c.Rule] = m
 	}
 	now := confT0
 	var log []string
@@ -452,7 +409,7 @@ func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 		op := e.check(t, now, cost, mode, pick...)
 		var mcs []tiermodel.Cell
 		for _, c := range pick {
-			mcs = append(mcs, tiermodel.Cell{Model: models[c.rule], Shadow: c.shadow})
+			mcs = append(mcs, tiermodel.Cell{Model: models[c.Rule], Shadow: c.Shadow})
 		}
 		wantOut, wantCommit := checkModels(now, cost, mode, mcs)
 		log = append(log, fmt.Sprintf("step %d: +%s cost %d mode %d cells %d", step, now.Sub(confT0), cost, mode, len(pick)))
@@ -470,7 +427,7 @@ func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 		if op.Committed && mode == tiers.Enforce && rng.IntN(6) == 0 {
 			e.check(t, now, cost, tiers.Refund, pick...)
 			for _, c := range pick {
-				models[c.rule].(*tiermodel.FixedWindow).Commit(now.UnixMilli(), -cost)
+				models[c.Rule].(*tiermodel.FixedWindow).Commit(now.UnixMilli(), -cost)
 			}
 		}
 	}
@@ -513,7 +470,7 @@ func TestConformance_StoresAgreeOnOneSequence(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 11))
 	cells := []confCell{newConfCell(4, time.Minute), newConfCell(9, hour), newConfCell(2, 2*time.Minute)}
-	cells[2].shadow = true
+	cells[2].Shadow = true
 	now := confT0
 	for step := range 120 {
 		now = now.Add(time.Duration(rng.IntN(15_000)) * time.Millisecond)

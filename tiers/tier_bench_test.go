@@ -24,11 +24,11 @@ func tierBenchCells(n int) [][2]confCell {
 	out := make([][2]confCell, n)
 	for i := range out {
 		ip := newConfCell(1<<40, time.Hour)
-		ip.vals = []string{ip.app, fmt.Sprintf("10.0.%d.%d", i/256, i%256)}
-		ip.user = ""
+		ip.Vals = []string{ip.App, fmt.Sprintf("10.0.%d.%d", i/256, i%256)}
+		ip.User = ""
 		u := newConfCell(1<<40, time.Hour)
-		u.app = ip.app
-		u.vals[0] = ip.app
+		u.App = ip.App
+		u.Vals[0] = ip.App
 		out[i] = [2]confCell{ip, u}
 	}
 	return out

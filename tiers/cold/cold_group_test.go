@@ -19,7 +19,7 @@ func cellOnShard(t *testing.T, s *Store, shard int, limit int64) confCell {
 	t.Helper()
 	for range 200 {
 		c := newConfCell(limit, time.Hour)
-		if ref := c.ref(); s.ShardOf(&ref) == shard {
+		if ref := c.Ref(); s.ShardOf(&ref) == shard {
 			return c
 		}
 	}
@@ -103,7 +103,7 @@ func TestColdGroup_OpsOnOneCellAreDecidedInOrderAsIfAlone(t *testing.T) {
 // slicesIndex is the index of c in cells.
 func slicesIndex(cells []confCell, c confCell) int {
 	for i := range cells {
-		if cells[i].rule == c.rule {
+		if cells[i].Rule == c.Rule {
 			return i
 		}
 	}
@@ -123,7 +123,7 @@ func TestColdGroup_AnOpThatFailsFailsAlone(t *testing.T) {
 			return op
 		}, tiers.ErrMoved},
 		{"corrupt row", func(t *testing.T, s *Store, c confCell) *tiers.Op {
-			id := c.ref().ID()
+			id := c.Ref().ID()
 			if _, err := s.dbs[0].ExecContext(context.Background(), "INSERT INTO cold_cells (k, r) VALUES (?, ?)", id[:], []byte("junk")); err != nil {
 				t.Fatal(err)
 			}

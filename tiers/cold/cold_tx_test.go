@@ -203,7 +203,7 @@ func TestColdStore_ImportKeepsTheNewerRecordPerCell(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	at := func(c confCell, last int64, count int64) tiers.Record {
-		return tiers.Record{Ref: c.ref(), Count: count, First: last, Last: last}
+		return tiers.Record{Ref: c.Ref(), Count: count, First: last, Last: last}
 	}
 	t0 := confT0.Unix()
 	tests := []struct {
@@ -237,7 +237,7 @@ func TestColdStore_ImportKeepsTheNewerRecordPerCell(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, c := range cells {
-				got, err := s.Export(ctx, []tiers.Ref{c.ref()})
+				got, err := s.Export(ctx, []tiers.Ref{c.Ref()})
 				if err != nil || len(got) != 1 {
 					t.Fatalf("cell %d: %v %v", i, got, err)
 				}

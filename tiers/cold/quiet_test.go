@@ -22,7 +22,7 @@ func TestColdStore_InsertNewAndDeleteUnchangedKeepCountedRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := &hot.Mover{Now: func() time.Time { return confT0 }}
-	refs := []tiers.Ref{counted.ref(), held.ref(), untouched.ref()}
+	refs := []tiers.Ref{counted.Ref(), held.Ref(), untouched.Ref()}
 	recs, err := m.QuietRecords(refs, make([]hot.State, len(refs)))
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +60,7 @@ func TestQuietRecords_AnIdleCellsRecordLosesToACountOfTheWindow(t *testing.T) {
 	ctx := context.Background()
 	c := newConfCell(10, time.Hour)
 	m := &hot.Mover{Now: func() time.Time { return confT0 }}
-	idle, err := m.QuietRecords([]tiers.Ref{c.ref()}, make([]hot.State, 1))
+	idle, err := m.QuietRecords([]tiers.Ref{c.Ref()}, make([]hot.State, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,10 +73,10 @@ func TestQuietRecords_AnIdleCellsRecordLosesToACountOfTheWindow(t *testing.T) {
 	}
 	// What a move of the cell counting since (hot, 3 calls) imports.
 	nowS := confT0.Unix()
-	if err := s.Import(ctx, []tiers.Record{{Ref: c.ref(), Count: 3, Last: nowS, First: nowS}}); err != nil {
+	if err := s.Import(ctx, []tiers.Record{{Ref: c.Ref(), Count: 3, Last: nowS, First: nowS}}); err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Export(ctx, []tiers.Ref{c.ref()})
+	got, err := s.Export(ctx, []tiers.Ref{c.Ref()})
 	if err != nil || len(got) != 1 || got[0].Count != 3 {
 		t.Fatalf("after the import: %+v %v, want count 3", got, err)
 	}

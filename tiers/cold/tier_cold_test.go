@@ -35,7 +35,7 @@ func TestCold_CommitFailureAfterAnotherShardCommittedIsRefunded(t *testing.T) {
 			t.Fatalf("fail at %d: err %v, want ErrUnavailable", failAt, err)
 		}
 		faults.set(nil)
-		recs, err := s.Export(ctx, []tiers.Ref{a.ref(), b.ref()})
+		recs, err := s.Export(ctx, []tiers.Ref{a.Ref(), b.Ref()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +59,7 @@ func TestCold_DryRunTakesNoLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	id := c.ref().ID()
+	id := c.Ref().ID()
 	if _, err := tx.ExecContext(ctx, "SELECT r FROM cold_cells WHERE k = ? FOR UPDATE", id[:]); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestCold_CorruptRowFailsTheCheck(t *testing.T) {
 	s := NewStore(dbs, Options{})
 	ctx := context.Background()
 	c := newConfCell(10, time.Hour)
-	id := c.ref().ID()
+	id := c.Ref().ID()
 	if _, err := dbs[0].ExecContext(ctx, "INSERT INTO cold_cells (k, r) VALUES (?, ?)", id[:], []byte("junk")); err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func TestHot_ScriptMissingForSomeCallsCountsEachCallOnce(t *testing.T) {
 		}
 		a, b := confOp(confT0, 1, tiers.Enforce, fixed), confOp(confT0, 1, tiers.Enforce, sliding)
 		b.Cells[0].Algorithm = rules.SlidingWindow
-		b.Cells[0].Key = tiers.CounterKeyOf(sliding.rule, sliding.vals, 3600, 0)
+		b.Cells[0].Key = tiers.CounterKeyOf(sliding.Rule, sliding.Vals, 3600, 0)
 		if err := hot.Check(ctx, confT0, []*tiers.Op{a, b}); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}

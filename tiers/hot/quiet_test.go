@@ -15,7 +15,7 @@ import (
 func TestQuietRecords_ACountLosesToAnyLaterCopyOfItsWindow(t *testing.T) {
 	t.Parallel()
 	c := newConfCell(10, time.Hour)
-	ref := c.ref()
+	ref := c.Ref()
 	idx := confT0.UnixMilli() / time.Hour.Milliseconds()
 	m := &Mover{Now: func() time.Time { return confT0.Add(40 * time.Minute) }}
 	recs, err := m.QuietRecords([]tiers.Ref{ref}, []State{{Counting: true, Count: "7", Window: idx}})

@@ -52,9 +52,9 @@ func BenchmarkHotCheck_FirstCallInATagWithColdCells(b *testing.B) {
 			cpu0 := testenv.RedisCPU(b, rdb)
 			for b.Loop() {
 				c := newConfCell(1000, time.Hour)
-				c.app = apps[i%len(apps)]
+				c.App = apps[i%len(apps)]
 				i++
-				op := &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{c.at(now)}}
+				op := &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{c.At(now)}}
 				if err := hot.Check(ctx, now, []*tiers.Op{op}); err != nil {
 					b.Fatal(err)
 				}
@@ -79,8 +79,8 @@ func fillColdFilters(b *testing.B, ws *warm.Store, apps []string, switches int, 
 			swaps := make([]warm.DirSwap, 2000/switches)
 			for k := range swaps {
 				c := newConfCell(10, time.Hour)
-				c.app = app
-				swaps[k].Ref = c.ref()
+				c.App = app
+				swaps[k].Ref = c.Ref()
 				cells[swaps[k].Tag] = append(cells[swaps[k].Tag], warm.FilterCellOf(swaps[k].ID()))
 			}
 			var capacity func(tiers.Tag) int

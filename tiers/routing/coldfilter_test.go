@@ -78,7 +78,7 @@ func filterRouter(t *testing.T) (r *Router, calls *redisCalls, mysqlTrips func()
 // inFilter reports whether the cold filter of c's tag says "may be cold".
 func inFilter(t *testing.T, r *Router, c confCell) bool {
 	t.Helper()
-	in, err := r.warm.MayBeCold(context.Background(), []tiers.Ref{c.ref()})
+	in, err := r.warm.MayBeCold(context.Background(), []tiers.Ref{c.Ref()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,8 +90,8 @@ func inFilter(t *testing.T, r *Router, c confCell) bool {
 func sameApp(t *testing.T, r *Router, c confCell) confCell {
 	t.Helper()
 	for range 100 {
-		n := newConfCell(c.limit, c.window)
-		n.app, n.vals[0] = c.app, c.app
+		n := newConfCell(c.Limit, c.Window)
+		n.App, n.Vals[0] = c.App, c.App
 		if !inFilter(t, r, n) {
 			return n
 		}
@@ -149,7 +149,7 @@ func TestRouter_NewCellCostsOneScriptCallAndNoMySQL(t *testing.T) {
 				}
 			}
 			for _, c := range cells {
-				ref := c.ref()
+				ref := c.Ref()
 				raw, err := r.warm.DirRaw(ctx, []tiers.Ref{ref})
 				if err != nil || raw[0] != "" {
 					t.Fatalf("directory field %q (%v), want none: a hot cell has no marker", raw, err)
@@ -172,11 +172,11 @@ func TestRouter_ColdCellIsNeverCountedAsNew(t *testing.T) {
 		t.Parallel()
 		r, _, _ := filterRouter(t)
 		c := newConfCell(3, time.Hour)
-		rec := tiers.Record{Ref: c.ref(), Count: 2, First: confT0.Unix(), Last: confT0.Unix()}
+		rec := tiers.Record{Ref: c.Ref(), Count: 2, First: confT0.Unix(), Last: confT0.Unix()}
 		if err := r.cold.Import(ctx, []tiers.Record{rec}); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := r.warm.SwitchToCold(ctx, []warm.DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
+		if ok, err := r.warm.SwitchToCold(ctx, []warm.DirSwap{{Ref: c.Ref()}}, nil); err != nil || !ok[0] {
 			t.Fatal(ok, err)
 		}
 		first, second := confOp(confT0, 1, tiers.Enforce, c), confOp(confT0, 1, tiers.Enforce, c)
@@ -193,7 +193,7 @@ func TestRouter_ColdCellIsNeverCountedAsNew(t *testing.T) {
 		c := newConfCell(3, time.Hour)
 		// In the filter without a row: what a false positive, or a cell
 		// moved out of cold, looks like.
-		if ok, err := r.warm.SwitchToCold(ctx, []warm.DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
+		if ok, err := r.warm.SwitchToCold(ctx, []warm.DirSwap{{Ref: c.Ref()}}, nil); err != nil || !ok[0] {
 			t.Fatal(ok, err)
 		}
 		mysqlTrips()
@@ -217,7 +217,7 @@ func TestRouter_ColdCellIsNeverCountedAsNew(t *testing.T) {
 		t.Parallel()
 		r, _, _ := filterRouter(t)
 		c := newConfCell(3, time.Hour)
-		if ok, err := r.warm.SwitchToCold(ctx, []warm.DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
+		if ok, err := r.warm.SwitchToCold(ctx, []warm.DirSwap{{Ref: c.Ref()}}, nil); err != nil || !ok[0] {
 			t.Fatal(ok, err)
 		}
 		op := confOp(confT0, 1, tiers.Enforce, c)
@@ -230,11 +230,11 @@ func TestRouter_ColdCellIsNeverCountedAsNew(t *testing.T) {
 		seen := op.Route[0].Raw
 		// Now the cell goes cold with 2 calls counted (its row, then the
 		// switch), after the router found no row at version seen.
-		rec := tiers.Record{Ref: c.ref(), Count: 2, First: confT0.Unix(), Last: confT0.Unix()}
+		rec := tiers.Record{Ref: c.Ref(), Count: 2, First: confT0.Unix(), Last: confT0.Unix()}
 		if err := r.cold.Import(ctx, []tiers.Record{rec}); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := r.warm.SwitchToCold(ctx, []warm.DirSwap{{Ref: c.ref()}}, nil); err != nil || !ok[0] {
+		if ok, err := r.warm.SwitchToCold(ctx, []warm.DirSwap{{Ref: c.Ref()}}, nil); err != nil || !ok[0] {
 			t.Fatal(ok, err)
 		}
 		stale := confOp(confT0, 1, tiers.Enforce, c)
@@ -306,8 +306,8 @@ func TestColdFilter_HoldsEveryCellSwitchedAndFewOthers(t *testing.T) {
 			ctx := context.Background()
 			app := "app-" + testenv.RandomHex(4)
 			ref := func(i int) tiers.Ref {
-				c := confCell{rule: "f", vals: []string{app, "u" + string(rune('a'+i%26)), testenv.RandomHex(4)}, window: time.Hour, app: app, user: "u"}
-				return c.ref()
+				c := confCell{Rule: "f", Vals: []string{app, "u" + string(rune('a'+i%26)), testenv.RandomHex(4)}, Window: time.Hour, App: app, User: "u"}
+				return c.Ref()
 			}
 			var in []tiers.Ref
 			for range cells / batch {
@@ -371,7 +371,7 @@ func TestColdFilter_StoredBitsFollowTheDocumentedLayout(t *testing.T) {
 	ctx := context.Background()
 	for i := range 8 {
 		c := newConfCell(10, time.Hour) // a tag of its own: a fresh filter
-		r := c.ref()
+		r := c.Ref()
 		// Capacity 8: a layer of one 8-byte block, so the cell's block is it.
 		if ok, err := ws.SwitchToCold(ctx, []warm.DirSwap{{Ref: r}}, func(tiers.Tag) int { return 8 }); err != nil || !ok[0] {
 			t.Fatal(ok, err)
@@ -420,8 +420,8 @@ func TestReplaceColdFilter_WritesOneLayerOfItsCellsUnlessTheVersionChanged(t *te
 			refs := func(n int) []tiers.Ref {
 				out := make([]tiers.Ref, n)
 				for i := range out {
-					c := confCell{rule: "f", vals: []string{app, testenv.RandomHex(6)}, window: time.Hour, app: app, user: "u"}
-					out[i] = c.ref()
+					c := confCell{Rule: "f", Vals: []string{app, testenv.RandomHex(6)}, Window: time.Hour, App: app, User: "u"}
+					out[i] = c.Ref()
 				}
 				return out
 			}

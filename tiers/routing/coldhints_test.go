@@ -150,11 +150,11 @@ func TestRouter_StaleColdHintCountsOnce(t *testing.T) {
 			if tc.gone {
 				makeCold(t, r, stale)
 				routerCheck(t, r, confOp(confT0, 1, tiers.Enforce, stale)) // found cold: hinted
-				if err := cold.Delete(ctx, []tiers.Ref{stale.ref()}); err != nil {
+				if err := cold.Delete(ctx, []tiers.Ref{stale.Ref()}); err != nil {
 					t.Fatal(err)
 				}
 			} else {
-				r.ColdHints.Add(stale.ref().ID())
+				r.ColdHints.Add(stale.Ref().ID())
 			}
 			var others []confCell
 			var ops []*tiers.Op
@@ -176,7 +176,7 @@ func TestRouter_StaleColdHintCountsOnce(t *testing.T) {
 			}
 			// A new cell never reaches its hint (the cold filter says it is
 			// not cold); a cell once cold does, and the hint goes.
-			if tc.gone && r.ColdHints.Has(stale.ref().ID()) {
+			if tc.gone && r.ColdHints.Has(stale.Ref().ID()) {
 				t.Error("the stale hint is still there")
 			}
 			if used, tier := usedOf(t, r, stale); used != 1 || tier != tiers.Hot {

@@ -12,75 +12,28 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/internal/testenv"
-	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/tierstest"
 )
 
-// The test helpers of the router's tests: copies of the conformance
-// suite's (tiers/conformance_test.go), the cold store's tests' (shard
-// and commit fault helpers) and the store benchmarks' (an internal test
-// package cannot import another package's tests).
+// The cells of the tiers' tests (package tierstest); below them, copies
+// of the cold store's tests' shard and commit-fault helpers and of the
+// store benchmarks' (a test package cannot import another's tests).
+type confCell = tierstest.Cell
 
-// confT0 is 250 ms into an hour (2026-03-02T10:00:00.250Z): hourly windows
-// reset 3,599,750 ms later, minute windows 59,750 ms later.
-var confT0 = time.Date(2026, 3, 2, 10, 0, 0, 250_000_000, time.UTC)
-
-// confCell is a cell identity as a test names it; at(now) makes the Cell of
-// the window holding now (the hot tier's key changes with the window).
-type confCell struct {
-	rule   string
-	vals   []string
-	limit  int64
-	window time.Duration
-	shadow bool
-	app    string
-	user   string
-}
-
-func newConfCell(limit int64, window time.Duration) confCell {
-	app, user := "app-"+testenv.RandomHex(4), "user-"+testenv.RandomHex(4)
-	return confCell{
-		rule:   "conf_" + testenv.RandomHex(4),
-		vals:   []string{app, user, "iface.get"},
-		limit:  limit,
-		window: window,
-		app:    app,
-		user:   user,
-	}
-}
-
-func (c confCell) at(now time.Time) tiers.Cell {
-	w := c.window.Milliseconds()
-	return tiers.Cell{
-		Algorithm: rules.FixedWindow,
-		Limit:     c.limit,
-		Window:    c.window,
-		Shadow:    c.shadow,
-		Identity:  tiers.IdentityOf(c.rule, c.vals),
-		Key:       tiers.FixedKeyOf(tiers.CellIDOf(tiers.IdentityOf(c.rule, c.vals), c.window), now.UnixMilli()/w),
-		Tag:       tiers.TagOf(c.app),
-		ShardKey:  tiers.ShardKeyOf(c.app, c.user),
-	}
-}
-
-func (c confCell) ref() tiers.Ref { cell := c.at(confT0); return tiers.RefOf(&cell) }
-
-// op builds an op over cells at now.
-func confOp(now time.Time, cost int64, mode tiers.Mode, cells ...confCell) *tiers.Op {
-	op := &tiers.Op{Cost: cost, Mode: mode}
-	for _, c := range cells {
-		op.Cells = append(op.Cells, c.at(now))
-	}
-	return op
-}
+var (
+	confT0      = tierstest.T0
+	newConfCell = tierstest.NewCell
+	confOp      = tierstest.Op
+)
 
 // cellOnShard returns a new cell whose cold row lives on shard.
 func cellOnShard(t *testing.T, s *cold.Store, shard int, limit int64) confCell {
 	t.Helper()
 	for range 200 {
 		c := newConfCell(limit, time.Hour)
-		if ref := c.ref(); s.ShardOf(&ref) == shard {
+		if ref := c.Ref(); s.ShardOf(&ref) == shard {
 			return c
 		}
 	}
@@ -151,11 +104,11 @@ func tierBenchCells(n int) [][2]confCell {
 	out := make([][2]confCell, n)
 	for i := range out {
 		ip := newConfCell(1<<40, time.Hour)
-		ip.vals = []string{ip.app, fmt.Sprintf("10.0.%d.%d", i/256, i%256)}
-		ip.user = ""
+		ip.Vals = []string{ip.App, fmt.Sprintf("10.0.%d.%d", i/256, i%256)}
+		ip.User = ""
 		u := newConfCell(1<<40, time.Hour)
-		u.app = ip.app
-		u.vals[0] = ip.app
+		u.App = ip.App
+		u.Vals[0] = ip.App
 		out[i] = [2]confCell{ip, u}
 	}
 	return out

@@ -26,7 +26,7 @@ func TestStates_ManyCellsInOneCallEachGetTheirOwn(t *testing.T) {
 	var ops []*tiers.Op
 	for i := range cells {
 		cells[i] = newConfCell(10, time.Hour)
-		refs[i] = cells[i].ref()
+		refs[i] = cells[i].Ref()
 		for range i % 3 { // cell i counted i%3 times
 			ops = append(ops, confOp(confT0, 1, tiers.Enforce, cells[i]))
 		}
@@ -58,7 +58,7 @@ func TestSwitchQuietToCold_ACellTwiceInACallSwitchesOnce(t *testing.T) {
 	routerCheck(t, r, confOp(confT0, 1, tiers.Enforce, c), confOp(confT0, 1, tiers.Enforce, c))
 	m := &hot.Mover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
 	ctx := context.Background()
-	refs := []tiers.Ref{c.ref(), c.ref()}
+	refs := []tiers.Ref{c.Ref(), c.Ref()}
 	states, err := m.States(ctx, refs, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +95,7 @@ func TestSwitchQuietToCold_AnIdleCellReadInAnEarlierWindowIsCheckedInTheSwitchsW
 			now := confT0
 			m := &hot.Mover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return now }}
 			ctx := context.Background()
-			refs := []tiers.Ref{c.ref()}
+			refs := []tiers.Ref{c.Ref()}
 			states, err := m.States(ctx, refs, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -129,7 +129,7 @@ func TestStates_HoldsTheIdleCellsAskedFor(t *testing.T) {
 	routerCheck(t, r, confOp(confT0, 1, tiers.Enforce, counted))
 	m := &hot.Mover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
 	ctx := context.Background()
-	states, err := m.States(ctx, []tiers.Ref{idle.ref(), asked.ref(), counted.ref()}, []bool{false, true, true})
+	states, err := m.States(ctx, []tiers.Ref{idle.Ref(), asked.Ref(), counted.Ref()}, []bool{false, true, true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestStates_HoldsTheIdleCellsAskedFor(t *testing.T) {
 		{"idle, asked for", asked, true, "0"},
 		{"counted, asked for", counted, false, "1"},
 	} {
-		cell := tc.c.at(confT0)
+		cell := tc.c.At(confT0)
 		key := r.Hot().Key(&cell)
 		v, err := rdb.Get(ctx, key).Result()
 		if errors.Is(err, redis.Nil) {
@@ -193,8 +193,8 @@ func TestSwitchQuietToCold_ACountedCellTheFilterHeldBeforeTheCallStaysHot(t *tes
 			first := newConfCell(10, time.Hour)
 			for i := range refs {
 				c := newConfCell(10, time.Hour)
-				c.app, c.vals[0] = first.app, first.app
-				refs[i] = c.ref()
+				c.App, c.Vals[0] = first.App, first.App
+				refs[i] = c.Ref()
 				for range tc.counted {
 					ops = append(ops, confOp(confT0, 1, tiers.Enforce, c))
 				}
@@ -202,9 +202,9 @@ func TestSwitchQuietToCold_ACountedCellTheFilterHeldBeforeTheCallStaysHot(t *tes
 			routerCheck(t, r, ops...)
 			if tc.room {
 				other := newConfCell(10, time.Hour)
-				other.app, other.vals[0] = first.app, first.app
+				other.App, other.Vals[0] = first.App, first.App
 				room := func(tiers.Tag) int { return tc.cells + 1 }
-				if _, err := r.warm.SwitchToCold(ctx, []warm.DirSwap{{Ref: other.ref()}}, room); err != nil {
+				if _, err := r.warm.SwitchToCold(ctx, []warm.DirSwap{{Ref: other.Ref()}}, room); err != nil {
 					t.Fatal(err)
 				}
 			}

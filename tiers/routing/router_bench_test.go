@@ -43,7 +43,7 @@ func benchRouterCold(b *testing.B, batch int, hints bool) {
 	var recs []tiers.Record
 	for _, c := range cells {
 		for _, cc := range c {
-			recs = append(recs, tiers.Record{Ref: cc.ref(), First: now.Unix(), Last: now.Unix()})
+			recs = append(recs, tiers.Record{Ref: cc.Ref(), First: now.Unix(), Last: now.Unix()})
 		}
 	}
 	if err := cold.Import(ctx, recs); err != nil {

@@ -65,7 +65,7 @@ func TestRouter_AllHotOpIsAnsweredWhileAColdOpOfItsBatchWaitsForItsRow(t *testin
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	id := c.ref().ID()
+	id := c.Ref().ID()
 	if _, err := tx.ExecContext(ctx, "SELECT r FROM cold_cells WHERE k = ? FOR UPDATE", id[:]); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestRouter_OpThatFailsGivesBackItsCountsAndTheOthersGetTheirDecisions(t *te
 	makeWarm(t, r, w)
 	makeCold(t, r, c)
 	makeCold(t, r, bad)
-	id := bad.ref().ID()
+	id := bad.Ref().ID()
 	if _, err := cold.DBs()[0].Exec("UPDATE cold_cells SET r = ? WHERE k = ?", []byte("junk"), id[:]); err != nil {
 		t.Fatal(err)
 	}

@@ -45,8 +45,8 @@ func makeCold(t *testing.T, r *Router, cells ...confCell) {
 	var recs []tiers.Record
 	var swaps []warm.DirSwap
 	for _, c := range cells {
-		recs = append(recs, tiers.Record{Ref: c.ref(), First: confT0.Unix(), Last: confT0.Unix()})
-		swaps = append(swaps, warm.DirSwap{Ref: c.ref()})
+		recs = append(recs, tiers.Record{Ref: c.Ref(), First: confT0.Unix(), Last: confT0.Unix()})
+		swaps = append(swaps, warm.DirSwap{Ref: c.Ref()})
 	}
 	ctx := context.Background()
 	if err := r.cold.Import(ctx, recs); err != nil {
@@ -62,7 +62,7 @@ func makeWarm(t *testing.T, r *Router, cells ...confCell) {
 	t.Helper()
 	var recs []tiers.Record
 	for _, c := range cells {
-		recs = append(recs, tiers.Record{Ref: c.ref(), First: confT0.Unix(), Last: confT0.Unix()})
+		recs = append(recs, tiers.Record{Ref: c.Ref(), First: confT0.Unix(), Last: confT0.Unix()})
 	}
 	if err := r.warm.Import(context.Background(), recs); err != nil {
 		t.Fatal(err)
@@ -153,7 +153,7 @@ func usedOf(t *testing.T, r *Router, c confCell) (int64, tiers.Tier) {
 	t.Helper()
 	op := confOp(confT0, 1, tiers.DryRun, c)
 	routerCheck(t, r, op)
-	return c.limit - op.Out[0].Remaining - boolInt(op.Out[0].Allowed), op.Out[0].Tier
+	return c.Limit - op.Out[0].Remaining - boolInt(op.Out[0].Allowed), op.Out[0].Tier
 }
 
 func TestRouter_GroupedOpDeniedInColdGivesBackItsHotPart(t *testing.T) {
@@ -235,7 +235,7 @@ func opOverAFrozenCell(t *testing.T, movedWait time.Duration, n int) (*Router, *
 		routerCheck(t, r, confOp(confT0, 1, tiers.Enforce, a, b))
 	}
 	mover := &hot.Mover{Hot: r.Hot(), Warm: r.warm, Now: func() time.Time { return confT0 }}
-	if _, err := mover.FreezeExport(context.Background(), []tiers.Ref{b.ref()}, false); err != nil {
+	if _, err := mover.FreezeExport(context.Background(), []tiers.Ref{b.Ref()}, false); err != nil {
 		t.Fatal(err)
 	}
 	op := confOp(confT0, 1, tiers.Enforce, a, b)
@@ -276,7 +276,7 @@ func TestRouter_ObserveGetsTheRecordAColdCheckLeft(t *testing.T) {
 				}
 			}
 			for i, c := range cells {
-				rec, ok := seen[c.ref().ID()]
+				rec, ok := seen[c.Ref().ID()]
 				if !ok || rec.Count != 6 || rec.Last != now.Unix() || rec.Samples == 0 {
 					t.Fatalf("cell %d: observed %+v (seen %v), want the record after 3 calls of 2 (count 6, last %d, samples > 0)", i, rec, ok, now.Unix())
 				}

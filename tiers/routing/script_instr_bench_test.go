@@ -72,8 +72,8 @@ func quietMove(b *testing.B, r *Router, m *hot.Mover, capacity func(tiers.Tag) i
 	var ops []*tiers.Op
 	for i := range refs {
 		c := newConfCell(10, 24*time.Hour)
-		c.app, c.vals[0] = apps[i%len(apps)].app, apps[i%len(apps)].app
-		refs[i] = c.ref()
+		c.App, c.Vals[0] = apps[i%len(apps)].App, apps[i%len(apps)].App
+		refs[i] = c.Ref()
 		if counted {
 			ops = append(ops, confOp(confT0, 1, tiers.Enforce, c))
 		}
@@ -119,8 +119,8 @@ func BenchmarkCheck_RedisInstructions(b *testing.B) {
 		apps[i] = newConfCell(10, time.Hour)
 		for range 40 {
 			c := newConfCell(10, time.Hour)
-			c.app, c.vals[0] = apps[i].app, apps[i].app
-			swaps = append(swaps, warm.DirSwap{Ref: c.ref()})
+			c.App, c.Vals[0] = apps[i].App, apps[i].App
+			swaps = append(swaps, warm.DirSwap{Ref: c.Ref()})
 		}
 	}
 	if _, err := r.warm.SwitchToCold(ctx, swaps, nil); err != nil { // field absent: into the filters
@@ -140,7 +140,7 @@ func BenchmarkCheck_RedisInstructions(b *testing.B) {
 		var ops, again []*tiers.Op
 		for i := range cells {
 			c := newConfCell(10, time.Hour)
-			c.app, c.vals[0] = apps[i%len(apps)].app, apps[i%len(apps)].app
+			c.App, c.Vals[0] = apps[i%len(apps)].App, apps[i%len(apps)].App
 			ops = append(ops, confOp(confT0, 1, tiers.Enforce, c))
 			again = append(again, confOp(confT0, 1, tiers.Enforce, c))
 		}

@@ -24,12 +24,12 @@ func TestWarm_BucketOfThePreviousFormIsCountedExactly(t *testing.T) {
 	r := NewRouter(hot, ws, nil)
 	ctx := context.Background()
 	now := time.Unix(recT+60, 0)
-	app := newConfCell(20, time.Hour).app
+	app := newConfCell(20, time.Hour).App
 	cells := make([]confCell, len(oldWarmValues))
 	for i, c := range oldWarmValues {
 		cells[i] = newConfCell(20, time.Hour)
-		cells[i].app = app // one tag, one bucket
-		ref := tiers.Ref{Identity: cells[i].at(now).Identity, Window: time.Hour, Tag: tiers.TagOf(app)}
+		cells[i].App = app // one tag, one bucket
+		ref := tiers.Ref{Identity: cells[i].At(now).Identity, Window: time.Hour, Tag: tiers.TagOf(app)}
 		base, field := ws.Location(&ref)
 		if err := rdb.HSet(ctx, base+"w\x00\x00", field, c.val).Err(); err != nil {
 			t.Fatal(err)
@@ -60,7 +60,7 @@ func TestWarm_BucketOfThePreviousFormIsCountedExactly(t *testing.T) {
 	}
 	refs := make([]tiers.Ref, len(cells))
 	for i := range cells {
-		cell := cells[i].at(now)
+		cell := cells[i].At(now)
 		refs[i] = tiers.RefOf(&cell)
 	}
 	frozen, err := ws.Freeze(ctx, refs)

@@ -53,8 +53,8 @@ func TestWarm_BucketsFollowTheTagsPopulationAndStayListpacks(t *testing.T) {
 			var recs []tiers.Record
 			for i := range tc.perTag {
 				c := newConfCell(10, time.Hour)
-				c.app = "one-app" // one tag, perTag cells
-				recs = append(recs, tiers.Record{Ref: c.ref(), Count: int64(1 + i%7), Last: recT, First: recT - 86400*3, MeanInterval: 900, Samples: 20})
+				c.App = "one-app" // one tag, perTag cells
+				recs = append(recs, tiers.Record{Ref: c.Ref(), Count: int64(1 + i%7), Last: recT, First: recT - 86400*3, MeanInterval: 900, Samples: 20})
 			}
 			for i := 0; i < len(recs); i += tc.step {
 				if err := s.Import(ctx, recs[i:min(i+tc.step, len(recs))]); err != nil {
@@ -104,7 +104,7 @@ func TestWarm_CellsWithoutAppArePooled(t *testing.T) {
 	s, _, prefix := newWarm(t, Options{})
 	keys := map[string]bool{}
 	for range 20000 {
-		c := newConfCell(1, time.Hour).at(confT0)
+		c := newConfCell(1, time.Hour).At(confT0)
 		c.Tag = tiers.TagOfIdentity(c.Identity) // a rule without app_id
 		l := s.Locate(c.Identity, c.Window, c.Tag)
 		if len(l.base) != len(prefix)+len("{abcdef}") || len(l.Field) != 7 {
@@ -194,7 +194,7 @@ func TestWarm_LostRaceIsRetriedAndCountsExactlyOnce(t *testing.T) {
 	if ops[1].Allowed() {
 		t.Fatalf("dry run after the limit was reached allowed: %+v", ops[1].Out)
 	}
-	recs, err := s.Export(ctx, []tiers.Ref{c.ref()})
+	recs, err := s.Export(ctx, []tiers.Ref{c.Ref()})
 	if err != nil || len(recs) != 1 || recs[0].Count != 2 {
 		t.Fatalf("count: %+v %v", recs, err)
 	}
@@ -215,7 +215,7 @@ func TestWarm_EndlessContentionGivesUpAndCountsNothing(t *testing.T) {
 	if !errors.Is(err, tiers.ErrContention) {
 		t.Fatalf("err %v, want ErrContention", err)
 	}
-	recs, _ := s.Export(ctx, []tiers.Ref{c.ref()})
+	recs, _ := s.Export(ctx, []tiers.Ref{c.Ref()})
 	if len(recs) != 1 || recs[0].Count != 3 {
 		t.Fatalf("count %+v, want 3 (the other writer's only)", recs)
 	}
@@ -226,7 +226,7 @@ func TestWarm_CorruptValueFailsTheCheckAndStays(t *testing.T) {
 	s, rdb, _ := newWarm(t, Options{})
 	ctx := context.Background()
 	c := newConfCell(10, time.Hour)
-	ref := c.ref()
+	ref := c.Ref()
 	// The tag's only bucket: a tag with no header has one.
 	l := s.Locate(ref.Identity, ref.Window, ref.Tag)
 	k, f := l.base+"w\x00\x00", l.Field
@@ -246,7 +246,7 @@ func TestWarm_MovedRecordIsNotCounted(t *testing.T) {
 	s, _, _ := newWarm(t, Options{})
 	ctx := context.Background()
 	c := newConfCell(10, time.Hour)
-	if err := s.Import(ctx, []tiers.Record{{Ref: c.ref(), Count: 4, Last: confT0.Unix(), First: confT0.Unix(), Moved: true}}); err != nil {
+	if err := s.Import(ctx, []tiers.Record{{Ref: c.Ref(), Count: 4, Last: confT0.Unix(), First: confT0.Unix(), Moved: true}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, tiers.Enforce, c)}); !errors.Is(err, tiers.ErrMoved) {
@@ -306,7 +306,7 @@ func TestWarm_ConcurrentChecksOnOneCellInOneProcessAllCount(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("check: %v", err)
 	}
-	recs, err := s.Export(ctx, []tiers.Ref{c.ref()})
+	recs, err := s.Export(ctx, []tiers.Ref{c.Ref()})
 	if err != nil || len(recs) != 1 || recs[0].Count != 320 {
 		t.Fatalf("count: %+v %v, want 320", recs, err)
 	}
