@@ -285,10 +285,11 @@ func redisTiers(ctx context.Context, c *config) error {
 	}()
 	// Scripts Redis caches count in used_memory: loaded before any
 	// measurement, they are in none.
-	if err := hot.NewStore(rdb, hot.Options{}).Load(ctx); err != nil {
+	hs := hot.NewStore(rdb, hot.Options{})
+	if err := hs.Load(ctx); err != nil {
 		return err
 	}
-	if err := warm.NewStore(rdb, warm.Options{}).Load(ctx); err != nil {
+	if err := warm.NewStore(rdb, warm.Options{}).Load(ctx, hs.MoveScripts()...); err != nil {
 		return err
 	}
 	now := time.Now()
