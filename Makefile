@@ -237,14 +237,14 @@ bench-move: services
 .PHONY: bench-scripts
 bench-scripts: services
 	@bash internal/testsupport/testenv/ensure-tool.sh valgrind >/dev/null
-	$(GO) test -run '^$$' -bench 'BenchmarkQuietMove_RedisInstructions|BenchmarkCheck_RedisInstructions' -benchtime 1x ./tiers/
+	$(GO) test -run '^$$' -bench 'BenchmarkQuietMove_RedisInstructions|BenchmarkCheck_RedisInstructions' -benchtime 1x ./tiers/routing/
 
 # MEMORY USAGE of one identity's key per algorithm and limit, after one
 # call and after a window of calls at the limit's rate (BENCHMARKS.md);
 # ~1 minute.
 .PHONY: bench-algo-memory
 bench-algo-memory: services
-	$(GO) test -run '^$$' -bench 'BenchmarkAlgoMemory_PerIdentity' -benchtime 1x ./tiers/
+	$(GO) test -run '^$$' -bench 'BenchmarkAlgoMemory_PerIdentity' -benchtime 1x ./tiers/hot/
 
 # The check path at a window's start in tags with cold cells: the hot
 # script's cold-filter probe (no filter, one layer, layers grown without the
@@ -252,7 +252,7 @@ bench-algo-memory: services
 # share of false "may be cold" answers. ~1 minute.
 .PHONY: bench-filter
 bench-filter: services
-	$(GO) test -run '^$$' -bench 'BenchmarkHotCheck_FirstCallInATagWithColdCells' -benchtime 20000x -count 3 ./tiers/
+	$(GO) test -run '^$$' -bench 'BenchmarkHotCheck_FirstCallInATagWithColdCells' -benchtime 20000x -count 3 ./tiers/routing/
 
 # Tiering on against off, alternated in one run, for uniform keys, skewed
 # keys and batches of new identities; MariaDB statements per 1,000 checks

@@ -21,7 +21,10 @@ import (
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/migrate"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/routing"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // tiersServer is quotad's tiering wiring on a test prefix and shards:
@@ -32,14 +35,14 @@ func tiersServer(t *testing.T, token string) (*httptest.Server, *clock.Fake) {
 	rdb, prefix := testenv.Redis(t)
 	dbs := testenv.MySQLShards(t, 2)
 	clk := clock.NewFake(start)
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix})
-	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
-	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
-	router := tiers.NewRouter(hot, warm, cold)
+	hs := hot.NewStore(rdb, hot.Options{Prefix: prefix})
+	warm := warm.NewStore(rdb, warm.Options{Prefix: prefix})
+	cold := cold.NewStore(dbs, cold.Options{})
+	router := routing.NewRouter(hs, warm, cold)
 	act := &migrate.Activity{DBs: dbs, Now: clk.Now}
 	router.Calls = act.Observe
 	mover := &migrate.Mover{RDB: rdb, Prefix: prefix, Warm: warm, Cold: cold,
-		Hot: &tiers.HotMover{Hot: router.Hot(), Warm: warm, Now: clk.Now}}
+		Hot: &hot.Mover{Hot: router.Hot(), Warm: warm, Now: clk.Now}}
 	w := &migrate.Worker{Mover: mover, Activity: act, DBs: dbs, Now: clk.Now, Jobs: &migrate.Jobs{Instance: "test"},
 		Config: migrate.Config{Schedule: "@daily", HotThreshold: 2000, ColdThreshold: 1000}}
 	set, err := rules.ParseYAML([]byte(defaultRules))

@@ -17,7 +17,7 @@ import (
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // BenchmarkCheckHandler measures one POST /v1/check through the handler
@@ -29,7 +29,7 @@ func BenchmarkCheckHandler(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second})
+	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix, Jitter: time.Second})
 	lim, _ := limiter.New(hot, clock.Real{}, set)
 	reg := prometheus.NewRegistry()
 	s := config.Defaults()

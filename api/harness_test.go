@@ -26,7 +26,7 @@ import (
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/nearquota"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 const adminToken = "test-admin-token-0123456789"
@@ -49,7 +49,7 @@ type harness struct {
 // harnessConfig is what a harnessOption may change before the server is built.
 type harnessConfig struct {
 	settings config.Settings
-	hot      tiers.HotOptions
+	hot      hot.Options
 	client   redis.UniversalClient
 	ready    []api.ReadinessCheck // after the harness's own redis check
 	plans    bool                 // serve the plans admin API over the shared store
@@ -102,7 +102,7 @@ func newHarness(t *testing.T, rulesYAML string, opts ...harnessOption) *harness 
 	if err != nil {
 		t.Fatalf("rules: %v", err)
 	}
-	hc := harnessConfig{settings: config.Defaults(), hot: tiers.HotOptions{Prefix: prefix, Jitter: time.Second}, client: rdb}
+	hc := harnessConfig{settings: config.Defaults(), hot: hot.Options{Prefix: prefix, Jitter: time.Second}, client: rdb}
 	hc.settings.AdminToken = adminToken
 	hc.settings.Coalesce = 0
 	for _, o := range opts {
@@ -110,7 +110,7 @@ func newHarness(t *testing.T, rulesYAML string, opts ...harnessOption) *harness 
 	}
 	s, ho, client := hc.settings, hc.hot, hc.client
 	clk := clock.NewFake(start)
-	hot := tiers.NewHotStore(client, ho)
+	hot := hot.NewStore(client, ho)
 	if hc.loc == nil {
 		hc.loc = time.UTC
 	}

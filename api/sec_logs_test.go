@@ -22,7 +22,7 @@ import (
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 type lockedLog struct {
@@ -52,7 +52,7 @@ func secServer(t *testing.T, rdb redis.UniversalClient, prefix string, mutate fu
 	}
 	s := config.Defaults()
 	mutate(&s)
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second})
+	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix, Jitter: time.Second})
 	lim, err := limiter.New(hot, clock.Real{}, set)
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ import (
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/nearquota"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // statsRules deny the 4th call of one (app, user, interface) in an hour.
@@ -56,7 +56,7 @@ func newStatsHarnessAt(t *testing.T, at time.Time) *statsHarness {
 	s := config.Defaults()
 	s.AdminToken = adminToken
 	clk := clock.NewFake(at)
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second})
+	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix, Jitter: time.Second})
 	near := nearquota.New(nearquota.Options{Redis: rdb, Prefix: prefix})
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

@@ -11,6 +11,10 @@ import (
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/routing"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // A caller whose check the hot tier decides alone is answered as soon as
@@ -25,9 +29,9 @@ func coldAndHot(t *testing.T) (coldLim *limiter.Limiter, db *sql.DB, keyA, keyB 
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	dbs := testenv.MySQLShards(t, 1)
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix})
-	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
-	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
+	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix})
+	ws := warm.NewStore(rdb, warm.Options{Prefix: prefix})
+	cold := cold.NewStore(dbs, cold.Options{})
 	set, err := rules.NewSet([]rules.Rule{{
 		Name: "per_user", Dimensions: []string{"user_id"}, Limit: 10,
 		Window: rules.Duration(time.Hour), Algorithm: rules.FixedWindow,
@@ -35,7 +39,7 @@ func coldAndHot(t *testing.T) (coldLim *limiter.Limiter, db *sql.DB, keyA, keyB 
 	if err != nil {
 		t.Fatal(err)
 	}
-	coldLim, err = limiter.New(tiers.NewBreaker(tiers.NewRouter(hot, warm, cold), clock.Real{}, 3, 100*time.Millisecond), clock.Real{}, set)
+	coldLim, err = limiter.New(routing.NewBreaker(routing.NewRouter(hot, ws, cold), clock.Real{}, 3, 100*time.Millisecond), clock.Real{}, set)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +53,7 @@ func coldAndHot(t *testing.T) (coldLim *limiter.Limiter, db *sql.DB, keyA, keyB 
 		if err := cold.Import(context.Background(), []tiers.Record{{Ref: ref, First: now, Last: now}}); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := warm.SwitchToCold(context.Background(), []tiers.DirSwap{{Ref: ref}}, nil); err != nil || !ok[0] {
+		if ok, err := ws.SwitchToCold(context.Background(), []warm.DirSwap{{Ref: ref}}, nil); err != nil || !ok[0] {
 			t.Fatalf("switch %s to cold: %v %v", user, ok, err)
 		}
 	}

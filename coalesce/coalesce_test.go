@@ -16,6 +16,7 @@ import (
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 func newLimiter(t *testing.T, rdb redis.UniversalClient, prefix string, limit int) *limiter.Limiter {
@@ -27,7 +28,7 @@ func newLimiter(t *testing.T, rdb redis.UniversalClient, prefix string, limit in
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := limiter.New(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix}), clock.Real{}, set)
+	lim, err := limiter.New(hot.NewStore(rdb, hot.Options{Prefix: prefix}), clock.Real{}, set)
 	if err != nil {
 		t.Fatal(err)
 	}

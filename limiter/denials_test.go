@@ -12,7 +12,7 @@ import (
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // denialRig is two limiters on one real Redis and one fake clock: plain
@@ -33,7 +33,7 @@ func newDenialRig(t *testing.T, rs []rules.Rule, size int) *denialRig {
 	}
 	// 7 ms into a minute, so windows of every length start at odd offsets.
 	clk := clock.NewFake(time.Date(2026, 11, 29, 7, 0, 0, 7_000_000, time.UTC))
-	store := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix})
+	store := hot.NewStore(rdb, hot.Options{Prefix: prefix})
 	plain, err := limiter.New(store, clk, set)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // Dim is one dimension of a call: a name and its value.
@@ -176,7 +177,7 @@ func compile(set *rules.Set, a *rules.Assignments) (*compiledSet, error) {
 	c := &compiledSet{set: set, rules: make([]compiledRule, len(set.Rules)), assignments: a}
 	for i := range set.Rules {
 		r := &set.Rules[i]
-		if !tiers.SupportsAlgorithm(r.Algorithm) {
+		if !hot.SupportsAlgorithm(r.Algorithm) {
 			return nil, fmt.Errorf("rule %q: algorithm %s is not available in this build", r.Name, r.Algorithm)
 		}
 		cr := compiledRule{rule: r, limits: r.EffectiveLimits(), tagDim: -1, userDim: -1}

@@ -9,7 +9,7 @@ import (
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 func TestCheckBatchEach_DeliversEveryRequestOnceWithItsOwnDecision(t *testing.T) {
@@ -22,7 +22,7 @@ func TestCheckBatchEach_DeliversEveryRequestOnceWithItsOwnDecision(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := limiter.New(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix}), clock.Real{}, set)
+	lim, err := limiter.New(hot.NewStore(rdb, hot.Options{Prefix: prefix}), clock.Real{}, set)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 const plansRules = `
@@ -50,7 +51,7 @@ func newPlansInstance(t *testing.T, clk clock.Clock, loc *time.Location) (*limit
 	if err != nil {
 		t.Fatal(err)
 	}
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix})
+	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix})
 	lim, err := limiter.New(hot, clk, set, limiter.InLocation(loc))
 	if err != nil {
 		t.Fatal(err)

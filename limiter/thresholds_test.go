@@ -11,7 +11,7 @@ import (
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // crossings records what a limiter tells a watcher.
@@ -52,7 +52,7 @@ func TestIdentityQuotaCrossings_EachShareOnceWithTheIdentity(t *testing.T) {
 	}
 	clk := clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
 	apps, ids := &crossings{}, &crossings{}
-	lim, err := limiter.New(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix}), clk, set,
+	lim, err := limiter.New(hot.NewStore(rdb, hot.Options{Prefix: prefix}), clk, set,
 		limiter.WithQuotaWatcher(apps), limiter.WithIdentityQuotaWatcher(ids))
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +119,7 @@ plans:
 		t.Fatal(err)
 	}
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	lim, err := limiter.New(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix}), clock.NewFake(now), set)
+	lim, err := limiter.New(hot.NewStore(rdb, hot.Options{Prefix: prefix}), clock.NewFake(now), set)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 // scans that part (foldActivityLog). It holds at most MaxCells cells
 // between flushes; calls of further cells are dropped (counted in Dropped)
 // - the cell's mean is then a little low, never its limit. Which cells it
-// is given is the router's choice (tiers.Router.CallsMinWindow: config's
+// is given is the router's choice (routing.Router.CallsMinWindow: config's
 // QUOTA_MIGRATE_MIN_WINDOW).
 type Activity struct {
 	DBs      []*sql.DB
@@ -43,7 +43,7 @@ type pendingCell struct {
 	calls int64
 }
 
-// Observe counts one check of cells (tiers.Router.Counted): the fixed
+// Observe counts one check of cells (routing.Router.Counted): the fixed
 // window cells of an op.
 func (a *Activity) Observe(refs []tiers.Ref) {
 	a.mu.Lock()

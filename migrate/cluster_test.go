@@ -9,6 +9,10 @@ import (
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/routing"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // On a Redis Cluster the cells of one batch live on several masters, and
@@ -119,11 +123,11 @@ func newClusterEnv(t *testing.T) *env {
 	t.Helper()
 	nodes := testenv.StartRedisCluster(t, 3)
 	cc := testenv.ClusterClient(t, nodes, nil)
-	hot := tiers.NewHotStore(cc, tiers.HotOptions{Prefix: "c:"})
-	warm := tiers.NewWarmStore(cc, tiers.WarmOptions{Prefix: "c:"})
-	cold := tiers.NewColdStore(testenv.MySQLShards(t, 2), tiers.ColdOptions{})
-	e := &env{router: tiers.NewRouter(hot, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0), nodes: nodes}
-	e.hot = &tiers.HotMover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}
+	hs := hot.NewStore(cc, hot.Options{Prefix: "c:"})
+	warm := warm.NewStore(cc, warm.Options{Prefix: "c:"})
+	cold := cold.NewStore(testenv.MySQLShards(t, 2), cold.Options{})
+	e := &env{router: routing.NewRouter(hs, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0), nodes: nodes}
+	e.hot = &hot.Mover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}
 	e.mover = &Mover{RDB: cc, Prefix: "c:", Hot: e.hot, Warm: warm, Cold: cold, LeaseTTL: 5 * time.Second}
 	return e
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // secondInstance is another quotad's worker over the same Redis, shards
@@ -503,7 +504,7 @@ func TestCompactColdFilters_NeverRunsWithACycle(t *testing.T) {
 // layeredFilter moves 20 cells of one app to cold 5 at a time, their
 // activity recorded: a filter of several layers for a compaction. It
 // returns the app's tag and that filter.
-func layeredFilter(t *testing.T, e *env, w *Worker) ([]tiers.Tag, tiers.ColdFilter) {
+func layeredFilter(t *testing.T, e *env, w *Worker) ([]tiers.Tag, warm.ColdFilter) {
 	t.Helper()
 	ctx := context.Background()
 	cells := newCells(20, 3, 1)

@@ -11,17 +11,21 @@ import (
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/routing"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // t0 is the tests' clock: inside an hour, far from its end.
 var t0 = time.Date(2026, 5, 4, 10, 20, 0, 0, time.UTC)
 
 type env struct {
-	router *tiers.Router
+	router *routing.Router
 	mover  *Mover
-	hot    *tiers.HotMover
-	warm   *tiers.WarmStore
-	cold   *tiers.ColdStore
+	hot    *hot.Mover
+	warm   *warm.Store
+	cold   *cold.Store
 	clock  *clock.Fake             // the tests' time; the worker's goroutines read it too
 	nodes  []*testenv.RedisProcess // the Redis Cluster's masters, if on one
 }
@@ -31,11 +35,11 @@ type env struct {
 func newEnv(t testing.TB) *env {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second})
-	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: prefix})
-	cold := tiers.NewColdStore(testenv.MySQLShards(t, 2), tiers.ColdOptions{})
-	e := &env{router: tiers.NewRouter(hot, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0)}
-	e.hot = &tiers.HotMover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}
+	hs := hot.NewStore(rdb, hot.Options{Prefix: prefix, Jitter: time.Second})
+	warm := warm.NewStore(rdb, warm.Options{Prefix: prefix})
+	cold := cold.NewStore(testenv.MySQLShards(t, 2), cold.Options{})
+	e := &env{router: routing.NewRouter(hs, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0)}
+	e.hot = &hot.Mover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}
 	e.mover = &Mover{RDB: rdb, Prefix: prefix, Hot: e.hot, Warm: warm, Cold: cold, LeaseTTL: 5 * time.Second}
 	return e
 }
@@ -187,7 +191,7 @@ func (e *env) move(t testing.TB, from, to tiers.Tier, cs ...cellSpec) {
 func (e *env) takeFullProtocol(t testing.TB, cs ...cellSpec) {
 	t.Helper()
 	refs := refsOf(cs...)
-	swaps := make([]tiers.DirSwap, len(refs))
+	swaps := make([]warm.DirSwap, len(refs))
 	for i := range refs {
 		swaps[i].Ref = refs[i]
 	}

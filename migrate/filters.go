@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // RebuildColdFilters puts back into the cold filters every cell that has a
@@ -60,9 +61,9 @@ func (w *Worker) rebuildColdFilters(ctx context.Context, job *Job) (n int, err e
 			if err != nil {
 				return n, fmt.Errorf("rebuild cold filters: %w", err)
 			}
-			var swaps []tiers.DirSwap
+			var swaps []warm.DirSwap
 			for _, r := range where(refs, rows) {
-				swaps = append(swaps, tiers.DirSwap{Ref: r}) // field absent: in the filter
+				swaps = append(swaps, warm.DirSwap{Ref: r}) // field absent: in the filter
 			}
 			ok, err := m.Warm.SwitchToCold(ctx, swaps, nil)
 			if err != nil {
@@ -182,7 +183,7 @@ func (w *Worker) compactColdFilters(ctx context.Context, job *Job) (rep CompactR
 	if err != nil {
 		return rep, err
 	}
-	filters := map[tiers.Tag]tiers.ColdFilter{}
+	filters := map[tiers.Tag]warm.ColdFilter{}
 	for sh, db := range w.DBs {
 		if err := w.keepColdCells(ctx, sh, db, scratch[sh], filters, job); err != nil {
 			return rep, err
@@ -199,7 +200,7 @@ func (w *Worker) compactColdFilters(ctx context.Context, job *Job) (rep CompactR
 // keepColdCells scans shard sh's cell_activity and writes to its scratch
 // table the cells that have a cold row and that their tag's filter holds,
 // reading each tag's filter first (filters).
-func (w *Worker) keepColdCells(ctx context.Context, sh int, db *sql.DB, scratch *sql.Conn, filters map[tiers.Tag]tiers.ColdFilter, job *Job) error {
+func (w *Worker) keepColdCells(ctx context.Context, sh int, db *sql.DB, scratch *sql.Conn, filters map[tiers.Tag]warm.ColdFilter, job *Job) error {
 	if _, err := foldActivityLogs(ctx, db); err != nil {
 		return fmt.Errorf("compact cold filters, shard %d: %w", sh, err)
 	}
@@ -264,7 +265,7 @@ func (w *Worker) holdCycleKey(ctx context.Context) (string, error) {
 
 // readFilters reads the cold filter of each tag of refs not in filters
 // yet: before any of the tag's cells is looked up.
-func (w *Worker) readFilters(ctx context.Context, refs []tiers.Ref, filters map[tiers.Tag]tiers.ColdFilter) error {
+func (w *Worker) readFilters(ctx context.Context, refs []tiers.Ref, filters map[tiers.Tag]warm.ColdFilter) error {
 	var tags []tiers.Tag
 	seen := map[tiers.Tag]bool{}
 	for _, r := range refs {
@@ -321,7 +322,7 @@ func where[T any](s []T, keep []bool) []T {
 // replaceFilters replaces the filter of each tag of filters that has more
 // than one layer or more cells than are cold now by one of its cells in
 // the scratch tables, read tag by tag in tag order from every shard.
-func (w *Worker) replaceFilters(ctx context.Context, filters map[tiers.Tag]tiers.ColdFilter, scratch scratchTables, rep *CompactReport) error {
+func (w *Worker) replaceFilters(ctx context.Context, filters map[tiers.Tag]warm.ColdFilter, scratch scratchTables, rep *CompactReport) error {
 	tags := make([]tiers.Tag, 0, len(filters))
 	for tag, f := range filters {
 		if f.Layers > 0 {

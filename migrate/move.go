@@ -17,6 +17,10 @@ import (
 
 	"github.com/quota-platform/quota/internal/faultpoint"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/routing"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // Step is a step of a move, in order (PROTOCOL.md).
@@ -47,9 +51,9 @@ func (s Step) String() string {
 type Mover struct {
 	RDB    redis.UniversalClient
 	Prefix string // of the journal and lease keys (the service's key prefix)
-	Hot    *tiers.HotMover
-	Warm   *tiers.WarmStore
-	Cold   *tiers.ColdStore // nil: moves to or from cold fail
+	Hot    *hot.Mover
+	Warm   *warm.Store
+	Cold   *cold.Store // nil: moves to or from cold fail
 	// LeaseTTL bounds how long a crashed worker's cells stay frozen
 	// before another worker's Repair finishes their move; the worker
 	// renews its leases every LeaseTTL/4 while a batch runs, so a batch
@@ -62,7 +66,7 @@ type Mover struct {
 	// ColdHints, when set (the router's), learns the cells moved to cold,
 	// so that their next checks in this process skip the cold-row lookup,
 	// and forgets those moved out of it.
-	ColdHints *tiers.ColdHints
+	ColdHints *routing.ColdHints
 	// MovedFromHot, when set, is called after cells moved out of the hot
 	// tier: a denial cached with a hot cell's answer says "hot" no more
 	// (limiter.Denials; denysync).
@@ -74,7 +78,7 @@ var ErrLeased = errors.New("cell is leased by another worker")
 
 func (m *Mover) journalKey() string { return m.Prefix + "mig:journal" }
 
-// now is the hot tier's clock (tiers.HotMover.Now).
+// now is the hot tier's clock (hot.Mover.Now).
 func (m *Mover) now() time.Time {
 	if m.Hot.Now != nil {
 		return m.Hot.Now()
@@ -146,9 +150,9 @@ type Result struct {
 // value is cold with a cold row, else hot (a cell the router has not marked
 // yet: checked before tiering, or never).
 func tierOf(v string, row bool) tiers.Tier {
-	rec, isRec := tiers.IsWarmRecord(v)
+	rec, isRec := warm.IsRecord(v)
 	switch {
-	case v == tiers.DirHot:
+	case v == warm.DirHot:
 		return tiers.Hot
 	case v == "" && row:
 		return tiers.Cold
@@ -240,12 +244,12 @@ type moveOpts struct {
 	// capacity (the scheduled cycle's) estimates per tag how many cells
 	// are still to go cold, so that a tag's cold filter gets a layer of
 	// that size at once rather than many small ones
-	// (tiers.WarmStore.SwitchToCold).
+	// (warm.Store.SwitchToCold).
 	capacity func(tiers.Tag) int
 	// states (the scheduled cycle's), per ref, where the cells of a move
-	// hot>cold stood when it read the directory (tiers.HotMover.States);
+	// hot>cold stood when it read the directory (hot.Mover.States);
 	// nil: read here.
-	states []tiers.HotState
+	states []hot.State
 }
 
 // moveCells is MoveCells with what the caller knows of the batch.
@@ -393,9 +397,9 @@ func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, 
 	} else if len(kept) != len(active) {
 		return nil, fmt.Errorf("switch: %d of %d cells' leases lapsed during the copy", len(active)-len(kept), len(active))
 	}
-	swaps := make([]tiers.DirSwap, len(active))
+	swaps := make([]warm.DirSwap, len(active))
 	for i := range active {
-		swaps[i] = tiers.DirSwap{Ref: active[i], Old: frozen[i]}
+		swaps[i] = warm.DirSwap{Ref: active[i], Old: frozen[i]}
 	}
 	if err := dst.Switch(ctx, swaps, full, capacity); err != nil {
 		return nil, err
@@ -508,7 +512,7 @@ func within(part, of []tiers.Ref) []tiers.Ref {
 
 // cas runs directory compare-and-sets that must all succeed: under the
 // lease nothing else changes a cell's directory.
-func (m *Mover) cas(ctx context.Context, swaps []tiers.DirSwap) error {
+func (m *Mover) cas(ctx context.Context, swaps []warm.DirSwap) error {
 	ok, err := m.Warm.DirCAS(ctx, swaps)
 	if err != nil {
 		return err
@@ -517,7 +521,7 @@ func (m *Mover) cas(ctx context.Context, swaps []tiers.DirSwap) error {
 }
 
 // allSwitched is an error naming the first swap that did not succeed.
-func allSwitched(swaps []tiers.DirSwap, ok []bool) error {
+func allSwitched(swaps []warm.DirSwap, ok []bool) error {
 	for i, b := range ok {
 		if !b {
 			return fmt.Errorf("directory of cell %x changed under its lease", swaps[i].ID())

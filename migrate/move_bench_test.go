@@ -16,6 +16,7 @@ import (
 	"github.com/quota-platform/quota/internal/gcfloor"
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/routing"
 )
 
 // BenchmarkMoveCells_HotToCold moves batches of 1,000 hot cells (one call
@@ -256,11 +257,11 @@ type cycleBench struct {
 
 // servingRouter is a router over e's tiers that records no activity, so
 // that the cells it serves stay out of the cycle it runs beside.
-func servingRouter(e *env) *tiers.Router { return tiers.NewRouter(e.router.Hot(), e.warm, e.cold) }
+func servingRouter(e *env) *routing.Router { return routing.NewRouter(e.router.Hot(), e.warm, e.cold) }
 
 // hotCells makes 1,000 hot cells, each counted once through r, for
 // serveChecks.
-func hotCells(b *testing.B, e *env, r *tiers.Router) []tiers.Cell {
+func hotCells(b *testing.B, e *env, r *routing.Router) []tiers.Cell {
 	cells := make([]tiers.Cell, 1000)
 	ops := make([]*tiers.Op, len(cells))
 	for i := range cells {
@@ -279,7 +280,7 @@ func hotCells(b *testing.B, e *env, r *tiers.Router) []tiers.Cell {
 // open loop) through r until stop is closed, and returns each check's
 // latency from the moment it was due (a check sent late because the one
 // before was slow counts its wait).
-func serveChecks(b *testing.B, e *env, r *tiers.Router, cells []tiers.Cell, stop <-chan struct{}) []time.Duration {
+func serveChecks(b *testing.B, e *env, r *routing.Router, cells []tiers.Cell, stop <-chan struct{}) []time.Duration {
 	ctx := context.Background()
 	var lat []time.Duration
 	due := time.Now()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/routing"
 )
 
 var allTiers = []tiers.Tier{tiers.Hot, tiers.Warm, tiers.Cold}
@@ -137,7 +138,7 @@ func TestMoveRace(t *testing.T) {
 func moveRace(t *testing.T, batch int, hints bool) {
 	e := newEnv(t)
 	if hints {
-		e.router.ColdHints = tiers.NewColdHints(64)
+		e.router.ColdHints = routing.NewColdHints(64)
 	}
 	// The test is of exactness, not of latency: a check waits for a move
 	// however long the machine makes it. With other packages' tests on the
@@ -484,7 +485,7 @@ func TestRouter_FrozenCellWaitsAtMostMovedWait(t *testing.T) {
 func TestMove_TeachesTheColdHints(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	hints := tiers.NewColdHints(1024)
+	hints := routing.NewColdHints(1024)
 	e.mover.ColdHints = hints
 	c := newCell(10)
 	id := c.ref().ID()

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // quietMove is what moveQuietToCold did.
@@ -19,11 +20,11 @@ type quietMove struct {
 // quietCell is a cell of a quiet move and where States found it.
 type quietCell struct {
 	ref   tiers.Ref
-	state tiers.HotState
+	state hot.State
 }
 
 // moveQuietToCold moves the quiet cells of refs (hot with no field, no
-// cold filter bit and no counter of the next window: tiers.HotState.Quiet;
+// cold filter bit and no counter of the next window: hot.State.Quiet;
 // states, if set, says which, else they are read) to cold without a
 // journal, a freeze or a lease (PROTOCOL.md, "Quiet cells"): the cold
 // record of what each holds (for an idle cell an empty one, where it has
@@ -34,7 +35,7 @@ type quietCell struct {
 // between) are deleted while nothing has counted in them; those of cells
 // with a count are left, as a stopped quiet move leaves them, for the full
 // protocol to replace.
-func (m *Mover) moveQuietToCold(ctx context.Context, refs []tiers.Ref, states []tiers.HotState, capacity func(tiers.Tag) int) (quietMove, error) {
+func (m *Mover) moveQuietToCold(ctx context.Context, refs []tiers.Ref, states []hot.State, capacity func(tiers.Tag) int) (quietMove, error) {
 	var res quietMove
 	var err error
 	if states == nil {
@@ -68,7 +69,7 @@ func (m *Mover) moveQuietToCold(ctx context.Context, refs []tiers.Ref, states []
 // checks off it (a stall of a LeaseTTL between here and the copy aside, as
 // the leases assume; PROTOCOL.md, "Quiet cells"). The others take the full
 // protocol.
-func (m *Mover) inTime(r *tiers.Ref, s *tiers.HotState, now time.Time) bool {
+func (m *Mover) inTime(r *tiers.Ref, s *hot.State, now time.Time) bool {
 	return s.WindowEnd(r).Sub(now) > m.leaseTTL()
 }
 
@@ -121,8 +122,8 @@ func (m *Mover) quietBatch(ctx context.Context, cand []quietCell, idle int, capa
 }
 
 // quietStates returns the cells' states.
-func quietStates(cells []quietCell) []tiers.HotState {
-	out := make([]tiers.HotState, len(cells))
+func quietStates(cells []quietCell) []hot.State {
+	out := make([]hot.State, len(cells))
 	for i := range cells {
 		out[i] = cells[i].state
 	}
@@ -139,10 +140,10 @@ func quietRefs(cells []quietCell) []tiers.Ref {
 }
 
 // statesOf returns the tier of each ref (as TierOf) and where it stands
-// (tiers.HotMover.States, holding the idle cells of toCold): one script
+// (hot.Mover.States, holding the idle cells of toCold): one script
 // call, and a cold lookup of the cells with no field and no counter whose
 // tag's filter may hold them.
-func (m *Mover) statesOf(ctx context.Context, refs []tiers.Ref, toCold []bool) ([]tiers.Tier, []tiers.HotState, error) {
+func (m *Mover) statesOf(ctx context.Context, refs []tiers.Ref, toCold []bool) ([]tiers.Tier, []hot.State, error) {
 	states, err := m.Hot.States(ctx, refs, toCold)
 	if err != nil {
 		return nil, nil, err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // scratchTables are CompactColdFilters' temporary tables, one a shard, on
@@ -58,7 +59,7 @@ func insertScratch(ctx context.Context, conn *sql.Conn, refs []tiers.Ref) error 
 	}
 	args := make([]any, 0, 2*len(refs))
 	for _, r := range refs {
-		c := tiers.FilterCellOf(r.ID())
+		c := warm.FilterCellOf(r.ID())
 		args = append(args, r.Tag[:], c[:])
 	}
 	q := "INSERT IGNORE INTO compact_cells (tag, cell) VALUES " +
@@ -78,7 +79,7 @@ type scratchReader struct {
 
 type scratchRow struct {
 	tag  tiers.Tag
-	cell tiers.FilterCell
+	cell warm.FilterCell
 	ok   bool // false: the shard has no row left
 }
 
@@ -110,17 +111,17 @@ func (r *scratchReader) advance(sh int) {
 		r.keep(err)
 		return
 	}
-	if len(tag) != len(tiers.Tag{}) || len(cell) != len(tiers.FilterCell{}) {
+	if len(tag) != len(tiers.Tag{}) || len(cell) != len(warm.FilterCell{}) {
 		r.keep(fmt.Errorf("scratch row of %d and %d bytes", len(tag), len(cell)))
 		return
 	}
-	r.next[sh] = scratchRow{tag: tiers.Tag(tag), cell: tiers.FilterCell(cell), ok: true}
+	r.next[sh] = scratchRow{tag: tiers.Tag(tag), cell: warm.FilterCell(cell), ok: true}
 }
 
 // of returns the cells of tag in every shard's table, skipping the rows
 // of tags before it.
-func (r *scratchReader) of(tag tiers.Tag) ([]tiers.FilterCell, error) {
-	var out []tiers.FilterCell
+func (r *scratchReader) of(tag tiers.Tag) ([]warm.FilterCell, error) {
+	var out []warm.FilterCell
 	for sh := range r.next {
 		for r.next[sh].ok {
 			c := bytes.Compare(r.next[sh].tag[:], tag[:])

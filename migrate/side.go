@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // side is what a move needs of the tier at one of its ends (PROTOCOL.md,
@@ -25,7 +27,7 @@ type side interface {
 	Import(ctx context.Context, recs []tiers.Record) error
 	// Switch makes the directory name this tier: a compare-and-set of each
 	// swap from its frozen value; recs are the copies, in swaps order.
-	Switch(ctx context.Context, swaps []tiers.DirSwap, recs []tiers.Record, capacity func(tiers.Tag) int) error
+	Switch(ctx context.Context, swaps []warm.DirSwap, recs []tiers.Record, capacity func(tiers.Tag) int) error
 	// Delete removes the source state of refs once the directory names the
 	// destination.
 	Delete(ctx context.Context, refs []tiers.Ref) error
@@ -76,7 +78,7 @@ func (m *Mover) side(t tiers.Tier) (side, error) {
 // a move out of them has a cell frozen.
 type storeSide struct{ tiers.Mover }
 
-func (storeSide) frozen(v string) bool { return v == tiers.DirMoving }
+func (storeSide) frozen(v string) bool { return v == warm.DirMoving }
 
 func (s storeSide) export(ctx context.Context, refs []tiers.Ref, _ []string) ([]tiers.Record, error) {
 	return s.Mover.Export(ctx, refs)
@@ -103,7 +105,7 @@ func (h hotSide) Freeze(ctx context.Context, held *leases, refs []tiers.Ref) (fr
 	}
 	var maybe []tiers.Ref
 	for i, f := range got {
-		if f.State == tiers.HotMaybeCold {
+		if f.State == hot.MaybeCold {
 			maybe = append(maybe, refs[i])
 			continue
 		}
@@ -142,11 +144,11 @@ func (h hotSide) Freeze(ctx context.Context, held *leases, refs []tiers.Ref) (fr
 }
 
 // add places one of FreezeExport's answers.
-func (hotSide) add(b *frozenBatch, r tiers.Ref, f tiers.HotFreeze) {
+func (hotSide) add(b *frozenBatch, r tiers.Ref, f hot.Freeze) {
 	switch f.State {
-	case tiers.HotFrozenNow:
+	case hot.FrozenNow:
 		b.refs = append(b.refs, r)
-		b.old = append(b.old, tiers.DirMoving)
+		b.old = append(b.old, warm.DirMoving)
 		if f.Record != nil {
 			b.recs = append(b.recs, *f.Record)
 		}
@@ -155,7 +157,7 @@ func (hotSide) add(b *frozenBatch, r tiers.Ref, f tiers.HotFreeze) {
 	}
 }
 
-func (h hotSide) Switch(ctx context.Context, swaps []tiers.DirSwap, _ []tiers.Record, _ func(tiers.Tag) int) error {
+func (h hotSide) Switch(ctx context.Context, swaps []warm.DirSwap, _ []tiers.Record, _ func(tiers.Tag) int) error {
 	return h.m.cas(ctx, swaps)
 }
 
@@ -174,14 +176,14 @@ func (w warmSide) freeze(ctx context.Context, fresh, _ []tiers.Ref) error {
 }
 
 func (warmSide) frozen(v string) bool {
-	r, ok := tiers.IsWarmRecord(v)
+	r, ok := warm.IsRecord(v)
 	return ok && r.Moved
 }
 
 func (warmSide) export(_ context.Context, refs []tiers.Ref, dir []string) ([]tiers.Record, error) {
 	var recs []tiers.Record
 	for i, v := range dir {
-		if r, ok := tiers.IsWarmRecord(v); ok {
+		if r, ok := warm.IsRecord(v); ok {
 			r.Ref = refs[i]
 			recs = append(recs, r)
 		}
@@ -191,9 +193,9 @@ func (warmSide) export(_ context.Context, refs []tiers.Ref, dir []string) ([]tie
 
 func (warmSide) Import(context.Context, []tiers.Record) error { return nil }
 
-func (w warmSide) Switch(ctx context.Context, swaps []tiers.DirSwap, recs []tiers.Record, _ func(tiers.Tag) int) error {
+func (w warmSide) Switch(ctx context.Context, swaps []warm.DirSwap, recs []tiers.Record, _ func(tiers.Tag) int) error {
 	for i := range swaps {
-		v, err := tiers.EncodeDirRecord(&recs[i])
+		v, err := warm.EncodeDirRecord(&recs[i])
 		if err != nil {
 			return err
 		}
@@ -217,9 +219,9 @@ func (c coldSide) Freeze(ctx context.Context, held *leases, refs []tiers.Ref) (f
 }
 
 func (c coldSide) freeze(ctx context.Context, fresh, frozen []tiers.Ref) error {
-	swaps := make([]tiers.DirSwap, len(fresh))
+	swaps := make([]warm.DirSwap, len(fresh))
 	for i := range fresh {
-		swaps[i] = tiers.DirSwap{Ref: fresh[i], Old: "", New: tiers.DirMoving}
+		swaps[i] = warm.DirSwap{Ref: fresh[i], Old: "", New: warm.DirMoving}
 	}
 	if err := c.m.cas(ctx, swaps); err != nil {
 		return err
@@ -227,7 +229,7 @@ func (c coldSide) freeze(ctx context.Context, fresh, frozen []tiers.Ref) error {
 	return c.m.Cold.Freeze(ctx, frozen)
 }
 
-func (c coldSide) Switch(ctx context.Context, swaps []tiers.DirSwap, _ []tiers.Record, capacity func(tiers.Tag) int) error {
+func (c coldSide) Switch(ctx context.Context, swaps []warm.DirSwap, _ []tiers.Record, capacity func(tiers.Tag) int) error {
 	ok, err := c.m.Warm.SwitchToCold(ctx, swaps, capacity)
 	if err != nil {
 		return err

@@ -9,7 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // TierUsage is one tier's share.
@@ -113,10 +113,10 @@ func (m *Mover) countTiers(ctx context.Context) (TierStats, error) {
 			}
 			for f, v := range fields {
 				switch v {
-				case tiers.DirHot:
+				case warm.DirHot:
 					st.Hot.Identities++
 					markBytes += int64(len(f) + len(v))
-				case tiers.DirMoving:
+				case warm.DirMoving:
 					st.Moving++
 					markBytes += int64(len(f) + len(v))
 				default:

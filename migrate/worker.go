@@ -20,6 +20,7 @@ import (
 	"github.com/quota-platform/quota/internal/tick"
 	"github.com/quota-platform/quota/schedule"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // Config is the migration policy.
@@ -425,7 +426,7 @@ func sortByTag(cells []scannedCell) {
 // lo, before hi when set) whose target is cold: a first pass, so that the
 // moves to cold size each tag's cold filter for what this cycle will add
 // at once instead of growing it layer by layer as the cells of a tag come
-// up in the scan (tiers.WarmStore.SwitchToCold). Cells already cold are
+// up in the scan (warm.Store.SwitchToCold). Cells already cold are
 // counted too: the filter's own count tells them apart. MariaDB counts
 // (one row a tag comes back): a cell's target is cold when its calls an
 // hour are under ColdThreshold (Config.Target), i.e. calls < ColdThreshold
@@ -490,7 +491,7 @@ func (w *Worker) moveBatch(ctx context.Context, cells []scannedCell, capacity fu
 	type dir struct{ from, to tiers.Tier }
 	type group struct {
 		refs   []tiers.Ref
-		states []tiers.HotState
+		states []hot.State
 	}
 	groups := map[dir]*group{}
 	var order []dir
@@ -522,7 +523,7 @@ func (w *Worker) moveBatch(ctx context.Context, cells []scannedCell, capacity fu
 	}
 }
 
-// Observe is the router's on-call hook (tiers.Router.Observe): it queues a
+// Observe is the router's on-call hook (routing.Router.Observe): it queues a
 // move, never blocking the check, when a warm cell's mean interval crosses
 // a threshold or a cold cell's drops to the promote interval, by the record
 // the router hands over (none: nothing to decide on).

@@ -21,7 +21,7 @@ import (
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/notify"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 const secret = "webhook-secret-0123456789"
@@ -80,7 +80,7 @@ func TestNotifier_EachThresholdOnceAcrossThreeInstances(t *testing.T) {
 		n := notify.New(notify.Options{URL: srv.URL, Secret: secret, Redis: rdb, Prefix: prefix, Backoff: 10 * time.Millisecond, Registerer: reg, Clock: clk})
 		runs.Add(1)
 		go func() { defer runs.Done(); n.Run(ctx) }()
-		lim, err := limiter.New(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix}), clk, set, limiter.WithQuotaWatcher(n))
+		lim, err := limiter.New(hot.NewStore(rdb, hot.Options{Prefix: prefix}), clk, set, limiter.WithQuotaWatcher(n))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -66,7 +66,7 @@ func pingConn(ctx context.Context, c net.Conn, addr string) error {
 }
 
 // ClusterProbe returns the probe of one part of a Redis Cluster (a master's
-// address, or several comma-separated; see tiers.ClusterPartition): a PING
+// address, or several comma-separated; see routing.ClusterPartition): a PING
 // of each, outside the pool, as probeAny, over TLS when s says so. Each probe first asks go-redis
 // to reload its slot map (at most every 200 ms, in the background): go-redis
 // reloads it on its own only on a MOVED reply or once a minute

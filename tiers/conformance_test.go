@@ -1,4 +1,4 @@
-package tiers
+package tiers_test
 
 import (
 	"context"
@@ -12,6 +12,11 @@ import (
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/internal/testsupport/tiermodel"
 	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/tierstest"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // The conformance suite: one table of cases, run against every tier's Store
@@ -20,75 +25,31 @@ import (
 // uses identities of its own, so cases run in parallel on shared stores.
 // Time is injected: Store.Check takes `now`.
 
-// confT0 is 250 ms into an hour (2026-03-02T10:00:00.250Z): hourly windows
-// reset 3,599,750 ms later, minute windows 59,750 ms later.
-var confT0 = time.Date(2026, 3, 2, 10, 0, 0, 250_000_000, time.UTC)
+// The suite's cells (package tierstest, which every store's tests share).
+type confCell = tierstest.Cell
+
+var (
+	confT0      = tierstest.T0
+	newConfCell = tierstest.NewCell
+	confOp      = tierstest.Op
+)
 
 // confEnv is one store under test.
 type confEnv struct {
 	name  string
-	store Store
-	// mover is nil for hot: HotMover exports a window's count without the
+	store tiers.Store
+	// mover is nil for hot: hot.Mover exports a window's count without the
 	// activity samples a full record carries, so it cannot round-trip one
 	// (moverCases); migrate's tests cover its moves.
-	mover Mover
-	cold  *ColdStore // set for the cold tier
-}
-
-// confCell is a cell identity as a test names it; at(now) makes the Cell of
-// the window holding now (the hot tier's key changes with the window).
-type confCell struct {
-	rule   string
-	vals   []string
-	limit  int64
-	window time.Duration
-	shadow bool
-	app    string
-	user   string
-}
-
-func newConfCell(limit int64, window time.Duration) confCell {
-	app, user := "app-"+testenv.RandomHex(4), "user-"+testenv.RandomHex(4)
-	return confCell{
-		rule:   "conf_" + testenv.RandomHex(4),
-		vals:   []string{app, user, "iface.get"},
-		limit:  limit,
-		window: window,
-		app:    app,
-		user:   user,
-	}
-}
-
-func (c confCell) at(now time.Time) Cell {
-	w := c.window.Milliseconds()
-	return Cell{
-		Algorithm: rules.FixedWindow,
-		Limit:     c.limit,
-		Window:    c.window,
-		Shadow:    c.shadow,
-		Identity:  IdentityOf(c.rule, c.vals),
-		Key:       FixedKeyOf(CellIDOf(IdentityOf(c.rule, c.vals), c.window), now.UnixMilli()/w),
-		Tag:       TagOf(c.app),
-		ShardKey:  ShardKeyOf(c.app, c.user),
-	}
-}
-
-func (c confCell) ref() Ref { cell := c.at(confT0); return RefOf(&cell) }
-
-// op builds an op over cells at now.
-func confOp(now time.Time, cost int64, mode Mode, cells ...confCell) *Op {
-	op := &Op{Cost: cost, Mode: mode}
-	for _, c := range cells {
-		op.Cells = append(op.Cells, c.at(now))
-	}
-	return op
+	mover tiers.Mover
+	cold  *cold.Store // set for the cold tier
 }
 
 // check runs one op and fails the test on an error.
-func (e *confEnv) check(t *testing.T, now time.Time, cost int64, mode Mode, cells ...confCell) *Op {
+func (e *confEnv) check(t *testing.T, now time.Time, cost int64, mode tiers.Mode, cells ...confCell) *tiers.Op {
 	t.Helper()
 	op := confOp(now, cost, mode, cells...)
-	if err := e.store.Check(context.Background(), now, []*Op{op}); err != nil {
+	if err := e.store.Check(context.Background(), now, []*tiers.Op{op}); err != nil {
 		t.Fatalf("%s: check: %v", e.name, err)
 	}
 	for i := range op.Out {
@@ -100,7 +61,7 @@ func (e *confEnv) check(t *testing.T, now time.Time, cost int64, mode Mode, cell
 }
 
 // want asserts one cell's outcome.
-func want(t *testing.T, what string, o Outcome, allowed bool, remaining int64, reset time.Duration) {
+func want(t *testing.T, what string, o tiers.Outcome, allowed bool, remaining int64, reset time.Duration) {
 	t.Helper()
 	var retry time.Duration
 	if !allowed {
@@ -117,17 +78,17 @@ func want(t *testing.T, what string, o Outcome, allowed bool, remaining int64, r
 func (e *confEnv) count(t *testing.T, now time.Time, c confCell) int64 {
 	t.Helper()
 	if e.mover != nil {
-		recs, err := e.mover.Export(context.Background(), []Ref{c.ref()})
+		recs, err := e.mover.Export(context.Background(), []tiers.Ref{c.Ref()})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(recs) == 0 || recs[0].Index() != now.UnixMilli()/c.window.Milliseconds() {
+		if len(recs) == 0 || recs[0].Index() != now.UnixMilli()/c.Window.Milliseconds() {
 			return 0
 		}
 		return recs[0].Count
 	}
-	op := e.check(t, now, 1, DryRun, c)
-	return c.limit - op.Out[0].Remaining - boolInt(op.Out[0].Allowed)
+	op := e.check(t, now, 1, tiers.DryRun, c)
+	return c.Limit - op.Out[0].Remaining - boolInt(op.Out[0].Allowed)
 }
 
 const hour = time.Hour
@@ -140,7 +101,7 @@ var confCases = []struct {
 		c := newConfCell(5, hour)
 		for i := range 8 {
 			now := confT0.Add(time.Duration(i) * time.Millisecond)
-			op := e.check(t, now, 1, Enforce, c)
+			op := e.check(t, now, 1, tiers.Enforce, c)
 			reset := hour - 250*time.Millisecond - time.Duration(i)*time.Millisecond
 			if i < 5 {
 				want(t, fmt.Sprint("call ", i), op.Out[0], true, int64(4-i), reset)
@@ -158,12 +119,12 @@ var confCases = []struct {
 	{"cost", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		c := newConfCell(10, hour)
 		reset := hour - 250*time.Millisecond
-		want(t, "4", e.check(t, confT0, 4, Enforce, c).Out[0], true, 6, reset)
-		want(t, "4 more", e.check(t, confT0, 4, Enforce, c).Out[0], true, 2, reset)
-		want(t, "4 over", e.check(t, confT0, 4, Enforce, c).Out[0], false, 2, reset)
-		want(t, "2 fits", e.check(t, confT0, 2, Enforce, c).Out[0], true, 0, reset)
+		want(t, "4", e.check(t, confT0, 4, tiers.Enforce, c).Out[0], true, 6, reset)
+		want(t, "4 more", e.check(t, confT0, 4, tiers.Enforce, c).Out[0], true, 2, reset)
+		want(t, "4 over", e.check(t, confT0, 4, tiers.Enforce, c).Out[0], false, 2, reset)
+		want(t, "2 fits", e.check(t, confT0, 2, tiers.Enforce, c).Out[0], true, 0, reset)
 		big := newConfCell(10, hour)
-		want(t, "cost over limit", e.check(t, confT0, 11, Enforce, big).Out[0], false, 10, reset)
+		want(t, "cost over limit", e.check(t, confT0, 11, tiers.Enforce, big).Out[0], false, 10, reset)
 		if n := e.count(t, confT0, big); n != 0 {
 			t.Fatalf("a denied call counted %d", n)
 		}
@@ -171,16 +132,16 @@ var confCases = []struct {
 	{"dry_run", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		c := newConfCell(3, hour)
 		reset := hour - 250*time.Millisecond
-		op := e.check(t, confT0, 1, DryRun, c)
+		op := e.check(t, confT0, 1, tiers.DryRun, c)
 		want(t, "dry run", op.Out[0], true, 2, reset)
 		if op.Committed {
 			t.Fatal("a dry run committed")
 		}
 		for range 3 {
-			e.check(t, confT0, 1, Enforce, c)
+			e.check(t, confT0, 1, tiers.Enforce, c)
 		}
-		want(t, "dry run exhausted", e.check(t, confT0, 1, DryRun, c).Out[0], false, 0, reset)
-		want(t, "enforce exhausted", e.check(t, confT0, 1, Enforce, c).Out[0], false, 0, reset)
+		want(t, "dry run exhausted", e.check(t, confT0, 1, tiers.DryRun, c).Out[0], false, 0, reset)
+		want(t, "enforce exhausted", e.check(t, confT0, 1, tiers.Enforce, c).Out[0], false, 0, reset)
 		if n := e.count(t, confT0, c); n != 3 {
 			t.Fatalf("count %d, want 3", n)
 		}
@@ -188,13 +149,13 @@ var confCases = []struct {
 	{"report", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		c := newConfCell(2, hour)
 		reset := hour - 250*time.Millisecond
-		op := e.check(t, confT0, 3, Report, c)
+		op := e.check(t, confT0, 3, tiers.Report, c)
 		want(t, "report over limit", op.Out[0], false, 0, reset)
 		if !op.Allowed() || !op.Committed {
 			t.Fatalf("report: allowed %v committed %v, want both", op.Allowed(), op.Committed)
 		}
-		want(t, "enforce after report", e.check(t, confT0, 1, Enforce, c).Out[0], false, 0, reset)
-		e.check(t, confT0, 1, Report, c)
+		want(t, "enforce after report", e.check(t, confT0, 1, tiers.Enforce, c).Out[0], false, 0, reset)
+		e.check(t, confT0, 1, tiers.Report, c)
 		if e.mover != nil {
 			if n := e.count(t, confT0, c); n != 4 {
 				t.Fatalf("count %d, want 4 (reports count past the limit)", n)
@@ -203,11 +164,11 @@ var confCases = []struct {
 	}},
 	{"shadow", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		sh := newConfCell(1, hour)
-		sh.shadow = true
+		sh.Shadow = true
 		c := newConfCell(10, hour)
 		reset := hour - 250*time.Millisecond
 		for i := range 3 {
-			op := e.check(t, confT0, 1, Enforce, sh, c)
+			op := e.check(t, confT0, 1, tiers.Enforce, sh, c)
 			if !op.Allowed() || !op.Committed {
 				t.Fatalf("call %d: a shadow cell denied", i)
 			}
@@ -223,10 +184,10 @@ var confCases = []struct {
 	{"refund", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		c := newConfCell(5, hour)
 		reset := hour - 250*time.Millisecond
-		want(t, "3", e.check(t, confT0, 3, Enforce, c).Out[0], true, 2, reset)
+		want(t, "3", e.check(t, confT0, 3, tiers.Enforce, c).Out[0], true, 2, reset)
 		// The refund answers the state after it, as for a call not counted.
-		want(t, "refund 2", e.check(t, confT0, 2, Refund, c).Out[0], true, 4, reset)
-		want(t, "4 fits again", e.check(t, confT0, 4, Enforce, c).Out[0], true, 0, reset)
+		want(t, "refund 2", e.check(t, confT0, 2, tiers.Refund, c).Out[0], true, 4, reset)
+		want(t, "4 fits again", e.check(t, confT0, 4, tiers.Enforce, c).Out[0], true, 0, reset)
 		if n := e.count(t, confT0, c); n != 5 {
 			t.Fatalf("count %d, want 5", n)
 		}
@@ -234,18 +195,18 @@ var confCases = []struct {
 	{"window_rollover", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		c := newConfCell(2, time.Minute)
 		reset := time.Minute - 250*time.Millisecond
-		e.check(t, confT0, 1, Enforce, c)
-		e.check(t, confT0, 1, Enforce, c)
-		want(t, "exhausted", e.check(t, confT0, 1, Enforce, c).Out[0], false, 0, reset)
+		e.check(t, confT0, 1, tiers.Enforce, c)
+		e.check(t, confT0, 1, tiers.Enforce, c)
+		want(t, "exhausted", e.check(t, confT0, 1, tiers.Enforce, c).Out[0], false, 0, reset)
 		late := confT0.Add(59700 * time.Millisecond) // 10:00:59.950
-		want(t, "end of window", e.check(t, late, 1, Enforce, c).Out[0], false, 0, 50*time.Millisecond)
+		want(t, "end of window", e.check(t, late, 1, tiers.Enforce, c).Out[0], false, 0, 50*time.Millisecond)
 		next := confT0.Add(time.Minute) // 10:01:00.250
-		want(t, "next window", e.check(t, next, 1, Enforce, c).Out[0], true, 1, reset)
+		want(t, "next window", e.check(t, next, 1, tiers.Enforce, c).Out[0], true, 1, reset)
 		if n := e.count(t, next, c); n != 1 {
 			t.Fatalf("count in the new window %d, want 1", n)
 		}
 		skip := confT0.Add(3 * time.Minute) // several windows later
-		want(t, "windows later", e.check(t, skip, 2, Enforce, c).Out[0], true, 0, reset)
+		want(t, "windows later", e.check(t, skip, 2, tiers.Enforce, c).Out[0], true, 0, reset)
 	}},
 	{"all_or_nothing", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		a, b, c := newConfCell(5, hour), newConfCell(2, hour), newConfCell(10, time.Minute)
@@ -253,11 +214,11 @@ var confCases = []struct {
 			a, b, c = spreadShards(t, e.cold, a, b, c)
 		}
 		for i := range 2 {
-			if op := e.check(t, confT0, 1, Enforce, a, b, c); !op.Committed {
+			if op := e.check(t, confT0, 1, tiers.Enforce, a, b, c); !op.Committed {
 				t.Fatalf("call %d denied", i)
 			}
 		}
-		op := e.check(t, confT0, 1, Enforce, a, b, c)
+		op := e.check(t, confT0, 1, tiers.Enforce, a, b, c)
 		if op.Committed || op.Allowed() {
 			t.Fatal("third call allowed past b's limit")
 		}
@@ -275,8 +236,8 @@ var confCases = []struct {
 	}},
 	{"batch_in_order", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		c, d := newConfCell(3, hour), newConfCell(100, hour)
-		modes := []Mode{Enforce, DryRun, Enforce, Enforce, DryRun, Enforce, Report}
-		var ops []*Op
+		modes := []tiers.Mode{tiers.Enforce, tiers.DryRun, tiers.Enforce, tiers.Enforce, tiers.DryRun, tiers.Enforce, tiers.Report}
+		var ops []*tiers.Op
 		for _, m := range modes {
 			ops = append(ops, confOp(confT0, 1, m, c, d))
 		}
@@ -309,8 +270,8 @@ var confCases = []struct {
 				defer wg.Done()
 				for i := range calls {
 					now := confT0.Add(time.Duration(g*calls+i) * time.Millisecond)
-					op := confOp(now, 1, Enforce, c, big)
-					if err := e.store.Check(context.Background(), now, []*Op{op}); err != nil {
+					op := confOp(now, 1, tiers.Enforce, c, big)
+					if err := e.store.Check(context.Background(), now, []*tiers.Op{op}); err != nil {
 						errs <- err
 						return
 					}
@@ -354,14 +315,14 @@ var moverCases = []struct {
 			}
 			c := newConfCell(10, hour)
 			for i := range 7 {
-				e.check(t, confT0.Add(time.Duration(i)*time.Minute), 1, Enforce, c)
+				e.check(t, confT0.Add(time.Duration(i)*time.Minute), 1, tiers.Enforce, c)
 			}
 			missing := newConfCell(10, hour)
-			recs, err := e.mover.Export(ctx, []Ref{missing.ref(), c.ref()})
+			recs, err := e.mover.Export(ctx, []tiers.Ref{missing.Ref(), c.Ref()})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(recs) != 1 || recs[0].Count != 7 || recs[0].Ref != c.ref() || recs[0].Samples != 6 || recs[0].MeanInterval != 60 {
+			if len(recs) != 1 || recs[0].Count != 7 || recs[0].Ref != c.Ref() || recs[0].Samples != 6 || recs[0].MeanInterval != 60 {
 				t.Fatalf("export: %+v", recs)
 			}
 			// Copy, twice (idempotent), then an older copy (ignored).
@@ -373,28 +334,28 @@ var moverCases = []struct {
 			older := recs[0]
 			older.Last -= 3600
 			older.Count = 1
-			if err := dst.mover.Import(ctx, []Record{older}); err != nil {
+			if err := dst.mover.Import(ctx, []tiers.Record{older}); err != nil {
 				t.Fatal(err)
 			}
-			got, err := dst.mover.Export(ctx, []Ref{c.ref()})
+			got, err := dst.mover.Export(ctx, []tiers.Ref{c.Ref()})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(got) != 1 || got[0] != recs[0] {
 				t.Fatalf("%s -> %s: imported %+v, exported %+v", e.name, dst.name, recs[0], got)
 			}
-			if err := e.mover.Delete(ctx, []Ref{c.ref(), missing.ref()}); err != nil {
+			if err := e.mover.Delete(ctx, []tiers.Ref{c.Ref(), missing.Ref()}); err != nil {
 				t.Fatal(err)
 			}
-			if left, err := e.mover.Export(ctx, []Ref{c.ref()}); err != nil || len(left) != 0 {
+			if left, err := e.mover.Export(ctx, []tiers.Ref{c.Ref()}); err != nil || len(left) != 0 {
 				t.Fatalf("after delete: %v %v", left, err)
 			}
 			// The destination goes on from the moved count.
 			now := confT0.Add(10 * time.Minute)
 			reset := hour - 10*time.Minute - 250*time.Millisecond
-			want(t, "after move", dst.check(t, now, 3, Enforce, c).Out[0], true, 0, reset)
-			want(t, "after move, full", dst.check(t, now, 1, Enforce, c).Out[0], false, 0, reset)
-			if err := dst.mover.Delete(ctx, []Ref{c.ref()}); err != nil {
+			want(t, "after move", dst.check(t, now, 3, tiers.Enforce, c).Out[0], true, 0, reset)
+			want(t, "after move, full", dst.check(t, now, 1, tiers.Enforce, c).Out[0], false, 0, reset)
+			if err := dst.mover.Delete(ctx, []tiers.Ref{c.Ref()}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -402,19 +363,19 @@ var moverCases = []struct {
 }
 
 // spreadShards rerolls users until a, b and c do not all share a cold shard.
-func spreadShards(t *testing.T, s *ColdStore, a, b, c confCell) (confCell, confCell, confCell) {
+func spreadShards(t *testing.T, s *cold.Store, a, b, c confCell) (confCell, confCell, confCell) {
 	for range 100 {
-		ra, rb, rc := a.ref(), b.ref(), c.ref()
+		ra, rb, rc := a.Ref(), b.Ref(), c.Ref()
 		if sa := s.ShardOf(&ra); sa != s.ShardOf(&rb) || sa != s.ShardOf(&rc) {
 			return a, b, c
 		}
-		b = newConfCell(b.limit, b.window)
+		b = newConfCell(b.Limit, b.Window)
 	}
 	t.Fatal("could not spread cells over shards")
 	return a, b, c
 }
 
-func spreadShards2(t *testing.T, s *ColdStore, a, b confCell) (confCell, confCell) {
+func spreadShards2(t *testing.T, s *cold.Store, a, b confCell) (confCell, confCell) {
 	a, b, _ = spreadShards(t, s, a, b, b)
 	return a, b
 }
@@ -429,13 +390,13 @@ func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 	for range 3 {
 		w := []time.Duration{time.Minute, 2 * time.Minute, hour}[rng.IntN(3)]
 		c := newConfCell(int64(1+rng.IntN(8)), w)
-		c.shadow = rng.IntN(4) == 0
+		c.Shadow = rng.IntN(4) == 0
 		cells = append(cells, c)
-		m, err := tiermodel.New(rules.FixedWindow, c.limit, c.window)
+		m, err := tiermodel.New(rules.FixedWindow, c.Limit, c.Window)
 		if err != nil {
 			t.Fatal(err)
 		}
-		models[c.rule] = m
+		models[c.Rule] = m
 	}
 	now := confT0
 	var log []string
@@ -450,18 +411,18 @@ func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 		if len(pick) == 0 {
 			pick = cells[:1]
 		}
-		mode := []Mode{Enforce, Enforce, Enforce, DryRun, Report}[rng.IntN(5)]
+		mode := []tiers.Mode{tiers.Enforce, tiers.Enforce, tiers.Enforce, tiers.DryRun, tiers.Report}[rng.IntN(5)]
 		cost := int64(1 + rng.IntN(3))
 		op := e.check(t, now, cost, mode, pick...)
 		var mcs []tiermodel.Cell
 		for _, c := range pick {
-			mcs = append(mcs, tiermodel.Cell{Model: models[c.rule], Shadow: c.shadow})
+			mcs = append(mcs, tiermodel.Cell{Model: models[c.Rule], Shadow: c.Shadow})
 		}
 		wantOut, wantCommit := checkModels(now, cost, mode, mcs)
 		log = append(log, fmt.Sprintf("step %d: +%s cost %d mode %d cells %d", step, now.Sub(confT0), cost, mode, len(pick)))
 		for i := range wantOut {
 			got := op.Out[i]
-			got.Tier = Hot
+			got.Tier = tiers.Hot
 			if got != wantOut[i] {
 				t.Fatalf("seed %d: %s: cell %d: got %+v, model %+v\n%v", seed, e.name, i, op.Out[i], wantOut[i], log)
 			}
@@ -470,10 +431,10 @@ func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 			t.Fatalf("seed %d: %s: committed %v, model %v\n%v", seed, e.name, op.Committed, wantCommit, log)
 		}
 		// Now and then give a counted op back, as a split check would.
-		if op.Committed && mode == Enforce && rng.IntN(6) == 0 {
-			e.check(t, now, cost, Refund, pick...)
+		if op.Committed && mode == tiers.Enforce && rng.IntN(6) == 0 {
+			e.check(t, now, cost, tiers.Refund, pick...)
 			for _, c := range pick {
-				models[c.rule].(*tiermodel.FixedWindow).Commit(now.UnixMilli(), -cost)
+				models[c.Rule].(*tiermodel.FixedWindow).Commit(now.UnixMilli(), -cost)
 			}
 		}
 	}
@@ -483,10 +444,10 @@ func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 // shard databases.
 func conformanceEnvs(t *testing.T) []*confEnv {
 	rdb, prefix := testenv.Redis(t)
-	hot := NewHotStore(rdb, HotOptions{Prefix: prefix + "h:"})
+	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix + "h:"})
 	// Few buckets, so the cells of the suite share hashes.
-	warm := NewWarmStore(rdb, WarmOptions{Prefix: prefix + "w:"})
-	cold := NewColdStore(testenv.MySQLShards(t, 2), ColdOptions{})
+	warm := warm.NewStore(rdb, warm.Options{Prefix: prefix + "w:"})
+	cold := cold.NewStore(testenv.MySQLShards(t, 2), cold.Options{})
 	return []*confEnv{
 		{name: "hot", store: hot},
 		{name: "warm", store: warm, mover: warm},
@@ -520,14 +481,14 @@ func TestConformance_StoresAgreeOnOneSequence(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 11))
 	cells := []confCell{newConfCell(4, time.Minute), newConfCell(9, hour), newConfCell(2, 2*time.Minute)}
-	cells[2].shadow = true
+	cells[2].Shadow = true
 	now := confT0
 	for step := range 120 {
 		now = now.Add(time.Duration(rng.IntN(15_000)) * time.Millisecond)
-		mode := []Mode{Enforce, Enforce, DryRun, Report}[rng.IntN(4)]
+		mode := []tiers.Mode{tiers.Enforce, tiers.Enforce, tiers.DryRun, tiers.Report}[rng.IntN(4)]
 		cost := int64(1 + rng.IntN(2))
 		pick := cells[:1+rng.IntN(3)]
-		var first *Op
+		var first *tiers.Op
 		for _, e := range envs {
 			op := e.check(t, now, cost, mode, pick...)
 			for i := range op.Out {
@@ -542,4 +503,34 @@ func TestConformance_StoresAgreeOnOneSequence(t *testing.T) {
 			}
 		}
 	}
+}
+
+// boolInt is 1 for true, 0 for false (the scripts' flags).
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// checkModels is tiermodel.CheckModels in the store's types: one Outcome
+// per cell (Tier Hot) and whether the cost was counted (model_test.go's,
+// for this external package).
+func checkModels(now time.Time, cost int64, mode tiers.Mode, cells []tiermodel.Cell) ([]tiers.Outcome, bool) {
+	outs, counted := tiermodel.CheckModels(now, cost, tiermodel.Mode(mode), cells)
+	res := make([]tiers.Outcome, len(outs))
+	for i, o := range outs {
+		retry := o.Retry
+		if o.Allowed {
+			retry = 0
+		}
+		res[i] = tiers.Outcome{
+			Allowed:    o.Allowed,
+			Remaining:  max(o.Remaining, 0),
+			ResetAfter: time.Duration(o.Reset) * time.Millisecond,
+			RetryAfter: time.Duration(retry) * time.Millisecond,
+			Tier:       tiers.Hot,
+		}
+	}
+	return res, counted
 }

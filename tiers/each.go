@@ -50,8 +50,8 @@ func WithSlowPart(ctx context.Context, fn func()) context.Context {
 	return context.WithValue(ctx, slowPartKey{}, fn)
 }
 
-// slowPart calls ctx's WithSlowPart function, if any.
-func slowPart(ctx context.Context) {
+// SlowPart calls ctx's WithSlowPart function, if any.
+func SlowPart(ctx context.Context) {
 	if fn, ok := ctx.Value(slowPartKey{}).(func()); ok {
 		fn()
 	}

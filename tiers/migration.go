@@ -5,7 +5,10 @@ import (
 	"crypto/md5"
 	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"time"
+
+	"github.com/quota-platform/quota/clock"
 )
 
 // This file holds what the warm and cold tiers share with the migration
@@ -72,7 +75,7 @@ type Record struct {
 }
 
 // Index is the window index Count belongs to.
-func (r *Record) Index() int64 { return recordFloorDiv(r.Last, int64(r.Window/time.Second)) }
+func (r *Record) Index() int64 { return RecordFloorDiv(r.Last, int64(r.Window/time.Second)) }
 
 // NewerThan reports whether r must win over o when both describe r's cell
 // (o's Ref is not consulted: a record read from a tier has none): r is of a
@@ -81,7 +84,7 @@ func (r *Record) Index() int64 { return recordFloorDiv(r.Last, int64(r.Window/ti
 // replaces it.
 func (r *Record) NewerThan(o *Record) bool {
 	w := int64(r.Window / time.Second)
-	ri, oi := recordFloorDiv(r.Last, w), recordFloorDiv(o.Last, w)
+	ri, oi := RecordFloorDiv(r.Last, w), RecordFloorDiv(o.Last, w)
 	if ri != oi {
 		return ri > oi
 	}
@@ -115,3 +118,10 @@ var ErrContention = errors.New("too much contention on a cell")
 // was counted (the router retries such cells where the directory then
 // points: the move's destination).
 var ErrMoved = errors.New("cell is being moved")
+
+// Backoff sleeps before attempt (2, 3, ...): full jitter over 50 µs * 2^n,
+// capped at 5 ms.
+func Backoff(ctx context.Context, attempt int) error {
+	d := min(50*time.Microsecond<<min(attempt, 10), 5*time.Millisecond)
+	return clock.Sleep(ctx, d/2+rand.N(d/2+1))
+}

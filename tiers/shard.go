@@ -40,8 +40,9 @@ func nonZero(k uint64) uint64 {
 	return k
 }
 
-// cellShardKey is the shard key a store uses for c.
-func cellShardKey(shardKey uint64, id Identity) uint64 {
+// CellShardKey is the shard key a store uses for a cell of id with
+// Cell.ShardKey shardKey.
+func CellShardKey(shardKey uint64, id Identity) uint64 {
 	if shardKey != 0 {
 		return shardKey
 	}

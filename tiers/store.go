@@ -1,6 +1,12 @@
-// Package tiers stores limit counters. Three tiers implement one Store
-// interface: hot (expanded Redis keys), warm (compressed Redis hashes) and
-// cold (sharded MySQL); a check gives the same answer whichever holds it.
+// Package tiers is the model the tiers that store limit counters share.
+// Three tiers implement one Store interface: hot (expanded Redis keys,
+// package hot), warm (compressed Redis hashes, package warm, whose buckets
+// are also the directory of where each cell lives) and cold (sharded
+// MySQL, package cold); a check gives the same answer whichever holds it.
+// Package routing decides checks over all three. This package holds what
+// they share: the Store interface and its Op, Cell and Outcome, counter
+// identities, cold shards, the Ref and Record a move copies (and the
+// record's encoding), and the Mover interface.
 package tiers
 
 import (
@@ -74,34 +80,36 @@ type Op struct {
 	// the check read instead of reading it again.
 	Records []Record
 
-	route []route // per cell, where the hot script found it (Router); nil: all hot
-	// notCold, per cell, is the cold filter version at which the router
+	// Route (set by the hot store for a Router, package routing) is, per
+	// cell, where the hot script found it; nil: all hot.
+	Route []Route
+	// NotCold, per cell, is the cold filter version at which the router
 	// found the cell's cold row missing ("" or nil: not looked up): the
 	// hot script then counts the cell as new if the filter has not changed
-	// since (coldfilter.go). It survives the op being sent again.
-	notCold []string
+	// since (tiers/warm/coldfilter.go). It survives the op being sent again.
+	NotCold []string
 }
 
-// notColdAt is op.notCold[i], or "".
-func (o *Op) notColdAt(i int) string {
-	if o.notCold == nil {
+// NotColdAt is op.NotCold[i], or "".
+func (o *Op) NotColdAt(i int) string {
+	if o.NotCold == nil {
 		return ""
 	}
-	return o.notCold[i]
+	return o.NotCold[i]
 }
 
-// route is where the hot script's directory lookup found a cell.
-type route struct {
-	where int8   // routeHot, routeWarm, routeMoving, routeUnknown
-	raw   string // the warm record (routeWarm) or the cold filter's version (routeUnknown)
+// Route is where the hot script's directory lookup found a cell.
+type Route struct {
+	Where int8   // RouteHot, RouteWarm, RouteMoving, RouteUnknown
+	Raw   string // the warm record (RouteWarm) or the cold filter's version (RouteUnknown)
 }
 
-// The values of route.where (the negated codes of hot_check.lua's reply).
+// The values of Route.Where (the negated codes of hot_check.lua's reply).
 const (
-	routeHot     = 0
-	routeWarm    = 1
-	routeMoving  = 2
-	routeUnknown = 4 // the cold filter says it may be cold: the cold tier says whether
+	RouteHot     = 0
+	RouteWarm    = 1
+	RouteMoving  = 2
+	RouteUnknown = 4 // the cold filter says it may be cold: the cold tier says whether
 )
 
 // Allowed reports whether the op's call may go through: every non-shadow
@@ -129,3 +137,10 @@ type Store interface {
 // ErrUnavailable wraps errors that mean the store could not be reached, as
 // opposed to a bad request.
 var ErrUnavailable = errors.New("store unavailable")
+
+// ErrColdUnavailable marks (with ErrUnavailable) a cold-tier MySQL shard
+// that could not answer. A Breaker does not open on it: one shard down
+// must leave every check that does not need that shard decided (the
+// router reaches the cold tier only after Redis answered), while the
+// checks that need it answer per the fail mode.
+var ErrColdUnavailable = errors.New("cold shard unavailable")

@@ -1,4 +1,4 @@
-package tiers
+package tiers_test
 
 import (
 	"context"
@@ -9,6 +9,10 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
+	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // Per-tier cost of one check shaped like the default rules: two cells, one
@@ -20,17 +24,17 @@ func tierBenchCells(n int) [][2]confCell {
 	out := make([][2]confCell, n)
 	for i := range out {
 		ip := newConfCell(1<<40, time.Hour)
-		ip.vals = []string{ip.app, fmt.Sprintf("10.0.%d.%d", i/256, i%256)}
-		ip.user = ""
+		ip.Vals = []string{ip.App, fmt.Sprintf("10.0.%d.%d", i/256, i%256)}
+		ip.User = ""
 		u := newConfCell(1<<40, time.Hour)
-		u.app = ip.app
-		u.vals[0] = ip.app
+		u.App = ip.App
+		u.Vals[0] = ip.App
 		out[i] = [2]confCell{ip, u}
 	}
 	return out
 }
 
-func tierBenchStore(b *testing.B, s Store) {
+func tierBenchStore(b *testing.B, s tiers.Store) {
 	ctx := context.Background()
 	cells := tierBenchCells(4096)
 	now := time.Now()
@@ -38,8 +42,8 @@ func tierBenchStore(b *testing.B, s Store) {
 	for b.Loop() {
 		c := cells[i%len(cells)]
 		i++
-		op := confOp(now, 1, Enforce, c[0], c[1])
-		if err := s.Check(ctx, now, []*Op{op}); err != nil {
+		op := confOp(now, 1, tiers.Enforce, c[0], c[1])
+		if err := s.Check(ctx, now, []*tiers.Op{op}); err != nil {
 			b.Fatal(err)
 		}
 		if !op.Committed {
@@ -58,13 +62,13 @@ func tierBenchRedis(b *testing.B) *redis.Client {
 }
 
 func BenchmarkStore_Hot(b *testing.B) {
-	tierBenchStore(b, NewHotStore(tierBenchRedis(b), HotOptions{Prefix: "h:"}))
+	tierBenchStore(b, hot.NewStore(tierBenchRedis(b), hot.Options{Prefix: "h:"}))
 }
 
 func BenchmarkStore_Warm(b *testing.B) {
-	tierBenchStore(b, NewWarmStore(tierBenchRedis(b), WarmOptions{Prefix: "w:"}))
+	tierBenchStore(b, warm.NewStore(tierBenchRedis(b), warm.Options{Prefix: "w:"}))
 }
 
 func BenchmarkStore_Cold(b *testing.B) {
-	tierBenchStore(b, NewColdStore(testenv.MySQLShards(b, 2), ColdOptions{}))
+	tierBenchStore(b, cold.NewStore(testenv.MySQLShards(b, 2), cold.Options{}))
 }

@@ -27,19 +27,19 @@ func TestRecord_RoundTrip(t *testing.T) {
 		{"minute-old", Record{Count: 3, Last: recT, First: recT - 120, MeanInterval: 60, Samples: 2}, 7, recT},
 		{"moved", Record{Count: 5, Last: recT, First: recT - day - 7, MeanInterval: 7, Samples: 9, Moved: true}, 7, recT - day},
 		{"three days", Record{Count: 5, Last: recT, First: recT - 3*day, Samples: 1}, 7, recT - 2*day},
-		{"epoch", Record{Count: 0, Last: recordEpoch, First: recordEpoch}, 7, recordEpoch},
-		{"last second", Record{Count: 1 << 40, Last: recordMaxLast, First: recordEpoch, MeanInterval: 1 << recordLastBits, Samples: 31}, 4 + 6 + 5 + 1, recordMaxLast - 64*day},
+		{"epoch", Record{Count: 0, Last: RecordEpoch, First: RecordEpoch}, 7, RecordEpoch},
+		{"last second", Record{Count: 1 << 40, Last: recordMaxLast, First: RecordEpoch, MeanInterval: 1 << recordLastBits, Samples: 31}, 4 + 6 + 5 + 1, recordMaxLast - 64*day},
 		{"first after last", Record{Count: 1, Last: recT, First: recT + 50}, 7, recT},
 	}
 	for _, c := range cases {
-		raw, err := appendRecordRaw(nil, &c.rec)
+		raw, err := AppendRecordRaw(nil, &c.rec)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		if len(raw) != c.rawSize {
 			t.Errorf("%s: %d raw bytes, want %d", c.name, len(raw), c.rawSize)
 		}
-		got, err := parseRecordRaw(raw)
+		got, err := ParseRecordRaw(raw)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
@@ -65,14 +65,14 @@ func TestRecord_RoundTrip(t *testing.T) {
 func TestRecord_EncodeRejectsWhatItCannotHold(t *testing.T) {
 	t.Parallel()
 	for _, r := range []Record{
-		{Count: 1, Last: recordEpoch - 1},
+		{Count: 1, Last: RecordEpoch - 1},
 		{Count: 1, Last: recordMaxLast + 1},
 		{Count: -1, Last: recT},
 		{Count: 1, Last: recT, MeanInterval: -1},
 		{Count: 1, Last: recT, MeanInterval: 1<<recordLastBits + 1},
 		{Count: 1, Last: recT, Samples: 32},
 	} {
-		if _, err := appendRecordRaw(nil, &r); err == nil {
+		if _, err := AppendRecordRaw(nil, &r); err == nil {
 			t.Errorf("%+v encoded", r)
 		}
 	}
@@ -80,7 +80,7 @@ func TestRecord_EncodeRejectsWhatItCannotHold(t *testing.T) {
 
 func TestRecord_DecodeRejectsCorruption(t *testing.T) {
 	t.Parallel()
-	good, _ := appendRecordRaw(nil, &Record{Count: 3, Last: recT, First: recT, MeanInterval: 10, Samples: 1})
+	good, _ := AppendRecordRaw(nil, &Record{Count: 3, Last: recT, First: recT, MeanInterval: 10, Samples: 1})
 	future := bytes.Clone(good)
 	future[3] |= 0x80
 	for name, raw := range map[string][]byte{
@@ -92,7 +92,7 @@ func TestRecord_DecodeRejectsCorruption(t *testing.T) {
 		"truncated var": append(bytes.Clone(good[:4]), 0x01, 0x80),
 		"huge count":    append(append(bytes.Clone(good[:4]), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f), 0, 0),
 	} {
-		if r, err := parseRecordRaw(raw); !errors.Is(err, ErrRecordCorrupt) {
+		if r, err := ParseRecordRaw(raw); !errors.Is(err, ErrRecordCorrupt) {
 			t.Errorf("%s: decoded %+v, %v", name, r, err)
 		}
 		if r, err := DecodeWarmValue(snappy.Encode(nil, raw)); !errors.Is(err, ErrRecordCorrupt) {
@@ -155,26 +155,26 @@ func TestRecord_IntervalMean(t *testing.T) {
 func TestRecord_CountsByWindow(t *testing.T) {
 	t.Parallel()
 	ref := Ref{Window: time.Hour}
-	s := &recState{}
+	s := &RecState{}
 	s.count(&ref, 3600, recT+10, 2)
 	s.count(&ref, 3600, recT+70, 1)
-	if s.rec.Count != 3 || s.rec.First != recT+10 || s.rec.Last != recT+70 || s.rec.Samples != 1 || s.rec.MeanInterval != 60 {
-		t.Fatalf("%+v", s.rec)
+	if s.Rec.Count != 3 || s.Rec.First != recT+10 || s.Rec.Last != recT+70 || s.Rec.Samples != 1 || s.Rec.MeanInterval != 60 {
+		t.Fatalf("%+v", s.Rec)
 	}
-	if u := s.used(3600, recT+3599); u != 3 {
+	if u := s.Used(3600, recT+3599); u != 3 {
 		t.Fatalf("same window used %d", u)
 	}
-	if u := s.used(3600, recT+3600); u != 0 {
+	if u := s.Used(3600, recT+3600); u != 0 {
 		t.Fatalf("next window used %d, want 0: an older window counts as 0", u)
 	}
 	// A caller whose clock is behind the last writer's counts in the record's window.
 	s.count(&ref, 3600, recT+3600, 1)
 	s.count(&ref, 3600, recT+3599, 1)
-	if s.rec.Count != 2 || s.rec.Last != recT+3600 {
-		t.Fatalf("%+v", s.rec)
+	if s.Rec.Count != 2 || s.Rec.Last != recT+3600 {
+		t.Fatalf("%+v", s.Rec)
 	}
-	if !s.refund(3600, recT+3600, 5) || s.rec.Count != 0 {
-		t.Fatalf("refund: %+v", s.rec)
+	if !s.refund(3600, recT+3600, 5) || s.Rec.Count != 0 {
+		t.Fatalf("refund: %+v", s.Rec)
 	}
 	if s.refund(3600, recT+7200, 1) {
 		t.Fatal("refund changed an older window's record")
@@ -199,7 +199,7 @@ func FuzzWarmRecordDecode(f *testing.F) {
 		bad := bytes.Clone(v)
 		bad[len(bad)/2] ^= 0x5a
 		f.Add(bad)
-		raw, _ := appendRecordRaw(nil, &r)
+		raw, _ := AppendRecordRaw(nil, &r)
 		f.Add(raw)
 	}
 	f.Add([]byte{})
@@ -222,4 +222,20 @@ func FuzzWarmRecordDecode(f *testing.F) {
 			t.Fatalf("re-encoded %+v decodes to %+v, %v", r, r2, err)
 		}
 	})
+}
+
+// A record that has seen no call (a move's empty copy) observes no
+// interval at its first call: the time since it was made is not one.
+func TestRecord_AnEmptyCopyObservesNoIntervalAtItsFirstCall(t *testing.T) {
+	t.Parallel()
+	ref := Ref{Window: time.Hour}
+	s := &RecState{Rec: Record{Ref: ref, Last: recT - 3*3600, First: recT - 3*3600}, Present: true}
+	s.count(&ref, 3600, recT+10, 1)
+	if s.Rec.Samples != 0 || s.Rec.MeanInterval != 0 || s.Rec.Count != 1 {
+		t.Fatalf("after the first call: %+v", s.Rec)
+	}
+	s.count(&ref, 3600, recT+70, 1)
+	if s.Rec.Samples != 1 || s.Rec.MeanInterval != 60 || s.Rec.Count != 2 {
+		t.Fatalf("after the second call: %+v", s.Rec)
+	}
 }

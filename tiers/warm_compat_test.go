@@ -1,12 +1,8 @@
 package tiers
 
 import (
-	"context"
 	"errors"
 	"testing"
-	"time"
-
-	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // Warm values as the version before the current form wrote them:
@@ -70,86 +66,6 @@ func TestWarmValue_NewFormRejectsCorruption(t *testing.T) {
 	} {
 		if r, err := DecodeWarmValue(val); !errors.Is(err, ErrRecordCorrupt) {
 			t.Errorf("%s: decoded %+v, %v", name, r, err)
-		}
-	}
-}
-
-// A tag whose bucket holds values of the previous form (written there as
-// that version laid them out: the tag's first bucket, its header's warm
-// flag) is read and counted exactly through the router and the mover's
-// calls, and each value a check or a freeze writes is of the new form.
-func TestWarm_BucketOfThePreviousFormIsCountedExactly(t *testing.T) {
-	t.Parallel()
-	rdb, prefix := testenv.Redis(t)
-	hot := NewHotStore(rdb, HotOptions{Prefix: prefix})
-	warm := NewWarmStore(rdb, WarmOptions{Prefix: prefix})
-	r := NewRouter(hot, warm, nil)
-	ctx := context.Background()
-	now := time.Unix(recT+60, 0)
-	app := newConfCell(20, time.Hour).app
-	cells := make([]confCell, len(oldWarmValues))
-	for i, c := range oldWarmValues {
-		cells[i] = newConfCell(20, time.Hour)
-		cells[i].app = app // one tag, one bucket
-		l := warm.locate(cells[i].at(now).Identity, time.Hour, TagOf(app))
-		if err := rdb.HSet(ctx, l.base+"w\x00\x00", l.field, c.val).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := rdb.SetRange(ctx, l.headerKey(), 0, "\x01").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i, c := range oldWarmValues {
-		op := confOp(now, 2, Enforce, cells[i])
-		if c.want.Moved {
-			// Frozen by a move of the old version: not counted.
-			if err := warm.Check(ctx, now, []*Op{op}); !errors.Is(err, ErrMoved) || op.Committed {
-				t.Fatalf("%s: %v, %+v; want ErrMoved", c.name, err, op.Out)
-			}
-			continue
-		}
-		if err := r.Check(ctx, now, []*Op{op}); err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
-		used := c.want.Count
-		if c.want.Last < recT {
-			used = 0 // an earlier window's count
-		}
-		if !op.Committed || op.Out[0].Tier != Warm || op.Out[0].Remaining != 20-used-2 {
-			t.Fatalf("%s: %+v, want warm, remaining %d", c.name, op.Out, 20-used-2)
-		}
-	}
-	refs := make([]Ref, len(cells))
-	for i := range cells {
-		cell := cells[i].at(now)
-		refs[i] = RefOf(&cell)
-	}
-	frozen, err := warm.Freeze(ctx, refs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raws, err := warm.DirRaw(ctx, refs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, c := range oldWarmValues {
-		want := c.want
-		if !want.Moved {
-			want.Count = 2
-			if want.Last == recT {
-				want.Count += c.want.Count
-			}
-		}
-		rec, ok := IsWarmRecord(raws[i])
-		if !frozen[i] || !ok || !rec.Moved || rec.Count != want.Count {
-			t.Errorf("%s: after the freeze %+v (%v), want count %d, moved", c.name, rec, frozen[i], want.Count)
-		}
-		if c.want.Moved {
-			if raws[i] != c.val {
-				t.Errorf("%s: a record frozen already was rewritten: %q", c.name, raws[i])
-			}
-		} else if raws[i][0] < 0x80 {
-			t.Errorf("%s: still of the old form after two writes: %q", c.name, raws[i])
 		}
 	}
 }

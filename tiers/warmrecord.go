@@ -46,9 +46,9 @@ import (
 // length plus 2.
 
 const (
-	recordEpoch     = 1_704_067_200 // 2024-01-01T00:00:00Z
+	RecordEpoch     = 1_704_067_200 // 2024-01-01T00:00:00Z
 	recordLastBits  = 30
-	recordMaxLast   = recordEpoch + 1<<recordLastBits - 1
+	recordMaxLast   = RecordEpoch + 1<<recordLastBits - 1
 	recordMovedBit  = 1 << 30
 	recordFutureBit = 1 << 31
 	recordMaxSample = 31
@@ -63,17 +63,17 @@ var ErrRecordCorrupt = errors.New("corrupt record")
 
 // errRecordTime means a time the record cannot hold (before 2024 or after 2058).
 var errRecordTime = fmt.Errorf("time outside %s .. %s",
-	time.Unix(recordEpoch, 0).UTC().Format(time.DateOnly), time.Unix(recordMaxLast, 0).UTC().Format(time.DateOnly))
+	time.Unix(RecordEpoch, 0).UTC().Format(time.DateOnly), time.Unix(recordMaxLast, 0).UTC().Format(time.DateOnly))
 
-// appendRecordRaw appends the raw encoding of r (its Ref is not encoded).
-func appendRecordRaw(b []byte, r *Record) ([]byte, error) {
-	if r.Last < recordEpoch || r.Last > recordMaxLast {
+// AppendRecordRaw appends the raw encoding of r (its Ref is not encoded).
+func AppendRecordRaw(b []byte, r *Record) ([]byte, error) {
+	if r.Last < RecordEpoch || r.Last > recordMaxLast {
 		return b, fmt.Errorf("record last %d: %w", r.Last, errRecordTime)
 	}
 	if r.Count < 0 || r.MeanInterval < 0 || r.MeanInterval > 1<<recordLastBits || r.Samples > recordMaxSample {
 		return b, fmt.Errorf("record out of range: count %d, mean interval %d, samples %d", r.Count, r.MeanInterval, r.Samples)
 	}
-	h := uint32(r.Last - recordEpoch)
+	h := uint32(r.Last - RecordEpoch)
 	if r.Moved {
 		h |= recordMovedBit
 	}
@@ -95,8 +95,8 @@ func ageClassDays(class int) int64 {
 	return 1 << (class - 1)
 }
 
-// parseRecordRaw decodes a raw record (Ref left zero).
-func parseRecordRaw(b []byte) (Record, error) {
+// ParseRecordRaw decodes a raw record (Ref left zero).
+func ParseRecordRaw(b []byte) (Record, error) {
 	var r Record
 	if len(b) < 7 {
 		return r, fmt.Errorf("%w: %d bytes", ErrRecordCorrupt, len(b))
@@ -106,7 +106,7 @@ func parseRecordRaw(b []byte) (Record, error) {
 		return r, fmt.Errorf("%w: unknown format (header %#08x)", ErrRecordCorrupt, h)
 	}
 	r.Moved = h&recordMovedBit != 0
-	r.Last = recordEpoch + int64(h&(1<<recordLastBits-1))
+	r.Last = RecordEpoch + int64(h&(1<<recordLastBits-1))
 	p := b[4 : len(b)-1]
 	var vals [2]uint64
 	for i := range vals {
@@ -143,7 +143,7 @@ const recordWarmBit = 1 << 31
 // snappy value starts with (its first byte is the decoded length, < 0x80).
 func EncodeWarmValue(r *Record) ([]byte, error) {
 	var buf [recordMaxRaw]byte
-	raw, err := appendRecordRaw(buf[:0], r)
+	raw, err := AppendRecordRaw(buf[:0], r)
 	if err != nil {
 		return nil, err
 	}
@@ -173,7 +173,7 @@ func DecodeWarmValue(b []byte) (Record, error) {
 		h := binary.BigEndian.Uint32(raw) &^ recordWarmBit
 		binary.LittleEndian.PutUint32(raw, h)
 	}
-	return parseRecordRaw(raw)
+	return ParseRecordRaw(raw)
 }
 
 // decodeWarmSnappy decodes a warm value as versions before the current
@@ -191,7 +191,7 @@ func decodeWarmSnappy(b []byte) (Record, error) {
 	if err != nil {
 		return Record{}, fmt.Errorf("%w: %w", ErrRecordCorrupt, err)
 	}
-	return parseRecordRaw(raw)
+	return ParseRecordRaw(raw)
 }
 
 // observe adds one call interval (seconds) to the interval mean: alpha =
@@ -223,7 +223,8 @@ func abs64(x int64) int64 {
 	return x
 }
 
-func recordFloorDiv(a, b int64) int64 {
+// RecordFloorDiv is a/b rounded toward negative infinity.
+func RecordFloorDiv(a, b int64) int64 {
 	q := a / b
 	if a%b != 0 && (a < 0) != (b < 0) {
 		q--
@@ -231,31 +232,31 @@ func recordFloorDiv(a, b int64) int64 {
 	return q
 }
 
-// recState is one cell's record while a batch of ops is decided against it.
-type recState struct {
-	rec     Record
-	present bool
+// RecState is one cell's record while a batch of ops is decided against it.
+type RecState struct {
+	Rec     Record
+	Present bool
 }
 
-// used is the count of the window of nowS. A record of a later window than
+// Used is the count of the window of nowS. A record of a later window than
 // now's (a caller whose clock is a little behind the last writer's) is
 // counted as current: the call is counted in the record's window.
-func (s *recState) used(wS, nowS int64) int64 {
-	if s.present && recordFloorDiv(s.rec.Last, wS) >= nowS/wS {
-		return s.rec.Count
+func (s *RecState) Used(wS, nowS int64) int64 {
+	if s.Present && RecordFloorDiv(s.Rec.Last, wS) >= nowS/wS {
+		return s.Rec.Count
 	}
 	return 0
 }
 
 // count counts a call of cost at nowS.
-func (s *recState) count(ref *Ref, wS, nowS, cost int64) {
-	if !s.present {
-		s.rec = Record{Ref: *ref, Count: cost, Last: nowS, First: nowS}
-		s.present = true
+func (s *RecState) count(ref *Ref, wS, nowS, cost int64) {
+	if !s.Present {
+		s.Rec = Record{Ref: *ref, Count: cost, Last: nowS, First: nowS}
+		s.Present = true
 		return
 	}
-	used := s.used(wS, nowS)
-	r := &s.rec
+	used := s.Used(wS, nowS)
+	r := &s.Rec
 	var interval int64
 	if nowS > r.Last {
 		interval = nowS - r.Last
@@ -272,17 +273,17 @@ func (s *recState) count(ref *Ref, wS, nowS, cost int64) {
 // refund gives back cost counted earlier in the window of nowS (never below
 // zero); it reports whether the record changed. The call statistics keep
 // the call: it was made.
-func (s *recState) refund(wS, nowS, cost int64) bool {
-	used := s.used(wS, nowS)
+func (s *RecState) refund(wS, nowS, cost int64) bool {
+	used := s.Used(wS, nowS)
 	if used == 0 {
 		return false
 	}
-	s.rec.Count = max(used-cost, 0)
+	s.Rec.Count = max(used-cost, 0)
 	return true
 }
 
-// fixedWindowSeconds validates a fixed-window cell and returns its window in seconds.
-func fixedWindowSeconds(c *Cell) (int64, error) {
+// FixedWindowSeconds validates a fixed-window cell and returns its window in seconds.
+func FixedWindowSeconds(c *Cell) (int64, error) {
 	if c.Algorithm != rules.FixedWindow {
 		return 0, fmt.Errorf("algorithm %q is not tiered (only %s)", c.Algorithm, rules.FixedWindow)
 	}
@@ -292,7 +293,7 @@ func fixedWindowSeconds(c *Cell) (int64, error) {
 	return int64(c.Window / time.Second), nil
 }
 
-// decideFixed decides op at now against st (one state per cell, shared
+// DecideFixed decides op at now against st (one state per cell, shared
 // between cells naming the same record), fills op.Out and op.Committed, and
 // updates st when the op counts (or refunds). It reports whether any state
 // changed. The semantics are hot_check.lua's and tiermodel.FixedWindow's: every
@@ -300,10 +301,10 @@ func fixedWindowSeconds(c *Cell) (int64, error) {
 // and every non-shadow cell allows; each cell answers the state after the
 // call when counted (or, in a dry run where every non-shadow cell allows,
 // would be), else the state now.
-func decideFixed(op *Op, now time.Time, st []*recState, tier Tier) (bool, error) {
+func DecideFixed(op *Op, now time.Time, st []*RecState, tier Tier) (bool, error) {
 	nowMs := now.UnixMilli()
-	nowS := recordFloorDiv(nowMs, 1000)
-	if nowS < recordEpoch || nowS > recordMaxLast {
+	nowS := RecordFloorDiv(nowMs, 1000)
+	if nowS < RecordEpoch || nowS > recordMaxLast {
 		return false, fmt.Errorf("%s check at %s: %w", tier, now.UTC().Format(time.RFC3339), errRecordTime)
 	}
 	if op.Cost < 1 {
@@ -317,14 +318,14 @@ func decideFixed(op *Op, now time.Time, st []*recState, tier Tier) (bool, error)
 	all := true
 	for i := range op.Cells {
 		c := &op.Cells[i]
-		wS, err := fixedWindowSeconds(c)
+		wS, err := FixedWindowSeconds(c)
 		if err != nil {
 			return false, fmt.Errorf("%s check: %w", tier, err)
 		}
-		if st[i].present && st[i].rec.Moved || op.MustExist && !st[i].present {
+		if st[i].Present && st[i].Rec.Moved || op.MustExist && !st[i].Present {
 			return false, fmt.Errorf("%s check: %w", tier, ErrMoved)
 		}
-		u := st[i].used(wS, nowS)
+		u := st[i].Used(wS, nowS)
 		used = append(used, u)
 		if u+op.Cost > c.Limit && !c.Shadow {
 			all = false
@@ -339,7 +340,7 @@ func decideFixed(op *Op, now time.Time, st []*recState, tier Tier) (bool, error)
 			if st[i].refund(wS, nowS, op.Cost) {
 				changed = true
 			}
-			u := st[i].used(wS, nowS)
+			u := st[i].Used(wS, nowS)
 			op.Out[i] = recordOutcome(u+op.Cost <= c.Limit, c.Limit-u, reset(c), tier)
 		}
 		op.Committed = false

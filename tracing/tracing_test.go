@@ -23,6 +23,7 @@ import (
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 	"github.com/quota-platform/quota/tracing"
 )
 
@@ -34,7 +35,7 @@ func server(t testing.TB, rdb redis.UniversalClient, prefix string, tp trace.Tra
 	if err != nil {
 		t.Fatal(err)
 	}
-	var store tiers.Store = tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second})
+	var store tiers.Store = hot.NewStore(rdb, hot.Options{Prefix: prefix, Jitter: time.Second})
 	if tp != nil {
 		store = tracing.Store(store, tp)
 	}

@@ -70,7 +70,7 @@ func privateShard(b *testing.B, srv *testenv.MariaDBProcess, name string) *sql.D
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg.InterpolateParams = true // as quotad's shards (tiers.ShardDSN)
+	cfg.InterpolateParams = true // as quotad's shards (cold.ShardDSN)
 	db, err := sql.Open("mysql", cfg.FormatDSN())
 	if err != nil {
 		b.Fatal(err)

@@ -17,7 +17,7 @@ import (
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // BenchmarkShouldRateLimit is one Envoy call with the platform's two
@@ -32,7 +32,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 		b.Fatal(err)
 	}
 	set, _ := rules.NewSet(nil)
-	lim, _ := limiter.New(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second}), clock.Real{}, set)
+	lim, _ := limiter.New(hot.NewStore(rdb, hot.Options{Prefix: prefix, Jitter: time.Second}), clock.Real{}, set)
 	reg := prometheus.NewRegistry()
 	core := decide.New(decide.Deps{Settings: config.Defaults(), Limiter: lim, Metrics: metrics.New(reg)})
 	rls := rlsgrpc.New(core, rlsgrpc.NewEnvoyConfig(conf))

@@ -7,7 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/config"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // start is a fixed instant 250 ms into an hour, so hourly windows have a
@@ -17,7 +17,7 @@ var start = time.Date(2026, 11, 23, 10, 0, 0, 250_000_000, time.UTC)
 // harnessConfig is what a harnessOption may change before the service is built.
 type harnessConfig struct {
 	settings config.Settings
-	hot      tiers.HotOptions
+	hot      hot.Options
 	client   redis.UniversalClient
 }
 

@@ -35,7 +35,7 @@ import (
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // rlsHarness is the Envoy rate limit service of an in-process quotad
@@ -70,7 +70,7 @@ func (u *usageLog) Record(app, iface, user string, allowed bool) {
 func newRLS(t *testing.T, opts ...harnessOption) *rlsHarness {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
-	hc := harnessConfig{settings: config.Defaults(), hot: tiers.HotOptions{Prefix: prefix, Jitter: time.Second}, client: rdb}
+	hc := harnessConfig{settings: config.Defaults(), hot: hot.Options{Prefix: prefix, Jitter: time.Second}, client: rdb}
 	for _, o := range opts {
 		o(&hc)
 	}
@@ -80,7 +80,7 @@ func newRLS(t *testing.T, opts ...harnessOption) *rlsHarness {
 	}
 	clk := clock.NewFake(start)
 	set, _ := rules.NewSet(nil)
-	lim, err := limiter.New(tiers.NewHotStore(hc.client, hc.hot), clk, set)
+	lim, err := limiter.New(hot.NewStore(hc.client, hc.hot), clk, set)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ import (
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // Denials of Envoy's rate limit service count in who is throttled too: the
@@ -33,7 +33,7 @@ func TestThrottled_EnvoyDescriptorsDeniedAreCounted(t *testing.T) {
 	rdb, prefix := testenv.Redis(t)
 	clk := clock.NewFake(start)
 	set, _ := rules.NewSet(nil)
-	lim, err := limiter.New(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second}), clk, set)
+	lim, err := limiter.New(hot.NewStore(rdb, hot.Options{Prefix: prefix, Jitter: time.Second}), clk, set)
 	if err != nil {
 		t.Fatal(err)
 	}

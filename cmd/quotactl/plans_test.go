@@ -21,7 +21,7 @@ import (
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/nearquota"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // quotactl plans sets a plan and an override through the admin API and
@@ -36,7 +36,7 @@ func TestPlans_SetOverrideAndUsage(t *testing.T) {
 	}
 	near := nearquota.New(nearquota.Options{Redis: rdb, Prefix: prefix})
 	go near.Run(t.Context())
-	lim, err := limiter.New(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix}), clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)), set,
+	lim, err := limiter.New(hot.NewStore(rdb, hot.Options{Prefix: prefix}), clock.NewFake(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)), set,
 		limiter.WithIdentityQuotaWatcher(near))
 	if err != nil {
 		t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // rulesServer is quotad's HTTP API with one rule of the given limit.
@@ -27,7 +27,7 @@ func rulesServer(t *testing.T, limit int) (*httptest.Server, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := limiter.New(tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix}), clock.Real{}, set)
+	lim, err := limiter.New(hot.NewStore(rdb, hot.Options{Prefix: prefix}), clock.Real{}, set)
 	if err != nil {
 		t.Fatal(err)
 	}

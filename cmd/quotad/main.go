@@ -31,7 +31,8 @@ import (
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/schedule"
 	sqlschema "github.com/quota-platform/quota/sql"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 func main() {
@@ -65,7 +66,7 @@ func main() {
 func openShards(dsns []string) ([]*sql.DB, error) {
 	dbs := make([]*sql.DB, 0, len(dsns))
 	for i, dsn := range dsns {
-		dsn, err := tiers.ShardDSN(dsn)
+		dsn, err := cold.ShardDSN(dsn)
 		if err != nil {
 			return nil, fmt.Errorf("QUOTA_MYSQL_SHARDS entry %d: %w", i, err)
 		}
@@ -136,7 +137,7 @@ func serve() error {
 		return err
 	}
 	den := newDenialCache(s, rdb, log)
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter, Refunded: den.invalidate,
+	hot := hot.NewStore(rdb, hot.Options{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter, Refunded: den.invalidate,
 		WaitReplicas: s.RedisWaitReplicas, WaitTimeout: s.RedisWaitTimeout})
 	reg := prometheus.NewRegistry()
 	routed, tiersAdmin, stopTiering, err := startTiering(ctx, s, hot, dbs, reg, den.invalidate, log)
@@ -284,7 +285,7 @@ func startAnalytics(s config.Settings, dbs []*sql.DB, reg prometheus.Registerer,
 	return an, stop, nil
 }
 
-func readiness(hot *tiers.HotStore, dbs []*sql.DB) []api.ReadinessCheck {
+func readiness(hot *hot.Store, dbs []*sql.DB) []api.ReadinessCheck {
 	checks := []api.ReadinessCheck{{Name: "redis", Check: hot.Ping}}
 	for i, db := range dbs {
 		checks = append(checks, api.ReadinessCheck{

@@ -29,6 +29,7 @@ import (
 	"github.com/quota-platform/quota/redisconn"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/routing"
 	"github.com/quota-platform/quota/tracing"
 )
 
@@ -62,17 +63,17 @@ func readStartFiles(s config.Settings) (startFiles, error) {
 // to (traced when tracing is on). The breaker answers at once while Redis
 // is down instead of letting every check wait out QUOTA_REDIS_TIMEOUT, and
 // probes it every 100 ms with a PING outside the pool (redisconn.Probe).
-func newCheckStore(s config.Settings, rdb redis.UniversalClient, routed tiers.Store, tp trace.TracerProvider) *tiers.Breaker {
+func newCheckStore(s config.Settings, rdb redis.UniversalClient, routed tiers.Store, tp trace.TracerProvider) *routing.Breaker {
 	if tp != nil {
 		routed = tracing.Store(routed, tp)
 	}
-	store := tiers.NewBreaker(routed, clock.Real{}, 3, 100*time.Millisecond).
+	store := routing.NewBreaker(routed, clock.Real{}, 3, 100*time.Millisecond).
 		WithProbe(redisconn.Probe(s), s.RedisTimeout)
 	if cc, ok := rdb.(*redis.ClusterClient); ok {
 		// A circuit per master: one dead master fails fast only the checks
 		// of its slots, and its probe reloads the slot map so that they
 		// follow the replica's promotion (redisconn.ClusterProbe).
-		store.WithPartitions(tiers.ClusterPartition(cc), redisconn.ClusterProbe(cc, s), s.RedisTimeout)
+		store.WithPartitions(routing.ClusterPartition(cc), redisconn.ClusterProbe(cc, s), s.RedisTimeout)
 	}
 	return store
 }

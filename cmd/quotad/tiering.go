@@ -15,36 +15,40 @@ import (
 	"github.com/quota-platform/quota/migrate"
 	"github.com/quota-platform/quota/redisconn"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/routing"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
-// startTiering builds the tier router over hot (QUOTA_TIERING=on), the
+// startTiering builds the tier router over hs (QUOTA_TIERING=on), the
 // activity counter, and the migration worker (scheduled cycles and on-call
 // moves). It returns the store checks go to (hot itself when tiering is
 // off), the admin hooks (nil when off) and the function that stops the
 // worker and flushes the activity. movedFromHot is called after a move out
 // of hot (the denial cache's invalidation).
-func startTiering(ctx context.Context, s config.Settings, hot *tiers.HotStore, dbs []*sql.DB, reg prometheus.Registerer, movedFromHot func(), log *slog.Logger) (tiers.Store, api.TiersAdmin, func(), error) {
+func startTiering(ctx context.Context, s config.Settings, hs *hot.Store, dbs []*sql.DB, reg prometheus.Registerer, movedFromHot func(), log *slog.Logger) (tiers.Store, api.TiersAdmin, func(), error) {
 	if !s.Tiering {
-		return hot, nil, func() {}, nil
+		return hs, nil, func() {}, nil
 	}
-	wo := tiers.WarmOptions{Prefix: s.RedisKeyPrefix}
-	warm := tiers.NewWarmStore(hot.Client(), wo)
-	if err := warm.Load(ctx); err != nil {
+	wo := warm.Options{Prefix: s.RedisKeyPrefix}
+	warm := warm.NewStore(hs.Client(), wo)
+	if err := warm.Load(ctx, hs.MoveScripts()...); err != nil {
 		log.Warn("redis not reachable at start (warm script)", "err", err)
 	}
-	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
-	router := tiers.NewRouter(hot, warm, cold)
-	router.ColdHints = tiers.NewColdHints(s.ColdHints)
+	cold := cold.NewStore(dbs, cold.Options{})
+	router := routing.NewRouter(hs, warm, cold)
+	router.ColdHints = routing.NewColdHints(s.ColdHints)
 	// Moves run on a Redis client of their own: their pipelines are larger
 	// than a check's and may take longer than QUOTA_REDIS_TIMEOUT.
 	ms := s
 	ms.RedisTimeout, ms.RedisPoolSize = 10*time.Second, 8
 	mrdb := redisconn.FollowFailovers(ctx, redisconn.New(ms))
-	mhot := tiers.NewHotStore(mrdb, tiers.HotOptions{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter})
+	mhot := hot.NewStore(mrdb, hot.Options{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter})
 	mwarm := warm.WithClient(mrdb) // shares the checks' cell locks
 	mover := &migrate.Mover{
 		RDB: mrdb, Prefix: s.RedisKeyPrefix, Warm: mwarm, Cold: cold,
-		Hot:          &tiers.HotMover{Hot: mhot, Warm: mwarm},
+		Hot:          &hot.Mover{Hot: mhot, Warm: mwarm},
 		Metrics:      migrate.NewMetrics(reg),
 		ColdHints:    router.ColdHints,
 		MovedFromHot: movedFromHot,

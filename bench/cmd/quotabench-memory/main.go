@@ -48,6 +48,10 @@ import (
 	"github.com/quota-platform/quota/rules"
 	sqlschema "github.com/quota-platform/quota/sql"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/routing"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 type config struct {
@@ -281,10 +285,11 @@ func redisTiers(ctx context.Context, c *config) error {
 	}()
 	// Scripts Redis caches count in used_memory: loaded before any
 	// measurement, they are in none.
-	if err := tiers.NewHotStore(rdb, tiers.HotOptions{}).Load(ctx); err != nil {
+	hs := hot.NewStore(rdb, hot.Options{})
+	if err := hs.Load(ctx); err != nil {
 		return err
 	}
-	if err := tiers.NewWarmStore(rdb, tiers.WarmOptions{}).Load(ctx); err != nil {
+	if err := warm.NewStore(rdb, warm.Options{}).Load(ctx, hs.MoveScripts()...); err != nil {
 		return err
 	}
 	now := time.Now()
@@ -292,7 +297,7 @@ func redisTiers(ctx context.Context, c *config) error {
 		return err
 	}
 	if c.tiers["hot"] {
-		hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: "q:", Jitter: time.Minute})
+		hot := hot.NewStore(rdb, hot.Options{Prefix: "q:", Jitter: time.Minute})
 		b, d, err := measure(ctx, rdb, func() error { return checkAll(ctx, c, hot, now) })
 		if err != nil {
 			return fmt.Errorf("hot: %w", err)
@@ -300,8 +305,8 @@ func redisTiers(ctx context.Context, c *config) error {
 		row("hot", b, c.n, d, "one key per counter with TTL, via Check")
 		// The same cells checked through a tier router (QUOTA_TIERING=on):
 		// new cells are counted hot with nothing beside their keys.
-		warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "q:"})
-		router := tiers.NewRouter(hot, warm, nil)
+		ws := warm.NewStore(rdb, warm.Options{Prefix: "q:"})
+		router := routing.NewRouter(hot, ws, nil)
 		bt, d, err := measure(ctx, rdb, func() error { return checkAll(ctx, c, router, now) })
 		if err != nil {
 			return fmt.Errorf("hot, tiering on: %w", err)
@@ -314,9 +319,9 @@ func redisTiers(ctx context.Context, c *config) error {
 		}
 	}
 	if c.tiers["warm"] {
-		opts := tiers.WarmOptions{Prefix: "q:"}
-		warm := tiers.NewWarmStore(rdb, opts)
-		b, d, err := measure(ctx, rdb, func() error { return checkAll(ctx, c, warm, now) })
+		opts := warm.Options{Prefix: "q:"}
+		ws := warm.NewStore(rdb, opts)
+		b, d, err := measure(ctx, rdb, func() error { return checkAll(ctx, c, ws, now) })
 		if err != nil {
 			return fmt.Errorf("warm: %w", err)
 		}
@@ -325,7 +330,7 @@ func redisTiers(ctx context.Context, c *config) error {
 			return err
 		}
 		row("warm, fresh (1 call)", b, c.n, d, "via Check; "+notes)
-		b, d, err = measure(ctx, rdb, func() error { return importAll(ctx, c, warm, now.Unix()) })
+		b, d, err = measure(ctx, rdb, func() error { return importAll(ctx, c, ws, now.Unix()) })
 		if err != nil {
 			return fmt.Errorf("warm: %w", err)
 		}
@@ -350,16 +355,16 @@ func redisTiers(ctx context.Context, c *config) error {
 func warmUp(ctx context.Context, c *config, rdb *redis.Client, now time.Time) error {
 	small := *c
 	small.n = min(c.n, 2000)
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: "q:", Jitter: time.Minute})
-	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "q:"})
+	hot := hot.NewStore(rdb, hot.Options{Prefix: "q:", Jitter: time.Minute})
+	ws := warm.NewStore(rdb, warm.Options{Prefix: "q:"})
 	_, _, err := measure(ctx, rdb, func() error {
-		if err := checkAll(ctx, &small, tiers.NewRouter(hot, warm, nil), now); err != nil {
+		if err := checkAll(ctx, &small, routing.NewRouter(hot, ws, nil), now); err != nil {
 			return err
 		}
-		if err := checkAll(ctx, &small, warm, now); err != nil {
+		if err := checkAll(ctx, &small, ws, now); err != nil {
 			return err
 		}
-		return importAll(ctx, &small, warm, now.Unix())
+		return importAll(ctx, &small, ws, now.Unix())
 	})
 	if err != nil {
 		return fmt.Errorf("warm-up: %w", err)
@@ -374,7 +379,7 @@ func warmUp(ctx context.Context, c *config, rdb *redis.Client, now time.Time) er
 // identities of the same apps that the filter takes for "may be cold"
 // (false positives: each costs a MySQL lookup on a window's first call).
 func filterRows(ctx context.Context, c *config, rdb *redis.Client) error {
-	warm := tiers.NewWarmStore(rdb, tiers.WarmOptions{Prefix: "q:"})
+	ws := warm.NewStore(rdb, warm.Options{Prefix: "q:"})
 	perTag := (c.n + c.apps - 1) / c.apps
 	other := *c
 	other.n = 2 * c.n // identities c.n..2n-1: same apps, not switched
@@ -389,12 +394,12 @@ func filterRows(ctx context.Context, c *config, rdb *redis.Client) error {
 			name = "cold filter, cycle estimate"
 		}
 		b, d, err := measure(ctx, rdb, func() error {
-			swaps := make([]tiers.DirSwap, 0, batch)
+			swaps := make([]warm.DirSwap, 0, batch)
 			for i := range c.n {
 				cl := cell(c, i)
-				swaps = append(swaps, tiers.DirSwap{Ref: tiers.RefOf(&cl)})
+				swaps = append(swaps, warm.DirSwap{Ref: tiers.RefOf(&cl)})
 				if len(swaps) == batch || i == c.n-1 {
-					if _, err := warm.SwitchToCold(ctx, swaps, capacity); err != nil {
+					if _, err := ws.SwitchToCold(ctx, swaps, capacity); err != nil {
 						return err
 					}
 					swaps = swaps[:0]
@@ -405,7 +410,7 @@ func filterRows(ctx context.Context, c *config, rdb *redis.Client) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		fp, n, err := falsePositives(ctx, c, &other, warm)
+		fp, n, err := falsePositives(ctx, c, &other, ws)
 		if err != nil {
 			return err
 		}
@@ -453,7 +458,7 @@ func memoryUsage(ctx context.Context, rdb *redis.Client, pattern string) (int64,
 
 // falsePositives probes up to 100,000 identities from c.n on (same apps,
 // never switched) and counts those the filter holds.
-func falsePositives(ctx context.Context, c, other *config, warm *tiers.WarmStore) (int, int, error) {
+func falsePositives(ctx context.Context, c, other *config, warm *warm.Store) (int, int, error) {
 	n := min(c.n, 100_000)
 	fp := 0
 	for start := c.n; start < c.n+n; start += batch {
@@ -478,9 +483,9 @@ func falsePositives(ctx context.Context, c, other *config, warm *tiers.WarmStore
 
 // warmFieldRow measures the typical records again with another field width
 // (the default's row is above).
-func warmFieldRow(ctx context.Context, c *config, rdb *redis.Client, opts tiers.WarmOptions, fieldBytes int, now time.Time) error {
+func warmFieldRow(ctx context.Context, c *config, rdb *redis.Client, opts warm.Options, fieldBytes int, now time.Time) error {
 	opts.FieldBytes = fieldBytes
-	w := tiers.NewWarmStore(rdb, opts)
+	w := warm.NewStore(rdb, opts)
 	b, d, err := measure(ctx, rdb, func() error { return importAll(ctx, c, w, now.Unix()) })
 	if err != nil {
 		return fmt.Errorf("warm, %d-byte field: %w", fieldBytes, err)
@@ -536,7 +541,7 @@ func coldTier(ctx context.Context, c *config) error {
 		return fmt.Errorf("-mysql: %w", err)
 	}
 	base.InterpolateParams = true
-	base.MultiStatements = true // as tiers.ShardDSN: the cold tier needs both
+	base.MultiStatements = true // as cold.ShardDSN: the cold tier needs both
 	srvCfg := *base
 	srvCfg.DBName = ""
 	server, err := sql.Open("mysql", srvCfg.FormatDSN())
@@ -575,7 +580,7 @@ func coldTier(ctx context.Context, c *config) error {
 			return fmt.Errorf("schema on %s: %w", name, err)
 		}
 	}
-	cold := tiers.NewColdStore(dbs, tiers.ColdOptions{})
+	cold := cold.NewStore(dbs, cold.Options{})
 	start := time.Now()
 	if err := importAll(ctx, c, cold, time.Now().Unix()); err != nil {
 		return fmt.Errorf("cold: %w", err)

@@ -18,6 +18,9 @@ import (
 
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/cold"
+	"github.com/quota-platform/quota/tiers/hot"
+	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // One fixed-window rule (only fixed windows are tiered) with a limit no
@@ -82,9 +85,9 @@ type migEnv struct {
 	q     *testenv.Quotad
 	rdb   *redis.Client
 	dbs   []*sql.DB
-	hot   *tiers.HotStore
-	warm  *tiers.WarmStore
-	cold  *tiers.ColdStore
+	hot   *hot.Store
+	warm  *warm.Store
+	cold  *cold.Store
 	app   string
 	users []string
 	refs  []tiers.Ref
@@ -105,9 +108,9 @@ func newMigEnv(t *testing.T, dir migDirection) *migEnv {
 	e := &migEnv{q: testenv.StartQuotad(t, env...), dbs: dbs, app: fmt.Sprintf("mig-%d", time.Now().UnixNano())}
 	e.rdb = redis.NewClient(&redis.Options{Addr: r.Addr()})
 	t.Cleanup(func() { e.rdb.Close() })
-	e.hot = tiers.NewHotStore(e.rdb, tiers.HotOptions{Prefix: migPrefix})
-	e.warm = tiers.NewWarmStore(e.rdb, tiers.WarmOptions{Prefix: migPrefix})
-	e.cold = tiers.NewColdStore(dbs, tiers.ColdOptions{})
+	e.hot = hot.NewStore(e.rdb, hot.Options{Prefix: migPrefix})
+	e.warm = warm.NewStore(e.rdb, warm.Options{Prefix: migPrefix})
+	e.cold = cold.NewStore(dbs, cold.Options{})
 	for i := range migCells {
 		u := fmt.Sprintf("u%d", i)
 		id := tiers.IdentityOf(migRule, []string{e.app, u})
@@ -264,10 +267,10 @@ func dirClass(v string) string {
 	switch v {
 	case "":
 		return "absent"
-	case tiers.DirHot, tiers.DirMoving:
+	case warm.DirHot, warm.DirMoving:
 		return v
 	}
-	if r, ok := tiers.IsWarmRecord(v); ok {
+	if r, ok := warm.IsRecord(v); ok {
 		if r.Moved {
 			return "warm-moved"
 		}
@@ -466,7 +469,7 @@ func sumLost(lost map[int]int) int {
 // firstFrozen is the first cell a move left frozen (-1 if none).
 func firstFrozen(ss []cellState) int {
 	for i, s := range ss {
-		if s.dir == tiers.DirMoving || s.dir == "warm-moved" {
+		if s.dir == warm.DirMoving || s.dir == "warm-moved" {
 			return i
 		}
 	}
@@ -524,7 +527,7 @@ func (e *migEnv) assertOneTierEach(t *testing.T) {
 	bad := 0
 	for u, s := range e.states(t) {
 		in := s.tiers()
-		ok := len(in) == 1 && !s.frozenHot && s.dir != tiers.DirMoving && s.dir != "warm-moved" && s.dir != "?"
+		ok := len(in) == 1 && !s.frozenHot && s.dir != warm.DirMoving && s.dir != "warm-moved" && s.dir != "?"
 		if ok && in[0] == "hot" {
 			ok = s.dir == "absent"
 		}

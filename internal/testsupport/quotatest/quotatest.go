@@ -23,7 +23,7 @@ import (
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // Instant is the server's clock: 250 ms into an hour, so an hourly window
@@ -58,7 +58,7 @@ func Start(rulesYAML string, s *config.Settings) (*Server, error) {
 		return nil, fmt.Errorf("quotatest: redis at %s: %w (run deploy/ensure-services.sh)", testenv.RedisAddr(), err)
 	}
 	prefix := "t:" + testenv.RandomHex(6) + ":"
-	hot := tiers.NewHotStore(rdb, tiers.HotOptions{Prefix: prefix, Jitter: time.Second})
+	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix, Jitter: time.Second})
 	lim, err := limiter.New(hot, clock.NewFake(Instant), set)
 	if err != nil {
 		rdb.Close()

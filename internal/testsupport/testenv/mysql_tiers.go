@@ -33,7 +33,7 @@ func MySQLConfig(t testing.TB, name string) *mysql.Config {
 	cfg.DBName = name
 	cfg.Timeout = 5 * time.Second
 	cfg.InterpolateParams = true
-	cfg.MultiStatements = true // as tiers.ShardDSN: the cold tier needs both
+	cfg.MultiStatements = true // as cold.ShardDSN: the cold tier needs both
 	return cfg
 }
 

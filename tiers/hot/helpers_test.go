@@ -1,0 +1,12 @@
+package hot
+
+import "github.com/quota-platform/quota/tiers/tierstest"
+
+// The cells of the tiers' tests (package tierstest).
+type confCell = tierstest.Cell
+
+var (
+	confT0      = tierstest.T0
+	newConfCell = tierstest.NewCell
+	confOp      = tierstest.Op
+)

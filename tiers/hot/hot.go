@@ -1,0 +1,825 @@
+// Package hot is the hot tier: every counter its own Redis key, every
+// algorithm checked by one script call (Store), and its side of a move
+// (Mover: export, import, delete, the freeze, and the quiet cells' moves
+// to cold). Its scripts (hot_check/, hot_fixed.lua, hot_freeze.lua,
+// hot_state.lua) are embedded here; those that read the directory are
+// built with warm.CheckScript or warm.DirScript.
+package hot
+
+import (
+	"cmp"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quota-platform/quota/internal/redisscript"
+	"github.com/quota-platform/quota/rules"
+	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/warm"
+)
+
+// hot_check.lua, the script of every check that is not all fixed windows,
+// is kept as one file per algorithm between a shared head and tail, so that
+// an algorithm reads on its own; NewStore joins them, in this order,
+// into the one script each check runs (one EVALSHA).
+var (
+	//go:embed hot_check/*.lua
+	hotCheckFiles embed.FS
+	hotCheckParts = [...]string{"preamble", "fixed_window", "sliding_window", "token_bucket", "sliding_log", "min_interval", "dispatch"}
+)
+
+// hotCheckSource returns hot_check.lua: its parts joined.
+func hotCheckSource() string {
+	var b strings.Builder
+	for _, name := range hotCheckParts {
+		part, err := hotCheckFiles.ReadFile("hot_check/" + name + ".lua")
+		if err != nil {
+			panic(err) // embedded at build time: cannot happen
+		}
+		b.Write(part)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+//go:embed hot_fixed.lua
+var hotFixedSource string
+
+// algorithmCodes are the algorithm numbers of hot_check.lua's ARGV.
+var algorithmCodes = map[rules.Algorithm]int{
+	rules.FixedWindow:   1,
+	rules.SlidingWindow: 2,
+	rules.TokenBucket:   3,
+	rules.SlidingLog:    4,
+	rules.MinInterval:   5,
+}
+
+// SupportsAlgorithm reports whether the hot tier can count a rule's algorithm.
+func SupportsAlgorithm(a rules.Algorithm) bool { _, ok := algorithmCodes[a]; return ok }
+
+// Store keeps every counter as its own Redis key ("expanded"):
+//
+//	key   = prefix + "{" + hex(tag, 3 bytes) + "}" + CounterKey (16 raw bytes)
+//	value = the count, an integer string; TTL = until the window ends + jitter
+//
+// so a counter costs one small string key (~26 bytes of name plus Redis'
+// per-key overhead). One check is one EVALSHA: of hot_fixed.lua when every
+// cell is a fixed window, else of hot_check.lua, which knows every
+// algorithm. That is the fixed window; the other algorithms keep one key per
+// (identity, window) in the forms hot_check.lua describes: a hash of multi-level buckets
+// (sliding_window), "tokens:last" (token_bucket), a ring of call times
+// (sliding_log), "next:prev" (min_interval), each expiring once it could
+// no longer change an answer.
+type Store struct {
+	rdb         redis.UniversalClient
+	script      *redis.Script // hot_check.lua: every algorithm, refunds, the directory
+	fixed       *redis.Script // hot_fixed.lua: fixed-window cells only
+	prefix      string
+	jitter      time.Duration
+	splitBySlot bool
+	// dir, when set (a Router's hot store), is where fixed-window cells
+	// look up their tier: each such cell carries its warm bucket field, and
+	// the script answers "not here" for a cell found elsewhere.
+	dir *warm.Store
+	// wait: a call's count is final once this many replicas hold it
+	// (hot_wait.go); zero: off.
+	wait waitOptions
+	// refunded is Options.Refunded.
+	refunded func()
+}
+
+// Options configures a Store.
+type Options struct {
+	Prefix string        // prepended to every key, e.g. "q:"
+	Jitter time.Duration // random 0..Jitter added to each new key's TTL
+	// SplitBySlot sends the cells of one check as one script call per hash
+	// tag. It is forced on for a Redis Cluster client (a multi-key script
+	// must stay in one slot); on a single Redis one call holds every cell.
+	SplitBySlot bool
+	// WaitReplicas, when > 0, makes a call's count final only once that
+	// many replicas acknowledge it within WaitTimeout (WAIT in the call's
+	// pipeline, hot_wait.go); a call they do not acknowledge fails as
+	// ErrUnavailable, so the fail mode answers it.
+	WaitReplicas int
+	WaitTimeout  time.Duration
+	// Refunded, when set, is called after every refund (a split op's
+	// parts, a Router's compensation), applied or not: the cells' counts
+	// were too high for a moment, and a denial cached meanwhile must go
+	// (limiter.Denials, denysync).
+	Refunded func()
+}
+
+// NewStore returns a hot store over rdb.
+func NewStore(rdb redis.UniversalClient, o Options) *Store {
+	_, cluster := rdb.(*redis.ClusterClient)
+	return &Store{
+		rdb:         rdb,
+		script:      warm.CheckScript(hotCheckSource()),
+		fixed:       warm.CheckScript(hotFixedSource),
+		prefix:      o.Prefix,
+		jitter:      o.Jitter,
+		splitBySlot: o.SplitBySlot || cluster,
+		wait:        waitOptions{replicas: int64(o.WaitReplicas), timeout: o.WaitTimeout},
+		refunded:    o.Refunded,
+	}
+}
+
+// WithDirectory returns a copy of s (its options kept) whose fixed-window
+// cells look up their tier in warm's directory: a Router's hot store.
+func (s *Store) WithDirectory(warm *warm.Store) *Store {
+	h := *s
+	h.dir = warm
+	return &h
+}
+
+// NotifyRefund calls Options.Refunded.
+func (s *Store) NotifyRefund() {
+	if s.refunded != nil {
+		s.refunded()
+	}
+}
+
+// Tier returns Hot.
+func (s *Store) Tier() tiers.Tier { return tiers.Hot }
+
+// Load makes sure the scripts are cached in Redis so that checks go by
+// EVALSHA from the first call. A missing script (Redis restarted) is still
+// handled: checks load it again on NOSCRIPT.
+func (s *Store) Load(ctx context.Context) error {
+	for _, sc := range []*redis.Script{s.script, s.fixed} {
+		if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+			return fmt.Errorf("hot load script: %w", tiers.WrapUnavailable(err))
+		}
+	}
+	return nil
+}
+
+// Key returns the Redis key of a cell.
+func (s *Store) Key(c *tiers.Cell) string {
+	var b [64]byte
+	k := append(b[:0], s.prefix...)
+	k = append(k, '{')
+	k = appendHex(k, c.Tag[:])
+	k = append(k, '}')
+	k = append(k, c.Key[:]...)
+	return string(k)
+}
+
+func appendHex(b, src []byte) []byte {
+	const digits = "0123456789abcdef"
+	for _, c := range src {
+		b = append(b, digits[c>>4], digits[c&15])
+	}
+	return b
+}
+
+// Call is one script invocation: a slice of one op's cells.
+type Call struct {
+	Op    *tiers.Op
+	cells []int // indexes into op.Cells
+	cmd   *redis.Cmd
+	fixed bool // sent to hot_fixed.lua (its reply is counts, not outcomes)
+	// counted: the script counted the call's (hot) cells, the reply's
+	// last value, kept by decode so that the router need not convert
+	// the reply again.
+	counted bool
+	// Err: the call failed (its node down, a bad reply); set by RunEach.
+	Err error
+}
+
+// Check decides ops in one pipeline (one round trip). A check whose cells
+// span several hash tags on a cluster is split per tag: those parts are
+// decided separately and, if one denies while another counted, the counted
+// parts are refunded, so the check still counts all or nothing.
+//
+// Ops are decided in order, each as if sent alone: an op that is split
+// ends a round trip, so that its refund (if any) is made before the ops
+// after it are decided. Ops that are not split share one round trip.
+func (s *Store) Check(ctx context.Context, now time.Time, ops []*tiers.Op) error {
+	if !s.splitBySlot {
+		return s.check(ctx, now, ops)
+	}
+	start := 0
+	for i, op := range ops {
+		if i == len(ops)-1 || !sameTag(op.Cells) {
+			if err := s.check(ctx, now, ops[start:i+1]); err != nil {
+				return err
+			}
+			start = i + 1
+		}
+	}
+	return nil
+}
+
+// CheckEach decides ops as Check does, reporting each op on its own
+// (EachChecker): on a Redis Cluster a batch goes to several masters, and a
+// failed call fails only its own op (having given back what the op's other
+// calls counted), so that one dead master leaves the others' checks
+// decided.
+func (s *Store) CheckEach(ctx context.Context, now time.Time, ops []*tiers.Op, done func(i int, err error)) error {
+	var first error
+	start := 0
+	for i, op := range ops {
+		if i == len(ops)-1 || (s.splitBySlot && !sameTag(op.Cells)) {
+			base := start
+			err := s.checkEach(ctx, now, ops[start:i+1], func(k int, err error) { done(base+k, err) })
+			first = cmp.Or(first, err)
+			start = i + 1
+		}
+	}
+	return first
+}
+
+// checkEach is check reporting each op to done.
+func (s *Store) checkEach(ctx context.Context, now time.Time, ops []*tiers.Op, done func(i int, err error)) error {
+	calls := s.Plan(ops)
+	if err := s.RunEach(ctx, now, calls); err != nil {
+		for i := range ops {
+			done(i, err)
+		}
+		return err
+	}
+	var first error
+	for i, op := range ops {
+		var err error
+		var refunds []Call
+		for _, c := range calls {
+			if c.Op == op && c.Err != nil {
+				err = cmp.Or(err, c.Err)
+			}
+		}
+		if err != nil {
+			// Give back what the op's other calls counted.
+			for _, c := range calls {
+				if c.Op == op && c.Committed() {
+					refunds = append(refunds, Call{Op: op, cells: c.cells})
+				}
+			}
+		} else {
+			op.Committed = op.Mode != tiers.DryRun && op.Allowed()
+			if op.Mode == tiers.Enforce && !op.Committed {
+				refunds = s.partsToRefund(op, calls)
+			}
+		}
+		if len(refunds) > 0 {
+			if rerr := s.refund(ctx, now, refunds); rerr != nil {
+				err = cmp.Or(err, rerr)
+			}
+		}
+		first = cmp.Or(first, err)
+		done(i, err)
+	}
+	return first
+}
+
+func (s *Store) check(ctx context.Context, now time.Time, ops []*tiers.Op) error {
+	calls := s.Plan(ops)
+	if err := s.Run(ctx, now, calls); err != nil {
+		return err
+	}
+	var refunds []Call
+	for _, op := range ops {
+		op.Committed = op.Mode != tiers.DryRun && op.Allowed()
+		if op.Mode == tiers.Enforce && !op.Committed {
+			refunds = append(refunds, s.partsToRefund(op, calls)...)
+		}
+	}
+	if len(refunds) > 0 {
+		return s.refund(ctx, now, refunds)
+	}
+	return nil
+}
+
+// Plan groups ops' cells into script calls (a Router runs them with Run
+// or RunEach, then reads each op's Route).
+func (s *Store) Plan(ops []*tiers.Op) []Call {
+	calls := make([]Call, 0, len(ops))
+	for _, op := range ops {
+		if len(op.Out) != len(op.Cells) {
+			op.Out = make([]tiers.Outcome, len(op.Cells))
+		}
+		if !s.splitBySlot || sameTag(op.Cells) {
+			calls = append(calls, Call{Op: op})
+			continue
+		}
+		byTag := map[tiers.Tag][]int{}
+		var order []tiers.Tag
+		for i := range op.Cells {
+			t := op.Cells[i].Tag
+			if _, ok := byTag[t]; !ok {
+				order = append(order, t)
+			}
+			byTag[t] = append(byTag[t], i)
+		}
+		for _, t := range order {
+			calls = append(calls, Call{Op: op, cells: byTag[t]})
+		}
+	}
+	return calls
+}
+
+func sameTag(cells []tiers.Cell) bool {
+	for i := 1; i < len(cells); i++ {
+		if cells[i].Tag != cells[0].Tag {
+			return false
+		}
+	}
+	return true
+}
+
+// each calls fn with the index of every op cell in c (all when c.cells is nil).
+func (c *Call) Each(fn func(i int)) {
+	if c.cells == nil {
+		for i := range c.Op.Cells {
+			fn(i)
+		}
+		return
+	}
+	for _, i := range c.cells {
+		fn(i)
+	}
+}
+
+func (s *Store) args(c *Call, now time.Time, mode tiers.Mode) ([]string, []any) {
+	n := len(c.Op.Cells)
+	if c.cells != nil {
+		n = len(c.cells)
+	}
+	keys := make([]string, 0, n)
+	args := make([]any, 0, 3+5*n)
+	args = append(args, now.UnixMilli(), c.Op.Cost, int(mode))
+	var dirArgs []any
+	var dirKeys []string
+	pos := 0
+	c.Each(func(i int) {
+		cell := &c.Op.Cells[i]
+		pos++
+		if s.dir != nil && cell.Algorithm == rules.FixedWindow {
+			l := s.dir.Locate(cell.Identity, cell.Window, cell.Tag)
+			dirKeys = append(dirKeys, l.HeaderKey())
+			dirArgs = append(dirArgs, pos, l.Field, c.Op.NotColdAt(i))
+		}
+	})
+	c.Each(func(i int) {
+		cell := &c.Op.Cells[i]
+		keys = append(keys, s.Key(cell))
+		args = append(args, algorithmCodes[cell.Algorithm], cell.Limit, cell.Window.Milliseconds(), s.ttlJitter(), boolInt(cell.Shadow))
+	})
+	if len(dirKeys) > 0 {
+		args[2] = int(mode) + 16
+		keys = append(keys, dirKeys...)
+		args = append(args, dirArgs...)
+		args = append(args, len(dirKeys))
+	}
+	return keys, args
+}
+
+// Run sends calls (Plan's) and decodes their replies.
+func (s *Store) Run(ctx context.Context, now time.Time, calls []Call) error {
+	if err := s.RunEach(ctx, now, calls); err != nil {
+		return err
+	}
+	for i := range calls {
+		if calls[i].Err != nil {
+			return calls[i].Err
+		}
+	}
+	return nil
+}
+
+// RunEach sends calls in one round trip and decodes each reply, leaving a
+// call's failure in its err: on a Redis Cluster the calls go to several
+// masters, and one master down must fail only the calls whose keys it
+// holds. It returns an error only when no call could be sent.
+func (s *Store) RunEach(ctx context.Context, now time.Time, calls []Call) error {
+	for i := range calls {
+		for _, c := range calls[i].Op.Cells {
+			if !SupportsAlgorithm(c.Algorithm) {
+				return fmt.Errorf("hot check: algorithm %q not supported", c.Algorithm)
+			}
+		}
+	}
+	if s.wait.replicas > 0 {
+		if err := s.runWaited(ctx, now, calls); err != nil {
+			return err
+		}
+	} else if len(calls) == 1 {
+		sc, keys, args := s.request(&calls[0], now)
+		calls[0].cmd = sc.Run(ctx, s.rdb, keys, args...)
+	} else if err := s.runPipelined(ctx, now, calls, true); err != nil {
+		return err
+	}
+	for i := range calls {
+		c := &calls[i]
+		if c.fixed {
+			c.Err = s.decodeFixed(c, now)
+		} else {
+			c.Err = s.decode(c)
+		}
+	}
+	return nil
+}
+
+// request chooses the script of a check's call and builds its keys and
+// arguments: hot_fixed.lua when every cell is a fixed window and the call
+// counts (not a refund), else hot_check.lua.
+func (s *Store) request(c *Call, now time.Time) (*redis.Script, []string, []any) {
+	c.fixed = s.fixedOnly(c)
+	if c.fixed {
+		keys, args := s.fixedArgs(c, now)
+		return s.fixed, keys, args
+	}
+	keys, args := s.args(c, now, c.Op.Mode)
+	return s.script, keys, args
+}
+
+// fixedOnly reports whether hot_fixed.lua can decide c.
+func (s *Store) fixedOnly(c *Call) bool {
+	if c.Op.Mode > tiers.Report {
+		return false
+	}
+	ok := true
+	c.Each(func(i int) { ok = ok && c.Op.Cells[i].Algorithm == rules.FixedWindow })
+	return ok && len(c.Op.Cells) > 0
+}
+
+// fixedArgs builds hot_fixed.lua's keys and arguments (see its header).
+func (s *Store) fixedArgs(c *Call, now time.Time) ([]string, []any) {
+	n := len(c.Op.Cells)
+	if c.cells != nil {
+		n = len(c.cells)
+	}
+	dir := 0
+	nkeys := n
+	if s.dir != nil {
+		dir = 1
+		nkeys = 2 * n
+	}
+	keys := make([]string, nkeys)
+	args := make([]any, 0, 3+5*n)
+	args = append(args, c.Op.Cost, int(c.Op.Mode), dir)
+	ms := now.UnixMilli()
+	j := 0
+	c.Each(func(i int) {
+		cell := &c.Op.Cells[i]
+		keys[j] = s.Key(cell)
+		ttl := untilWindowEnd(ms, cell.Window.Milliseconds()) + s.ttlJitter()
+		field, notCold := "", ""
+		if s.dir != nil {
+			l := s.dir.Locate(cell.Identity, cell.Window, cell.Tag)
+			keys[n+j] = l.HeaderKey()
+			field, notCold = l.Field, c.Op.NotColdAt(i)
+		}
+		j++
+		args = append(args, cell.Limit, ttl, boolInt(cell.Shadow), field, notCold)
+	})
+	return keys, args
+}
+
+// ttlJitter is a random extra TTL in milliseconds for a new key: between
+// min(Jitter, skewGrace) and Jitter. The floor is for clocks that disagree:
+// a key's TTL is reckoned on the clock of the instance that made it, and
+// an instance whose clock is behind still decides in that window for as
+// long as the skew; without the floor a key could expire under it and its
+// window start again from 0 (make test-partitions, TestClockSkew_…).
+func (s *Store) ttlJitter() int64 {
+	if s.jitter <= 0 {
+		return 0
+	}
+	j, floor := s.jitter.Milliseconds(), min(s.jitter, skewGrace).Milliseconds()
+	return floor + rand.Int64N(j-floor+1)
+}
+
+// skewGrace is how far behind another instance's clock may be and still
+// find the keys that instance made (with QUOTA_TTL_JITTER at least that).
+const skewGrace = 5 * time.Second
+
+// boolInt is 1 for true, 0 for false (the scripts' flags).
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// untilWindowEnd is the time in ms from ms to the end of its fixed window
+// of w ms: hot_check.lua's reset = window - now % window, with Lua's
+// floored % (now may be before the epoch in tests).
+func untilWindowEnd(ms, w int64) int64 {
+	m := ms % w
+	if m < 0 {
+		m += w
+	}
+	return w - m
+}
+
+// decodeFixed turns hot_fixed.lua's reply into outcomes with the integer
+// semantics of hot_check.lua's fixed_window: a cell allows when its count
+// plus the cost fits its limit; remaining is after the call when it was (or,
+// in a dry run, would have been) counted, else now; reset is the end of the
+// window; retry is the reset of a cell that denies. A cell the directory
+// places elsewhere gets its route, as decode gives it. The reply is walked
+// twice: whether every cell allows decides what each one reports.
+func (s *Store) decodeFixed(c *Call, now time.Time) error {
+	vals, err := c.cmd.Slice()
+	if err != nil {
+		return fmt.Errorf("hot check: %w", tiers.WrapUnavailable(err))
+	}
+	op := c.Op
+	all := true
+	j, err := walkFixedReply(c, vals, func(i int, used int64, rt *tiers.Route) {
+		if rt != nil {
+			if op.Route == nil {
+				op.Route = make([]tiers.Route, len(op.Cells))
+			}
+			op.Route[i] = *rt
+			return
+		}
+		if cell := &op.Cells[i]; used+op.Cost > cell.Limit && !cell.Shadow {
+			all = false
+		}
+	})
+	if err != nil {
+		return err
+	}
+	commit, ok := replyInt(vals, j)
+	if !ok || j != len(vals)-1 {
+		return fmt.Errorf("hot check: reply of %d values, want the decision at %d", len(vals), j)
+	}
+	c.counted = commit == 1
+	post := commit == 1 || (op.Mode == tiers.DryRun && all)
+	ms := now.UnixMilli()
+	_, _ = walkFixedReply(c, vals, func(i int, used int64, rt *tiers.Route) {
+		if rt != nil {
+			op.Out[i] = tiers.Outcome{}
+			return
+		}
+		cell := &op.Cells[i]
+		allowed := used+op.Cost <= cell.Limit
+		if post {
+			used += op.Cost
+		}
+		reset := untilWindowEnd(ms, cell.Window.Milliseconds())
+		op.Out[i] = outcome(allowed, cell.Limit-used, reset, reset)
+	})
+	return nil
+}
+
+// walkFixedReply calls fn for each of c's cells, in order, with its value
+// in hot_fixed.lua's reply: the count (rt nil) or, for a cell the
+// directory places elsewhere, its route. It returns the index of the
+// reply's last value (the decision).
+func walkFixedReply(c *Call, vals []any, fn func(i int, used int64, rt *tiers.Route)) (int, error) {
+	j := 0
+	var bad error
+	c.Each(func(i int) {
+		if bad != nil {
+			return
+		}
+		v, ok := replyInt(vals, j)
+		if !ok {
+			bad = fmt.Errorf("hot check: reply %v has no count at %d", vals, j)
+			return
+		}
+		j++
+		if v >= 0 {
+			fn(i, v, nil)
+			return
+		}
+		rt := tiers.Route{Where: int8(-v)}
+		if v == -1 || v == -4 {
+			// The warm record, or the cold filter's version.
+			if rt.Raw, ok = replyString(vals, j); !ok {
+				bad = fmt.Errorf("hot check: reply %v has no string after %d at %d", vals, v, j)
+				return
+			}
+			j++
+		}
+		fn(i, 0, &rt)
+	})
+	return j, bad
+}
+
+// replyString is the string at vals[i], if there is one.
+func replyString(vals []any, i int) (string, bool) {
+	if i >= len(vals) {
+		return "", false
+	}
+	v, ok := vals[i].(string)
+	return v, ok
+}
+
+// replyInt is the integer at vals[i], if there is one.
+func replyInt(vals []any, i int) (int64, bool) {
+	if i >= len(vals) {
+		return 0, false
+	}
+	v, ok := vals[i].(int64)
+	return v, ok
+}
+
+// runPipelined sends every call by EVALSHA in one pipeline; if Redis lost
+// the script (restart, SCRIPT FLUSH) it loads it and tries once more.
+func (s *Store) runPipelined(ctx context.Context, now time.Time, calls []Call, retry bool) error {
+	pipe := s.rdb.Pipeline()
+	for i := range calls {
+		sc, keys, args := s.request(&calls[i], now)
+		calls[i].cmd = sc.EvalSha(ctx, pipe, keys, args...)
+	}
+	if _, err := pipe.Exec(ctx); err == nil || !retry {
+		return nil // per-command errors are read in decode
+	}
+	// Only the calls refused for want of a script are sent again: the
+	// others ran (on a cluster a restarted or newly promoted master lacks
+	// the scripts the other masters have) and must not count twice.
+	var again []Call
+	var at []int
+	for i := range calls {
+		if redisscript.IsNoScript(calls[i].cmd.Err()) {
+			again, at = append(again, calls[i]), append(at, i)
+		}
+	}
+	if len(again) == 0 {
+		return nil
+	}
+	if err := s.Load(ctx); err != nil {
+		return err
+	}
+	if err := s.runPipelined(ctx, now, again, false); err != nil {
+		return err
+	}
+	for j, i := range at {
+		calls[i].cmd = again[j].cmd
+	}
+	return nil
+}
+
+// replyInts converts a script reply to integers; a string in it (a warm
+// record of a directory answer) is returned in raws at its index.
+func replyInts(cmd *redis.Cmd) ([]int64, map[int]string, error) {
+	vals, err := cmd.Slice()
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]int64, len(vals))
+	var raws map[int]string
+	for i, v := range vals {
+		switch x := v.(type) {
+		case int64:
+			out[i] = x
+		case string:
+			if raws == nil {
+				raws = map[int]string{}
+			}
+			raws[i] = x
+		default:
+			return nil, nil, fmt.Errorf("unexpected reply value %T", v)
+		}
+	}
+	return out, raws, nil
+}
+
+// committed reports whether the script call counted its (hot) cells (set
+// when the reply was decoded).
+func (c *Call) Committed() bool { return c.counted }
+
+func (s *Store) decode(c *Call) error {
+	res, raws, err := replyInts(c.cmd)
+	if err != nil {
+		return fmt.Errorf("hot check: %w", tiers.WrapUnavailable(err))
+	}
+	c.counted = len(res) > 0 && res[len(res)-1] == 1
+	j := 0
+	var bad error
+	c.Each(func(i int) {
+		if bad != nil {
+			return
+		}
+		if len(res) < 4*j+4 {
+			bad = fmt.Errorf("hot check: short reply (%d values)", len(res))
+			return
+		}
+		r := res[4*j : 4*j+4]
+		if r[0] < 0 {
+			// Directory answer: the cell lives elsewhere.
+			if c.Op.Route == nil {
+				c.Op.Route = make([]tiers.Route, len(c.Op.Cells))
+			}
+			c.Op.Route[i] = tiers.Route{Where: int8(-r[0]), Raw: raws[4*j+1]}
+			c.Op.Out[i] = tiers.Outcome{}
+			j++
+			return
+		}
+		c.Op.Out[i] = tiers.Outcome{
+			Allowed:    r[0] == 1,
+			Remaining:  r[1],
+			ResetAfter: time.Duration(r[2]) * time.Millisecond,
+			RetryAfter: time.Duration(r[3]) * time.Millisecond,
+			Tier:       tiers.Hot,
+		}
+		j++
+	})
+	return bad
+}
+
+// partsToRefund returns the parts of a split op that counted although the op
+// as a whole was denied.
+func (s *Store) partsToRefund(op *tiers.Op, calls []Call) []Call {
+	var out []Call
+	for i := range calls {
+		c := &calls[i]
+		if c.Op != op || c.cells == nil {
+			continue
+		}
+		if c.Committed() {
+			out = append(out, Call{Op: op, cells: c.cells})
+		}
+	}
+	return out
+}
+
+// refund gives back what the parts in calls counted. The script answers each
+// refunded cell's state after the refund, which becomes the cell's
+// remaining, reset and retry: the op counted nothing, so they describe the
+// state now, as for any denied check. Each cell keeps its decision.
+func (s *Store) refund(ctx context.Context, now time.Time, calls []Call) error {
+	defer s.NotifyRefund()
+	each := make([]redisscript.Call, len(calls))
+	for i := range calls {
+		each[i].Keys, each[i].Args = s.args(&calls[i], now, tiers.Refund)
+	}
+	cmds, err := redisscript.RunEach(ctx, s.rdb, s.script, each)
+	if err != nil {
+		return fmt.Errorf("hot refund: %w", tiers.WrapUnavailable(err))
+	}
+	for i := range calls {
+		calls[i].cmd = cmds[i]
+		if err := cmds[i].Err(); err != nil {
+			return fmt.Errorf("hot refund: %w", tiers.WrapUnavailable(err))
+		}
+	}
+	for i := range calls {
+		c := &calls[i]
+		allowed := make([]bool, 0, len(c.cells))
+		c.Each(func(j int) { allowed = append(allowed, c.Op.Out[j].Allowed) })
+		if err := s.decode(c); err != nil {
+			return fmt.Errorf("hot refund: %w", err)
+		}
+		k := 0
+		c.Each(func(j int) {
+			o := &c.Op.Out[j]
+			o.Allowed = allowed[k]
+			if o.Allowed {
+				o.RetryAfter = 0
+			}
+			k++
+		})
+	}
+	return nil
+}
+
+// Ping reports whether Redis answers. A pooled connection that Redis
+// closed after its last reply (an idle timeout; an unauthenticated
+// client's oversized request, such as loading a script) fails the first
+// ping with EOF when the close is still on its way: one more ping, on a
+// new connection, says whether Redis itself answers, and with what error.
+func (s *Store) Ping(ctx context.Context) error {
+	err := s.rdb.Ping(ctx).Err()
+	if connectionLost(err) {
+		err = s.rdb.Ping(ctx).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("redis ping: %w", err)
+	}
+	return nil
+}
+
+// connectionLost reports whether err is the connection ending under a
+// command (not an error Redis answered, nor a timeout).
+func connectionLost(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// outcome is a cell's answer from its script reply values (ms); retry is
+// 0 when the cell allows.
+func outcome(allowed bool, rem, reset, retry int64) tiers.Outcome {
+	if allowed {
+		retry = 0
+	}
+	return tiers.Outcome{
+		Allowed:    allowed,
+		Remaining:  max(rem, 0),
+		ResetAfter: time.Duration(reset) * time.Millisecond,
+		RetryAfter: time.Duration(retry) * time.Millisecond,
+		Tier:       tiers.Hot,
+	}
+}
