@@ -11,11 +11,11 @@ import (
 
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/internal/testsupport/tiermodel"
+	"github.com/quota-platform/quota/internal/testsupport/tierstest"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
-	"github.com/quota-platform/quota/tiers/tierstest"
 	"github.com/quota-platform/quota/tiers/warm"
 )
 

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/internal/testsupport/tierstest"
 	"github.com/quota-platform/quota/tiers"
-	"github.com/quota-platform/quota/tiers/tierstest"
 )
 
 // The cells of the tiers' tests (package tierstest), and the conformance

@@ -1,6 +1,6 @@
 package hot
 
-import "github.com/quota-platform/quota/tiers/tierstest"
+import "github.com/quota-platform/quota/internal/testsupport/tierstest"
 
 // The cells of the tiers' tests (package tierstest).
 type confCell = tierstest.Cell

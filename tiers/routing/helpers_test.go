@@ -12,9 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/tierstest"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
-	"github.com/quota-platform/quota/tiers/tierstest"
 )
 
 // The cells of the tiers' tests (package tierstest); below them, copies

@@ -3,7 +3,7 @@ package warm
 import (
 	"time"
 
-	"github.com/quota-platform/quota/tiers/tierstest"
+	"github.com/quota-platform/quota/internal/testsupport/tierstest"
 )
 
 // The cells of the tiers' tests (package tierstest).
