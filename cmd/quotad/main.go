@@ -138,7 +138,7 @@ func serve() error {
 	}
 	den := newDenialCache(s, rdb, log)
 	hot := hot.NewStore(rdb, hot.Options{Prefix: s.RedisKeyPrefix, Jitter: s.TTLJitter, Refunded: den.invalidate,
-		WaitReplicas: s.RedisWaitReplicas, WaitTimeout: s.RedisWaitTimeout})
+		WaitReplicas: s.RedisWaitReplicas, WaitTimeout: s.RedisWaitTimeout, CallTimeout: s.RedisTimeout})
 	reg := prometheus.NewRegistry()
 	routed, tiersAdmin, stopTiering, err := startTiering(ctx, s, hot, dbs, reg, den.invalidate, log)
 	if err != nil {

@@ -94,6 +94,8 @@ type Store struct {
 	wait waitOptions
 	// refunded is Options.Refunded.
 	refunded func()
+	// callTimeout bounds a whole call on a Redis Cluster (Options.CallTimeout).
+	callTimeout time.Duration
 }
 
 // Options configures a Store.
@@ -115,6 +117,16 @@ type Options struct {
 	// were too high for a moment, and a denial cached meanwhile must go
 	// (limiter.Denials, denysync).
 	Refunded func()
+	// CallTimeout, on a Redis Cluster client, bounds each check's round
+	// trip as a whole (QUOTA_REDIS_TIMEOUT). go-redis' cluster client sends
+	// a pipeline that timed out again, up to MaxRedirects times, each after
+	// a new dial: behind a silent partition a check waited seconds, and a
+	// script whose answer was lost could run twice. With the bound, the
+	// deadline has passed when the first attempt times out, so go-redis
+	// gives up instead of trying again; redirects (MOVED, ASK) that answer
+	// within it are still followed. Ignored on a single Redis, whose
+	// client does not retry (MaxRetries -1).
+	CallTimeout time.Duration
 }
 
 // NewStore returns a hot store over rdb.
@@ -129,7 +141,15 @@ func NewStore(rdb redis.UniversalClient, o Options) *Store {
 		splitBySlot: o.SplitBySlot || cluster,
 		wait:        waitOptions{replicas: int64(o.WaitReplicas), timeout: o.WaitTimeout},
 		refunded:    o.Refunded,
+		callTimeout: clusterOnly(cluster, o.CallTimeout),
 	}
+}
+
+func clusterOnly(cluster bool, d time.Duration) time.Duration {
+	if cluster {
+		return d
+	}
+	return 0
 }
 
 // WithDirectory returns a copy of s (its options kept) whose fixed-window
@@ -400,6 +420,11 @@ func (s *Store) Run(ctx context.Context, now time.Time, calls []Call) error {
 // masters, and one master down must fail only the calls whose keys it
 // holds. It returns an error only when no call could be sent.
 func (s *Store) RunEach(ctx context.Context, now time.Time, calls []Call) error {
+	if s.callTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.callTimeout)
+		defer cancel()
+	}
 	for i := range calls {
 		for _, c := range calls[i].Op.Cells {
 			if !SupportsAlgorithm(c.Algorithm) {
