@@ -11,65 +11,36 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/analytics"
 	"github.com/quota-platform/quota/analytics/usage"
-	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/internal/testsupport/analyticsenv"
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
-// t0 is a Monday, 10:00:30 UTC.
-var t0 = time.Date(2026, 11, 23, 10, 0, 30, 0, time.UTC)
+var t0 = analyticsenv.T0
 
-type env struct {
-	t      *testing.T
-	dbs    []*sql.DB
-	rdb    *redis.Client
-	prefix string
-	clk    *clock.Fake
-	reg    *prometheus.Registry
-	rec    *analytics.Analytics
-}
+// env is the shared analytics test environment, with this package's helpers.
+type env struct{ *analyticsenv.Env }
 
 func newEnv(t *testing.T, shards int, mod func(*analytics.Options)) *env {
 	t.Helper()
-	dbs := testenv.MySQLShards(t, shards)
-	rdb, prefix := testenv.Redis(t)
-	e := &env{t: t, dbs: dbs, rdb: rdb, prefix: prefix, clk: clock.NewFake(t0)}
-	e.rec = e.open(mod)
-	return e
-}
-
-// open makes a new Recorder on the same databases, Redis prefix and clock
-// (as a restarted quotad would).
-func (e *env) open(mod func(*analytics.Options)) *analytics.Analytics {
-	e.t.Helper()
-	e.reg = prometheus.NewRegistry()
-	o := analytics.Options{DBs: e.dbs, Redis: e.rdb, KeyPrefix: e.prefix, Clock: e.clk, Registerer: e.reg}
-	if mod != nil {
-		mod(&o)
-	}
-	rec, err := analytics.New(o)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return rec
+	return &env{analyticsenv.New(t, shards, mod)}
 }
 
 func (e *env) flush() {
-	e.t.Helper()
-	if err := e.rec.Flusher.Flush(context.Background()); err != nil {
-		e.t.Fatalf("flush: %v", err)
+	e.T.Helper()
+	if err := e.Rec.Flusher.Flush(context.Background()); err != nil {
+		e.T.Fatalf("flush: %v", err)
 	}
 }
 
 func (e *env) metric(name string, labels ...string) float64 {
-	e.t.Helper()
-	mfs, err := e.reg.Gather()
+	e.T.Helper()
+	mfs, err := e.Reg.Gather()
 	if err != nil {
-		e.t.Fatal(err)
+		e.T.Fatal(err)
 	}
 	total := 0.0
 	for _, mf := range mfs {
@@ -129,7 +100,7 @@ func recordMix(e *env) expect {
 					n := 1 + (m+ai+ii+u)%3
 					for k := 0; k < n; k++ {
 						allowed := (k+u)%4 != 0
-						e.rec.Recorder.Record(a, it, user, allowed)
+						e.Rec.Recorder.Record(a, it, user, allowed)
 						add := analytics.Counts{Calls: 1}
 						if allowed {
 							add.Allowed = 1
@@ -157,7 +128,7 @@ func recordMix(e *env) expect {
 				}
 			}
 		}
-		e.clk.Advance(time.Minute)
+		e.Clk.Advance(time.Minute)
 	}
 	return x
 }
@@ -166,7 +137,7 @@ func checkMix(t *testing.T, e *env, x expect, when string) {
 	t.Helper()
 	ctx := context.Background()
 	for a, want := range x.app {
-		got, err := e.rec.Stats.AppDay(ctx, a, day(t0))
+		got, err := e.Rec.Stats.AppDay(ctx, a, day(t0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,7 +154,7 @@ func checkMix(t *testing.T, e *env, x expect, when string) {
 		}
 	}
 	for k, want := range x.iface {
-		got, err := e.rec.Stats.InterfaceDay(ctx, k[0], k[1], day(t0))
+		got, err := e.Rec.Stats.InterfaceDay(ctx, k[0], k[1], day(t0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,7 +164,7 @@ func checkMix(t *testing.T, e *env, x expect, when string) {
 		}
 	}
 	for k, want := range x.user {
-		got, err := e.rec.Stats.UserDay(ctx, k[0], k[1], day(t0))
+		got, err := e.Rec.Stats.UserDay(ctx, k[0], k[1], day(t0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +183,7 @@ func checkMix(t *testing.T, e *env, x expect, when string) {
 	}
 	// The curve: five 1-minute points summing to the app's totals.
 	for a, want := range x.app {
-		pts, err := e.rec.Stats.Series(ctx, analytics.SeriesQuery{App: a, From: t0, To: t0.Add(5 * time.Minute), Res: analytics.Res1m})
+		pts, err := e.Rec.Stats.Series(ctx, analytics.SeriesQuery{App: a, From: t0, To: t0.Add(5 * time.Minute), Res: analytics.Res1m})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,18 +222,18 @@ func TestUniqueUsersWithin2Percent(t *testing.T) {
 	e := newEnv(t, 1, nil)
 	const n = 100_000
 	for u := 0; u < n; u++ {
-		e.rec.Recorder.Record("big", fmt.Sprintf("if%d", u%2), fmt.Sprintf("user-%d", u), true)
+		e.Rec.Recorder.Record("big", fmt.Sprintf("if%d", u%2), fmt.Sprintf("user-%d", u), true)
 	}
 	e.flush()
 	ctx := context.Background()
-	got, err := e.rec.Stats.AppDay(ctx, "big", day(t0))
+	got, err := e.Rec.Stats.AppDay(ctx, "big", day(t0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := math.Abs(float64(got.UniqueUsers-n)) / n; d > 0.02 {
 		t.Fatalf("unique users %d, want %d within 2%% (off by %.2f%%)", got.UniqueUsers, n, 100*d)
 	}
-	ic, err := e.rec.Stats.InterfaceDay(ctx, "big", "if0", day(t0))
+	ic, err := e.Rec.Stats.InterfaceDay(ctx, "big", "if0", day(t0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,27 +251,27 @@ func TestUniquesSurviveRedisLossAndMergeOverDays(t *testing.T) {
 	ctx := context.Background()
 	// Day 1: users 0..999; day 2: users 500..1499.
 	for u := 0; u < 1000; u++ {
-		e.rec.Recorder.Record("app", "i", fmt.Sprintf("u%d", u), true)
+		e.Rec.Recorder.Record("app", "i", fmt.Sprintf("u%d", u), true)
 	}
 	e.flush()
-	e.clk.Advance(24 * time.Hour)
+	e.Clk.Advance(24 * time.Hour)
 	for u := 500; u < 1500; u++ {
-		e.rec.Recorder.Record("app", "i", fmt.Sprintf("u%d", u), true)
+		e.Rec.Recorder.Record("app", "i", fmt.Sprintf("u%d", u), true)
 	}
-	if err := e.rec.Flusher.Close(ctx); err != nil { // saves every touched key
+	if err := e.Rec.Flusher.Close(ctx); err != nil { // saves every touched key
 		t.Fatal(err)
 	}
-	testenv.DeletePrefix(ctx, e.rdb, e.prefix) // Redis loses everything
-	e.rec = e.open(nil)
+	testenv.DeletePrefix(ctx, e.RDB, e.Prefix) // Redis loses everything
+	e.Rec = e.Open(nil)
 	for d, want := range map[analytics.Day]int64{day(t0): 1000, day(t0) + 1: 1000} {
-		got, err := e.rec.Stats.AppDay(ctx, "app", d)
+		got, err := e.Rec.Stats.AppDay(ctx, "app", d)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if math.Abs(float64(got.UniqueUsers-want))/float64(want) > 0.02 {
 			t.Errorf("day %s: %d unique users after Redis lost the key, want ~%d", d, got.UniqueUsers, want)
 		}
-		ic, err := e.rec.Stats.InterfaceDay(ctx, "app", "i", d)
+		ic, err := e.Rec.Stats.InterfaceDay(ctx, "app", "i", d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +279,7 @@ func TestUniquesSurviveRedisLossAndMergeOverDays(t *testing.T) {
 			t.Errorf("day %s: interface: %d unique users, want ~%d", d, ic.UniqueUsers, want)
 		}
 	}
-	week, err := e.rec.Stats.Uniques(ctx, "app", day(t0), day(t0)+6)
+	week, err := e.Rec.Stats.Uniques(ctx, "app", day(t0), day(t0)+6)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,9 +287,9 @@ func TestUniquesSurviveRedisLossAndMergeOverDays(t *testing.T) {
 		t.Errorf("distinct users over the week = %d, want ~1500", week)
 	}
 	// A new user today lands in Redis again, on top of the restored registers.
-	e.rec.Recorder.Record("app", "i", "brand-new", true)
+	e.Rec.Recorder.Record("app", "i", "brand-new", true)
 	e.flush()
-	got, _ := e.rec.Stats.AppDay(ctx, "app", day(t0)+1)
+	got, _ := e.Rec.Stats.AppDay(ctx, "app", day(t0)+1)
 	if got.UniqueUsers < 990 {
 		t.Errorf("after a new call the restored day shows %d users", got.UniqueUsers)
 	}
@@ -337,7 +308,7 @@ func TestFinalPersistBatchesHyperLogLogs(t *testing.T) {
 	for a := 0; a < apps; a++ {
 		for f := 0; f < ifaces; f++ {
 			for u := 0; u < users(a, f); u++ {
-				e.rec.Recorder.Record(fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), fmt.Sprintf("u%d", u), true)
+				e.Rec.Recorder.Record(fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), fmt.Sprintf("u%d", u), true)
 			}
 		}
 	}
@@ -345,10 +316,10 @@ func TestFinalPersistBatchesHyperLogLogs(t *testing.T) {
 	// One more user on every interface after the app-level persist.
 	for a := 0; a < apps; a++ {
 		for f := 0; f < ifaces; f++ {
-			e.rec.Recorder.Record(fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), "late", true)
+			e.Rec.Recorder.Record(fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), "late", true)
 		}
 	}
-	if err := e.rec.Flusher.Close(ctx); err != nil {
+	if err := e.Rec.Flusher.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	statements := e.metric("quota_analytics_statements_total", "table", "usage_uniques")
@@ -359,11 +330,11 @@ func TestFinalPersistBatchesHyperLogLogs(t *testing.T) {
 	if statements > 2+(apps*ifaces+apps)/200+2 {
 		t.Fatalf("%v statements for %d keys", statements, apps*ifaces+2*apps)
 	}
-	testenv.DeletePrefix(ctx, e.rdb, e.prefix) // Redis loses everything
-	e.rec = e.open(nil)
+	testenv.DeletePrefix(ctx, e.RDB, e.Prefix) // Redis loses everything
+	e.Rec = e.Open(nil)
 	for _, c := range [][2]int{{0, 0}, {3, 17}, {9, 99}} {
 		a, f := c[0], c[1]
-		got, err := e.rec.Stats.InterfaceDay(ctx, fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), day(t0))
+		got, err := e.Rec.Stats.InterfaceDay(ctx, fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), day(t0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -371,7 +342,7 @@ func TestFinalPersistBatchesHyperLogLogs(t *testing.T) {
 			t.Errorf("app%d if%d: %d unique users after Redis lost the key, want %d", a, f, got.UniqueUsers, want)
 		}
 	}
-	got, err := e.rec.Stats.AppDay(ctx, "app3", day(t0))
+	got, err := e.Rec.Stats.AppDay(ctx, "app3", day(t0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,14 +365,14 @@ func TestWritesBoundedByPairsNotCalls(t *testing.T) {
 		if a == 3 && i%7 == 0 {
 			app3Denied++
 		}
-		e.rec.Recorder.Record(fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), fmt.Sprintf("u%d", (i/100)%users), i%7 != 0)
+		e.Rec.Recorder.Record(fmt.Sprintf("app%d", a), fmt.Sprintf("if%d", f), fmt.Sprintf("u%d", (i/100)%users), i%7 != 0)
 		if (i+1)%(calls/flushes) == 0 {
-			e.clk.Advance(15 * time.Second)
+			e.Clk.Advance(15 * time.Second)
 			e.flush()
 		}
 	}
 	pairs := apps * ifaces
-	shards := len(e.dbs)
+	shards := len(e.DBs)
 	// Per flush and shard: ceil(rows / rowsPer) statements, rows ≤ pairs
 	// (series: one minute at most twice per flush here; daily: pairs).
 	ceil := func(a, b int) int { return (a + b - 1) / b }
@@ -422,7 +393,7 @@ func TestWritesBoundedByPairsNotCalls(t *testing.T) {
 	if total := gotSeries + gotDaily + gotUsers; total > calls/100 {
 		t.Fatalf("%v statements for %d calls", total, calls)
 	}
-	got, err := e.rec.Stats.AppDay(context.Background(), "app3", day(t0))
+	got, err := e.Rec.Stats.AppDay(context.Background(), "app3", day(t0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,32 +409,32 @@ func TestFailedFlushRetriesWithoutDoubleCount(t *testing.T) {
 	e := newEnv(t, 1, nil)
 	ctx := context.Background()
 	for i := 0; i < 1000; i++ {
-		e.rec.Recorder.Record("app", fmt.Sprintf("if%d", i%7), fmt.Sprintf("u%d", i%13), i%3 != 0)
+		e.Rec.Recorder.Record("app", fmt.Sprintf("if%d", i%7), fmt.Sprintf("u%d", i%13), i%3 != 0)
 	}
-	if _, err := e.dbs[0].Exec("RENAME TABLE usage_user_chunks TO usage_user_chunks_gone"); err != nil {
+	if _, err := e.DBs[0].Exec("RENAME TABLE usage_user_chunks TO usage_user_chunks_gone"); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.rec.Flusher.Flush(ctx); err == nil {
+	if err := e.Rec.Flusher.Flush(ctx); err == nil {
 		t.Fatal("flush succeeded without usage_user_chunks")
 	}
 	var n int
-	_ = e.dbs[0].QueryRow("SELECT COUNT(*) FROM usage_series").Scan(&n)
+	_ = e.DBs[0].QueryRow("SELECT COUNT(*) FROM usage_series").Scan(&n)
 	if n != 0 {
 		t.Fatalf("a failed flush left %d series rows committed", n)
 	}
-	got, err := e.rec.Stats.AppDay(ctx, "app", day(t0))
+	got, err := e.Rec.Stats.AppDay(ctx, "app", day(t0))
 	if err != nil || got.Calls != 1000 {
 		t.Fatalf("while MySQL fails: %+v %v, want 1000 calls (from memory)", got.Counts, err)
 	}
 	for i := 0; i < 500; i++ {
-		e.rec.Recorder.Record("app", "if0", "u0", true)
+		e.Rec.Recorder.Record("app", "if0", "u0", true)
 	}
-	if _, err := e.dbs[0].Exec("RENAME TABLE usage_user_chunks_gone TO usage_user_chunks"); err != nil {
+	if _, err := e.DBs[0].Exec("RENAME TABLE usage_user_chunks_gone TO usage_user_chunks"); err != nil {
 		t.Fatal(err)
 	}
 	e.flush()
 	e.flush()
-	got, err = e.rec.Stats.AppDay(ctx, "app", day(t0))
+	got, err = e.Rec.Stats.AppDay(ctx, "app", day(t0))
 	if err != nil || got.Calls != 1500 || got.Denied != 334 {
 		t.Fatalf("after the retry: %+v %v, want 1500 calls, 334 denied", got.Counts, err)
 	}
@@ -477,13 +448,13 @@ func TestFailedFlushRetriesWithoutDoubleCount(t *testing.T) {
 func TestPendingRowsBounded(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1, func(o *analytics.Options) { o.MaxPendingRows = 300; o.LiveShards = 1 })
-	if _, err := e.dbs[0].Exec("RENAME TABLE usage_series TO usage_series_gone"); err != nil {
+	if _, err := e.DBs[0].Exec("RENAME TABLE usage_series TO usage_series_gone"); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 1000; i++ {
-		e.rec.Recorder.Record("app", "if", fmt.Sprintf("u%d", i), true)
+		e.Rec.Recorder.Record("app", "if", fmt.Sprintf("u%d", i), true)
 	}
-	_ = e.rec.Flusher.Flush(context.Background())
+	_ = e.Rec.Flusher.Flush(context.Background())
 	if pend := e.metric("quota_analytics_pending_rows"); pend > 300 {
 		t.Fatalf("pending rows %v > 300", pend)
 	}
@@ -491,11 +462,11 @@ func TestPendingRowsBounded(t *testing.T) {
 	if dropped < 600 {
 		t.Fatalf("dropped %v calls, want ≥ 600", dropped)
 	}
-	if _, err := e.dbs[0].Exec("RENAME TABLE usage_series_gone TO usage_series"); err != nil {
+	if _, err := e.DBs[0].Exec("RENAME TABLE usage_series_gone TO usage_series"); err != nil {
 		t.Fatal(err)
 	}
 	e.flush()
-	got, _ := e.rec.Stats.AppDay(context.Background(), "app", day(t0))
+	got, _ := e.Rec.Stats.AppDay(context.Background(), "app", day(t0))
 	if got.Calls+int64(dropped) != 1000 {
 		t.Fatalf("kept %d + dropped %v calls, want 1000", got.Calls, dropped)
 	}
@@ -515,7 +486,7 @@ func TestFlushWritesShardsIndependently(t *testing.T) {
 		}
 	}
 	ctx := context.Background()
-	lock, err := e.dbs[0].Conn(ctx)
+	lock, err := e.DBs[0].Conn(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,17 +495,17 @@ func TestFlushWritesShardsIndependently(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 50; i++ {
-		e.rec.Recorder.Record(apps[0], "if", fmt.Sprintf("u%d", i), true)
-		e.rec.Recorder.Record(apps[1], "if", fmt.Sprintf("u%d", i), true)
+		e.Rec.Recorder.Record(apps[0], "if", fmt.Sprintf("u%d", i), true)
+		e.Rec.Recorder.Record(apps[1], "if", fmt.Sprintf("u%d", i), true)
 	}
 	fctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	if err := e.rec.Flusher.Flush(fctx); err == nil {
+	if err := e.Rec.Flusher.Flush(fctx); err == nil {
 		t.Fatal("the flush succeeded with shard 0 locked")
 	}
 	calls := func(shard int, app string) int64 {
 		var n sql.NullInt64
-		if err := e.dbs[shard].QueryRowContext(ctx, "SELECT SUM(calls) FROM usage_daily WHERE app_id = ?", app).Scan(&n); err != nil {
+		if err := e.DBs[shard].QueryRowContext(ctx, "SELECT SUM(calls) FROM usage_daily WHERE app_id = ?", app).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n.Int64
@@ -556,17 +527,17 @@ func TestCloseFlushesPending(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2, nil)
 	ctx := context.Background()
-	go e.rec.Flusher.Run(ctx)
+	go e.Rec.Flusher.Run(ctx)
 	for i := 0; i < 777; i++ {
-		e.rec.Recorder.Record(fmt.Sprintf("app%d", i%3), "if", fmt.Sprintf("u%d", i%50), i%7 != 0)
+		e.Rec.Recorder.Record(fmt.Sprintf("app%d", i%3), "if", fmt.Sprintf("u%d", i%50), i%7 != 0)
 	}
-	if err := e.rec.Flusher.Close(ctx); err != nil {
+	if err := e.Rec.Flusher.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.rec = e.open(nil)
+	e.Rec = e.Open(nil)
 	var total int64
 	for a := 0; a < 3; a++ {
-		got, err := e.rec.Stats.AppDay(ctx, fmt.Sprintf("app%d", a), day(t0))
+		got, err := e.Rec.Stats.AppDay(ctx, fmt.Sprintf("app%d", a), day(t0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -590,9 +561,9 @@ func TestClose_WritesTheHeldMinute(t *testing.T) {
 	})
 	ctx := context.Background()
 	for i := 0; i < 300; i++ {
-		e.rec.Recorder.Record("app", fmt.Sprintf("if%d", i%3), fmt.Sprintf("u%d", i%20), true)
+		e.Rec.Recorder.Record("app", fmt.Sprintf("if%d", i%3), fmt.Sprintf("u%d", i%20), true)
 	}
-	go e.rec.Flusher.Run(ctx)
+	go e.Rec.Flusher.Run(ctx)
 	for deadline := time.Now().Add(10 * time.Second); e.metric("quota_analytics_flush_seconds") < 3; {
 		if time.Now().After(deadline) {
 			t.Fatal("Run did not flush three times in 10 s")
@@ -601,7 +572,7 @@ func TestClose_WritesTheHeldMinute(t *testing.T) {
 	}
 	dailyCalls := func() (n int64) {
 		t.Helper()
-		if err := e.dbs[0].QueryRow("SELECT COALESCE(SUM(calls), 0) FROM usage_daily").Scan(&n); err != nil {
+		if err := e.DBs[0].QueryRow("SELECT COALESCE(SUM(calls), 0) FROM usage_daily").Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -612,7 +583,7 @@ func TestClose_WritesTheHeldMinute(t *testing.T) {
 	if n := e.metric("quota_analytics_rows_written_total", "table", "usage_user_chunks"); n == 0 {
 		t.Fatal("Run's flushes held the per-user figures too")
 	}
-	if err := e.rec.Flusher.Close(ctx); err != nil {
+	if err := e.Rec.Flusher.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := dailyCalls(); n != 300 {
@@ -651,10 +622,10 @@ func TestRetentionRollupKeepsTotals(t *testing.T) {
 	perIface := map[string]int64{}
 	// Every 7 hours 13 minutes for 120 days, a few calls on two interfaces.
 	for at := start; at.Before(start.Add(120 * 24 * time.Hour)); at = at.Add(7*time.Hour + 13*time.Minute) {
-		e.clk.Set(at)
+		e.Clk.Set(at)
 		for k := 0; k < 3; k++ {
 			iface := []string{"a", "b"}[k%2]
-			e.rec.Recorder.Record("app", iface, "u", k != 2)
+			e.Rec.Recorder.Record("app", iface, "u", k != 2)
 			total++
 			perIface[iface]++
 			if k == 2 {
@@ -664,29 +635,29 @@ func TestRetentionRollupKeepsTotals(t *testing.T) {
 		// Flush and roll up now and then, as the cron would.
 		if at.Hour() < 8 {
 			e.flush()
-			if _, err := e.rec.Rollup.Run(ctx); err != nil {
+			if _, err := e.Rec.Rollup.Run(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	e.flush()
 	now := start.Add(121 * 24 * time.Hour)
-	e.clk.Set(now)
-	res, err := e.rec.Rollup.Run(ctx)
+	e.Clk.Set(now)
+	res, err := e.Rec.Rollup.Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("final rollup: %+v", res)
-	before := seriesTable(t, e.dbs[0])
-	res, err = e.rec.Rollup.Run(ctx)
+	before := seriesTable(t, e.DBs[0])
+	res, err = e.Rec.Rollup.Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Moved != 0 || seriesTable(t, e.dbs[0]) != before {
+	if res.Moved != 0 || seriesTable(t, e.DBs[0]) != before {
 		t.Fatalf("second rollup moved %d points / changed the table", res.Moved)
 	}
 	// Only allowed resolutions remain, each within its retention.
-	rows, err := e.dbs[0].Query("SELECT res, MIN(t), COUNT(*) FROM usage_series GROUP BY res")
+	rows, err := e.DBs[0].Query("SELECT res, MIN(t), COUNT(*) FROM usage_series GROUP BY res")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -710,7 +681,7 @@ func TestRetentionRollupKeepsTotals(t *testing.T) {
 				// 1-minute curve over a year max: sum two halves.
 				var sum int64
 				for _, rng := range [][2]time.Time{{from, from2}, {from2, now}} {
-					pts, err := e.rec.Stats.Series(ctx, analytics.SeriesQuery{App: "app", From: rng[0], To: rng[1], Res: r})
+					pts, err := e.Rec.Stats.Series(ctx, analytics.SeriesQuery{App: "app", From: rng[0], To: rng[1], Res: r})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -724,7 +695,7 @@ func TestRetentionRollupKeepsTotals(t *testing.T) {
 				continue
 			}
 		}
-		pts, err := e.rec.Stats.Series(ctx, analytics.SeriesQuery{App: "app", From: from, To: to, Res: r})
+		pts, err := e.Rec.Stats.Series(ctx, analytics.SeriesQuery{App: "app", From: from, To: to, Res: r})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -736,7 +707,7 @@ func TestRetentionRollupKeepsTotals(t *testing.T) {
 		if sum != total || den != denied {
 			t.Errorf("%s curve: %d calls, %d denied, want %d, %d", r, sum, den, total, denied)
 		}
-		pts, err = e.rec.Stats.Series(ctx, analytics.SeriesQuery{App: "app", ByInterface: true, Interface: "b", From: from, To: to, Res: r})
+		pts, err = e.Rec.Stats.Series(ctx, analytics.SeriesQuery{App: "app", ByInterface: true, Interface: "b", From: from, To: to, Res: r})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -751,7 +722,7 @@ func TestRetentionRollupKeepsTotals(t *testing.T) {
 	// Daily totals are not affected by the rollup.
 	var days int64
 	for d := day(start); d <= day(now); d++ {
-		s, err := e.rec.Stats.AppDay(ctx, "app", d)
+		s, err := e.Rec.Stats.AppDay(ctx, "app", d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -800,27 +771,27 @@ func TestDistinctUsersWaitForRedisAndAreAddedOnce(t *testing.T) {
 	e := newEnv(t, 1, nil)
 	var failing atomic.Bool
 	failing.Store(true)
-	e.rdb.AddHook(failPFADD{on: &failing})
+	e.RDB.AddHook(failPFADD{on: &failing})
 	ctx := context.Background()
 	// 2,500 users spans several PFADDs of one key; each user calls twice,
 	// in two minutes, so the queue holds repeats.
 	for m := 0; m < 2; m++ {
 		for u := 0; u < 2500; u++ {
-			e.rec.Recorder.Record("a", "i1", fmt.Sprintf("u%d", u), true)
+			e.Rec.Recorder.Record("a", "i1", fmt.Sprintf("u%d", u), true)
 		}
 		for u := 0; u < 30; u++ {
-			e.rec.Recorder.Record("a", "i2", fmt.Sprintf("u%d", u), true)
-			e.rec.Recorder.Record("b", "i2", fmt.Sprintf("v%d", u%10), true)
+			e.Rec.Recorder.Record("a", "i2", fmt.Sprintf("u%d", u), true)
+			e.Rec.Recorder.Record("b", "i2", fmt.Sprintf("v%d", u%10), true)
 		}
-		e.clk.Advance(time.Minute)
+		e.Clk.Advance(time.Minute)
 	}
-	if err := e.rec.Flusher.Flush(ctx); err == nil {
+	if err := e.Rec.Flusher.Flush(ctx); err == nil {
 		t.Fatal("flush with Redis failing returned no error")
 	}
 	failing.Store(false)
 	e.flush()
 	e.flush() // nothing left to add
-	appA, err := e.rec.Stats.AppDay(ctx, "a", day(t0))
+	appA, err := e.Rec.Stats.AppDay(ctx, "a", day(t0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -831,7 +802,7 @@ func TestDistinctUsersWaitForRedisAndAreAddedOnce(t *testing.T) {
 		app, iface string
 		users      int64
 	}{{"a", "i1", 2500}, {"a", "i2", 30}, {"b", "i2", 10}} {
-		got, err := e.rec.Stats.InterfaceDay(ctx, c.app, c.iface, day(t0))
+		got, err := e.Rec.Stats.InterfaceDay(ctx, c.app, c.iface, day(t0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -839,7 +810,7 @@ func TestDistinctUsersWaitForRedisAndAreAddedOnce(t *testing.T) {
 			t.Errorf("%s/%s: %d unique users, want %d ± 2%%", c.app, c.iface, got.UniqueUsers, c.users)
 		}
 	}
-	u, err := e.rec.Stats.UserDay(ctx, "a", "u7", day(t0))
+	u, err := e.Rec.Stats.UserDay(ctx, "a", "u7", day(t0))
 	if err != nil || u.Calls != 4 {
 		t.Fatalf("user u7 of a: %d calls (%v), want 4 (2 minutes × 2 interfaces)", u.Calls, err)
 	}
@@ -855,16 +826,16 @@ func TestDistinctUsers_TTLIsSetAgainHourlyNotEveryFlush(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 1, func(o *analytics.Options) { o.PersistEvery = 24 * time.Hour })
 	ctx := context.Background()
-	e.rec.Recorder.Record("app", "iface", "u1", true)
+	e.Rec.Recorder.Record("app", "iface", "u1", true)
 	e.flush()
-	keys, err := e.rdb.Keys(ctx, e.prefix+"hll:*").Result()
+	keys, err := e.RDB.Keys(ctx, e.Prefix+"hll:*").Result()
 	if err != nil || len(keys) != 2 {
 		t.Fatalf("HLL keys %v (%v), want the app's and the interface's", keys, err)
 	}
 	ttls := func() []time.Duration {
 		var out []time.Duration
 		for _, k := range keys {
-			out = append(out, e.rdb.TTL(ctx, k).Val())
+			out = append(out, e.RDB.TTL(ctx, k).Val())
 		}
 		return out
 	}
@@ -874,18 +845,18 @@ func TestDistinctUsers_TTLIsSetAgainHourlyNotEveryFlush(t *testing.T) {
 		}
 	}
 	for _, k := range keys {
-		e.rdb.Expire(ctx, k, 100*time.Second)
+		e.RDB.Expire(ctx, k, 100*time.Second)
 	}
-	e.clk.Advance(15 * time.Second)
-	e.rec.Recorder.Record("app", "iface", "u2", true)
+	e.Clk.Advance(15 * time.Second)
+	e.Rec.Recorder.Record("app", "iface", "u2", true)
 	e.flush()
 	for _, ttl := range ttls() {
 		if ttl > 100*time.Second {
 			t.Fatalf("TTLs %v: the next flush set them again", ttls())
 		}
 	}
-	e.clk.Advance(time.Hour)
-	e.rec.Recorder.Record("app", "iface", "u3", true)
+	e.Clk.Advance(time.Hour)
+	e.Rec.Recorder.Record("app", "iface", "u3", true)
 	e.flush()
 	for _, ttl := range ttls() {
 		if ttl < 47*time.Hour {

@@ -20,12 +20,12 @@ func TestDays_TheAnalyticsDayIsTheZonesDate(t *testing.T) {
 	}
 	e := newEnv(t, 2, func(o *analytics.Options) { o.Location = shanghai })
 	ctx := context.Background()
-	e.clk.Set(time.Date(2026, 11, 29, 15, 59, 0, 0, time.UTC)) // 23:59 on the 29th in Shanghai
-	e.rec.Recorder.Record("app", "i", "u1", true)
-	e.clk.Set(time.Date(2026, 11, 29, 16, 30, 0, 0, time.UTC)) // 00:30 on the 30th
-	e.rec.Recorder.Record("app", "i", "u2", true)
-	e.rec.Recorder.Record("app", "i", "u3", false)
-	if got := e.rec.Stats.Today().String(); got != "2026-11-30" {
+	e.Clk.Set(time.Date(2026, 11, 29, 15, 59, 0, 0, time.UTC)) // 23:59 on the 29th in Shanghai
+	e.Rec.Recorder.Record("app", "i", "u1", true)
+	e.Clk.Set(time.Date(2026, 11, 29, 16, 30, 0, 0, time.UTC)) // 00:30 on the 30th
+	e.Rec.Recorder.Record("app", "i", "u2", true)
+	e.Rec.Recorder.Record("app", "i", "u3", false)
+	if got := e.Rec.Stats.Today().String(); got != "2026-11-30" {
 		t.Fatalf("today %s, want Shanghai's 2026-11-30", got)
 	}
 	for _, when := range []string{"in memory", "flushed"} {
@@ -34,7 +34,7 @@ func TestDays_TheAnalyticsDayIsTheZonesDate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := e.rec.Stats.AppDay(ctx, "app", d)
+			got, err := e.Rec.Stats.AppDay(ctx, "app", d)
 			if err != nil {
 				t.Fatal(err)
 			}

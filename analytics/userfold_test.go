@@ -37,8 +37,8 @@ func (u userTruth) add(d analytics.Day, app, user, iface string, allowed bool) {
 // record records one call with e's Recorder, on the day of e's clock, and
 // adds it to the truth.
 func (u userTruth) record(e *env, app, iface, user string, allowed bool) {
-	e.rec.Recorder.Record(app, iface, user, allowed)
-	u.add(day(e.clk.Now()), app, user, iface, allowed)
+	e.Rec.Recorder.Record(app, iface, user, allowed)
+	u.add(day(e.Clk.Now()), app, user, iface, allowed)
 }
 
 // check compares every user's UserDay with the truth.
@@ -47,7 +47,7 @@ func (u userTruth) check(t *testing.T, e *env, when string) {
 	for d, apps := range u {
 		for app, users := range apps {
 			for user, want := range users {
-				got, err := e.rec.Stats.UserDay(context.Background(), app, user, d)
+				got, err := e.Rec.Stats.UserDay(context.Background(), app, user, d)
 				if err != nil {
 					t.Fatalf("%s: UserDay(%s, %s, %s): %v", when, app, user, d, err)
 				}
@@ -67,7 +67,7 @@ func (u userTruth) check(t *testing.T, e *env, when string) {
 func (e *env) count(t *testing.T, q string, args ...any) int64 {
 	t.Helper()
 	var total int64
-	for _, db := range e.dbs {
+	for _, db := range e.DBs {
 		var n int64
 		if err := db.QueryRow(q, args...).Scan(&n); err != nil {
 			t.Fatal(err)
@@ -100,7 +100,7 @@ func TestUserFigures_SealedOnceTheDayIsOver(t *testing.T) {
 		truth.record(e, "quiet", "b", fmt.Sprintf("u%d", i), i%2 == 0)
 	}
 	e.flush()
-	e.clk.Advance(time.Minute)
+	e.Clk.Advance(time.Minute)
 	for i := range 1500 {
 		truth.record(e, "busy", "a", fmt.Sprintf("user-%d", i), i%3 != 0)
 		truth.record(e, "busy", "b", fmt.Sprintf("user-%d", i*2), true)
@@ -108,20 +108,20 @@ func TestUserFigures_SealedOnceTheDayIsOver(t *testing.T) {
 	e.flush()
 	// A row of usage_user_daily, as versions before the seal left them.
 	d1 := day(t0)
-	legacy := e.dbs[analytics.ShardIndex("quiet", len(e.dbs))]
+	legacy := e.DBs[analytics.ShardIndex("quiet", len(e.DBs))]
 	if _, err := legacy.Exec("INSERT INTO usage_user_daily (app_id, user_id, day, interface_id, calls, allowed, denied) VALUES ('quiet', 'u3', ?, 'c', 2, 1, 1)", d1.String()); err != nil {
 		t.Fatal(err)
 	}
 	truth.add(d1, "quiet", "u3", "c", true)
 	truth.add(d1, "quiet", "u3", "c", false)
 	// The last second of day 1, recorded but not flushed before midnight.
-	e.clk.Set((d1 + 1).Time().Add(-time.Second))
+	e.Clk.Set((d1 + 1).Time().Add(-time.Second))
 	truth.record(e, "quiet", "a", "late", true)
 	// Day 2 (today once the clock moves on): a little more.
-	e.clk.Advance(time.Hour)
+	e.Clk.Advance(time.Hour)
 	truth.record(e, "quiet", "a", "u1", true)
 	truth.record(e, "busy", "a", "user-7", false)
-	day1, day2 := d1.String(), day(e.clk.Now()).String()
+	day1, day2 := d1.String(), day(e.Clk.Now()).String()
 	if n := e.count(t, "SELECT COUNT(*) FROM usage_user_chunks WHERE day = ? AND app_id = 'busy' AND part >> 8 > 0", day1); n == 0 {
 		t.Fatal("the busy app's chunks were not split into parts")
 	}
@@ -139,7 +139,7 @@ func TestUserFigures_SealedOnceTheDayIsOver(t *testing.T) {
 	}
 
 	// The late call is still in memory: Rollup seals what was flushed.
-	res, err := e.rec.Rollup.Run(ctx)
+	res, err := e.Rec.Rollup.Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestUserFigures_SealedOnceTheDayIsOver(t *testing.T) {
 	}
 	truth.check(t, e, "after the seal and a late flush of the sealed day")
 
-	res, err = e.rec.Rollup.Run(ctx)
+	res, err = e.Rec.Rollup.Run(ctx)
 	if err != nil || res.SealedDays != 1 {
 		t.Fatalf("rollup after the late flush: %d (day, app) sealed (%v), want 1 (quiet on day 1)", res.SealedDays, err)
 	}
@@ -196,7 +196,7 @@ func TestUserChunks_TodaysFlushChunksMergedAsTheDayGoesOn(t *testing.T) {
 			truth.record(e, "few", "if", "u", true)
 		}
 		e.flush()
-		e.clk.Advance(15 * time.Second)
+		e.Clk.Advance(15 * time.Second)
 	}
 	level := func(app string, l int) int64 {
 		return e.count(t, "SELECT COUNT(*) FROM usage_user_chunks WHERE app_id = ? AND level = ?", app, l)
@@ -205,7 +205,7 @@ func TestUserChunks_TodaysFlushChunksMergedAsTheDayGoesOn(t *testing.T) {
 		t.Fatalf("%d flush chunks of app many, want 40", n)
 	}
 	truth.check(t, e, "before the merge")
-	res, err := e.rec.Rollup.Run(ctx)
+	res, err := e.Rec.Rollup.Run(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,13 +219,13 @@ func TestUserChunks_TodaysFlushChunksMergedAsTheDayGoesOn(t *testing.T) {
 		truth.record(e, "many", "if0", fmt.Sprintf("u%d", i), true)
 	}
 	e.flush()
-	if res, err = e.rec.Rollup.Run(ctx); err != nil || res.UserMerges != 0 {
+	if res, err = e.Rec.Rollup.Run(ctx); err != nil || res.UserMerges != 0 {
 		t.Fatalf("one more flush chunk: %d merges (%v), want 0", res.UserMerges, err)
 	}
 	truth.check(t, e, "after a flush since the merge")
 
-	e.clk.Advance(24 * time.Hour)
-	if _, err = e.rec.Rollup.Run(ctx); err != nil {
+	e.Clk.Advance(24 * time.Hour)
+	if _, err = e.Rec.Rollup.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.count(t, "SELECT COUNT(*) FROM usage_user_chunks"); n != 0 {
@@ -248,8 +248,8 @@ func TestUserDay_FindsAUserOfA256PartSplit(t *testing.T) {
 	e.flush()
 	for _, table := range []string{"usage_user_chunks", "usage_user_sealed"} {
 		if table == "usage_user_sealed" {
-			e.clk.Advance(24 * time.Hour)
-			if res, err := e.rec.Rollup.Run(ctx); err != nil || res.SealedDays != 1 {
+			e.Clk.Advance(24 * time.Hour)
+			if res, err := e.Rec.Rollup.Run(ctx); err != nil || res.SealedDays != 1 {
 				t.Fatalf("rollup sealed %d (day, app), want 1: %v", res.SealedDays, err)
 			}
 		}
@@ -270,18 +270,18 @@ func TestRollup_AnUnsealableDayHoldsNothingElseBack(t *testing.T) {
 	truth := userTruth{}
 	truth.record(e, "good", "if", "u1", true)
 	e.flush()
-	if _, err := e.dbs[0].Exec(`INSERT INTO usage_user_chunks (day, app_id, part, batch_id, seq, level, entries, body)
-VALUES (?, 'broken', 0, UNHEX(REPEAT('ab', 16)), 0, 0, 1, 'not a snappy body')`, day(e.clk.Now()).String()); err != nil {
+	if _, err := e.DBs[0].Exec(`INSERT INTO usage_user_chunks (day, app_id, part, batch_id, seq, level, entries, body)
+VALUES (?, 'broken', 0, UNHEX(REPEAT('ab', 16)), 0, 0, 1, 'not a snappy body')`, day(e.Clk.Now()).String()); err != nil {
 		t.Fatal(err)
 	}
-	e.clk.Advance(24 * time.Hour)
-	today := day(e.clk.Now())
+	e.Clk.Advance(24 * time.Hour)
+	today := day(e.Clk.Now())
 	for f := range minFlushBatches {
 		truth.record(e, "tiny", "if", fmt.Sprintf("u%d", f%3), true)
 		e.flush()
-		e.clk.Advance(15 * time.Second)
+		e.Clk.Advance(15 * time.Second)
 	}
-	res, err := e.rec.Rollup.Run(ctx)
+	res, err := e.Rec.Rollup.Run(ctx)
 	if err == nil || !strings.Contains(err.Error(), "broken") {
 		t.Fatalf("rollup error %v, want the broken app's seal reported", err)
 	}

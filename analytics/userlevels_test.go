@@ -31,7 +31,7 @@ const (
 func (e *env) levels(t *testing.T, app string, d analytics.Day) map[int]int64 {
 	t.Helper()
 	out := map[int]int64{}
-	for _, db := range e.dbs {
+	for _, db := range e.DBs {
 		rows, err := db.Query("SELECT level, COUNT(DISTINCT batch_id) FROM usage_user_chunks WHERE day = ? AND app_id = ? GROUP BY level", d.String(), app)
 		if err != nil {
 			t.Fatal(err)
@@ -58,7 +58,7 @@ func (e *env) levels(t *testing.T, app string, d analytics.Day) map[int]int64 {
 func (e *env) tables(t *testing.T) []string {
 	t.Helper()
 	var out []string
-	for i, db := range e.dbs {
+	for i, db := range e.DBs {
 		for _, q := range []string{
 			"SELECT CONCAT_WS('|', day, HEX(app_id), part, HEX(batch_id), seq, level, entries, MD5(body)) FROM usage_user_chunks ORDER BY day, app_id, part, batch_id, seq",
 			"SELECT CONCAT_WS('|', 'sealed', day, HEX(app_id), part, seq, entries, MD5(body)) FROM usage_user_sealed ORDER BY day, app_id, part, seq",
@@ -88,12 +88,12 @@ func (e *env) tables(t *testing.T) []string {
 func (e *env) rollup(t *testing.T, when string) analytics.RollupResult {
 	t.Helper()
 	ctx := context.Background()
-	res, err := e.rec.Rollup.Run(ctx)
+	res, err := e.Rec.Rollup.Run(ctx)
 	if err != nil {
 		t.Fatalf("%s: rollup: %v", when, err)
 	}
 	before := e.tables(t)
-	again, err := e.rec.Rollup.Run(ctx)
+	again, err := e.Rec.Rollup.Run(ctx)
 	if err != nil {
 		t.Fatalf("%s: second rollup: %v", when, err)
 	}
@@ -135,7 +135,7 @@ func (u userTruth) checkSample(t *testing.T, e *env, when string, stride uint64)
 func (u userTruth) checkSealed(t *testing.T, e *env, d analytics.Day) {
 	t.Helper()
 	got := map[string]map[string]map[string]analytics.Counts{}
-	for _, db := range e.dbs {
+	for _, db := range e.DBs {
 		rows, err := db.Query("SELECT app_id, body FROM usage_user_sealed WHERE day = ?", d.String())
 		if err != nil {
 			t.Fatal(err)
@@ -201,7 +201,7 @@ func TestUserChunks_BatchesAQueryReadsStayBoundedAllDay(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t, 1, nil)
 			truth := userTruth{}
-			today := day(e.clk.Now())
+			today := day(e.Clk.Now())
 			sinceRollup := 0
 			for f := range tc.flushes {
 				for i := range 3 {
@@ -213,7 +213,7 @@ func TestUserChunks_BatchesAQueryReadsStayBoundedAllDay(t *testing.T) {
 					truth.record(e, "busy", "if", fmt.Sprintf("b%d", (f*600+i)%1500), i%5 != 0)
 				}
 				e.flush()
-				e.clk.Advance(15 * time.Second)
+				e.Clk.Advance(15 * time.Second)
 				sinceRollup++
 				for _, app := range []string{"quiet", "busy"} {
 					checkQueryBatches(t, e, app, today, sinceRollup, fmt.Sprintf("flush %d", f+1))
@@ -237,8 +237,8 @@ func TestUserChunks_BatchesAQueryReadsStayBoundedAllDay(t *testing.T) {
 				}
 			}
 			truth.check(t, e, "end of the day")
-			e.clk.Advance(24 * time.Hour)
-			if _, err := e.rec.Rollup.Run(context.Background()); err != nil {
+			e.Clk.Advance(24 * time.Hour)
+			if _, err := e.Rec.Rollup.Run(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			if n := e.count(t, "SELECT COUNT(*) FROM usage_user_chunks"); n != 0 {
@@ -309,15 +309,15 @@ func TestUserChunks_MergedLevelByLevelAtTheThresholds(t *testing.T) {
 	)
 	e := newEnv(t, 1, nil)
 	truth := userTruth{}
-	today := day(e.clk.Now())
+	today := day(e.Clk.Now())
 	flushes := 0
 	for _, st := range steps {
 		for range st.flushes {
 			user := fmt.Sprintf("u%d", flushes%5)
-			e.rec.Recorder.Record("tiny", "if", user, flushes%4 != 0)
+			e.Rec.Recorder.Record("tiny", "if", user, flushes%4 != 0)
 			truth.add(today, "tiny", user, "if", flushes%4 != 0)
 			e.flush()
-			e.clk.Advance(15 * time.Second)
+			e.Clk.Advance(15 * time.Second)
 			flushes++
 		}
 		when := fmt.Sprintf("after %d flushes", flushes)
@@ -345,17 +345,17 @@ func TestUserChunks_MergeTriggerCountsBatchesNotRows(t *testing.T) {
 	}
 	e := newEnv(t, 1, nil)
 	truth := userTruth{}
-	today := day(e.clk.Now())
+	today := day(e.Clk.Now())
 	flush := func(f int) {
 		for _, a := range apps {
 			for i := range a.users {
 				user := fmt.Sprintf("%s-%d", a.name, (f*a.users+i)%(3*a.users))
-				e.rec.Recorder.Record(a.name, "if", user, i%3 != 0)
+				e.Rec.Recorder.Record(a.name, "if", user, i%3 != 0)
 				truth.add(today, a.name, user, "if", i%3 != 0)
 			}
 		}
 		e.flush()
-		e.clk.Advance(15 * time.Second)
+		e.Clk.Advance(15 * time.Second)
 	}
 	for f := range minFlushBatches - 1 {
 		flush(f)

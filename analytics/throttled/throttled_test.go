@@ -60,7 +60,7 @@ func TestThrottled_TopDeniedAreTheModelsHeavyHittersWithExactCounts(t *testing.T
 			const instances, keep, top = 3, 1000, 20
 			opt := func(o *analytics.Options) { o.Throttled = throttled.Options{TopK: tc.topK, KeepRows: keep} }
 			e := newEnv(t, 2, opt)
-			fleet := []*analytics.Analytics{e.rec, e.open(opt), e.open(opt)}
+			fleet := []*analytics.Analytics{e.Rec, e.Open(opt), e.Open(opt)}
 			ctx := context.Background()
 			stream, model := zipfDenials(7, 200_000, tc.s, 50_000)
 			for i, d := range stream {
@@ -106,7 +106,7 @@ func TestThrottled_TopDeniedAreTheModelsHeavyHittersWithExactCounts(t *testing.T
 			}
 			for _, rule := range []string{"app_ip", "app_user"} {
 				var rows int
-				db := e.dbs[analytics.ShardIndex("a1", len(e.dbs))]
+				db := e.DBs[analytics.ShardIndex("a1", len(e.DBs))]
 				if err := db.QueryRow("SELECT COUNT(*) FROM throttled_identities WHERE app_id = 'a1' AND rule = ?", rule).Scan(&rows); err != nil {
 					t.Fatal(err)
 				}
@@ -137,7 +137,7 @@ func TestThrottled_ADayLeavesMemoryAtTheNextDaysFlushAndStaysQueryable(t *testin
 	t.Parallel()
 	e := newEnv(t, 1, nil)
 	ctx := context.Background()
-	th := e.rec.Throttled
+	th := e.Rec.Throttled
 	for range 5 {
 		th.Denied("a1", "app_user", []string{"app_id", "user_id"}, []string{"a1", "u1"})
 	}
@@ -145,7 +145,7 @@ func TestThrottled_ADayLeavesMemoryAtTheNextDaysFlushAndStaysQueryable(t *testin
 		t.Fatal(err)
 	}
 	th.Denied("a1", "app_user", []string{"app_id", "user_id"}, []string{"a1", "u1"}) // unflushed at midnight
-	e.clk.Set(t0.Truncate(24 * time.Hour).Add(24*time.Hour + time.Second))
+	e.Clk.Set(t0.Truncate(24 * time.Hour).Add(24*time.Hour + time.Second))
 	th.Denied("a1", "app_user", []string{"app_id", "user_id"}, []string{"a1", "u2"})
 	if err := th.Flush(ctx); err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func TestThrottled_MemoryOfFullSummariesIsBounded(t *testing.T) {
 	e := newEnv(t, 1, func(o *analytics.Options) {
 		o.Throttled = throttled.Options{TopK: 1024, MaxEntries: 64 * 1024}
 	})
-	th := e.rec.Throttled
+	th := e.Rec.Throttled
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -229,9 +229,9 @@ func TestThrottled_RowsPastKeepDaysAreDeletedByTheDaysFirstFlush(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, 2, func(o *analytics.Options) { o.Throttled = throttled.Options{KeepDays: 30} })
 	ctx := context.Background()
-	th := e.rec.Throttled
+	th := e.Rec.Throttled
 	for _, ago := range []int{31, 30, 0} {
-		e.clk.Set(t0.Add(-time.Duration(ago) * 24 * time.Hour))
+		e.Clk.Set(t0.Add(-time.Duration(ago) * 24 * time.Hour))
 		for _, app := range []string{"a1", "a2", "a3"} {
 			th.Denied(app, "r", []string{"app_id"}, []string{app})
 		}
@@ -264,8 +264,8 @@ func TestThrottled_TheDayIsTheAnalyticsZonesDate(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnv(t, 1, func(o *analytics.Options) { o.Location = shanghai })
-	e.clk.Set(time.Date(2026, 11, 23, 17, 0, 0, 0, time.UTC))
-	th := e.rec.Throttled
+	e.Clk.Set(time.Date(2026, 11, 23, 17, 0, 0, 0, time.UTC))
+	th := e.Rec.Throttled
 	th.Denied("a1", "r", []string{"app_id"}, []string{"a1"})
 	ctx := context.Background()
 	for _, tc := range []struct {
