@@ -1,4 +1,4 @@
-package migrate
+package worker
 
 import (
 	"bytes"
@@ -18,6 +18,8 @@ import (
 
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/tick"
+	"github.com/quota-platform/quota/migrate"
+	"github.com/quota-platform/quota/migrate/activity"
 	"github.com/quota-platform/quota/schedule"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/hot"
@@ -74,9 +76,9 @@ type Config struct {
 
 // Worker runs migration cycles and on-call moves.
 type Worker struct {
-	Mover    *Mover
-	Activity *Activity // flushed before each cycle (may be nil)
-	DBs      []*sql.DB // the shards holding cell_activity
+	Mover    *migrate.Mover
+	Activity *activity.Activity // flushed before each cycle (may be nil)
+	DBs      []*sql.DB          // the shards holding cell_activity
 	Config   Config
 	Now      func() time.Time
 	Log      *slog.Logger
@@ -103,7 +105,7 @@ type CycleReport struct {
 	Cycle    string         `json:"cycle"`              // the fleet's cycle this instance ran parts of
 	Parts    int            `json:"parts"`              // parts done
 	PartsBy  map[string]int `json:"parts_by,omitempty"` // parts done per instance (Worker.Name)
-	Folded   int            `json:"folded"`             // cell entries of flushed activity added to cell_activity (foldActivityLog)
+	Folded   int            `json:"folded"`             // cell entries of flushed activity added to cell_activity (activity.FoldLog)
 	Scanned  int            `json:"scanned"`
 	Moved    map[string]int `json:"moved"` // "hot>warm": cells
 	Quiet    int            `json:"quiet"` // of Moved["hot>cold"], the cells moved by the quiet move (PROTOCOL.md)
@@ -167,7 +169,7 @@ func (w *Worker) StartCycle(ctx context.Context) *Job {
 		return j
 	}
 	job := w.Jobs.start(KindMigrate, "api")
-	job.setTotal(len(w.DBs) * partsPerShard)
+	job.setTotal(len(w.DBs) * activity.PartsPerShard)
 	go func() {
 		rep, err := w.runCycle(ctx, "", job)
 		w.log().Info("migration cycle", "job", job.ID(), "cycle", rep.Cycle, "parts", rep.Parts, "scanned", rep.Scanned, "moved", rep.Moved, "failures", rep.Failures, "duration", rep.Duration, "err", err)
@@ -182,7 +184,7 @@ func (w *Worker) runCycle(ctx context.Context, want string, job *Job) (rep Cycle
 	defer w.cycle.Unlock()
 	start := time.Now()
 	rep = CycleReport{Moved: map[string]int{}, Job: job.ID()}
-	job.setTotal(len(w.DBs) * partsPerShard)
+	job.setTotal(len(w.DBs) * activity.PartsPerShard)
 	defer func() { job.end(rep, err, w.Jobs.now()) }()
 	var mu sync.Mutex
 	var errs []error
@@ -243,7 +245,7 @@ func (w *Worker) runCycle(ctx context.Context, want string, job *Job) (rep Cycle
 	rep.Failures += failures
 	rep.Duration = time.Since(start).Round(time.Millisecond).String()
 	err = errors.Join(errs...)
-	w.Mover.Metrics.cycleDone(err, time.Now())
+	w.Mover.Metrics.CycleDone(err, time.Now())
 	return rep, err
 }
 
@@ -310,7 +312,7 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limi
 		return
 	}
 	db := w.DBs[sh]
-	folded, err := foldActivityLog(ctx, db, p%partsPerShard)
+	folded, err := activity.FoldLog(ctx, db, p%activity.PartsPerShard)
 	rep.Folded += folded
 	if err != nil {
 		fail(fmt.Errorf("shard %d: %w", sh, err))
@@ -327,7 +329,7 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limi
 		pp.counted.Store(true)
 	}
 	// The part holds about 1/parts of each tag's cells.
-	parts := len(w.DBs) * partsPerShard
+	parts := len(w.DBs) * activity.PartsPerShard
 	capacity := func(t tiers.Tag) int { return coldPerTag[t] * parts }
 	scan := "SELECT k, ref, since, calls FROM cell_activity WHERE k > ? ORDER BY k LIMIT ?"
 	window := w.batch() * scanBatches
@@ -354,7 +356,7 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limi
 				break
 			}
 			last = k
-			r, err := DecodeRef(string(ref))
+			r, err := migrate.DecodeRef(string(ref))
 			if err != nil {
 				fail(err)
 				continue
@@ -483,7 +485,7 @@ func (w *Worker) moveBatch(ctx context.Context, cells []scannedCell, capacity fu
 	for i := range cells {
 		refs[i], toCold[i] = cells[i].ref, cells[i].to == tiers.Cold
 	}
-	cur, states, err := w.Mover.statesOf(ctx, refs, toCold)
+	cur, states, err := w.Mover.StatesOf(ctx, refs, toCold)
 	if err != nil {
 		fail(err)
 		return
@@ -512,7 +514,7 @@ func (w *Worker) moveBatch(ctx context.Context, cells []scannedCell, capacity fu
 	}
 	for _, d := range order {
 		g := groups[d]
-		res, err := w.Mover.moveCells(ctx, g.refs, d.from, d.to, moveOpts{capacity: capacity, states: g.states})
+		res, err := w.Mover.MoveCellsPlanned(ctx, g.refs, d.from, d.to, migrate.Plan{Capacity: capacity, States: g.states})
 		if err != nil {
 			fail(err)
 		}

@@ -1,4 +1,4 @@
-package migrate
+package worker
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/quota-platform/quota/migrate/activity"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -215,7 +216,7 @@ func (w *Worker) fleetProgress(ctx context.Context, id string) (FleetProgress, e
 	}
 	done, live := doneCmd.Val(), liveCmd.Val()
 	fp := FleetProgress{Cycle: id, State: "running", Instances: map[string]InstanceProgress{}}
-	fp.PartsTotal = len(w.DBs) * partsPerShard
+	fp.PartsTotal = len(w.DBs) * activity.PartsPerShard
 	counted := 0
 	for _, js := range done {
 		var pr partReport

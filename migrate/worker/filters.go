@@ -1,4 +1,4 @@
-package migrate
+package worker
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/quota-platform/quota/migrate"
+	"github.com/quota-platform/quota/migrate/activity"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/warm"
 )
@@ -84,8 +86,8 @@ func (w *Worker) rebuildColdFilters(ctx context.Context, job *Job) (n int, err e
 // into its cell_activity, and returns the cells folded.
 func foldActivityLogs(ctx context.Context, db *sql.DB) (int, error) {
 	n := 0
-	for part := range partsPerShard {
-		k, err := foldActivityLog(ctx, db, part)
+	for part := range activity.PartsPerShard {
+		k, err := activity.FoldLog(ctx, db, part)
 		if err != nil {
 			return n, err
 		}
@@ -113,7 +115,7 @@ func activityRefs(ctx context.Context, db *sql.DB, after []byte, limit int) ([]t
 			return nil, nil, err
 		}
 		last = k
-		if r, err := DecodeRef(string(ref)); err == nil {
+		if r, err := migrate.DecodeRef(string(ref)); err == nil {
 			refs = append(refs, r)
 		} else {
 			bad++

@@ -1,4 +1,4 @@
-package migrate
+package worker
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/quota-platform/quota/migrate/activity"
 	"github.com/quota-platform/quota/tiers"
 )
 
@@ -145,7 +146,7 @@ func TestCycleProgress_GrowsWhileItRunsAndEndsAtItsTotals(t *testing.T) {
 			if err != nil || fp == nil {
 				t.Fatalf("fleet cycle after the end: %v, %v", fp, err)
 			}
-			total := 2 * partsPerShard
+			total := 2 * activity.PartsPerShard
 			if fp.State != "done" || fp.PartsDone != total || fp.PartsRunning != 0 || fp.CellsScanned != n || fp.CellsTotal != n || !fp.CellsCounted ||
 				fp.CellsMoved != n || fp.Fraction != 1 || fp.ETASeconds == nil || *fp.ETASeconds != 0 || fp.EndedAt == nil {
 				t.Errorf("fleet progress at the end %+v (%+v): want done, %d parts, %d cells scanned, counted and moved, ETA 0", fp.Progress, fp, total, n)
@@ -224,7 +225,7 @@ func TestJobsCollector_SeriesExistBeforeAnyJobAndShowTheLast(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("quota_job_running{kind=migrate}", 0)
-	want("quota_job_parts{kind=migrate,state=done}", float64(2*partsPerShard))
+	want("quota_job_parts{kind=migrate,state=done}", float64(2*activity.PartsPerShard))
 	want("quota_job_cells{kind=migrate,what=scanned}", 30)
 	want("quota_job_cells{kind=migrate,what=moved}", 30)
 	want("quota_job_fraction_done{kind=migrate}", 1)
