@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/quota-platform/quota/migrate/jobs"
 	"github.com/quota-platform/quota/migrate/worker"
 )
 
@@ -18,11 +19,11 @@ import (
 type JobsAdmin interface {
 	// StartJob starts a job of kind in the background and returns it (the
 	// one running, if any).
-	StartJob(ctx context.Context, kind string) (worker.JobView, error)
-	Job(id string) (worker.JobView, bool)
-	Jobs() []worker.JobView
+	StartJob(ctx context.Context, kind string) (jobs.JobView, error)
+	Job(id string) (jobs.JobView, bool)
+	Jobs() []jobs.JobView
 	// FleetCycle is the cycle running now or the last (nil: none known).
-	FleetCycle(ctx context.Context) (*worker.FleetProgress, error)
+	FleetCycle(ctx context.Context) (*jobs.FleetProgress, error)
 }
 
 func (s *Server) jobsAdmin() (JobsAdmin, error) {

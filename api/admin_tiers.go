@@ -7,7 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/quota-platform/quota/migrate/worker"
+	"github.com/quota-platform/quota/migrate/jobs"
 )
 
 // migrateWriteTimeout replaces the server's WriteTimeout (10 s in quotad)
@@ -66,7 +66,7 @@ func (s *Server) postMigrate(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		return s.startAsync(c, worker.KindMigrate)
+		return s.startAsync(c, jobs.KindMigrate)
 	}
 	s.extendWriteDeadline(c, "migration cycle")
 	rep, err := s.deps.Tiers.Migrate(detached(c))
@@ -88,7 +88,7 @@ func (s *Server) postRebuildFilters(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		return s.startAsync(c, worker.KindRebuild)
+		return s.startAsync(c, jobs.KindRebuild)
 	}
 	s.extendWriteDeadline(c, "cold filter rebuild")
 	rep, err := s.deps.Tiers.RebuildColdFilters(detached(c))
@@ -110,7 +110,7 @@ func (s *Server) postCompactFilters(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		return s.startAsync(c, worker.KindCompact)
+		return s.startAsync(c, jobs.KindCompact)
 	}
 	s.extendWriteDeadline(c, "cold filter compaction")
 	rep, err := s.deps.Tiers.CompactColdFilters(detached(c))

@@ -21,6 +21,7 @@ import (
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/migrate"
 	"github.com/quota-platform/quota/migrate/activity"
+	"github.com/quota-platform/quota/migrate/jobs"
 	"github.com/quota-platform/quota/migrate/worker"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers/cold"
@@ -45,7 +46,7 @@ func tiersServer(t *testing.T, token string) (*httptest.Server, *clock.Fake) {
 	router.Calls = act.Observe
 	mover := &migrate.Mover{RDB: rdb, Prefix: prefix, Warm: warm, Cold: cold,
 		Hot: &hot.Mover{Hot: router.Hot(), Warm: warm, Now: clk.Now}}
-	w := &worker.Worker{Mover: mover, Activity: act, DBs: dbs, Now: clk.Now, Jobs: &worker.Jobs{Instance: "test"},
+	w := &worker.Worker{Mover: mover, Activity: act, DBs: dbs, Now: clk.Now, Jobs: &jobs.Jobs{Instance: "test"},
 		Config: worker.Config{Schedule: "@daily", HotThreshold: 2000, ColdThreshold: 1000}}
 	set, err := rules.ParseYAML([]byte(defaultRules))
 	if err != nil {

@@ -1,7 +1,8 @@
 // Package migrate moves fixed-window cells between the hot, warm and cold
 // tiers (PROTOCOL.md): MoveCells moves one batch under leases with a
-// journal, Repair rolls forward the moves a crashed worker left, and the
-// Worker decides what to move (scheduled cycles and on-call promotions).
+// journal, Repair rolls forward the moves a crashed worker left. What to
+// move is migrate/worker's choice (scheduled cycles and on-call
+// promotions).
 package migrate
 
 import (

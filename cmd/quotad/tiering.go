@@ -14,6 +14,7 @@ import (
 	"github.com/quota-platform/quota/internal/tick"
 	"github.com/quota-platform/quota/migrate"
 	"github.com/quota-platform/quota/migrate/activity"
+	"github.com/quota-platform/quota/migrate/jobs"
 	"github.com/quota-platform/quota/migrate/worker"
 	"github.com/quota-platform/quota/redisconn"
 	"github.com/quota-platform/quota/tiers"
@@ -76,7 +77,7 @@ func startTiering(ctx context.Context, s config.Settings, hs *hot.Store, dbs []*
 			CellsPerSecond: s.MigrateCellsPerSec,
 		},
 	}
-	w.Jobs = &worker.Jobs{Instance: w.Name, URL: advertiseURL(s)}
+	w.Jobs = &jobs.Jobs{Instance: w.Name, URL: advertiseURL(s)}
 	reg.MustRegister(w.Jobs) // quota_job_*: the progress of long jobs
 	router.Observe = w.Observe
 	stopWorker, err := w.Start(context.Background())

@@ -1,3 +1,6 @@
+// Package activity is the cells' activity, the migration worker's input:
+// counted per check in memory, flushed to cell_activity_log, folded part
+// by part into cell_activity (PartsPerShard parts a shard).
 package activity
 
 import (

@@ -12,6 +12,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/migrate/activity"
+	"github.com/quota-platform/quota/migrate/jobs"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/warm"
 )
@@ -134,7 +135,7 @@ func TestCycle_ScheduledCycleRunsOncePerSchedule(t *testing.T) {
 	ctx := context.Background()
 	rareCells(t, e, 5)
 	e.clock.Advance(2 * time.Hour)
-	first, err := w1.runCycle(ctx, "sched-100", w1.Jobs.start(KindMigrate, "schedule"))
+	first, err := w1.runCycle(ctx, "sched-100", w1.Jobs.Start(jobs.KindMigrate, "schedule"))
 	if err != nil || first.Moved["hot>cold"] != 5 {
 		t.Fatalf("first instance: %+v %v", first, err)
 	}
@@ -143,14 +144,14 @@ func TestCycle_ScheduledCycleRunsOncePerSchedule(t *testing.T) {
 	if err := w1.Activity.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	second, err := w2.runCycle(ctx, "sched-100", w2.Jobs.start(KindMigrate, "schedule"))
+	second, err := w2.runCycle(ctx, "sched-100", w2.Jobs.Start(jobs.KindMigrate, "schedule"))
 	if err != nil || second.Cycle != "sched-100" || second.Moved["hot>cold"] != 5 || second.PartsBy["late"] != 0 {
 		t.Fatalf("late instance, same schedule: %+v %v: want the first run's report and no part run", second, err)
 	}
 	if tier := e.tierOf(t, late[0]); tier != tiers.Hot {
 		t.Fatalf("cell called since moved to %s by a cycle that had already run", tier)
 	}
-	next, err := w2.runCycle(ctx, "sched-200", w2.Jobs.start(KindMigrate, "schedule"))
+	next, err := w2.runCycle(ctx, "sched-200", w2.Jobs.Start(jobs.KindMigrate, "schedule"))
 	if err != nil || next.Moved["hot>cold"] != 1 {
 		t.Fatalf("next schedule: %+v %v", next, err)
 	}

@@ -1,3 +1,7 @@
+// Package worker is the migration worker: it decides what moves between
+// tiers and has migrate's Mover move it: the fleet's scheduled cycles
+// (cycle.go), promotions of cells called again, Repair every second, and
+// the cold filters' rebuild and compaction, each a job of migrate/jobs.
 package worker
 
 import (
@@ -20,6 +24,7 @@ import (
 	"github.com/quota-platform/quota/internal/tick"
 	"github.com/quota-platform/quota/migrate"
 	"github.com/quota-platform/quota/migrate/activity"
+	"github.com/quota-platform/quota/migrate/jobs"
 	"github.com/quota-platform/quota/schedule"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/hot"
@@ -87,7 +92,7 @@ type Worker struct {
 	Name string
 	// Jobs registers this instance's cycles, rebuilds and compactions and
 	// their progress (nil: not kept).
-	Jobs *Jobs
+	Jobs *jobs.Jobs
 
 	cycle  sync.Mutex
 	mu     sync.Mutex
@@ -157,19 +162,19 @@ func (c *Config) Target(perHour float64) tiers.Tier {
 // whose tier differs from their target. The report covers every part,
 // whoever ran it; Errors are this instance's.
 func (w *Worker) RunCycle(ctx context.Context) (CycleReport, error) {
-	return w.runCycle(ctx, "", w.Jobs.start(KindMigrate, "api"))
+	return w.runCycle(ctx, "", w.Jobs.Start(jobs.KindMigrate, "api"))
 }
 
 // StartCycle runs RunCycle in the background, until it ends or ctx does,
 // and returns its job at once; while this instance runs a cycle, it
 // returns that cycle's job instead (a cycle asked for joins the one
 // running).
-func (w *Worker) StartCycle(ctx context.Context) *Job {
-	if j := w.Jobs.Running(KindMigrate); j != nil {
+func (w *Worker) StartCycle(ctx context.Context) *jobs.Job {
+	if j := w.Jobs.Running(jobs.KindMigrate); j != nil {
 		return j
 	}
-	job := w.Jobs.start(KindMigrate, "api")
-	job.setTotal(len(w.DBs) * activity.PartsPerShard)
+	job := w.Jobs.Start(jobs.KindMigrate, "api")
+	job.SetTotal(len(w.DBs) * activity.PartsPerShard)
 	go func() {
 		rep, err := w.runCycle(ctx, "", job)
 		w.log().Info("migration cycle", "job", job.ID(), "cycle", rep.Cycle, "parts", rep.Parts, "scanned", rep.Scanned, "moved", rep.Moved, "failures", rep.Failures, "duration", rep.Duration, "err", err)
@@ -179,13 +184,13 @@ func (w *Worker) StartCycle(ctx context.Context) *Job {
 
 // runCycle is RunCycle; want names the cycle to start when none is running
 // ("": a new id); job is told its progress, and its end.
-func (w *Worker) runCycle(ctx context.Context, want string, job *Job) (rep CycleReport, err error) {
+func (w *Worker) runCycle(ctx context.Context, want string, job *jobs.Job) (rep CycleReport, err error) {
 	w.cycle.Lock()
 	defer w.cycle.Unlock()
 	start := time.Now()
 	rep = CycleReport{Moved: map[string]int{}, Job: job.ID()}
-	job.setTotal(len(w.DBs) * activity.PartsPerShard)
-	defer func() { job.end(rep, err, w.Jobs.now()) }()
+	job.SetTotal(len(w.DBs) * activity.PartsPerShard)
+	defer func() { job.End(rep, err, w.Jobs.Time()) }()
 	var mu sync.Mutex
 	var errs []error
 	failures := 0 // outside the parts (theirs are in the done hash)
@@ -208,7 +213,7 @@ func (w *Worker) runCycle(ctx context.Context, want string, job *Job) (rep Cycle
 	}
 	id, err := w.joinCycle(ctx, want)
 	if err == nil {
-		job.setCycle(id)
+		job.SetCycle(id)
 		err = w.markCycleStart(ctx, id)
 	}
 	if err == nil && w.Config.ActivityWait > 0 {
@@ -219,10 +224,10 @@ func (w *Worker) runCycle(ctx context.Context, want string, job *Job) (rep Cycle
 		pace := w.pacer()
 		run := func(ctx context.Context, p int) partReport {
 			pr := partReport{Moved: map[string]int{}}
-			pp := job.partStarted(p)
+			pp := job.PartStarted(p)
 			w.runPart(ctx, p, hour, pace, &pr, pp, func(err error) { pr.Failures++; note(err) })
-			pr.Cells = int(pp.cells.Load())
-			job.partEnded(p, ctx.Err() == nil)
+			pr.Cells = int(pp.Cells.Load())
+			job.PartEnded(p, ctx.Err() == nil)
 			return pr
 		}
 		stopPublishing := w.publishWhileRunning(ctx, id, job)
@@ -236,7 +241,7 @@ func (w *Worker) runCycle(ctx context.Context, want string, job *Job) (rep Cycle
 			w.markCycleEnd(context.WithoutCancel(ctx), id)
 		}
 		if fp, ferr := w.fleetProgress(context.WithoutCancel(ctx), id); ferr == nil {
-			job.setFleet(fp)
+			job.SetFleet(fp)
 		}
 	}
 	if err != nil {
@@ -306,7 +311,7 @@ func waitPace(ctx context.Context, pace *rate.Limiter, n int) error {
 // moves each batch's cells whose tier differs from their target (each
 // batch waits for pace, if set), and rescales the history of rows older
 // than the horizon.
-func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limiter, rep *partReport, pp *partProgress, fail func(error)) {
+func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limiter, rep *partReport, pp *jobs.PartProgress, fail func(error)) {
 	sh, lo, hi := partRange(p)
 	if sh >= len(w.DBs) {
 		return
@@ -325,8 +330,8 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limi
 	if err != nil {
 		fail(err)
 	} else {
-		pp.cells.Store(int64(cells))
-		pp.counted.Store(true)
+		pp.Cells.Store(int64(cells))
+		pp.Counted.Store(true)
 	}
 	// The part holds about 1/parts of each tag's cells.
 	parts := len(w.DBs) * activity.PartsPerShard
@@ -376,8 +381,8 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limi
 			}
 			before := movedOf(rep)
 			w.moveBatch(ctx, batch, capacity, rep, fail)
-			pp.scanned.Add(int64(len(batch)))
-			pp.moved.Add(int64(movedOf(rep) - before))
+			pp.Scanned.Add(int64(len(batch)))
+			pp.Moved.Add(int64(movedOf(rep) - before))
 		}
 		// Bound the history: rows older than the horizon keep their mean.
 		// Only a batch that read such a row has one to rescale (a row a
@@ -586,7 +591,7 @@ func (w *Worker) Start(ctx context.Context) (stop func(), err error) {
 		// Every instance's cron fires in the same minute: the minute names
 		// the fleet's cycle, so it runs once (cycle.go).
 		fire := w.now().UTC().Truncate(time.Minute)
-		rep, err := w.runCycle(ctx, "sched-"+strconv.FormatInt(fire.Unix(), 10), w.Jobs.start(KindMigrate, "schedule"))
+		rep, err := w.runCycle(ctx, "sched-"+strconv.FormatInt(fire.Unix(), 10), w.Jobs.Start(jobs.KindMigrate, "schedule"))
 		w.log().Info("migration cycle", "cycle", rep.Cycle, "parts", rep.Parts, "parts_by", rep.PartsBy, "folded", rep.Folded, "scanned", rep.Scanned, "moved", rep.Moved, "skipped", rep.Skipped, "repaired", rep.Repaired, "failures", rep.Failures, "duration", rep.Duration, "err", err)
 	}))
 	c.Start()
@@ -684,7 +689,7 @@ func (a Admin) CompactColdFilters(ctx context.Context) (any, error) {
 
 // RebuildColdFilters runs Worker.RebuildColdFilters: {"cells": N, "job": id}.
 func (a Admin) RebuildColdFilters(ctx context.Context) (any, error) {
-	job := a.W.Jobs.start(KindRebuild, "api")
+	job := a.W.Jobs.Start(jobs.KindRebuild, "api")
 	n, err := a.W.rebuildColdFilters(ctx, job)
 	return map[string]any{"cells": n, "job": job.ID()}, err
 }
