@@ -28,7 +28,7 @@ import (
 // reports cells moved a second of the cycle and the CPU a cell of this
 // process, Redis and MariaDB. "idle": windows of two hours (the shortest
 // the cycle tracks by default), so no counter of the current window is
-// left and the cells take the quiet move as idle cells (PROTOCOL.md,
+// left and the cells take the quiet move as idle cells (migrate/PROTOCOL.md,
 // "Quiet cells"); "idle-folded": the same with the activity log folded
 // before the cycle (as FoldLongLogs does between cycles), so the cycle
 // scans and moves only; "counting": windows of a day, whose counters still

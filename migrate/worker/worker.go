@@ -113,7 +113,7 @@ type CycleReport struct {
 	Folded   int            `json:"folded"`             // cell entries of flushed activity added to cell_activity (activity.FoldLog)
 	Scanned  int            `json:"scanned"`
 	Moved    map[string]int `json:"moved"` // "hot>warm": cells
-	Quiet    int            `json:"quiet"` // of Moved["hot>cold"], the cells moved by the quiet move (PROTOCOL.md)
+	Quiet    int            `json:"quiet"` // of Moved["hot>cold"], the cells moved by the quiet move (migrate/PROTOCOL.md)
 	Idle     int            `json:"idle"`  // of Quiet, the idle cells
 	Skipped  int            `json:"skipped"`
 	Repaired int            `json:"repaired"`
