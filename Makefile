@@ -219,15 +219,17 @@ bench-memory: services
 
 # What a move of 1,000 hot cells to cold costs, step by step (migrate's
 # BenchmarkMoveCells_HotToCold), a cycle's fold of the flushed activity into
-# cell_activity (BenchmarkFoldActivityLog), and whole cycles moving 20,000
-# cells hot -> cold with 1, 2 and 4 part workers (BenchmarkCycle_HotToCold:
+# cell_activity (migrate/activity's BenchmarkFoldActivityLog), and whole
+# cycles moving 20,000 cells hot -> cold with 1, 2 and 4 part workers
+# (migrate/worker's BenchmarkCycle_HotToCold:
 # the per-worker pace). ~1 minute; CPU figures of Redis are this run's alone
 # on a Redis of its own (QUOTA_TEST_REDIS_ADDR).
 .PHONY: bench-move
 bench-move: services
-	$(GO) test -run '^$$' -bench 'BenchmarkMoveCells_HotToCold|BenchmarkFoldActivityLog' -benchtime 20x ./migrate/
-	$(GO) test -run '^$$' -bench 'BenchmarkCycle_HotToCold' -benchtime 3x ./migrate/
-	$(GO) test -run '^$$' -bench 'BenchmarkCompactColdFilters' -benchtime 3x ./migrate/
+	$(GO) test -run '^$$' -bench 'BenchmarkMoveCells_HotToCold' -benchtime 20x ./migrate/
+	$(GO) test -run '^$$' -bench 'BenchmarkFoldActivityLog' -benchtime 20x ./migrate/activity/
+	$(GO) test -run '^$$' -bench 'BenchmarkCycle_HotToCold' -benchtime 3x ./migrate/worker/
+	$(GO) test -run '^$$' -bench 'BenchmarkCompactColdFilters' -benchtime 3x ./migrate/worker/
 
 # Redis instructions a cell of the quiet move's two scripts and a check of
 # the check script, counted by valgrind's callgrind on a redis-server of

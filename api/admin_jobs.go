@@ -8,21 +8,22 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/quota-platform/quota/migrate"
+	"github.com/quota-platform/quota/migrate/jobs"
+	"github.com/quota-platform/quota/migrate/worker"
 )
 
 // JobsAdmin is the job resource of the long admin jobs (a migration
 // cycle, a cold filter rebuild or compaction) and the fleet's cycle
-// (migrate.Admin in quotad). A Deps.Tiers that implements it gets the
+// (worker.Admin in quotad). A Deps.Tiers that implements it gets the
 // routes below.
 type JobsAdmin interface {
 	// StartJob starts a job of kind in the background and returns it (the
 	// one running, if any).
-	StartJob(ctx context.Context, kind string) (migrate.JobView, error)
-	Job(id string) (migrate.JobView, bool)
-	Jobs() []migrate.JobView
+	StartJob(ctx context.Context, kind string) (jobs.JobView, error)
+	Job(id string) (jobs.JobView, bool)
+	Jobs() []jobs.JobView
 	// FleetCycle is the cycle running now or the last (nil: none known).
-	FleetCycle(ctx context.Context) (*migrate.FleetProgress, error)
+	FleetCycle(ctx context.Context) (*jobs.FleetProgress, error)
 }
 
 func (s *Server) jobsAdmin() (JobsAdmin, error) {
@@ -84,7 +85,7 @@ func (s *Server) startAsync(c echo.Context, kind string) error {
 	}
 	v, err := ja.StartJob(c.Request().Context(), kind)
 	if err != nil {
-		if errors.Is(err, migrate.ErrUnknownJobKind) {
+		if errors.Is(err, worker.ErrUnknownJobKind) {
 			return newError(http.StatusBadRequest, "bad_kind", err.Error())
 		}
 		return newError(http.StatusServiceUnavailable, "job_not_started", err.Error())

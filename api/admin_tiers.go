@@ -7,7 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/quota-platform/quota/migrate"
+	"github.com/quota-platform/quota/migrate/jobs"
 )
 
 // migrateWriteTimeout replaces the server's WriteTimeout (10 s in quotad)
@@ -17,7 +17,7 @@ import (
 const migrateWriteTimeout = 24 * time.Hour
 
 // TiersAdmin is the migration worker as the admin endpoints see it
-// (migrate.Admin in quotad).
+// (worker.Admin in quotad).
 type TiersAdmin interface {
 	// TierStats returns the tiers' cells and bytes (JSON-encodable).
 	TierStats(ctx context.Context) (any, error)
@@ -66,7 +66,7 @@ func (s *Server) postMigrate(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		return s.startAsync(c, migrate.KindMigrate)
+		return s.startAsync(c, jobs.KindMigrate)
 	}
 	s.extendWriteDeadline(c, "migration cycle")
 	rep, err := s.deps.Tiers.Migrate(detached(c))
@@ -88,7 +88,7 @@ func (s *Server) postRebuildFilters(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		return s.startAsync(c, migrate.KindRebuild)
+		return s.startAsync(c, jobs.KindRebuild)
 	}
 	s.extendWriteDeadline(c, "cold filter rebuild")
 	rep, err := s.deps.Tiers.RebuildColdFilters(detached(c))
@@ -100,7 +100,7 @@ func (s *Server) postRebuildFilters(c echo.Context) error {
 	return c.JSON(http.StatusOK, rep)
 }
 
-// postCompactFilters answers migrate.CompactReport. Like a cycle, it reads
+// postCompactFilters answers worker.CompactReport. Like a cycle, it reads
 // all of cell_activity.
 func (s *Server) postCompactFilters(c echo.Context) error {
 	if s.deps.Tiers == nil {
@@ -110,7 +110,7 @@ func (s *Server) postCompactFilters(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		return s.startAsync(c, migrate.KindCompact)
+		return s.startAsync(c, jobs.KindCompact)
 	}
 	s.extendWriteDeadline(c, "cold filter compaction")
 	rep, err := s.deps.Tiers.CompactColdFilters(detached(c))

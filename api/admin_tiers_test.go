@@ -20,6 +20,9 @@ import (
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
 	"github.com/quota-platform/quota/migrate"
+	"github.com/quota-platform/quota/migrate/activity"
+	"github.com/quota-platform/quota/migrate/jobs"
+	"github.com/quota-platform/quota/migrate/worker"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
@@ -39,12 +42,12 @@ func tiersServer(t *testing.T, token string) (*httptest.Server, *clock.Fake) {
 	warm := warm.NewStore(rdb, warm.Options{Prefix: prefix})
 	cold := cold.NewStore(dbs, cold.Options{})
 	router := routing.NewRouter(hs, warm, cold)
-	act := &migrate.Activity{DBs: dbs, Now: clk.Now}
+	act := &activity.Activity{DBs: dbs, Now: clk.Now}
 	router.Calls = act.Observe
 	mover := &migrate.Mover{RDB: rdb, Prefix: prefix, Warm: warm, Cold: cold,
 		Hot: &hot.Mover{Hot: router.Hot(), Warm: warm, Now: clk.Now}}
-	w := &migrate.Worker{Mover: mover, Activity: act, DBs: dbs, Now: clk.Now, Jobs: &migrate.Jobs{Instance: "test"},
-		Config: migrate.Config{Schedule: "@daily", HotThreshold: 2000, ColdThreshold: 1000}}
+	w := &worker.Worker{Mover: mover, Activity: act, DBs: dbs, Now: clk.Now, Jobs: &jobs.Jobs{Instance: "test"},
+		Config: worker.Config{Schedule: "@daily", HotThreshold: 2000, ColdThreshold: 1000}}
 	set, err := rules.ParseYAML([]byte(defaultRules))
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +59,7 @@ func tiersServer(t *testing.T, token string) (*httptest.Server, *clock.Fake) {
 	s := config.Defaults()
 	s.AdminToken = token
 	reg := prometheus.NewRegistry()
-	srv := httptest.NewServer(api.New(api.Deps{Settings: s, Limiter: lim, Metrics: metrics.New(reg), Gatherer: reg, Tiers: migrate.Admin{W: w}}))
+	srv := httptest.NewServer(api.New(api.Deps{Settings: s, Limiter: lim, Metrics: metrics.New(reg), Gatherer: reg, Tiers: worker.Admin{W: w}}))
 	t.Cleanup(srv.Close)
 	return srv, clk
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/migrate"
+
+	"github.com/quota-platform/quota/migrate/jobs"
 )
 
 // Instance is one instance's own view of itself.
@@ -60,16 +62,16 @@ type Status struct {
 	At       time.Time `json:"at"`
 	Instance Instance  `json:"instance"`
 	// Instances are the heartbeats in Redis (Registry).
-	Instances     []Entry                `json:"instances,omitempty"`
-	RegistryError string                 `json:"registry_error,omitempty"`
-	Redis         []Endpoint             `json:"redis,omitempty"`
-	RedisMode     string                 `json:"redis_mode,omitempty"` // single | cluster
-	MySQL         []Endpoint             `json:"mysql,omitempty"`
-	TieringOff    bool                   `json:"tiering_off,omitempty"`
-	Tiers         *migrate.TierCount     `json:"tiers,omitempty"`
-	TiersError    string                 `json:"tiers_error,omitempty"`
-	Cycle         *migrate.FleetProgress `json:"cycle,omitempty"`
-	CycleError    string                 `json:"cycle_error,omitempty"`
+	Instances     []Entry             `json:"instances,omitempty"`
+	RegistryError string              `json:"registry_error,omitempty"`
+	Redis         []Endpoint          `json:"redis,omitempty"`
+	RedisMode     string              `json:"redis_mode,omitempty"` // single | cluster
+	MySQL         []Endpoint          `json:"mysql,omitempty"`
+	TieringOff    bool                `json:"tiering_off,omitempty"`
+	Tiers         *migrate.TierCount  `json:"tiers,omitempty"`
+	TiersError    string              `json:"tiers_error,omitempty"`
+	Cycle         *jobs.FleetProgress `json:"cycle,omitempty"`
+	CycleError    string              `json:"cycle_error,omitempty"`
 }
 
 // Source gathers an instance's Status. The api fills in what only it
@@ -86,7 +88,7 @@ type Source struct {
 	// Tiers is the last count of the tiers and Cycle the fleet's current
 	// or last cycle (nil with tiering off).
 	Tiers func(ctx context.Context) (*migrate.TierCount, error)
-	Cycle func(ctx context.Context) (*migrate.FleetProgress, error)
+	Cycle func(ctx context.Context) (*jobs.FleetProgress, error)
 	Now   func() time.Time
 }
 

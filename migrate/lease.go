@@ -28,6 +28,17 @@ var (
 	renewScript   = redis.NewScript(renewSource)
 )
 
+// ReleaseKey deletes key if it still holds token: a lease of one key
+// (a cycle's part, the cycle key) by the move leases' script.
+func ReleaseKey(ctx context.Context, rdb redis.Scripter, key, token string) {
+	releaseScript.Run(ctx, rdb, []string{key}, token)
+}
+
+// RenewKey sets key's time to live to ttl if it still holds token.
+func RenewKey(ctx context.Context, rdb redis.Scripter, key, token string, ttl time.Duration) {
+	renewScript.Run(ctx, rdb, []string{key}, token, ttl.Milliseconds())
+}
+
 // leaseChunk bounds the keys of one lease script: a batch's leases are
 // taken, renewed and released in a few calls on a single Redis, each
 // short enough not to hold up the checks behind it.

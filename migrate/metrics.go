@@ -97,8 +97,8 @@ func (m *Metrics) failed() {
 	}
 }
 
-// cycleDone records the end of a cycle at now.
-func (m *Metrics) cycleDone(err error, now time.Time) {
+// CycleDone records the end of a cycle at now.
+func (m *Metrics) CycleDone(err error, now time.Time) {
 	if m == nil {
 		return
 	}

@@ -1,7 +1,8 @@
 // Package migrate moves fixed-window cells between the hot, warm and cold
 // tiers (PROTOCOL.md): MoveCells moves one batch under leases with a
-// journal, Repair rolls forward the moves a crashed worker left, and the
-// Worker decides what to move (scheduled cycles and on-call promotions).
+// journal, Repair rolls forward the moves a crashed worker left. What to
+// move is migrate/worker's choice (scheduled cycles and on-call
+// promotions).
 package migrate
 
 import (
@@ -95,21 +96,22 @@ func (m *Mover) leaseTTL() time.Duration {
 
 // EncodeRef is a Ref as a journal field and cell_activity.ref: identity, tag, shard key, window.
 func EncodeRef(r *tiers.Ref) string {
-	var b [maxRefLen]byte
-	return string(appendRef(b[:0], r))
+	var b [MaxRefLen]byte
+	return string(AppendRef(b[:0], r))
 }
 
-// maxRefLen is the longest EncodeRef.
-const maxRefLen = 16 + 3 + 8 + binary.MaxVarintLen64
+// MaxRefLen is the longest EncodeRef.
+const MaxRefLen = 16 + 3 + 8 + binary.MaxVarintLen64
 
-// appendRef appends EncodeRef(r) to b.
-func appendRef(b []byte, r *tiers.Ref) []byte {
+// AppendRef appends EncodeRef(r) to b.
+func AppendRef(b []byte, r *tiers.Ref) []byte {
 	b = append(b, r.Identity[:]...)
 	b = append(b, r.Tag[:]...)
 	b = binary.BigEndian.AppendUint64(b, r.ShardKey)
 	return binary.AppendUvarint(b, uint64(r.Window/time.Second))
 }
 
+// DecodeRef is the Ref EncodeRef made s of.
 func DecodeRef(s string) (tiers.Ref, error) {
 	var r tiers.Ref
 	if len(s) < 28 {
@@ -229,6 +231,19 @@ func (m *Mover) coldRows(ctx context.Context, refs []tiers.Ref, ask []bool) ([]b
 // it continues each cell from the step its directory shows.
 func (m *Mover) MoveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier) (Result, error) {
 	return m.moveCells(ctx, refs, from, to, moveOpts{})
+}
+
+// Plan is what the scheduled cycle knows of a batch it moves: moveOpts'
+// capacity and states.
+type Plan struct {
+	Capacity func(tiers.Tag) int
+	States   []hot.State
+}
+
+// MoveCellsPlanned is MoveCells with what the scheduled cycle knows of
+// the batch (Plan).
+func (m *Mover) MoveCellsPlanned(ctx context.Context, refs []tiers.Ref, from, to tiers.Tier, p Plan) (Result, error) {
+	return m.moveCells(ctx, refs, from, to, moveOpts{capacity: p.Capacity, states: p.States})
 }
 
 // moveOpts are what Repair and the scheduled cycle know of a batch.

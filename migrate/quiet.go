@@ -139,11 +139,11 @@ func quietRefs(cells []quietCell) []tiers.Ref {
 	return out
 }
 
-// statesOf returns the tier of each ref (as TierOf) and where it stands
+// StatesOf returns the tier of each ref (as TierOf) and where it stands
 // (hot.Mover.States, holding the idle cells of toCold): one script
 // call, and a cold lookup of the cells with no field and no counter whose
 // tag's filter may hold them.
-func (m *Mover) statesOf(ctx context.Context, refs []tiers.Ref, toCold []bool) ([]tiers.Tier, []hot.State, error) {
+func (m *Mover) StatesOf(ctx context.Context, refs []tiers.Ref, toCold []bool) ([]tiers.Tier, []hot.State, error) {
 	states, err := m.Hot.States(ctx, refs, toCold)
 	if err != nil {
 		return nil, nil, err

@@ -140,25 +140,34 @@ func (m *Mover) countTiers(ctx context.Context) (TierStats, error) {
 		return st, err
 	}
 	st.Cold.RedisBytes = int64(filterMean * float64(len(filters)))
-	if m.Cold != nil {
-		for sh, db := range m.Cold.DBs() {
-			var size, rows int64
-			if err := db.QueryRowContext(ctx, "SELECT COALESCE(DATA_LENGTH + INDEX_LENGTH, 0), COALESCE(TABLE_ROWS, 0) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'cold_cells'").Scan(&size, &rows); err != nil {
-				return st, fmt.Errorf("tier stats shard %d: %w", sh, err)
-			}
-			if rows < 100_000 {
-				// Small tables: exact (TABLE_ROWS is an estimate).
-				if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM cold_cells").Scan(&rows); err != nil {
-					return st, fmt.Errorf("tier stats shard %d: %w", sh, err)
-				}
-			}
-			st.Cold.Identities += rows
-			st.Cold.MySQLBytes += size
-		}
+	if err := m.countCold(ctx, &st); err != nil {
+		return st, err
 	}
 	st.Hot.RedisBytes, st.Warm.RedisBytes = st.Hot.Bytes, st.Warm.Bytes
 	st.Cold.Bytes = st.Cold.RedisBytes + st.Cold.MySQLBytes
 	return st, nil
+}
+
+// countCold adds the cold shards' rows and bytes of cold_cells to st.
+func (m *Mover) countCold(ctx context.Context, st *TierStats) error {
+	if m.Cold == nil {
+		return nil
+	}
+	for sh, db := range m.Cold.DBs() {
+		var size, rows int64
+		if err := db.QueryRowContext(ctx, "SELECT COALESCE(DATA_LENGTH + INDEX_LENGTH, 0), COALESCE(TABLE_ROWS, 0) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'cold_cells'").Scan(&size, &rows); err != nil {
+			return fmt.Errorf("tier stats shard %d: %w", sh, err)
+		}
+		if rows < 100_000 {
+			// Small tables: exact (TABLE_ROWS is an estimate).
+			if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM cold_cells").Scan(&rows); err != nil {
+				return fmt.Errorf("tier stats shard %d: %w", sh, err)
+			}
+		}
+		st.Cold.Identities += rows
+		st.Cold.MySQLBytes += size
+	}
+	return nil
 }
 
 func (m *Mover) meanUsage(ctx context.Context, keys []string) (float64, error) {

@@ -50,3 +50,6 @@ func (m *Mover) LastCount(ctx context.Context, now time.Time) (*TierCount, error
 	tc.AgeSeconds = round3(now.Sub(tc.CountedAt).Seconds())
 	return &tc, nil
 }
+
+// round3 is f rounded to three decimals.
+func round3(f float64) float64 { return float64(int64(f*1000+0.5)) / 1000 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/jobwatch"
-	"github.com/quota-platform/quota/migrate"
+	"github.com/quota-platform/quota/migrate/jobs"
 )
 
 func init() {
@@ -60,7 +60,7 @@ func runJob(ctx context.Context, cl *client, name, path string, jf jobFlags, std
 		}
 		return 0
 	}
-	var job migrate.JobView
+	var job jobs.JobView
 	if err := json.Unmarshal(raw, &job); err != nil {
 		fmt.Fprintf(stderr, "quotactl %s: answer is not a job: %v\n", name, err)
 		return 1
@@ -87,10 +87,10 @@ func runJob(ctx context.Context, cl *client, name, path string, jf jobFlags, std
 
 // watchJob polls job until it ends, its progress on stderr; Ctrl-C stops
 // the waiting (status 130), not the job.
-func watchJob(ctx context.Context, cl *client, name string, job migrate.JobView, jf jobFlags, stderr io.Writer) (migrate.JobView, int) {
+func watchJob(ctx context.Context, cl *client, name string, job jobs.JobView, jf jobFlags, stderr io.Writer) (jobs.JobView, int) {
 	base := cl
-	fetch := func(ctx context.Context) (migrate.JobView, error) {
-		var v migrate.JobView
+	fetch := func(ctx context.Context) (jobs.JobView, error) {
+		var v jobs.JobView
 		path := "/v1/admin/jobs/" + url.PathEscape(job.ID)
 		_, err := base.do(ctx, "GET", path, nil, &v)
 		// Behind a load balancer the poll may reach another instance,
@@ -128,8 +128,8 @@ func runJobs(ctx context.Context, cl *client, args []string, stdout, stderr io.W
 	}
 	if len(pos) == 0 {
 		var list struct {
-			Jobs  []migrate.JobView      `json:"jobs"`
-			Cycle *migrate.FleetProgress `json:"cycle"`
+			Jobs  []jobs.JobView      `json:"jobs"`
+			Cycle *jobs.FleetProgress `json:"cycle"`
 		}
 		if _, err := cl.do(ctx, "GET", "/v1/admin/jobs", nil, &list); err != nil {
 			fmt.Fprintln(stderr, "quotactl jobs:", err)
@@ -147,7 +147,7 @@ func runJobs(ctx context.Context, cl *client, args []string, stdout, stderr io.W
 		}
 		return 0
 	}
-	var v migrate.JobView
+	var v jobs.JobView
 	if _, err := cl.do(ctx, "GET", "/v1/admin/jobs/"+url.PathEscape(pos[0]), nil, &v); err != nil {
 		fmt.Fprintln(stderr, "quotactl jobs:", err)
 		return 1

@@ -20,6 +20,7 @@ import (
 	"github.com/quota-platform/quota/internal/version"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/migrate"
+	"github.com/quota-platform/quota/migrate/worker"
 	"github.com/quota-platform/quota/redisconn"
 )
 
@@ -91,7 +92,7 @@ func joinFleet(s config.Settings, rdb redis.UniversalClient, dbs []*sql.DB, lim 
 		}
 		fm.source.Shards = append(fm.source.Shards, fleet.Shard{Addr: addr, DB: db})
 	}
-	if a, ok := tiersAdmin.(migrate.Admin); ok {
+	if a, ok := tiersAdmin.(worker.Admin); ok {
 		fm.source.Tiers = func(ctx context.Context) (*migrate.TierCount, error) { return a.W.Mover.LastCount(ctx, time.Now()) }
 		fm.source.Cycle = a.FleetCycle
 	}

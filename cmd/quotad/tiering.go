@@ -13,6 +13,9 @@ import (
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/internal/tick"
 	"github.com/quota-platform/quota/migrate"
+	"github.com/quota-platform/quota/migrate/activity"
+	"github.com/quota-platform/quota/migrate/jobs"
+	"github.com/quota-platform/quota/migrate/worker"
 	"github.com/quota-platform/quota/redisconn"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
@@ -53,13 +56,13 @@ func startTiering(ctx context.Context, s config.Settings, hs *hot.Store, dbs []*
 		ColdHints:    router.ColdHints,
 		MovedFromHot: movedFromHot,
 	}
-	act := &migrate.Activity{DBs: dbs}
+	act := &activity.Activity{DBs: dbs}
 	router.Calls, router.CallsMinWindow = act.Observe, s.MigrateMinWindow
 	host, _ := os.Hostname()
-	w := &migrate.Worker{
+	w := &worker.Worker{
 		Mover: mover, Activity: act, DBs: dbs, Log: log,
 		Name: host + " " + s.Listen,
-		Config: migrate.Config{
+		Config: worker.Config{
 			Schedule:        s.MigrateSchedule,
 			Location:        s.Location,
 			HotThreshold:    s.HotThreshold,
@@ -74,7 +77,7 @@ func startTiering(ctx context.Context, s config.Settings, hs *hot.Store, dbs []*
 			CellsPerSecond: s.MigrateCellsPerSec,
 		},
 	}
-	w.Jobs = &migrate.Jobs{Instance: w.Name, URL: advertiseURL(s)}
+	w.Jobs = &jobs.Jobs{Instance: w.Name, URL: advertiseURL(s)}
 	reg.MustRegister(w.Jobs) // quota_job_*: the progress of long jobs
 	router.Observe = w.Observe
 	stopWorker, err := w.Start(context.Background())
@@ -110,5 +113,5 @@ func startTiering(ctx context.Context, s config.Settings, hs *hot.Store, dbs []*
 		}
 		mrdb.Close()
 	}
-	return router, migrate.Admin{W: w}, stop, nil
+	return router, worker.Admin{W: w}, stop, nil
 }

@@ -2,7 +2,7 @@
 // for it (a migration cycle, a cold filter rebuild or compaction): a
 // progress bar on a terminal, one plain line every few seconds otherwise
 // (a pipe, a log file, CI), both from the job resource quotad answers
-// (migrate.JobView), polled until the job ends.
+// (jobs.JobView), polled until the job ends.
 package jobwatch
 
 import (
@@ -17,7 +17,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
-	"github.com/quota-platform/quota/migrate"
+	"github.com/quota-platform/quota/migrate/jobs"
 )
 
 // IsTerminal reports whether w is a terminal (a progress bar can be drawn
@@ -62,7 +62,7 @@ func (o Options) now() time.Time {
 // Watch fetches the job every poll and shows its progress on out until the
 // job ends (it returns the job's last view) or ctx does (it returns ctx's
 // error and the last view it had: the job goes on in quotad).
-func Watch(ctx context.Context, out io.Writer, first migrate.JobView, fetch func(context.Context) (migrate.JobView, error), o Options) (migrate.JobView, error) {
+func Watch(ctx context.Context, out io.Writer, first jobs.JobView, fetch func(context.Context) (jobs.JobView, error), o Options) (jobs.JobView, error) {
 	v := first
 	var bar *progressbar.ProgressBar
 	if o.Terminal {
@@ -127,7 +127,7 @@ func Watch(ctx context.Context, out io.Writer, first migrate.JobView, fetch func
 //
 // A cycle's figures are the fleet's when it is known (every instance's
 // parts), this instance's share after them.
-func Summary(v migrate.JobView) string {
+func Summary(v jobs.JobView) string {
 	p := v.Progress
 	if f := v.Fleet; f != nil {
 		p = f.Progress
@@ -155,7 +155,7 @@ func Summary(v migrate.JobView) string {
 
 // Line is the plain line of a job at now: a timestamp, the job, its
 // percentage and its figures.
-func Line(v migrate.JobView, now time.Time) string {
+func Line(v jobs.JobView, now time.Time) string {
 	state := strconv.FormatFloat(v.Progress.Fraction*100, 'f', 1, 64) + "%"
 	if v.State != "running" {
 		state = v.State
@@ -165,15 +165,15 @@ func Line(v migrate.JobView, now time.Time) string {
 
 func movedWord(kind string) string {
 	switch kind {
-	case migrate.KindRebuild:
+	case jobs.KindRebuild:
 		return "put back"
-	case migrate.KindCompact:
+	case jobs.KindCompact:
 		return "kept"
 	}
 	return "moved"
 }
 
-func eta(p migrate.Progress) string {
+func eta(p jobs.Progress) string {
 	if p.ETASeconds == nil {
 		return "?"
 	}

@@ -1,4 +1,4 @@
-package migrate
+package worker
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/migrate/activity"
 	"github.com/quota-platform/quota/tiers"
 )
 
@@ -31,7 +32,7 @@ func newOwnWorkerEnv(t *testing.T) (*env, *Worker) {
 // e's router on the cold shards.
 func (e *env) worker(cfg Config) *Worker {
 	dbs := e.cold.DBs()
-	act := &Activity{DBs: dbs, Now: e.clock.Now}
+	act := &activity.Activity{DBs: dbs, Now: e.clock.Now}
 	e.router.Calls = act.Observe
 	return &Worker{Mover: e.mover, Activity: act, DBs: dbs, Now: e.clock.Now, Config: cfg}
 }
@@ -124,7 +125,7 @@ func TestActivity_CellsOfShortWindowsLeaveNoHistory(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	dbs := e.cold.DBs()
-	act := &Activity{DBs: dbs, Now: e.clock.Now}
+	act := &activity.Activity{DBs: dbs, Now: e.clock.Now}
 	e.router.Calls, e.router.CallsMinWindow = act.Observe, 2*time.Hour
 	hourly, daily := newCell(10), newCell(10)
 	daily.window = 24 * time.Hour

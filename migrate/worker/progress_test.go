@@ -1,4 +1,4 @@
-package migrate
+package worker
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/quota-platform/quota/migrate/activity"
+	"github.com/quota-platform/quota/migrate/jobs"
 	"github.com/quota-platform/quota/tiers"
 )
 
@@ -31,8 +33,8 @@ func touchCells(t *testing.T, e *env, cells []cellSpec) {
 
 // sample is one look at a running job.
 type sample struct {
-	local JobView
-	fleet FleetProgress
+	local jobs.JobView
+	fleet jobs.FleetProgress
 }
 
 // A cycle over enough cells to take seconds (its scan paced) reports,
@@ -58,11 +60,11 @@ func TestCycleProgress_GrowsWhileItRunsAndEndsAtItsTotals(t *testing.T) {
 			w.Config.BatchSize = 25
 			w.Config.CellsPerSecond = tc.perSecond
 			w.Config.ProgressEvery = 50 * time.Millisecond
-			w.Jobs = &Jobs{Instance: w.Name}
+			w.Jobs = &jobs.Jobs{Instance: w.Name}
 			workers := []*Worker{w}
 			for i := 1; i < tc.instances; i++ {
 				o := secondInstance(e, w, "i"+string(rune('0'+i)))
-				o.Jobs = &Jobs{Instance: o.Name}
+				o.Jobs = &jobs.Jobs{Instance: o.Name}
 				workers = append(workers, o)
 			}
 			cells := newCells(n, 10, 40)
@@ -145,7 +147,7 @@ func TestCycleProgress_GrowsWhileItRunsAndEndsAtItsTotals(t *testing.T) {
 			if err != nil || fp == nil {
 				t.Fatalf("fleet cycle after the end: %v, %v", fp, err)
 			}
-			total := 2 * partsPerShard
+			total := 2 * activity.PartsPerShard
 			if fp.State != "done" || fp.PartsDone != total || fp.PartsRunning != 0 || fp.CellsScanned != n || fp.CellsTotal != n || !fp.CellsCounted ||
 				fp.CellsMoved != n || fp.Fraction != 1 || fp.ETASeconds == nil || *fp.ETASeconds != 0 || fp.EndedAt == nil {
 				t.Errorf("fleet progress at the end %+v (%+v): want done, %d parts, %d cells scanned, counted and moved, ETA 0", fp.Progress, fp, total, n)
@@ -178,7 +180,7 @@ func TestCycleProgress_GrowsWhileItRunsAndEndsAtItsTotals(t *testing.T) {
 func TestJobsCollector_SeriesExistBeforeAnyJobAndShowTheLast(t *testing.T) {
 	t.Parallel()
 	e, w := newOwnWorkerEnv(t)
-	w.Jobs = &Jobs{Instance: "i0"}
+	w.Jobs = &jobs.Jobs{Instance: "i0"}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(w.Jobs)
 	want := func(series string, v float64) {
@@ -208,7 +210,7 @@ func TestJobsCollector_SeriesExistBeforeAnyJobAndShowTheLast(t *testing.T) {
 		}
 		t.Errorf("%s absent", series)
 	}
-	for _, k := range jobKinds {
+	for _, k := range jobs.Kinds() {
 		want("quota_job_running{kind="+k+"}", 0)
 		want("quota_job_parts{kind="+k+",state=total}", 0)
 		want("quota_job_cells{kind="+k+",what=scanned}", 0)
@@ -224,7 +226,7 @@ func TestJobsCollector_SeriesExistBeforeAnyJobAndShowTheLast(t *testing.T) {
 		t.Fatal(err)
 	}
 	want("quota_job_running{kind=migrate}", 0)
-	want("quota_job_parts{kind=migrate,state=done}", float64(2*partsPerShard))
+	want("quota_job_parts{kind=migrate,state=done}", float64(2*activity.PartsPerShard))
 	want("quota_job_cells{kind=migrate,what=scanned}", 30)
 	want("quota_job_cells{kind=migrate,what=moved}", 30)
 	want("quota_job_fraction_done{kind=migrate}", 1)
@@ -234,7 +236,7 @@ func TestJobsCollector_SeriesExistBeforeAnyJobAndShowTheLast(t *testing.T) {
 	}
 	want("quota_job_parts{kind=rebuild-filters,state=done}", 2)
 	want("quota_job_cells{kind=rebuild-filters,what=scanned}", 30)
-	if v := w.Jobs.Views(); len(v) != 2 || v[0].Kind != KindRebuild || !strings.HasPrefix(v[1].ID, "migrate-") {
+	if v := w.Jobs.Views(); len(v) != 2 || v[0].Kind != jobs.KindRebuild || !strings.HasPrefix(v[1].ID, "migrate-") {
 		t.Errorf("jobs %+v: want the rebuild, then the cycle", v)
 	}
 }

@@ -1,4 +1,4 @@
-package migrate
+package worker
 
 import (
 	"context"
@@ -15,10 +15,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/migrate"
+	"github.com/quota-platform/quota/migrate/activity"
 )
 
 // A cycle is the fleet's, not an instance's: its work is split into parts
-// (each shard's cell_activity in partsPerShard ranges of keys), and every
+// (each shard's cell_activity in activity.PartsPerShard ranges of keys), and every
 // instance that runs the cycle - each on its schedule, or one asked by
 // POST /v1/admin/migrate, which the others join - takes parts under a
 // lease until all are done. In Redis, under the service's prefix:
@@ -37,9 +39,6 @@ import (
 // at, so instances whose cron fires in the same minute share it even if
 // one starts after another has finished (the done hash then has every
 // part): a cycle runs once per schedule, not once per instance.
-
-// partsPerShard is how many key ranges a shard's cell_activity is cut into.
-const partsPerShard = 16
 
 // partReport is what one part did (kept in the done hash).
 type partReport struct {
@@ -113,7 +112,7 @@ func (w *Worker) joinCycle(ctx context.Context, want string) (string, error) {
 // with PartWorkers goroutines; parts another instance holds are waited
 // for (and taken over if their lease lapses).
 func (w *Worker) workParts(ctx context.Context, id string, run func(ctx context.Context, p int) partReport) error {
-	total := len(w.DBs) * partsPerShard
+	total := len(w.DBs) * activity.PartsPerShard
 	local := &localParts{running: map[int]bool{}}
 	runLocal := func(ctx context.Context, p int) partReport {
 		local.set(p, true)
@@ -225,7 +224,7 @@ func (w *Worker) runPartLeased(ctx context.Context, id string, p int, run func(c
 	// Done by another instance between our look at the done hash and the
 	// lease (it released the lease after writing done)?
 	if again, err := rdb.HExists(ctx, w.doneKey(id), strconv.Itoa(p)).Result(); err != nil || again {
-		releaseScript.Run(context.WithoutCancel(ctx), rdb, []string{key}, token)
+		migrate.ReleaseKey(context.WithoutCancel(ctx), rdb, key, token)
 		return false, err
 	}
 	stop := w.keepRenewed(ctx, key, token, ttl)
@@ -245,7 +244,7 @@ func (w *Worker) runPartLeased(ctx context.Context, id string, p int, run func(c
 		// live field of a part done; this only tidies up).
 		rdb.HDel(bg, w.liveKey(id), "p"+strconv.Itoa(p))
 	}
-	releaseScript.Run(bg, rdb, []string{key}, token)
+	migrate.ReleaseKey(bg, rdb, key, token)
 	return true, ctx.Err()
 }
 
@@ -263,7 +262,7 @@ func (w *Worker) keepRenewed(ctx context.Context, key, token string, ttl time.Du
 			case <-done:
 				return
 			case <-t.C:
-				renewScript.Run(context.WithoutCancel(ctx), w.Mover.RDB, []string{key}, token, ttl.Milliseconds())
+				migrate.RenewKey(context.WithoutCancel(ctx), w.Mover.RDB, key, token, ttl)
 			}
 		}
 	}()
@@ -312,11 +311,11 @@ var endCycle = redis.NewScript(cycleEndSource)
 // partRange is the shard and the key range [lo, hi) of part p (hi nil: to
 // the end).
 func partRange(p int) (shard int, lo, hi []byte) {
-	shard = p / partsPerShard
-	i := p % partsPerShard
-	lo = []byte{byte(i * 256 / partsPerShard)}
-	if i < partsPerShard-1 {
-		hi = []byte{byte((i + 1) * 256 / partsPerShard)}
+	shard = p / activity.PartsPerShard
+	i := p % activity.PartsPerShard
+	lo = []byte{byte(i * 256 / activity.PartsPerShard)}
+	if i < activity.PartsPerShard-1 {
+		hi = []byte{byte((i + 1) * 256 / activity.PartsPerShard)}
 	}
 	return shard, lo, hi
 }

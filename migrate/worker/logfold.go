@@ -1,4 +1,4 @@
-package migrate
+package worker
 
 import (
 	"context"
@@ -8,6 +8,9 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"time"
+
+	"github.com/quota-platform/quota/migrate"
+	"github.com/quota-platform/quota/migrate/activity"
 )
 
 // Between cycles, each activity flush appends rows to cell_activity_log
@@ -26,7 +29,7 @@ func (w *Worker) logCheckEvery() time.Duration {
 
 // logFoldTTL bounds how long a crashed instance keeps a part's fold from
 // the others. The lock only saves work: two folds of one part at once
-// count each row once all the same (foldActivityLog), the loser rolls back.
+// count each row once all the same (activity.FoldLog), the loser rolls back.
 const logFoldTTL = 2 * time.Minute
 
 // FoldLongLogs folds the parts whose log holds more than LogMaxRows rows
@@ -82,6 +85,6 @@ func (w *Worker) foldPartLocked(ctx context.Context, sh, part int) (int, error) 
 	if err != nil || !ok {
 		return 0, err
 	}
-	defer releaseScript.Run(context.WithoutCancel(ctx), rdb, []string{key}, token)
-	return foldActivityLog(ctx, w.DBs[sh], part)
+	defer migrate.ReleaseKey(context.WithoutCancel(ctx), rdb, key, token)
+	return activity.FoldLog(ctx, w.DBs[sh], part)
 }

@@ -1,4 +1,4 @@
-package migrate
+package worker
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/migrate/activity"
 	"github.com/quota-platform/quota/tiers"
 )
 
@@ -14,7 +15,7 @@ func refsOfParts(n int) (a, b []tiers.Ref, partA, partB int) {
 	partA, partB = -1, -1
 	for len(a) < n || len(b) < n {
 		r := dailyRefs(1)[0]
-		switch p := partOfCell(r.ID()); {
+		switch p := activity.PartOfCell(r.ID()); {
 		case partA < 0 || p == partA:
 			partA = p
 			if len(a) < n {
@@ -60,7 +61,7 @@ func TestFoldLongLogs_FoldsOnlyThePartsPastTheBound(t *testing.T) {
 			e := newEnv(t)
 			db := e.cold.DBs()[:1]
 			w := &Worker{Mover: e.mover, DBs: db, Config: Config{LogMaxRows: tc.maxRows}}
-			act := &Activity{DBs: db}
+			act := &activity.Activity{DBs: db}
 			long, short, partA, partB := refsOfParts(5)
 			for i := range 5 { // part A: a row a flush, 5 rows
 				act.Observe(long)

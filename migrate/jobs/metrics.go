@@ -1,4 +1,4 @@
-package migrate
+package jobs
 
 import "github.com/prometheus/client_golang/prometheus"
 
@@ -28,7 +28,7 @@ func (js *Jobs) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	now := js.now()
+	now := js.Time()
 	var fleet *FleetProgress
 	for _, kind := range jobKinds {
 		var v JobView

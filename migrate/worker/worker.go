@@ -1,4 +1,8 @@
-package migrate
+// Package worker is the migration worker: it decides what moves between
+// tiers and has migrate's Mover move it: the fleet's scheduled cycles
+// (cycle.go), promotions of cells called again, Repair every second, and
+// the cold filters' rebuild and compaction, each a job of migrate/jobs.
+package worker
 
 import (
 	"bytes"
@@ -18,6 +22,9 @@ import (
 
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/tick"
+	"github.com/quota-platform/quota/migrate"
+	"github.com/quota-platform/quota/migrate/activity"
+	"github.com/quota-platform/quota/migrate/jobs"
 	"github.com/quota-platform/quota/schedule"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/hot"
@@ -74,9 +81,9 @@ type Config struct {
 
 // Worker runs migration cycles and on-call moves.
 type Worker struct {
-	Mover    *Mover
-	Activity *Activity // flushed before each cycle (may be nil)
-	DBs      []*sql.DB // the shards holding cell_activity
+	Mover    *migrate.Mover
+	Activity *activity.Activity // flushed before each cycle (may be nil)
+	DBs      []*sql.DB          // the shards holding cell_activity
 	Config   Config
 	Now      func() time.Time
 	Log      *slog.Logger
@@ -85,7 +92,7 @@ type Worker struct {
 	Name string
 	// Jobs registers this instance's cycles, rebuilds and compactions and
 	// their progress (nil: not kept).
-	Jobs *Jobs
+	Jobs *jobs.Jobs
 
 	cycle  sync.Mutex
 	mu     sync.Mutex
@@ -103,10 +110,10 @@ type CycleReport struct {
 	Cycle    string         `json:"cycle"`              // the fleet's cycle this instance ran parts of
 	Parts    int            `json:"parts"`              // parts done
 	PartsBy  map[string]int `json:"parts_by,omitempty"` // parts done per instance (Worker.Name)
-	Folded   int            `json:"folded"`             // cell entries of flushed activity added to cell_activity (foldActivityLog)
+	Folded   int            `json:"folded"`             // cell entries of flushed activity added to cell_activity (activity.FoldLog)
 	Scanned  int            `json:"scanned"`
 	Moved    map[string]int `json:"moved"` // "hot>warm": cells
-	Quiet    int            `json:"quiet"` // of Moved["hot>cold"], the cells moved by the quiet move (PROTOCOL.md)
+	Quiet    int            `json:"quiet"` // of Moved["hot>cold"], the cells moved by the quiet move (migrate/PROTOCOL.md)
 	Idle     int            `json:"idle"`  // of Quiet, the idle cells
 	Skipped  int            `json:"skipped"`
 	Repaired int            `json:"repaired"`
@@ -155,19 +162,19 @@ func (c *Config) Target(perHour float64) tiers.Tier {
 // whose tier differs from their target. The report covers every part,
 // whoever ran it; Errors are this instance's.
 func (w *Worker) RunCycle(ctx context.Context) (CycleReport, error) {
-	return w.runCycle(ctx, "", w.Jobs.start(KindMigrate, "api"))
+	return w.runCycle(ctx, "", w.Jobs.Start(jobs.KindMigrate, "api"))
 }
 
 // StartCycle runs RunCycle in the background, until it ends or ctx does,
 // and returns its job at once; while this instance runs a cycle, it
 // returns that cycle's job instead (a cycle asked for joins the one
 // running).
-func (w *Worker) StartCycle(ctx context.Context) *Job {
-	if j := w.Jobs.Running(KindMigrate); j != nil {
+func (w *Worker) StartCycle(ctx context.Context) *jobs.Job {
+	if j := w.Jobs.Running(jobs.KindMigrate); j != nil {
 		return j
 	}
-	job := w.Jobs.start(KindMigrate, "api")
-	job.setTotal(len(w.DBs) * partsPerShard)
+	job := w.Jobs.Start(jobs.KindMigrate, "api")
+	job.SetTotal(len(w.DBs) * activity.PartsPerShard)
 	go func() {
 		rep, err := w.runCycle(ctx, "", job)
 		w.log().Info("migration cycle", "job", job.ID(), "cycle", rep.Cycle, "parts", rep.Parts, "scanned", rep.Scanned, "moved", rep.Moved, "failures", rep.Failures, "duration", rep.Duration, "err", err)
@@ -177,13 +184,13 @@ func (w *Worker) StartCycle(ctx context.Context) *Job {
 
 // runCycle is RunCycle; want names the cycle to start when none is running
 // ("": a new id); job is told its progress, and its end.
-func (w *Worker) runCycle(ctx context.Context, want string, job *Job) (rep CycleReport, err error) {
+func (w *Worker) runCycle(ctx context.Context, want string, job *jobs.Job) (rep CycleReport, err error) {
 	w.cycle.Lock()
 	defer w.cycle.Unlock()
 	start := time.Now()
 	rep = CycleReport{Moved: map[string]int{}, Job: job.ID()}
-	job.setTotal(len(w.DBs) * partsPerShard)
-	defer func() { job.end(rep, err, w.Jobs.now()) }()
+	job.SetTotal(len(w.DBs) * activity.PartsPerShard)
+	defer func() { job.End(rep, err, w.Jobs.Time()) }()
 	var mu sync.Mutex
 	var errs []error
 	failures := 0 // outside the parts (theirs are in the done hash)
@@ -206,7 +213,7 @@ func (w *Worker) runCycle(ctx context.Context, want string, job *Job) (rep Cycle
 	}
 	id, err := w.joinCycle(ctx, want)
 	if err == nil {
-		job.setCycle(id)
+		job.SetCycle(id)
 		err = w.markCycleStart(ctx, id)
 	}
 	if err == nil && w.Config.ActivityWait > 0 {
@@ -217,10 +224,10 @@ func (w *Worker) runCycle(ctx context.Context, want string, job *Job) (rep Cycle
 		pace := w.pacer()
 		run := func(ctx context.Context, p int) partReport {
 			pr := partReport{Moved: map[string]int{}}
-			pp := job.partStarted(p)
+			pp := job.PartStarted(p)
 			w.runPart(ctx, p, hour, pace, &pr, pp, func(err error) { pr.Failures++; note(err) })
-			pr.Cells = int(pp.cells.Load())
-			job.partEnded(p, ctx.Err() == nil)
+			pr.Cells = int(pp.Cells.Load())
+			job.PartEnded(p, ctx.Err() == nil)
 			return pr
 		}
 		stopPublishing := w.publishWhileRunning(ctx, id, job)
@@ -234,7 +241,7 @@ func (w *Worker) runCycle(ctx context.Context, want string, job *Job) (rep Cycle
 			w.markCycleEnd(context.WithoutCancel(ctx), id)
 		}
 		if fp, ferr := w.fleetProgress(context.WithoutCancel(ctx), id); ferr == nil {
-			job.setFleet(fp)
+			job.SetFleet(fp)
 		}
 	}
 	if err != nil {
@@ -243,7 +250,7 @@ func (w *Worker) runCycle(ctx context.Context, want string, job *Job) (rep Cycle
 	rep.Failures += failures
 	rep.Duration = time.Since(start).Round(time.Millisecond).String()
 	err = errors.Join(errs...)
-	w.Mover.Metrics.cycleDone(err, time.Now())
+	w.Mover.Metrics.CycleDone(err, time.Now())
 	return rep, err
 }
 
@@ -304,13 +311,13 @@ func waitPace(ctx context.Context, pace *rate.Limiter, n int) error {
 // moves each batch's cells whose tier differs from their target (each
 // batch waits for pace, if set), and rescales the history of rows older
 // than the horizon.
-func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limiter, rep *partReport, pp *partProgress, fail func(error)) {
+func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limiter, rep *partReport, pp *jobs.PartProgress, fail func(error)) {
 	sh, lo, hi := partRange(p)
 	if sh >= len(w.DBs) {
 		return
 	}
 	db := w.DBs[sh]
-	folded, err := foldActivityLog(ctx, db, p%partsPerShard)
+	folded, err := activity.FoldLog(ctx, db, p%activity.PartsPerShard)
 	rep.Folded += folded
 	if err != nil {
 		fail(fmt.Errorf("shard %d: %w", sh, err))
@@ -323,11 +330,11 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limi
 	if err != nil {
 		fail(err)
 	} else {
-		pp.cells.Store(int64(cells))
-		pp.counted.Store(true)
+		pp.Cells.Store(int64(cells))
+		pp.Counted.Store(true)
 	}
 	// The part holds about 1/parts of each tag's cells.
-	parts := len(w.DBs) * partsPerShard
+	parts := len(w.DBs) * activity.PartsPerShard
 	capacity := func(t tiers.Tag) int { return coldPerTag[t] * parts }
 	scan := "SELECT k, ref, since, calls FROM cell_activity WHERE k > ? ORDER BY k LIMIT ?"
 	window := w.batch() * scanBatches
@@ -354,7 +361,7 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limi
 				break
 			}
 			last = k
-			r, err := DecodeRef(string(ref))
+			r, err := migrate.DecodeRef(string(ref))
 			if err != nil {
 				fail(err)
 				continue
@@ -374,8 +381,8 @@ func (w *Worker) runPart(ctx context.Context, p int, hour int64, pace *rate.Limi
 			}
 			before := movedOf(rep)
 			w.moveBatch(ctx, batch, capacity, rep, fail)
-			pp.scanned.Add(int64(len(batch)))
-			pp.moved.Add(int64(movedOf(rep) - before))
+			pp.Scanned.Add(int64(len(batch)))
+			pp.Moved.Add(int64(movedOf(rep) - before))
 		}
 		// Bound the history: rows older than the horizon keep their mean.
 		// Only a batch that read such a row has one to rescale (a row a
@@ -483,7 +490,7 @@ func (w *Worker) moveBatch(ctx context.Context, cells []scannedCell, capacity fu
 	for i := range cells {
 		refs[i], toCold[i] = cells[i].ref, cells[i].to == tiers.Cold
 	}
-	cur, states, err := w.Mover.statesOf(ctx, refs, toCold)
+	cur, states, err := w.Mover.StatesOf(ctx, refs, toCold)
 	if err != nil {
 		fail(err)
 		return
@@ -512,7 +519,7 @@ func (w *Worker) moveBatch(ctx context.Context, cells []scannedCell, capacity fu
 	}
 	for _, d := range order {
 		g := groups[d]
-		res, err := w.Mover.moveCells(ctx, g.refs, d.from, d.to, moveOpts{capacity: capacity, states: g.states})
+		res, err := w.Mover.MoveCellsPlanned(ctx, g.refs, d.from, d.to, migrate.Plan{Capacity: capacity, States: g.states})
 		if err != nil {
 			fail(err)
 		}
@@ -584,7 +591,7 @@ func (w *Worker) Start(ctx context.Context) (stop func(), err error) {
 		// Every instance's cron fires in the same minute: the minute names
 		// the fleet's cycle, so it runs once (cycle.go).
 		fire := w.now().UTC().Truncate(time.Minute)
-		rep, err := w.runCycle(ctx, "sched-"+strconv.FormatInt(fire.Unix(), 10), w.Jobs.start(KindMigrate, "schedule"))
+		rep, err := w.runCycle(ctx, "sched-"+strconv.FormatInt(fire.Unix(), 10), w.Jobs.Start(jobs.KindMigrate, "schedule"))
 		w.log().Info("migration cycle", "cycle", rep.Cycle, "parts", rep.Parts, "parts_by", rep.PartsBy, "folded", rep.Folded, "scanned", rep.Scanned, "moved", rep.Moved, "skipped", rep.Skipped, "repaired", rep.Repaired, "failures", rep.Failures, "duration", rep.Duration, "err", err)
 	}))
 	c.Start()
@@ -682,7 +689,7 @@ func (a Admin) CompactColdFilters(ctx context.Context) (any, error) {
 
 // RebuildColdFilters runs Worker.RebuildColdFilters: {"cells": N, "job": id}.
 func (a Admin) RebuildColdFilters(ctx context.Context) (any, error) {
-	job := a.W.Jobs.start(KindRebuild, "api")
+	job := a.W.Jobs.Start(jobs.KindRebuild, "api")
 	n, err := a.W.rebuildColdFilters(ctx, job)
 	return map[string]any{"cells": n, "job": job.ID()}, err
 }

@@ -1,4 +1,4 @@
-package migrate
+package activity
 
 import (
 	"context"
@@ -54,8 +54,8 @@ func countRows(t *testing.T, dbs []*sql.DB, table string) int {
 func foldAll(t *testing.T, dbs []*sql.DB) {
 	t.Helper()
 	for _, db := range dbs {
-		for part := range partsPerShard {
-			if _, err := foldActivityLog(context.Background(), db, part); err != nil {
+		for part := range PartsPerShard {
+			if _, err := FoldLog(context.Background(), db, part); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -87,7 +87,7 @@ func TestActivity_FlushWritesBatchesNotARowPerCell(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Each shard: a row per part, plus one per logBatchCells cells.
-	maxRows := len(dbs) * (partsPerShard + cells/logBatchCells)
+	maxRows := len(dbs) * (PartsPerShard + cells/logBatchCells)
 	if n := countRows(t, dbs, "cell_activity_log"); n == 0 || n > maxRows {
 		t.Fatalf("%d cell_activity_log rows for %d cells, want 1..%d", n, cells, maxRows)
 	}
@@ -164,11 +164,11 @@ func TestActivity_TwoFoldsOfOnePartCountEachBatchOnce(t *testing.T) {
 		}
 	}
 	var wg sync.WaitGroup
-	errs := make(chan error, 2*partsPerShard)
+	errs := make(chan error, 2*PartsPerShard)
 	for range 2 {
 		wg.Go(func() {
-			for part := range partsPerShard {
-				if _, err := foldActivityLog(context.Background(), dbs[0], part); err != nil {
+			for part := range PartsPerShard {
+				if _, err := FoldLog(context.Background(), dbs[0], part); err != nil {
 					errs <- err
 				}
 			}
@@ -194,7 +194,7 @@ func TestActivity_FoldDropsAnUnreadableRowAndFoldsTheRest(t *testing.T) {
 	dbs := testenv.MySQLShards(t, 1)
 	act := &Activity{DBs: dbs}
 	refs := dailyRefs(1)
-	part := partOfCell(refs[0].ID())
+	part := PartOfCell(refs[0].ID())
 	if _, err := dbs[0].Exec("INSERT INTO cell_activity_log (part, hour, cells) VALUES (?, 1, ?)", part, []byte{0x7f, 1, 2}); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestActivity_FoldDropsAnUnreadableRowAndFoldsTheRest(t *testing.T) {
 	if err := act.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	n, err := foldActivityLog(context.Background(), dbs[0], part)
+	n, err := FoldLog(context.Background(), dbs[0], part)
 	if err == nil || n != 1 {
 		t.Fatalf("fold: %d cells, %v; want 1 cell and the unreadable row reported", n, err)
 	}
@@ -231,8 +231,8 @@ func BenchmarkFoldActivityLog(b *testing.B) {
 		}
 		b.StartTimer()
 		start := time.Now()
-		for part := range partsPerShard {
-			n, err := foldActivityLog(ctx, dbs[0], part)
+		for part := range PartsPerShard {
+			n, err := FoldLog(ctx, dbs[0], part)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -241,45 +241,4 @@ func BenchmarkFoldActivityLog(b *testing.B) {
 		took += time.Since(start)
 	}
 	b.ReportMetric(float64(folded)/took.Seconds(), "cells/s")
-}
-
-// WatchCycles' poll flushes the activity once for each cycle it sees
-// start: not while no cycle runs, once when one starts, not again for the
-// same cycle, once more for the next.
-func TestWatchCycles_FlushesTheActivityOnceWhenACycleStarts(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	dbs := testenv.MySQLShards(t, 1)
-	w := &Worker{Mover: e.mover, DBs: dbs, Activity: &Activity{DBs: dbs}}
-	ctx := context.Background()
-	last := ""
-	for _, step := range []struct {
-		name  string
-		cycle string // the cycle key's value; "" none
-		flush bool   // the poll flushes the cells observed before it
-	}{
-		{"no cycle", "", false},
-		{"a cycle starts", "sched-1", true},
-		{"the same cycle", "sched-1", false},
-		{"the cycle key gone", "", false},
-		{"the next cycle", "sched-2", true},
-	} {
-		if step.cycle == "" {
-			e.mover.RDB.Del(ctx, w.cycleKey())
-		} else if err := e.mover.RDB.Set(ctx, w.cycleKey(), step.cycle, 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-		before := countRows(t, dbs, "cell_activity_log")
-		w.Activity.Observe(dailyRefs(3))
-		last = w.flushOnNewCycle(ctx, last)
-		// A flush writes a log row a part the cells fall in.
-		if got := countRows(t, dbs, "cell_activity_log") - before; (got > 0) != step.flush {
-			t.Fatalf("%s: %d log rows written by the poll, want a flush: %v", step.name, got, step.flush)
-		}
-		if !step.flush {
-			if err := w.Activity.Flush(ctx); err != nil { // start the next step empty
-				t.Fatal(err)
-			}
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package migrate
+package worker
 
 import (
 	"bytes"
@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/quota-platform/quota/migrate"
+	"github.com/quota-platform/quota/migrate/activity"
+	"github.com/quota-platform/quota/migrate/jobs"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/warm"
 )
@@ -24,26 +27,26 @@ import (
 // Adding bits never changes a count: a cell the filter holds is looked up.
 // It returns how many cells it made sure of.
 func (w *Worker) RebuildColdFilters(ctx context.Context) (int, error) {
-	return w.rebuildColdFilters(ctx, w.Jobs.start(KindRebuild, "api"))
+	return w.rebuildColdFilters(ctx, w.Jobs.Start(jobs.KindRebuild, "api"))
 }
 
 // rebuildColdFilters is RebuildColdFilters, its progress told to job
 // (a part a shard; "moved": the cells put back in their filters).
-func (w *Worker) rebuildColdFilters(ctx context.Context, job *Job) (n int, err error) {
-	defer func() { job.end(map[string]any{"cells": n, "job": job.ID()}, err, w.Jobs.now()) }()
+func (w *Worker) rebuildColdFilters(ctx context.Context, job *jobs.Job) (n int, err error) {
+	defer func() { job.End(map[string]any{"cells": n, "job": job.ID()}, err, w.Jobs.Time()) }()
 	m := w.Mover
 	if m.Cold == nil {
 		return 0, nil
 	}
-	job.setTotal(len(w.DBs))
+	job.SetTotal(len(w.DBs))
 	for sh, db := range w.DBs {
 		if _, err := foldActivityLogs(ctx, db); err != nil {
 			return n, fmt.Errorf("rebuild cold filters, shard %d: %w", sh, err)
 		}
-		pp := job.partStarted(sh)
+		pp := job.PartStarted(sh)
 		if rows, err := activityRowCount(ctx, db); err == nil {
-			pp.cells.Store(rows)
-			pp.counted.Store(true)
+			pp.Cells.Store(rows)
+			pp.Counted.Store(true)
 		}
 		after := []byte{}
 		for {
@@ -52,11 +55,11 @@ func (w *Worker) rebuildColdFilters(ctx context.Context, job *Job) (n int, err e
 				return n, fmt.Errorf("rebuild cold filters, shard %d: %w", sh, err)
 			}
 			if last == nil {
-				job.partEnded(sh, true)
+				job.PartEnded(sh, true)
 				break
 			}
 			after = last
-			pp.scanned.Add(int64(len(refs)))
+			pp.Scanned.Add(int64(len(refs)))
 			rows, err := m.Cold.Exists(ctx, refs)
 			if err != nil {
 				return n, fmt.Errorf("rebuild cold filters: %w", err)
@@ -72,7 +75,7 @@ func (w *Worker) rebuildColdFilters(ctx context.Context, job *Job) (n int, err e
 			for _, b := range ok {
 				if b {
 					n++
-					pp.moved.Add(1)
+					pp.Moved.Add(1)
 				}
 			}
 		}
@@ -84,8 +87,8 @@ func (w *Worker) rebuildColdFilters(ctx context.Context, job *Job) (n int, err e
 // into its cell_activity, and returns the cells folded.
 func foldActivityLogs(ctx context.Context, db *sql.DB) (int, error) {
 	n := 0
-	for part := range partsPerShard {
-		k, err := foldActivityLog(ctx, db, part)
+	for part := range activity.PartsPerShard {
+		k, err := activity.FoldLog(ctx, db, part)
 		if err != nil {
 			return n, err
 		}
@@ -113,7 +116,7 @@ func activityRefs(ctx context.Context, db *sql.DB, after []byte, limit int) ([]t
 			return nil, nil, err
 		}
 		last = k
-		if r, err := DecodeRef(string(ref)); err == nil {
+		if r, err := migrate.DecodeRef(string(ref)); err == nil {
 			refs = append(refs, r)
 		} else {
 			bad++
@@ -160,15 +163,15 @@ type CompactReport struct {
 // scan; the cells it keeps wait in a temporary table of each shard, read
 // back in tag order, so that it holds one tag's cells at a time.
 func (w *Worker) CompactColdFilters(ctx context.Context) (CompactReport, error) {
-	return w.compactColdFilters(ctx, w.Jobs.start(KindCompact, "api"))
+	return w.compactColdFilters(ctx, w.Jobs.Start(jobs.KindCompact, "api"))
 }
 
 // compactColdFilters is CompactColdFilters, its progress told to job (a
 // part a shard's scan; "moved": the cells kept).
-func (w *Worker) compactColdFilters(ctx context.Context, job *Job) (rep CompactReport, err error) {
+func (w *Worker) compactColdFilters(ctx context.Context, job *jobs.Job) (rep CompactReport, err error) {
 	rep.Job = job.ID()
-	defer func() { job.end(rep, err, w.Jobs.now()) }()
-	job.setTotal(len(w.DBs))
+	defer func() { job.End(rep, err, w.Jobs.Time()) }()
+	job.SetTotal(len(w.DBs))
 	if w.Mover.Cold == nil {
 		return rep, nil
 	}
@@ -200,28 +203,28 @@ func (w *Worker) compactColdFilters(ctx context.Context, job *Job) (rep CompactR
 // keepColdCells scans shard sh's cell_activity and writes to its scratch
 // table the cells that have a cold row and that their tag's filter holds,
 // reading each tag's filter first (filters).
-func (w *Worker) keepColdCells(ctx context.Context, sh int, db *sql.DB, scratch *sql.Conn, filters map[tiers.Tag]warm.ColdFilter, job *Job) error {
+func (w *Worker) keepColdCells(ctx context.Context, sh int, db *sql.DB, scratch *sql.Conn, filters map[tiers.Tag]warm.ColdFilter, job *jobs.Job) error {
 	if _, err := foldActivityLogs(ctx, db); err != nil {
 		return fmt.Errorf("compact cold filters, shard %d: %w", sh, err)
 	}
-	pp := job.partStarted(sh)
+	pp := job.PartStarted(sh)
 	if rows, err := activityRowCount(ctx, db); err == nil {
-		pp.cells.Store(rows)
-		pp.counted.Store(true)
+		pp.Cells.Store(rows)
+		pp.Counted.Store(true)
 	}
 	after := []byte{}
 	for {
 		refs, last, err := activityRefs(ctx, db, after, 1000)
 		if err != nil {
-			job.partEnded(sh, false)
+			job.PartEnded(sh, false)
 			return fmt.Errorf("compact cold filters, shard %d: %w", sh, err)
 		}
 		if last == nil {
-			job.partEnded(sh, true)
+			job.PartEnded(sh, true)
 			return nil
 		}
 		after = last
-		pp.scanned.Add(int64(len(refs)))
+		pp.Scanned.Add(int64(len(refs)))
 		if err := w.readFilters(ctx, refs, filters); err != nil {
 			return err
 		}
@@ -230,7 +233,7 @@ func (w *Worker) keepColdCells(ctx context.Context, sh int, db *sql.DB, scratch 
 		if err != nil {
 			return err
 		}
-		pp.moved.Add(int64(len(held)))
+		pp.Moved.Add(int64(len(held)))
 		if err := insertScratch(ctx, scratch, held); err != nil {
 			return fmt.Errorf("compact cold filters, shard %d: %w", sh, err)
 		}

@@ -1,4 +1,7 @@
-package migrate
+// Package activity is the cells' activity, the migration worker's input:
+// counted per check in memory, flushed to cell_activity_log, folded part
+// by part into cell_activity (PartsPerShard parts a shard).
+package activity
 
 import (
 	"bytes"
@@ -13,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quota-platform/quota/migrate"
 	"github.com/quota-platform/quota/tiers"
 )
 
@@ -22,7 +26,7 @@ import (
 // cell would cost about a row write per check when calls spread over many
 // cells of long windows. Each cycle folds a part's batches into
 // cell_activity (sql/004), the per-cell history it scans, just before it
-// scans that part (foldActivityLog). It holds at most MaxCells cells
+// scans that part (FoldLog). It holds at most MaxCells cells
 // between flushes; calls of further cells are dropped (counted in Dropped)
 // - the cell's mean is then a little low, never its limit. Which cells it
 // is given is the router's choice (routing.Router.CallsMinWindow: config's
@@ -98,7 +102,7 @@ func (a *Activity) Flush(ctx context.Context) error {
 	hour := a.now().Unix() / 3600
 	by := make([][]*pendingCell, len(a.DBs))
 	for _, c := range p {
-		sh := tiers.JumpShard(shardKey(&c.ref), len(a.DBs))
+		sh := ShardOf(&c.ref, len(a.DBs))
 		by[sh] = append(by[sh], c)
 	}
 	var failed []*pendingCell
@@ -124,9 +128,9 @@ func (a *Activity) flushShard(ctx context.Context, sh int, cells []*pendingCell,
 	slices.SortFunc(cells, func(a, b *pendingCell) int { return bytes.Compare(a.id[:], b.id[:]) })
 	var rows []logRow
 	for len(cells) > 0 {
-		part := partOfCell(cells[0].id)
+		part := PartOfCell(cells[0].id)
 		n := 1
-		for n < len(cells) && n < logBatchCells && partOfCell(cells[n].id) == part {
+		for n < len(cells) && n < logBatchCells && PartOfCell(cells[n].id) == part {
 			n++
 		}
 		rows = append(rows, logRow{part: part, cells: cells[:n]})
@@ -172,14 +176,18 @@ func (a *Activity) keep(failed []*pendingCell) {
 	}
 }
 
-// partOfCell is the part of its shard a cell is in (partRange's).
-func partOfCell(id tiers.CellID) int { return int(id[0]) * partsPerShard / 256 }
+// PartsPerShard is how many key ranges a shard's cell_activity (and its
+// log) is cut into: a cycle's parts.
+const PartsPerShard = 16
+
+// PartOfCell is the part of its shard a cell is in (the worker's partRange's).
+func PartOfCell(id tiers.CellID) int { return int(id[0]) * PartsPerShard / 256 }
 
 // appendLogEntries appends cells as cell_activity_log.cells has them.
 func appendLogEntries(b []byte, cells []*pendingCell) []byte {
-	var scratch [maxRefLen]byte
+	var scratch [migrate.MaxRefLen]byte
 	for _, c := range cells {
-		ref := appendRef(scratch[:0], &c.ref)
+		ref := migrate.AppendRef(scratch[:0], &c.ref)
 		b = binary.AppendUvarint(b, uint64(len(ref)))
 		b = append(b, ref...)
 		b = binary.AppendUvarint(b, uint64(c.calls))
@@ -217,7 +225,7 @@ func decodeLogRow(b []byte) ([]logEntry, error) {
 			return nil, errors.New("truncated calls")
 		}
 		b = b[k:]
-		r, err := DecodeRef(ref)
+		r, err := migrate.DecodeRef(ref)
 		if err != nil {
 			return nil, err
 		}
@@ -242,7 +250,7 @@ func addFolded(cells map[tiers.CellID]*foldedCell, entries []logEntry, hour int6
 // takes.
 const logRowsPerFold = 16
 
-// foldActivityLog adds the batches flushed for part of a shard (db) to
+// FoldLog adds the batches flushed for part of a shard (db) to
 // cell_activity and deletes them, a few per transaction, and returns how
 // many cells it folded (a cell in the batches of two transactions counts
 // twice). A transaction deletes its batches before it adds
@@ -251,7 +259,7 @@ const logRowsPerFold = 16
 // rolls back, so each batch is counted once. A row that cannot be read is
 // deleted with its transaction's and reported: left, it would hold back
 // the part's later batches.
-func foldActivityLog(ctx context.Context, db *sql.DB, part int) (int, error) {
+func FoldLog(ctx context.Context, db *sql.DB, part int) (int, error) {
 	folded := 0
 	var bad []error
 	for {
@@ -337,9 +345,11 @@ func foldBatches(ctx context.Context, db *sql.DB, ids []any, cells map[tiers.Cel
 	return true, nil
 }
 
-func shardKey(r *tiers.Ref) uint64 {
-	if r.ShardKey != 0 {
-		return r.ShardKey
+// ShardOf is the shard, of shards, whose cell_activity holds r.
+func ShardOf(r *tiers.Ref, shards int) int {
+	key := r.ShardKey
+	if key == 0 {
+		key = tiers.ShardKeyOfIdentity(r.Identity)
 	}
-	return tiers.ShardKeyOfIdentity(r.Identity)
+	return tiers.JumpShard(key, shards)
 }

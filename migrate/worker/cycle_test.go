@@ -1,4 +1,4 @@
-package migrate
+package worker
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
+	"github.com/quota-platform/quota/migrate/activity"
+	"github.com/quota-platform/quota/migrate/jobs"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/warm"
 )
@@ -38,7 +40,7 @@ func rareCells(t *testing.T, e *env, n int) []cellSpec {
 func partOf(c cellSpec, shards int) int {
 	ref := c.ref()
 	id := ref.ID()
-	return tiers.JumpShard(shardKey(&ref), shards)*partsPerShard + int(id[0])*partsPerShard/256
+	return activity.ShardOf(&ref, shards)*activity.PartsPerShard + int(id[0])*activity.PartsPerShard/256
 }
 
 // Two instances that run the cycle at once share it: together they do
@@ -68,7 +70,7 @@ func TestCycle_TwoInstancesShareOneCycle(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	parts := 2 * partsPerShard
+	parts := 2 * activity.PartsPerShard
 	for i, rep := range reps {
 		by := 0
 		for _, n := range rep.PartsBy {
@@ -112,7 +114,7 @@ func TestCycle_DeadInstancesPartIsTakenOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Cycle != id || rep.Parts != 2*partsPerShard || rep.Moved["hot>cold"] != len(cells) {
+	if rep.Cycle != id || rep.Parts != 2*activity.PartsPerShard || rep.Moved["hot>cold"] != len(cells) {
 		t.Fatalf("report %+v: want the dead instance's cycle finished, every cell moved", rep)
 	}
 	if waited := time.Since(start); waited < 200*time.Millisecond {
@@ -133,7 +135,7 @@ func TestCycle_ScheduledCycleRunsOncePerSchedule(t *testing.T) {
 	ctx := context.Background()
 	rareCells(t, e, 5)
 	e.clock.Advance(2 * time.Hour)
-	first, err := w1.runCycle(ctx, "sched-100", w1.Jobs.start(KindMigrate, "schedule"))
+	first, err := w1.runCycle(ctx, "sched-100", w1.Jobs.Start(jobs.KindMigrate, "schedule"))
 	if err != nil || first.Moved["hot>cold"] != 5 {
 		t.Fatalf("first instance: %+v %v", first, err)
 	}
@@ -142,14 +144,14 @@ func TestCycle_ScheduledCycleRunsOncePerSchedule(t *testing.T) {
 	if err := w1.Activity.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	second, err := w2.runCycle(ctx, "sched-100", w2.Jobs.start(KindMigrate, "schedule"))
+	second, err := w2.runCycle(ctx, "sched-100", w2.Jobs.Start(jobs.KindMigrate, "schedule"))
 	if err != nil || second.Cycle != "sched-100" || second.Moved["hot>cold"] != 5 || second.PartsBy["late"] != 0 {
 		t.Fatalf("late instance, same schedule: %+v %v: want the first run's report and no part run", second, err)
 	}
 	if tier := e.tierOf(t, late[0]); tier != tiers.Hot {
 		t.Fatalf("cell called since moved to %s by a cycle that had already run", tier)
 	}
-	next, err := w2.runCycle(ctx, "sched-200", w2.Jobs.start(KindMigrate, "schedule"))
+	next, err := w2.runCycle(ctx, "sched-200", w2.Jobs.Start(jobs.KindMigrate, "schedule"))
 	if err != nil || next.Moved["hot>cold"] != 1 {
 		t.Fatalf("next schedule: %+v %v", next, err)
 	}
@@ -279,7 +281,7 @@ func TestTakeParts_StopsWhenEveryPartLeftRunsHere(t *testing.T) {
 	w := e.worker(Config{})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	id, total := "test-"+testenv.RandomHex(4), len(w.DBs)*partsPerShard
+	id, total := "test-"+testenv.RandomHex(4), len(w.DBs)*activity.PartsPerShard
 	for p := 1; p < total; p++ {
 		if err := e.mover.RDB.HSet(ctx, w.doneKey(id), strconv.Itoa(p), "{}").Err(); err != nil {
 			t.Fatal(err)
