@@ -96,7 +96,7 @@ func fillColdFilters(b *testing.B, ws *warm.Store, apps []string, switches int, 
 }
 
 // compactColdFilters replaces each tag's filter with one layer of its
-// cells, as migrate.Worker.CompactColdFilters does when they are all cold.
+// cells, as worker.Worker.CompactColdFilters does when they are all cold.
 func compactColdFilters(b *testing.B, ws *warm.Store, cells map[tiers.Tag][]warm.FilterCell) {
 	ctx := context.Background()
 	for tag, cs := range cells {

@@ -399,7 +399,7 @@ func TestColdFilter_StoredBitsFollowTheDocumentedLayout(t *testing.T) {
 // ReplaceColdFilter writes one layer that holds exactly the cells given
 // with the bits the scripts probe, keeps the header's warm layout, changes
 // the version, and writes nothing if a switch changed the version since
-// it was read (migrate.Worker.CompactColdFilters).
+// it was read (worker.Worker.CompactColdFilters).
 func TestReplaceColdFilter_WritesOneLayerOfItsCellsUnlessTheVersionChanged(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -26,7 +26,7 @@ import (
 // tag's layers grow with the log of its cold cells, and a filter costs
 // about one to two bytes per cold cell. Moves never clear bits: a cell
 // moved out of cold stays a "maybe" (see below for its cost) until
-// ReplaceColdFilter writes the filter anew (migrate.Worker.CompactColdFilters).
+// ReplaceColdFilter writes the filter anew (worker.Worker.CompactColdFilters).
 //
 // The mover adds a cell in the same script that switches its directory to
 // cold (cold_switch.lua), and every such switch changes the version. The
