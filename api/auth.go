@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/quota-platform/quota/api/checkjson"
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/rules"
@@ -61,10 +62,10 @@ func DecodeAuth(h http.Header, m []config.AuthHeader) (limiter.Request, error) {
 			continue
 		}
 		if len(vals) > 1 {
-			return req, badInput("invalid_header", "header %s is given %d times: give it once", ah.Header, len(vals))
+			return req, checkjson.BadInput("invalid_header", "header %s is given %d times: give it once", ah.Header, len(vals))
 		}
 		if !rules.ValidValue(vals[0]) {
-			return req, badInput("invalid_header", "header %s (dimension %s) must be 1-256 bytes of valid UTF-8", ah.Header, ah.Dimension)
+			return req, checkjson.BadInput("invalid_header", "header %s (dimension %s) must be 1-256 bytes of valid UTF-8", ah.Header, ah.Dimension)
 		}
 		if req.Dims == nil {
 			req.Dims = make([]limiter.Dim, 0, len(m))
@@ -74,7 +75,7 @@ func DecodeAuth(h http.Header, m []config.AuthHeader) (limiter.Request, error) {
 	if vals := h[HeaderQuotaCost]; len(vals) > 0 {
 		n, ok := parseCost(vals)
 		if !ok {
-			return req, badInput("invalid_cost", "header %s must be given once, an integer from 1 to %d", HeaderQuotaCost, MaxCost)
+			return req, checkjson.BadInput("invalid_cost", "header %s must be given once, an integer from 1 to %d", HeaderQuotaCost, checkjson.MaxCost)
 		}
 		req.Cost = n
 	}
@@ -86,7 +87,7 @@ func DecodeAuth(h http.Header, m []config.AuthHeader) (limiter.Request, error) {
 			}
 			names = append(names, ah.Header...)
 		}
-		return req, badInput("no_dimensions", "none of the headers that name dimensions was given (QUOTA_AUTH_HEADERS: %s)", names)
+		return req, checkjson.BadInput("no_dimensions", "none of the headers that name dimensions was given (QUOTA_AUTH_HEADERS: %s)", names)
 	}
 	return req, nil
 }
@@ -107,5 +108,5 @@ func parseCost(vals []string) (int64, bool) {
 		}
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
-	return n, err == nil && n >= 1 && n <= MaxCost
+	return n, err == nil && n >= 1 && n <= checkjson.MaxCost
 }

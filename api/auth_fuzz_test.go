@@ -5,7 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/quota-platform/quota/api/checkjson"
 	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/internal/testsupport/checkreq"
 )
 
 // FuzzDecodeAuth: whatever the headers, DecodeAuth gives an input error or
@@ -29,12 +31,12 @@ func FuzzDecodeAuth(f *testing.F) {
 		}
 		req, err := DecodeAuth(h, m)
 		if err != nil {
-			if _, ok := err.(*inputError); !ok {
+			if _, ok := err.(*checkjson.InputError); !ok {
 				t.Fatalf("error of type %T: %v", err, err)
 			}
 			return
 		}
-		validRequest(t, req)
+		checkreq.RequireValid(t, req, checkjson.MaxCost)
 		if twice && app != "" {
 			t.Fatal("a header given twice was accepted")
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/quota-platform/quota/api/checkjson"
 	"github.com/quota-platform/quota/api/decide"
 	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/rules"
@@ -44,7 +45,7 @@ func (s *Server) check(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	req, err := DecodeCheck(body)
+	req, err := checkjson.DecodeCheck(body)
 	release()
 	if err != nil {
 		return err
@@ -77,7 +78,7 @@ func (s *Server) checkBatch(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	reqs, err := DecodeBatch(body)
+	reqs, err := checkjson.DecodeBatch(body)
 	release()
 	if err != nil {
 		return err

@@ -23,6 +23,7 @@ import (
 
 	"github.com/quota-platform/quota/analytics"
 	"github.com/quota-platform/quota/analytics/throttled"
+	"github.com/quota-platform/quota/api/checkjson"
 	"github.com/quota-platform/quota/api/decide"
 	"github.com/quota-platform/quota/apps"
 	"github.com/quota-platform/quota/config"
@@ -159,12 +160,12 @@ func (s *Server) handleError(err error, c echo.Context) {
 		return
 	}
 	var ae *apiError
-	var ie *inputError
+	var ie *checkjson.InputError
 	var he *echo.HTTPError
 	switch {
 	case errors.As(err, &ae):
 	case errors.As(err, &ie):
-		ae = newError(http.StatusBadRequest, ie.code, ie.msg)
+		ae = newError(http.StatusBadRequest, ie.Code, ie.Msg)
 	case errors.As(err, &he):
 		ae = fromEchoError(he)
 	default:

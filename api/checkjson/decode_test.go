@@ -1,14 +1,14 @@
-package api
+package checkjson
 
 import (
 	"encoding/json"
+	"github.com/quota-platform/quota/internal/testsupport/checkreq"
 	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/quota-platform/quota/limiter"
-	"github.com/quota-platform/quota/rules"
 )
 
 func TestDecodeCheck_ReadsDimensionsAndReservedFields(t *testing.T) {
@@ -66,8 +66,8 @@ func TestDecodeCheck_RejectsWithTheRightCode(t *testing.T) {
 	}
 	for _, tc := range cases {
 		_, err := DecodeCheck([]byte(tc.in))
-		ie, ok := err.(*inputError)
-		if !ok || ie.code != tc.code {
+		ie, ok := err.(*InputError)
+		if !ok || ie.Code != tc.code {
 			t.Errorf("%q: %v, want code %s", tc.in, err, tc.code)
 		}
 	}
@@ -90,23 +90,6 @@ func TestDecodeCheck_AtMost32Dimensions(t *testing.T) {
 }
 
 // validRequest checks the invariants every accepted request must keep.
-func validRequest(t *testing.T, r limiter.Request) {
-	t.Helper()
-	if r.Cost < 1 || r.Cost > MaxCost {
-		t.Fatalf("cost %d accepted", r.Cost)
-	}
-	if r.DryRun && r.Report {
-		t.Fatal("dry_run and report both accepted")
-	}
-	seen := map[string]bool{}
-	for _, d := range r.Dims {
-		if !rules.ValidName(d.Name) || !rules.ValidValue(d.Value) || seen[d.Name] {
-			t.Fatalf("invalid dimension accepted: %q=%q", d.Name, d.Value)
-		}
-		seen[d.Name] = true
-	}
-}
-
 func FuzzDecodeCheck(f *testing.F) {
 	for _, s := range []string{
 		`{"app_id":"a1","ip":"203.0.113.7","user_id":"u42","interface_id":"users.get","cost":1}`,
@@ -117,12 +100,12 @@ func FuzzDecodeCheck(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		req, err := DecodeCheck(data)
 		if err != nil {
-			if _, ok := err.(*inputError); !ok {
+			if _, ok := err.(*InputError); !ok {
 				t.Fatalf("error of type %T: %v", err, err)
 			}
 			return
 		}
-		validRequest(t, req)
+		checkreq.RequireValid(t, req, MaxCost)
 		// Whatever we accept is valid JSON in encoding/json's eyes too, and
 		// says the same thing.
 		if !json.Valid(data) || !utf8.Valid(data) {
@@ -147,7 +130,7 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		reqs, err := DecodeBatch(data)
 		if err != nil {
-			if _, ok := err.(*inputError); !ok {
+			if _, ok := err.(*InputError); !ok {
 				t.Fatalf("error of type %T: %v", err, err)
 			}
 			return
@@ -156,7 +139,7 @@ func FuzzDecodeBatch(f *testing.F) {
 			t.Fatalf("batch of %d accepted", len(reqs))
 		}
 		for _, r := range reqs {
-			validRequest(t, r)
+			checkreq.RequireValid(t, r, MaxCost)
 		}
 		if !json.Valid(data) {
 			t.Fatalf("accepted invalid JSON %q", data)

@@ -1,4 +1,7 @@
-package api
+// Package checkjson reads the JSON bodies of POST /v1/check and
+// /v1/check/batch into limiter requests, refusing what the contract
+// refuses with the error code a 400 carries.
+package checkjson
 
 import (
 	"fmt"
@@ -17,15 +20,16 @@ const (
 	MaxBatch      = 1000
 )
 
-// inputError is a client mistake: it becomes a 400 with its code.
-type inputError struct {
-	code, msg string
+// InputError is a client mistake: it becomes a 400 with its code.
+type InputError struct {
+	Code, Msg string
 }
 
-func (e *inputError) Error() string { return e.msg }
+func (e *InputError) Error() string { return e.Msg }
 
-func badInput(code, format string, args ...any) *inputError {
-	return &inputError{code: code, msg: fmt.Sprintf(format, args...)}
+// BadInput is an InputError of code with a formatted message.
+func BadInput(code, format string, args ...any) *InputError {
+	return &InputError{Code: code, Msg: fmt.Sprintf(format, args...)}
 }
 
 // DecodeCheck parses one check request: a flat JSON object whose fields are
@@ -42,7 +46,7 @@ func DecodeCheck(b []byte) (limiter.Request, error) {
 	}
 	p.space()
 	if p.i != len(p.b) {
-		return limiter.Request{}, badInput("malformed_json", "unexpected data after the JSON object at byte %d", p.i)
+		return limiter.Request{}, BadInput("malformed_json", "unexpected data after the JSON object at byte %d", p.i)
 	}
 	return req, nil
 }
@@ -52,7 +56,7 @@ func DecodeBatch(b []byte) ([]limiter.Request, error) {
 	p := parser{b: b}
 	p.space()
 	if !p.eat('{') {
-		return nil, badInput("invalid_body", "the body must be a JSON object with a `checks` array")
+		return nil, BadInput("invalid_body", "the body must be a JSON object with a `checks` array")
 	}
 	var checks []limiter.Request
 	seen := false
@@ -70,10 +74,10 @@ func DecodeBatch(b []byte) ([]limiter.Request, error) {
 			}
 			p.space()
 			if name != "checks" {
-				return nil, badInput("invalid_field", "unknown field %q: a batch has only `checks`", name)
+				return nil, BadInput("invalid_field", "unknown field %q: a batch has only `checks`", name)
 			}
 			if seen {
-				return nil, badInput("invalid_field", "field `checks` given twice")
+				return nil, BadInput("invalid_field", "field `checks` given twice")
 			}
 			seen = true
 			if checks, err = p.checks(); err != nil {
@@ -90,13 +94,13 @@ func DecodeBatch(b []byte) ([]limiter.Request, error) {
 	}
 	p.space()
 	if p.i != len(p.b) {
-		return nil, badInput("malformed_json", "unexpected data after the JSON object at byte %d", p.i)
+		return nil, BadInput("malformed_json", "unexpected data after the JSON object at byte %d", p.i)
 	}
 	if !seen {
-		return nil, badInput("invalid_body", "a batch needs a `checks` array")
+		return nil, BadInput("invalid_body", "a batch needs a `checks` array")
 	}
 	if len(checks) == 0 || len(checks) > MaxBatch {
-		return nil, badInput("invalid_batch", "a batch has 1 to %d checks, got %d", MaxBatch, len(checks))
+		return nil, BadInput("invalid_batch", "a batch has 1 to %d checks, got %d", MaxBatch, len(checks))
 	}
 	return checks, nil
 }
@@ -127,14 +131,14 @@ func (p *parser) eat(c byte) bool {
 
 func (p *parser) syntax(want string) error {
 	if p.i >= len(p.b) {
-		return badInput("malformed_json", "unexpected end of JSON, expected %s", want)
+		return BadInput("malformed_json", "unexpected end of JSON, expected %s", want)
 	}
-	return badInput("malformed_json", "invalid JSON at byte %d: expected %s", p.i, want)
+	return BadInput("malformed_json", "invalid JSON at byte %d: expected %s", p.i, want)
 }
 
 func (p *parser) checks() ([]limiter.Request, error) {
 	if !p.eat('[') {
-		return nil, badInput("invalid_body", "`checks` must be an array")
+		return nil, BadInput("invalid_body", "`checks` must be an array")
 	}
 	var out []limiter.Request
 	p.space()
@@ -145,14 +149,14 @@ func (p *parser) checks() ([]limiter.Request, error) {
 		p.space()
 		req, err := p.check()
 		if err != nil {
-			if ie, ok := err.(*inputError); ok {
-				return nil, badInput(ie.code, "checks[%d]: %s", len(out), ie.msg)
+			if ie, ok := err.(*InputError); ok {
+				return nil, BadInput(ie.Code, "checks[%d]: %s", len(out), ie.Msg)
 			}
 			return nil, err
 		}
 		out = append(out, req)
 		if len(out) > MaxBatch {
-			return nil, badInput("invalid_batch", "a batch has 1 to %d checks, got more", MaxBatch)
+			return nil, BadInput("invalid_batch", "a batch has 1 to %d checks, got more", MaxBatch)
 		}
 		p.space()
 		if p.eat(']') {
@@ -168,9 +172,9 @@ func (p *parser) check() (limiter.Request, error) {
 	req := limiter.Request{Cost: 1}
 	if !p.eat('{') {
 		if p.i >= len(p.b) {
-			return req, badInput("malformed_json", "empty body: expected a JSON object")
+			return req, BadInput("malformed_json", "empty body: expected a JSON object")
 		}
-		return req, badInput("invalid_body", "a check must be a JSON object")
+		return req, BadInput("invalid_body", "a check must be a JSON object")
 	}
 	var seenCost, seenDry, seenReport bool
 	p.space()
@@ -191,7 +195,7 @@ func (p *parser) check() (limiter.Request, error) {
 		switch name {
 		case "cost":
 			if seenCost {
-				return req, badInput("invalid_field", "field %q given twice", name)
+				return req, BadInput("invalid_field", "field %q given twice", name)
 			}
 			seenCost = true
 			if req.Cost, err = p.cost(); err != nil {
@@ -204,12 +208,12 @@ func (p *parser) check() (limiter.Request, error) {
 			}
 			if name == "dry_run" {
 				if seenDry {
-					return req, badInput("invalid_field", "field %q given twice", name)
+					return req, BadInput("invalid_field", "field %q given twice", name)
 				}
 				seenDry, req.DryRun = true, v
 			} else {
 				if seenReport {
-					return req, badInput("invalid_field", "field %q given twice", name)
+					return req, BadInput("invalid_field", "field %q given twice", name)
 				}
 				seenReport, req.Report = true, v
 			}
@@ -227,33 +231,33 @@ func (p *parser) check() (limiter.Request, error) {
 		}
 	}
 	if req.DryRun && req.Report {
-		return req, badInput("invalid_field", "dry_run and report cannot both be true")
+		return req, BadInput("invalid_field", "dry_run and report cannot both be true")
 	}
 	return req, nil
 }
 
 func (p *parser) dim(req *limiter.Request, name string) error {
 	if !rules.ValidName(name) {
-		return badInput("invalid_dimension", "dimension name %q must match [a-z][a-z0-9_]{0,31}", truncate(name))
+		return BadInput("invalid_dimension", "dimension name %q must match [a-z][a-z0-9_]{0,31}", truncate(name))
 	}
 	if p.i >= len(p.b) || p.b[p.i] != '"' {
 		if err := p.skipValue(); err != nil {
 			return err
 		}
-		return badInput("invalid_dimension", "dimension %q must be a string", name)
+		return BadInput("invalid_dimension", "dimension %q must be a string", name)
 	}
 	v, err := p.str()
 	if err != nil {
 		return err
 	}
 	if !rules.ValidValue(v) {
-		return badInput("invalid_dimension", "dimension %q must be 1-256 bytes of valid UTF-8", name)
+		return BadInput("invalid_dimension", "dimension %q must be 1-256 bytes of valid UTF-8", name)
 	}
 	if _, dup := req.Lookup(name); dup {
-		return badInput("invalid_field", "field %q given twice", name)
+		return BadInput("invalid_field", "field %q given twice", name)
 	}
 	if len(req.Dims) >= MaxDimsPerReq {
-		return badInput("invalid_dimension", "at most %d dimensions per check", MaxDimsPerReq)
+		return BadInput("invalid_dimension", "at most %d dimensions per check", MaxDimsPerReq)
 	}
 	if req.Dims == nil {
 		// Room for a typical check's dimensions at once, not 1, 2, 4.
@@ -289,11 +293,11 @@ func (p *parser) cost() (int64, error) {
 		if err := p.skipValue(); err != nil {
 			return 0, err
 		}
-		return 0, badInput("invalid_cost", "cost must be an integer from 1 to %d", MaxCost)
+		return 0, BadInput("invalid_cost", "cost must be an integer from 1 to %d", MaxCost)
 	}
 	n, err := strconv.ParseInt(string(p.b[start:p.i]), 10, 64)
 	if err != nil || n < 1 || n > MaxCost {
-		return 0, badInput("invalid_cost", "cost must be an integer from 1 to %d", MaxCost)
+		return 0, BadInput("invalid_cost", "cost must be an integer from 1 to %d", MaxCost)
 	}
 	return n, nil
 }
@@ -308,7 +312,7 @@ func (p *parser) boolean(name string) (bool, error) {
 	if err := p.skipValue(); err != nil {
 		return false, err
 	}
-	return false, badInput("invalid_field", "%s must be true or false", name)
+	return false, BadInput("invalid_field", "%s must be true or false", name)
 }
 
 func (p *parser) lit(s string) bool {
@@ -332,7 +336,7 @@ func (p *parser) str() (string, error) {
 			s := p.b[start:p.i]
 			p.i++
 			if !utf8.Valid(s) {
-				return "", badInput("invalid_encoding", "strings must be valid UTF-8")
+				return "", BadInput("invalid_encoding", "strings must be valid UTF-8")
 			}
 			return string(s), nil
 		}
@@ -340,7 +344,7 @@ func (p *parser) str() (string, error) {
 			break
 		}
 		if c < 0x20 {
-			return "", badInput("malformed_json", "control character in string at byte %d", p.i)
+			return "", BadInput("malformed_json", "control character in string at byte %d", p.i)
 		}
 		p.i++
 	}
@@ -354,11 +358,11 @@ func (p *parser) str() (string, error) {
 		case c == '"':
 			p.i++
 			if !utf8.Valid(buf) {
-				return "", badInput("invalid_encoding", "strings must be valid UTF-8")
+				return "", BadInput("invalid_encoding", "strings must be valid UTF-8")
 			}
 			return string(buf), nil
 		case c < 0x20:
-			return "", badInput("malformed_json", "control character in string at byte %d", p.i)
+			return "", BadInput("malformed_json", "control character in string at byte %d", p.i)
 		case c == '\\':
 			var err error
 			if buf, err = p.escape(buf); err != nil {
@@ -394,20 +398,20 @@ func (p *parser) escape(buf []byte) ([]byte, error) {
 	case 'u':
 		r, ok := p.hex4()
 		if !ok {
-			return nil, badInput("malformed_json", "invalid \\u escape at byte %d", p.i)
+			return nil, BadInput("malformed_json", "invalid \\u escape at byte %d", p.i)
 		}
 		if utf16.IsSurrogate(r) {
 			if !p.lit(`\u`) {
-				return nil, badInput("invalid_encoding", "lone UTF-16 surrogate in string")
+				return nil, BadInput("invalid_encoding", "lone UTF-16 surrogate in string")
 			}
 			r2, ok := p.hex4()
 			if r = utf16.DecodeRune(r, r2); !ok || r == utf8.RuneError {
-				return nil, badInput("invalid_encoding", "invalid UTF-16 surrogate pair in string")
+				return nil, BadInput("invalid_encoding", "invalid UTF-16 surrogate pair in string")
 			}
 		}
 		return utf8.AppendRune(buf, r), nil
 	}
-	return nil, badInput("malformed_json", "invalid escape \\%c at byte %d", e, p.i-1)
+	return nil, BadInput("malformed_json", "invalid escape \\%c at byte %d", e, p.i-1)
 }
 
 func (p *parser) hex4() (rune, bool) {
@@ -440,7 +444,7 @@ func (p *parser) skipValue() error {
 
 func (p *parser) skipDepth(depth int) error {
 	if depth > 32 {
-		return badInput("malformed_json", "JSON nested too deeply")
+		return BadInput("malformed_json", "JSON nested too deeply")
 	}
 	p.space()
 	if p.i >= len(p.b) {
@@ -506,7 +510,7 @@ func (p *parser) skipNumber() error {
 		break
 	}
 	if _, err := strconv.ParseFloat(string(p.b[start:p.i]), 64); err != nil {
-		return badInput("malformed_json", "invalid number at byte %d", start)
+		return BadInput("malformed_json", "invalid number at byte %d", start)
 	}
 	return nil
 }
