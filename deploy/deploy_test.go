@@ -16,9 +16,8 @@ import (
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
-// tool is the path of a command-line tool; without it the test fails under
-// CI=true and is skipped elsewhere, with how to get it (make test installs
-// it first).
+// tool is the path of a command-line tool; without it the test fails,
+// saying how to get it (make test installs it first).
 func tool(t *testing.T, name string) string {
 	t.Helper()
 	return testenv.RequireTool(t, name)

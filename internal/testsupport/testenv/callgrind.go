@@ -24,7 +24,7 @@ type Callgrind struct {
 // StartRedisCallgrind starts the server on a free port (killed when the
 // benchmark ends). Without valgrind (Debian's valgrind package, which
 // `make bench-scripts` installs with ensure-tool.sh) the benchmark fails
-// under CI=true and is skipped elsewhere (Unavailable).
+// (Unavailable).
 func StartRedisCallgrind(t testing.TB) *Callgrind {
 	t.Helper()
 	for _, tool := range []string{"valgrind", "callgrind_control", "redis-server"} {
