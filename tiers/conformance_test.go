@@ -36,28 +36,11 @@ var (
 
 // confEnv is one store under test.
 type confEnv struct {
-	name  string
-	store tiers.Store
-	// mover is nil for hot: hot.Mover exports a window's count without the
+	// Mover is nil for hot: hot.Mover exports a window's count without the
 	// activity samples a full record carries, so it cannot round-trip one
 	// (moverCases); migrate's tests cover its moves.
-	mover tiers.Mover
-	cold  *cold.Store // set for the cold tier
-}
-
-// check runs one op and fails the test on an error.
-func (e *confEnv) check(t *testing.T, now time.Time, cost int64, mode tiers.Mode, cells ...confCell) *tiers.Op {
-	t.Helper()
-	op := confOp(now, cost, mode, cells...)
-	if err := e.store.Check(context.Background(), now, []*tiers.Op{op}); err != nil {
-		t.Fatalf("%s: check: %v", e.name, err)
-	}
-	for i := range op.Out {
-		if op.Out[i].Tier != e.store.Tier() {
-			t.Fatalf("%s: outcome tier %q", e.name, op.Out[i].Tier)
-		}
-	}
-	return op
+	tierstest.Env
+	cold *cold.Store // set for the cold tier
 }
 
 // want asserts one cell's outcome.
@@ -73,24 +56,6 @@ func want(t *testing.T, what string, o tiers.Outcome, allowed bool, remaining in
 	}
 }
 
-// count returns the cell's count in the current window, by Export where
-// the tier moves records, else by a dry run (which cannot see past the limit).
-func (e *confEnv) count(t *testing.T, now time.Time, c confCell) int64 {
-	t.Helper()
-	if e.mover != nil {
-		recs, err := e.mover.Export(context.Background(), []tiers.Ref{c.Ref()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(recs) == 0 || recs[0].Index() != now.UnixMilli()/c.Window.Milliseconds() {
-			return 0
-		}
-		return recs[0].Count
-	}
-	op := e.check(t, now, 1, tiers.DryRun, c)
-	return c.Limit - op.Out[0].Remaining - boolInt(op.Out[0].Allowed)
-}
-
 const hour = time.Hour
 
 var confCases = []struct {
@@ -101,7 +66,7 @@ var confCases = []struct {
 		c := newConfCell(5, hour)
 		for i := range 8 {
 			now := confT0.Add(time.Duration(i) * time.Millisecond)
-			op := e.check(t, now, 1, tiers.Enforce, c)
+			op := e.Check(t, now, 1, tiers.Enforce, c)
 			reset := hour - 250*time.Millisecond - time.Duration(i)*time.Millisecond
 			if i < 5 {
 				want(t, fmt.Sprint("call ", i), op.Out[0], true, int64(4-i), reset)
@@ -112,52 +77,52 @@ var confCases = []struct {
 				t.Fatalf("call %d: committed %v allowed %v", i, op.Committed, op.Allowed())
 			}
 		}
-		if n := e.count(t, confT0, c); n != 5 {
+		if n := e.Count(t, confT0, c); n != 5 {
 			t.Fatalf("count %d, want 5", n)
 		}
 	}},
 	{"cost", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		c := newConfCell(10, hour)
 		reset := hour - 250*time.Millisecond
-		want(t, "4", e.check(t, confT0, 4, tiers.Enforce, c).Out[0], true, 6, reset)
-		want(t, "4 more", e.check(t, confT0, 4, tiers.Enforce, c).Out[0], true, 2, reset)
-		want(t, "4 over", e.check(t, confT0, 4, tiers.Enforce, c).Out[0], false, 2, reset)
-		want(t, "2 fits", e.check(t, confT0, 2, tiers.Enforce, c).Out[0], true, 0, reset)
+		want(t, "4", e.Check(t, confT0, 4, tiers.Enforce, c).Out[0], true, 6, reset)
+		want(t, "4 more", e.Check(t, confT0, 4, tiers.Enforce, c).Out[0], true, 2, reset)
+		want(t, "4 over", e.Check(t, confT0, 4, tiers.Enforce, c).Out[0], false, 2, reset)
+		want(t, "2 fits", e.Check(t, confT0, 2, tiers.Enforce, c).Out[0], true, 0, reset)
 		big := newConfCell(10, hour)
-		want(t, "cost over limit", e.check(t, confT0, 11, tiers.Enforce, big).Out[0], false, 10, reset)
-		if n := e.count(t, confT0, big); n != 0 {
+		want(t, "cost over limit", e.Check(t, confT0, 11, tiers.Enforce, big).Out[0], false, 10, reset)
+		if n := e.Count(t, confT0, big); n != 0 {
 			t.Fatalf("a denied call counted %d", n)
 		}
 	}},
 	{"dry_run", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		c := newConfCell(3, hour)
 		reset := hour - 250*time.Millisecond
-		op := e.check(t, confT0, 1, tiers.DryRun, c)
+		op := e.Check(t, confT0, 1, tiers.DryRun, c)
 		want(t, "dry run", op.Out[0], true, 2, reset)
 		if op.Committed {
 			t.Fatal("a dry run committed")
 		}
 		for range 3 {
-			e.check(t, confT0, 1, tiers.Enforce, c)
+			e.Check(t, confT0, 1, tiers.Enforce, c)
 		}
-		want(t, "dry run exhausted", e.check(t, confT0, 1, tiers.DryRun, c).Out[0], false, 0, reset)
-		want(t, "enforce exhausted", e.check(t, confT0, 1, tiers.Enforce, c).Out[0], false, 0, reset)
-		if n := e.count(t, confT0, c); n != 3 {
+		want(t, "dry run exhausted", e.Check(t, confT0, 1, tiers.DryRun, c).Out[0], false, 0, reset)
+		want(t, "enforce exhausted", e.Check(t, confT0, 1, tiers.Enforce, c).Out[0], false, 0, reset)
+		if n := e.Count(t, confT0, c); n != 3 {
 			t.Fatalf("count %d, want 3", n)
 		}
 	}},
 	{"report", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		c := newConfCell(2, hour)
 		reset := hour - 250*time.Millisecond
-		op := e.check(t, confT0, 3, tiers.Report, c)
+		op := e.Check(t, confT0, 3, tiers.Report, c)
 		want(t, "report over limit", op.Out[0], false, 0, reset)
 		if !op.Allowed() || !op.Committed {
 			t.Fatalf("report: allowed %v committed %v, want both", op.Allowed(), op.Committed)
 		}
-		want(t, "enforce after report", e.check(t, confT0, 1, tiers.Enforce, c).Out[0], false, 0, reset)
-		e.check(t, confT0, 1, tiers.Report, c)
-		if e.mover != nil {
-			if n := e.count(t, confT0, c); n != 4 {
+		want(t, "enforce after report", e.Check(t, confT0, 1, tiers.Enforce, c).Out[0], false, 0, reset)
+		e.Check(t, confT0, 1, tiers.Report, c)
+		if e.Mover != nil {
+			if n := e.Count(t, confT0, c); n != 4 {
 				t.Fatalf("count %d, want 4 (reports count past the limit)", n)
 			}
 		}
@@ -168,15 +133,15 @@ var confCases = []struct {
 		c := newConfCell(10, hour)
 		reset := hour - 250*time.Millisecond
 		for i := range 3 {
-			op := e.check(t, confT0, 1, tiers.Enforce, sh, c)
+			op := e.Check(t, confT0, 1, tiers.Enforce, sh, c)
 			if !op.Allowed() || !op.Committed {
 				t.Fatalf("call %d: a shadow cell denied", i)
 			}
 			want(t, "shadow", op.Out[0], i == 0, 0, reset)
 			want(t, "normal", op.Out[1], true, int64(9-i), reset)
 		}
-		if e.mover != nil {
-			if n := e.count(t, confT0, sh); n != 3 {
+		if e.Mover != nil {
+			if n := e.Count(t, confT0, sh); n != 3 {
 				t.Fatalf("shadow count %d, want 3", n)
 			}
 		}
@@ -184,29 +149,29 @@ var confCases = []struct {
 	{"refund", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		c := newConfCell(5, hour)
 		reset := hour - 250*time.Millisecond
-		want(t, "3", e.check(t, confT0, 3, tiers.Enforce, c).Out[0], true, 2, reset)
+		want(t, "3", e.Check(t, confT0, 3, tiers.Enforce, c).Out[0], true, 2, reset)
 		// The refund answers the state after it, as for a call not counted.
-		want(t, "refund 2", e.check(t, confT0, 2, tiers.Refund, c).Out[0], true, 4, reset)
-		want(t, "4 fits again", e.check(t, confT0, 4, tiers.Enforce, c).Out[0], true, 0, reset)
-		if n := e.count(t, confT0, c); n != 5 {
+		want(t, "refund 2", e.Check(t, confT0, 2, tiers.Refund, c).Out[0], true, 4, reset)
+		want(t, "4 fits again", e.Check(t, confT0, 4, tiers.Enforce, c).Out[0], true, 0, reset)
+		if n := e.Count(t, confT0, c); n != 5 {
 			t.Fatalf("count %d, want 5", n)
 		}
 	}},
 	{"window_rollover", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		c := newConfCell(2, time.Minute)
 		reset := time.Minute - 250*time.Millisecond
-		e.check(t, confT0, 1, tiers.Enforce, c)
-		e.check(t, confT0, 1, tiers.Enforce, c)
-		want(t, "exhausted", e.check(t, confT0, 1, tiers.Enforce, c).Out[0], false, 0, reset)
+		e.Check(t, confT0, 1, tiers.Enforce, c)
+		e.Check(t, confT0, 1, tiers.Enforce, c)
+		want(t, "exhausted", e.Check(t, confT0, 1, tiers.Enforce, c).Out[0], false, 0, reset)
 		late := confT0.Add(59700 * time.Millisecond) // 10:00:59.950
-		want(t, "end of window", e.check(t, late, 1, tiers.Enforce, c).Out[0], false, 0, 50*time.Millisecond)
+		want(t, "end of window", e.Check(t, late, 1, tiers.Enforce, c).Out[0], false, 0, 50*time.Millisecond)
 		next := confT0.Add(time.Minute) // 10:01:00.250
-		want(t, "next window", e.check(t, next, 1, tiers.Enforce, c).Out[0], true, 1, reset)
-		if n := e.count(t, next, c); n != 1 {
+		want(t, "next window", e.Check(t, next, 1, tiers.Enforce, c).Out[0], true, 1, reset)
+		if n := e.Count(t, next, c); n != 1 {
 			t.Fatalf("count in the new window %d, want 1", n)
 		}
 		skip := confT0.Add(3 * time.Minute) // several windows later
-		want(t, "windows later", e.check(t, skip, 2, tiers.Enforce, c).Out[0], true, 0, reset)
+		want(t, "windows later", e.Check(t, skip, 2, tiers.Enforce, c).Out[0], true, 0, reset)
 	}},
 	{"all_or_nothing", func(t *testing.T, e *confEnv, _ []*confEnv) {
 		a, b, c := newConfCell(5, hour), newConfCell(2, hour), newConfCell(10, time.Minute)
@@ -214,11 +179,11 @@ var confCases = []struct {
 			a, b, c = spreadShards(t, e.cold, a, b, c)
 		}
 		for i := range 2 {
-			if op := e.check(t, confT0, 1, tiers.Enforce, a, b, c); !op.Committed {
+			if op := e.Check(t, confT0, 1, tiers.Enforce, a, b, c); !op.Committed {
 				t.Fatalf("call %d denied", i)
 			}
 		}
-		op := e.check(t, confT0, 1, tiers.Enforce, a, b, c)
+		op := e.Check(t, confT0, 1, tiers.Enforce, a, b, c)
 		if op.Committed || op.Allowed() {
 			t.Fatal("third call allowed past b's limit")
 		}
@@ -229,7 +194,7 @@ var confCases = []struct {
 			c confCell
 			n int64
 		}{{a, 2}, {b, 2}, {c, 2}} {
-			if n := e.count(t, confT0, x.c); n != x.n {
+			if n := e.Count(t, confT0, x.c); n != x.n {
 				t.Fatalf("count %d, want %d: a denied check counted", n, x.n)
 			}
 		}
@@ -241,7 +206,7 @@ var confCases = []struct {
 		for _, m := range modes {
 			ops = append(ops, confOp(confT0, 1, m, c, d))
 		}
-		if err := e.store.Check(context.Background(), confT0, ops); err != nil {
+		if err := e.Store.Check(context.Background(), confT0, ops); err != nil {
 			t.Fatal(err)
 		}
 		wantAllowed := []bool{true, true, true, true, false, false, true}
@@ -250,7 +215,7 @@ var confCases = []struct {
 				t.Fatalf("op %d (%v): allowed %v, want %v", i, modes[i], op.Allowed(), wantAllowed[i])
 			}
 		}
-		if n := e.count(t, confT0, d); n != 4 {
+		if n := e.Count(t, confT0, d); n != 4 {
 			t.Fatalf("second cell count %d, want 4", n)
 		}
 	}},
@@ -271,7 +236,7 @@ var confCases = []struct {
 				for i := range calls {
 					now := confT0.Add(time.Duration(g*calls+i) * time.Millisecond)
 					op := confOp(now, 1, tiers.Enforce, c, big)
-					if err := e.store.Check(context.Background(), now, []*tiers.Op{op}); err != nil {
+					if err := e.Store.Check(context.Background(), now, []*tiers.Op{op}); err != nil {
 						errs <- err
 						return
 					}
@@ -290,10 +255,10 @@ var confCases = []struct {
 			t.Fatalf("%d allowed, want exactly %d", n, limit)
 		}
 		now := confT0.Add(time.Second)
-		if n := e.count(t, now, c); n != limit {
+		if n := e.Count(t, now, c); n != limit {
 			t.Fatalf("count %d, want %d", n, limit)
 		}
-		if n := e.count(t, now, big); n != limit {
+		if n := e.Count(t, now, big); n != limit {
 			t.Fatalf("second cell count %d, want %d (all or nothing)", n, limit)
 		}
 	}},
@@ -310,15 +275,15 @@ var moverCases = []struct {
 	{"move_round_trip", func(t *testing.T, e *confEnv, all []*confEnv) {
 		ctx := context.Background()
 		for _, dst := range all {
-			if dst.mover == nil || dst == e {
+			if dst.Mover == nil || dst == e {
 				continue
 			}
 			c := newConfCell(10, hour)
 			for i := range 7 {
-				e.check(t, confT0.Add(time.Duration(i)*time.Minute), 1, tiers.Enforce, c)
+				e.Check(t, confT0.Add(time.Duration(i)*time.Minute), 1, tiers.Enforce, c)
 			}
 			missing := newConfCell(10, hour)
-			recs, err := e.mover.Export(ctx, []tiers.Ref{missing.Ref(), c.Ref()})
+			recs, err := e.Mover.Export(ctx, []tiers.Ref{missing.Ref(), c.Ref()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -327,35 +292,35 @@ var moverCases = []struct {
 			}
 			// Copy, twice (idempotent), then an older copy (ignored).
 			for range 2 {
-				if err := dst.mover.Import(ctx, recs); err != nil {
+				if err := dst.Mover.Import(ctx, recs); err != nil {
 					t.Fatal(err)
 				}
 			}
 			older := recs[0]
 			older.Last -= 3600
 			older.Count = 1
-			if err := dst.mover.Import(ctx, []tiers.Record{older}); err != nil {
+			if err := dst.Mover.Import(ctx, []tiers.Record{older}); err != nil {
 				t.Fatal(err)
 			}
-			got, err := dst.mover.Export(ctx, []tiers.Ref{c.Ref()})
+			got, err := dst.Mover.Export(ctx, []tiers.Ref{c.Ref()})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if len(got) != 1 || got[0] != recs[0] {
-				t.Fatalf("%s -> %s: imported %+v, exported %+v", e.name, dst.name, recs[0], got)
+				t.Fatalf("%s -> %s: imported %+v, exported %+v", e.Name, dst.Name, recs[0], got)
 			}
-			if err := e.mover.Delete(ctx, []tiers.Ref{c.Ref(), missing.Ref()}); err != nil {
+			if err := e.Mover.Delete(ctx, []tiers.Ref{c.Ref(), missing.Ref()}); err != nil {
 				t.Fatal(err)
 			}
-			if left, err := e.mover.Export(ctx, []tiers.Ref{c.Ref()}); err != nil || len(left) != 0 {
+			if left, err := e.Mover.Export(ctx, []tiers.Ref{c.Ref()}); err != nil || len(left) != 0 {
 				t.Fatalf("after delete: %v %v", left, err)
 			}
 			// The destination goes on from the moved count.
 			now := confT0.Add(10 * time.Minute)
 			reset := hour - 10*time.Minute - 250*time.Millisecond
-			want(t, "after move", dst.check(t, now, 3, tiers.Enforce, c).Out[0], true, 0, reset)
-			want(t, "after move, full", dst.check(t, now, 1, tiers.Enforce, c).Out[0], false, 0, reset)
-			if err := dst.mover.Delete(ctx, []tiers.Ref{c.Ref()}); err != nil {
+			want(t, "after move", dst.Check(t, now, 3, tiers.Enforce, c).Out[0], true, 0, reset)
+			want(t, "after move, full", dst.Check(t, now, 1, tiers.Enforce, c).Out[0], false, 0, reset)
+			if err := dst.Mover.Delete(ctx, []tiers.Ref{c.Ref()}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -413,7 +378,7 @@ func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 		}
 		mode := []tiers.Mode{tiers.Enforce, tiers.Enforce, tiers.Enforce, tiers.DryRun, tiers.Report}[rng.IntN(5)]
 		cost := int64(1 + rng.IntN(3))
-		op := e.check(t, now, cost, mode, pick...)
+		op := e.Check(t, now, cost, mode, pick...)
 		var mcs []tiermodel.Cell
 		for _, c := range pick {
 			mcs = append(mcs, tiermodel.Cell{Model: models[c.Rule], Shadow: c.Shadow})
@@ -424,15 +389,15 @@ func confDifferential(t *testing.T, e *confEnv, seed uint64, steps int) {
 			got := op.Out[i]
 			got.Tier = tiers.Hot
 			if got != wantOut[i] {
-				t.Fatalf("seed %d: %s: cell %d: got %+v, model %+v\n%v", seed, e.name, i, op.Out[i], wantOut[i], log)
+				t.Fatalf("seed %d: %s: cell %d: got %+v, model %+v\n%v", seed, e.Name, i, op.Out[i], wantOut[i], log)
 			}
 		}
 		if op.Committed != wantCommit {
-			t.Fatalf("seed %d: %s: committed %v, model %v\n%v", seed, e.name, op.Committed, wantCommit, log)
+			t.Fatalf("seed %d: %s: committed %v, model %v\n%v", seed, e.Name, op.Committed, wantCommit, log)
 		}
 		// Now and then give a counted op back, as a split check would.
 		if op.Committed && mode == tiers.Enforce && rng.IntN(6) == 0 {
-			e.check(t, now, cost, tiers.Refund, pick...)
+			e.Check(t, now, cost, tiers.Refund, pick...)
 			for _, c := range pick {
 				models[c.Rule].(*tiermodel.FixedWindow).Commit(now.UnixMilli(), -cost)
 			}
@@ -449,19 +414,19 @@ func conformanceEnvs(t *testing.T) []*confEnv {
 	warm := warm.NewStore(rdb, warm.Options{Prefix: prefix + "w:"})
 	cold := cold.NewStore(testenv.MySQLShards(t, 2), cold.Options{})
 	return []*confEnv{
-		{name: "hot", store: hot},
-		{name: "warm", store: warm, mover: warm},
-		{name: "cold", store: cold, mover: cold, cold: cold},
+		{Env: tierstest.Env{Name: "hot", Store: hot}},
+		{Env: tierstest.Env{Name: "warm", Store: warm, Mover: warm}},
+		{Env: tierstest.Env{Name: "cold", Store: cold, Mover: cold}, cold: cold},
 	}
 }
 
 func TestConformance(t *testing.T) {
 	envs := conformanceEnvs(t)
 	for _, e := range envs {
-		t.Run(e.name, func(t *testing.T) {
+		t.Run(e.Name, func(t *testing.T) {
 			t.Parallel()
 			cases := confCases
-			if e.mover != nil {
+			if e.Mover != nil {
 				cases = append(cases[:len(cases):len(cases)], moverCases...)
 			}
 			for _, c := range cases {
@@ -490,7 +455,7 @@ func TestConformance_StoresAgreeOnOneSequence(t *testing.T) {
 		pick := cells[:1+rng.IntN(3)]
 		var first *tiers.Op
 		for _, e := range envs {
-			op := e.check(t, now, cost, mode, pick...)
+			op := e.Check(t, now, cost, mode, pick...)
 			for i := range op.Out {
 				op.Out[i].Tier = ""
 			}
@@ -499,18 +464,10 @@ func TestConformance_StoresAgreeOnOneSequence(t *testing.T) {
 				continue
 			}
 			if fmt.Sprint(op.Out, op.Committed) != fmt.Sprint(first.Out, first.Committed) {
-				t.Fatalf("seed %d step %d: %s answered %v %v, hot %v %v", seed, step, e.name, op.Out, op.Committed, first.Out, first.Committed)
+				t.Fatalf("seed %d step %d: %s answered %v %v, hot %v %v", seed, step, e.Name, op.Out, op.Committed, first.Out, first.Committed)
 			}
 		}
 	}
-}
-
-// boolInt is 1 for true, 0 for false (the scripts' flags).
-func boolInt(b bool) int64 {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // checkModels is tiermodel.CheckModels in the store's types: one Outcome

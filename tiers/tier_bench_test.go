@@ -2,13 +2,13 @@ package tiers_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/tierstest"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
@@ -20,23 +20,9 @@ import (
 // (the counting path: for warm a read and a compare-and-set, for cold a
 // transaction per shard touched). Run with -benchmem.
 
-func tierBenchCells(n int) [][2]confCell {
-	out := make([][2]confCell, n)
-	for i := range out {
-		ip := newConfCell(1<<40, time.Hour)
-		ip.Vals = []string{ip.App, fmt.Sprintf("10.0.%d.%d", i/256, i%256)}
-		ip.User = ""
-		u := newConfCell(1<<40, time.Hour)
-		u.App = ip.App
-		u.Vals[0] = ip.App
-		out[i] = [2]confCell{ip, u}
-	}
-	return out
-}
-
 func tierBenchStore(b *testing.B, s tiers.Store) {
 	ctx := context.Background()
-	cells := tierBenchCells(4096)
+	cells := tierstest.BenchCells(4096)
 	now := time.Now()
 	i := 0
 	for b.Loop() {

@@ -3,45 +3,25 @@ package cold
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/tierstest"
 	"github.com/quota-platform/quota/tiers"
 )
 
 // The cold tier's group commit: the ops of one Check share one transaction
 // per shard, and each still stands or fails on its own.
 
-// cellOnShard returns a new cell whose cold row lives on shard.
-func cellOnShard(t *testing.T, s *Store, shard int, limit int64) confCell {
-	t.Helper()
-	for range 200 {
-		c := newConfCell(limit, time.Hour)
-		if ref := c.Ref(); s.ShardOf(&ref) == shard {
-			return c
-		}
-	}
-	t.Fatalf("no cell found on shard %d", shard)
-	return confCell{}
-}
-
-// countCommits makes faultyShards' pools count their COMMITs.
-func countCommits(f *commitFaults) *atomic.Int64 {
-	var n atomic.Int64
-	f.set(func(int) error { n.Add(1); return nil })
-	return &n
-}
-
 func TestColdGroup_OpsOfOneCheckCommitOncePerShard(t *testing.T) {
 	t.Parallel()
-	dbs, faults := faultyShards(t, 2)
+	dbs, faults := testenv.FaultyShards(t, 2)
 	s := NewStore(dbs, Options{})
-	commits := countCommits(faults)
+	commits := faults.CountCommits()
 	var ops []*tiers.Op
 	for i := range 24 {
-		ops = append(ops, confOp(confT0, 1, tiers.Enforce, cellOnShard(t, s, i%2, 5), cellOnShard(t, s, (i/2)%2, 5)))
+		ops = append(ops, confOp(confT0, 1, tiers.Enforce, tierstest.CellOnShard(t, s, i%2, 5), tierstest.CellOnShard(t, s, (i/2)%2, 5)))
 	}
 	if err := s.Check(context.Background(), confT0, ops); err != nil {
 		t.Fatal(err)
@@ -91,11 +71,11 @@ func TestColdGroup_OpsOnOneCellAreDecidedInOrderAsIfAlone(t *testing.T) {
 			t.Errorf("op %d: allowed %v remaining %d, want %v %d", i, o.Allowed, o.Remaining, st.allowed, st.remaining)
 		}
 	}
-	e := &confEnv{name: "cold", store: s, mover: s}
-	if n := e.count(t, confT0, c); n != 6 {
+	e := &confEnv{Name: "cold", Store: s, Mover: s}
+	if n := e.Count(t, confT0, c); n != 6 {
 		t.Errorf("count %d, want 6 (1+3+2 counted, 1 refunded, 1 reported)", n)
 	}
-	if n := e.count(t, confT0, other); n != 3 {
+	if n := e.Count(t, confT0, other); n != 3 {
 		t.Errorf("other's count %d, want 3", n)
 	}
 }
@@ -143,8 +123,8 @@ func TestColdGroup_AnOpThatFailsFailsAlone(t *testing.T) {
 			if !ops[0].Committed || ops[1].Committed || !ops[2].Committed {
 				t.Fatalf("committed %v %v %v, want true false true", ops[0].Committed, ops[1].Committed, ops[2].Committed)
 			}
-			e := &confEnv{name: "cold", store: s, mover: s}
-			if na, nb := e.count(t, confT0, a), e.count(t, confT0, b); na != 3 || nb != 2 {
+			e := &confEnv{Name: "cold", Store: s, Mover: s}
+			if na, nb := e.Count(t, confT0, a), e.Count(t, confT0, b); na != 3 || nb != 2 {
 				t.Fatalf("counts a=%d b=%d, want 3 and 2", na, nb)
 			}
 		})
@@ -153,16 +133,16 @@ func TestColdGroup_AnOpThatFailsFailsAlone(t *testing.T) {
 
 func TestColdGroup_CommitFailureFailsTheOpsOnThatShardAndRefundsTheirOtherParts(t *testing.T) {
 	t.Parallel()
-	dbs, faults := faultyShards(t, 2)
+	dbs, faults := testenv.FaultyShards(t, 2)
 	s := NewStore(dbs, Options{})
 	ctx := context.Background()
-	a0, a1 := cellOnShard(t, s, 0, 10), cellOnShard(t, s, 1, 10)
-	b0, b1 := cellOnShard(t, s, 0, 10), cellOnShard(t, s, 1, 10)
+	a0, a1 := tierstest.CellOnShard(t, s, 0, 10), tierstest.CellOnShard(t, s, 1, 10)
+	b0, b1 := tierstest.CellOnShard(t, s, 0, 10), tierstest.CellOnShard(t, s, 1, 10)
 	// Rows exist, so the group commits at its first attempt.
 	if err := s.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, tiers.Enforce, a0, a1, b0, b1)}); err != nil {
 		t.Fatal(err)
 	}
-	faults.set(func(shard int) error {
+	faults.Set(func(shard int) error {
 		if shard == 1 {
 			return errors.New("injected: connection lost at commit")
 		}
@@ -174,20 +154,20 @@ func TestColdGroup_CommitFailureFailsTheOpsOnThatShardAndRefundsTheirOtherParts(
 		confOp(confT0, 4, tiers.Enforce, b0, b1), // both: lost, its shard-0 part refunded
 	}
 	errs := s.CheckGroup(ctx, confT0, ops)
-	faults.set(nil)
+	faults.Set(nil)
 	if errs[0] != nil || !errors.Is(errs[1], tiers.ErrUnavailable) || !errors.Is(errs[2], tiers.ErrUnavailable) {
 		t.Fatalf("errors %v, want nil, ErrUnavailable, ErrUnavailable", errs)
 	}
 	if !ops[0].Committed || ops[1].Committed || ops[2].Committed {
 		t.Fatalf("committed %v %v %v, want true false false", ops[0].Committed, ops[1].Committed, ops[2].Committed)
 	}
-	e := &confEnv{name: "cold", store: s, mover: s}
+	e := &confEnv{Name: "cold", Store: s, Mover: s}
 	for _, w := range []struct {
 		name string
 		c    confCell
 		n    int64
 	}{{"a0", a0, 3}, {"a1", a1, 1}, {"b0", b0, 1}, {"b1", b1, 1}} {
-		if n := e.count(t, confT0, w.c); n != w.n {
+		if n := e.Count(t, confT0, w.c); n != w.n {
 			t.Errorf("%s: count %d, want %d", w.name, n, w.n)
 		}
 	}
@@ -195,7 +175,7 @@ func TestColdGroup_CommitFailureFailsTheOpsOnThatShardAndRefundsTheirOtherParts(
 
 func TestColdGroup_AnOpWithoutCellsIsDecidedWithoutTouchingMySQL(t *testing.T) {
 	t.Parallel()
-	dbs, trips := countedShards(t, 1)
+	dbs, trips := testenv.CountedShards(t, 1)
 	s := NewStore(dbs, Options{})
 	op := &tiers.Op{Cost: 1, Mode: tiers.Enforce}
 	if err := s.Check(context.Background(), confT0, []*tiers.Op{op}); err != nil || !op.Committed {

@@ -4,67 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/tierstest"
 	"github.com/quota-platform/quota/tiers"
 )
-
-// countedShards returns pools on n fresh shard databases whose round trips
-// (statements, and a *sql.Tx's commands) are counted in the returned
-// counter.
-func countedShards(t *testing.T, n int) ([]*sql.DB, *atomic.Int64) {
-	t.Helper()
-	var count atomic.Int64
-	dbs := testenv.MySQLShards(t, n)
-	for i := range dbs {
-		dbs[i] = testenv.Hooked(t, dbs[i], func(string) error { count.Add(1); return nil })
-	}
-	return dbs, &count
-}
-
-// commitFaults is what the pools of faultyShards run before each COMMIT
-// (a statement that ends with one): nil lets it through.
-type commitFaults struct {
-	mu sync.Mutex
-	fn func(shard int) error
-}
-
-func (f *commitFaults) set(fn func(shard int) error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.fn = fn
-}
-
-func (f *commitFaults) before(shard int, query string) error {
-	if !strings.HasSuffix(query, "COMMIT") {
-		return nil
-	}
-	f.mu.Lock()
-	fn := f.fn
-	f.mu.Unlock()
-	if fn == nil {
-		return nil
-	}
-	return fn(shard)
-}
-
-// faultyShards returns pools on n fresh shard databases that run the
-// returned commitFaults' function before each COMMIT: a test fails a
-// shard's commit, as a lost connection would, or acts just before it.
-func faultyShards(t *testing.T, n int) ([]*sql.DB, *commitFaults) {
-	t.Helper()
-	f := &commitFaults{}
-	dbs := testenv.MySQLShards(t, n)
-	for i := range dbs {
-		dbs[i] = testenv.Hooked(t, dbs[i], func(q string) error { return f.before(i, q) })
-	}
-	return dbs, f
-}
 
 func TestColdCheck_SendsEachShardsTransactionInTwoRoundTrips(t *testing.T) {
 	t.Parallel()
@@ -84,11 +30,11 @@ func TestColdCheck_SendsEachShardsTransactionInTwoRoundTrips(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dbs, trips := countedShards(t, 2)
+			dbs, trips := testenv.CountedShards(t, 2)
 			s := NewStore(dbs, Options{})
 			var cells []confCell
 			for _, sh := range tc.shards {
-				cells = append(cells, cellOnShard(t, s, sh, 10))
+				cells = append(cells, tierstest.CellOnShard(t, s, sh, 10))
 			}
 			ctx := context.Background()
 			// Rows exist (a first call reserves them first).
@@ -103,8 +49,8 @@ func TestColdCheck_SendsEachShardsTransactionInTwoRoundTrips(t *testing.T) {
 			if n := trips.Load(); n != tc.want {
 				t.Fatalf("%d round trips, want %d", n, tc.want)
 			}
-			e := &confEnv{name: "cold", store: s, mover: s}
-			if n := e.count(t, confT0, cells[0]); n != tc.count {
+			e := &confEnv{Name: "cold", Store: s, Mover: s}
+			if n := e.Count(t, confT0, cells[0]); n != tc.count {
 				t.Fatalf("count %d, want %d", n, tc.count)
 			}
 		})
@@ -124,7 +70,7 @@ func inTransaction(t *testing.T, db *sql.DB) bool {
 
 func TestColdCheck_FailedCommitHandsBackNoOpenTransaction(t *testing.T) {
 	t.Parallel()
-	dbs, faults := faultyShards(t, 1)
+	dbs, faults := testenv.FaultyShards(t, 1)
 	dbs[0].SetMaxOpenConns(1) // the check's connection is the one looked at after
 	s := NewStore(dbs, Options{})
 	ctx := context.Background()
@@ -132,23 +78,23 @@ func TestColdCheck_FailedCommitHandsBackNoOpenTransaction(t *testing.T) {
 	if err := s.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, tiers.Enforce, c)}); err != nil {
 		t.Fatal(err)
 	}
-	faults.set(func(int) error { return errors.New("injected: commit fails") })
+	faults.Set(func(int) error { return errors.New("injected: commit fails") })
 	if err := s.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, tiers.Enforce, c)}); !errors.Is(err, tiers.ErrUnavailable) {
 		t.Fatalf("err %v, want ErrUnavailable", err)
 	}
 	if inTransaction(t, dbs[0]) {
 		t.Fatal("the pooled connection still has the failed check's transaction open")
 	}
-	faults.set(nil)
-	e := &confEnv{name: "cold", store: s, mover: s}
-	if n := e.count(t, confT0, c); n != 1 {
+	faults.Set(nil)
+	e := &confEnv{Name: "cold", Store: s, Mover: s}
+	if n := e.Count(t, confT0, c); n != 1 {
 		t.Fatalf("count %d, want 1", n)
 	}
 }
 
 func TestColdCheck_ConnectionKilledBeforeCommitCountsNothingAndTheNextCheckWorks(t *testing.T) {
 	t.Parallel()
-	dbs, faults := faultyShards(t, 1)
+	dbs, faults := testenv.FaultyShards(t, 1)
 	var name string
 	if err := dbs[0].QueryRow("SELECT DATABASE()").Scan(&name); err != nil {
 		t.Fatal(err)
@@ -165,7 +111,7 @@ func TestColdCheck_ConnectionKilledBeforeCommitCountsNothingAndTheNextCheckWorks
 		t.Fatal(err)
 	}
 	killed := 0
-	faults.set(func(int) error {
+	faults.Set(func(int) error {
 		// The check holds its row lock on one of the shard's connections.
 		rows, err := admin.Query("SELECT ID FROM information_schema.PROCESSLIST WHERE DB = ?", name)
 		if err != nil {
@@ -186,7 +132,7 @@ func TestColdCheck_ConnectionKilledBeforeCommitCountsNothingAndTheNextCheckWorks
 	if err := s.Check(ctx, confT0, []*tiers.Op{confOp(confT0, 1, tiers.Enforce, c)}); !errors.Is(err, tiers.ErrUnavailable) {
 		t.Fatalf("err %v, want ErrUnavailable", err)
 	}
-	faults.set(nil)
+	faults.Set(nil)
 	if killed == 0 {
 		t.Fatal("no connection killed: the test did not test anything")
 	}

@@ -15,7 +15,7 @@ import (
 
 func TestCold_CommitFailureAfterAnotherShardCommittedIsRefunded(t *testing.T) {
 	t.Parallel()
-	dbs, faults := faultyShards(t, 2)
+	dbs, faults := testenv.FaultyShards(t, 2)
 	s := NewStore(dbs, Options{})
 	ctx := context.Background()
 	a, b := spreadShards2(t, s, newConfCell(10, time.Hour), newConfCell(10, time.Hour))
@@ -24,7 +24,7 @@ func TestCold_CommitFailureAfterAnotherShardCommittedIsRefunded(t *testing.T) {
 	}
 	for _, failAt := range []int{1, 0} {
 		// The group commits shard 0, then shard 1.
-		faults.set(func(shard int) error {
+		faults.Set(func(shard int) error {
 			if shard == failAt {
 				return errors.New("injected: connection lost at commit")
 			}
@@ -34,7 +34,7 @@ func TestCold_CommitFailureAfterAnotherShardCommittedIsRefunded(t *testing.T) {
 		if !errors.Is(err, tiers.ErrUnavailable) {
 			t.Fatalf("fail at %d: err %v, want ErrUnavailable", failAt, err)
 		}
-		faults.set(nil)
+		faults.Set(nil)
 		recs, err := s.Export(ctx, []tiers.Ref{a.Ref(), b.Ref()})
 		if err != nil {
 			t.Fatal(err)

@@ -65,7 +65,7 @@ func handshake(cmds ...redis.Cmder) bool {
 func filterRouter(t *testing.T) (r *Router, calls *redisCalls, mysqlTrips func() int64) {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
-	dbs, trips := countedShards(t, 2)
+	dbs, trips := testenv.CountedShards(t, 2)
 	r = NewRouter(hot.NewStore(rdb, hot.Options{Prefix: prefix}), warm.NewStore(rdb, warm.Options{Prefix: prefix}), cold.NewStore(dbs, cold.Options{}))
 	if err := r.Hot().Load(context.Background()); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/tierstest"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
@@ -74,7 +75,7 @@ func TestColdHints_SizeRoundsUpAndNilHasNoHints(t *testing.T) {
 func hintRouter(t *testing.T, hints bool) (*Router, *cold.Store, func() int64) {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
-	dbs, trips := countedShards(t, 2)
+	dbs, trips := testenv.CountedShards(t, 2)
 	cold := cold.NewStore(dbs, cold.Options{})
 	r := NewRouter(hot.NewStore(rdb, hot.Options{Prefix: prefix}), warm.NewStore(rdb, warm.Options{Prefix: prefix}), cold)
 	if hints {
@@ -104,7 +105,7 @@ func TestRouter_HintedColdCellSkipsTheRowLookup(t *testing.T) {
 			r, cold, trips := hintRouter(t, tc.hints)
 			var cells []confCell
 			for range tc.batch {
-				cells = append(cells, cellOnShard(t, cold, 0, 100))
+				cells = append(cells, tierstest.CellOnShard(t, cold, 0, 100))
 			}
 			makeCold(t, r, cells...)
 			trips()

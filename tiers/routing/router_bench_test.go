@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/tierstest"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
@@ -38,7 +39,7 @@ func benchRouterCold(b *testing.B, batch int, hints bool) {
 	if hints {
 		r.ColdHints = NewColdHints(1 << 16)
 	}
-	cells := tierBenchCells(4096)
+	cells := tierstest.BenchCells(4096)
 	now := time.Now()
 	var recs []tiers.Record
 	for _, c := range cells {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/tierstest"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/hot"
 )
@@ -56,7 +57,7 @@ func reportsOf(t *testing.T, ch chan report, n int, got ...report) []error {
 func TestRouter_AllHotOpIsAnsweredWhileAColdOpOfItsBatchWaitsForItsRow(t *testing.T) {
 	t.Parallel()
 	r, cold := newGroupRouter(t)
-	c, h := cellOnShard(t, cold, 0, 10), newConfCell(10, time.Hour)
+	c, h := tierstest.CellOnShard(t, cold, 0, 10), newConfCell(10, time.Hour)
 	makeCold(t, r, c)
 	routerCheck(t, r, confOp(confT0, 1, tiers.DryRun, h)) // places h hot
 	ctx := context.Background()
@@ -100,7 +101,7 @@ func TestRouter_OpThatFailsGivesBackItsCountsAndTheOthersGetTheirDecisions(t *te
 	t.Parallel()
 	r, cold := newGroupRouter(t)
 	h1, h2, w := newConfCell(10, time.Hour), newConfCell(10, time.Hour), newConfCell(10, time.Hour)
-	bad, c := cellOnShard(t, cold, 0, 10), cellOnShard(t, cold, 1, 10)
+	bad, c := tierstest.CellOnShard(t, cold, 0, 10), tierstest.CellOnShard(t, cold, 1, 10)
 	routerCheck(t, r, confOp(confT0, 1, tiers.DryRun, h1, h2)) // places both hot
 	makeWarm(t, r, w)
 	makeCold(t, r, c)

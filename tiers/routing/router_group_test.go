@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/tierstest"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
 	"github.com/quota-platform/quota/tiers/hot"
@@ -79,11 +80,11 @@ func routerCheck(t *testing.T, r *Router, ops ...*tiers.Op) {
 
 func TestRouter_ColdPartsOfABatchCommitOncePerShard(t *testing.T) {
 	t.Parallel()
-	dbs, faults := faultyShards(t, 2)
+	dbs, faults := testenv.FaultyShards(t, 2)
 	r, cold := newGroupRouterOn(t, dbs)
 	var ops []*tiers.Op
 	for i := range 20 {
-		a, b := cellOnShard(t, cold, 0, 10), cellOnShard(t, cold, 1, 10)
+		a, b := tierstest.CellOnShard(t, cold, 0, 10), tierstest.CellOnShard(t, cold, 1, 10)
 		makeCold(t, r, a, b)
 		ops = append(ops, confOp(confT0, 1, tiers.Enforce, a, b))
 		if i%5 == 0 { // a hot op now and then stays in the run
@@ -92,7 +93,7 @@ func TestRouter_ColdPartsOfABatchCommitOncePerShard(t *testing.T) {
 			ops = append(ops, confOp(confT0, 1, tiers.Enforce, h))
 		}
 	}
-	commits := countCommits(faults)
+	commits := faults.CountCommits()
 	routerCheck(t, r, ops...)
 	for i, op := range ops {
 		if !op.Committed || op.Out[0].Remaining != 9 {
