@@ -60,7 +60,7 @@ func (s *Server) listApps(c echo.Context) error {
 // An app that has a key already is a 409 without "rotate": a key is shown
 // once, so a second POST must not silently replace the one in use.
 func (s *Server) createApp(c echo.Context) error {
-	body, release, err := s.readBody(c)
+	body, release, err := s.readEchoBody(c)
 	if err != nil {
 		return err
 	}

@@ -26,27 +26,41 @@ const (
 	HeaderQuotaCost = "X-Quota-Cost"
 )
 
-func (s *Server) auth(c echo.Context) error {
-	if err := s.authorizeAuth(c); err != nil {
+func (s *Server) auth(c echo.Context) error { return s.serveAuth(echoExchange{s, c}) }
+
+// serveAuth answers /v1/auth.
+func (s *Server) serveAuth(x exchange) error {
+	if err := s.authorizeAuth(x); err != nil {
 		return err
 	}
-	req, err := DecodeAuth(c.Request().Header, s.deps.Settings.AuthHeaders)
+	req, err := decodeAuth(x, s.deps.Settings.AuthHeaders)
 	if err != nil {
 		return err
 	}
-	return s.decide(c, &req, s.deps.Settings.AuthDenyStatus)
+	return s.decide(x, &req, s.deps.Settings.AuthDenyStatus)
 }
 
 // authorizeAuth asks GET /v1/auth for the check token when /v1/check needs
 // it (QUOTA_CHECK_TOKEN): in X-Quota-Token, else as Authorization: Bearer.
-func (s *Server) authorizeAuth(c echo.Context) error {
+func (s *Server) authorizeAuth(x exchange) error {
 	if s.deps.Settings.CheckToken == "" {
 		return nil
 	}
-	if tok := c.Request().Header.Get(HeaderQuotaToken); tok != "" {
+	if tok, _ := x.header(HeaderQuotaToken); tok != "" {
 		return s.checkToken(tok)
 	}
-	return s.checkToken(bearer(c))
+	return s.checkToken(bearer(x))
+}
+
+// headerMap reads an http.Header as an exchange's request headers.
+type headerMap http.Header
+
+func (h headerMap) header(name string) (string, int) {
+	vals := h[name]
+	if len(vals) == 0 {
+		return "", 0
+	}
+	return vals[0], len(vals)
 }
 
 // DecodeAuth builds a check from request headers: each header of m that is
@@ -55,25 +69,35 @@ func (s *Server) authorizeAuth(c echo.Context) error {
 // invalid cost, or no dimension at all is an input error (a 400 that
 // counts nothing).
 func DecodeAuth(h http.Header, m []config.AuthHeader) (limiter.Request, error) {
+	return decodeAuth(headerMap(h), m)
+}
+
+// requestHeaders is what decodeAuth reads of a request: a header's first
+// value and its number of values.
+type requestHeaders interface {
+	header(name string) (string, int)
+}
+
+func decodeAuth(h requestHeaders, m []config.AuthHeader) (limiter.Request, error) {
 	req := limiter.Request{Cost: 1}
 	for _, ah := range m {
-		vals := h[ah.Header]
-		if len(vals) == 0 || (len(vals) == 1 && vals[0] == "") {
+		v, n := h.header(ah.Header)
+		if n == 0 || (n == 1 && v == "") {
 			continue
 		}
-		if len(vals) > 1 {
-			return req, checkjson.BadInput("invalid_header", "header %s is given %d times: give it once", ah.Header, len(vals))
+		if n > 1 {
+			return req, checkjson.BadInput("invalid_header", "header %s is given %d times: give it once", ah.Header, n)
 		}
-		if !rules.ValidValue(vals[0]) {
+		if !rules.ValidValue(v) {
 			return req, checkjson.BadInput("invalid_header", "header %s (dimension %s) must be 1-256 bytes of valid UTF-8", ah.Header, ah.Dimension)
 		}
 		if req.Dims == nil {
 			req.Dims = make([]limiter.Dim, 0, len(m))
 		}
-		req.Dims = append(req.Dims, limiter.Dim{Name: ah.Dimension, Value: vals[0]})
+		req.Dims = append(req.Dims, limiter.Dim{Name: ah.Dimension, Value: v})
 	}
-	if vals := h[HeaderQuotaCost]; len(vals) > 0 {
-		n, ok := parseCost(vals)
+	if v, count := h.header(HeaderQuotaCost); count > 0 {
+		n, ok := parseCost(v, count)
 		if !ok {
 			return req, checkjson.BadInput("invalid_cost", "header %s must be given once, an integer from 1 to %d", HeaderQuotaCost, checkjson.MaxCost)
 		}
@@ -94,11 +118,10 @@ func DecodeAuth(h http.Header, m []config.AuthHeader) (limiter.Request, error) {
 
 // parseCost reads one decimal integer in 1..MaxCost: digits only, no sign,
 // no leading zero.
-func parseCost(vals []string) (int64, bool) {
-	if len(vals) != 1 {
+func parseCost(v string, count int) (int64, bool) {
+	if count != 1 {
 		return 0, false
 	}
-	v := vals[0]
 	if v == "" || len(v) > 7 || v[0] == '0' {
 		return 0, false
 	}

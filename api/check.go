@@ -19,11 +19,11 @@ import (
 // because the store was unreachable and QUOTA_FAIL_MODE is open.
 const HeaderEnforced = "Quota-Enforced"
 
-func (s *Server) authorizeCheck(c echo.Context) error {
+func (s *Server) authorizeCheck(x exchange) error {
 	if s.deps.Settings.CheckToken == "" {
 		return nil
 	}
-	return s.checkToken(bearer(c))
+	return s.checkToken(bearer(x))
 }
 
 // checkToken compares tok, as the caller found it, with QUOTA_CHECK_TOKEN.
@@ -37,11 +37,15 @@ func (s *Server) checkToken(tok string) error {
 	return nil
 }
 
-func (s *Server) check(c echo.Context) error {
-	if err := s.authorizeCheck(c); err != nil {
+func (s *Server) check(c echo.Context) error      { return s.serveCheck(echoExchange{s, c}) }
+func (s *Server) checkBatch(c echo.Context) error { return s.serveBatch(echoExchange{s, c}) }
+
+// serveCheck answers POST /v1/check.
+func (s *Server) serveCheck(x exchange) error {
+	if err := s.authorizeCheck(x); err != nil {
 		return err
 	}
-	body, release, err := s.readBody(c)
+	body, release, err := s.readBody(x)
 	if err != nil {
 		return err
 	}
@@ -50,31 +54,33 @@ func (s *Server) check(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.decide(c, &req, http.StatusTooManyRequests)
+	return s.decide(x, &req, http.StatusTooManyRequests)
 }
 
 // decide runs one check and answers it: 200 when allowed, denyStatus when
 // denied, with the rate-limit headers; metrics, analytics and the fail
 // mode are the same whichever entry point decoded req.
-func (s *Server) decide(c echo.Context, req *limiter.Request, denyStatus int) error {
-	d, err := s.core.Check(c.Request().Context(), req)
+func (s *Server) decide(x exchange, req *limiter.Request, denyStatus int) error {
+	d, err := s.core.Check(x.context(), req)
 	if err != nil {
-		return s.storeFailure(c, err, 0)
+		return s.storeFailure(x, err, 0)
 	}
 	s.core.Decided(req, &d)
 	status := http.StatusOK
 	if !d.Allowed {
 		status = denyStatus
 	}
-	s.setRateLimitHeaders(c.Response().Header(), &d)
-	return writeJSON(c, status, appendDecision(make([]byte, 0, 256), &d))
+	var h answerHeaders
+	s.rateLimitHeaders(&h, &d)
+	return x.answer(status, &h, appendDecision(make([]byte, 0, 256), &d))
 }
 
-func (s *Server) checkBatch(c echo.Context) error {
-	if err := s.authorizeCheck(c); err != nil {
+// serveBatch answers POST /v1/check/batch.
+func (s *Server) serveBatch(x exchange) error {
+	if err := s.authorizeCheck(x); err != nil {
 		return err
 	}
-	body, release, err := s.readBody(c)
+	body, release, err := s.readBody(x)
 	if err != nil {
 		return err
 	}
@@ -87,9 +93,9 @@ func (s *Server) checkBatch(c echo.Context) error {
 	for i := range reqs {
 		ptrs[i] = &reqs[i]
 	}
-	ds, err := s.core.CheckBatch(c.Request().Context(), ptrs)
+	ds, err := s.core.CheckBatch(x.context(), ptrs)
 	if err != nil {
-		return s.storeFailure(c, err, len(reqs))
+		return s.storeFailure(x, err, len(reqs))
 	}
 	b := make([]byte, 0, 64+160*len(ds))
 	b = append(b, `{"results":[`...)
@@ -101,19 +107,20 @@ func (s *Server) checkBatch(c echo.Context) error {
 		b = appendDecision(b, &ds[i])
 	}
 	b = append(b, "]}\n"...)
-	return writeJSON(c, http.StatusOK, b)
+	return x.answer(http.StatusOK, nil, b)
 }
 
 // storeFailure applies QUOTA_FAIL_MODE to checks the store could not
 // decide; batch is the number of items of a batch (0 for a single check).
-func (s *Server) storeFailure(c echo.Context, err error, batch int) error {
+func (s *Server) storeFailure(x exchange, err error, batch int) error {
 	if !s.core.Undecided(err, max(batch, 1)) {
 		return newError(http.StatusServiceUnavailable, "store_unavailable", "the counter store is unreachable; no decision could be made")
 	}
-	c.Response().Header().Set(HeaderEnforced, "false")
+	var h answerHeaders
+	h.add(HeaderEnforced, []byte("false"))
 	const item = `{"allowed":true,"rules":[],"enforced":false}`
 	if batch == 0 {
-		return writeJSON(c, http.StatusOK, []byte(item+"\n"))
+		return x.answer(http.StatusOK, &h, []byte(item+"\n"))
 	}
 	b := make([]byte, 0, 16+len(item)*batch)
 	b = append(b, `{"results":[`...)
@@ -123,54 +130,31 @@ func (s *Server) storeFailure(c echo.Context, err error, batch int) error {
 		}
 		b = append(b, item...)
 	}
-	return writeJSON(c, http.StatusOK, append(b, "]}\n"...))
+	return x.answer(http.StatusOK, &h, append(b, "]}\n"...))
 }
 
-// setRateLimitHeaders sets the rate-limit headers QUOTA_HEADERS asks for
+// rateLimitHeaders adds the rate-limit headers QUOTA_HEADERS asks for
 // (legacy, draft or both) and, on a denial, Retry-After.
-func (s *Server) setRateLimitHeaders(h http.Header, d *limiter.Decision) {
+func (s *Server) rateLimitHeaders(h *answerHeaders, d *limiter.Decision) {
 	style := s.deps.Settings.Headers
-	setLegacyHeaders(h, d, style.Legacy())
+	legacyHeaders(h, d, style.Legacy())
 	if style.Draft() {
-		setDraftHeaders(h, d)
+		draftHeaders(h, d)
 	}
 }
 
-// setLegacyHeaders sets RateLimit-Limit, RateLimit-Remaining and
+// legacyHeaders adds RateLimit-Limit, RateLimit-Remaining and
 // RateLimit-Reset of the most restrictive entry (when limits is true) and,
-// on a denial, Retry-After. They are written into the header map under
-// their canonical keys, all values cut from one string and their slices
-// from one array: two allocations per answer instead of two per header
-// (this runs on every check).
-func setLegacyHeaders(h http.Header, d *limiter.Decision, limits bool) {
-	var keys [4]string
-	var ends [4]int
-	var buf [80]byte
-	b, n := buf[:0], 0
-	add := func(key string, v int64) {
-		b = strconv.AppendInt(b, v, 10)
-		keys[n], ends[n] = key, len(b)
-		n++
-	}
+// on a denial, Retry-After.
+func legacyHeaders(h *answerHeaders, d *limiter.Decision, limits bool) {
 	if i := d.MostRestrictive(); i >= 0 && limits {
 		e := &d.Entries[i]
-		add("Ratelimit-Limit", e.Limit) // textproto's canonical forms
-		add("Ratelimit-Remaining", e.Remaining)
-		add("Ratelimit-Reset", decide.CeilSeconds(e.ResetAfter))
+		h.addInt("Ratelimit-Limit", e.Limit)
+		h.addInt("Ratelimit-Remaining", e.Remaining)
+		h.addInt("Ratelimit-Reset", decide.CeilSeconds(e.ResetAfter))
 	}
 	if !d.Allowed {
-		add("Retry-After", max(1, decide.CeilSeconds(d.RetryAfter())))
-	}
-	if n == 0 {
-		return
-	}
-	text := string(b)
-	vals := make([]string, n)
-	start := 0
-	for j := range n {
-		vals[j] = text[start:ends[j]]
-		h[keys[j]] = vals[j : j+1 : j+1]
-		start = ends[j]
+		h.addInt("Retry-After", max(1, decide.CeilSeconds(d.RetryAfter())))
 	}
 }
 
@@ -239,7 +223,7 @@ func rulesBody(set *rules.Set) map[string]any {
 }
 
 func (s *Server) putRules(c echo.Context) error {
-	body, release, err := s.readBody(c)
+	body, release, err := s.readEchoBody(c)
 	if err != nil {
 		return err
 	}

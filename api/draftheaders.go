@@ -1,7 +1,6 @@
 package api
 
 import (
-	"net/http"
 	"strconv"
 
 	"github.com/quota-platform/quota/api/decide"
@@ -9,7 +8,7 @@ import (
 	"github.com/quota-platform/quota/rules"
 )
 
-// setDraftHeaders sets the RateLimit-Policy and RateLimit structured fields
+// draftHeaders adds the RateLimit-Policy and RateLimit structured fields
 // of draft-ietf-httpapi-ratelimit-headers (-11): one list item per limit
 // of the decision, named after its rule, e.g.
 //
@@ -18,7 +17,7 @@ import (
 //
 // A rule with several limits gives one item per limit, named
 // "rule/window" so that each RateLimit item names exactly one policy.
-func setDraftHeaders(h http.Header, d *limiter.Decision) {
+func draftHeaders(h *answerHeaders, d *limiter.Decision) {
 	if len(d.Entries) == 0 {
 		return
 	}
@@ -42,8 +41,8 @@ func setDraftHeaders(h http.Header, d *limiter.Decision) {
 		limit = append(limit, ";t="...)
 		limit = strconv.AppendInt(limit, max(0, decide.CeilSeconds(e.ResetAfter)), 10)
 	}
-	h["Ratelimit-Policy"] = []string{string(policy)} // textproto's canonical forms
-	h["Ratelimit"] = []string{string(limit)}
+	h.add("Ratelimit-Policy", policy) // textproto's canonical forms
+	h.add("Ratelimit", limit)
 }
 
 // appendPolicyName appends entry i's policy name as an sf-string: its rule

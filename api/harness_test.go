@@ -6,7 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,7 +37,7 @@ var start = time.Date(2026, 11, 23, 10, 0, 0, 250_000_000, time.UTC)
 
 type harness struct {
 	t      *testing.T
-	srv    *httptest.Server
+	srv    *edgeServer
 	clk    *clock.Fake
 	rdb    redis.UniversalClient
 	prefix string
@@ -149,8 +149,7 @@ func newHarness(t *testing.T, rulesYAML string, opts ...harnessOption) *harness 
 		AppPlans: plans,
 		Nearest:  nearest,
 	})
-	srv := httptest.NewServer(server)
-	t.Cleanup(srv.Close)
+	srv := serveEdge(t, server)
 	return &harness{t: t, srv: srv, clk: clk, rdb: rdb, prefix: prefix, lim: lim, reg: reg, server: server}
 }
 
@@ -250,3 +249,19 @@ func (r reply) errorCode() string {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// edgeServer is quotad's HTTP server (Server.NewHTTPServer) on a loopback
+// port: the tests reach the check routes the way clients of quotad do.
+type edgeServer struct{ URL string }
+
+func serveEdge(t *testing.T, server *api.Server) *edgeServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := server.NewHTTPServer(api.EdgeOptions{})
+	go func() { _ = hs.Serve(ln) }()
+	t.Cleanup(func() { _ = hs.Shutdown() })
+	return &edgeServer{URL: "http://" + ln.Addr().String()}
+}

@@ -15,8 +15,10 @@ func TestRateLimitHeaders_AddToOneLeavesTheOthers(t *testing.T) {
 		{Rule: "a", Limit: 10, Remaining: 0, ResetAfter: 1500 * time.Millisecond, RetryAfter: 1500 * time.Millisecond},
 		{Rule: "b", Limit: 1000, Remaining: 7, ResetAfter: time.Hour, Allowed: true},
 	}}
+	var ah answerHeaders
+	legacyHeaders(&ah, &d, true)
 	h := http.Header{}
-	setLegacyHeaders(h, &d, true)
+	ah.into(h)
 	h.Add("RateLimit-Limit", "extra")
 	want := map[string][]string{
 		"RateLimit-Limit":     {"10", "extra"},

@@ -136,7 +136,7 @@ func overridePath(c echo.Context) (app, rule string, err error) {
 
 // decodeAdminBody reads a small JSON object, refusing unknown fields.
 func (s *Server) decodeAdminBody(c echo.Context, v any) error {
-	body, release, err := s.readBody(c)
+	body, release, err := s.readEchoBody(c)
 	if err != nil {
 		return err
 	}

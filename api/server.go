@@ -159,20 +159,25 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
+	writeError(c, s.apiErrorOf(err, c.Path()))
+}
+
+// apiErrorOf is the contract's error answer to a handler's err; an error
+// that is not the client's is logged and answered 500.
+func (s *Server) apiErrorOf(err error, route string) *apiError {
 	var ae *apiError
 	var ie *checkjson.InputError
 	var he *echo.HTTPError
 	switch {
 	case errors.As(err, &ae):
+		return ae
 	case errors.As(err, &ie):
-		ae = newError(http.StatusBadRequest, ie.Code, ie.Msg)
+		return newError(http.StatusBadRequest, ie.Code, ie.Msg)
 	case errors.As(err, &he):
-		ae = fromEchoError(he)
-	default:
-		s.deps.Log.Error("internal error", "path", c.Path(), "err", err)
-		ae = newError(http.StatusInternalServerError, "internal", "internal error")
+		return fromEchoError(he)
 	}
-	writeError(c, ae)
+	s.deps.Log.Error("internal error", "path", route, "err", err)
+	return newError(http.StatusInternalServerError, "internal", "internal error")
 }
 
 func fromEchoError(he *echo.HTTPError) *apiError {
@@ -191,13 +196,18 @@ func fromEchoError(he *echo.HTTPError) *apiError {
 	return newError(he.Code, strings.ReplaceAll(strings.ToLower(http.StatusText(he.Code)), " ", "_"), msg)
 }
 
-func writeError(c echo.Context, ae *apiError) {
+// body is the error's JSON answer.
+func (ae *apiError) body() []byte {
 	b := make([]byte, 0, 128)
 	b = append(b, `{"error":{"code":`...)
 	b = strconv.AppendQuote(b, ae.code)
 	b = append(b, `,"message":`...)
 	b = appendJSONString(b, ae.msg)
-	b = append(b, "}}\n"...)
+	return append(b, "}}\n"...)
+}
+
+func writeError(c echo.Context, ae *apiError) {
+	b := ae.body()
 	h := c.Response().Header()
 	h.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
 	if ae.status == http.StatusMethodNotAllowed {
@@ -361,28 +371,34 @@ func (s *Server) timed(route string, h echo.HandlerFunc) echo.HandlerFunc {
 
 // readBody reads a JSON request body into a pooled buffer, enforcing the
 // content type and size limits. The caller must call release.
-func (s *Server) readBody(c echo.Context) ([]byte, func(), error) {
-	r := c.Request()
+func (s *Server) readBody(x exchange) ([]byte, func(), error) {
 	// The usual exact "application/json" skips the parser (an allocation).
-	if ct := r.Header.Get(echo.HeaderContentType); ct != "" && ct != echo.MIMEApplicationJSON {
+	if ct, _ := x.header(echo.HeaderContentType); ct != "" && ct != echo.MIMEApplicationJSON {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
 			return nil, nil, newError(http.StatusUnsupportedMediaType, "unsupported_media_type", "Content-Type must be application/json")
 		}
 	}
-	if r.ContentLength > MaxBody {
-		return nil, nil, newError(http.StatusRequestEntityTooLarge, "body_too_large", "request body is over 64 KiB")
+	if x.contentLength() > MaxBody {
+		return nil, nil, errBodyTooLarge
 	}
-	buf, release, err := s.bodyBytes(r)
+	buf, release, err := x.body()
 	if err != nil {
 		release()
 		return nil, nil, newError(http.StatusBadRequest, "unreadable_body", "could not read the request body")
 	}
 	if len(buf) > MaxBody {
 		release()
-		return nil, nil, newError(http.StatusRequestEntityTooLarge, "body_too_large", "request body is over 64 KiB")
+		return nil, nil, errBodyTooLarge
 	}
 	return buf, release, nil
+}
+
+var errBodyTooLarge = newError(http.StatusRequestEntityTooLarge, "body_too_large", "request body is over 64 KiB")
+
+// readEchoBody is readBody for the routes Echo serves alone.
+func (s *Server) readEchoBody(c echo.Context) ([]byte, func(), error) {
+	return s.readBody(echoExchange{s, c})
 }
 
 // bodyBytes is r's body (at most MaxBody+1 bytes): the bytes bufferBody
@@ -398,8 +414,8 @@ func (s *Server) bodyBytes(r *http.Request) ([]byte, func(), error) {
 }
 
 // bearer returns the token of an `Authorization: Bearer …` header.
-func bearer(c echo.Context) string {
-	h := c.Request().Header.Get(echo.HeaderAuthorization)
+func bearer(x exchange) string {
+	h, _ := x.header(echo.HeaderAuthorization)
 	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
 		return strings.TrimSpace(h[7:])
 	}
@@ -411,7 +427,7 @@ func (s *Server) requireAdmin(next echo.HandlerFunc) echo.HandlerFunc {
 		if s.deps.Settings.AdminToken == "" {
 			return newError(http.StatusForbidden, "admin_disabled", "admin endpoints are disabled: QUOTA_ADMIN_TOKEN is not set")
 		}
-		tok := bearer(c)
+		tok := bearer(echoExchange{s, c})
 		if tok == "" {
 			return newError(http.StatusUnauthorized, "unauthorized", "this endpoint needs the admin token as Authorization: Bearer")
 		}

@@ -64,7 +64,7 @@ func checkID(name, v string) error {
 // caller says who the bearer token belongs to: the admin, an app, or no one
 // (401). A store error is a 503.
 func (s *Server) caller(c echo.Context) (app string, admin bool, err error) {
-	tok := bearer(c)
+	tok := bearer(echoExchange{s, c})
 	if tok == "" {
 		return "", false, newError(http.StatusUnauthorized, "unauthorized", "stats need an app key or the admin token as Authorization: Bearer")
 	}

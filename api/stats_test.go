@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -70,12 +69,11 @@ func newStatsHarnessAt(t *testing.T, at time.Time) *statsHarness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(api.New(api.Deps{
+	srv := serveEdge(t, api.New(api.Deps{
 		Settings: s, Limiter: lim, Metrics: metrics.New(reg), Gatherer: reg,
 		Usage: rec.Recorder, Analytics: rec.Stats, Throttled: rec.Throttled, Keys: apps.New(dbs, clk),
 		Nearest: near,
 	}))
-	t.Cleanup(srv.Close)
 	return &statsHarness{harness: &harness{t: t, srv: srv, clk: clk, rdb: rdb, prefix: prefix, lim: lim, reg: reg}, rec: rec}
 }
 

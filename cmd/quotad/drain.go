@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // stopper is one server that drain stops: stop must stop accepting new
@@ -20,14 +21,10 @@ type stopper struct {
 	stop func(context.Context) error
 }
 
-// httpStopper stops hs with http.Server.Shutdown.
-func httpStopper(hs *http.Server) stopper {
-	return stopper{name: "http", stop: func(ctx context.Context) error {
-		if err := hs.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	}}
+// httpStopper stops hs with its ShutdownWithContext: no new connection,
+// the requests in flight finished.
+func httpStopper(hs *fasthttp.Server) stopper {
+	return stopper{name: "http", stop: hs.ShutdownWithContext}
 }
 
 // drain takes the instance out of its load balancer, then stops the servers.

@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
 )
 
 // drain marks the instance not ready at once, keeps every server answering
@@ -34,7 +37,7 @@ func TestDrain_NotReadyFirstThenServersStopAfterTheirRequestsFinish(t *testing.T
 		if err != nil {
 			t.Fatal(err)
 		}
-		hs := &http.Server{Handler: mux}
+		hs := &fasthttp.Server{Handler: fasthttpadaptor.NewFastHTTPHandler(mux), CloseOnShutdown: true}
 		go func() { _ = hs.Serve(ln) }()
 		servers = append(servers, httpStopper(hs))
 		urls = append(urls, "http://"+ln.Addr().String())

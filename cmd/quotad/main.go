@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -18,6 +17,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql" // the "mysql" driver
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
 
 	"github.com/quota-platform/quota/analytics"
 	"github.com/quota-platform/quota/api"
@@ -195,7 +195,8 @@ func serve() error {
 		return err
 	}
 	startPprof(ctx, s, log)
-	err = listenAndServe(ctx, s, tracedHandler(srv, tp), func() { srv.StartDraining(); fm.drain() }, rls, log)
+	edge := srv.NewHTTPServer(api.EdgeOptions{Fallback: tracedHandler(srv, tp), ChecksThroughFallback: tp != nil})
+	err = listenAndServe(ctx, s, edge, func() { srv.StartDraining(); fm.drain() }, rls, log)
 	// No check runs any more: write what analytics still holds.
 	stopAnalytics()
 	return err
@@ -331,20 +332,12 @@ func onHangup(ctx context.Context, reload func()) {
 	}
 }
 
-// listenAndServe serves h (and rls, when not nil) until ctx ends, then
+// listenAndServe serves hs (and rls, when not nil) until ctx ends, then
 // drains both; when the HTTP server stops on its own, rls stops with it.
-func listenAndServe(ctx context.Context, s config.Settings, h http.Handler, notReady func(), rls *grpcServer, log *slog.Logger) error {
+func listenAndServe(ctx context.Context, s config.Settings, hs *fasthttp.Server, notReady func(), rls *grpcServer, log *slog.Logger) error {
 	ln, err := net.Listen("tcp", s.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", s.Listen, err)
-	}
-	hs := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       10 * time.Second,
-		WriteTimeout:      10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    16 << 10,
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()

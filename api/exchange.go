@@ -1,0 +1,111 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+)
+
+// exchange is one check request and its answer, whichever HTTP server
+// carries it: quotad's fasthttp edge (edge.go) or the Echo router (which
+// serves the check routes when tracing wraps the net/http handler, and
+// for users of Server.ServeHTTP). The check routes are written once,
+// against this.
+type exchange interface {
+	context() context.Context
+	// header is a request header's first value and how many values it has.
+	header(name string) (string, int)
+	contentLength() int64
+	// body is the request body (at most MaxBody+1 bytes); release gives
+	// its buffer back once nothing refers to it.
+	body() (b []byte, release func(), err error)
+	// answer writes status, the headers and a JSON body.
+	answer(status int, h *answerHeaders, body []byte) error
+}
+
+// answerHeaders are an answer's headers besides Content-Type, their values
+// formatted back to back into one buffer: keys[i]'s value is
+// text[ends[i-1]:ends[i]].
+type answerHeaders struct {
+	n    int
+	keys [8]string // textproto's canonical forms
+	ends [8]int
+	text []byte
+	buf  [128]byte
+}
+
+func (a *answerHeaders) addInt(key string, v int64) {
+	if a.text == nil {
+		a.text = a.buf[:0]
+	}
+	a.text = strconv.AppendInt(a.text, v, 10)
+	a.end(key)
+}
+
+func (a *answerHeaders) add(key string, v []byte) {
+	if a.text == nil {
+		a.text = a.buf[:0]
+	}
+	a.text = append(a.text, v...)
+	a.end(key)
+}
+
+func (a *answerHeaders) end(key string) {
+	a.keys[a.n], a.ends[a.n] = key, len(a.text)
+	a.n++
+}
+
+// each calls f with every header and its value.
+func (a *answerHeaders) each(f func(key string, v []byte)) {
+	start := 0
+	for i := range a.n {
+		f(a.keys[i], a.text[start:a.ends[i]])
+		start = a.ends[i]
+	}
+}
+
+// into sets the headers in h, all values cut from one string and their
+// slices from one array: two allocations per answer instead of two per
+// header (this runs on every check).
+func (a *answerHeaders) into(h http.Header) {
+	if a.n == 0 {
+		return
+	}
+	text := string(a.text)
+	vals := make([]string, a.n)
+	start := 0
+	for i := range a.n {
+		vals[i] = text[start:a.ends[i]]
+		h[a.keys[i]] = vals[i : i+1 : i+1]
+		start = a.ends[i]
+	}
+}
+
+// echoExchange is a check carried by Echo.
+type echoExchange struct {
+	s *Server
+	c echo.Context
+}
+
+func (x echoExchange) context() context.Context { return x.c.Request().Context() }
+
+func (x echoExchange) header(name string) (string, int) {
+	vals := x.c.Request().Header[name]
+	if len(vals) == 0 {
+		return "", 0
+	}
+	return vals[0], len(vals)
+}
+
+func (x echoExchange) contentLength() int64 { return x.c.Request().ContentLength }
+
+func (x echoExchange) body() ([]byte, func(), error) { return x.s.bodyBytes(x.c.Request()) }
+
+func (x echoExchange) answer(status int, h *answerHeaders, body []byte) error {
+	if h != nil {
+		h.into(x.c.Response().Header())
+	}
+	return writeJSON(x.c, status, body)
+}
