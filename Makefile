@@ -94,6 +94,14 @@ bench-peers: schema
 	$(GO) build -o $(BIN)/grpcbench ./bench/grpcbench
 	bash bench/peers.sh
 
+# What net/http and fasthttp cost a check by themselves (bench/http-edge.sh):
+# the measurement behind quotad's fasthttp edge (api/edge.go).
+.PHONY: bench-http-edge
+bench-http-edge:
+	@command -v wrk >/dev/null || apt-get install -y wrk
+	$(GO) build -o $(BIN)/nullhttp ./bench/cmd/nullhttp
+	bash bench/http-edge.sh
+
 # make bench-grpc's floor on this machine: the same load against a server
 # that answers every check at once with no Redis (bench/cmd/nullquotad):
 # what the load generator, the kernel, grpc-go and net/http cost alone.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
 
 	"github.com/quota-platform/quota/api"
 	"github.com/quota-platform/quota/clock"
@@ -24,21 +25,7 @@ import (
 // (decode, limiter, one Redis round trip, encode) with the default rules,
 // without the network: run with -benchmem to see the check path's allocations.
 func BenchmarkCheckHandler(b *testing.B) {
-	rdb, prefix := testenv.Redis(b)
-	set, err := rules.ParseYAML([]byte(defaultRules))
-	if err != nil {
-		b.Fatal(err)
-	}
-	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix, Jitter: time.Second})
-	lim, _ := limiter.New(hot, clock.Real{}, set)
-	reg := prometheus.NewRegistry()
-	s := config.Defaults()
-	srv := api.New(api.Deps{Settings: s, Limiter: lim, Metrics: metrics.New(reg), Gatherer: reg})
-	bodies := make([]string, 1024)
-	for i := range bodies {
-		bodies[i] = `{"app_id":"a` + strconv.Itoa(i%100) + `","ip":"10.0.0.` + strconv.Itoa(i%250) +
-			`","user_id":"u` + strconv.Itoa(i) + `","interface_id":"users.get"}`
-	}
+	srv, bodies := benchServer(b)
 	b.ReportAllocs()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -54,4 +41,50 @@ func BenchmarkCheckHandler(b *testing.B) {
 			i++
 		}
 	})
+}
+
+// BenchmarkEdgeCheck is BenchmarkCheckHandler through quotad's HTTP edge
+// (Server.NewHTTPServer's handler on a fasthttp request context, reused
+// as fasthttp reuses it), without the network.
+func BenchmarkEdgeCheck(b *testing.B) {
+	srv, bodies := benchServer(b)
+	handler := srv.NewHTTPServer(api.EdgeOptions{}).Handler
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		var ctx fasthttp.RequestCtx
+		i := 0
+		for pb.Next() {
+			ctx.Request.Reset()
+			ctx.Response.Reset()
+			ctx.Request.Header.SetMethod("POST")
+			ctx.Request.SetRequestURI("/v1/check")
+			ctx.Request.Header.SetContentType("application/json")
+			ctx.Request.SetBodyString(bodies[i%len(bodies)])
+			handler(&ctx)
+			if ctx.Response.StatusCode() != http.StatusOK {
+				b.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
+			}
+			i++
+		}
+	})
+}
+
+func benchServer(b *testing.B) (*api.Server, []string) {
+	rdb, prefix := testenv.Redis(b)
+	set, err := rules.ParseYAML([]byte(defaultRules))
+	if err != nil {
+		b.Fatal(err)
+	}
+	hot := hot.NewStore(rdb, hot.Options{Prefix: prefix, Jitter: time.Second})
+	lim, _ := limiter.New(hot, clock.Real{}, set)
+	reg := prometheus.NewRegistry()
+	s := config.Defaults()
+	srv := api.New(api.Deps{Settings: s, Limiter: lim, Metrics: metrics.New(reg), Gatherer: reg})
+	bodies := make([]string, 1024)
+	for i := range bodies {
+		bodies[i] = `{"app_id":"a` + strconv.Itoa(i%100) + `","ip":"10.0.0.` + strconv.Itoa(i%250) +
+			`","user_id":"u` + strconv.Itoa(i) + `","interface_id":"users.get"}`
+	}
+	return srv, bodies
 }

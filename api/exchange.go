@@ -57,15 +57,6 @@ func (a *answerHeaders) end(key string) {
 	a.n++
 }
 
-// each calls f with every header and its value.
-func (a *answerHeaders) each(f func(key string, v []byte)) {
-	start := 0
-	for i := range a.n {
-		f(a.keys[i], a.text[start:a.ends[i]])
-		start = a.ends[i]
-	}
-}
-
 // into sets the headers in h, all values cut from one string and their
 // slices from one array: two allocations per answer instead of two per
 // header (this runs on every check).
