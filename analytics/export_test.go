@@ -9,10 +9,7 @@ import (
 // Test helpers of this package that the external tests (package
 // analytics_test) use too.
 var (
-	BenchNames     = benchNames
-	NewXorshift    = newXorshift
-	NewUniformLoad = newUniformLoad
-	EachUserEntry  = userdays.EachEntry
+	EachUserEntry = userdays.EachEntry
 )
 
 // PeriodicFlush is one of Run's flushes, unpaced.

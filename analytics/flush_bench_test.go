@@ -13,6 +13,7 @@ import (
 
 	"github.com/quota-platform/quota/analytics"
 	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/internal/testsupport/benchload"
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
@@ -42,7 +43,7 @@ func benchRecordAndFlush(b *testing.B, periodic bool) {
 	if periodic {
 		flush = func(ctx context.Context) error { return analytics.PeriodicFlush(ctx, rec.Flusher) }
 	}
-	load := analytics.NewUniformLoad()
+	load := benchload.NewUniform()
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -61,7 +62,7 @@ func benchRecordAndFlush(b *testing.B, periodic bool) {
 	}
 }
 
-var names = analytics.BenchNames
+var names = benchload.Names
 
 // unreachableRecorder is a Recorder whose MySQL shard and Redis cannot be
 // reached, so every flush fails and keeps its rows pending in memory.
@@ -91,7 +92,7 @@ func unreachableRecorder(b *testing.B) (*analytics.Analytics, *prometheus.Regist
 // (all pending rows: per-user, series and daily) and heap-B/call.
 func BenchmarkPendingRowHeap(b *testing.B) {
 	rec, reg := unreachableRecorder(b)
-	load := analytics.NewUniformLoad()
+	load := benchload.NewUniform()
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -143,7 +144,7 @@ func gauge(b *testing.B, reg *prometheus.Registry, name string) float64 {
 func BenchmarkPendingRowGC(b *testing.B) {
 	const calls = 300_000
 	rec, reg := unreachableRecorder(b)
-	load := analytics.NewUniformLoad()
+	load := benchload.NewUniform()
 	gcTime := func(n int) time.Duration {
 		start := time.Now()
 		for range n {
@@ -202,7 +203,7 @@ func BenchmarkUserDayFromChunks(b *testing.B) {
 	}
 	ctx := context.Background()
 	users, ifaces := names("user-", 100_000), names("iface.", 10)
-	x := analytics.NewXorshift()
+	x := benchload.NewXorshift()
 	for f := range flushes {
 		for range callsPerFlush {
 			v := x.Next()

@@ -5,16 +5,15 @@ import (
 	"database/sql"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/internal/testsupport/benchload"
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
@@ -56,7 +55,7 @@ func benchFlushServerCPU(b *testing.B, pool string) {
 	srv := testenv.StartMariaDB(b, "--innodb-buffer-pool-size="+pool)
 	var dbs []*sql.DB
 	for _, name := range []string{"quota_0", "quota_1"} {
-		dbs = append(dbs, privateShard(b, srv, name))
+		dbs = append(dbs, srv.Shard(b, name))
 	}
 	rs := testenv.StartRedis(b)
 	rdb := redis.NewClient(&redis.Options{Addr: rs.Addr()})
@@ -68,7 +67,7 @@ func benchFlushServerCPU(b *testing.B, pool string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	load := newUniformLoad()
+	load := benchload.NewUniform()
 	ctx := context.Background()
 	minute := func() {
 		for range flushes {
@@ -92,7 +91,7 @@ func benchFlushServerCPU(b *testing.B, pool string) {
 		before[t] = rows(t)
 	}
 	chunkBytes0 := chunkBytes(b, dbs)
-	cpu0, redis0, own0 := srv.CPUTime(), rs.CPUTime(), ownCPU(b)
+	cpu0, redis0, own0 := srv.CPUTime(), rs.CPUTime(), testenv.SelfCPU(b)
 	cmds0, stmts0 := redisCommands(b, rdb), mysqlStatements(b, dbs[0])
 	b.ResetTimer()
 	for range b.N {
@@ -100,7 +99,7 @@ func benchFlushServerCPU(b *testing.B, pool string) {
 	}
 	b.StopTimer()
 	time.Sleep(time.Second) // the commits' background work (purge, page flushing) starts at once
-	own := ownCPU(b) - own0
+	own := testenv.SelfCPU(b) - own0
 	cpu, redisCPU := srv.CPUTime()-cpu0, rs.CPUTime()-redis0
 	calls := float64(b.N * flushes * perFlush)
 	b.ReportMetric((redisCommands(b, rdb)-cmds0)/float64(b.N), "redis-cmds/minute")
@@ -114,32 +113,6 @@ func benchFlushServerCPU(b *testing.B, pool string) {
 		b.ReportMetric((rows(t)-before[t])/float64(b.N), t+"-rows/minute")
 	}
 	b.ReportMetric(float64(chunkBytes(b, dbs)-chunkBytes0)/1e6/float64(b.N), "chunk-MB/minute")
-}
-
-// privateShard is database name on srv with the schema, opened as quotad
-// opens a shard; it is closed when the benchmark ends.
-func privateShard(b *testing.B, srv *testenv.MariaDBProcess, name string) *sql.DB {
-	cfg, err := mysql.ParseDSN(srv.CreateDatabase(name))
-	if err != nil {
-		b.Fatal(err)
-	}
-	cfg.InterpolateParams = true // as quotad's shards (cold.ShardDSN)
-	db, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { db.Close() })
-	return db
-}
-
-// ownCPU is the CPU time this process has used: the recorder's (Record,
-// the flushes, their garbage), with the load's loop.
-func ownCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // chunkBytes is the bytes of every per-user chunk body on the shards.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-platform/quota/internal/testsupport/benchload"
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
@@ -49,7 +50,7 @@ func BenchmarkPFADD(b *testing.B) {
 					}
 					before := pfaddUsec(ctx, b, rdb)
 					b.StartTimer()
-					x := newXorshift()
+					x := benchload.NewXorshift()
 					pipe := rdb.Pipeline()
 					for range s.rounds {
 						for _, k := range keys {

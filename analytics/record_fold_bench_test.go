@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/internal/testsupport/benchload"
 )
 
 // BenchmarkRecordAndFold is analytics' in-memory work per call with the
@@ -27,7 +28,7 @@ func BenchmarkRecordAndFold(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	load := newUniformLoad()
+	load := benchload.NewUniform()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		app, iface, user := load.Next()

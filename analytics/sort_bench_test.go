@@ -8,12 +8,13 @@ import (
 
 	"github.com/quota-platform/quota/analytics/usage"
 	"github.com/quota-platform/quota/analytics/userdays"
+	"github.com/quota-platform/quota/internal/testsupport/benchload"
 )
 
 // sortBenchRows are a flush's user rows of one (app, day) under make
 // bench's uniform keys: ~330 rows (a 15 s flush at ~22,000 checks/s over
 // 1,000 apps), users drawn from 100,000, interfaces from 50.
-func sortBenchRows(n int, x *xorshift) []userdays.Row {
+func sortBenchRows(n int, x *benchload.Xorshift) []userdays.Row {
 	rows := make([]userdays.Row, n)
 	for i := range rows {
 		v := x.Next()
@@ -26,7 +27,7 @@ func sortBenchRows(n int, x *xorshift) []userdays.Row {
 // BenchmarkSortGroupRows is the sort of one (app, day)'s user rows into
 // write order, as a flush does for each of its groups; ns/op is per row.
 func BenchmarkSortGroupRows(b *testing.B) {
-	x := newXorshift()
+	x := benchload.NewXorshift()
 	src := sortBenchRows(330, &x)
 	rows := make([]userdays.Row, len(src))
 	b.ReportAllocs()
@@ -41,7 +42,7 @@ func BenchmarkSortGroupRows(b *testing.B) {
 // HyperLogLog (330,000 adds: 15 s at ~22,000 checks/s); ns/op is per add.
 func BenchmarkSortUserAdds(b *testing.B) {
 	src := make([]userAdd, 330_000)
-	x := newXorshift()
+	x := benchload.NewXorshift()
 	for i := range src {
 		v := x.Next()
 		app, iface := "app-"+strconv.Itoa(int(v%1000)), "iface."+strconv.Itoa(int(v>>10%50))

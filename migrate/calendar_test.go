@@ -5,22 +5,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/internal/testsupport/moveenv"
 	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
 )
 
 // calendarCells are cells of a month quota in Asia/Shanghai as the limiter
 // makes them: the period handed to the tiers as the fixed window [0, end).
-func calendarCells(t *testing.T, e *env, n int, limit int64) ([]cellSpec, time.Time) {
+func calendarCells(t *testing.T, e *env, n int, limit int64) ([]moveenv.Cell, time.Time) {
 	t.Helper()
 	loc, err := time.LoadLocation("Asia/Shanghai")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, end := rules.Month.Period(e.clock.Now(), loc)
-	cells := newCells(n, limit, 0)
+	_, end := rules.Month.Period(e.Clock.Now(), loc)
+	cells := moveenv.NewCells(n, limit, 0)
 	for i := range cells {
-		cells[i].window = time.Duration(end.Unix()) * time.Second
+		cells[i].Window = time.Duration(end.Unix()) * time.Second
 	}
 	return cells, end
 }
@@ -37,21 +38,21 @@ func TestMoveKeepsCount_CalendarPeriods(t *testing.T) {
 	from := tiers.Hot
 	for _, to := range []tiers.Tier{tiers.Warm, tiers.Cold, tiers.Hot, tiers.Cold, tiers.Warm, tiers.Hot} {
 		for range 3 {
-			op := e.check(t, tiers.Enforce, c)
+			op := e.Check(t, tiers.Enforce, c)
 			want++
-			if got, reset := op.Out[0].Tier, op.Out[0].ResetAfter; got != from || reset != end.Sub(e.clock.Now()) {
-				t.Fatalf("in %s: outcome tier %s, reset %s; want the period's end, %s", from, got, reset, end.Sub(e.clock.Now()))
+			if got, reset := op.Out[0].Tier, op.Out[0].ResetAfter; got != from || reset != end.Sub(e.Clock.Now()) {
+				t.Fatalf("in %s: outcome tier %s, reset %s; want the period's end, %s", from, got, reset, end.Sub(e.Clock.Now()))
 			}
 		}
-		e.move(t, from, to, c)
-		if n := e.count(t, c); n != want {
+		e.Move(t, from, to, c)
+		if n := e.Count(t, c); n != want {
 			t.Fatalf("%s>%s: count %d, want %d", from, to, n, want)
 		}
 		from = to
 	}
 	// The quiet move: an idle cell and a counted one go cold as they are.
-	e.check(t, tiers.Enforce, cells[2])
-	res, err := e.mover.MoveCells(context.Background(), refsOf(cells[1:]...), tiers.Hot, tiers.Cold)
+	e.Check(t, tiers.Enforce, cells[2])
+	res, err := e.mover.MoveCells(context.Background(), moveenv.Refs(cells[1:]...), tiers.Hot, tiers.Cold)
 	if err != nil || len(res.Moved) != 2 {
 		t.Fatalf("quiet move: %+v %v", res, err)
 	}

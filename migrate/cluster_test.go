@@ -2,17 +2,11 @@ package migrate
 
 import (
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quota-platform/quota/clock"
-	"github.com/quota-platform/quota/internal/testsupport/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/moveenv"
 	"github.com/quota-platform/quota/tiers"
-	"github.com/quota-platform/quota/tiers/cold"
-	"github.com/quota-platform/quota/tiers/hot"
-	"github.com/quota-platform/quota/tiers/routing"
-	"github.com/quota-platform/quota/tiers/warm"
 )
 
 // On a Redis Cluster the cells of one batch live on several masters, and
@@ -23,31 +17,31 @@ func TestMoveCells_OnARedisClusterCellsOfManySlotsKeepTheirCounts(t *testing.T) 
 	t.Parallel()
 	e := newClusterEnv(t)
 
-	cells := newCells(40, 100, 0)
+	cells := moveenv.NewCells(40, 100, 0)
 	want := int64(0)
 	from := tiers.Hot
 	for _, to := range []tiers.Tier{tiers.Warm, tiers.Cold, tiers.Hot, tiers.Cold, tiers.Warm, tiers.Hot} {
 		for range 2 {
 			for _, c := range cells {
-				if op := e.check(t, tiers.Enforce, c); op == nil || !op.Allowed() {
+				if op := e.Check(t, tiers.Enforce, c); op == nil || !op.Allowed() {
 					t.Fatalf("in %s: a check under the limit was not allowed", from)
 				}
 			}
 			want++
 		}
-		e.move(t, from, to, cells...)
+		e.Move(t, from, to, cells...)
 		for _, c := range cells {
-			if got := e.tierOf(t, c); got != to {
+			if got := e.TierOf(t, c); got != to {
 				t.Fatalf("%s>%s: tier %q", from, to, got)
 			}
-			if n := e.count(t, c); n != want {
+			if n := e.Count(t, c); n != want {
 				t.Fatalf("%s>%s: count %d, want %d", from, to, n, want)
 			}
 		}
 		from = to
 	}
 	leases := 0
-	for _, n := range e.nodes {
+	for _, n := range e.Nodes {
 		c := redis.NewClient(&redis.Options{Addr: n.Addr()})
 		keys, err := c.Keys(t.Context(), "c:mig:lease:*").Result()
 		c.Close()
@@ -68,9 +62,9 @@ func TestMoveCells_OnARedisClusterCellsOfManySlotsKeepTheirCounts(t *testing.T) 
 func TestMoveQuietToCold_OnARedisClusterCellsOfManySlots(t *testing.T) {
 	t.Parallel()
 	e := newClusterEnv(t)
-	cells := newCells(40, 3, 0)
+	cells := moveenv.NewCells(40, 3, 0)
 	for _, c := range cells[:20] {
-		e.check(t, tiers.Enforce, c)
+		e.Check(t, tiers.Enforce, c)
 	}
 	e.mover.Faults = afterStep(func(s Step) error {
 		if s != StepQuietCopy {
@@ -78,7 +72,7 @@ func TestMoveQuietToCold_OnARedisClusterCellsOfManySlots(t *testing.T) {
 		}
 		return nil
 	})
-	e.move(t, tiers.Hot, tiers.Cold, cells...)
+	e.Move(t, tiers.Hot, tiers.Cold, cells...)
 	e.mover.Faults = nil
 	for i, c := range cells {
 		e.expectCell(t, "quiet cell moved on a cluster", c, tiers.Cold, int64(1-i/20))
@@ -92,11 +86,11 @@ func TestMoveQuietToCold_OnARedisClusterCellsOfManySlots(t *testing.T) {
 func TestRouter_OnAClusterAWarmCheckOfTwoTagsIsAllOrNothing(t *testing.T) {
 	t.Parallel()
 	e := newClusterEnv(t)
-	tight, loose := newCell(3), newCell(100)
-	e.move(t, tiers.Hot, tiers.Warm, tight, loose)
+	tight, loose := moveenv.NewCell(3), moveenv.NewCell(100)
+	e.Move(t, tiers.Hot, tiers.Warm, tight, loose)
 	allowed := 0
 	for range 6 {
-		op := e.check(t, tiers.Enforce, tight, loose)
+		op := e.Check(t, tiers.Enforce, tight, loose)
 		if op == nil {
 			t.FailNow()
 		}
@@ -107,27 +101,12 @@ func TestRouter_OnAClusterAWarmCheckOfTwoTagsIsAllOrNothing(t *testing.T) {
 	if allowed != 3 {
 		t.Fatalf("%d checks allowed, want 3", allowed)
 	}
-	for _, c := range []cellSpec{tight, loose} {
-		if got := e.tierOf(t, c); got != tiers.Warm {
+	for _, c := range []moveenv.Cell{tight, loose} {
+		if got := e.TierOf(t, c); got != tiers.Warm {
 			t.Fatalf("tier %q, want warm", got)
 		}
-		if n := e.count(t, c); n != 3 {
+		if n := e.Count(t, c); n != 3 {
 			t.Fatalf("count %d, want 3", n)
 		}
 	}
-}
-
-// newClusterEnv is newEnv on a Redis Cluster of three masters the test
-// starts (its nodes in env.nodes).
-func newClusterEnv(t *testing.T) *env {
-	t.Helper()
-	nodes := testenv.StartRedisCluster(t, 3)
-	cc := testenv.ClusterClient(t, nodes, nil)
-	hs := hot.NewStore(cc, hot.Options{Prefix: "c:"})
-	warm := warm.NewStore(cc, warm.Options{Prefix: "c:"})
-	cold := cold.NewStore(testenv.MySQLShards(t, 2), cold.Options{})
-	e := &env{router: routing.NewRouter(hs, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0), nodes: nodes}
-	e.hot = &hot.Mover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}
-	e.mover = &Mover{RDB: cc, Prefix: "c:", Hot: e.hot, Warm: warm, Cold: cold, LeaseTTL: 5 * time.Second}
-	return e
 }

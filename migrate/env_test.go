@@ -6,42 +6,36 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/faultpoint"
+	"github.com/quota-platform/quota/internal/testsupport/moveenv"
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
-	"github.com/quota-platform/quota/rules"
 	"github.com/quota-platform/quota/tiers"
-	"github.com/quota-platform/quota/tiers/cold"
-	"github.com/quota-platform/quota/tiers/hot"
-	"github.com/quota-platform/quota/tiers/routing"
 	"github.com/quota-platform/quota/tiers/warm"
 )
 
-// t0 is the tests' clock: inside an hour, far from its end.
-var t0 = time.Date(2026, 5, 4, 10, 20, 0, 0, time.UTC)
-
+// env is the tiers of a test (moveenv.Env) and a mover over them.
 type env struct {
-	router *routing.Router
-	mover  *Mover
-	hot    *hot.Mover
-	warm   *warm.Store
-	cold   *cold.Store
-	clock  *clock.Fake             // the tests' time; the worker's goroutines read it too
-	nodes  []*testenv.RedisProcess // the Redis Cluster's masters, if on one
+	*moveenv.Env
+	mover *Mover
 }
 
 // newEnv builds the three tiers (Redis prefix and two shard DBs of the
 // test's own), a router and a mover.
-func newEnv(t testing.TB) *env {
-	t.Helper()
-	rdb, prefix := testenv.Redis(t)
-	hs := hot.NewStore(rdb, hot.Options{Prefix: prefix, Jitter: time.Second})
-	warm := warm.NewStore(rdb, warm.Options{Prefix: prefix})
-	cold := cold.NewStore(testenv.MySQLShards(t, 2), cold.Options{})
-	e := &env{router: routing.NewRouter(hs, warm, cold), warm: warm, cold: cold, clock: clock.NewFake(t0)}
-	e.hot = &hot.Mover{Hot: e.router.Hot(), Warm: warm, Now: e.clock.Now}
-	e.mover = &Mover{RDB: rdb, Prefix: prefix, Hot: e.hot, Warm: warm, Cold: cold, LeaseTTL: 5 * time.Second}
-	return e
+func newEnv(t testing.TB) *env { e := moveenv.New(t); return withMover(e, newMover(e)) }
+
+// newClusterEnv is newEnv on a Redis Cluster of three masters the test
+// starts (its nodes in env.Nodes).
+func newClusterEnv(t *testing.T) *env { e := moveenv.NewCluster(t); return withMover(e, newMover(e)) }
+
+// withMover is e moving with m.
+func withMover(e *moveenv.Env, m *Mover) *env {
+	return &env{Env: moveenv.Moving(e, m.MoveCells, func(r Result) int { return len(r.Moved) }), mover: m}
+}
+
+// newMover is a mover of e's tiers, its journal and leases under e's
+// prefix.
+func newMover(e *moveenv.Env) *Mover {
+	return &Mover{RDB: e.RDB, Prefix: e.Prefix, Hot: e.Hot, Warm: e.Warm, Cold: e.Cold, LeaseTTL: 5 * time.Second}
 }
 
 // ownJournal returns a copy of e whose mover keeps its journal and leases
@@ -50,152 +44,41 @@ func newEnv(t testing.TB) *env {
 // each other's cells, and a move the test expects to make would find its
 // cell leased and skip it.
 func (e *env) ownJournal() *env {
-	own := *e
 	m := *e.mover
 	m.Prefix += "j" + testenv.RandomHex(4) + ":"
-	own.mover = &m
-	return &own
-}
-
-type cellSpec struct {
-	rule, app, user string
-	limit           int64
-	window          time.Duration
-}
-
-func newCell(limit int64) cellSpec {
-	return cellSpec{rule: "r" + testenv.RandomHex(3), app: "app-" + testenv.RandomHex(3), user: "u-" + testenv.RandomHex(4), limit: limit, window: time.Hour}
-}
-
-// newCells makes n cells of limit, spread over apps apps (tags; 0: an app
-// each).
-func newCells(n int, limit int64, apps int) []cellSpec {
-	cells := make([]cellSpec, n)
-	for i := range cells {
-		cells[i] = newCell(limit)
-		if apps > 0 {
-			cells[i].app = cells[i%apps].app
-		}
-	}
-	return cells
-}
-
-func (c cellSpec) at(now time.Time) tiers.Cell {
-	id := tiers.IdentityOf(c.rule, []string{c.app, c.user})
-	return tiers.Cell{
-		Algorithm: rules.FixedWindow,
-		Limit:     c.limit,
-		Window:    c.window,
-		Identity:  id,
-		Key:       tiers.FixedKeyOf(tiers.CellIDOf(id, c.window), now.UnixMilli()/c.window.Milliseconds()),
-		Tag:       tiers.TagOf(c.app),
-		ShardKey:  tiers.ShardKeyOf(c.app, c.user),
-	}
-}
-
-func (c cellSpec) ref() tiers.Ref { cell := c.at(t0); return tiers.RefOf(&cell) }
-
-func refsOf(cs ...cellSpec) []tiers.Ref {
-	out := make([]tiers.Ref, len(cs))
-	for i, c := range cs {
-		out[i] = c.ref()
-	}
-	return out
-}
-
-// check sends one op over cells through the router.
-func (e *env) check(t testing.TB, mode tiers.Mode, cs ...cellSpec) *tiers.Op {
-	t.Helper()
-	op := &tiers.Op{Cost: 1, Mode: mode}
-	for _, c := range cs {
-		op.Cells = append(op.Cells, c.at(e.clock.Now()))
-	}
-	if err := e.router.Check(context.Background(), e.clock.Now(), []*tiers.Op{op}); err != nil {
-		t.Errorf("check: %v", err)
-		return nil
-	}
-	return op
+	return withMover(e.Env, &m)
 }
 
 // checkBatch sends n ops over cells through the router in one Check, as
 // quotad's coalescer batches concurrent checks.
-func (e *env) checkBatch(t testing.TB, mode tiers.Mode, n int, cs ...cellSpec) []*tiers.Op {
+func (e *env) checkBatch(t testing.TB, mode tiers.Mode, n int, cs ...moveenv.Cell) []*tiers.Op {
 	t.Helper()
-	now := e.clock.Now()
+	now := e.Clock.Now()
 	ops := make([]*tiers.Op, n)
 	for i := range ops {
 		ops[i] = &tiers.Op{Cost: 1, Mode: mode}
 		for _, c := range cs {
-			ops[i].Cells = append(ops[i].Cells, c.at(now))
+			ops[i].Cells = append(ops[i].Cells, c.At(now))
 		}
 	}
-	if err := e.router.Check(context.Background(), now, ops); err != nil {
+	if err := e.Router.Check(context.Background(), now, ops); err != nil {
 		t.Errorf("check: %v", err)
 		return nil
 	}
 	return ops
 }
 
-// tierOf is where the directory says c lives ("" while frozen).
-func (e *env) tierOf(t testing.TB, c cellSpec) tiers.Tier {
-	t.Helper()
-	ts, err := e.mover.TierOf(context.Background(), refsOf(c))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ts[0]
-}
-
-// count reads c's count for the current window from the tier that holds it.
-func (e *env) count(t testing.TB, c cellSpec) int64 {
-	t.Helper()
-	ctx := context.Background()
-	refs := refsOf(c)
-	var recs []tiers.Record
-	var err error
-	switch e.tierOf(t, c) {
-	case tiers.Hot:
-		recs, err = e.hot.Export(ctx, refs)
-	case tiers.Warm:
-		recs, err = e.warm.Export(ctx, refs)
-	case tiers.Cold:
-		recs, err = e.cold.Export(ctx, refs)
-	default:
-		t.Fatalf("cell %s is frozen", c.rule)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range recs {
-		if r.Index() == e.clock.Now().Unix()/int64(c.window/time.Second) {
-			return r.Count
-		}
-	}
-	return 0
-}
-
-func (e *env) move(t testing.TB, from, to tiers.Tier, cs ...cellSpec) {
-	t.Helper()
-	res, err := e.mover.MoveCells(context.Background(), refsOf(cs...), from, to)
-	if err != nil {
-		t.Fatalf("move %s>%s: %v", from, to, err)
-	}
-	if len(res.Moved) != len(cs) {
-		t.Fatalf("move %s>%s: moved %d of %d", from, to, len(res.Moved), len(cs))
-	}
-}
-
 // takeFullProtocol puts cells in their tags' cold filters, as cells moved
 // out of cold before are: a move of them hot>cold then takes the full
 // protocol, not the quiet move (PROTOCOL.md, "Quiet cells").
-func (e *env) takeFullProtocol(t testing.TB, cs ...cellSpec) {
+func (e *env) takeFullProtocol(t testing.TB, cs ...moveenv.Cell) {
 	t.Helper()
-	refs := refsOf(cs...)
+	refs := moveenv.Refs(cs...)
 	swaps := make([]warm.DirSwap, len(refs))
 	for i := range refs {
 		swaps[i].Ref = refs[i]
 	}
-	ok, err := e.warm.SwitchToCold(context.Background(), swaps, nil)
+	ok, err := e.Warm.SwitchToCold(context.Background(), swaps, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,34 +89,23 @@ func (e *env) takeFullProtocol(t testing.TB, cs ...cellSpec) {
 	}
 }
 
-// path moves cells from hot to tier along hot>warm>cold.
-func (e *env) place(t testing.TB, tier tiers.Tier, cs ...cellSpec) {
-	t.Helper()
-	switch tier {
-	case tiers.Warm:
-		e.move(t, tiers.Hot, tiers.Warm, cs...)
-	case tiers.Cold:
-		e.move(t, tiers.Hot, tiers.Cold, cs...)
-	}
-}
-
 // expectCell fails t unless c is in tier with count n, and exactly
 // limit-n of 10 more checks are allowed (the cell is routable and exact).
-func (e *env) expectCell(t *testing.T, when string, c cellSpec, tier tiers.Tier, n int64) {
+func (e *env) expectCell(t *testing.T, when string, c moveenv.Cell, tier tiers.Tier, n int64) {
 	t.Helper()
-	if got := e.tierOf(t, c); got != tier {
+	if got := e.TierOf(t, c); got != tier {
 		t.Fatalf("%s: tier %q, want %q", when, got, tier)
 	}
-	if got := e.count(t, c); got != n {
+	if got := e.Count(t, c); got != n {
 		t.Fatalf("%s: count %d, want %d", when, got, n)
 	}
 	allowed := int64(0)
 	for range 10 {
-		if op := e.check(t, tiers.Enforce, c); op != nil && op.Allowed() {
+		if op := e.Check(t, tiers.Enforce, c); op != nil && op.Allowed() {
 			allowed++
 		}
 	}
-	if want := min(10, c.limit-n); allowed != want {
+	if want := min(10, c.Limit-n); allowed != want {
 		t.Fatalf("%s: %d more allowed, want %d", when, allowed, want)
 	}
 }

@@ -1,6 +1,8 @@
 package migrate
 
 import (
+	"github.com/quota-platform/quota/internal/testsupport/moveenv"
+
 	"testing"
 )
 
@@ -10,7 +12,7 @@ func TestLeases_ReleaseDeletesOnlyTheLeasesStillHeld(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t).ownJournal()
 	ctx := t.Context()
-	refs := refsOf(newCells(3, 10, 0)...)
+	refs := moveenv.Refs(moveenv.NewCells(3, 10, 0)...)
 	held, err := e.mover.lease(ctx, refs)
 	if err != nil || len(held.refs) != len(refs) {
 		t.Fatalf("leased %d of %d: %v", len(held.refs), len(refs), err)

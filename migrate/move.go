@@ -148,82 +148,6 @@ type Result struct {
 	Skipped int         // leased by another worker, or not in the source tier
 }
 
-// tierOf is the tier a directory value names ("" while frozen). An empty
-// value is cold with a cold row, else hot (a cell the router has not marked
-// yet: checked before tiering, or never).
-func tierOf(v string, row bool) tiers.Tier {
-	rec, isRec := warm.IsRecord(v)
-	switch {
-	case v == warm.DirHot:
-		return tiers.Hot
-	case v == "" && row:
-		return tiers.Cold
-	case v == "":
-		return tiers.Hot
-	case isRec && !rec.Moved:
-		return tiers.Warm
-	}
-	return ""
-}
-
-// dir reads the directory values of refs and, for the empty ones, whether
-// the cold tier has a row. Only the cells their tag's cold filter holds are
-// looked up in MySQL: a cell with no field and no filter bit has no row
-// (migrate/PROTOCOL.md, invariant 2), so hot cells cost no MySQL read.
-func (m *Mover) dir(ctx context.Context, refs []tiers.Ref) ([]string, []bool, error) {
-	raws, err := m.Warm.DirRaw(ctx, refs)
-	if err != nil {
-		return nil, nil, err
-	}
-	if m.Cold == nil {
-		return raws, make([]bool, len(refs)), nil
-	}
-	var empty []tiers.Ref
-	var emptyAt []int
-	for i, v := range raws {
-		if v == "" {
-			empty = append(empty, refs[i])
-			emptyAt = append(emptyAt, i)
-		}
-	}
-	maybe, err := m.Warm.MayBeCold(ctx, empty)
-	if err != nil {
-		return nil, nil, err
-	}
-	ask := make([]bool, len(refs))
-	for k, i := range emptyAt {
-		ask[i] = maybe[k]
-	}
-	rows, err := m.coldRows(ctx, refs, ask)
-	return raws, rows, err
-}
-
-// coldRows reports, for each ref whose ask is set, whether the cold tier
-// has its row (false for the others, and for all without a cold store):
-// one lookup of the asked refs.
-func (m *Mover) coldRows(ctx context.Context, refs []tiers.Ref, ask []bool) ([]bool, error) {
-	rows := make([]bool, len(refs))
-	var sub []tiers.Ref
-	var at []int
-	for i := range refs {
-		if ask[i] {
-			sub = append(sub, refs[i])
-			at = append(at, i)
-		}
-	}
-	if len(sub) == 0 || m.Cold == nil {
-		return rows, nil
-	}
-	ex, err := m.Cold.Exists(ctx, sub)
-	if err != nil {
-		return nil, err
-	}
-	for k, i := range at {
-		rows[i] = ex[k]
-	}
-	return rows, nil
-}
-
 // MoveCells moves refs from one tier to another (PROTOCOL.md): lease,
 // journal, freeze, copy, switch, delete, one batched round of each for the
 // whole batch. Cells another worker holds, or that are not in from, are
@@ -321,7 +245,7 @@ func (m *Mover) moveCells(ctx context.Context, refs []tiers.Ref, from, to tiers.
 	if len(got) == 0 {
 		return res, nil
 	}
-	moved, err := m.move(ctx, held, got, from, to, src, dst, o.capacity)
+	moved, err := m.move(ctx, held, got, src, dst, o.capacity)
 	if err != nil {
 		stopped = errors.Is(err, errStopped)
 		m.Metrics.failed()
@@ -362,8 +286,9 @@ var errStopped = errors.New("move stopped at a fault point")
 // (A stall in the moment between that check and the step is not covered;
 // the switch is a compare-and-set from the frozen state, which such a
 // worker cannot win.)
-func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, to tiers.Tier, src, dst side, capacity func(tiers.Tag) int) ([]tiers.Ref, error) {
-	dir := string(from) + ">" + string(to)
+func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, src, dst tiers.MoveSide, capacity func(tiers.Tag) int) ([]tiers.Ref, error) {
+	to := dst.Tier()
+	dir := string(src.Tier()) + ">" + string(to)
 	// Journal first: from here on a crash is repaired by Repair.
 	vals := make([]any, 0, 2*len(refs))
 	for i := range refs {
@@ -375,7 +300,7 @@ func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, 
 	if err := m.step(StepJournal); err != nil {
 		return nil, err
 	}
-	fz, err := src.Freeze(ctx, held, refs)
+	fz, err := src.Freeze(ctx, held.owned, refs)
 	if err != nil {
 		return nil, err
 	}
@@ -387,8 +312,8 @@ func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, 
 	// (in a third tier, or frozen by another move) and their journal
 	// entries go.
 	var done []tiers.Ref
-	for i, r := range fz.left {
-		if tierOf(fz.leftDir[i], fz.leftRow[i]) == to {
+	for i, r := range fz.Left {
+		if fz.LeftIn[i] == to {
 			done = append(done, r)
 		}
 	}
@@ -412,11 +337,7 @@ func (m *Mover) move(ctx context.Context, held *leases, refs []tiers.Ref, from, 
 	} else if len(kept) != len(active) {
 		return nil, fmt.Errorf("switch: %d of %d cells' leases lapsed during the copy", len(active)-len(kept), len(active))
 	}
-	swaps := make([]warm.DirSwap, len(active))
-	for i := range active {
-		swaps[i] = warm.DirSwap{Ref: active[i], Old: frozen[i]}
-	}
-	if err := dst.Switch(ctx, swaps, full, capacity); err != nil {
+	if err := dst.Switch(ctx, active, frozen, full, capacity); err != nil {
 		return nil, err
 	}
 	if err := m.step(StepSwitch); err != nil {
@@ -489,60 +410,25 @@ func (m *Mover) stillJournaled(ctx context.Context, refs []tiers.Ref, from, to t
 
 // stillHeld keeps the frozen cells (with their directory values and
 // records) whose leases are still the worker's.
-func stillHeld(ctx context.Context, held *leases, fz frozenBatch) ([]tiers.Ref, []string, []tiers.Record, error) {
-	kept, err := held.owned(ctx, fz.refs)
-	if err != nil || len(kept) == len(fz.refs) {
-		return kept, fz.old, fz.recs, err
+func stillHeld(ctx context.Context, held *leases, fz tiers.Frozen) ([]tiers.Ref, []string, []tiers.Record, error) {
+	kept, err := held.owned(ctx, fz.Refs)
+	if err != nil || len(kept) == len(fz.Refs) {
+		return kept, fz.Old, fz.Recs, err
 	}
 	in := refSet(kept)
 	var old []string
-	for i, r := range fz.refs {
+	for i, r := range fz.Refs {
 		if in[r] {
-			old = append(old, fz.old[i])
+			old = append(old, fz.Old[i])
 		}
 	}
 	var recs []tiers.Record
-	for i := range fz.recs {
-		if in[fz.recs[i].Ref] {
-			recs = append(recs, fz.recs[i])
+	for i := range fz.Recs {
+		if in[fz.Recs[i].Ref] {
+			recs = append(recs, fz.Recs[i])
 		}
 	}
 	return kept, old, recs, nil
-}
-
-// within returns the refs of part that are also in of.
-func within(part, of []tiers.Ref) []tiers.Ref {
-	in := make(map[tiers.CellID]bool, len(of))
-	for i := range of {
-		in[of[i].ID()] = true
-	}
-	var out []tiers.Ref
-	for i := range part {
-		if in[part[i].ID()] {
-			out = append(out, part[i])
-		}
-	}
-	return out
-}
-
-// cas runs directory compare-and-sets that must all succeed: under the
-// lease nothing else changes a cell's directory.
-func (m *Mover) cas(ctx context.Context, swaps []warm.DirSwap) error {
-	ok, err := m.Warm.DirCAS(ctx, swaps)
-	if err != nil {
-		return err
-	}
-	return allSwitched(swaps, ok)
-}
-
-// allSwitched is an error naming the first swap that did not succeed.
-func allSwitched(swaps []warm.DirSwap, ok []bool) error {
-	for i, b := range ok {
-		if !b {
-			return fmt.Errorf("directory of cell %x changed under its lease", swaps[i].ID())
-		}
-	}
-	return nil
 }
 
 // Repair rolls forward every move in the journal whose lease has lapsed
@@ -576,18 +462,4 @@ func (m *Mover) Repair(ctx context.Context) (repaired, left int, err error) {
 		}
 	}
 	return repaired, left, errors.Join(errs...)
-}
-
-// TierOf returns the tier the directory names for each ref, "" while a move
-// has it frozen.
-func (m *Mover) TierOf(ctx context.Context, refs []tiers.Ref) ([]tiers.Tier, error) {
-	raws, rows, err := m.dir(ctx, refs)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]tiers.Tier, len(refs))
-	for i, v := range raws {
-		out[i] = tierOf(v, rows[i])
-	}
-	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/internal/testsupport/moveenv"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/routing"
 )
@@ -23,14 +24,14 @@ func TestRouterExactInEachTier(t *testing.T) {
 	for _, tier := range allTiers {
 		t.Run(string(tier), func(t *testing.T) {
 			t.Parallel()
-			c := newCell(7)
-			e.place(t, tier, c)
-			if got := e.tierOf(t, c); got != tier {
+			c := moveenv.NewCell(7)
+			e.Place(t, tier, c)
+			if got := e.TierOf(t, c); got != tier {
 				t.Fatalf("tier %q, want %q", got, tier)
 			}
 			allowed := 0
 			for range 12 {
-				op := e.check(t, tiers.Enforce, c)
+				op := e.Check(t, tiers.Enforce, c)
 				if op == nil {
 					t.FailNow()
 				}
@@ -41,8 +42,8 @@ func TestRouterExactInEachTier(t *testing.T) {
 					allowed++
 				}
 			}
-			if allowed != 7 || e.count(t, c) != 7 {
-				t.Fatalf("allowed %d, count %d, want 7 and 7", allowed, e.count(t, c))
+			if allowed != 7 || e.Count(t, c) != 7 {
+				t.Fatalf("allowed %d, count %d, want 7 and 7", allowed, e.Count(t, c))
 			}
 		})
 	}
@@ -53,13 +54,13 @@ func TestRouterExactInEachTier(t *testing.T) {
 func TestRouterMixedOpAllOrNothing(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	h, w, c := newCell(9), newCell(4), newCell(6)
-	w.app, c.app = h.app, h.app // one tag: one script call on a cluster too
-	e.place(t, tiers.Warm, w)
-	e.place(t, tiers.Cold, c)
+	h, w, c := moveenv.NewCell(9), moveenv.NewCell(4), moveenv.NewCell(6)
+	w.App, c.App = h.App, h.App // one tag: one script call on a cluster too
+	e.Place(t, tiers.Warm, w)
+	e.Place(t, tiers.Cold, c)
 	allowed := 0
 	for range 10 {
-		op := e.check(t, tiers.Enforce, h, w, c)
+		op := e.Check(t, tiers.Enforce, h, w, c)
 		if op.Allowed() {
 			allowed++
 		}
@@ -70,17 +71,17 @@ func TestRouterMixedOpAllOrNothing(t *testing.T) {
 	if allowed != 4 {
 		t.Fatalf("allowed %d, want 4", allowed)
 	}
-	for _, x := range []cellSpec{h, w, c} {
-		if n := e.count(t, x); n != 4 {
-			t.Fatalf("cell %s count %d, want 4", x.rule, n)
+	for _, x := range []moveenv.Cell{h, w, c} {
+		if n := e.Count(t, x); n != 4 {
+			t.Fatalf("cell %s count %d, want 4", x.Rule, n)
 		}
 	}
 	// Report counts everywhere; a dry run nowhere.
-	e.check(t, tiers.Report, h, w, c)
-	e.check(t, tiers.DryRun, h, w, c)
-	for _, x := range []cellSpec{h, w, c} {
-		if n := e.count(t, x); n != 5 {
-			t.Fatalf("cell %s count %d, want 5", x.rule, n)
+	e.Check(t, tiers.Report, h, w, c)
+	e.Check(t, tiers.DryRun, h, w, c)
+	for _, x := range []moveenv.Cell{h, w, c} {
+		if n := e.Count(t, x); n != 5 {
+			t.Fatalf("cell %s count %d, want 5", x.Rule, n)
 		}
 	}
 }
@@ -89,20 +90,20 @@ func TestRouterMixedOpAllOrNothing(t *testing.T) {
 func TestMoveKeepsCount(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	c := newCell(100)
+	c := moveenv.NewCell(100)
 	want := int64(0)
 	path := []tiers.Tier{tiers.Warm, tiers.Cold, tiers.Hot, tiers.Cold, tiers.Warm, tiers.Hot}
 	from := tiers.Hot
 	for _, to := range path {
 		for range 3 {
-			e.check(t, tiers.Enforce, c)
+			e.Check(t, tiers.Enforce, c)
 			want++
 		}
-		e.move(t, from, to, c)
-		if got := e.tierOf(t, c); got != to {
+		e.Move(t, from, to, c)
+		if got := e.TierOf(t, c); got != to {
 			t.Fatalf("%s>%s: tier %q", from, to, got)
 		}
-		if n := e.count(t, c); n != want {
+		if n := e.Count(t, c); n != want {
 			t.Fatalf("%s>%s: count %d, want %d", from, to, n, want)
 		}
 		from = to
@@ -138,15 +139,15 @@ func TestMoveRace(t *testing.T) {
 func moveRace(t *testing.T, batch int, hints bool) {
 	e := newEnv(t)
 	if hints {
-		e.router.ColdHints = routing.NewColdHints(64)
+		e.Router.ColdHints = routing.NewColdHints(64)
 	}
 	// The test is of exactness, not of latency: a check waits for a move
 	// however long the machine makes it. With other packages' tests on the
 	// same cores a batch's move has taken more than the default 2 s, and
 	// checks then answered "unavailable" (the fail mode), failing the test.
-	e.router.MovedWait = 15 * time.Second
-	a, b := newCell(300), newCell(1_000_000)
-	b.app = a.app
+	e.Router.MovedWait = 15 * time.Second
+	a, b := moveenv.NewCell(300), moveenv.NewCell(1_000_000)
+	b.App = a.App
 	var allowed atomic.Int64
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -169,7 +170,7 @@ func moveRace(t *testing.T, batch int, hints bool) {
 			default:
 			}
 			from, to := cycle[i%len(cycle)], cycle[(i+1)%len(cycle)]
-			res, err := e.mover.MoveCells(context.Background(), refsOf(a, b), from, to)
+			res, err := e.mover.MoveCells(context.Background(), moveenv.Refs(a, b), from, to)
 			if err == nil && len(res.Moved) != 2 && res.Skipped > 0 {
 				// A check placing a cell it found new holds its lease
 				// for a moment: the same move again (a cell already
@@ -224,7 +225,7 @@ func moveRace(t *testing.T, batch int, hints bool) {
 	if n := allowed.Load(); n != 300 {
 		t.Fatalf("allowed %d, want 300", n)
 	}
-	if ca, cb := e.count(t, a), e.count(t, b); ca != 300 || cb != 300 {
+	if ca, cb := e.Count(t, a), e.Count(t, b); ca != 300 || cb != 300 {
 		t.Fatalf("final counts %d, %d; want 300, 300", ca, cb)
 	}
 }
@@ -243,16 +244,16 @@ func TestMoveCrashThenRepair(t *testing.T) {
 				t.Run(fmt.Sprintf("%s>%s/after-%s", from, to, step), func(t *testing.T) {
 					t.Parallel()
 					e := e.ownJournal()
-					c := newCell(10)
-					e.place(t, from, c)
+					c := moveenv.NewCell(10)
+					e.Place(t, from, c)
 					if from == tiers.Hot && to == tiers.Cold {
 						e.takeFullProtocol(t, c) // the quiet move has no such steps
 					}
 					for range 4 {
-						e.check(t, tiers.Enforce, c)
+						e.Check(t, tiers.Enforce, c)
 					}
 					crashing := e.crashingMover(step, 300*time.Millisecond)
-					if _, err := crashing.MoveCells(context.Background(), refsOf(c), from, to); err == nil {
+					if _, err := crashing.MoveCells(context.Background(), moveenv.Refs(c), from, to); err == nil {
 						t.Fatal("the crashing move succeeded")
 					}
 					// Repair waits for the dead worker's lease.
@@ -279,12 +280,12 @@ func TestMoveCrashThenRepair(t *testing.T) {
 func TestTwoWorkers(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	var cs []cellSpec
+	var cs []moveenv.Cell
 	for i := range 40 {
-		c := newCell(50)
+		c := moveenv.NewCell(50)
 		cs = append(cs, c)
 		for range i % 5 {
-			e.check(t, tiers.Enforce, c)
+			e.Check(t, tiers.Enforce, c)
 		}
 	}
 	other := *e.mover
@@ -296,7 +297,7 @@ func TestTwoWorkers(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				results[w], errs[w] = m.MoveCells(context.Background(), refsOf(cs...), hop[0], hop[1])
+				results[w], errs[w] = m.MoveCells(context.Background(), moveenv.Refs(cs...), hop[0], hop[1])
 			}()
 		}
 		wg.Wait()
@@ -310,7 +311,7 @@ func TestTwoWorkers(t *testing.T) {
 			}
 		}
 		for _, c := range cs {
-			if n := seen[c.ref().ID()]; n != 1 {
+			if n := seen[c.Ref().ID()]; n != 1 {
 				// A cell may also be skipped by both when one worker
 				// finished before the other asked: then it counts once
 				// as moved and once as "already switched".
@@ -320,10 +321,10 @@ func TestTwoWorkers(t *testing.T) {
 			}
 		}
 		for i, c := range cs {
-			if got := e.tierOf(t, c); got != hop[1] {
+			if got := e.TierOf(t, c); got != hop[1] {
 				t.Fatalf("tier %q, want %q", got, hop[1])
 			}
-			if n := e.count(t, c); n != int64(i%5) {
+			if n := e.Count(t, c); n != int64(i%5) {
 				t.Fatalf("%s>%s: count %d, want %d", hop[0], hop[1], n, i%5)
 			}
 		}
@@ -337,10 +338,10 @@ func TestNewCellIsHotAndColdCostsOnlyItsFilterBit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
-	c := newCell(3)
+	c := moveenv.NewCell(3)
 	allowed := 0
 	for range 5 {
-		op := e.check(t, tiers.Enforce, c)
+		op := e.Check(t, tiers.Enforce, c)
 		if op.Out[0].Tier != tiers.Hot {
 			t.Fatalf("outcome tier %q, want hot", op.Out[0].Tier)
 		}
@@ -348,12 +349,12 @@ func TestNewCellIsHotAndColdCostsOnlyItsFilterBit(t *testing.T) {
 			allowed++
 		}
 	}
-	if allowed != 3 || e.tierOf(t, c) != tiers.Hot || e.count(t, c) != 3 {
-		t.Fatalf("allowed %d, tier %q, count %d", allowed, e.tierOf(t, c), e.count(t, c))
+	if allowed != 3 || e.TierOf(t, c) != tiers.Hot || e.Count(t, c) != 3 {
+		t.Fatalf("allowed %d, tier %q, count %d", allowed, e.TierOf(t, c), e.Count(t, c))
 	}
 	dirField := func() string {
 		t.Helper()
-		raws, err := e.warm.DirRaw(ctx, refsOf(c))
+		raws, err := e.Warm.DirRaw(ctx, moveenv.Refs(c))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -362,24 +363,24 @@ func TestNewCellIsHotAndColdCostsOnlyItsFilterBit(t *testing.T) {
 	if v := dirField(); v != "" {
 		t.Fatalf("hot cell's directory field %q, want none", v)
 	}
-	e.move(t, tiers.Hot, tiers.Cold, c)
+	e.Move(t, tiers.Hot, tiers.Cold, c)
 	if v := dirField(); v != "" {
 		t.Fatalf("cold cell's directory field %q, want none", v)
 	}
-	hotKeys, err := e.hot.Export(ctx, refsOf(c))
+	hotKeys, err := e.Hot.Export(ctx, moveenv.Refs(c))
 	if err != nil || len(hotKeys) != 0 {
 		t.Fatalf("cold cell still has hot keys: %v %v", hotKeys, err)
 	}
-	ref := c.ref()
-	if n, err := e.warm.Client().Exists(ctx, e.warm.HeaderKey(&ref)).Result(); err != nil || n != 1 {
+	ref := c.Ref()
+	if n, err := e.Warm.Client().Exists(ctx, e.Warm.HeaderKey(&ref)).Result(); err != nil || n != 1 {
 		t.Fatalf("no cold filter for the cell's tag (%v)", err)
 	}
-	if op := e.check(t, tiers.Enforce, c); op.Allowed() || op.Out[0].Tier != tiers.Cold {
+	if op := e.Check(t, tiers.Enforce, c); op.Allowed() || op.Out[0].Tier != tiers.Cold {
 		t.Fatalf("4th call of 3 in cold: %+v", op.Out)
 	}
-	e.move(t, tiers.Cold, tiers.Hot, c)
-	if v := dirField(); v != "" || e.tierOf(t, c) != tiers.Hot || e.count(t, c) != 3 {
-		t.Fatalf("back in hot: field %q, tier %q, count %d; want no field, hot, 3", v, e.tierOf(t, c), e.count(t, c))
+	e.Move(t, tiers.Cold, tiers.Hot, c)
+	if v := dirField(); v != "" || e.TierOf(t, c) != tiers.Hot || e.Count(t, c) != 3 {
+		t.Fatalf("back in hot: field %q, tier %q, count %d; want no field, hot, 3", v, e.TierOf(t, c), e.Count(t, c))
 	}
 }
 
@@ -388,15 +389,15 @@ func TestNewCellIsHotAndColdCostsOnlyItsFilterBit(t *testing.T) {
 func TestMoveWithRealClock(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.clock.Set(time.Now())
-	e.hot.Now = nil
-	c := newCell(10)
+	e.Clock.Set(time.Now())
+	e.Hot.Now = nil
+	c := moveenv.NewCell(10)
 	for range 4 {
-		e.check(t, tiers.Enforce, c)
+		e.Check(t, tiers.Enforce, c)
 	}
 	for _, hop := range [][2]tiers.Tier{{tiers.Hot, tiers.Cold}, {tiers.Cold, tiers.Warm}, {tiers.Warm, tiers.Hot}} {
-		e.move(t, hop[0], hop[1], c)
-		if n := e.count(t, c); n != 4 {
+		e.Move(t, hop[0], hop[1], c)
+		if n := e.Count(t, c); n != 4 {
 			t.Fatalf("%s>%s: count %d, want 4", hop[0], hop[1], n)
 		}
 	}
@@ -408,9 +409,9 @@ func TestMoveWithRealClock(t *testing.T) {
 func TestMove_LeasesOutliveTheirTTLWhileTheBatchRuns(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	cells := []cellSpec{newCell(50), newCell(50)}
+	cells := []moveenv.Cell{moveenv.NewCell(50), moveenv.NewCell(50)}
 	for _, c := range cells {
-		e.check(t, tiers.Enforce, c)
+		e.Check(t, tiers.Enforce, c)
 	}
 	slow := *e.mover
 	slow.LeaseTTL = 500 * time.Millisecond
@@ -425,7 +426,7 @@ func TestMove_LeasesOutliveTheirTTLWhileTheBatchRuns(t *testing.T) {
 	})
 	done := make(chan error, 1)
 	go func() {
-		res, err := slow.MoveCells(context.Background(), refsOf(cells...), tiers.Hot, tiers.Warm)
+		res, err := slow.MoveCells(context.Background(), moveenv.Refs(cells...), tiers.Hot, tiers.Warm)
 		if err == nil && len(res.Moved) != len(cells) {
 			err = fmt.Errorf("moved %d of %d", len(res.Moved), len(cells))
 		}
@@ -435,7 +436,7 @@ func TestMove_LeasesOutliveTheirTTLWhileTheBatchRuns(t *testing.T) {
 	time.Sleep(4 * slow.LeaseTTL)
 	other := *e.mover
 	other.LeaseTTL = slow.LeaseTTL
-	res, err := other.MoveCells(context.Background(), refsOf(cells...), tiers.Hot, tiers.Cold)
+	res, err := other.MoveCells(context.Background(), moveenv.Refs(cells...), tiers.Hot, tiers.Cold)
 	close(release)
 	if err != nil || len(res.Moved) != 0 || res.Skipped != len(cells) {
 		t.Fatalf("a second worker during the stalled batch: moved %d, skipped %d, err %v; want 0 moved", len(res.Moved), res.Skipped, err)
@@ -444,10 +445,10 @@ func TestMove_LeasesOutliveTheirTTLWhileTheBatchRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range cells {
-		if got := e.tierOf(t, c); got != tiers.Warm {
+		if got := e.TierOf(t, c); got != tiers.Warm {
 			t.Fatalf("tier %q, want warm", got)
 		}
-		if n := e.count(t, c); n != 1 {
+		if n := e.Count(t, c); n != 1 {
 			t.Fatalf("count %d, want 1", n)
 		}
 	}
@@ -459,17 +460,17 @@ func TestMove_LeasesOutliveTheirTTLWhileTheBatchRuns(t *testing.T) {
 func TestRouter_FrozenCellWaitsAtMostMovedWait(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.router.MovedWait = 300 * time.Millisecond
-	c := newCell(10)
+	e.Router.MovedWait = 300 * time.Millisecond
+	c := moveenv.NewCell(10)
 	e.takeFullProtocol(t, c)
-	e.check(t, tiers.Enforce, c)
+	e.Check(t, tiers.Enforce, c)
 	crashing := e.crashingMover(StepFreeze, time.Minute) // the dead worker's lease outlives the test
-	if _, err := crashing.MoveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Cold); err == nil {
+	if _, err := crashing.MoveCells(context.Background(), moveenv.Refs(c), tiers.Hot, tiers.Cold); err == nil {
 		t.Fatal("the crashing move succeeded")
 	}
-	op := &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{c.at(e.clock.Now())}}
+	op := &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{c.At(e.Clock.Now())}}
 	start := time.Now()
-	err := e.router.Check(context.Background(), e.clock.Now(), []*tiers.Op{op})
+	err := e.Router.Check(context.Background(), e.Clock.Now(), []*tiers.Op{op})
 	took := time.Since(start)
 	if !errors.Is(err, tiers.ErrUnavailable) {
 		t.Fatalf("check on a frozen cell: %v, want ErrUnavailable", err)
@@ -487,8 +488,8 @@ func TestMove_TeachesTheColdHints(t *testing.T) {
 	e := newEnv(t)
 	hints := routing.NewColdHints(1024)
 	e.mover.ColdHints = hints
-	c := newCell(10)
-	id := c.ref().ID()
+	c := moveenv.NewCell(10)
+	id := c.Ref().ID()
 	for _, st := range []struct {
 		from, to tiers.Tier
 		hinted   bool
@@ -499,13 +500,13 @@ func TestMove_TeachesTheColdHints(t *testing.T) {
 		{tiers.Cold, tiers.Hot, false},
 		{tiers.Hot, tiers.Warm, false},
 	} {
-		e.move(t, st.from, st.to, c)
+		e.Move(t, st.from, st.to, c)
 		if got := hints.Has(id); got != st.hinted {
 			t.Fatalf("after %s>%s: hinted %v, want %v", st.from, st.to, got, st.hinted)
 		}
 	}
 	hints.Add(id)
-	e.move(t, tiers.Warm, tiers.Hot, c)
+	e.Move(t, tiers.Warm, tiers.Hot, c)
 	if !hints.Has(id) {
 		t.Fatal("a move between hot and warm dropped a hint")
 	}
@@ -522,19 +523,19 @@ func TestMoveOutOfHot_MovesOnlyItsHotCells(t *testing.T) {
 		t.Run("hot>"+string(to), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			hot, wasCold, warm, cold := newCell(10), newCell(10), newCell(10), newCell(10)
-			cells := []cellSpec{hot, wasCold, warm, cold}
+			hot, wasCold, warm, cold := moveenv.NewCell(10), moveenv.NewCell(10), moveenv.NewCell(10), moveenv.NewCell(10)
+			cells := []moveenv.Cell{hot, wasCold, warm, cold}
 			for i, c := range cells {
 				for range i + 1 {
-					e.check(t, tiers.Enforce, c)
+					e.Check(t, tiers.Enforce, c)
 				}
 			}
-			e.place(t, tiers.Cold, wasCold)
-			e.move(t, tiers.Cold, tiers.Hot, wasCold)
-			e.place(t, tiers.Warm, warm)
-			e.place(t, tiers.Cold, cold)
+			e.Place(t, tiers.Cold, wasCold)
+			e.Move(t, tiers.Cold, tiers.Hot, wasCold)
+			e.Place(t, tiers.Warm, warm)
+			e.Place(t, tiers.Cold, cold)
 
-			res, err := e.mover.MoveCells(context.Background(), refsOf(cells...), tiers.Hot, to)
+			res, err := e.mover.MoveCells(context.Background(), moveenv.Refs(cells...), tiers.Hot, to)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -140,25 +140,9 @@ func quietRefs(cells []quietCell) []tiers.Ref {
 }
 
 // StatesOf returns the tier of each ref (as TierOf) and where it stands
-// (hot.Mover.States, holding the idle cells of toCold): one script
-// call, and a cold lookup of the cells with no field and no counter whose
-// tag's filter may hold them.
+// (hot.Mover.States, holding the idle cells of toCold): one script call,
+// and a cold lookup of the cells with no field and no counter whose tag's
+// filter may hold them (hot.Side.Tiers).
 func (m *Mover) StatesOf(ctx context.Context, refs []tiers.Ref, toCold []bool) ([]tiers.Tier, []hot.State, error) {
-	states, err := m.Hot.States(ctx, refs, toCold)
-	if err != nil {
-		return nil, nil, err
-	}
-	ask := make([]bool, len(refs))
-	for i := range states {
-		ask[i] = states[i].MaybeCold
-	}
-	rows, err := m.coldRows(ctx, refs, ask)
-	if err != nil {
-		return nil, nil, err
-	}
-	out := make([]tiers.Tier, len(refs))
-	for i := range states {
-		out[i] = tierOf(states[i].Dir, rows[i])
-	}
-	return out, states, nil
+	return m.hotSide().Tiers(ctx, refs, toCold)
 }

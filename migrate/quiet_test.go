@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/quota-platform/quota/internal/testsupport/moveenv"
 	"github.com/quota-platform/quota/tiers"
 )
 
@@ -30,16 +31,16 @@ func TestMoveQuietToCold_TakesNoJournalOrFreeze(t *testing.T) {
 		return nil
 	})
 	e.mover.Metrics = NewMetrics(nil)
-	cells := newCells(5, 4, 0)
-	cells[1].app = cells[0].app // two idle cells of one tag
-	cells[3].app = cells[2].app // an idle and a counted cell of one tag
+	cells := moveenv.NewCells(5, 4, 0)
+	cells[1].App = cells[0].App // two idle cells of one tag
+	cells[3].App = cells[2].App // an idle and a counted cell of one tag
 	counts := []int64{0, 0, 0, 1, 3}
 	for i, c := range cells {
 		for range counts[i] {
-			e.check(t, tiers.Enforce, c)
+			e.Check(t, tiers.Enforce, c)
 		}
 	}
-	res, err := e.mover.MoveCells(context.Background(), refsOf(cells...), tiers.Hot, tiers.Cold)
+	res, err := e.mover.MoveCells(context.Background(), moveenv.Refs(cells...), tiers.Hot, tiers.Cold)
 	if err != nil || len(res.Moved) != 5 || res.Quiet != 5 || res.Idle != 3 {
 		t.Fatalf("move: %+v %v, want 5 cells moved by the quiet move, 3 of them idle", res, err)
 	}
@@ -78,17 +79,17 @@ func TestMoveQuietToCold_ACheckBeforeTheSwitchKeepsItsCount(t *testing.T) {
 		t.Run(fmt.Sprintf("counted-%d", before), func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			busy, quiet := newCell(5), newCell(5)
+			busy, quiet := moveenv.NewCell(5), moveenv.NewCell(5)
 			for range before {
-				e.check(t, tiers.Enforce, busy, quiet)
+				e.Check(t, tiers.Enforce, busy, quiet)
 			}
 			rowAtFullProtocol := true
 			e.mover.Faults = afterStep(func(s Step) error {
 				switch s {
 				case StepQuietCopy:
-					e.check(t, tiers.Enforce, busy)
+					e.Check(t, tiers.Enforce, busy)
 				case StepJournal:
-					rows, err := e.cold.Exists(context.Background(), refsOf(busy))
+					rows, err := e.Cold.Exists(context.Background(), moveenv.Refs(busy))
 					if err != nil {
 						return err
 					}
@@ -96,14 +97,14 @@ func TestMoveQuietToCold_ACheckBeforeTheSwitchKeepsItsCount(t *testing.T) {
 				}
 				return nil
 			})
-			e.move(t, tiers.Hot, tiers.Cold, busy, quiet)
+			e.Move(t, tiers.Hot, tiers.Cold, busy, quiet)
 			e.mover.Faults = nil
 			if rowAtFullProtocol != (before > 0) {
 				t.Errorf("row of the cell that did not switch at the full protocol: %v, want %v", rowAtFullProtocol, before > 0)
 			}
 			e.expectCell(t, "counted before the switch", busy, tiers.Cold, before+1)
 			e.expectCell(t, "quiet", quiet, tiers.Cold, before)
-			recs, err := e.hot.Export(context.Background(), refsOf(busy, quiet))
+			recs, err := e.Hot.Export(context.Background(), moveenv.Refs(busy, quiet))
 			if err != nil || len(recs) != 0 {
 				t.Fatalf("hot counters left: %v %v", recs, err)
 			}
@@ -121,22 +122,22 @@ func TestMoveQuietToCold_ACheckBeforeTheSwitchKeepsItsCount(t *testing.T) {
 func TestMoveQuietToCold_ACountedCellLeftWithItsRecordMovesWithItsCount(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	c := newCell(10)
-	e.check(t, tiers.Enforce, c)
-	e.check(t, tiers.Enforce, c)
+	c := moveenv.NewCell(10)
+	e.Check(t, tiers.Enforce, c)
+	e.Check(t, tiers.Enforce, c)
 	e.mover.Faults = afterStep(func(s Step) error {
 		if s == StepQuietCopy {
-			e.check(t, tiers.Enforce, c)
+			e.Check(t, tiers.Enforce, c)
 			e.takeFullProtocol(t, c) // the filter comes to hold the cell
 		}
 		return nil
 	})
-	res, err := e.mover.MoveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Cold)
+	res, err := e.mover.MoveCells(context.Background(), moveenv.Refs(c), tiers.Hot, tiers.Cold)
 	e.mover.Faults = nil
 	if err != nil || len(res.Moved) != 1 || res.Quiet != 0 {
 		t.Fatalf("move: %+v %v, want the cell moved by the full protocol", res, err)
 	}
-	recs, err := e.hot.Export(context.Background(), refsOf(c))
+	recs, err := e.Hot.Export(context.Background(), moveenv.Refs(c))
 	if err != nil || len(recs) != 0 {
 		t.Fatalf("hot counters left: %+v %v", recs, err)
 	}
@@ -153,20 +154,20 @@ func TestMoveQuietToCold_ACountedCellLeftWithItsRecordMovesWithItsCount(t *testi
 func TestMoveQuietToCold_AnIdleCellCountsInHotUntilItsSwitch(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	c := newCell(5)
+	c := moveenv.NewCell(5)
 	ctx := context.Background()
 	var hot []tiers.Record
 	e.mover.Faults = afterStep(func(s Step) error {
 		if s == StepQuietCopy {
 			e.takeFullProtocol(t, c) // the filter comes to hold the cell
-			e.check(t, tiers.Enforce, c)
+			e.Check(t, tiers.Enforce, c)
 			var err error
-			hot, err = e.hot.Export(ctx, refsOf(c))
+			hot, err = e.Hot.Export(ctx, moveenv.Refs(c))
 			return err
 		}
 		return nil
 	})
-	e.move(t, tiers.Hot, tiers.Cold, c)
+	e.Move(t, tiers.Hot, tiers.Cold, c)
 	e.mover.Faults = nil
 	if len(hot) != 1 || hot[0].Count != 1 {
 		t.Fatalf("hot records after a check between copy and switch: %+v, want the cell's count 1", hot)
@@ -193,12 +194,12 @@ func TestMoveQuietToCold_ACellNearItsWindowsEndTakesTheFullProtocol(t *testing.T
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			c := newCell(5)
-			e.clock.Set(e.clock.Now().Truncate(c.window).Add(c.window - tc.left))
+			c := moveenv.NewCell(5)
+			e.Clock.Set(e.Clock.Now().Truncate(c.Window).Add(c.Window - tc.left))
 			for range tc.counted {
-				e.check(t, tiers.Enforce, c)
+				e.Check(t, tiers.Enforce, c)
 			}
-			res, err := e.mover.MoveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Cold)
+			res, err := e.mover.MoveCells(context.Background(), moveenv.Refs(c), tiers.Hot, tiers.Cold)
 			if err != nil || len(res.Moved) != 1 || res.Quiet != tc.quiet {
 				t.Fatalf("move: %+v %v, want the cell moved, %d by the quiet move", res, err, tc.quiet)
 			}
@@ -214,24 +215,24 @@ func TestMoveQuietToCold_ACellNearItsWindowsEndTakesTheFullProtocol(t *testing.T
 func TestMoveQuietToCold_ACellThatDidNotSwitchLeavesNoRow(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	c := newCell(5)
+	c := moveenv.NewCell(5)
 	other := *e.mover
 	other.Faults = nil
 	e.mover.Faults = afterStep(func(s Step) error {
 		if s == StepQuietCopy {
-			e.check(t, tiers.Enforce, c)
-			if _, err := other.lease(context.Background(), refsOf(c)); err != nil {
+			e.Check(t, tiers.Enforce, c)
+			if _, err := other.lease(context.Background(), moveenv.Refs(c)); err != nil {
 				t.Error(err)
 			}
 		}
 		return nil
 	})
-	res, err := e.mover.MoveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Cold)
+	res, err := e.mover.MoveCells(context.Background(), moveenv.Refs(c), tiers.Hot, tiers.Cold)
 	if err != nil || len(res.Moved) != 0 || res.Skipped != 1 {
 		t.Fatalf("move: %+v %v, want the cell skipped", res, err)
 	}
 	e.mover.Faults = nil
-	rows, err := e.cold.Exists(context.Background(), refsOf(c))
+	rows, err := e.Cold.Exists(context.Background(), moveenv.Refs(c))
 	if err != nil || rows[0] {
 		t.Fatalf("cold row of a hot cell: %v %v", rows, err)
 	}
@@ -249,15 +250,15 @@ func TestMoveQuietToCold_ACrashBeforeTheSwitchLosesNoCount(t *testing.T) {
 		t.Run(later, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			c := newCell(10)
+			c := moveenv.NewCell(10)
 			for range 2 {
-				e.check(t, tiers.Enforce, c)
+				e.Check(t, tiers.Enforce, c)
 			}
 			crashing := e.crashingMover(StepQuietCopy, 200*time.Millisecond)
-			if _, err := crashing.MoveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Cold); err == nil {
+			if _, err := crashing.MoveCells(context.Background(), moveenv.Refs(c), tiers.Hot, tiers.Cold); err == nil {
 				t.Fatal("the crashing move succeeded")
 			}
-			rows, err := e.cold.Exists(context.Background(), refsOf(c))
+			rows, err := e.Cold.Exists(context.Background(), moveenv.Refs(c))
 			if err != nil || !rows[0] {
 				t.Fatalf("no row left by the crash: %v %v", rows, err)
 			}
@@ -268,10 +269,10 @@ func TestMoveQuietToCold_ACrashBeforeTheSwitchLosesNoCount(t *testing.T) {
 			e.expectCell(t, "after the crash", c, tiers.Hot, 2) // 10 more checks: 8 allowed
 			switch later {
 			case "moved-cold":
-				e.move(t, tiers.Hot, tiers.Cold, c)
+				e.Move(t, tiers.Hot, tiers.Cold, c)
 				e.expectCell(t, "moved", c, tiers.Cold, 10)
 			case "next-window":
-				e.clock.Advance(c.window)
+				e.Clock.Advance(c.Window)
 				e.takeFullProtocol(t, c)
 				e.expectCell(t, "next window", c, tiers.Cold, 0)
 			}
@@ -285,12 +286,12 @@ func TestMoveQuietToCold_ACrashBeforeTheSwitchLosesNoCount(t *testing.T) {
 func TestMoveQuietToCold_RacingChecksAreExact(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.router.MovedWait = 15 * time.Second
+	e.Router.MovedWait = 15 * time.Second
 	const n, limit = 300, 3
-	cells := newCells(n, limit, 7) // a few tags
+	cells := moveenv.NewCells(n, limit, 7) // a few tags
 	allowed := make([]atomic.Int64, n)
 	for i := 0; i < n; i += 2 {
-		e.check(t, tiers.Enforce, cells[i])
+		e.Check(t, tiers.Enforce, cells[i])
 		allowed[i].Add(1)
 	}
 	var wg sync.WaitGroup
@@ -301,7 +302,7 @@ func TestMoveQuietToCold_RacingChecksAreExact(t *testing.T) {
 			r := rand.New(rand.NewPCG(uint64(w), 1))
 			for range n {
 				i := r.IntN(n)
-				if op := e.check(t, tiers.Enforce, cells[i]); op != nil && op.Allowed() {
+				if op := e.Check(t, tiers.Enforce, cells[i]); op != nil && op.Allowed() {
 					allowed[i].Add(1)
 				}
 			}
@@ -309,18 +310,18 @@ func TestMoveQuietToCold_RacingChecksAreExact(t *testing.T) {
 	}
 	for part := range 6 {
 		lo, hi := part*n/6, (part+1)*n/6
-		if _, err := e.mover.MoveCells(context.Background(), refsOf(cells[lo:hi]...), tiers.Hot, tiers.Cold); err != nil {
+		if _, err := e.mover.MoveCells(context.Background(), moveenv.Refs(cells[lo:hi]...), tiers.Hot, tiers.Cold); err != nil {
 			t.Error(err)
 		}
 	}
 	wg.Wait()
 	cold := 0
 	for i, c := range cells {
-		tier := e.tierOf(t, c)
+		tier := e.TierOf(t, c)
 		if tier == tiers.Cold {
 			cold++
 		}
-		if got, want := e.count(t, c), allowed[i].Load(); got != want {
+		if got, want := e.Count(t, c), allowed[i].Load(); got != want {
 			t.Fatalf("cell %d (%s): count %d, allowed %d", i, tier, got, want)
 		}
 	}
@@ -353,9 +354,9 @@ func TestMoveQuietToCold_StalledWorkerLosesNoCount(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/counted-%d", tc.name, before), func(t *testing.T) {
 				t.Parallel()
 				e := newEnv(t)
-				c := newCell(10)
+				c := moveenv.NewCell(10)
 				for range before {
-					e.check(t, tiers.Enforce, c)
+					e.Check(t, tiers.Enforce, c)
 				}
 				stalled, resume := make(chan struct{}), make(chan struct{})
 				slow := *e.mover
@@ -368,19 +369,19 @@ func TestMoveQuietToCold_StalledWorkerLosesNoCount(t *testing.T) {
 				})
 				moved := make(chan error, 1)
 				go func() {
-					_, err := slow.MoveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Cold)
+					_, err := slow.MoveCells(context.Background(), moveenv.Refs(c), tiers.Hot, tiers.Cold)
 					moved <- err
 				}()
 				<-stalled
 				n := before
 				for range tc.checks {
-					e.check(t, tiers.Enforce, c)
+					e.Check(t, tiers.Enforce, c)
 					n++
 				}
 				for _, m := range tc.moves {
-					e.move(t, m[0], m[1], c)
+					e.Move(t, m[0], m[1], c)
 					if tc.checks > 0 {
-						e.check(t, tiers.Enforce, c)
+						e.Check(t, tiers.Enforce, c)
 						n++
 					}
 				}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/internal/testsupport/moveenv"
 	"github.com/quota-platform/quota/tiers"
 )
 
@@ -33,13 +34,13 @@ func TestMove_StalledWorkerResumingAfterRepairLosesNoCount(t *testing.T) {
 					t.Run(name, func(t *testing.T) {
 						t.Parallel()
 						e := e.ownJournal()
-						c := newCell(10)
-						e.place(t, from, c)
+						c := moveenv.NewCell(10)
+						e.Place(t, from, c)
 						if from == tiers.Hot && to == tiers.Cold {
 							e.takeFullProtocol(t, c) // the quiet move: TestMoveQuietToCold_StalledWorkerLosesNoCount
 						}
 						for range 4 {
-							e.check(t, tiers.Enforce, c)
+							e.Check(t, tiers.Enforce, c)
 						}
 						stalled, resume := make(chan struct{}), make(chan struct{})
 						slow := *e.mover
@@ -52,7 +53,7 @@ func TestMove_StalledWorkerResumingAfterRepairLosesNoCount(t *testing.T) {
 						})
 						moved := make(chan error, 1)
 						go func() {
-							_, err := slow.MoveCells(context.Background(), refsOf(c), from, to)
+							_, err := slow.MoveCells(context.Background(), moveenv.Refs(c), from, to)
 							moved <- err
 						}()
 						select {
@@ -62,16 +63,16 @@ func TestMove_StalledWorkerResumingAfterRepairLosesNoCount(t *testing.T) {
 						}
 						// The lease lapses while the worker sleeps (its renewals
 						// stall with it).
-						ref := refsOf(c)[0]
+						ref := moveenv.Refs(c)[0]
 						if err := e.mover.RDB.Del(context.Background(), e.mover.leaseKey(&ref)).Err(); err != nil {
 							t.Fatal(err)
 						}
 						e.repair(t)
-						if got := e.tierOf(t, c); got != to {
+						if got := e.TierOf(t, c); got != to {
 							t.Fatalf("after repair: tier %q, want %q", got, to)
 						}
 						for range 3 {
-							if op := e.check(t, tiers.Enforce, c); op == nil || !op.Allowed() {
+							if op := e.Check(t, tiers.Enforce, c); op == nil || !op.Allowed() {
 								t.Fatal("a check after the repair was not allowed")
 							}
 						}
@@ -79,7 +80,7 @@ func TestMove_StalledWorkerResumingAfterRepairLosesNoCount(t *testing.T) {
 						if back {
 							// Another move takes the cell back, where the stale
 							// worker would delete its source.
-							e.move(t, to, from, c)
+							e.Move(t, to, from, c)
 							final = from
 						}
 						close(resume)
@@ -134,18 +135,18 @@ func TestRepair_StaleJournalSnapshotMovesNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := e.ownJournal()
-			c := newCell(10)
+			c := moveenv.NewCell(10)
 			for range 3 {
-				e.check(t, tiers.Enforce, c)
+				e.Check(t, tiers.Enforce, c)
 			}
-			ref := c.ref()
+			ref := c.Ref()
 			if tc.entry != "" {
 				if err := e.mover.RDB.HSet(context.Background(), e.mover.journalKey(), EncodeRef(&ref), tc.entry).Err(); err != nil {
 					t.Fatal(err)
 				}
 			}
 			// What Repair does with a snapshot that read "hot>warm".
-			res, err := e.mover.moveCells(context.Background(), refsOf(c), tiers.Hot, tiers.Warm, moveOpts{journaled: true})
+			res, err := e.mover.moveCells(context.Background(), moveenv.Refs(c), tiers.Hot, tiers.Warm, moveOpts{journaled: true})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -153,20 +153,12 @@ func (m *Mover) countCold(ctx context.Context, st *TierStats) error {
 	if m.Cold == nil {
 		return nil
 	}
-	for sh, db := range m.Cold.DBs() {
-		var size, rows int64
-		if err := db.QueryRowContext(ctx, "SELECT COALESCE(DATA_LENGTH + INDEX_LENGTH, 0), COALESCE(TABLE_ROWS, 0) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'cold_cells'").Scan(&size, &rows); err != nil {
-			return fmt.Errorf("tier stats shard %d: %w", sh, err)
-		}
-		if rows < 100_000 {
-			// Small tables: exact (TABLE_ROWS is an estimate).
-			if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM cold_cells").Scan(&rows); err != nil {
-				return fmt.Errorf("tier stats shard %d: %w", sh, err)
-			}
-		}
-		st.Cold.Identities += rows
-		st.Cold.MySQLBytes += size
+	rows, size, err := m.Cold.Size(ctx)
+	if err != nil {
+		return fmt.Errorf("tier stats: %w", err)
 	}
+	st.Cold.Identities += rows
+	st.Cold.MySQLBytes += size
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/quota-platform/quota/internal/testsupport/moveenv"
 	"github.com/quota-platform/quota/tiers"
 )
 
@@ -14,10 +15,10 @@ import (
 // and another checked and moved to tier.
 func statsWithACellIn(t *testing.T, e *env, tier tiers.Tier) TierStats {
 	t.Helper()
-	hot, moved := newCell(10), newCell(10)
-	e.check(t, tiers.Enforce, hot)
-	e.check(t, tiers.Enforce, moved)
-	e.move(t, tiers.Hot, tier, moved)
+	hot, moved := moveenv.NewCell(10), moveenv.NewCell(10)
+	e.Check(t, tiers.Enforce, hot)
+	e.Check(t, tiers.Enforce, moved)
+	e.Move(t, tiers.Hot, tier, moved)
 	st, err := e.mover.Stats(context.Background())
 	if err != nil {
 		t.Fatal(err)

@@ -91,8 +91,8 @@ func (r *Record) NewerThan(o *Record) bool {
 	return r.Last >= o.Last
 }
 
-// Mover is how records leave and enter a tier; package migrate's tier sides
-// (migrate/side.go, PROTOCOL.md) drive them around the freeze and the
+// Mover is how records leave and enter a tier; the tiers' move sides
+// (MoveSide, migrate/PROTOCOL.md) drive them around the freeze and the
 // directory switch. All three calls are batched (one pipeline or a few
 // multi-row statements per call, whatever the number of refs) and safe to
 // repeat.

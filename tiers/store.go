@@ -6,7 +6,7 @@
 // Package routing decides checks over all three. This package holds what
 // they share: the Store interface and its Op, Cell and Outcome, counter
 // identities, cold shards, the Ref and Record a move copies (and the
-// record's encoding), and the Mover interface.
+// record's encoding), and the Mover and MoveSide interfaces.
 package tiers
 
 import (

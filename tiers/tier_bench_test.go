@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/internal/testsupport/tierstest"
 	"github.com/quota-platform/quota/tiers"
@@ -38,21 +36,12 @@ func tierBenchStore(b *testing.B, s tiers.Store) {
 	}
 }
 
-// tierBenchRedis is a private redis-server: other tenants of the shared one
-// would make the numbers meaningless.
-func tierBenchRedis(b *testing.B) *redis.Client {
-	p := testenv.StartRedis(b)
-	rdb := redis.NewClient(&redis.Options{Addr: p.Addr()})
-	b.Cleanup(func() { rdb.Close() })
-	return rdb
-}
-
 func BenchmarkStore_Hot(b *testing.B) {
-	tierBenchStore(b, hot.NewStore(tierBenchRedis(b), hot.Options{Prefix: "h:"}))
+	tierBenchStore(b, hot.NewStore(testenv.BenchRedis(b), hot.Options{Prefix: "h:"}))
 }
 
 func BenchmarkStore_Warm(b *testing.B) {
-	tierBenchStore(b, warm.NewStore(tierBenchRedis(b), warm.Options{Prefix: "w:"}))
+	tierBenchStore(b, warm.NewStore(testenv.BenchRedis(b), warm.Options{Prefix: "w:"}))
 }
 
 func BenchmarkStore_Cold(b *testing.B) {

@@ -5,48 +5,6 @@ import (
 	"testing"
 )
 
-// Warm values as the version before the current form wrote them:
-// snappy.Encode(raw), byte for byte (written by that version's
-// EncodeWarmValue). Operators upgrade in place, so a bucket may hold them
-// next to values of the current form until each cell is written again.
-var oldWarmValues = []struct {
-	name string
-	val  string
-	want Record
-}{
-	{"fresh", "\x07\x18 _\x13\x04\x01\x00\x00",
-		Record{Count: 1, Last: recT, First: recT}},
-	{"typical", "\x08\x1c _\x13\x04\x0c\x88\x0e\xdf",
-		Record{Count: 12, Last: recT, First: recT - 32*86400, MeanInterval: 1800, Samples: 31}},
-	{"moved", "\x07\x18 _\x13D\x05\x07)",
-		Record{Count: 5, Last: recT, First: recT - 86400, MeanInterval: 7, Samples: 9, Moved: true}},
-	{"an hour before", "\x07\x18\x10Q\x13\x04\x03\x00\x00",
-		Record{Count: 3, Last: recT - 3600, First: recT - 3600}},
-}
-
-func TestWarmValue_PreviousFormIsDecodedAndRewrittenInTheNew(t *testing.T) {
-	t.Parallel()
-	for _, c := range oldWarmValues {
-		got, err := DecodeWarmValue([]byte(c.val))
-		if err != nil || got != c.want {
-			t.Errorf("%s: decoded %+v %v, want %+v", c.name, got, err, c.want)
-			continue
-		}
-		v, err := EncodeWarmValue(&got)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Two bytes shorter (no snappy framing), and told apart by its
-		// first byte.
-		if len(v) != len(c.val)-2 || v[0] < 0x80 {
-			t.Errorf("%s: new form %q, want %d bytes from 0x80 up", c.name, v, len(c.val)-2)
-		}
-		if again, err := DecodeWarmValue(v); err != nil || again != c.want {
-			t.Errorf("%s: new form decodes to %+v %v, want %+v", c.name, again, err, c.want)
-		}
-	}
-}
-
 // The new form is as strict as the old: a truncated, extended or
 // out-of-range value is corrupt, never a record.
 func TestWarmValue_NewFormRejectsCorruption(t *testing.T) {

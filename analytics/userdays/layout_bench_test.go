@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/internal/testsupport/benchload"
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
@@ -37,10 +38,10 @@ func BenchmarkUserLayout(b *testing.B) {
 		flushes  = 4
 	)
 	srv := testenv.StartMariaDB(b)
-	chunkDB, rowDB := privateShard(b, srv, "quota_chunks"), privateShard(b, srv, "quota_rows")
+	chunkDB, rowDB := srv.Shard(b, "quota_chunks"), srv.Shard(b, "quota_rows")
 	users := newTestStore()
 	day := t0Day
-	load := newUniformLoad()
+	load := benchload.NewUniform()
 	ctx := context.Background()
 	var chunkCPU, rowCPU opCPU
 	var entries int64
@@ -84,7 +85,7 @@ func BenchmarkUserLayout(b *testing.B) {
 	defer conn.Close()
 	var merge, seal opCPU
 	merge.measure(b, srv, func() {
-		for _, app := range load.apps {
+		for _, app := range load.Apps {
 			if err := users.mergeAppChunks(ctx, conn, nil, &chunkMerge{}, day, app, 0); err != nil {
 				b.Fatal(err)
 			}

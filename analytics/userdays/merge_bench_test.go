@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/analytics/usage"
+	"github.com/quota-platform/quota/internal/testsupport/benchload"
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
@@ -33,7 +34,7 @@ import (
 // bodies read and allocated bytes and objects (-benchmem).
 func BenchmarkMergeUserChunks(b *testing.B) {
 	srv := testenv.StartMariaDB(b)
-	db := privateShard(b, srv, "quota_0")
+	db := srv.Shard(b, "quota_0")
 	u := newTestStore()
 	for _, level := range []uint8{0, 1} {
 		b.Run("level="+strconv.Itoa(int(level)), func(b *testing.B) { benchMergeLevel(b, u, srv, db, level) })
@@ -97,7 +98,7 @@ func benchMergeLevel(b *testing.B, u *Store, srv *testenv.MariaDBProcess, db *sq
 // (Chunks, insertChunks) and, for level 1, merges of them.
 func buildMergeLevel(b *testing.B, u *Store, conn *sql.Conn, day usage.Day, level uint8) {
 	ctx := context.Background()
-	load := newUniformLoad()
+	load := benchload.NewUniform()
 	rounds := 1 // level 0: one round of flush batches, not merged
 	if level == 1 {
 		rounds = mergeFanIn // each round's flush batches merged into a level-1 batch
@@ -134,11 +135,11 @@ type opCPU struct{ own, db time.Duration }
 // CPU time.
 func (c *opCPU) measure(b *testing.B, srv *testenv.MariaDBProcess, op func()) {
 	time.Sleep(mergeBenchSettleTime)
-	own0, db0 := ownCPU(b), srv.CPUTime()
+	own0, db0 := testenv.SelfCPU(b), srv.CPUTime()
 	b.StartTimer()
 	op()
 	b.StopTimer()
-	c.own += ownCPU(b) - own0
+	c.own += testenv.SelfCPU(b) - own0
 	time.Sleep(mergeBenchSettleTime)
 	c.db += srv.CPUTime() - db0
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/quota-platform/quota/analytics/usage"
 	"github.com/quota-platform/quota/clock"
+	"github.com/quota-platform/quota/internal/testsupport/benchload"
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
@@ -32,7 +33,7 @@ import (
 // BenchmarkFoldDay, per row.)
 func BenchmarkSealDay(b *testing.B) {
 	srv := testenv.StartMariaDB(b)
-	db := privateShard(b, srv, "quota_0")
+	db := srv.Shard(b, "quota_0")
 	u := newTestStore()
 	ctx := context.Background()
 	conn, err := db.Conn(ctx)
@@ -105,7 +106,7 @@ func buildBenchDay(b *testing.B, u *Store, conn *sql.Conn, day usage.Day) (longe
 		users[i] = "user-" + strconv.Itoa(i)
 	}
 	clk := clock.NewFake(day.Time())
-	x := newXorshift()
+	x := benchload.NewXorshift()
 	for f := 0; f < dayBenchFlushes; f += dayBenchRollupEvery {
 		tx, err := conn.BeginTx(ctx, nil)
 		if err != nil {

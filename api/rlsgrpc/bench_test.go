@@ -3,7 +3,6 @@ package rlsgrpc_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,10 +13,7 @@ import (
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/envoyconf"
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
-	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
-	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // BenchmarkShouldRateLimit is one Envoy call with the platform's two
@@ -31,8 +27,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	set, _ := rules.NewSet(nil)
-	lim, _ := limiter.New(hot.NewStore(rdb, hot.Options{Prefix: prefix, Jitter: time.Second}), clock.Real{}, set)
+	lim := newLimiter(b, rdb, prefix, clock.Real{})
 	reg := prometheus.NewRegistry()
 	core := decide.New(decide.Deps{Settings: config.Defaults(), Limiter: lim, Metrics: metrics.New(reg)})
 	rls := rlsgrpc.New(core, rlsgrpc.NewEnvoyConfig(conf))

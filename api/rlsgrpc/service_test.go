@@ -5,6 +5,7 @@ import (
 	"math"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/quota-platform/quota/analytics"
 	"github.com/quota-platform/quota/api/decide"
 	"github.com/quota-platform/quota/api/rlsgrpc"
 	"github.com/quota-platform/quota/clock"
@@ -32,10 +34,7 @@ import (
 	"github.com/quota-platform/quota/config"
 	"github.com/quota-platform/quota/envoyconf"
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
-	"github.com/quota-platform/quota/limiter"
 	"github.com/quota-platform/quota/metrics"
-	"github.com/quota-platform/quota/rules"
-	"github.com/quota-platform/quota/tiers/hot"
 )
 
 // rlsHarness is the Envoy rate limit service of an in-process quotad
@@ -50,6 +49,7 @@ type rlsHarness struct {
 	clk    *clock.Fake
 	reg    *prometheus.Registry
 	usage  *usageLog
+	an     *analytics.Analytics // rlsConfig.analytics only
 }
 
 type usageLog struct {
@@ -67,42 +67,46 @@ func (u *usageLog) Record(app, iface, user string, allowed bool) {
 	u.calls = append(u.calls, s)
 }
 
-func newRLS(t *testing.T, opts ...harnessOption) *rlsHarness {
+func newRLS(t *testing.T, edit ...func(*rlsConfig)) *rlsHarness {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
-	hc := harnessConfig{settings: config.Defaults(), hot: hot.Options{Prefix: prefix, Jitter: time.Second}, client: rdb}
-	for _, o := range opts {
-		o(&hc)
+	hc := rlsConfig{settings: config.Defaults(), client: rdb}
+	for _, e := range edit {
+		e(&hc)
 	}
 	conf, err := envoyconf.Load("../../envoyconf/testdata")
 	if err != nil {
 		t.Fatal(err)
 	}
 	clk := clock.NewFake(start)
-	set, _ := rules.NewSet(nil)
-	lim, err := limiter.New(hot.NewStore(hc.client, hc.hot), clk, set)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lim := newLimiter(t, hc.client, prefix, clk)
 	reg := prometheus.NewRegistry()
-	usage := &usageLog{}
+	h := &rlsHarness{t: t, rdb: rdb, prefix: prefix, clk: clk, reg: reg, usage: &usageLog{}}
 	// quotad's path: single checks through the coalescer (QUOTA_COALESCE, 4 by default).
 	co := coalesce.New(lim, hc.settings.Coalesce, 64)
 	t.Cleanup(co.Close)
-	core := decide.New(decide.Deps{Settings: hc.settings, Limiter: lim, Checks: co, Metrics: metrics.New(reg), Usage: usage})
-	gs, _ := rlsgrpc.NewServer(core, rlsgrpc.NewEnvoyConfig(conf))
+	deps := decide.Deps{Settings: hc.settings, Limiter: lim, Checks: co, Metrics: metrics.New(reg), Usage: h.usage}
+	if hc.analytics {
+		h.an, err = analytics.New(analytics.Options{DBs: testenv.MySQLShards(t, 1), Redis: rdb, KeyPrefix: prefix, Clock: clk, Registerer: reg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		deps.Usage, deps.Throttled = h.an.Recorder, h.an.Throttled
+	}
+	gs, _ := rlsgrpc.NewServer(decide.New(deps), rlsgrpc.NewEnvoyConfig(conf))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = gs.Serve(ln) }()
 	t.Cleanup(gs.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	h.conn, err = grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
-	return &rlsHarness{t: t, client: rlsv3.NewRateLimitServiceClient(conn), conn: conn, rdb: rdb, prefix: prefix, clk: clk, reg: reg, usage: usage}
+	t.Cleanup(func() { h.conn.Close() })
+	h.client = rlsv3.NewRateLimitServiceClient(h.conn)
+	return h
 }
 
 // desc builds a descriptor from key, value pairs.
@@ -447,7 +451,7 @@ func TestShouldRateLimit_ConcurrentExactlyLimit(t *testing.T) {
 
 func TestShouldRateLimit_AnalyticsAppFromTheAppKey(t *testing.T) {
 	t.Parallel()
-	h := newRLS(t, settings(func(s *config.Settings) { s.EnvoyAppKey = "tenant" }))
+	h := newRLS(t, func(c *rlsConfig) { c.settings.EnvoyAppKey = "tenant" })
 	h.must("platform", 0, desc("app_id", "not-the-app", "ip", "1.2.3.4"), desc("tenant", "t1"), desc("user_id", "u", "interface_id", "i"))
 	h.must("platform", 0, desc("app_id", "a", "ip", "1.2.3.4"))
 	h.usage.mu.Lock()
@@ -461,12 +465,12 @@ func TestShouldRateLimit_StoreDownFollowsFailMode(t *testing.T) {
 	t.Parallel()
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { down.Close() })
-	open := newRLS(t, redisClient(down), failMode(config.FailOpen))
+	open := newRLS(t, func(c *rlsConfig) { c.client, c.settings.FailMode = down, config.FailOpen })
 	r, err := open.call("rl", 0, desc("foo", "a", "bar", "b"))
 	if err != nil || r.OverallCode != ok {
 		t.Fatalf("fail open: %v %v", r, err)
 	}
-	closed := newRLS(t, redisClient(down), failMode(config.FailClosed))
+	closed := newRLS(t, func(c *rlsConfig) { c.client, c.settings.FailMode = down, config.FailClosed })
 	if _, err := closed.call("rl", 0, desc("foo", "a", "bar", "b")); status.Code(err) != codes.Unavailable {
 		t.Fatalf("fail closed: %v, want Unavailable", err)
 	}
@@ -479,7 +483,7 @@ func TestShouldRateLimit_ManyDescriptors(t *testing.T) {
 	h := newRLS(t)
 	var descs []*rlcommon.RateLimitDescriptor
 	for i := range 7 {
-		descs = append(descs, desc("foo", "many"+itoa(i), "bar", "b")) // rl.foo.bar: 3 a minute
+		descs = append(descs, desc("foo", "many"+strconv.Itoa(i), "bar", "b")) // rl.foo.bar: 3 a minute
 	}
 	descs = append(descs, desc(slices.Repeat([]string{"k", "v"}, 12)...), desc("qux", "q")) // no limit; unlimited
 	for round := range 4 {
@@ -504,7 +508,7 @@ func TestShouldRateLimit_ManyDescriptors(t *testing.T) {
 	// Under fail open, a store failure answers each of them OK.
 	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
 	t.Cleanup(func() { down.Close() })
-	r := newRLS(t, redisClient(down), failMode(config.FailOpen)).must("rl", 0, descs...)
+	r := newRLS(t, func(c *rlsConfig) { c.client, c.settings.FailMode = down, config.FailOpen }).must("rl", 0, descs...)
 	for i, st := range r.Statuses {
 		if st.Code != ok || st.CurrentLimit != nil {
 			t.Fatalf("fail open, status %d: %v", i, st)
@@ -526,7 +530,7 @@ func TestGRPC_HealthIsServing(t *testing.T) {
 
 func TestShouldRateLimit_LimitOverrideAndCheckToken(t *testing.T) {
 	t.Parallel()
-	h := newRLS(t, settings(func(s *config.Settings) { s.CheckToken = "grpc-check-token-0123456789" }))
+	h := newRLS(t, func(c *rlsConfig) { c.settings.CheckToken = "grpc-check-token-0123456789" })
 	d := desc("key2", "o")
 	d.Limit = &rlcommon.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_HOUR}
 	if _, err := h.call("test-domain", 0, d); status.Code(err) != codes.Unauthenticated {

@@ -18,7 +18,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,7 +30,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
@@ -187,7 +185,7 @@ func run(args []string, out io.Writer) error {
 			for _, entry := range order {
 				var s summary
 				var h, late *hdrhistogram.Histogram
-				srv0, cli0 := procCPU(o.serverPID), selfCPU()
+				srv0, cli0 := loadgen.ProcessCPU(o.serverPID), loadgen.SelfCPU()
 				if gt := targets[entry]; gt != nil {
 					var tl *timeline
 					if tlOut != nil {
@@ -206,7 +204,7 @@ func run(args []string, out io.Writer) error {
 						return err
 					}
 				}
-				s.ServerCPUSec, s.ClientCPUSec = (procCPU(o.serverPID) - srv0).Seconds(), (selfCPU() - cli0).Seconds()
+				s.ServerCPUSec, s.ClientCPUSec = (loadgen.ProcessCPU(o.serverPID) - srv0).Seconds(), (loadgen.SelfCPU() - cli0).Seconds()
 				fmt.Fprintf(out, "round %d %-8s %s\n", round+1, entry, s.line())
 				hist[entry].Merge(h)
 				if late != nil {
@@ -523,39 +521,6 @@ func (g *grpcTarget) run(ctx context.Context, o options, rate float64, seed uint
 		s.SendLateP99Ms = float64(late.ValueAtQuantile(99)) / 1000
 	}
 	return s, h, late
-}
-
-// procCPU is the user+system CPU time of process pid so far (0 if unknown).
-func procCPU(pid int) time.Duration {
-	if pid <= 0 {
-		return 0
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses and may hold spaces.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	const ticks = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / ticks
-}
-
-// selfCPU is this process's user+system CPU time so far.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // timelineStep is the width of a timeline's windows of start times.

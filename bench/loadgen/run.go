@@ -113,7 +113,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	res.Histogram = hist
 	res.setLatencies(Summarize(hist))
-	if cpu := processCPU(); cpu > 0 {
+	if cpu := SelfCPU(); cpu > 0 {
 		res.CPUSeconds = round(cpu.Seconds(), 3)
 		if res.Requests > 0 {
 			res.CPUPerRequestUs = round(float64(cpu.Microseconds())/float64(res.Requests), 2)

@@ -1,19 +1,15 @@
 package worker
 
 import (
-	"bytes"
 	"context"
 	"os"
-	"runtime/metrics"
 	"slices"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/quota-platform/quota/config"
-	"github.com/quota-platform/quota/internal/gcfloor"
+	"github.com/quota-platform/quota/internal/testsupport/benchcpu"
+	"github.com/quota-platform/quota/internal/testsupport/moveenv"
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/migrate/activity"
 	"github.com/quota-platform/quota/tiers"
@@ -71,7 +67,7 @@ type cycleBench struct {
 
 // servingRouter is a router over e's tiers that records no activity, so
 // that the cells it serves stay out of the cycle it runs beside.
-func servingRouter(e *env) *routing.Router { return routing.NewRouter(e.router.Hot(), e.warm, e.cold) }
+func servingRouter(e *env) *routing.Router { return routing.NewRouter(e.Router.Hot(), e.Warm, e.Cold) }
 
 // hotCells makes 1,000 hot cells, each counted once through r, for
 // serveChecks.
@@ -79,12 +75,12 @@ func hotCells(b *testing.B, e *env, r *routing.Router) []tiers.Cell {
 	cells := make([]tiers.Cell, 1000)
 	ops := make([]*tiers.Op, len(cells))
 	for i := range cells {
-		c := newCell(1 << 40)
-		c.window = 24 * time.Hour
-		cells[i] = c.at(e.clock.Now())
+		c := moveenv.NewCell(1 << 40)
+		c.Window = 24 * time.Hour
+		cells[i] = c.At(e.Clock.Now())
 		ops[i] = &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{cells[i]}}
 	}
-	if err := r.Check(context.Background(), e.clock.Now(), ops); err != nil {
+	if err := r.Check(context.Background(), e.Clock.Now(), ops); err != nil {
 		b.Fatal(err)
 	}
 	return cells
@@ -108,7 +104,7 @@ func serveChecks(b *testing.B, e *env, r *routing.Router, cells []tiers.Cell, st
 			time.Sleep(d)
 		}
 		op := &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{cells[i%len(cells)]}}
-		if err := r.Check(ctx, e.clock.Now(), []*tiers.Op{op}); err != nil {
+		if err := r.Check(ctx, e.Clock.Now(), []*tiers.Op{op}); err != nil {
 			b.Error(err)
 			return lat
 		}
@@ -129,7 +125,7 @@ func benchCycle(b *testing.B, cb cycleBench) {
 	apps := cells / 200
 	ctx := context.Background()
 	var took time.Duration
-	cpu := newCPUMeter(b)
+	cpu := benchcpu.New(b)
 	moved := 0
 	var lat []time.Duration // of the checks served during the cycles
 	for b.Loop() {
@@ -144,15 +140,15 @@ func benchCycle(b *testing.B, cb cycleBench) {
 		for n := 0; n < cells; n += 1000 {
 			ops := make([]*tiers.Op, 1000)
 			for i := range ops {
-				c := newCell(10)
-				c.app, c.window = appNames[(n+i)%apps], window
-				ops[i] = &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{c.at(e.clock.Now())}}
+				c := moveenv.NewCell(10)
+				c.App, c.Window = appNames[(n+i)%apps], window
+				ops[i] = &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{c.At(e.Clock.Now())}}
 			}
-			if err := e.router.Check(ctx, e.clock.Now(), ops); err != nil {
+			if err := e.Router.Check(ctx, e.Clock.Now(), ops); err != nil {
 				b.Fatal(err)
 			}
 		}
-		e.clock.Advance(2 * time.Hour)
+		e.Clock.Advance(2 * time.Hour)
 		if folded {
 			if err := w.Activity.Flush(ctx); err != nil {
 				b.Fatal(err)
@@ -172,13 +168,13 @@ func benchCycle(b *testing.B, cb cycleBench) {
 			hot := hotCells(b, e, r)
 			go func() { served <- serveChecks(b, e, r, hot, stop) }()
 		}
-		cpu.start(e)
+		cpu.Start(e.mover.RDB)
 		b.StartTimer()
 		start := time.Now()
 		rep, err := w.RunCycle(ctx)
 		took += time.Since(start)
 		b.StopTimer()
-		cpu.stop(e)
+		cpu.Stop(e.mover.RDB)
 		close(stop)
 		if cb.serve {
 			lat = append(lat, <-served...)
@@ -190,7 +186,7 @@ func benchCycle(b *testing.B, cb cycleBench) {
 		moved += rep.Moved["hot>cold"]
 	}
 	b.ReportMetric(float64(moved)/took.Seconds(), "cells/s")
-	cpu.report(moved)
+	cpu.Report(moved)
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "check-p99-ms")
@@ -216,33 +212,33 @@ func BenchmarkCompactColdFilters(b *testing.B) {
 		e := newEnv(b)
 		w := e.worker(Config{Schedule: "@daily", HotThreshold: 20, ColdThreshold: 2, PromoteInterval: 10 * time.Second,
 			DemoteInterval: time.Hour, BatchSize: 1000, PartWorkers: 4})
-		specs := newCells(cells, 10, cells/200)
+		specs := moveenv.NewCells(cells, 10, cells/200)
 		for batch := range slices.Chunk(specs, 1000) {
 			ops := make([]*tiers.Op, len(batch))
 			for i, c := range batch {
-				c.window = 2 * time.Hour
+				c.Window = 2 * time.Hour
 				batch[i] = c
-				ops[i] = &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{c.at(e.clock.Now())}}
+				ops[i] = &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{c.At(e.Clock.Now())}}
 			}
-			if err := e.router.Check(ctx, e.clock.Now(), ops); err != nil {
+			if err := e.Router.Check(ctx, e.Clock.Now(), ops); err != nil {
 				b.Fatal(err)
 			}
 		}
-		e.clock.Advance(2 * time.Hour)
+		e.Clock.Advance(2 * time.Hour)
 		if rep, err := w.RunCycle(ctx); err != nil || rep.Moved["hot>cold"] != cells {
 			b.Fatalf("cycle moved %v of %d cells: %v", rep.Moved, cells, err)
 		}
-		var back []cellSpec // a quarter of each app's cells (newCells deals them out)
+		var back []moveenv.Cell // a quarter of each app's cells (newCells deals them out)
 		for i, c := range specs {
 			if i/(cells/200)%4 == 0 {
 				back = append(back, c)
 			}
 		}
 		for batch := range slices.Chunk(back, 1000) {
-			e.move(b, tiers.Cold, tiers.Hot, batch...)
+			e.Move(b, tiers.Cold, tiers.Hot, batch...)
 		}
 		fpBefore += newCellsMaybeCold(b, e, specs)
-		outBefore += maybeCold(b, e, refsOf(back...))
+		outBefore += maybeCold(b, e, moveenv.Refs(back...))
 		b.StartTimer()
 		start := time.Now()
 		rep, err := w.CompactColdFilters(ctx)
@@ -252,7 +248,7 @@ func BenchmarkCompactColdFilters(b *testing.B) {
 			b.Fatalf("compaction %+v, %v", rep, err)
 		}
 		fpAfter += newCellsMaybeCold(b, e, specs)
-		outAfter += maybeCold(b, e, refsOf(back...))
+		outAfter += maybeCold(b, e, moveenv.Refs(back...))
 		b.StartTimer()
 	}
 	b.ReportMetric(float64(cells*b.N)/took.Seconds(), "activity-cells/s")
@@ -264,12 +260,12 @@ func BenchmarkCompactColdFilters(b *testing.B) {
 
 // newCellsMaybeCold returns the share of 10,000 cells never seen, of the
 // apps of specs, that their filters answer "may be cold".
-func newCellsMaybeCold(b *testing.B, e *env, specs []cellSpec) float64 {
+func newCellsMaybeCold(b *testing.B, e *env, specs []moveenv.Cell) float64 {
 	refs := make([]tiers.Ref, 10000)
 	for i := range refs {
-		c := newCell(10)
-		c.app, c.window = specs[i%len(specs)].app, 2*time.Hour
-		refs[i] = c.ref()
+		c := moveenv.NewCell(10)
+		c.App, c.Window = specs[i%len(specs)].App, 2*time.Hour
+		refs[i] = c.Ref()
 	}
 	return maybeCold(b, e, refs)
 }
@@ -277,119 +273,9 @@ func newCellsMaybeCold(b *testing.B, e *env, specs []cellSpec) float64 {
 // maybeCold returns the share of refs that their filters answer "may be
 // cold".
 func maybeCold(b *testing.B, e *env, refs []tiers.Ref) float64 {
-	maybe, err := e.warm.MayBeCold(context.Background(), refs)
+	maybe, err := e.Warm.MayBeCold(context.Background(), refs)
 	if err != nil {
 		b.Fatal(err)
 	}
 	return float64(len(slices.DeleteFunc(maybe, func(m bool) bool { return !m }))) / float64(len(refs))
-}
-
-// cpuMeter sums the CPU time this process, the Redis server of an env and
-// a local MariaDB spend between its starts and stops, and two measures of
-// work that do not vary with the machine's speed, as CPU time does on a
-// shared machine: the bytes this process allocates and the commands Redis
-// runs (the commands scripts call included).
-type cpuMeter struct {
-	b                        *testing.B
-	mysqld                   int
-	self0, redis0, mysql0    time.Duration
-	self, redisCPU, mysqlCPU time.Duration
-	alloc0, cmds0            int64
-	alloc, cmds              int64
-	floorMB                  int // the Go heap floor in force
-}
-
-// newCPUMeter starts, until b's end, the Go heap floor quotad runs with
-// by default (config.Defaults, internal/gcfloor), so that this process
-// collects as often as quotad would for the same work;
-// QUOTA_BENCH_GC_HEAP_FLOOR_MB sets another (0: GOGC alone).
-func newCPUMeter(b *testing.B) *cpuMeter {
-	mb := config.Defaults().GCHeapFloorMB
-	if v := os.Getenv("QUOTA_BENCH_GC_HEAP_FLOOR_MB"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			b.Fatalf("QUOTA_BENCH_GC_HEAP_FLOOR_MB %q: want a number of MiB >= 0", v)
-		}
-		mb = n
-	}
-	b.Cleanup(gcfloor.Start(uint64(mb) << 20).Stop)
-	return &cpuMeter{b: b, mysqld: mysqldPID(), floorMB: mb}
-}
-
-func (c *cpuMeter) start(e *env) {
-	c.self0, c.redis0, c.mysql0 = selfCPU(), testenv.RedisCPU(c.b, e.mover.RDB), procCPU(c.mysqld)
-	c.alloc0, c.cmds0 = allocatedBytes(), testenv.RedisCommands(c.b, e.mover.RDB)
-}
-
-func (c *cpuMeter) stop(e *env) {
-	c.self += selfCPU() - c.self0
-	c.redisCPU += testenv.RedisCPU(c.b, e.mover.RDB) - c.redis0
-	c.mysqlCPU += procCPU(c.mysqld) - c.mysql0
-	c.alloc += allocatedBytes() - c.alloc0
-	// Less the two INFOs since the count before: that count's own (a
-	// command counts once it has run) and the CPU read above.
-	c.cmds += testenv.RedisCommands(c.b, e.mover.RDB) - c.cmds0 - 2
-}
-
-// report reports the CPU and work a cell of n cells.
-func (c *cpuMeter) report(n int) {
-	c.b.ReportMetric(float64(c.self.Microseconds())/float64(n), "go-cpu-us/cell")
-	c.b.ReportMetric(float64(c.redisCPU.Microseconds())/float64(n), "redis-cpu-us/cell")
-	if c.mysqld > 0 {
-		c.b.ReportMetric(float64(c.mysqlCPU.Microseconds())/float64(n), "mysql-cpu-us/cell")
-	}
-	c.b.ReportMetric(float64(c.alloc)/float64(n), "go-alloc-B/cell")
-	c.b.ReportMetric(float64(c.cmds)/float64(n), "redis-cmds/cell")
-	c.b.ReportMetric(float64(c.floorMB), "heap-floor-MiB")
-}
-
-// allocatedBytes is what this process has allocated on the heap so far.
-func allocatedBytes() int64 {
-	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
-	metrics.Read(s)
-	return int64(s[0].Value.Uint64())
-}
-
-// mysqldPID is the process id of a MariaDB or MySQL server on this machine
-// (0 if none is found): its CPU time is read from /proc, which counts in
-// ticks of 10 ms, so only a sum over many batches is worth reporting.
-func mysqldPID() int {
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(d.Name())
-		if err != nil {
-			continue
-		}
-		comm, _ := os.ReadFile("/proc/" + d.Name() + "/comm")
-		if name := strings.TrimSpace(string(comm)); name == "mariadbd" || name == "mysqld" {
-			return pid
-		}
-	}
-	return 0
-}
-
-// procCPU is the user and system CPU time of process pid (0 for pid 0).
-func procCPU(pid int) time.Duration {
-	if pid == 0 {
-		return 0
-	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// Fields after the command's closing parenthesis: utime and stime are
-	// the 12th and 13th.
-	f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(u+s) * 10 * time.Millisecond
-}
-
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

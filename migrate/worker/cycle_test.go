@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/internal/testsupport/moveenv"
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/migrate/activity"
 	"github.com/quota-platform/quota/migrate/jobs"
@@ -27,18 +28,18 @@ func secondInstance(e *env, w *Worker, name string) *Worker {
 
 // rareCells makes n hot cells called once each, two hours ago: each
 // cycle target is cold.
-func rareCells(t *testing.T, e *env, n int) []cellSpec {
+func rareCells(t *testing.T, e *env, n int) []moveenv.Cell {
 	t.Helper()
-	cells := newCells(n, 10, 0)
+	cells := moveenv.NewCells(n, 10, 0)
 	for _, c := range cells {
-		e.check(t, tiers.Enforce, c)
+		e.Check(t, tiers.Enforce, c)
 	}
 	return cells
 }
 
 // partOf is the cycle part that holds c's activity row.
-func partOf(c cellSpec, shards int) int {
-	ref := c.ref()
+func partOf(c moveenv.Cell, shards int) int {
+	ref := c.Ref()
 	id := ref.ID()
 	return activity.ShardOf(&ref, shards)*activity.PartsPerShard + int(id[0])*activity.PartsPerShard/256
 }
@@ -52,7 +53,7 @@ func TestCycle_TwoInstancesShareOneCycle(t *testing.T) {
 	w1.Name = "a"
 	w2 := secondInstance(e, w1, "b")
 	cells := rareCells(t, e, 60)
-	e.clock.Advance(2 * time.Hour)
+	e.Clock.Advance(2 * time.Hour)
 	if err := w1.Activity.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestCycle_TwoInstancesShareOneCycle(t *testing.T) {
 		}
 	}
 	for _, c := range cells {
-		if tier := e.tierOf(t, c); tier != tiers.Cold {
+		if tier := e.TierOf(t, c); tier != tiers.Cold {
 			t.Fatalf("cell in %s, want cold", tier)
 		}
 	}
@@ -95,7 +96,7 @@ func TestCycle_DeadInstancesPartIsTakenOver(t *testing.T) {
 	e, w := newOwnWorkerEnv(t)
 	w.Config.PartLeaseTTL = 300 * time.Millisecond
 	cells := rareCells(t, e, 8)
-	e.clock.Advance(2 * time.Hour)
+	e.Clock.Advance(2 * time.Hour)
 	if err := w.Activity.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func TestCycle_DeadInstancesPartIsTakenOver(t *testing.T) {
 	if waited := time.Since(start); waited < 200*time.Millisecond {
 		t.Fatalf("finished in %s: the leased part was not waited for", waited)
 	}
-	if tier := e.tierOf(t, cells[0]); tier != tiers.Cold {
+	if tier := e.TierOf(t, cells[0]); tier != tiers.Cold {
 		t.Fatalf("the dead instance's cell is %s, want cold", tier)
 	}
 }
@@ -134,13 +135,13 @@ func TestCycle_ScheduledCycleRunsOncePerSchedule(t *testing.T) {
 	w2 := secondInstance(e, w1, "late")
 	ctx := context.Background()
 	rareCells(t, e, 5)
-	e.clock.Advance(2 * time.Hour)
+	e.Clock.Advance(2 * time.Hour)
 	first, err := w1.runCycle(ctx, "sched-100", w1.Jobs.Start(jobs.KindMigrate, "schedule"))
 	if err != nil || first.Moved["hot>cold"] != 5 {
 		t.Fatalf("first instance: %+v %v", first, err)
 	}
 	late := rareCells(t, e, 1) // called since: a move the next cycle makes
-	e.clock.Advance(2 * time.Hour)
+	e.Clock.Advance(2 * time.Hour)
 	if err := w1.Activity.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +149,7 @@ func TestCycle_ScheduledCycleRunsOncePerSchedule(t *testing.T) {
 	if err != nil || second.Cycle != "sched-100" || second.Moved["hot>cold"] != 5 || second.PartsBy["late"] != 0 {
 		t.Fatalf("late instance, same schedule: %+v %v: want the first run's report and no part run", second, err)
 	}
-	if tier := e.tierOf(t, late[0]); tier != tiers.Hot {
+	if tier := e.TierOf(t, late[0]); tier != tiers.Hot {
 		t.Fatalf("cell called since moved to %s by a cycle that had already run", tier)
 	}
 	next, err := w2.runCycle(ctx, "sched-200", w2.Jobs.Start(jobs.KindMigrate, "schedule"))
@@ -165,26 +166,26 @@ func TestRebuildColdFilters_ColdCountsHoldAfterRedisLostTheFilter(t *testing.T) 
 	t.Parallel()
 	e, w := newOwnWorkerEnv(t)
 	ctx := context.Background()
-	c := newCell(3)
+	c := moveenv.NewCell(3)
 	for range 3 {
-		e.check(t, tiers.Enforce, c)
+		e.Check(t, tiers.Enforce, c)
 	}
 	if err := w.Activity.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e.move(t, tiers.Hot, tiers.Cold, c)
-	if op := e.check(t, tiers.Enforce, c); op.Allowed() {
+	e.Move(t, tiers.Hot, tiers.Cold, c)
+	if op := e.Check(t, tiers.Enforce, c); op.Allowed() {
 		t.Fatal("4th call of 3 allowed in cold")
 	}
-	ref := c.ref()
-	if err := e.warm.Client().Del(ctx, e.warm.HeaderKey(&ref)).Err(); err != nil {
+	ref := c.Ref()
+	if err := e.Warm.Client().Del(ctx, e.Warm.HeaderKey(&ref)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	n, err := w.RebuildColdFilters(ctx)
 	if err != nil || n != 1 {
 		t.Fatalf("rebuild: %d cells, %v; want 1", n, err)
 	}
-	if op := e.check(t, tiers.Enforce, c); op.Allowed() || op.Out[0].Tier != tiers.Cold {
+	if op := e.Check(t, tiers.Enforce, c); op.Allowed() || op.Out[0].Tier != tiers.Cold {
 		t.Fatalf("after the rebuild, 4th call of 3: %+v; want denied in cold", op.Out)
 	}
 	// Run again: the cell is held already, its bits are not added twice.
@@ -200,14 +201,14 @@ func TestCycle_RescalesActivityOlderThanTheHorizon(t *testing.T) {
 	t.Parallel()
 	e, w := newWorkerEnv(t)
 	ctx := context.Background()
-	old, young := newCell(1000), newCell(1000)
-	e.check(t, tiers.Enforce, old)
-	e.check(t, tiers.Enforce, young)
+	old, young := moveenv.NewCell(1000), moveenv.NewCell(1000)
+	e.Check(t, tiers.Enforce, old)
+	e.Check(t, tiers.Enforce, young)
 	if _, err := w.RunCycle(ctx); err != nil { // folds the activity into cell_activity
 		t.Fatal(err)
 	}
-	hour := e.clock.Now().Unix() / 3600
-	oldID, youngID := old.ref().ID(), young.ref().ID()
+	hour := e.Clock.Now().Unix() / 3600
+	oldID, youngID := old.Ref().ID(), young.Ref().ID()
 	for _, db := range w.DBs {
 		if _, err := db.ExecContext(ctx, "UPDATE cell_activity SET since = ?, calls = 2000 WHERE k = ?", hour-200, oldID[:]); err != nil {
 			t.Fatal(err)
@@ -308,11 +309,11 @@ func TestCycle_SizesEachTagsColdFilterForTheCellsItSendsCold(t *testing.T) {
 	t.Parallel()
 	e, w := newWorkerEnv(t)
 	ctx := context.Background()
-	cells := newCells(48, 10, 1)
+	cells := moveenv.NewCells(48, 10, 1)
 	for _, c := range cells {
-		e.check(t, tiers.Enforce, c)
+		e.Check(t, tiers.Enforce, c)
 	}
-	e.clock.Advance(2 * time.Hour)
+	e.Clock.Advance(2 * time.Hour)
 	rep, err := w.RunCycle(ctx)
 	// A cell its tag's filter holds by a false positive (the tag's earlier
 	// batches set bits) takes the full protocol; the others the quiet move,
@@ -320,8 +321,8 @@ func TestCycle_SizesEachTagsColdFilterForTheCellsItSendsCold(t *testing.T) {
 	if err != nil || rep.Moved["hot>cold"] != 48 || rep.Idle < 40 || rep.Quiet != rep.Idle {
 		t.Fatalf("cycle: %+v %v, want 48 cells cold, nearly all by the quiet move as idle cells", rep, err)
 	}
-	ref := cells[0].ref()
-	layers, err := e.mover.RDB.GetRange(ctx, e.warm.HeaderKey(&ref), 12, 12).Result()
+	ref := cells[0].Ref()
+	layers, err := e.mover.RDB.GetRange(ctx, e.Warm.HeaderKey(&ref), 12, 12).Result()
 	if err != nil || len(layers) != 1 {
 		t.Fatalf("header: %q %v", layers, err)
 	}
@@ -332,12 +333,12 @@ func TestCycle_SizesEachTagsColdFilterForTheCellsItSendsCold(t *testing.T) {
 
 // pacedCycle is a worker bounded to 400 cells a second, in batches of 20,
 // and 400 hot cells whose target is cold.
-func pacedCycle(t *testing.T) (*env, *Worker, []cellSpec) {
+func pacedCycle(t *testing.T) (*env, *Worker, []moveenv.Cell) {
 	t.Helper()
 	e := newEnv(t).ownJournal()
 	w := e.worker(Config{Schedule: "@daily", HotThreshold: 20, ColdThreshold: 2, BatchSize: 20, CellsPerSecond: 400})
 	cells := rareCells(t, e, 400)
-	e.clock.Advance(2 * time.Hour)
+	e.Clock.Advance(2 * time.Hour)
 	return e, w, cells
 }
 
@@ -377,7 +378,7 @@ func TestCycle_APacedCycleCutShortLeavesItsPartsUndone(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, c := range cells {
-		if tier := e.tierOf(t, c); tier != tiers.Cold {
+		if tier := e.TierOf(t, c); tier != tiers.Cold {
 			t.Fatalf("cell %d in %s after the cycle was joined again, want cold", i, tier)
 		}
 	}
@@ -410,23 +411,23 @@ func TestCompactColdFilters_KeepsTheColdCellsInOneLayer(t *testing.T) {
 // on e.
 func compactColdFiltersOf(t *testing.T, e *env, w *Worker) {
 	ctx := context.Background()
-	grown := newCells(60, 3, 1)    // one app: moved to cold 5 at a time
-	oneLayer := newCells(10, 3, 1) // another: in one move
+	grown := moveenv.NewCells(60, 3, 1)    // one app: moved to cold 5 at a time
+	oneLayer := moveenv.NewCells(10, 3, 1) // another: in one move
 	for _, c := range slices.Concat(grown, oneLayer) {
-		e.check(t, tiers.Enforce, c)
-		e.check(t, tiers.Enforce, c)
+		e.Check(t, tiers.Enforce, c)
+		e.Check(t, tiers.Enforce, c)
 	}
 	if err := w.Activity.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for batch := range slices.Chunk(grown, 5) {
-		e.move(t, tiers.Hot, tiers.Cold, batch...)
+		e.Move(t, tiers.Hot, tiers.Cold, batch...)
 	}
-	e.move(t, tiers.Hot, tiers.Cold, oneLayer...)
+	e.Move(t, tiers.Hot, tiers.Cold, oneLayer...)
 	back := grown[40:] // out of cold again: their bits stay
-	e.move(t, tiers.Cold, tiers.Hot, back...)
-	tags := []tiers.Tag{grown[0].ref().Tag, oneLayer[0].ref().Tag}
-	before, err := e.warm.ColdFilters(ctx, tags)
+	e.Move(t, tiers.Cold, tiers.Hot, back...)
+	tags := []tiers.Tag{grown[0].Ref().Tag, oneLayer[0].Ref().Tag}
+	before, err := e.Warm.ColdFilters(ctx, tags)
 	if err != nil || before[0].Layers < 2 || before[1].Layers != 1 {
 		t.Fatalf("filters before %+v, %v; want several layers, then one", before, err)
 	}
@@ -435,19 +436,19 @@ func compactColdFiltersOf(t *testing.T, e *env, w *Worker) {
 	if err != nil || rep.Tags != 2 || rep.Compacted != 1 || rep.Changed != 0 || rep.CellsAfter != 40 || rep.BytesAfter >= rep.BytesBefore {
 		t.Fatalf("compaction %+v, %v; want the first app's filter down to its 40 cold cells", rep, err)
 	}
-	after, err := e.warm.ColdFilters(ctx, tags)
+	after, err := e.Warm.ColdFilters(ctx, tags)
 	if err != nil || after[0].Layers != 1 || after[0].Cells != 40 || after[1] != before[1] {
 		t.Fatalf("filters after %+v (before %+v), %v", after, before, err)
 	}
 	for i, c := range slices.Concat(grown[:40], oneLayer) {
-		if op := e.check(t, tiers.Enforce, c); !op.Allowed() || op.Out[0].Tier != tiers.Cold {
+		if op := e.Check(t, tiers.Enforce, c); !op.Allowed() || op.Out[0].Tier != tiers.Cold {
 			t.Fatalf("cold cell %d, 3rd call of 3: %+v; want allowed in cold", i, op.Out)
 		}
-		if op := e.check(t, tiers.Enforce, c); op.Allowed() {
+		if op := e.Check(t, tiers.Enforce, c); op.Allowed() {
 			t.Fatalf("cold cell %d: 4th call of 3 allowed", i)
 		}
 	}
-	maybe, err := e.warm.MayBeCold(ctx, refsOf(back...))
+	maybe, err := e.Warm.MayBeCold(ctx, moveenv.Refs(back...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,18 +510,18 @@ func TestCompactColdFilters_NeverRunsWithACycle(t *testing.T) {
 func layeredFilter(t *testing.T, e *env, w *Worker) ([]tiers.Tag, warm.ColdFilter) {
 	t.Helper()
 	ctx := context.Background()
-	cells := newCells(20, 3, 1)
+	cells := moveenv.NewCells(20, 3, 1)
 	for _, c := range cells {
-		e.check(t, tiers.Enforce, c)
+		e.Check(t, tiers.Enforce, c)
 	}
 	if err := w.Activity.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for batch := range slices.Chunk(cells, 5) {
-		e.move(t, tiers.Hot, tiers.Cold, batch...)
+		e.Move(t, tiers.Hot, tiers.Cold, batch...)
 	}
-	tag := []tiers.Tag{cells[0].ref().Tag}
-	before, err := e.warm.ColdFilters(ctx, tag)
+	tag := []tiers.Tag{cells[0].Ref().Tag}
+	before, err := e.Warm.ColdFilters(ctx, tag)
 	if err != nil || before[0].Layers < 2 {
 		t.Fatalf("filter before %+v, %v; want several layers", before, err)
 	}
@@ -540,7 +541,7 @@ func TestCompactColdFilters_StopsAtARowItCannotRead(t *testing.T) {
 	if _, err := w.CompactColdFilters(ctx); !errors.Is(err, errUndecodable) {
 		t.Fatalf("compaction over an unreadable row: %v, want it stopped", err)
 	}
-	if after, err := e.warm.ColdFilters(ctx, tag); err != nil || after[0] != before {
+	if after, err := e.Warm.ColdFilters(ctx, tag); err != nil || after[0] != before {
 		t.Fatalf("filter after %+v (before %+v), %v; want it unchanged", after, before, err)
 	}
 }
@@ -587,7 +588,7 @@ func TestCompactColdFilters_ReplacesNothingOnceItLostTheCycleKey(t *testing.T) {
 	if err := <-done; err == nil || !strings.Contains(err.Error(), "lost the cycle key") {
 		t.Fatalf("compaction that lost the cycle key: %v, want it stopped", err)
 	}
-	if after, err := e.warm.ColdFilters(ctx, tag); err != nil || after[0] != before {
+	if after, err := e.Warm.ColdFilters(ctx, tag); err != nil || after[0] != before {
 		t.Fatalf("filter after %+v (before %+v), %v; want it unchanged", after, before, err)
 	}
 	if v, _ := rdb.Get(ctx, w.cycleKey()).Result(); v != "run-other" {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/internal/testsupport/moveenv"
 	"github.com/quota-platform/quota/migrate/activity"
 	"github.com/quota-platform/quota/tiers"
 )
@@ -14,7 +15,7 @@ import (
 func refsOfParts(n int) (a, b []tiers.Ref, partA, partB int) {
 	partA, partB = -1, -1
 	for len(a) < n || len(b) < n {
-		r := dailyRefs(1)[0]
+		r := moveenv.DailyRefs(1)[0]
 		switch p := activity.PartOfCell(r.ID()); {
 		case partA < 0 || p == partA:
 			partA = p
@@ -35,7 +36,7 @@ func refsOfParts(n int) (a, b []tiers.Ref, partA, partB int) {
 func partRows(t *testing.T, e *env, part int) int {
 	t.Helper()
 	var n int
-	if err := e.cold.DBs()[0].QueryRow("SELECT COUNT(*) FROM cell_activity_log WHERE part = ?", part).Scan(&n); err != nil {
+	if err := e.Cold.DBs()[0].QueryRow("SELECT COUNT(*) FROM cell_activity_log WHERE part = ?", part).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -59,7 +60,7 @@ func TestFoldLongLogs_FoldsOnlyThePartsPastTheBound(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			e := newEnv(t)
-			db := e.cold.DBs()[:1]
+			db := e.Cold.DBs()[:1]
 			w := &Worker{Mover: e.mover, DBs: db, Config: Config{LogMaxRows: tc.maxRows}}
 			act := &activity.Activity{DBs: db}
 			long, short, partA, partB := refsOfParts(5)
@@ -82,13 +83,13 @@ func TestFoldLongLogs_FoldsOnlyThePartsPastTheBound(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rows := activityRows(t, db)
+			rows := moveenv.ActivityRows(t, db)
 			if tc.wantFolded {
 				if n != len(long) || partRows(t, e, partA) != 0 {
 					t.Fatalf("folded %d entries, %d rows left in part %d; want %d and 0", n, partRows(t, e, partA), partA, len(long))
 				}
 				for i, r := range long {
-					if rows[r.ID()].calls != 5 {
+					if rows[r.ID()].Calls != 5 {
 						t.Fatalf("cell %d of the long part: %+v, want 5 calls", i, rows[r.ID()])
 					}
 				}

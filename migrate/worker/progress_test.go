@@ -10,21 +10,22 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/quota-platform/quota/internal/testsupport/moveenv"
 	"github.com/quota-platform/quota/migrate/activity"
 	"github.com/quota-platform/quota/migrate/jobs"
 	"github.com/quota-platform/quota/tiers"
 )
 
 // touchCells calls each cell once, many cells to a router call.
-func touchCells(t *testing.T, e *env, cells []cellSpec) {
+func touchCells(t *testing.T, e *env, cells []moveenv.Cell) {
 	t.Helper()
 	for len(cells) > 0 {
 		n := min(len(cells), 250)
 		ops := make([]*tiers.Op, n)
 		for i, c := range cells[:n] {
-			ops[i] = &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{c.at(e.clock.Now())}}
+			ops[i] = &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{c.At(e.Clock.Now())}}
 		}
-		if err := e.router.Check(context.Background(), e.clock.Now(), ops); err != nil {
+		if err := e.Router.Check(context.Background(), e.Clock.Now(), ops); err != nil {
 			t.Fatalf("check: %v", err)
 		}
 		cells = cells[n:]
@@ -67,9 +68,9 @@ func TestCycleProgress_GrowsWhileItRunsAndEndsAtItsTotals(t *testing.T) {
 				o.Jobs = &jobs.Jobs{Instance: o.Name}
 				workers = append(workers, o)
 			}
-			cells := newCells(n, 10, 40)
+			cells := moveenv.NewCells(n, 10, 40)
 			touchCells(t, e, cells)
-			e.clock.Advance(2 * time.Hour)
+			e.Clock.Advance(2 * time.Hour)
 			if err := w.Activity.Flush(context.Background()); err != nil {
 				t.Fatal(err)
 			}
@@ -216,9 +217,9 @@ func TestJobsCollector_SeriesExistBeforeAnyJobAndShowTheLast(t *testing.T) {
 		want("quota_job_cells{kind="+k+",what=scanned}", 0)
 	}
 	want("quota_migration_cycle_fleet_parts{state=done}", 0)
-	cells := newCells(30, 10, 5)
+	cells := moveenv.NewCells(30, 10, 5)
 	touchCells(t, e, cells)
-	e.clock.Advance(2 * time.Hour)
+	e.Clock.Advance(2 * time.Hour)
 	if err := w.Activity.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}

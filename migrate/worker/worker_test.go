@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quota-platform/quota/internal/testsupport/moveenv"
 	"github.com/quota-platform/quota/migrate/activity"
 	"github.com/quota-platform/quota/tiers"
 )
@@ -31,10 +32,10 @@ func newOwnWorkerEnv(t *testing.T) (*env, *Worker) {
 // worker is a worker over e's tiers with cfg, counting the activity of
 // e's router on the cold shards.
 func (e *env) worker(cfg Config) *Worker {
-	dbs := e.cold.DBs()
-	act := &activity.Activity{DBs: dbs, Now: e.clock.Now}
-	e.router.Calls = act.Observe
-	return &Worker{Mover: e.mover, Activity: act, DBs: dbs, Now: e.clock.Now, Config: cfg}
+	dbs := e.Cold.DBs()
+	act := &activity.Activity{DBs: dbs, Now: e.Clock.Now}
+	e.Router.Calls = act.Observe
+	return &Worker{Mover: e.mover, Activity: act, DBs: dbs, Now: e.Clock.Now, Config: cfg}
 }
 
 // A cycle moves each cell by its mean calls per hour, in batches, and a
@@ -42,24 +43,24 @@ func (e *env) worker(cfg Config) *Worker {
 func TestCycle(t *testing.T) {
 	t.Parallel()
 	e, w := newWorkerEnv(t)
-	busy, some, rare := newCell(1000), newCell(1000), newCell(1000)
-	e.place(t, tiers.Cold, busy)
-	e.place(t, tiers.Warm, rare)
-	calls := map[*cellSpec]int{&busy: 50, &some: 10, &rare: 1}
+	busy, some, rare := moveenv.NewCell(1000), moveenv.NewCell(1000), moveenv.NewCell(1000)
+	e.Place(t, tiers.Cold, busy)
+	e.Place(t, tiers.Warm, rare)
+	calls := map[*moveenv.Cell]int{&busy: 50, &some: 10, &rare: 1}
 	for c, n := range calls {
 		for range n {
-			e.check(t, tiers.Enforce, *c)
+			e.Check(t, tiers.Enforce, *c)
 		}
 	}
 	// Two hours later: 25, 5 and 0.5 calls an hour.
-	e.clock.Advance(2 * time.Hour)
+	e.Clock.Advance(2 * time.Hour)
 	rep, err := w.RunCycle(context.Background())
 	if err != nil {
 		t.Fatal(err, rep.Errors)
 	}
 	t.Logf("%+v", rep)
-	for c, want := range map[*cellSpec]tiers.Tier{&busy: tiers.Hot, &some: tiers.Warm, &rare: tiers.Cold} {
-		if got := e.tierOf(t, *c); got != want {
+	for c, want := range map[*moveenv.Cell]tiers.Tier{&busy: tiers.Hot, &some: tiers.Warm, &rare: tiers.Cold} {
+		if got := e.TierOf(t, *c); got != want {
 			t.Errorf("cell with %d calls: tier %q, want %q", calls[c], got, want)
 		}
 	}
@@ -90,29 +91,29 @@ func TestOnCallPromotion(t *testing.T) {
 		t.Run(string(tc.from), func(t *testing.T) {
 			t.Parallel()
 			e, w := newWorkerEnv(t)
-			e.router.Observe = w.Observe
+			e.Router.Observe = w.Observe
 			stop, err := w.Start(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer stop()
-			c := newCell(1000)
-			e.place(t, tc.from, c)
+			c := moveenv.NewCell(1000)
+			e.Place(t, tc.from, c)
 			for range 6 {
-				e.clock.Advance(2 * time.Second)
-				e.check(t, tiers.Enforce, c)
+				e.Clock.Advance(2 * time.Second)
+				e.Check(t, tiers.Enforce, c)
 			}
 			// Calls after a cold cell reached warm may take it on to hot;
 			// "" is a cell frozen by a move. The count is read once no
 			// move is queued or running.
 			deadline := time.Now().Add(5 * time.Second)
-			for got := e.tierOf(t, c); (got != tc.to && got != tiers.Hot) || w.moving(); got = e.tierOf(t, c) {
+			for got := e.TierOf(t, c); (got != tc.to && got != tiers.Hot) || w.moving(); got = e.TierOf(t, c) {
 				if time.Now().After(deadline) {
 					t.Fatalf("not promoted: tier %q, want %s (or hot)", got, tc.to)
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
-			if n := e.count(t, c); n != 6 {
+			if n := e.Count(t, c); n != 6 {
 				t.Fatalf("count %d after promotion, want 6", n)
 			}
 		})
@@ -124,20 +125,20 @@ func TestOnCallPromotion(t *testing.T) {
 func TestActivity_CellsOfShortWindowsLeaveNoHistory(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	dbs := e.cold.DBs()
-	act := &activity.Activity{DBs: dbs, Now: e.clock.Now}
-	e.router.Calls, e.router.CallsMinWindow = act.Observe, 2*time.Hour
-	hourly, daily := newCell(10), newCell(10)
-	daily.window = 24 * time.Hour
+	dbs := e.Cold.DBs()
+	act := &activity.Activity{DBs: dbs, Now: e.Clock.Now}
+	e.Router.Calls, e.Router.CallsMinWindow = act.Observe, 2*time.Hour
+	hourly, daily := moveenv.NewCell(10), moveenv.NewCell(10)
+	daily.Window = 24 * time.Hour
 	for range 3 {
-		e.check(t, tiers.Enforce, hourly, daily)
+		e.Check(t, tiers.Enforce, hourly, daily)
 	}
 	if err := act.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	foldAll(t, dbs)
-	rows := activityRows(t, dbs)
-	if len(rows) != 1 || rows[daily.ref().ID()].calls != 3 {
+	moveenv.FoldAll(t, dbs, activity.PartsPerShard, activity.FoldLog)
+	rows := moveenv.ActivityRows(t, dbs)
+	if len(rows) != 1 || rows[daily.Ref().ID()].Calls != 3 {
 		t.Fatalf("cell_activity %v, want only the daily cell with 3 calls", rows)
 	}
 }

@@ -1,6 +1,7 @@
 // Package cold is the cold tier: fixed-window cells as rows of sharded
-// MySQL/MariaDB databases (Store), and its side of a move (Freeze,
-// Exists, and tiers.Mover's Export, Import and Delete).
+// MySQL/MariaDB databases (Store), and what a move does to its rows
+// (Freeze, Exists, Size, and tiers.Mover's Export, Import and Delete;
+// warm.ColdSide drives them with the directory's steps).
 package cold
 
 import (

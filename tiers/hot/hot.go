@@ -1,7 +1,7 @@
 // Package hot is the hot tier: every counter its own Redis key, every
 // algorithm checked by one script call (Store), and its side of a move
-// (Mover: export, import, delete, the freeze, and the quiet cells' moves
-// to cold). Its scripts (hot_check/, hot_fixed.lua, hot_freeze.lua,
+// (Side, a tiers.MoveSide over Mover: export, import, delete, the freeze;
+// and the quiet cells' moves to cold). Its scripts (hot_check/, hot_fixed.lua, hot_freeze.lua,
 // hot_state.lua) are embedded here; those that read the directory are
 // built with warm.CheckScript or warm.DirScript.
 package hot

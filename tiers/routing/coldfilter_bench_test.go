@@ -34,7 +34,7 @@ func BenchmarkHotCheck_FirstCallInATagWithColdCells(b *testing.B) {
 		{"grown-layers-compacted", 8, false, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			rdb := tierBenchRedis(b)
+			rdb := testenv.BenchRedis(b)
 			ws := warm.NewStore(rdb, warm.Options{})
 			hot := NewRouter(hot.NewStore(rdb, hot.Options{}), ws, nil).Hot()
 			ctx := context.Background()

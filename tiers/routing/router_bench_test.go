@@ -34,7 +34,7 @@ func BenchmarkRouter_ColdBatches(b *testing.B) {
 func benchRouterCold(b *testing.B, batch int, hints bool) {
 	ctx := context.Background()
 	cold := cold.NewStore(testenv.MySQLShards(b, 2), cold.Options{})
-	rdb := tierBenchRedis(b)
+	rdb := testenv.BenchRedis(b)
 	r := NewRouter(hot.NewStore(rdb, hot.Options{Prefix: "h:"}), warm.NewStore(rdb, warm.Options{Prefix: "w:"}), cold)
 	if hints {
 		r.ColdHints = NewColdHints(1 << 16)

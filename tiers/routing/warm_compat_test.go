@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
+	"github.com/quota-platform/quota/internal/testsupport/tierstest"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/hot"
 	"github.com/quota-platform/quota/tiers/warm"
@@ -23,39 +24,39 @@ func TestWarm_BucketOfThePreviousFormIsCountedExactly(t *testing.T) {
 	ws := warm.NewStore(rdb, warm.Options{Prefix: prefix})
 	r := NewRouter(hot, ws, nil)
 	ctx := context.Background()
-	now := time.Unix(recT+60, 0)
+	now := time.Unix(tierstest.RecT+60, 0)
 	app := newConfCell(20, time.Hour).App
-	cells := make([]confCell, len(oldWarmValues))
-	for i, c := range oldWarmValues {
+	cells := make([]confCell, len(tierstest.OldWarmValues))
+	for i, c := range tierstest.OldWarmValues {
 		cells[i] = newConfCell(20, time.Hour)
 		cells[i].App = app // one tag, one bucket
 		ref := tiers.Ref{Identity: cells[i].At(now).Identity, Window: time.Hour, Tag: tiers.TagOf(app)}
 		base, field := ws.Location(&ref)
-		if err := rdb.HSet(ctx, base+"w\x00\x00", field, c.val).Err(); err != nil {
+		if err := rdb.HSet(ctx, base+"w\x00\x00", field, c.Val).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := rdb.SetRange(ctx, ws.HeaderKey(&ref), 0, "\x01").Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for i, c := range oldWarmValues {
+	for i, c := range tierstest.OldWarmValues {
 		op := confOp(now, 2, tiers.Enforce, cells[i])
-		if c.want.Moved {
+		if c.Want.Moved {
 			// Frozen by a move of the old version: not counted.
 			if err := ws.Check(ctx, now, []*tiers.Op{op}); !errors.Is(err, tiers.ErrMoved) || op.Committed {
-				t.Fatalf("%s: %v, %+v; want ErrMoved", c.name, err, op.Out)
+				t.Fatalf("%s: %v, %+v; want ErrMoved", c.Name, err, op.Out)
 			}
 			continue
 		}
 		if err := r.Check(ctx, now, []*tiers.Op{op}); err != nil {
-			t.Fatalf("%s: %v", c.name, err)
+			t.Fatalf("%s: %v", c.Name, err)
 		}
-		used := c.want.Count
-		if c.want.Last < recT {
+		used := c.Want.Count
+		if c.Want.Last < tierstest.RecT {
 			used = 0 // an earlier window's count
 		}
 		if !op.Committed || op.Out[0].Tier != tiers.Warm || op.Out[0].Remaining != 20-used-2 {
-			t.Fatalf("%s: %+v, want ws, remaining %d", c.name, op.Out, 20-used-2)
+			t.Fatalf("%s: %+v, want ws, remaining %d", c.Name, op.Out, 20-used-2)
 		}
 	}
 	refs := make([]tiers.Ref, len(cells))
@@ -71,24 +72,24 @@ func TestWarm_BucketOfThePreviousFormIsCountedExactly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, c := range oldWarmValues {
-		want := c.want
+	for i, c := range tierstest.OldWarmValues {
+		want := c.Want
 		if !want.Moved {
 			want.Count = 2
-			if want.Last == recT {
-				want.Count += c.want.Count
+			if want.Last == tierstest.RecT {
+				want.Count += c.Want.Count
 			}
 		}
 		rec, ok := warm.IsRecord(raws[i])
 		if !frozen[i] || !ok || !rec.Moved || rec.Count != want.Count {
-			t.Errorf("%s: after the freeze %+v (%v), want count %d, moved", c.name, rec, frozen[i], want.Count)
+			t.Errorf("%s: after the freeze %+v (%v), want count %d, moved", c.Name, rec, frozen[i], want.Count)
 		}
-		if c.want.Moved {
-			if raws[i] != c.val {
-				t.Errorf("%s: a record frozen already was rewritten: %q", c.name, raws[i])
+		if c.Want.Moved {
+			if raws[i] != c.Val {
+				t.Errorf("%s: a record frozen already was rewritten: %q", c.Name, raws[i])
 			}
 		} else if raws[i][0] < 0x80 {
-			t.Errorf("%s: still of the old form after two writes: %q", c.name, raws[i])
+			t.Errorf("%s: still of the old form after two writes: %q", c.Name, raws[i])
 		}
 	}
 }

@@ -7,10 +7,11 @@ import (
 	"github.com/quota-platform/quota/tiers"
 )
 
-// This file holds the warm tier's and the directory's side of a move
-// (package migrate drives them; migrate/PROTOCOL.md explains the
-// protocol; the hot and cold sides are in packages hot and cold): freezing
-// a warm cell, and reading and switching the directory.
+// This file holds the directory's part of a move (package migrate drives
+// the moves through the sides, tiers.MoveSide: warm's and cold's in
+// side.go, hot's in package hot; migrate/PROTOCOL.md explains the
+// protocol): freezing a warm cell, and reading and switching the
+// directory.
 //
 // The directory of a fixed-window cell is its warm field and its tag's
 // cold filter (directory.go), in the same hash slot as the cell's hot keys:

@@ -1,7 +1,8 @@
 // Package warm is the warm tier (Store: fixed-window cells compressed in
 // Redis hashes) and the directory its buckets make, with the tags' cold
 // filters: where each cell lives (directory.go, coldfilter.go), the
-// directory's side of a move (move.go) and their Lua scripts, which the
+// directory's part of a move (move.go), the warm and cold move sides
+// (side.go) and their Lua scripts, which the
 // hot store's scripts build on (DirScript, CheckScript).
 package warm
 

@@ -241,3 +241,20 @@ func ProcessCPUTime(pid int) (time.Duration, error) {
 	}
 	return time.Duration(utime+stime) * 10 * time.Millisecond, nil
 }
+
+// Shard is database name on p with the schema, opened as quotad opens a
+// shard (cold.ShardDSN: parameters interpolated); it is closed when the
+// test ends.
+func (p *MariaDBProcess) Shard(tb testing.TB, name string) *sql.DB {
+	cfg, err := mysql.ParseDSN(p.CreateDatabase(name))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.InterpolateParams = true
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { db.Close() })
+	return db
+}
