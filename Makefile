@@ -239,15 +239,16 @@ bench-move: services
 	$(GO) test -run '^$$' -bench 'BenchmarkCycle_HotToCold' -benchtime 3x ./migrate/worker/
 	$(GO) test -run '^$$' -bench 'BenchmarkCompactColdFilters' -benchtime 3x ./migrate/worker/
 
-# Redis instructions a cell of the quiet move's two scripts and a check of
-# the check script, counted by valgrind's callgrind on a redis-server of
+# Redis instructions a cell of the quiet move's two scripts, a check of
+# the check script, and a new cell's check with tiering off and on
+# (BenchmarkNewCell_RedisInstructions), counted by valgrind's callgrind on a redis-server of
 # the benchmark's own (Debian's valgrind package, installed when missing):
 # figures that do not move with the machine's load, for comparing script
 # changes. ~1 minute.
 .PHONY: bench-scripts
 bench-scripts: services
 	@bash internal/testsupport/testenv/ensure-tool.sh valgrind >/dev/null
-	$(GO) test -run '^$$' -bench 'BenchmarkQuietMove_RedisInstructions|BenchmarkCheck_RedisInstructions' -benchtime 1x ./tiers/routing/
+	$(GO) test -run '^$$' -bench 'BenchmarkQuietMove_RedisInstructions|BenchmarkCheck_RedisInstructions|BenchmarkNewCell_RedisInstructions' -benchtime 1x ./tiers/routing/
 
 # MEMORY USAGE of one identity's key per algorithm and limit, after one
 # call and after a window of calls at the limit's rate (BENCHMARKS.md);
@@ -270,6 +271,16 @@ bench-filter: services
 .PHONY: bench-tiering
 bench-tiering: schema
 	bash bench/tiering.sh
+
+# New cells and what a cell costs Redis in each tier, from outside (issue
+# 52): batches of 500 new identities over 97 apps through POST
+# /v1/check/batch, tiering off against on alternated (batches/s), and
+# INFO used_memory's slope between 20,000 and 100,000 cells hot, moved warm
+# and moved cold by `quotactl migrate` cycles (bench/cells.sh; private
+# redis-server, fresh quota_bc_* databases; ~1 minute a round, ROUNDS=3).
+.PHONY: bench-cells
+bench-cells: build services
+	bash bench/cells.sh
 
 # Issue 4's Zipf migration benchmark: fill, replay, one `quotactl migrate`,
 # replay right after and settled, on a private redis-server (port 16391) and

@@ -52,15 +52,17 @@ for i = 1, n do
   local where = nil
   local version = nil
   if not v and dir then
-    local h = dir_header(KEYS[n + i])
-    local d = warm_get(h, ARGV[5 * i + 2])
-    if d then
-      if d ~= 'H' then where = d end
-    else
-      local maybe, ver = cold_maybe(h, ARGV[5 * i + 2])
-      if maybe and ver ~= ARGV[5 * i + 3] then
-        where = ''
-        version = ver
+    local h = dir_header_if(KEYS[n + i])
+    if h then
+      local d = warm_get(h, ARGV[5 * i + 2])
+      if d then
+        if d ~= 'H' then where = d end
+      else
+        local maybe, ver = cold_maybe(h, ARGV[5 * i + 2])
+        if maybe and ver ~= ARGV[5 * i + 3] then
+          where = ''
+          version = ver
+        end
       end
     end
   end

@@ -150,3 +150,65 @@ func BenchmarkCheck_RedisInstructions(b *testing.B) {
 	b.ReportMetric(float64(first)/float64(b.N*cells), "first-call-instr/check")
 	b.ReportMetric(float64(next)/float64(b.N*cells), "next-call-instr/check")
 }
+
+// BenchmarkNewCell_RedisInstructions counts the instructions Redis
+// executes a new cell of a check in tags with only hot cells (no header),
+// as make bench-cells fills them: ops of one fixed-window cell over 97
+// apps, 500 an r.Check (POST /v1/check/batch's pipeline), through the hot
+// store alone (tiering off) and through the router (on: the script reads
+// the tag's header too), on a redis-server run under callgrind (make
+// bench-scripts; skipped without valgrind).
+func BenchmarkNewCell_RedisInstructions(b *testing.B) {
+	cg := testenv.StartRedisCallgrind(b)
+	rdb := redis.NewClient(&redis.Options{Addr: cg.Addr()})
+	b.Cleanup(func() { rdb.Close() })
+	// Redis' cron (active expiry, table resizing) runs 10 times a second
+	// and counts too: once a second, it weighs ~1 % under a loaded machine.
+	if err := rdb.ConfigSet(context.Background(), "hz", "1").Err(); err != nil {
+		b.Fatal(err)
+	}
+	off := hot.NewStore(rdb, hot.Options{Prefix: "off:"})
+	on := NewRouter(hot.NewStore(rdb, hot.Options{Prefix: "on:"}), warm.NewStore(rdb, warm.Options{Prefix: "on:"}),
+		cold.NewStore(testenv.MySQLShards(b, 2), cold.Options{}))
+	ctx := context.Background()
+	apps := make([]confCell, 97)
+	for i := range apps {
+		apps[i] = newConfCell(10, 30*24*time.Hour)
+	}
+	batch := func(n int) []*tiers.Op {
+		ops := make([]*tiers.Op, n)
+		for i := range ops {
+			c := newConfCell(10, 30*24*time.Hour)
+			c.App, c.Vals[0] = apps[i%len(apps)].App, apps[i%len(apps)].App
+			ops[i] = confOp(confT0, 1, tiers.Enforce, c)
+		}
+		return ops
+	}
+	for _, tc := range []struct {
+		name  string
+		check func(context.Context, time.Time, []*tiers.Op) error
+	}{{"off", off.Check}, {"on", on.Check}} {
+		b.Run(tc.name, func(b *testing.B) {
+			run := func(ops []*tiers.Op) {
+				if err := tc.check(ctx, confT0, ops); err != nil {
+					b.Fatal(err)
+				}
+				for _, op := range ops {
+					if !op.Committed {
+						b.Fatal("a new cell was not counted")
+					}
+				}
+			}
+			run(batch(10)) // the script loaded
+			const cells = 1000
+			var instr int64
+			for range b.N {
+				for range cells / 500 {
+					ops := batch(500)
+					instr += cg.Instructions(func() { run(ops) })
+				}
+			}
+			b.ReportMetric(float64(instr)/float64(b.N*cells), "redis-instr/check")
+		})
+	}
+}

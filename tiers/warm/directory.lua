@@ -29,21 +29,23 @@ end
 local DIR_HEADER_READ = '76'
 
 -- The headers parsed in this call, made on the first (a check whose keys
--- all exist reads none).
+-- all exist reads none); false for a tag without a header.
 local dir_cache
 
--- dir_header returns the tag's header, parsed (and cached for this call).
-local function dir_header(hkey)
-  dir_cache = dir_cache or {}
-  local h = dir_cache[hkey]
-  if h then return h end
+-- dir_header_if returns the tag's header, parsed (and cached for this
+-- call), or false when the tag has none: it has only hot cells, so a cell
+-- without a counter is a new hot cell. The check scripts use it alone: a
+-- tag without a header costs them no table (a window's first calls in apps
+-- of hot cells are most of a fill of new cells: make bench-cells,
+-- BenchmarkNewCell_RedisInstructions). The scripts that write use
+-- dir_header (directory_write.lua), which makes the table of an empty one.
+local function dir_header_if(hkey)
+  local h = dir_cache and dir_cache[hkey]
+  if h ~= nil then return h end
   local raw = redis.call('GETRANGE', hkey, '0', DIR_HEADER_READ) -- and up to 16 layers
   if raw == '' then
-    -- No header: the tag has only hot cells (the common case, kept cheap).
-    h = { key = hkey, base = string.sub(hkey, 1, -2), warm = false, level = 0, split = 0,
-      version = '\0\0\0\0', total = 0, last = 0, sizes = {} }
-    dir_cache[hkey] = h
-    return h
+    if dir_cache then dir_cache[hkey] = false end
+    return false
   end
   if #raw < DIR_HEADER then raw = raw .. string.rep('\0', DIR_HEADER - #raw) end
   local layers = string.byte(raw, DIR_HEADER)
@@ -66,6 +68,7 @@ local function dir_header(hkey)
     h.sizes[j] = dir_u32(raw, DIR_HEADER + 4 * j - 3)
     if j < layers then h.total = h.total + 8 * h.sizes[j] end
   end
+  dir_cache = dir_cache or {}
   dir_cache[hkey] = h
   return h
 end

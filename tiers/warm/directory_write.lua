@@ -12,6 +12,19 @@ local function dir_u32s(v)
     math.floor(v / 256) % 256, v % 256)
 end
 
+-- dir_header returns the tag's header, parsed (and cached for this call):
+-- dir_header_if's, or for a tag without one (only hot cells: the common
+-- case) an empty header that the script's writes fill in.
+local function dir_header(hkey)
+  local h = dir_header_if(hkey)
+  if h then return h end
+  h = { key = hkey, base = string.sub(hkey, 1, -2), warm = false, level = 0, split = 0,
+    version = '\0\0\0\0', total = 0, last = 0, sizes = {} }
+  dir_cache = dir_cache or {}
+  dir_cache[hkey] = h
+  return h
+end
+
 -- dir_header_at returns the header whose index into KEYS is the ARGV
 -- value a, cached by a for this call: the mover's scripts name a header
 -- per cell, and tonumber calls C's strtod. The cache is made on first use:

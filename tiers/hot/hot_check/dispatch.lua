@@ -31,11 +31,11 @@ for j = 1, ndir do
   local base = 4 + STRIDE * n + 3 * (j - 1)
   local c = cells[tonumber(ARGV[base])]
   if redis.call('EXISTS', c.key) == 0 then
-    local h = dir_header(KEYS[n + j])
-    local v = warm_get(h, ARGV[base + 1])
+    local h = dir_header_if(KEYS[n + j])
+    local v = h and warm_get(h, ARGV[base + 1])
     if v then
       if v ~= 'H' then c.where = v end
-    else
+    elseif h then
       local maybe, ver = cold_maybe(h, ARGV[base + 1])
       if maybe and ver ~= ARGV[base + 2] then
         c.where = ''
