@@ -80,10 +80,20 @@ func (s *Store) runClustered(ctx context.Context, cc *redis.ClusterClient, now t
 	s.runByMaster(ctx, cc, calls, s.requests(calls, now), false)
 	var again []Call
 	var at []int
+	reload := false
 	for i := range calls {
-		if isRedirect(calls[i].cmd.Err()) {
+		err := calls[i].cmd.Err()
+		if isRedirect(err) {
 			again, at = append(again, calls[i]), append(at, i)
 		}
+		// A node that is no longer a master (READONLY) or a cluster that
+		// is failing over: go-redis' cluster client reloaded its slot map
+		// on these; answered by the fail mode, the next checks get a
+		// fresh map.
+		reload = reload || isNotMaster(err)
+	}
+	if reload {
+		cc.ReloadState(ctx)
 	}
 	if len(again) == 0 {
 		return
@@ -198,6 +208,13 @@ func failedCmd(ctx context.Context, err error) *redis.Cmd {
 	cmd := redis.NewCmd(ctx)
 	cmd.SetErr(err)
 	return cmd
+}
+
+// isNotMaster reports a node that refused a write as no longer (or not
+// yet) the master of its slots.
+func isNotMaster(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && (strings.HasPrefix(re.Error(), "READONLY ") || strings.HasPrefix(re.Error(), "CLUSTERDOWN ") || strings.HasPrefix(re.Error(), "MASTERDOWN "))
 }
 
 // isRedirect reports a cluster redirection (MOVED, ASK).
