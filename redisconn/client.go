@@ -26,13 +26,7 @@ func New(s config.Settings) redis.UniversalClient {
 		ReadTimeout:  s.RedisTimeout,
 		WriteTimeout: s.RedisTimeout,
 		PoolTimeout:  s.RedisTimeout,
-		// A call's context deadline is its sockets' deadline too (go-redis
-		// otherwise counts a fresh ReadTimeout from each read): a check's
-		// call on a cluster (hot.Options.CallTimeout) that first waited for
-		// a connection behind a silent master still ends by its deadline,
-		// where it used to take two timeouts.
-		ContextTimeoutEnabled: true,
-		PoolSize:              s.RedisPoolSize,
+		PoolSize:     s.RedisPoolSize,
 		// Failed dials must not trip go-redis' dial gate (dial.go).
 		Dialer: tlsDialer(s.RedisTimeout, s.RedisTLSConfig),
 		// No idle connections kept warm: each one lost in an outage would
