@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -43,9 +44,7 @@ func (s *Store) runWaited(ctx context.Context, now time.Time, calls []Call) erro
 		for i := range idxs {
 			idxs[i] = i
 		}
-		for k, cmd := range s.nodePipeline(ctx, s.rdb, reqs, idxs, true, true) {
-			calls[idxs[k]].cmd = cmd
-		}
+		s.nodePipeline(ctx, s.rdb, calls, reqs, idxs, true, true)
 		return nil
 	}
 	s.runByMaster(ctx, cc, calls, reqs, true)
@@ -124,18 +123,6 @@ func (s *Store) requests(calls []Call, now time.Time) []hotRequest {
 // master's own client (no retries: MaxRetries -1), followed by WAIT when
 // wait is set (nodePipeline). A call whose master is not known fails as
 // ErrUnavailable.
-//
-// It returns by ctx's deadline (the call's, Options.CallTimeout) whatever
-// go-redis is doing: a master that has not answered by then fails its
-// calls as the backend's timeout (noAnswer), and its pipeline finishes in
-// the background on commands no longer read. go-redis counts a socket's
-// read deadline from the read (ReadTimeout), not from the call, so a call
-// that first waited for a connection (its pool hands a waiting call the
-// first one released or dialled) could take that wait plus a whole
-// timeout: one check of a partition fault took 499 ms at 250 ms.
-// (ContextTimeoutEnabled would bound the sockets too, but for every
-// client of quotad; tried, a failover test's final read failed once with
-// it, cause not found.)
 func (s *Store) runByMaster(ctx context.Context, cc *redis.ClusterClient, calls []Call, reqs []hotRequest, wait bool) {
 	nodes := map[string]*redis.Client{}
 	groups := map[string][]int{}
@@ -149,61 +136,39 @@ func (s *Store) runByMaster(ctx context.Context, cc *redis.ClusterClient, calls 
 		nodes[addr] = node
 		groups[addr] = append(groups[addr], i)
 	}
-	type result struct {
-		addr string
-		idxs []int
-		cmds []*redis.Cmd
-	}
-	// Buffered: a pipeline that ends after the deadline still sends.
-	results := make(chan result, len(groups))
-	for addr, idxs := range groups {
-		go func() {
-			results <- result{addr, idxs, s.nodePipeline(ctx, nodes[addr], reqs, idxs, wait, true)}
-		}()
-	}
-	pending := len(groups)
-	for pending > 0 {
-		select {
-		case r := <-results:
-			for k, i := range r.idxs {
-				calls[i].cmd = r.cmds[k]
-			}
-			pending--
-			delete(groups, r.addr)
-		case <-ctx.Done():
-			for addr, idxs := range groups {
-				for _, i := range idxs {
-					calls[i].cmd = failedCmd(ctx, fmt.Errorf("%w: hot check: %s: %w", tiers.ErrUnavailable, addr, ctx.Err()))
-				}
-			}
-			return
+	if len(groups) == 1 {
+		for addr, idxs := range groups {
+			s.nodePipeline(ctx, nodes[addr], calls, reqs, idxs, wait, true)
 		}
+		return
 	}
+	var wg sync.WaitGroup
+	for addr, idxs := range groups {
+		wg.Go(func() { s.nodePipeline(ctx, nodes[addr], calls, reqs, idxs, wait, true) })
+	}
+	wg.Wait()
 }
 
-// nodePipeline sends the calls idxs (reqs[i]) to c in one pipeline,
-// ending in WAIT when wait is set, and returns their replies in the order
-// of idxs, the calls WAIT does not vouch for (and, with WAIT, those
-// redirected) marked unavailable. A call refused for want of its script (a
-// restarted or promoted master) is sent again once the scripts are loaded
-// (with a WAIT of its own). It touches nothing but its own replies, so
-// that runByMaster may stop waiting for it.
-func (s *Store) nodePipeline(ctx context.Context, c redis.Cmdable, reqs []hotRequest, idxs []int, wait, retry bool) []*redis.Cmd {
-	cmds := make([]*redis.Cmd, len(idxs))
+// nodePipeline sends the calls idxs to c in one pipeline, ending in WAIT
+// when wait is set, and marks the calls WAIT does not vouch for (and,
+// with WAIT, those redirected) as unavailable. A call refused for want of
+// its script (a restarted or promoted master) is sent again once the
+// scripts are loaded (with a WAIT of its own).
+func (s *Store) nodePipeline(ctx context.Context, c redis.Cmdable, calls []Call, reqs []hotRequest, idxs []int, wait, retry bool) {
 	pipe := c.Pipeline()
-	for k, i := range idxs {
-		cmds[k] = reqs[i].sc.EvalSha(ctx, pipe, reqs[i].keys, reqs[i].args...)
+	for _, i := range idxs {
+		calls[i].cmd = reqs[i].sc.EvalSha(ctx, pipe, reqs[i].keys, reqs[i].args...)
 	}
 	var waited *redis.Cmd
 	if wait {
 		waited = pipe.Do(ctx, "wait", s.wait.replicas, s.wait.timeout.Milliseconds())
 	}
 	_, _ = pipe.Exec(ctx) // each command's error is read below and in decode
-	var again []int       // positions in idxs
+	var again []int
 	if retry {
-		for k := range idxs {
-			if redisscript.IsNoScript(cmds[k].Err()) {
-				again = append(again, k)
+		for _, i := range idxs {
+			if redisscript.IsNoScript(calls[i].cmd.Err()) {
+				again = append(again, i)
 			}
 		}
 	}
@@ -214,35 +179,28 @@ func (s *Store) nodePipeline(ctx context.Context, c redis.Cmdable, reqs []hotReq
 		} else if n < s.wait.replicas {
 			notFinal = fmt.Errorf("%w: hot check not final: %d of %d replicas acknowledged it within %s", tiers.ErrUnavailable, n, s.wait.replicas, s.wait.timeout)
 		}
-		for _, cmd := range cmds {
-			err := cmd.Err()
+		for _, i := range idxs {
+			err := calls[i].cmd.Err()
 			switch {
 			case err == nil && notFinal != nil:
-				cmd.SetErr(notFinal)
+				calls[i].cmd.SetErr(notFinal)
 			case isRedirect(err):
-				cmd.SetErr(fmt.Errorf("%w: hot check: %w", tiers.ErrUnavailable, err))
+				calls[i].cmd.SetErr(fmt.Errorf("%w: hot check: %w", tiers.ErrUnavailable, err))
 			}
 		}
 	}
 	if len(again) == 0 {
-		return cmds
+		return
 	}
 	for _, sc := range []*redis.Script{s.script, s.fixed} {
 		if err := sc.Load(ctx, c).Err(); err != nil {
-			for _, k := range again {
-				cmds[k] = failedCmd(ctx, fmt.Errorf("hot load script: %w", tiers.WrapUnavailable(err)))
+			for _, i := range again {
+				calls[i].cmd = failedCmd(ctx, fmt.Errorf("hot load script: %w", tiers.WrapUnavailable(err)))
 			}
-			return cmds
+			return
 		}
 	}
-	sub := make([]int, len(again))
-	for j, k := range again {
-		sub[j] = idxs[k]
-	}
-	for j, cmd := range s.nodePipeline(ctx, c, reqs, sub, wait, false) {
-		cmds[again[j]] = cmd
-	}
-	return cmds
+	s.nodePipeline(ctx, c, calls, reqs, again, wait, false)
 }
 
 // failedCmd is a script reply that is err.

@@ -197,9 +197,6 @@ func runPartitionFault(t *testing.T, f *partitionFleet, fl partitionFault, limit
 	if row.enforcedAgain > 2*time.Second {
 		t.Errorf("enforcement came back %s after the heal; want < 2s", row.enforcedAgain)
 	}
-	if bound := redisTimeout + 100*time.Millisecond; row.maxLat >= bound {
-		t.Errorf("max latency %s; want < %s (the Redis timeout + 100 ms)", ms(row.maxLat), bound)
-	}
 	if bad := ss.Where(func(s Sample) bool { return !decided(s) && !(s.Status == 200 && s.Enforced == "false") }); len(bad) > 0 {
 		t.Errorf("%d checks got neither a decision nor fail open's answer: %v", len(bad), bad.Tally())
 	}
