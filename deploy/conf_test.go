@@ -47,6 +47,8 @@ func TestRedisConf_ServerRunsWithTheSettingsTheCodeReliesOn(t *testing.T) {
 		"hash-max-listpack-entries": "128",
 		"hash-max-listpack-value":   "64",
 		"hll-sparse-max-bytes":      "1000",
+		"repl-diskless-sync":        "yes",
+		"repl-diskless-sync-delay":  "0",
 	} {
 		got, err := rdb.ConfigGet(ctx, name).Result()
 		if err != nil {

@@ -420,6 +420,7 @@ func (s *Store) Run(ctx context.Context, now time.Time, calls []Call) error {
 // masters, and one master down must fail only the calls whose keys it
 // holds. It returns an error only when no call could be sent.
 func (s *Store) RunEach(ctx context.Context, now time.Time, calls []Call) error {
+	caller := ctx
 	if s.callTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.callTimeout)
@@ -432,10 +433,13 @@ func (s *Store) RunEach(ctx context.Context, now time.Time, calls []Call) error 
 			}
 		}
 	}
+	cc, cluster := s.rdb.(*redis.ClusterClient)
 	if s.wait.replicas > 0 {
 		if err := s.runWaited(ctx, now, calls); err != nil {
 			return err
 		}
+	} else if cluster {
+		s.runClustered(ctx, cc, now, calls)
 	} else if len(calls) == 1 {
 		sc, keys, args := s.request(&calls[0], now)
 		calls[0].cmd = sc.Run(ctx, s.rdb, keys, args...)
@@ -444,6 +448,9 @@ func (s *Store) RunEach(ctx context.Context, now time.Time, calls []Call) error 
 	}
 	for i := range calls {
 		c := &calls[i]
+		if s.callTimeout > 0 && caller.Err() == nil {
+			noAnswerWithin(c.cmd, s.callTimeout)
+		}
 		if c.fixed {
 			c.Err = s.decodeFixed(c, now)
 		} else {
@@ -451,6 +458,33 @@ func (s *Store) RunEach(ctx context.Context, now time.Time, calls []Call) error 
 		}
 	}
 	return nil
+}
+
+// noAnswer is a call that its master did not answer within the call's
+// deadline (Options.CallTimeout, QUOTA_REDIS_TIMEOUT) while the caller was
+// still waiting: a backend that hangs, which is what a read timeout says
+// too. It is a net.Error whose Timeout is true and it does not unwrap to
+// context.DeadlineExceeded, which the breaker takes for the caller's own
+// deadline (routing.Breaker opens at once on the backend's timeout).
+type noAnswer struct {
+	within time.Duration
+	err    error
+}
+
+func (e noAnswer) Error() string {
+	return fmt.Sprintf("no answer within %s (%v)", e.within, e.err)
+}
+func (e noAnswer) Timeout() bool   { return true }
+func (e noAnswer) Temporary() bool { return true }
+
+// noAnswerWithin turns cmd's error into noAnswer when it is the call's own
+// deadline: go-redis reports it as context.DeadlineExceeded when the
+// deadline ended the call between two steps (waiting for a connection of
+// a full pool, a dial, a retry) rather than in a socket read.
+func noAnswerWithin(cmd *redis.Cmd, d time.Duration) {
+	if err := cmd.Err(); err != nil && errors.Is(err, context.DeadlineExceeded) {
+		cmd.SetErr(noAnswer{within: d, err: err})
+	}
 }
 
 // request chooses the script of a check's call and builds its keys and

@@ -3,11 +3,13 @@ package routing
 import (
 	"context"
 	"errors"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quota-platform/quota/clock"
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/tiers"
 	"github.com/quota-platform/quota/tiers/cold"
@@ -112,6 +114,71 @@ func TestRouter_OnAClusterCellsWithoutAppAreEnforced(t *testing.T) {
 			if want := n == 1; alone.Committed != want || both.Committed != (n == 1) {
 				t.Fatalf("round %d: committed alone %v, both %v; want %v", n, alone.Committed, both.Committed, want)
 			}
+		}
+	}
+}
+
+// A cluster master that goes silent (SIGSTOP) opens its circuit on the
+// first check that times out behind it: the next check of its slots is
+// answered at once instead of waiting out another QUOTA_REDIS_TIMEOUT, and
+// a check of a healthy master in the same batch is decided. Before, the
+// hot store's call deadline ended go-redis' retries with
+// context.DeadlineExceeded on every command of the pipeline, which the
+// breaker does not take for the backend's timeout: it opened only after
+// three such failures, and a check queued meanwhile waited two timeouts
+// (398–483 ms in make test-partitions, timeout 250 ms).
+func TestBreaker_ASilentClusterMasterOpensItsCircuitOnTheFirstTimeout(t *testing.T) {
+	t.Parallel()
+	const timeout = 250 * time.Millisecond
+	nodes := testenv.StartRedisCluster(t, 3)
+	cc := testenv.ClusterClient(t, nodes, &redis.ClusterOptions{MaxRetries: -1, DialerRetries: 1,
+		DialTimeout: timeout, ReadTimeout: timeout, WriteTimeout: timeout, PoolTimeout: timeout})
+	h := hot.NewStore(cc, hot.Options{Prefix: "bs:", CallTimeout: timeout})
+	silentProbe := func(context.Context, string) error { return errors.New("still silent") }
+	b := NewBreaker(h, clock.Real{}, 3, 100*time.Millisecond).WithPartitions(ClusterPartition(cc), silentProbe, timeout)
+	partition := ClusterPartition(cc)
+	ctx := context.Background()
+	var onSilent, onHealthy confCell
+	found := 0
+	for found != 3 {
+		c := newConfCell(100, time.Hour)
+		switch partition(ctx, confOp(confT0, 1, tiers.Enforce, c)) {
+		case nodes[0].Addr():
+			onSilent, found = c, found|1
+		case nodes[1].Addr():
+			onHealthy, found = c, found|2
+		}
+	}
+	ops := func() []*tiers.Op {
+		return []*tiers.Op{confOp(confT0, 1, tiers.Enforce, onSilent), confOp(confT0, 1, tiers.Enforce, onHealthy)}
+	}
+	if err := b.CheckEach(ctx, confT0, ops(), func(int, error) {}); err != nil {
+		t.Fatalf("before the fault: %v", err)
+	}
+	if err := nodes[0].Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = nodes[0].Signal(syscall.SIGCONT) }()
+	// Round 0: the silent master's check alone (one call); then with a
+	// healthy master's check in the same batch (a pipeline).
+	for round := range 3 {
+		errs := make([]error, 2)
+		batch := ops()
+		if round == 0 {
+			batch = batch[:1]
+		}
+		began := time.Now()
+		_ = b.CheckEach(ctx, confT0, batch, func(i int, err error) { errs[i] = err })
+		took := time.Since(began)
+		t.Logf("round %d: %v; silent %v, healthy %v", round, took, errs[0], errs[1])
+		if !errors.Is(errs[0], tiers.ErrUnavailable) {
+			t.Errorf("round %d: the silent master's check: %v, want ErrUnavailable", round, errs[0])
+		}
+		if round > 0 && (errs[1] != nil || !batch[1].Committed) {
+			t.Errorf("round %d: the healthy master's check: %v, want decided", round, errs[1])
+		}
+		if round > 0 && (!errors.Is(errs[0], ErrCircuitOpen) || took > 100*time.Millisecond) {
+			t.Errorf("round %d took %v (%v): want the circuit open after the first timeout", round, took, errs[0])
 		}
 	}
 }

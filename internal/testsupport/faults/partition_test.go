@@ -41,7 +41,11 @@ func newPartitionFleet(t *testing.T, rules string, quotadEnv ...[]string) *parti
 	for i := range 3 {
 		rh = append(rh, f.net.AddHost(fmt.Sprintf("replica-%d", i+1)))
 	}
-	f.masters, f.replicas = testenv.StartClusterIn(t, mh, rh, nodeTimeout, "--appendonly", "yes", "--appendfsync", "everysec")
+	// deploy/redis.conf's persistence and replication: a full sync starts
+	// at once (repl-diskless-sync-delay 0) rather than after Redis' default
+	// 5 s wait for more replicas.
+	f.masters, f.replicas = testenv.StartClusterIn(t, mh, rh, nodeTimeout, "--appendonly", "yes", "--appendfsync", "everysec",
+		"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0")
 	var addrs []string
 	for _, m := range f.masters {
 		addrs = append(addrs, m.Addr())

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,14 +68,26 @@ func TestSplitBrain_WaitReplicasLosesNoCountBehindAnEnforcedAnswer(t *testing.T)
 			time.Sleep(15 * time.Second)
 			tHeal := time.Now()
 			cut(false)
-			// The old master rejoins as a replica of the promoted one.
-			rejoin := PollUntil(30*time.Second, 100*time.Millisecond, func() error {
+			// The old master rejoins as a replica of the promoted one, and
+			// is in sync once the promoted one lists it online (a full sync:
+			// what it took alone makes a partial one impossible).
+			rejoin := PollUntil(30*time.Second, 50*time.Millisecond, func() error {
 				role, err := testenv.Role(context.Background(), f.masters[0].Addr())
 				if err != nil || role != "slave" {
 					return fmt.Errorf("old master is %q (%v): %w", role, err, ErrNotYet)
 				}
 				return nil
 			})
+			rejoined := time.Since(tHeal)
+			inSync := PollUntil(30*time.Second, 50*time.Millisecond, func() error {
+				info, err := testenv.Info(context.Background(), f.replicas[0].Addr(), "replication")
+				if err != nil || !strings.Contains(info, "state=online") {
+					return fmt.Errorf("no replica online on the promoted master (%v): %w", err, ErrNotYet)
+				}
+				return nil
+			})
+			synced := time.Since(tHeal)
+			t.Logf("after the heal: the old master a replica in %s, in sync (online) in %s (%v)", rejoined.Round(time.Millisecond), synced.Round(time.Millisecond), inSync)
 			time.Sleep(6 * time.Second)
 			ss := load.Stop()
 			if rejoin != nil {
@@ -91,6 +104,9 @@ func TestSplitBrain_WaitReplicasLosesNoCountBehindAnEnforcedAnswer(t *testing.T)
 			fig.add("%s", row)
 			if tc.wantNoLoss && rep.Lost > 0 {
 				t.Errorf("%d counts lost behind enforced answers; want 0:\n%s", rep.Lost, rep)
+			}
+			if row.enforcedAgain > 2*time.Second {
+				t.Errorf("enforcement came back %s after the heal; want < 2s", row.enforcedAgain)
 			}
 			if rep.Count(history.Doubled) > 0 || rep.Count(history.UnderServe) > 0 {
 				t.Errorf("doubled or under-served:\n%s", rep)

@@ -278,3 +278,14 @@ func Role(ctx context.Context, addr string) (string, error) {
 	s, _ := v[0].(string)
 	return s, nil
 }
+
+// Info returns the INFO section of the Redis at addr.
+func Info(ctx context.Context, addr, section string) (string, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, MaxRetries: -1})
+	defer rdb.Close()
+	s, err := rdb.Info(ctx, section).Result()
+	if err != nil {
+		return "", fmt.Errorf("info %s of %s: %w", section, addr, err)
+	}
+	return s, nil
+}
