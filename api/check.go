@@ -72,7 +72,7 @@ func (s *Server) decide(x exchange, req *limiter.Request, denyStatus int) error 
 	}
 	var h answerHeaders
 	s.rateLimitHeaders(&h, &d)
-	return x.answer(status, &h, appendDecision(make([]byte, 0, 256), &d))
+	return x.answer(status, &h, appendDecision(make([]byte, 0, 512), &d)) // two limits' answer: ~270 B
 }
 
 // serveBatch answers POST /v1/check/batch.
@@ -171,7 +171,7 @@ func appendDecision(b []byte, d *limiter.Decision) []byte {
 		b = append(b, `{"rule":"`...)
 		b = append(b, e.Rule...)
 		b = append(b, `","window":"`...)
-		b = append(b, rules.Duration(e.Window).String()...)
+		b = rules.Duration(e.Window).Append(b)
 		b = append(b, `","limit":`...)
 		b = strconv.AppendInt(b, e.Limit, 10)
 		b = append(b, `,"remaining":`...)

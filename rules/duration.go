@@ -37,25 +37,28 @@ func ParseDuration(s string) (Duration, error) {
 }
 
 // String writes the duration in the largest whole unit: "1h", "90s", "2d".
-func (d Duration) String() string {
+func (d Duration) String() string { return string(d.Append(nil)) }
+
+// Append appends d as String writes it: the check path writes each
+// limit's window into its answer without a string of its own.
+func (d Duration) Append(b []byte) []byte {
 	if name, ok := calendarNames[d]; ok {
-		return name
+		return append(b, name...)
 	}
 	td := time.Duration(d)
 	switch {
 	case td == 0:
-		return "0s"
+		return append(b, "0s"...)
 	case td%(24*time.Hour) == 0 && td >= 48*time.Hour:
-		return strconv.FormatInt(int64(td/(24*time.Hour)), 10) + "d"
+		return append(strconv.AppendInt(b, int64(td/(24*time.Hour)), 10), 'd')
 	case td%time.Hour == 0:
-		return strconv.FormatInt(int64(td/time.Hour), 10) + "h"
+		return append(strconv.AppendInt(b, int64(td/time.Hour), 10), 'h')
 	case td%time.Minute == 0:
-		return strconv.FormatInt(int64(td/time.Minute), 10) + "m"
+		return append(strconv.AppendInt(b, int64(td/time.Minute), 10), 'm')
 	case td%time.Second == 0:
-		return strconv.FormatInt(int64(td/time.Second), 10) + "s"
-	default:
-		return td.String()
+		return append(strconv.AppendInt(b, int64(td/time.Second), 10), 's')
 	}
+	return append(b, td.String()...)
 }
 
 // UnmarshalYAML reads a duration string.

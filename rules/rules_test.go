@@ -148,10 +148,14 @@ func TestDuration_ParsesAndPrintsWholeUnits(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ in, out string }{
 		{"1s", "1s"}, {"60s", "1m"}, {"90s", "90s"}, {"1h", "1h"}, {"24h", "24h"}, {"7d", "7d"}, {"2d", "2d"}, {"1d", "24h"},
+		{"day", "day"}, {"week", "week"}, {"month", "month"}, {"1500ms", "1.5s"},
 	} {
 		d, err := rules.ParseDuration(tc.in)
 		if err != nil || d.String() != tc.out {
 			t.Errorf("%s: %v %v, want %s", tc.in, d, err, tc.out)
+		}
+		if got := string(d.Append([]byte("w="))); got != "w="+tc.out {
+			t.Errorf("%s: Append gives %q, want %q", tc.in, got, "w="+tc.out)
 		}
 	}
 	for _, bad := range []string{"", "x", "-d", "1.5d", "d"} {
