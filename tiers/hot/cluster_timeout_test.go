@@ -32,15 +32,7 @@ import (
 // Each call now goes to its master's own client, once, with or without the
 // bound.
 func TestCallTimeout_BoundsACheckBehindASilentClusterMaster(t *testing.T) {
-	nodes := testenv.StartRedisCluster(t, 3)
-	s := config.Defaults()
-	s.RedisAddrs, s.RedisCluster, s.RedisTimeout = nil, true, 250*time.Millisecond
-	for _, n := range nodes {
-		s.RedisAddrs = append(s.RedisAddrs, n.Addr())
-	}
-	rdb := redisconn.New(s)
-	t.Cleanup(func() { rdb.Close() })
-	cc := rdb.(*redis.ClusterClient)
+	nodes, s, rdb, cc := silentClusterEnv(t)
 	ctx := context.Background()
 	silent := nodes[0]
 	for _, bound := range []time.Duration{s.RedisTimeout, 0} {
@@ -94,15 +86,7 @@ func TestCallTimeout_BoundsACheckBehindASilentClusterMaster(t *testing.T) {
 // ended its retries was set on every command, so the healthy master's
 // answered check failed too (as context.DeadlineExceeded).
 func TestCallTimeout_ASilentMasterFailsOnlyItsOwnChecksInABatch(t *testing.T) {
-	nodes := testenv.StartRedisCluster(t, 3)
-	s := config.Defaults()
-	s.RedisAddrs, s.RedisCluster, s.RedisTimeout = nil, true, 250*time.Millisecond
-	for _, n := range nodes {
-		s.RedisAddrs = append(s.RedisAddrs, n.Addr())
-	}
-	rdb := redisconn.New(s)
-	t.Cleanup(func() { rdb.Close() })
-	cc := rdb.(*redis.ClusterClient)
+	nodes, s, rdb, cc := silentClusterEnv(t)
 	ctx := context.Background()
 	store := hot.NewStore(rdb, hot.Options{Prefix: "ctb:", CallTimeout: s.RedisTimeout})
 	onSilent, _ := cellOn(t, ctx, cc, store, nodes[0].Addr())
@@ -156,4 +140,19 @@ func cellOn(t *testing.T, ctx context.Context, cc *redis.ClusterClient, s *hot.S
 	}
 	t.Fatalf("no cell on %s", addr)
 	return tiers.Cell{}, ""
+}
+
+// silentClusterEnv is a 3-master cluster and quotad's client of it, with
+// a 250 ms Redis timeout.
+func silentClusterEnv(t *testing.T) ([]*testenv.RedisProcess, config.Settings, redis.UniversalClient, *redis.ClusterClient) {
+	t.Helper()
+	nodes := testenv.StartRedisCluster(t, 3)
+	s := config.Defaults()
+	s.RedisAddrs, s.RedisCluster, s.RedisTimeout = nil, true, 250*time.Millisecond
+	for _, n := range nodes {
+		s.RedisAddrs = append(s.RedisAddrs, n.Addr())
+	}
+	rdb := redisconn.New(s)
+	t.Cleanup(func() { rdb.Close() })
+	return nodes, s, rdb, rdb.(*redis.ClusterClient)
 }
