@@ -48,8 +48,13 @@ func (s *Server) NewHTTPServer(o EdgeOptions) *fasthttp.Server {
 		IdleTimeout:  120 * time.Second,
 		// A request's head must fit the read buffer: 16 KiB, as
 		// net/http's MaxHeaderBytes was.
-		ReadBufferSize:               16 << 10,
-		MaxRequestBodySize:           MaxBody,
+		ReadBufferSize: 16 << 10,
+		// Bodies are read up to 256 KiB and the check routes answer 413
+		// over MaxBody themselves, so that a client still writing a body a
+		// little over the limit reads its 413 rather than a closed
+		// connection (net/http drains 256 KiB the same way); beyond that
+		// fasthttp answers 413 (edgeError) and closes.
+		MaxRequestBodySize:           maxReadBody,
 		NoDefaultServerHeader:        true,
 		NoDefaultContentType:         true,
 		DisablePreParseMultipartForm: true,
@@ -147,6 +152,9 @@ func (s *Server) edgeError(ctx *fasthttp.RequestCtx, err error) {
 }
 
 var jsonContentTypeBytes = []byte("application/json")
+
+// maxReadBody is the most of a body the edge reads (413 beyond).
+const maxReadBody = 256 << 10
 
 // edgeExchange is a check carried by the edge.
 type edgeExchange struct{ ctx *fasthttp.RequestCtx }

@@ -27,6 +27,7 @@ func TestEdge_AnswersRequestsItCannotReadWithTheErrorBody(t *testing.T) {
 	}{
 		{"head over 16 KiB", "POST /v1/check HTTP/1.1\r\nHost: q\r\nX-Big: " + big + "\r\nContent-Length: 2\r\n\r\n{}", 431, "headers_too_large"},
 		{"body over 64 KiB", "POST /v1/check HTTP/1.1\r\nHost: q\r\nContent-Type: application/json\r\nContent-Length: 70000\r\n\r\n" + strings.Repeat(" ", 70000), 413, "body_too_large"},
+		{"body over 256 KiB", "POST /v1/check HTTP/1.1\r\nHost: q\r\nContent-Type: application/json\r\nContent-Length: 300000\r\n\r\n" + strings.Repeat(" ", 300000), 413, "body_too_large"},
 		{"not HTTP", "HELLO\r\n\r\n", 400, "bad_request"},
 	}
 	for _, tc := range cases {
