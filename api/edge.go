@@ -41,7 +41,7 @@ func (s *Server) NewHTTPServer(o EdgeOptions) *fasthttp.Server {
 		fallback = s
 	}
 	return &fasthttp.Server{
-		Handler:      s.edgeHandler(fasthttpadaptor.NewFastHTTPHandler(fallback), !o.ChecksThroughFallback),
+		Handler:      s.edgeHandler(fasthttpadaptor.NewFastHTTPHandler(ownContext(fallback)), !o.ChecksThroughFallback),
 		ErrorHandler: s.edgeError,
 		ReadTimeout:  10 * time.Second,
 		WriteTimeout: 10 * time.Second,
@@ -61,6 +61,17 @@ func (s *Server) NewHTTPServer(o EdgeOptions) *fasthttp.Server {
 		CloseOnShutdown:              true,
 		Logger:                       edgeLogger{s.deps.Log},
 	}
+}
+
+// ownContext serves h with a request context of its own: fasthttpadaptor
+// hands h fasthttp's request context, which is reused for the next
+// request once h returns, and work h leaves running (readyz's probes
+// past their deadline) must not read it then. It never ended with the
+// client anyway, only with the server.
+func ownContext(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(context.Background()))
+	})
 }
 
 // edgeHandler answers the check routes itself (when checks is true) and
