@@ -27,6 +27,11 @@ func New(s config.Settings) redis.UniversalClient {
 		WriteTimeout: s.RedisTimeout,
 		PoolTimeout:  s.RedisTimeout,
 		PoolSize:     s.RedisPoolSize,
+		// A caller's deadline bounds the socket reads and writes too, not
+		// only the wait for a pooled connection: a check that waited for a
+		// connection must not then get a fresh ReadTimeout of its own
+		// (hot.Options.CallTimeout bounds a check's call as a whole).
+		ContextTimeoutEnabled: true,
 		// Failed dials must not trip go-redis' dial gate (dial.go).
 		Dialer: tlsDialer(s.RedisTimeout, s.RedisTLSConfig),
 		// No idle connections kept warm: each one lost in an outage would

@@ -94,7 +94,7 @@ type Store struct {
 	wait waitOptions
 	// refunded is Options.Refunded.
 	refunded func()
-	// callTimeout bounds a whole call on a Redis Cluster (Options.CallTimeout).
+	// callTimeout bounds a whole call (Options.CallTimeout).
 	callTimeout time.Duration
 }
 
@@ -117,15 +117,17 @@ type Options struct {
 	// were too high for a moment, and a denial cached meanwhile must go
 	// (limiter.Denials, denysync).
 	Refunded func()
-	// CallTimeout, on a Redis Cluster client, bounds each check's round
-	// trip as a whole (QUOTA_REDIS_TIMEOUT). go-redis' cluster client sends
-	// a pipeline that timed out again, up to MaxRedirects times, each after
-	// a new dial: behind a silent partition a check waited seconds, and a
-	// script whose answer was lost could run twice. With the bound, the
-	// deadline has passed when the first attempt times out, so go-redis
-	// gives up instead of trying again; redirects (MOVED, ASK) that answer
-	// within it are still followed. Ignored on a single Redis, whose
-	// client does not retry (MaxRetries -1).
+	// CallTimeout bounds each check's round trip as a whole
+	// (QUOTA_REDIS_TIMEOUT): the wait for a pooled connection, a dial, the
+	// write and the read together, so that a check that first waited for
+	// a connection does not then read for a whole timeout more (the
+	// client must set ContextTimeoutEnabled, as redisconn.New does). On a
+	// Redis Cluster it also ends go-redis' cluster client's retries: that
+	// client sends a pipeline that timed out again, up to MaxRedirects
+	// times, each after a new dial, so behind a silent partition a check
+	// waited seconds and a script whose answer was lost could run twice.
+	// Redirects (MOVED, ASK) that answer within the bound are still
+	// followed.
 	CallTimeout time.Duration
 }
 
@@ -141,15 +143,8 @@ func NewStore(rdb redis.UniversalClient, o Options) *Store {
 		splitBySlot: o.SplitBySlot || cluster,
 		wait:        waitOptions{replicas: int64(o.WaitReplicas), timeout: o.WaitTimeout},
 		refunded:    o.Refunded,
-		callTimeout: clusterOnly(cluster, o.CallTimeout),
+		callTimeout: o.CallTimeout,
 	}
-}
-
-func clusterOnly(cluster bool, d time.Duration) time.Duration {
-	if cluster {
-		return d
-	}
-	return 0
 }
 
 // WithDirectory returns a copy of s (its options kept) whose fixed-window
