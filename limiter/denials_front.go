@@ -58,7 +58,7 @@ func (l *Limiter) Denied(req *Request) (Decision, bool) {
 	}
 	gen := d.gen.Load()
 	now := l.clock.Now()
-	op, owners := buildOp(l.rules.Load(), req, now, l.loc)
+	op, owners := buildOp(l.rules.Load(), req, now, l.loc, true)
 	if len(op.Cells) == 0 || !d.lookup(op, now, gen) {
 		return Decision{}, false
 	}
