@@ -377,7 +377,12 @@ type opBuf struct {
 // and no placement or counter key: three of a cell's four MD5s, for an op
 // that is answered from the cache or not at all (Denied).
 func buildOp(set *compiledSet, req *Request, now time.Time, loc *time.Location, cacheOnly bool) (*tiers.Op, []entryOwner) {
-	buf := &opBuf{op: tiers.Op{Cost: req.Cost, Mode: tiers.Enforce}}
+	return buildOpIn(new(opBuf), set, req, now, loc, cacheOnly)
+}
+
+// buildOpIn is buildOp in buf, which holds nothing the op needs.
+func buildOpIn(buf *opBuf, set *compiledSet, req *Request, now time.Time, loc *time.Location, cacheOnly bool) (*tiers.Op, []entryOwner) {
+	buf.op = tiers.Op{Cost: req.Cost, Mode: tiers.Enforce}
 	op := &buf.op
 	op.Cells = buf.cells[:0]
 	switch {
