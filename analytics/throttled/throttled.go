@@ -108,7 +108,7 @@ type summary struct {
 }
 
 type ssEntry struct {
-	id          string // identityKey of the dimension values
+	id          string // appendIdentityKey of the dimension values
 	count, over int64  // denials (an upper bound) and the overcount bound
 	// flushedCount and flushedOver are what the last flushes wrote.
 	flushedCount, flushedOver int64
@@ -156,13 +156,9 @@ func New(clk clock.Clock, days usage.Days, dbs usage.Shards, opt Options, reg pr
 	return t
 }
 
-// identityKey encodes dimension names and values, length-prefixed, in
-// the rule's order: one identity, no ambiguity whatever the values hold.
-func identityKey(names, values []string) string {
-	return string(appendIdentityKey(nil, names, values))
-}
-
-// appendIdentityKey appends identityKey(names, values) to b.
+// appendIdentityKey appends an identity key to b: the dimension names and
+// values, length-prefixed, in the rule's order: one identity, no ambiguity
+// whatever the values hold.
 func appendIdentityKey(b []byte, names, values []string) []byte {
 	for i := range names {
 		b = binary.AppendUvarint(b, uint64(len(names[i])))
@@ -173,7 +169,7 @@ func appendIdentityKey(b []byte, names, values []string) []byte {
 	return b
 }
 
-// decodeIdentity is the dimensions of an identityKey.
+// decodeIdentity is the dimensions of an identity key.
 func decodeIdentity(id string) map[string]string {
 	out := map[string]string{}
 	b := []byte(id)
