@@ -72,7 +72,7 @@ func (s *Server) decide(x exchange, req *limiter.Request, denyStatus int) error 
 	}
 	var h answerHeaders
 	s.rateLimitHeaders(&h, &d)
-	return x.answer(status, &h, appendDecision(make([]byte, 0, 512), &d)) // two limits' answer: ~270 B
+	return x.answer(status, h, appendDecision(x.answerBuffer(), &d))
 }
 
 // serveBatch answers POST /v1/check/batch.
@@ -107,7 +107,7 @@ func (s *Server) serveBatch(x exchange) error {
 		b = appendDecision(b, &ds[i])
 	}
 	b = append(b, "]}\n"...)
-	return x.answer(http.StatusOK, nil, b)
+	return x.answer(http.StatusOK, answerHeaders{}, b)
 }
 
 // storeFailure applies QUOTA_FAIL_MODE to checks the store could not
@@ -120,7 +120,7 @@ func (s *Server) storeFailure(x exchange, err error, batch int) error {
 	h.add(HeaderEnforced, []byte("false"))
 	const item = `{"allowed":true,"rules":[],"enforced":false}`
 	if batch == 0 {
-		return x.answer(http.StatusOK, &h, []byte(item+"\n"))
+		return x.answer(http.StatusOK, h, append(x.answerBuffer(), item+"\n"...))
 	}
 	b := make([]byte, 0, 16+len(item)*batch)
 	b = append(b, `{"results":[`...)
@@ -130,7 +130,7 @@ func (s *Server) storeFailure(x exchange, err error, batch int) error {
 		}
 		b = append(b, item...)
 	}
-	return x.answer(http.StatusOK, &h, append(b, "]}\n"...))
+	return x.answer(http.StatusOK, h, append(b, "]}\n"...))
 }
 
 // rateLimitHeaders adds the rate-limit headers QUOTA_HEADERS asks for

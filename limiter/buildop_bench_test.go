@@ -52,7 +52,15 @@ plans:
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
-				op, owners := buildOp(cs, reqs[i%len(reqs)], now, time.UTC)
+				op, owners := buildOp(cs, reqs[i%len(reqs)], now, time.UTC, false)
+				_ = decision(op, owners)
+			}
+		})
+		// What Denied builds to look a check up in the denial cache.
+		b.Run(c.name+"/cache-only", func(b *testing.B) {
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				op, owners := buildOp(cs, reqs[i%len(reqs)], now, time.UTC, true)
 				_ = decision(op, owners)
 			}
 		})

@@ -3,6 +3,7 @@ package limiter
 import (
 	"context"
 	"hash/maphash"
+	"sync"
 	"sync/atomic"
 )
 
@@ -58,12 +59,19 @@ func (l *Limiter) Denied(req *Request) (Decision, bool) {
 	}
 	gen := d.gen.Load()
 	now := l.clock.Now()
-	op, owners := buildOp(l.rules.Load(), req, now, l.loc)
+	// The op lives only until its answer is copied out: its buffer is
+	// used again (BenchmarkDenied: one allocation of ~1 KiB a hit less).
+	buf := opBufs.Get().(*opBuf)
+	defer opBufs.Put(buf)
+	op, owners := buildOpIn(buf, l.rules.Load(), req, now, l.loc, true)
 	if len(op.Cells) == 0 || !d.lookup(op, now, gen) {
 		return Decision{}, false
 	}
 	return decision(op, owners), true
 }
+
+// opBufs are Denied's ops' buffers.
+var opBufs = sync.Pool{New: func() any { return new(opBuf) }}
 
 // SingleChecker decides one check (a coalesce.Coalescer, a Limiter).
 type SingleChecker interface {

@@ -24,7 +24,7 @@ type denialRig struct {
 	clk           *clock.Fake
 }
 
-func newDenialRig(t *testing.T, rs []rules.Rule, size int) *denialRig {
+func newDenialRig(t testing.TB, rs []rules.Rule, size int) *denialRig {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	set, err := rules.NewSet(rs)

@@ -245,7 +245,7 @@ func compileApps(set *rules.Set, a *rules.Assignments) map[string][][]rules.Limi
 func (l *Limiter) Check(ctx context.Context, req *Request) (Decision, error) {
 	gen := l.denialGen()
 	now := l.clock.Now()
-	op, owners := buildOp(l.rules.Load(), req, now, l.loc)
+	op, owners := buildOp(l.rules.Load(), req, now, l.loc, false)
 	if len(op.Cells) > 0 && !l.cachedDenial(op, now, gen) {
 		if err := l.store.Check(ctx, now, []*tiers.Op{op}); err != nil {
 			return Decision{}, fmt.Errorf("check: %w", err)
@@ -298,7 +298,7 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 		fronts = make([]uint64, len(reqs))
 	}
 	for i, req := range reqs {
-		ops[i], owners[i] = buildOp(set, req, now, l.loc)
+		ops[i], owners[i] = buildOp(set, req, now, l.loc, false)
 		if cache {
 			fronts[i] = l.frontHash(req)
 		}
@@ -372,8 +372,17 @@ type opBuf struct {
 	owners [inlineCells]entryOwner
 }
 
-func buildOp(set *compiledSet, req *Request, now time.Time, loc *time.Location) (*tiers.Op, []entryOwner) {
-	buf := &opBuf{op: tiers.Op{Cost: req.Cost, Mode: tiers.Enforce}}
+// buildOp makes req's op at now. With cacheOnly, the cells carry only
+// what the denial cache reads (identity, window, limit, algorithm, shadow)
+// and no placement or counter key: three of a cell's four MD5s, for an op
+// that is answered from the cache or not at all (Denied).
+func buildOp(set *compiledSet, req *Request, now time.Time, loc *time.Location, cacheOnly bool) (*tiers.Op, []entryOwner) {
+	return buildOpIn(new(opBuf), set, req, now, loc, cacheOnly)
+}
+
+// buildOpIn is buildOp in buf, which holds nothing the op needs.
+func buildOpIn(buf *opBuf, set *compiledSet, req *Request, now time.Time, loc *time.Location, cacheOnly bool) (*tiers.Op, []entryOwner) {
+	buf.op = tiers.Op{Cost: req.Cost, Mode: tiers.Enforce}
 	op := &buf.op
 	op.Cells = buf.cells[:0]
 	switch {
@@ -386,7 +395,7 @@ func buildOp(set *compiledSet, req *Request, now time.Time, loc *time.Location) 
 	var values [rules.MaxDimensions]string
 	scan := set.rules
 	if req.Counters != nil {
-		owners = appendCounterCells(op, owners, req, now)
+		owners = appendCounterCells(op, owners, req, now, cacheOnly)
 		scan = nil
 	}
 	for i := range scan {
@@ -410,7 +419,11 @@ func buildOp(set *compiledSet, req *Request, now time.Time, loc *time.Location) 
 				limits = byRule[i]
 			}
 		}
-		tag, shardKey := place(id, cr.tagDim >= 0, app, user)
+		var tag tiers.Tag
+		var shardKey uint64
+		if !cacheOnly {
+			tag, shardKey = place(id, cr.tagDim >= 0, app, user)
+		}
 		for _, lim := range limits {
 			cell := tiers.Cell{
 				Algorithm: cr.rule.Algorithm,
@@ -421,7 +434,9 @@ func buildOp(set *compiledSet, req *Request, now time.Time, loc *time.Location) 
 			}
 			switch {
 			case lim.Window.IsCalendar():
-				calendarCell(&cell, cr.calendarScope(lim.Window), vals, lim.Window, now, loc)
+				calendarCell(&cell, cr.calendarScope(lim.Window), vals, lim.Window, now, loc, cacheOnly)
+			case cacheOnly:
+				cell.Window, cell.Identity = time.Duration(lim.Window), id
 			case cr.rule.Algorithm == rules.FixedWindow:
 				cell.Window, cell.Identity = time.Duration(lim.Window), id
 				cell.Key = fixedKey(id, cell.Window, now)
@@ -456,11 +471,13 @@ func buildOp(set *compiledSet, req *Request, now time.Time, loc *time.Location) 
 // of its own for each period (its length is in the cell id), so a new
 // period starts from zero. The identity is the rule's with the calendar
 // kind, so a day and a month that end together stay two cells.
-func calendarCell(c *tiers.Cell, scope string, vals []string, w rules.Duration, now time.Time, loc *time.Location) {
+func calendarCell(c *tiers.Cell, scope string, vals []string, w rules.Duration, now time.Time, loc *time.Location, cacheOnly bool) {
 	_, end := w.Period(now, loc)
 	c.Window = time.Duration(end.Unix()) * time.Second
 	c.Identity = tiers.IdentityOf(scope, vals)
-	c.Key = fixedKey(c.Identity, c.Window, now)
+	if !cacheOnly {
+		c.Key = fixedKey(c.Identity, c.Window, now)
+	}
 }
 
 func decision(op *tiers.Op, owners []entryOwner) Decision {
@@ -531,21 +548,21 @@ type Counter struct {
 }
 
 // appendCounterCells appends req's explicit counters to op.
-func appendCounterCells(op *tiers.Op, owners []entryOwner, req *Request, now time.Time) []entryOwner {
+func appendCounterCells(op *tiers.Op, owners []entryOwner, req *Request, now time.Time, cacheOnly bool) []entryOwner {
 	for j := range req.Counters {
 		c := &req.Counters[j]
-		id := tiers.IdentityOf(req.Scope, c.Identity)
-		tag, shardKey := place(id, c.App != "", c.App, c.User)
-		op.Cells = append(op.Cells, tiers.Cell{
+		cell := tiers.Cell{
 			Algorithm: rules.FixedWindow,
 			Limit:     c.Limit,
 			Window:    c.Window,
 			Shadow:    c.Shadow,
-			Identity:  id,
-			Key:       fixedKey(id, c.Window, now),
-			Tag:       tag,
-			ShardKey:  shardKey,
-		})
+			Identity:  tiers.IdentityOf(req.Scope, c.Identity),
+		}
+		if !cacheOnly {
+			cell.Tag, cell.ShardKey = place(cell.Identity, c.App != "", c.App, c.User)
+			cell.Key = fixedKey(cell.Identity, c.Window, now)
+		}
+		op.Cells = append(op.Cells, cell)
 		owners = append(owners, entryOwner{name: c.Name, limit: rules.Limit{Limit: c.Limit, Window: rules.Duration(c.Window)}})
 	}
 	return owners

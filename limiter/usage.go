@@ -17,7 +17,7 @@ import (
 func (l *Limiter) Usage(ctx context.Context, dims []Dim) (Decision, error) {
 	req := &Request{Dims: dims, DryRun: true, Cost: 1}
 	now := l.clock.Now()
-	op, owners := buildOp(l.rules.Load(), req, now, l.loc)
+	op, owners := buildOp(l.rules.Load(), req, now, l.loc, false)
 	if len(op.Cells) == 0 {
 		return decision(op, owners), nil
 	}

@@ -25,6 +25,7 @@ import (
 	"container/heap"
 	"encoding/binary"
 	"hash/maphash"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -107,7 +108,7 @@ type summary struct {
 }
 
 type ssEntry struct {
-	id          string // identityKey of the dimension values
+	id          string // appendIdentityKey of the dimension values
 	count, over int64  // denials (an upper bound) and the overcount bound
 	// flushedCount and flushedOver are what the last flushes wrote.
 	flushedCount, flushedOver int64
@@ -155,24 +156,20 @@ func New(clk clock.Clock, days usage.Days, dbs usage.Shards, opt Options, reg pr
 	return t
 }
 
-// identityKey encodes dimension names and values, length-prefixed, in
-// the rule's order: one identity, no ambiguity whatever the values hold.
-func identityKey(names, values []string) string {
-	n := 0
-	for i := range names {
-		n += len(names[i]) + len(values[i]) + 4
-	}
-	b := make([]byte, 0, n)
+// appendIdentityKey appends an identity key to b: the dimension names and
+// values, length-prefixed, in the rule's order: one identity, no ambiguity
+// whatever the values hold.
+func appendIdentityKey(b []byte, names, values []string) []byte {
 	for i := range names {
 		b = binary.AppendUvarint(b, uint64(len(names[i])))
 		b = append(b, names[i]...)
 		b = binary.AppendUvarint(b, uint64(len(values[i])))
 		b = append(b, values[i]...)
 	}
-	return string(b)
+	return b
 }
 
-// decodeIdentity is the dimensions of an identityKey.
+// decodeIdentity is the dimensions of an identity key.
 func decodeIdentity(id string) map[string]string {
 	out := map[string]string{}
 	b := []byte(id)
@@ -209,32 +206,37 @@ func (t *Throttled) Denied(app, rule string, names, values []string) {
 		t.dropped.Inc()
 		return
 	}
-	t.denied(t.days.Of(t.clk.Now()), app, rule, identityKey(names, values))
+	// The identity is built on the stack: a denial of an identity already
+	// counted allocates nothing (app and values may point into a
+	// request's buffer: what is kept is copied).
+	var buf [256]byte
+	t.denied(t.days.Of(t.clk.Now()), app, rule, appendIdentityKey(buf[:0], names, values))
 }
 
-func (t *Throttled) denied(day usage.Day, app, rule, id string) {
+func (t *Throttled) denied(day usage.Day, app, rule string, idb []byte) {
 	sh := t.shardOf(app)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	k := sumKey{day, app, rule}
-	s := sh.sums[k]
+	s := sh.sums[sumKey{day, app, rule}]
 	if s == nil {
 		if !t.reserve() {
 			t.dropped.Inc()
 			return
 		}
 		s = &summary{index: map[string]*ssEntry{}, evicted: make([]ssDelta, 0, evictedCap)}
-		sh.sums[k] = s
+		sh.sums[sumKey{day, strings.Clone(app), rule}] = s
+		id := string(idb)
 		e := &ssEntry{id: id, count: 1}
 		heap.Push(&s.h, e)
 		s.index[id] = e
 		return
 	}
-	if e := s.index[id]; e != nil {
+	if e := s.index[string(idb)]; e != nil {
 		e.count++
 		heap.Fix(&s.h, e.pos)
 		return
 	}
+	id := string(idb)
 	if len(s.h) < t.opt.TopK && t.reserve() {
 		e := &ssEntry{id: id, count: 1}
 		heap.Push(&s.h, e)

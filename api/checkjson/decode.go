@@ -37,8 +37,14 @@ func BadInput(code, format string, args ...any) *InputError {
 // by hand, not with encoding/json, because it must tell 1 from 1.0 and "1",
 // reject invalid UTF-8 instead of replacing it, reject duplicate fields, and
 // run on every call without reflection.
+//
+// The request's names and values are cut from one copy of b (b is the
+// server's buffer, reused once the check is answered): one allocation for
+// the strings of a check instead of one each (BenchmarkDecodeCheck).
+// Whatever keeps one of them past the check copies it, as it would a
+// string of a pooled body.
 func DecodeCheck(b []byte) (limiter.Request, error) {
-	p := parser{b: b}
+	p := parser{b: b, src: string(b)}
 	p.space()
 	req, err := p.check()
 	if err != nil {
@@ -108,6 +114,9 @@ func DecodeBatch(b []byte) ([]limiter.Request, error) {
 type parser struct {
 	b []byte
 	i int
+	// src, when set, is a copy of b: strings without escapes are cut
+	// from it rather than copied each.
+	src string
 }
 
 func (p *parser) space() {
@@ -337,6 +346,9 @@ func (p *parser) str() (string, error) {
 			p.i++
 			if !utf8.Valid(s) {
 				return "", BadInput("invalid_encoding", "strings must be valid UTF-8")
+			}
+			if p.src != "" {
+				return p.src[start : p.i-1], nil
 			}
 			return string(s), nil
 		}

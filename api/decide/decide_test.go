@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,4 +94,57 @@ func TestCount_Decisions(t *testing.T) {
 			t.Errorf("%s %s: %v, want 1", rule, decision, got)
 		}
 	}
+}
+
+// Counts stay exact per rule and decision under concurrent checks that
+// meet rules for the first time together (the resolved series are
+// added while others read them).
+func TestCount_ExactUnderConcurrentFirstUse(t *testing.T) {
+	m := metrics.New(prometheus.NewRegistry())
+	c := New(Deps{Settings: config.Defaults(), Metrics: m})
+	const workers, each = 8, 500
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				rule := "r" + strconv.Itoa((w+i)%5)
+				c.Count(&limiter.Decision{Allowed: true, Entries: []limiter.Entry{{Rule: rule, Allowed: true}, {Rule: "x", Allowed: true}}})
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0.0
+	for r := range 5 {
+		total += testutil.ToFloat64(m.Checks.WithLabelValues("r"+strconv.Itoa(r), "allowed"))
+	}
+	if total != workers*each || testutil.ToFloat64(m.Checks.WithLabelValues("x", "allowed")) != workers*each {
+		t.Fatalf("counted %v and %v, want %d each", total, testutil.ToFloat64(m.Checks.WithLabelValues("x", "allowed")), workers*each)
+	}
+}
+
+// BenchmarkCount is a check of the two platform rules counted in
+// quota_checks_total: by the series' labels for each entry (labels),
+// as Count did, against Count's series resolved once (resolved).
+func BenchmarkCount(b *testing.B) {
+	m := metrics.New(prometheus.NewRegistry())
+	c := New(Deps{Settings: config.Defaults(), Metrics: m})
+	d := &limiter.Decision{Allowed: true, Entries: []limiter.Entry{{Rule: "app_ip_hourly", Allowed: true}, {Rule: "app_user_iface_hourly", Allowed: true}}}
+	b.Run("labels", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				for i := range d.Entries {
+					m.Checks.WithLabelValues(d.Entries[i].Rule, "allowed").Inc()
+				}
+			}
+		})
+	})
+	b.Run("resolved", func(b *testing.B) {
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				c.Count(d)
+			}
+		})
+	})
 }
