@@ -3,7 +3,6 @@ package limiter
 import (
 	"context"
 	"hash/maphash"
-	"sync"
 	"sync/atomic"
 )
 
@@ -61,17 +60,17 @@ func (l *Limiter) Denied(req *Request) (Decision, bool) {
 	now := l.clock.Now()
 	// The op lives only until its answer is copied out: its buffer is
 	// used again (BenchmarkDenied: one allocation of ~1 KiB a hit less).
-	buf := opBufs.Get().(*opBuf)
-	defer opBufs.Put(buf)
+	buf, _ := l.opBufs.Get().(*opBuf)
+	if buf == nil {
+		buf = new(opBuf)
+	}
+	defer l.opBufs.Put(buf)
 	op, owners := buildOpIn(buf, l.rules.Load(), req, now, l.loc, true)
 	if len(op.Cells) == 0 || !d.lookup(op, now, gen) {
 		return Decision{}, false
 	}
 	return decision(op, owners), true
 }
-
-// opBufs are Denied's ops' buffers.
-var opBufs = sync.Pool{New: func() any { return new(opBuf) }}
 
 // SingleChecker decides one check (a coalesce.Coalescer, a Limiter).
 type SingleChecker interface {

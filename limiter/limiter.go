@@ -81,6 +81,8 @@ type Limiter struct {
 	// denials answers the denials it can without the store (nil: none;
 	// denials.go).
 	denials *Denials
+	// opBufs are Denied's ops' buffers (*opBuf).
+	opBufs sync.Pool
 
 	// mu orders SetRules and SetAssignments, which compile both together.
 	mu          sync.Mutex

@@ -134,38 +134,23 @@ var decisionNames = [...]string{"allowed", "denied", "shadow_denied", "not_count
 // once, not by their labels for every entry of every check
 // (BenchmarkCount: the labels' lookup against this).
 type checkCounters struct {
-	vec *prometheus.CounterVec
-	mu  sync.Mutex // orders additions
-	// byRule is replaced, never changed, when a rule is first counted.
-	byRule atomic.Pointer[map[string]*[len(decisionNames)]prometheus.Counter]
+	vec    *prometheus.CounterVec
+	byRule sync.Map // rule name → *ruleCounters, written once per rule
 }
 
-func (c *checkCounters) of(rule string) *[len(decisionNames)]prometheus.Counter {
-	if m := c.byRule.Load(); m != nil {
-		if cs := (*m)[rule]; cs != nil {
-			return cs
-		}
+type ruleCounters [len(decisionNames)]prometheus.Counter
+
+func (c *checkCounters) of(rule string) *ruleCounters {
+	if cs, ok := c.byRule.Load(rule); ok {
+		return cs.(*ruleCounters)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var old map[string]*[len(decisionNames)]prometheus.Counter
-	if m := c.byRule.Load(); m != nil {
-		if cs := (*m)[rule]; cs != nil {
-			return cs
-		}
-		old = *m
-	}
-	cs := new([len(decisionNames)]prometheus.Counter)
+	cs := new(ruleCounters)
 	for i, d := range decisionNames {
 		cs[i] = c.vec.WithLabelValues(rule, d)
 	}
-	next := make(map[string]*[len(decisionNames)]prometheus.Counter, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	next[strings.Clone(rule)] = cs // rule may point into a request's buffer (an edge's own limit)
-	c.byRule.Store(&next)
-	return cs
+	// rule may point into a request's buffer (an edge's own limit).
+	kept, _ := c.byRule.LoadOrStore(strings.Clone(rule), cs)
+	return kept.(*ruleCounters)
 }
 
 // RecordUsage feeds analytics with calls that name an app; a dry run is not
