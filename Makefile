@@ -248,7 +248,7 @@ bench-move: services
 .PHONY: bench-scripts
 bench-scripts: services
 	@bash internal/testsupport/testenv/ensure-tool.sh valgrind >/dev/null
-	$(GO) test -run '^$$' -bench 'BenchmarkQuietMove_RedisInstructions|BenchmarkCheck_RedisInstructions|BenchmarkNewCell_RedisInstructions' -benchtime 1x ./tiers/routing/
+	$(GO) test -run '^$$' -bench 'BenchmarkPlatformChecks_RedisInstructions|BenchmarkQuietMove_RedisInstructions|BenchmarkCheck_RedisInstructions|BenchmarkNewCell_RedisInstructions' -benchtime 1x ./tiers/routing/
 
 # MEMORY USAGE of one identity's key per algorithm and limit, after one
 # call and after a window of calls at the limit's rate (BENCHMARKS.md);

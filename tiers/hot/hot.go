@@ -441,18 +441,45 @@ func (s *Store) RunEach(ctx context.Context, now time.Time, calls []Call) error 
 	} else if err := s.runPipelined(ctx, now, calls, true); err != nil {
 		return err
 	}
+	s.decodeAll(caller, now, calls)
+	return nil
+}
+
+// decodeAll decodes each call's reply into its op. Consecutive fixed
+// calls may share one script call (runPipelined): each takes its values
+// from the reply in turn, and a reply that does not decode fails the
+// calls after it in that script call too, their values being out of step.
+func (s *Store) decodeAll(caller context.Context, now time.Time, calls []Call) {
+	var shared *redis.Cmd
+	var vals []any
+	var err error
 	for i := range calls {
 		c := &calls[i]
 		if s.callTimeout > 0 && caller.Err() == nil {
 			noAnswerWithin(c.cmd, s.callTimeout)
 		}
-		if c.fixed {
-			c.Err = s.decodeFixed(c, now)
-		} else {
+		if !c.fixed {
 			c.Err = s.decode(c)
+			continue
 		}
+		if c.cmd != shared {
+			shared = c.cmd
+			vals, err = c.cmd.Slice()
+			if err != nil {
+				err = fmt.Errorf("hot check: %w", tiers.WrapUnavailable(err))
+			}
+		}
+		if err != nil {
+			c.Err = err
+			continue
+		}
+		var n int
+		if n, c.Err = s.decodeFixed(c, now, vals); c.Err != nil {
+			err = c.Err
+			continue
+		}
+		vals = vals[n:]
 	}
-	return nil
 }
 
 // noAnswer is a call that its master did not answer within the call's
@@ -488,7 +515,8 @@ func noAnswerWithin(cmd *redis.Cmd, d time.Duration) {
 func (s *Store) request(c *Call, now time.Time) (*redis.Script, []string, []any) {
 	c.fixed = s.fixedOnly(c)
 	if c.fixed {
-		keys, args := s.fixedArgs(c, now)
+		keys, args := s.fixedHead(1, c.size())
+		keys, args = s.appendFixed(keys, args, c, now)
 		return s.fixed, keys, args
 	}
 	keys, args := s.args(c, now, c.Op.Mode)
@@ -505,31 +533,46 @@ func (s *Store) fixedOnly(c *Call) bool {
 	return ok && len(c.Op.Cells) > 0
 }
 
-// fixedArgs builds hot_fixed.lua's keys and arguments (see its header).
-func (s *Store) fixedArgs(c *Call, now time.Time) ([]string, []any) {
-	n := len(c.Op.Cells)
+// size is the number of c's cells.
+func (c *Call) size() int {
 	if c.cells != nil {
-		n = len(c.cells)
+		return len(c.cells)
 	}
-	dir := 0
-	nkeys := n
+	return len(c.Op.Cells)
+}
+
+// fixedHead starts the keys and arguments of a hot_fixed.lua call of
+// about checks checks of cells cells each (see its header).
+func (s *Store) fixedHead(checks, cells int) ([]string, []any) {
+	perKeys := cells
 	if s.dir != nil {
-		dir = 1
-		nkeys = 2 * n
+		perKeys = 2 * cells
 	}
-	keys := make([]string, nkeys)
-	args := make([]any, 0, 3+5*n)
-	args = append(args, c.Op.Cost, int(c.Op.Mode), dir)
+	args := make([]any, 1, 1+checks*(3+5*cells))
+	args[0] = boolInt(s.dir != nil)
+	return make([]string, 0, checks*perKeys), args
+}
+
+// appendFixed appends c's check to the keys and arguments of a
+// hot_fixed.lua call (see its header).
+func (s *Store) appendFixed(keys []string, args []any, c *Call, now time.Time) ([]string, []any) {
+	n := c.size()
+	first := len(keys)
+	keys = append(keys, make([]string, n)...)
+	if s.dir != nil {
+		keys = append(keys, make([]string, n)...)
+	}
+	args = append(args, c.Op.Cost, int(c.Op.Mode), n)
 	ms := now.UnixMilli()
 	j := 0
 	c.Each(func(i int) {
 		cell := &c.Op.Cells[i]
-		keys[j] = s.Key(cell)
+		keys[first+j] = s.Key(cell)
 		ttl := untilWindowEnd(ms, cell.Window.Milliseconds()) + s.ttlJitter()
 		field, notCold := "", ""
 		if s.dir != nil {
 			l := s.dir.Locate(cell.Identity, cell.Window, cell.Tag)
-			keys[n+j] = l.HeaderKey()
+			keys[first+n+j] = l.HeaderKey()
 			field, notCold = l.Field, c.Op.NotColdAt(i)
 		}
 		j++
@@ -582,11 +625,11 @@ func untilWindowEnd(ms, w int64) int64 {
 // window; retry is the reset of a cell that denies. A cell the directory
 // places elsewhere gets its route, as decode gives it. The reply is walked
 // twice: whether every cell allows decides what each one reports.
-func (s *Store) decodeFixed(c *Call, now time.Time) error {
-	vals, err := c.cmd.Slice()
-	if err != nil {
-		return fmt.Errorf("hot check: %w", tiers.WrapUnavailable(err))
-	}
+//
+// vals is the reply of c's script call from c's first value on (the call
+// may have decided other checks before c); decodeFixed returns how many
+// values are c's.
+func (s *Store) decodeFixed(c *Call, now time.Time, vals []any) (int, error) {
 	op := c.Op
 	all := true
 	j, err := walkFixedReply(c, vals, func(i int, used int64, rt *tiers.Route) {
@@ -602,11 +645,11 @@ func (s *Store) decodeFixed(c *Call, now time.Time) error {
 		}
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	commit, ok := replyInt(vals, j)
-	if !ok || j != len(vals)-1 {
-		return fmt.Errorf("hot check: reply of %d values, want the decision at %d", len(vals), j)
+	if !ok || commit < 0 || commit > 1 {
+		return 0, fmt.Errorf("hot check: reply of %d values, want the decision at %d", len(vals), j)
 	}
 	c.counted = commit == 1
 	post := commit == 1 || (op.Mode == tiers.DryRun && all)
@@ -624,7 +667,7 @@ func (s *Store) decodeFixed(c *Call, now time.Time) error {
 		reset := untilWindowEnd(ms, cell.Window.Milliseconds())
 		op.Out[i] = outcome(allowed, cell.Limit-used, reset, reset)
 	})
-	return nil
+	return j + 1, nil
 }
 
 // walkFixedReply calls fn for each of c's cells, in order, with its value
@@ -680,13 +723,42 @@ func replyInt(vals []any, i int) (int64, bool) {
 	return v, ok
 }
 
+// fixedPerCall is how many checks one hot_fixed.lua call decides at most:
+// enough that a script call's own cost is spread thin, few enough that one
+// call holds Redis for no longer than a few of a pipeline's commands would.
+const fixedPerCall = 32
+
 // runPipelined sends every call by EVALSHA in one pipeline; if Redis lost
 // the script (restart, SCRIPT FLUSH) it loads it and tries once more.
+//
+// Consecutive calls that hot_fixed.lua decides go in one script call, up
+// to fixedPerCall of them: they share one cmd, whose reply decodeAll
+// hands out in order. It is used on a single Redis only (on a Redis
+// Cluster the checks of one script call would have to share a slot).
 func (s *Store) runPipelined(ctx context.Context, now time.Time, calls []Call, retry bool) error {
 	pipe := s.rdb.Pipeline()
-	for i := range calls {
-		sc, keys, args := s.request(&calls[i], now)
-		calls[i].cmd = sc.EvalSha(ctx, pipe, keys, args...)
+	for i := 0; i < len(calls); {
+		c := &calls[i]
+		if c.fixed = s.fixedOnly(c); !c.fixed {
+			sc, keys, args := s.request(c, now)
+			c.cmd = sc.EvalSha(ctx, pipe, keys, args...)
+			i++
+			continue
+		}
+		end := i + 1
+		for end < len(calls) && end-i < fixedPerCall && s.fixedOnly(&calls[end]) {
+			end++
+		}
+		keys, args := s.fixedHead(end-i, c.size())
+		for j := i; j < end; j++ {
+			calls[j].fixed = true
+			keys, args = s.appendFixed(keys, args, &calls[j], now)
+		}
+		cmd := s.fixed.EvalSha(ctx, pipe, keys, args...)
+		for j := i; j < end; j++ {
+			calls[j].cmd = cmd
+		}
+		i = end
 	}
 	if _, err := pipe.Exec(ctx); err == nil || !retry {
 		return nil // per-command errors are read in decode

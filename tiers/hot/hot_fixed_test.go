@@ -2,6 +2,7 @@ package hot
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,5 +119,76 @@ func TestHot_EachScriptSurvivesAScriptFlush(t *testing.T) {
 				t.Errorf("%s pipelined, round %d: committed %v %v", algo, i, piped[0].Committed, piped[1].Committed)
 			}
 		}
+	}
+}
+
+// Checks of fixed-window cells share hot_fixed.lua's calls, up to
+// fixedPerCall a call: each is still decided in order as if sent alone
+// (its mode, the counts before it), a check of another algorithm among
+// them is sent on its own between two such calls, and the counter ends
+// at what the checks counted.
+func TestHot_ChecksSharingAScriptCallAreDecidedInOrderAsIfAlone(t *testing.T) {
+	t.Parallel()
+	rdb, s := newPrivateHot(t)
+	ctx := context.Background()
+	const limit, n, other = 50, 70, 35
+	a, b := newConfCell(limit, time.Hour), newConfCell(limit, time.Hour)
+	modes := make([]tiers.Mode, n)
+	ops := make([]*tiers.Op, n)
+	for i := range ops {
+		switch {
+		case i%7 == 3:
+			modes[i] = tiers.DryRun
+		case i%11 == 5:
+			modes[i] = tiers.Report
+		}
+		ops[i] = confOp(confT0, 1, modes[i], a)
+	}
+	ops[other] = confOp(confT0, 1, tiers.Enforce, b)
+	ops[other].Cells[0].Algorithm = rules.TokenBucket
+	if err := s.Load(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx, confT0, ops); err != nil {
+		t.Fatal(err)
+	}
+
+	var used int64
+	for i, op := range ops {
+		if i == other {
+			continue
+		}
+		allowed := used+1 <= limit
+		counted := modes[i] == tiers.Report || (modes[i] == tiers.Enforce && allowed)
+		if counted {
+			used++
+		}
+		wantRemaining := limit - used
+		if modes[i] == tiers.DryRun && allowed {
+			wantRemaining-- // what the call would leave
+		}
+		wantRemaining = max(wantRemaining, 0)
+		got := op.Out[0]
+		if op.Committed != counted || got.Allowed != allowed || got.Remaining != wantRemaining {
+			t.Errorf("check %d (mode %d): committed %v, allowed %v, remaining %d; want allowed %v, remaining %d",
+				i, modes[i], op.Committed, got.Allowed, got.Remaining, allowed, wantRemaining)
+		}
+	}
+	if !ops[other].Committed || ops[other].Out[0].Remaining != limit-1 {
+		t.Errorf("the token bucket check among them: committed %v, %+v", ops[other].Committed, ops[other].Out[0])
+	}
+	if v, err := rdb.Get(ctx, s.Key(&ops[0].Cells[0])).Int64(); err != nil || v != used {
+		t.Errorf("counter %d (%v), want %d", v, err, used)
+	}
+	// 35 fixed checks (32 + 3), the token bucket's, 34 (32 + 2): 5 calls.
+	stats, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stats, "cmdstat_evalsha:calls=5,") {
+		t.Errorf("want 5 script calls for %d checks; Redis says:\n%s", n, stats)
 	}
 }

@@ -212,3 +212,63 @@ func BenchmarkNewCell_RedisInstructions(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPlatformChecks_RedisInstructions counts the instructions Redis
+// executes a check of the platform's two quotas (an app's IP and its
+// user's interface: two fixed-window cells of one app, both new, as most
+// of make bench-peers' ordinary checks are), 16 checks an r.Check as the
+// coalescer sends concurrent checks, through the hot store alone (tiering
+// off) and through the router (on), on a redis-server run under callgrind
+// (make bench-scripts; skipped without valgrind). The checks share
+// hot_fixed.lua's calls (hot.fixedPerCall).
+func BenchmarkPlatformChecks_RedisInstructions(b *testing.B) {
+	cg := testenv.StartRedisCallgrind(b)
+	rdb := redis.NewClient(&redis.Options{Addr: cg.Addr()})
+	b.Cleanup(func() { rdb.Close() })
+	off := hot.NewStore(rdb, hot.Options{Prefix: "off:"})
+	on := NewRouter(hot.NewStore(rdb, hot.Options{Prefix: "on:"}), warm.NewStore(rdb, warm.Options{Prefix: "on:"}),
+		cold.NewStore(testenv.MySQLShards(b, 2), cold.Options{}))
+	ctx := context.Background()
+	batch := func(n int) []*tiers.Op {
+		ops := make([]*tiers.Op, n)
+		for i := range ops {
+			ip, user := newConfCell(10000, time.Hour), newConfCell(1000, time.Hour)
+			user.App, user.Vals[0] = ip.App, ip.App
+			ip.Rule, user.Rule = "app_ip_hourly", "app_user_iface_hourly"
+			ops[i] = confOp(confT0, 1, tiers.Enforce, ip, user)
+		}
+		return ops
+	}
+	for _, tc := range []struct {
+		name  string
+		check func(context.Context, time.Time, []*tiers.Op) error
+	}{{"off", off.Check}, {"on", on.Check}} {
+		b.Run(tc.name, func(b *testing.B) {
+			run := func(ops []*tiers.Op) {
+				if err := tc.check(ctx, confT0, ops); err != nil {
+					b.Fatal(err)
+				}
+				for _, op := range ops {
+					if !op.Committed {
+						b.Fatal("a new check was not counted")
+					}
+				}
+			}
+			run(batch(16)) // the script loaded
+			const checks, per = 2000, 16
+			var instr int64
+			for range b.N {
+				var batches [][]*tiers.Op
+				for range checks / per {
+					batches = append(batches, batch(per))
+				}
+				instr += cg.Instructions(func() {
+					for _, ops := range batches {
+						run(ops)
+					}
+				})
+			}
+			b.ReportMetric(float64(instr)/float64(b.N*checks), "redis-instr/check")
+		})
+	}
+}

@@ -35,16 +35,20 @@ local dir_cache
 -- dir_header_if returns the tag's header, parsed (and cached for this
 -- call), or false when the tag has none: it has only hot cells, so a cell
 -- without a counter is a new hot cell. The check scripts use it alone: a
--- tag without a header costs them no table (a window's first calls in apps
--- of hot cells are most of a fill of new cells: make bench-cells,
--- BenchmarkNewCell_RedisInstructions). The scripts that write use
--- dir_header (directory_write.lua), which makes the table of an empty one.
+-- tag without a header costs them no parsed table (a window's first calls
+-- in apps of hot cells are most of a fill of new cells: make bench-cells,
+-- BenchmarkNewCell_RedisInstructions), only its entry in the cache, which
+-- the other cells of the tag in the call (a check's other rules, the
+-- call's other checks) then read instead of Redis. The scripts that write
+-- use dir_header (directory_write.lua), which makes the table of an empty
+-- one.
 local function dir_header_if(hkey)
   local h = dir_cache and dir_cache[hkey]
   if h ~= nil then return h end
   local raw = redis.call('GETRANGE', hkey, '0', DIR_HEADER_READ) -- and up to 16 layers
   if raw == '' then
-    if dir_cache then dir_cache[hkey] = false end
+    dir_cache = dir_cache or {}
+    dir_cache[hkey] = false
     return false
   end
   if #raw < DIR_HEADER then raw = raw .. string.rep('\0', DIR_HEADER - #raw) end
