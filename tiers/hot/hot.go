@@ -515,8 +515,9 @@ func noAnswerWithin(cmd *redis.Cmd, d time.Duration) {
 func (s *Store) request(c *Call, now time.Time) (*redis.Script, []string, []any) {
 	c.fixed = s.fixedOnly(c)
 	if c.fixed {
-		keys, args := s.fixedHead(1, c.size())
-		keys, args = s.appendFixed(keys, args, c, now)
+		f := s.newFixedCall(1, c.size())
+		s.addFixed(f, c, now)
+		keys, args := f.request()
 		return s.fixed, keys, args
 	}
 	keys, args := s.args(c, now, c.Op.Mode)
@@ -541,44 +542,46 @@ func (c *Call) size() int {
 	return len(c.Op.Cells)
 }
 
-// fixedHead starts the keys and arguments of a hot_fixed.lua call of
-// about checks checks of cells cells each (see its header).
-func (s *Store) fixedHead(checks, cells int) ([]string, []any) {
-	perKeys := cells
-	if s.dir != nil {
-		perKeys = 2 * cells
-	}
-	args := make([]any, 1, 1+checks*(3+5*cells))
-	args[0] = boolInt(s.dir != nil)
-	return make([]string, 0, checks*perKeys), args
+// fixedCall is the keys and arguments of one hot_fixed.lua call (see its
+// header), built a check at a time.
+type fixedCall struct {
+	keys, headers []string
+	args          []any
 }
 
-// appendFixed appends c's check to the keys and arguments of a
-// hot_fixed.lua call (see its header).
-func (s *Store) appendFixed(keys []string, args []any, c *Call, now time.Time) ([]string, []any) {
-	n := c.size()
-	first := len(keys)
-	keys = append(keys, make([]string, n)...)
+// newFixedCall starts a hot_fixed.lua call of about checks checks of
+// cells cells each.
+func (s *Store) newFixedCall(checks, cells int) *fixedCall {
+	f := &fixedCall{keys: make([]string, 0, checks*cells), args: make([]any, 1, 1+checks*(3+5*cells))}
+	f.args[0] = boolInt(s.dir != nil)
 	if s.dir != nil {
-		keys = append(keys, make([]string, n)...)
+		f.headers = make([]string, 0, checks*cells)
 	}
-	args = append(args, c.Op.Cost, int(c.Op.Mode), n)
+	return f
+}
+
+// addFixed appends c's check to f.
+func (s *Store) addFixed(f *fixedCall, c *Call, now time.Time) {
+	f.args = append(f.args, c.Op.Cost, int(c.Op.Mode), c.size())
 	ms := now.UnixMilli()
-	j := 0
 	c.Each(func(i int) {
 		cell := &c.Op.Cells[i]
-		keys[first+j] = s.Key(cell)
+		f.keys = append(f.keys, s.Key(cell))
 		ttl := untilWindowEnd(ms, cell.Window.Milliseconds()) + s.ttlJitter()
 		field, notCold := "", ""
 		if s.dir != nil {
 			l := s.dir.Locate(cell.Identity, cell.Window, cell.Tag)
-			keys[first+n+j] = l.HeaderKey()
+			f.headers = append(f.headers, l.HeaderKey())
 			field, notCold = l.Field, c.Op.NotColdAt(i)
 		}
-		j++
-		args = append(args, cell.Limit, ttl, boolInt(cell.Shadow), field, notCold)
+		f.args = append(f.args, cell.Limit, ttl, boolInt(cell.Shadow), field, notCold)
 	})
-	return keys, args
+}
+
+// request returns the call's keys (every check's cells, then their
+// headers in the same order) and arguments.
+func (f *fixedCall) request() ([]string, []any) {
+	return append(f.keys, f.headers...), f.args
 }
 
 // ttlJitter is a random extra TTL in milliseconds for a new key: between
@@ -749,11 +752,12 @@ func (s *Store) runPipelined(ctx context.Context, now time.Time, calls []Call, r
 		for end < len(calls) && end-i < fixedPerCall && s.fixedOnly(&calls[end]) {
 			end++
 		}
-		keys, args := s.fixedHead(end-i, c.size())
+		f := s.newFixedCall(end-i, c.size())
 		for j := i; j < end; j++ {
 			calls[j].fixed = true
-			keys, args = s.appendFixed(keys, args, &calls[j], now)
+			s.addFixed(f, &calls[j], now)
 		}
+		keys, args := f.request()
 		cmd := s.fixed.EvalSha(ctx, pipe, keys, args...)
 		for j := i; j < end; j++ {
 			calls[j].cmd = cmd

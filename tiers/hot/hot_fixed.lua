@@ -11,10 +11,11 @@
 -- the directory functions' closures) is as much as a check's work
 -- (BenchmarkPlatformChecks_RedisInstructions).
 --
--- KEYS       per check, in order: the Redis keys of its n cells (all keys
---            in one hash slot); then, with the directory, its cells' tags'
---            headers in the same order (directory.lua)
--- ARGV[1]    1: every cell has a directory entry (2n keys a check), else 0
+-- KEYS       the Redis keys of every check's cells, check after check
+--            (all keys in one hash slot); then, with the directory, the
+--            cells' tags' headers in the same order (directory.lua): the
+--            header of KEYS[x] is KEYS[x + #KEYS/2]
+-- ARGV[1]    1: every cell has a directory entry, else 0
 -- then per check, in order:
 --   cost     an integer >= 1
 --   mode     0 enforce (count only if every non-shadow cell allows),
@@ -27,7 +28,9 @@
 --            found the cell not cold ('' if it did not look)
 --
 -- Directory (as hot_check.lua's "Directory"): a cell whose key does not
--- exist is looked up in its warm bucket field. No field: the cold filter
+-- exist is looked up in its warm bucket field. One EXISTS over every
+-- header first: in a call whose tags have none (apps of hot cells only,
+-- the usual new cells), no cell reads one. No field: the cold filter
 -- says whether it may be cold; if not (or if the router found it not cold
 -- at the filter's current version), it is hot, counted here, a new cell
 -- costing nothing more. 'H' (written by older versions): hot. 'M': being
@@ -42,7 +45,13 @@
 -- derives allowed, remaining, reset and retry from the counts exactly as
 -- hot_check.lua's fixed_window does (HotStore.decodeFixed).
 
+-- dir: a cell may be placed elsewhere, so a missing key is looked up;
+-- h: the offset of a cell's header key from its own; headers: whether
+-- any of the call's tags has a header, learnt at the first missing key
+-- (the call writes none).
 local dir = ARGV[1] == '1'
+local h = dir and #KEYS / 2 or 0
+local headers = nil
 local reply = {}
 -- k: the keys before this check's; a: the values before its own
 -- (ARGV[a+1 ..]). Writes pass the cost's string itself: Redis formats a
@@ -61,14 +70,26 @@ while a < #ARGV do
     local v = redis.call('GET', KEYS[k + i])
     local where = nil
     local version = nil
-    if not v and dir then
-      local h = dir_header_if(KEYS[k + n + i])
-      if h then
-        local d = warm_get(h, ARGV[c + 4])
+    if not v and dir and headers == nil then
+      -- With one tag, its header is read anyway; with several, one EXISTS
+      -- answers for all (unpack's bound: Lua 5.1's C stack, 8,000).
+      headers = true
+      local one = true
+      for x = h + 2, #KEYS do
+        if KEYS[x] ~= KEYS[h + 1] then one = false break end
+      end
+      if not one and h <= 1000 then
+        headers = redis.call('EXISTS', unpack(KEYS, h + 1, #KEYS)) > 0
+      end
+    end
+    if not v and headers then
+      local hdr = dir_header_if(KEYS[k + i + h])
+      if hdr then
+        local d = warm_get(hdr, ARGV[c + 4])
         if d then
           if d ~= 'H' then where = d end
         else
-          local maybe, ver = cold_maybe(h, ARGV[c + 4])
+          local maybe, ver = cold_maybe(hdr, ARGV[c + 4])
           if maybe and ver ~= ARGV[c + 5] then
             where = ''
             version = ver
@@ -105,7 +126,7 @@ while a < #ARGV do
   else
     reply[#reply + 1] = 0
   end
-  if dir then k = k + 2 * n else k = k + n end
+  k = k + n
   a = a + 3 + 5 * n
 end
 return reply

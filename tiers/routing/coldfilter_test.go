@@ -495,3 +495,70 @@ func TestReplaceColdFilter_WritesOneLayerOfItsCellsUnlessTheVersionChanged(t *te
 		})
 	}
 }
+
+// A script call over checks of several apps reads the directory only
+// when one of their tags has a header (one EXISTS for all): new cells in
+// apps of hot cells only are counted as new, and among them a warm cell
+// and a cold cell of other apps still count where they live.
+func TestRouter_OneScriptCallOverAppsWithAndWithoutHeadersPlacesEachCell(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	newOps := func(n int) []*tiers.Op {
+		var ops []*tiers.Op
+		for range n {
+			ops = append(ops, confOp(confT0, 1, tiers.Enforce, newConfCell(3, time.Hour)))
+		}
+		return ops
+	}
+	wantHot := func(t *testing.T, ops []*tiers.Op) {
+		t.Helper()
+		for i, op := range ops {
+			if !op.Committed || op.Route != nil || op.Out[0].Tier != tiers.Hot || op.Out[0].Remaining != 2 {
+				t.Errorf("new cell %d: committed %v, route %v, %+v; want counted in hot", i, op.Committed, op.Route, op.Out)
+			}
+		}
+	}
+
+	t.Run("no app has a header", func(t *testing.T) {
+		t.Parallel()
+		r, calls, _ := filterRouter(t)
+		ops := newOps(6)
+		calls.trips.Store(0)
+		calls.cmds.Store(0)
+		routerCheck(t, r, ops...)
+		if trips, cmds := calls.trips.Load(), calls.cmds.Load(); trips != 1 || cmds != 1 {
+			t.Errorf("%d round trips of %d commands, want one script call", trips, cmds)
+		}
+		wantHot(t, ops)
+	})
+
+	t.Run("a warm and a cold cell among new ones", func(t *testing.T) {
+		t.Parallel()
+		r, _, _ := filterRouter(t)
+		warmCell, coldCell := newConfCell(3, time.Hour), newConfCell(3, time.Hour)
+		rec := func(c confCell) tiers.Record {
+			return tiers.Record{Ref: c.Ref(), Count: 2, First: confT0.Unix(), Last: confT0.Unix()}
+		}
+		if err := r.warm.Import(ctx, []tiers.Record{rec(warmCell)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.cold.Import(ctx, []tiers.Record{rec(coldCell)}); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := r.warm.SwitchToCold(ctx, []warm.DirSwap{{Ref: coldCell.Ref()}}, nil); err != nil || !ok[0] {
+			t.Fatal(ok, err)
+		}
+		fresh := newOps(4)
+		w, c := confOp(confT0, 1, tiers.Enforce, warmCell), confOp(confT0, 1, tiers.Enforce, coldCell)
+		routerCheck(t, r, fresh[0], w, fresh[1], c, fresh[2], fresh[3])
+		wantHot(t, fresh)
+		for _, tc := range []struct {
+			op   *tiers.Op
+			tier tiers.Tier
+		}{{w, tiers.Warm}, {c, tiers.Cold}} {
+			if !tc.op.Committed || tc.op.Out[0].Tier != tc.tier || tc.op.Out[0].Remaining != 0 {
+				t.Errorf("%s cell with 2 of 3 used: committed %v, %+v; want its 3rd call counted in %s", tc.tier, tc.op.Committed, tc.op.Out, tc.tier)
+			}
+		}
+	})
+}
