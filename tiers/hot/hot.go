@@ -552,10 +552,14 @@ type fixedCall struct {
 // newFixedCall starts a hot_fixed.lua call of about checks checks of
 // cells cells each.
 func (s *Store) newFixedCall(checks, cells int) *fixedCall {
-	f := &fixedCall{keys: make([]string, 0, checks*cells), args: make([]any, 1, 1+checks*(3+5*cells))}
+	f := &fixedCall{args: make([]any, 1, 1+checks*(3+5*cells))}
 	f.args[0] = boolInt(s.dir != nil)
 	if s.dir != nil {
+		// The headers are appended to the keys at the end: room for both.
+		f.keys = make([]string, 0, 2*checks*cells)
 		f.headers = make([]string, 0, checks*cells)
+	} else {
+		f.keys = make([]string, 0, checks*cells)
 	}
 	return f
 }
