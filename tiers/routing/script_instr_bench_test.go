@@ -159,6 +159,40 @@ func BenchmarkCheck_RedisInstructions(b *testing.B) {
 // the tag's header too), on a redis-server run under callgrind (make
 // bench-scripts; skipped without valgrind).
 func BenchmarkNewCell_RedisInstructions(b *testing.B) {
+	apps := make([]confCell, 97)
+	for i := range apps {
+		apps[i] = newConfCell(10, 30*24*time.Hour)
+	}
+	offAndOnInstructions(b, 1000, 500, func(i int) *tiers.Op {
+		c := newConfCell(10, 30*24*time.Hour)
+		c.App, c.Vals[0] = apps[i%len(apps)].App, apps[i%len(apps)].App
+		return confOp(confT0, 1, tiers.Enforce, c)
+	})
+}
+
+// BenchmarkPlatformChecks_RedisInstructions counts the instructions Redis
+// executes a check of the platform's two quotas (an app's IP and its
+// user's interface: two fixed-window cells of one app, both new, as most
+// of make bench-peers' ordinary checks are), 16 checks an r.Check as the
+// coalescer sends concurrent checks, through the hot store alone (tiering
+// off) and through the router (on), on a redis-server run under callgrind
+// (make bench-scripts; skipped without valgrind). The checks share
+// hot_fixed.lua's calls (hot.fixedPerCall).
+func BenchmarkPlatformChecks_RedisInstructions(b *testing.B) {
+	offAndOnInstructions(b, 2000, 16, func(int) *tiers.Op {
+		ip, user := newConfCell(10000, time.Hour), newConfCell(1000, time.Hour)
+		user.App, user.Vals[0] = ip.App, ip.App
+		ip.Rule, user.Rule = "app_ip_hourly", "app_user_iface_hourly"
+		return confOp(confT0, 1, tiers.Enforce, ip, user)
+	})
+}
+
+// offAndOnInstructions reports, as redis-instr/check, the instructions a
+// redis-server run under callgrind executes for checks new ops (op(i) is
+// the i-th of a batch), per ops a Check, through the hot store alone
+// (tiering off) and through a router (on), failing b unless every op is
+// counted.
+func offAndOnInstructions(b *testing.B, checks, per int, op func(i int) *tiers.Op) {
 	cg := testenv.StartRedisCallgrind(b)
 	rdb := redis.NewClient(&redis.Options{Addr: cg.Addr()})
 	b.Cleanup(func() { rdb.Close() })
@@ -171,71 +205,10 @@ func BenchmarkNewCell_RedisInstructions(b *testing.B) {
 	on := NewRouter(hot.NewStore(rdb, hot.Options{Prefix: "on:"}), warm.NewStore(rdb, warm.Options{Prefix: "on:"}),
 		cold.NewStore(testenv.MySQLShards(b, 2), cold.Options{}))
 	ctx := context.Background()
-	apps := make([]confCell, 97)
-	for i := range apps {
-		apps[i] = newConfCell(10, 30*24*time.Hour)
-	}
-	batch := func(n int) []*tiers.Op {
-		ops := make([]*tiers.Op, n)
+	batch := func() []*tiers.Op {
+		ops := make([]*tiers.Op, per)
 		for i := range ops {
-			c := newConfCell(10, 30*24*time.Hour)
-			c.App, c.Vals[0] = apps[i%len(apps)].App, apps[i%len(apps)].App
-			ops[i] = confOp(confT0, 1, tiers.Enforce, c)
-		}
-		return ops
-	}
-	for _, tc := range []struct {
-		name  string
-		check func(context.Context, time.Time, []*tiers.Op) error
-	}{{"off", off.Check}, {"on", on.Check}} {
-		b.Run(tc.name, func(b *testing.B) {
-			run := func(ops []*tiers.Op) {
-				if err := tc.check(ctx, confT0, ops); err != nil {
-					b.Fatal(err)
-				}
-				for _, op := range ops {
-					if !op.Committed {
-						b.Fatal("a new cell was not counted")
-					}
-				}
-			}
-			run(batch(10)) // the script loaded
-			const cells = 1000
-			var instr int64
-			for range b.N {
-				for range cells / 500 {
-					ops := batch(500)
-					instr += cg.Instructions(func() { run(ops) })
-				}
-			}
-			b.ReportMetric(float64(instr)/float64(b.N*cells), "redis-instr/check")
-		})
-	}
-}
-
-// BenchmarkPlatformChecks_RedisInstructions counts the instructions Redis
-// executes a check of the platform's two quotas (an app's IP and its
-// user's interface: two fixed-window cells of one app, both new, as most
-// of make bench-peers' ordinary checks are), 16 checks an r.Check as the
-// coalescer sends concurrent checks, through the hot store alone (tiering
-// off) and through the router (on), on a redis-server run under callgrind
-// (make bench-scripts; skipped without valgrind). The checks share
-// hot_fixed.lua's calls (hot.fixedPerCall).
-func BenchmarkPlatformChecks_RedisInstructions(b *testing.B) {
-	cg := testenv.StartRedisCallgrind(b)
-	rdb := redis.NewClient(&redis.Options{Addr: cg.Addr()})
-	b.Cleanup(func() { rdb.Close() })
-	off := hot.NewStore(rdb, hot.Options{Prefix: "off:"})
-	on := NewRouter(hot.NewStore(rdb, hot.Options{Prefix: "on:"}), warm.NewStore(rdb, warm.Options{Prefix: "on:"}),
-		cold.NewStore(testenv.MySQLShards(b, 2), cold.Options{}))
-	ctx := context.Background()
-	batch := func(n int) []*tiers.Op {
-		ops := make([]*tiers.Op, n)
-		for i := range ops {
-			ip, user := newConfCell(10000, time.Hour), newConfCell(1000, time.Hour)
-			user.App, user.Vals[0] = ip.App, ip.App
-			ip.Rule, user.Rule = "app_ip_hourly", "app_user_iface_hourly"
-			ops[i] = confOp(confT0, 1, tiers.Enforce, ip, user)
+			ops[i] = op(i)
 		}
 		return ops
 	}
@@ -254,13 +227,12 @@ func BenchmarkPlatformChecks_RedisInstructions(b *testing.B) {
 					}
 				}
 			}
-			run(batch(16)) // the script loaded
-			const checks, per = 2000, 16
+			run(batch()) // the script loaded
 			var instr int64
 			for range b.N {
-				var batches [][]*tiers.Op
-				for range checks / per {
-					batches = append(batches, batch(per))
+				batches := make([][]*tiers.Op, checks/per)
+				for i := range batches {
+					batches[i] = batch()
 				}
 				instr += cg.Instructions(func() {
 					for _, ops := range batches {
