@@ -199,6 +199,7 @@ func appendHex(b, src []byte) []byte {
 // Call is one script invocation: a slice of one op's cells.
 type Call struct {
 	Op    *tiers.Op
+	opAt  int   // Op's index in the ops Plan was given
 	cells []int // indexes into op.Cells
 	cmd   *redis.Cmd
 	fixed bool // sent to hot_fixed.lua (its reply is counts, not outcomes)
@@ -263,25 +264,26 @@ func (s *Store) checkEach(ctx context.Context, now time.Time, ops []*tiers.Op, d
 		return err
 	}
 	var first error
+	rest := calls
 	for i, op := range ops {
+		var mine []Call
+		mine, rest = opCalls(rest, i)
 		var err error
 		var refunds []Call
-		for _, c := range calls {
-			if c.Op == op && c.Err != nil {
-				err = cmp.Or(err, c.Err)
-			}
+		for _, c := range mine {
+			err = cmp.Or(err, c.Err)
 		}
 		if err != nil {
 			// Give back what the op's other calls counted.
-			for _, c := range calls {
-				if c.Op == op && c.Committed() {
+			for _, c := range mine {
+				if c.Committed() {
 					refunds = append(refunds, Call{Op: op, cells: c.cells})
 				}
 			}
 		} else {
 			op.Committed = op.Mode != tiers.DryRun && op.Allowed()
 			if op.Mode == tiers.Enforce && !op.Committed {
-				refunds = s.partsToRefund(op, calls)
+				refunds = s.partsToRefund(op, mine)
 			}
 		}
 		if len(refunds) > 0 {
@@ -301,10 +303,13 @@ func (s *Store) check(ctx context.Context, now time.Time, ops []*tiers.Op) error
 		return err
 	}
 	var refunds []Call
-	for _, op := range ops {
+	rest := calls
+	for i, op := range ops {
+		var mine []Call
+		mine, rest = opCalls(rest, i)
 		op.Committed = op.Mode != tiers.DryRun && op.Allowed()
 		if op.Mode == tiers.Enforce && !op.Committed {
-			refunds = append(refunds, s.partsToRefund(op, calls)...)
+			refunds = append(refunds, s.partsToRefund(op, mine)...)
 		}
 	}
 	if len(refunds) > 0 {
@@ -317,12 +322,12 @@ func (s *Store) check(ctx context.Context, now time.Time, ops []*tiers.Op) error
 // or RunEach, then reads each op's Route).
 func (s *Store) Plan(ops []*tiers.Op) []Call {
 	calls := make([]Call, 0, len(ops))
-	for _, op := range ops {
+	for k, op := range ops {
 		if len(op.Out) != len(op.Cells) {
 			op.Out = make([]tiers.Outcome, len(op.Cells))
 		}
 		if !s.splitBySlot || sameTag(op.Cells) {
-			calls = append(calls, Call{Op: op})
+			calls = append(calls, Call{Op: op, opAt: k})
 			continue
 		}
 		byTag := map[tiers.Tag][]int{}
@@ -335,10 +340,21 @@ func (s *Store) Plan(ops []*tiers.Op) []Call {
 			byTag[t] = append(byTag[t], i)
 		}
 		for _, t := range order {
-			calls = append(calls, Call{Op: op, cells: byTag[t]})
+			calls = append(calls, Call{Op: op, opAt: k, cells: byTag[t]})
 		}
 	}
 	return calls
+}
+
+// opCalls splits calls (Plan's, from op i's on) into op i's and the rest:
+// Plan makes each op's calls together, in the order of the ops, so a
+// batch's ops find theirs in one pass rather than each in all.
+func opCalls(calls []Call, i int) (mine, rest []Call) {
+	n := 0
+	for n < len(calls) && calls[n].opAt == i {
+		n++
+	}
+	return calls[:n], calls[n:]
 }
 
 func sameTag(cells []tiers.Cell) bool {
