@@ -264,10 +264,9 @@ func (s *Store) checkEach(ctx context.Context, now time.Time, ops []*tiers.Op, d
 		return err
 	}
 	var first error
-	rest := calls
+	byOp := CallsByOp(calls, len(ops))
 	for i, op := range ops {
-		var mine []Call
-		mine, rest = opCalls(rest, i)
+		mine := byOp[i]
 		var err error
 		var refunds []Call
 		for _, c := range mine {
@@ -303,10 +302,9 @@ func (s *Store) check(ctx context.Context, now time.Time, ops []*tiers.Op) error
 		return err
 	}
 	var refunds []Call
-	rest := calls
+	byOp := CallsByOp(calls, len(ops))
 	for i, op := range ops {
-		var mine []Call
-		mine, rest = opCalls(rest, i)
+		mine := byOp[i]
 		op.Committed = op.Mode != tiers.DryRun && op.Allowed()
 		if op.Mode == tiers.Enforce && !op.Committed {
 			refunds = append(refunds, s.partsToRefund(op, mine)...)
@@ -346,15 +344,20 @@ func (s *Store) Plan(ops []*tiers.Op) []Call {
 	return calls
 }
 
-// opCalls splits calls (Plan's, from op i's on) into op i's and the rest:
-// Plan makes each op's calls together, in the order of the ops, so a
-// batch's ops find theirs in one pass rather than each in all.
-func opCalls(calls []Call, i int) (mine, rest []Call) {
-	n := 0
-	for n < len(calls) && calls[n].opAt == i {
-		n++
+// CallsByOp splits calls (Plan's for n ops) into each op's: Plan makes an
+// op's calls together and in the order of the ops, so one pass finds
+// every op's, where looking for each op's among all is quadratic in the
+// batch.
+func CallsByOp(calls []Call, n int) [][]Call {
+	by := make([][]Call, n)
+	for i := range by {
+		k := 0
+		for k < len(calls) && calls[k].opAt == i {
+			k++
+		}
+		by[i], calls = calls[:k:k], calls[k:]
 	}
-	return calls[:n], calls[n:]
+	return by
 }
 
 func sameTag(cells []tiers.Cell) bool {
@@ -763,8 +766,8 @@ func (s *Store) runPipelined(ctx context.Context, now time.Time, calls []Call, r
 	for i := 0; i < len(calls); {
 		c := &calls[i]
 		if c.fixed = s.fixedOnly(c); !c.fixed {
-			sc, keys, args := s.request(c, now)
-			c.cmd = sc.EvalSha(ctx, pipe, keys, args...)
+			keys, args := s.args(c, now, c.Op.Mode)
+			c.cmd = s.script.EvalSha(ctx, pipe, keys, args...)
 			i++
 			continue
 		}

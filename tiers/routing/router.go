@@ -130,10 +130,7 @@ func (r *Router) CheckEach(ctx context.Context, now time.Time, ops []*tiers.Op, 
 		}
 		return err
 	}
-	byOp := make(map[*tiers.Op][]hot.Call, len(ops))
-	for _, c := range calls {
-		byOp[c.Op] = append(byOp[c.Op], c)
-	}
+	byOp := hot.CallsByOp(calls, len(ops))
 	var first error
 	report := func(i int, err error) {
 		first = cmp.Or(first, err)
@@ -141,18 +138,18 @@ func (r *Router) CheckEach(ctx context.Context, now time.Time, ops []*tiers.Op, 
 	}
 	var rest []int // the ops with a cell outside hot, in order
 	for i, op := range ops {
-		if err := callsErr(byOp[op]); err != nil {
+		if err := callsErr(byOp[i]); err != nil {
 			// A call of op failed (on a cluster: its master is down); the
 			// other ops of the batch are not affected. What op's other
 			// calls counted is given back.
-			report(i, r.undo(ctx, now, op, hotCounted(op, byOp[op]), err))
+			report(i, r.undo(ctx, now, op, hotCounted(op, byOp[i]), err))
 			continue
 		}
 		if op.Route != nil {
 			rest = append(rest, i)
 			continue
 		}
-		report(i, r.finishOne(ctx, now, op, byOp[op]))
+		report(i, r.finishOne(ctx, now, op, byOp[i]))
 	}
 	if len(rest) > 0 {
 		tiers.SlowPart(ctx)

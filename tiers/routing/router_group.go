@@ -30,14 +30,13 @@ import (
 // (ops at idx, in order) whose cold parts can be decided together,
 // reports each op it finished (report(i, err), i its index in ops) as soon
 // as it is, and returns how many of idx it finished.
-func (r *Router) finishRun(ctx context.Context, now time.Time, ops []*tiers.Op, idx []int, byOp map[*tiers.Op][]hot.Call, report func(i int, err error)) int {
+func (r *Router) finishRun(ctx context.Context, now time.Time, ops []*tiers.Op, idx []int, byOp [][]hot.Call, report func(i int, err error)) int {
 	n := 0
 	for n < len(idx) && groupable(ops[idx[n]]) {
 		n++
 	}
 	if n < 2 {
-		op := ops[idx[0]]
-		report(idx[0], r.finishOne(ctx, now, op, byOp[op]))
+		report(idx[0], r.finishOne(ctx, now, ops[idx[0]], byOp[idx[0]]))
 		return 1
 	}
 	return r.finishGroup(ctx, now, ops, idx[:n], byOp, report)
@@ -78,12 +77,12 @@ func hotDenied(op *tiers.Op) bool {
 // reports each as it is finished, and returns how many it finished. An op
 // that fails gives back what it counted and gets its own error; the others
 // get their decisions.
-func (r *Router) finishGroup(ctx context.Context, now time.Time, ops []*tiers.Op, idx []int, byOp map[*tiers.Op][]hot.Call, report func(i int, err error)) int {
+func (r *Router) finishGroup(ctx context.Context, now time.Time, ops []*tiers.Op, idx []int, byOp [][]hot.Call, report func(i int, err error)) int {
 	group := make([]*tiers.Op, len(idx))
 	counted := make([][]int, len(idx))
 	for k, i := range idx {
 		group[k] = ops[i]
-		counted[k] = hotCounted(ops[i], byOp[ops[i]])
+		counted[k] = hotCounted(ops[i], byOp[i])
 	}
 	coldIdx, n, err := r.locateCold(ctx, group)
 	if err != nil {
@@ -93,7 +92,7 @@ func (r *Router) finishGroup(ctx context.Context, now time.Time, ops []*tiers.Op
 		return len(idx)
 	}
 	if n == 0 {
-		report(idx[0], r.finishOne(ctx, now, group[0], byOp[group[0]]))
+		report(idx[0], r.finishOne(ctx, now, group[0], byOp[idx[0]]))
 		return 1
 	}
 	group = group[:n]
