@@ -87,11 +87,14 @@ bench-grpc: schema
 # quotad beside envoyproxy/ratelimit (pinned commit, built when its source is
 # here; PEERS_RATELIMIT_GIT), plain and with its local cache, one private
 # Redis, the same limits: ordinary HTTP, ordinary gRPC and a flood, taking
-# turns (bench/peers.sh; ~5 minutes at PEERS_PHASE=10 PEERS_ROUNDS=3).
+# turns, with the servers that answer at once beside them (the floor;
+# bench/peers.sh; ~6 minutes at PEERS_PHASE=10 PEERS_ROUNDS=3).
 .PHONY: bench-peers
 bench-peers: schema
 	@command -v wrk >/dev/null || apt-get install -y wrk
 	$(GO) build -o $(BIN)/grpcbench ./bench/grpcbench
+	$(GO) build -o $(BIN)/nullhttp ./bench/cmd/nullhttp
+	$(GO) build -o $(BIN)/nullquotad ./bench/cmd/nullquotad
 	bash bench/peers.sh
 
 # What net/http and fasthttp cost a check by themselves (bench/http-edge.sh):
@@ -277,7 +280,8 @@ bench-tiering: schema
 # /v1/check/batch, tiering off against on alternated (batches/s), and
 # INFO used_memory's slope between 20,000 and 100,000 cells hot, moved warm
 # and moved cold by `quotactl migrate` cycles (bench/cells.sh; private
-# redis-server, fresh quota_bc_* databases; ~1 minute a round, ROUNDS=3).
+# redis-server, fresh quota_bc_* databases; ~1 minute a round, ROUNDS=3),
+# then RATE_ROUNDS=7 longer fills off and on for the on/off figure.
 .PHONY: bench-cells
 bench-cells: build services
 	bash bench/cells.sh

@@ -23,13 +23,20 @@
 # is its tag's header (its cold filter); the hot keys are gone (the
 # cycle's own keys are the same at 20,000 and 100,000 cells and cancel).
 #
+# Then RATE_ROUNDS rate rounds (7), off and on taking turns (ABBA), each
+# on an emptied Redis and fresh databases: 20,000 cells, then
+# RATE_CELLS (160,000) more, timed. A memory round's timed fill is 160
+# batches, a second or two, which a shared two-core machine's moments
+# swing by a third either way; the rate rounds time twice as many batches
+# and seven pairs of them, so their median on/off says more.
+#
 # Prints one table: batches/s off and on per round and the median of the
 # rounds' on/off ratios, quotad's and Redis' CPU µs a new cell of that
 # fill; bytes per cell hot (off, on), warm and cold (medians over the
-# rounds). CELLS_BIN=path runs another quotad for both; CELLS_BIN_OLD=path
+# rounds); then the rate rounds' batches/s and their median on/off. CELLS_BIN=path runs another quotad for both; CELLS_BIN_OLD=path
 # adds an "on-old" variant to each round (old against new).
 #
-# Knobs: ROUNDS (3), CELLS_OUT (bench-out/cells), CELLS_PORT (16397),
+# Knobs: ROUNDS (3), RATE_ROUNDS (7; 0: none), RATE_CELLS (160000), CELLS_OUT (bench-out/cells), CELLS_PORT (16397),
 # CELLS_LISTEN (127.0.0.1:18096), CELLS_C (4 batches in flight),
 # CELLS_BIN (bin/quotad), CELLS_BIN_OLD (unset), CELLS_REDIS_ARGS (more
 # redis-server arguments, after the ones above: "--slowlog-log-slower-than
@@ -39,6 +46,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}; OUT=${CELLS_OUT:-bench-out/cells}
+RATE_ROUNDS=${RATE_ROUNDS:-7}; RATE_CELLS=${RATE_CELLS:-160000}
 PORT=${CELLS_PORT:-16397}; LISTEN=${CELLS_LISTEN:-127.0.0.1:18096}; C=${CELLS_C:-4}
 NEW=${CELLS_BIN:-bin/quotad}; OLD=${CELLS_BIN_OLD:-}
 TOKEN=bench-cells-admin-token-0123456789
@@ -169,6 +177,28 @@ for round in $(seq "$ROUNDS"); do
 done
 cp "$work/cycles.txt" "$OUT/cycles.txt" 2>/dev/null || true
 
+# rate NAME BIN TIERING: one rate run; appends its batches/s to $OUT/rates.txt.
+rate() {
+	local name=$1 bin=$2 tiering=$3 r
+	fresh
+	startq "$bin" QUOTA_TIERING="$tiering"
+	fill 0 20000 >/dev/null
+	r=$(fill 20000 $((20000 + RATE_CELLS)) | sed -n 's/.*batches_per_s=\([0-9.]*\).*/\1/p')
+	stopq
+	echo "round=$round variant=$name batches_per_s=$r" | tee -a "$OUT/rates.txt"
+}
+: >"$OUT/rates.txt"
+for round in $(seq "$RATE_ROUNDS"); do
+	order=("${variants[@]}")
+	if ((round % 2 == 0)); then
+		order=(); for ((i = ${#variants[@]} - 1; i >= 0; i--)); do order+=("${variants[$i]}"); done
+	fi
+	for v in "${order[@]}"; do
+		# shellcheck disable=SC2086
+		rate $v
+	done
+done
+
 {
 	echo "bench-cells $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), ROUNDS=$ROUNDS, 97 apps, batches of 500, $C in flight"
 	awk '
@@ -209,4 +239,28 @@ cp "$work/cycles.txt" "$OUT/cycles.txt" 2>/dev/null || true
 			}
 		}
 	}' "$OUT/runs.txt"
+	[[ -s $OUT/rates.txt ]] || exit 0
+	echo
+	awk -v cells="$RATE_CELLS" '
+	function f(name,   i) { for (i = 1; i <= NF; i++) if (index($i, name "=") == 1) return substr($i, length(name) + 2); return "" }
+	function median(a, n,   i, j, t, b) {
+		for (i = 1; i <= n; i++) b[i] = a[i]
+		for (i = 2; i <= n; i++) for (j = i; j > 1 && b[j-1] > b[j]; j--) { t = b[j]; b[j] = b[j-1]; b[j-1] = t }
+		return n % 2 ? b[(n+1)/2] : (b[n/2] + b[n/2+1]) / 2
+	}
+	{ r = f("round"); v = f("variant"); if (r > R) R = r; seen[v] = 1; rate[v, r] = f("batches_per_s") }
+	END {
+		printf "| rate rounds (%d new cells after 20,000) | batches/s (rounds) | on/off (rounds) | median on/off |\n| --- | --- | --- | --- |\n", cells
+		for (v in seen) order[++nv] = v
+		for (i = 2; i <= nv; i++) for (j = i; j > 1 && order[j-1] > order[j]; j--) { t = order[j]; order[j] = order[j-1]; order[j-1] = t }
+		for (k = 1; k <= nv; k++) {
+			v = order[k]; s = ""; q = ""
+			for (r = 1; r <= R; r++) {
+				a[r] = rate[v, r]; x[r] = rate["off", r] > 0 ? rate[v, r] / rate["off", r] : 0
+				s = s (r > 1 ? " " : "") sprintf("%.1f", a[r]); q = q (r > 1 ? " " : "") sprintf("%.3f", x[r])
+			}
+			if (v == "off") printf "| off | %s | – | – |\n", s
+			else printf "| %s | %s | %s | **%.3f** |\n", v, s, q, median(x, R)
+		}
+	}' "$OUT/rates.txt"
 } | tee "$OUT/summary.txt"

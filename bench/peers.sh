@@ -15,6 +15,11 @@
 #   flood-shared  the same from 10 users of one app behind one IP, past
 #          both limits (quotad's denial cache answers only denials whose
 #          every limit is exhausted: limiter/denials.go).
+# Beside them, on http and grpc, the floor: servers that answer every
+# check at once, with no Redis and no rules, on the transports quotad
+# uses (bench/cmd/nullhttp on fasthttp, bench/cmd/nullquotad's gRPC):
+# what the load generator, the kernel and the server libraries cost by
+# themselves on the shared cores, which no rate limiter on them passes.
 # It prints checks/s, p99 and the server's CPU per check (µs, /proc) of
 # each, medians of the rounds. The machine's cores are shared by the load
 # generator, the servers and Redis: compare within a run only.
@@ -27,6 +32,7 @@
 #   PEERS_QUOTAD_OLD  another quotad binary, run beside as quotad-old (its own
 #                     key prefix): old against new in the same rounds
 #   PEERS_ENVOY=off   leave envoy ratelimit out
+#   PEERS_FLOOR=off   leave the floor out   NULLHTTP_BIN, NULLQUOTAD_BIN (./bin/...)
 set -euo pipefail
 
 PHASE=${PEERS_PHASE:-10}
@@ -36,6 +42,8 @@ RL_COMMIT=${PEERS_RATELIMIT_COMMIT:-b8d893f}
 RL_CACHE=${PEERS_LOCAL_CACHE_BYTES:-1048576}
 QUOTAD_BIN=${QUOTAD_BIN:-./bin/quotad}
 GRPCBENCH_BIN=${GRPCBENCH_BIN:-./bin/grpcbench}
+NULLHTTP_BIN=${NULLHTTP_BIN:-./bin/nullhttp}
+NULLQUOTAD_BIN=${NULLQUOTAD_BIN:-./bin/nullquotad}
 OUT_DIR=${BENCH_OUT:-bench-out}/peers
 mkdir -p "$OUT_DIR"
 RL_BIN=$(dirname "$QUOTAD_BIN")/ratelimit-$RL_COMMIT
@@ -123,6 +131,20 @@ if [[ -x $RL_BIN && ${PEERS_ENVOY:-on} != off ]]; then
 	done
 fi
 
+if [[ ${PEERS_FLOOR:-on} != off && -x $NULLHTTP_BIN && -x $NULLQUOTAD_BIN ]]; then
+	# One server for each transport; PID[floor] is the one the workload uses.
+	fh=$(free_port) fg=$(free_port) fn=$(free_port)
+	"$NULLHTTP_BIN" -server fast -listen "127.0.0.1:$fh" >"$OUT_DIR/floor-http.log" 2>&1 &
+	FLOOR_HTTP_PID=$!
+	PIDS+=("$FLOOR_HTTP_PID")
+	QUOTA_LISTEN=127.0.0.1:$fn QUOTA_GRPC_LISTEN=127.0.0.1:$fg "$NULLQUOTAD_BIN" >"$OUT_DIR/floor-grpc.log" 2>&1 &
+	FLOOR_GRPC_PID=$!
+	PIDS+=("$FLOOR_GRPC_PID")
+	HTTP[floor]=http://127.0.0.1:$fh GRPC[floor]=127.0.0.1:$fg
+	for _ in $(seq 50); do curl -s -o /dev/null -X POST "${HTTP[floor]}/v1/check" && break; sleep 0.1; done
+	SERVERS+=(floor)
+fi
+
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 TICK=$(getconf CLK_TCK)
 RESULTS=$OUT_DIR/rounds.txt
@@ -134,8 +156,14 @@ for round in $(seq "$ROUNDS"); do
 		k=$(((round - 1) % n))
 		for i in $(seq 0 $((n - 1))); do
 			srv=${SERVERS[$(((k + i) % n))]}
+			if [[ $srv == floor ]]; then
+				# A null server answers a flood as it answers anything.
+				[[ $work == http || $work == grpc ]] || continue
+				PID[floor]=$FLOOR_HTTP_PID
+				[[ $work == grpc ]] && PID[floor]=$FLOOR_GRPC_PID
+			fi
 			api=quota
-			[[ $srv == quotad* ]] || api=envoy
+			[[ $srv == quotad* || $srv == floor ]] || api=envoy
 			c0=$(cpu_ticks "${PID[$srv]}")
 			if [[ $work == grpc ]]; then
 				"$GRPCBENCH_BIN" -entries grpc -rounds 1 -phase "${PHASE}s" -rate 0 -c 64 -grpc-conns 64 \
@@ -165,7 +193,7 @@ import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 med = {}
 for work in ("http", "grpc", "flood", "flood-shared"):
-    for srv in ("quotad", "quotad-old", "envoy", "envoy-cache"):
+    for srv in ("quotad", "quotad-old", "envoy", "envoy-cache", "floor"):
         rs = [r for r in rows if r[1] == work and r[2] == srv]
         if rs:
             med[work, srv] = [statistics.median(float(r[i]) for r in rs) for i in (3, 4, 5)]
@@ -175,7 +203,7 @@ print("| workload | server | checks/s | p99 ms | server CPU µs/check | quotad �
 print("| --- | --- | --- | --- | --- | --- | --- | --- |")
 for work in ("http", "grpc", "flood", "flood-shared"):
     q = med.get((work, "quotad"))
-    for srv in ("quotad", "quotad-old", "envoy", "envoy-cache"):
+    for srv in ("quotad", "quotad-old", "envoy", "envoy-cache", "floor"):
         m = med.get((work, srv))
         if not m:
             continue
@@ -185,4 +213,8 @@ for work in ("http", "grpc", "flood", "flood-shared"):
         print(f"| {names[work]} | {srv} | {m[0]:,.0f} | {m[1]:.1f} | {m[2]:.1f} | {ratio} |")
 print()
 print("Medians of the rounds of one run; ratios are quotad's against that server's (its checks/s ×, its p99 and CPU per check as fractions).")
+for work in ("http", "grpc"):
+    f, e = med.get((work, "floor")), med.get((work, "envoy"))
+    if f and e:
+        print(f"{names[work]}: the floor answers {f[0]/e[0]:.2f}× envoy ratelimit's checks/s at {f[2]:.1f} µs CPU a check; quotad reaches {med[work, 'quotad'][0]/f[0]:.0%} of the floor.")
 EOF
