@@ -33,13 +33,14 @@
 # Prints one table: batches/s off and on per round and the median of the
 # rounds' on/off ratios, quotad's and Redis' CPU µs a new cell of that
 # fill; bytes per cell hot (off, on), warm and cold (medians over the
-# rounds); then the rate rounds' batches/s and their median on/off. CELLS_BIN=path runs another quotad for both; CELLS_BIN_OLD=path
-# adds an "on-old" variant to each round (old against new).
+# rounds); then the rate rounds' batches/s and their median on/off.
+# CELLS_BIN=path runs another quotad for both; CELLS_BIN_OLD=path adds an
+# "on-old" variant to each round (old against new).
 #
-# Knobs: ROUNDS (3), RATE_ROUNDS (7; 0: none), RATE_CELLS (160000), CELLS_OUT (bench-out/cells), CELLS_PORT (16397),
-# CELLS_LISTEN (127.0.0.1:18096), CELLS_C (4 batches in flight),
-# CELLS_BIN (bin/quotad), CELLS_BIN_OLD (unset), CELLS_REDIS_ARGS (more
-# redis-server arguments, after the ones above: "--slowlog-log-slower-than
+# Knobs: ROUNDS (3), RATE_ROUNDS (7; 0: none), RATE_CELLS (160000),
+# CELLS_OUT (bench-out/cells), CELLS_PORT (16397), CELLS_LISTEN
+# (127.0.0.1:18096), CELLS_C (4 batches in flight), CELLS_BIN (bin/quotad),
+# CELLS_BIN_OLD (unset), CELLS_REDIS_ARGS (more redis-server arguments, after the ones above: "--slowlog-log-slower-than
 # 10000" puts Redis' default slow log back, whose entries hold the cycles'
 # long argument lists: up to 128 of them, a constant that the 100,000-cell
 # cycle fills with more bytes than the 20,000-cell one). ~2 minutes a round.
@@ -165,16 +166,22 @@ run() {
 : >"$OUT/runs.txt"
 variants=("off $NEW off" "on $NEW on")
 [[ -n $OLD ]] && variants+=("on-old $OLD on")
-for round in $(seq "$ROUNDS"); do
-	order=("${variants[@]}")
-	if ((round % 2 == 0)); then
-		order=(); for ((i = ${#variants[@]} - 1; i >= 0; i--)); do order+=("${variants[$i]}"); done
-	fi
-	for v in "${order[@]}"; do
-		# shellcheck disable=SC2086
-		run $v
+# rounds FN N: N rounds of FN over the variants, in reverse order every
+# second round (ABBA); FN reads $round.
+rounds() {
+	local fn=$1 n=$2 order i v
+	for round in $(seq "$n"); do
+		order=("${variants[@]}")
+		if ((round % 2 == 0)); then
+			order=(); for ((i = ${#variants[@]} - 1; i >= 0; i--)); do order+=("${variants[$i]}"); done
+		fi
+		for v in "${order[@]}"; do
+			# shellcheck disable=SC2086
+			"$fn" $v
+		done
 	done
-done
+}
+rounds run "$ROUNDS"
 cp "$work/cycles.txt" "$OUT/cycles.txt" 2>/dev/null || true
 
 # rate NAME BIN TIERING: one rate run; appends its batches/s to $OUT/rates.txt.
@@ -188,16 +195,7 @@ rate() {
 	echo "round=$round variant=$name batches_per_s=$r" | tee -a "$OUT/rates.txt"
 }
 : >"$OUT/rates.txt"
-for round in $(seq "$RATE_ROUNDS"); do
-	order=("${variants[@]}")
-	if ((round % 2 == 0)); then
-		order=(); for ((i = ${#variants[@]} - 1; i >= 0; i--)); do order+=("${variants[$i]}"); done
-	fi
-	for v in "${order[@]}"; do
-		# shellcheck disable=SC2086
-		rate $v
-	done
-done
+rounds rate "$RATE_ROUNDS"
 
 {
 	echo "bench-cells $(date -u +%Y-%m-%dT%H:%M:%SZ), commit $(git rev-parse --short HEAD), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), ROUNDS=$ROUNDS, 97 apps, batches of 500, $C in flight"
