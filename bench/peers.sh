@@ -46,7 +46,6 @@ NULLHTTP_BIN=${NULLHTTP_BIN:-./bin/nullhttp}
 NULLQUOTAD_BIN=${NULLQUOTAD_BIN:-./bin/nullquotad}
 OUT_DIR=${BENCH_OUT:-bench-out}/peers
 mkdir -p "$OUT_DIR"
-RL_BIN=$(dirname "$QUOTAD_BIN")/ratelimit-$RL_COMMIT
 
 die() {
 	echo "bench-peers: $*" >&2
@@ -55,13 +54,15 @@ die() {
 command -v wrk >/dev/null || die "wrk not found (apt-get install wrk)"
 command -v redis-server >/dev/null || die "redis-server not found"
 [[ -x $QUOTAD_BIN && -x $GRPCBENCH_BIN ]] || die "$QUOTAD_BIN or $GRPCBENCH_BIN missing (make bench-peers builds them)"
+# Beside quotad's binary, as an absolute path: it is built in another directory.
+RL_BIN=$(cd "$(dirname "$QUOTAD_BIN")" && pwd)/ratelimit-$RL_COMMIT
 
 if [[ ! -x $RL_BIN ]]; then
 	if git --git-dir="$RL_GIT" cat-file -e "$RL_COMMIT^{commit}" 2>/dev/null; then
 		src=$(mktemp -d)
 		git --git-dir="$RL_GIT" archive "$RL_COMMIT" | tar -x -C "$src"
 		echo "bench-peers: building envoyproxy/ratelimit $RL_COMMIT"
-		if ! (cd "$src" && go build -o "$OLDPWD/$RL_BIN" ./src/service_cmd); then
+		if ! (cd "$src" && go build -o "$RL_BIN" ./src/service_cmd); then
 			echo "bench-peers: envoyproxy/ratelimit $RL_COMMIT did not build: quotad alone"
 		fi
 		rm -rf "$src"
