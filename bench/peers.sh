@@ -215,7 +215,8 @@ for work in ("http", "grpc", "flood", "flood-shared"):
 print()
 print("Medians of the rounds of one run; ratios are quotad's against that server's (its checks/s ×, its p99 and CPU per check as fractions).")
 for work in ("http", "grpc"):
-    f, e = med.get((work, "floor")), med.get((work, "envoy"))
-    if f and e:
-        print(f"{names[work]}: the floor answers {f[0]/e[0]:.2f}× envoy ratelimit's checks/s at {f[2]:.1f} µs CPU a check; quotad reaches {med[work, 'quotad'][0]/f[0]:.0%} of the floor.")
+    f, e, q = med.get((work, "floor")), med.get((work, "envoy")), med.get((work, "quotad"))
+    if f and q:
+        vs = f", {f[0]/e[0]:.2f}× envoy ratelimit's checks/s" if e else ""
+        print(f"{names[work]}: the floor answers at {f[2]:.1f} µs CPU a check{vs}; quotad reaches {q[0]/f[0]:.0%} of its checks/s.")
 EOF
