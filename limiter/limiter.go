@@ -441,7 +441,7 @@ func buildOpIn(buf *opBuf, set *compiledSet, req *Request, now time.Time, loc *t
 				cell.Window, cell.Identity = time.Duration(lim.Window), id
 			case cr.rule.Algorithm == rules.FixedWindow:
 				cell.Window, cell.Identity = time.Duration(lim.Window), id
-				cell.Key = fixedKey(id, cell.Window, now)
+				cell.ID, cell.Key = fixedKey(id, cell.Window, now)
 			default:
 				cell.Window, cell.Identity = time.Duration(lim.Window), id
 				cell.Key = tiers.CounterKeyOf(cr.rule.Name, vals, int64(cell.Window/time.Second), 0)
@@ -478,7 +478,7 @@ func calendarCell(c *tiers.Cell, scope string, vals []string, w rules.Duration, 
 	c.Window = time.Duration(end.Unix()) * time.Second
 	c.Identity = tiers.IdentityOf(scope, vals)
 	if !cacheOnly {
-		c.Key = fixedKey(c.Identity, c.Window, now)
+		c.ID, c.Key = fixedKey(c.Identity, c.Window, now)
 	}
 }
 
@@ -562,7 +562,7 @@ func appendCounterCells(op *tiers.Op, owners []entryOwner, req *Request, now tim
 		}
 		if !cacheOnly {
 			cell.Tag, cell.ShardKey = place(cell.Identity, c.App != "", c.App, c.User)
-			cell.Key = fixedKey(cell.Identity, c.Window, now)
+			cell.ID, cell.Key = fixedKey(cell.Identity, c.Window, now)
 		}
 		op.Cells = append(op.Cells, cell)
 		owners = append(owners, entryOwner{name: c.Name, limit: rules.Limit{Limit: c.Limit, Window: rules.Duration(c.Window)}})
@@ -579,8 +579,9 @@ func place(id tiers.Identity, byApp bool, app, user string) (tiers.Tag, uint64) 
 	return tiers.TagOfIdentity(id), tiers.ShardKeyOfIdentity(id)
 }
 
-// fixedKey is a fixed-window cell's counter key at now, derived from the
-// cell id so that a mover finds it (tiers.FixedKeyOf).
-func fixedKey(id tiers.Identity, w time.Duration, now time.Time) tiers.CounterKey {
-	return tiers.FixedKeyOf(tiers.CellIDOf(id, w), now.UnixMilli()/w.Milliseconds())
+// fixedKey is a fixed-window cell's id and its counter key at now, derived
+// from the id so that a mover finds it (tiers.FixedKeyOf).
+func fixedKey(id tiers.Identity, w time.Duration, now time.Time) (tiers.CellID, tiers.CounterKey) {
+	cid := tiers.CellIDOf(id, w)
+	return cid, tiers.FixedKeyOf(cid, now.UnixMilli()/w.Milliseconds())
 }

@@ -46,11 +46,23 @@ type Cell struct {
 	Shadow    bool // counted and reported, never denies
 	Identity  Identity
 	Key       CounterKey
-	Tag       Tag
+	// ID is a fixed_window cell's CellIDOf(Identity, Window) when its
+	// maker computed it with Key (the limiter does), so that the directory
+	// and the activity count do not hash it again; zero: not computed.
+	ID  CellID
+	Tag Tag
 	// ShardKey places the cell in a cold-tier shard: ShardKeyOf(app_id,
 	// user_id) (app_id alone for rules without user_id). Zero means "derive
 	// it from Identity" (rules with neither dimension).
 	ShardKey uint64
+}
+
+// CellID is the cell's id (CellIDOf), computed only when ID is unset.
+func (c *Cell) CellID() CellID {
+	if c.ID != (CellID{}) {
+		return c.ID
+	}
+	return CellIDOf(c.Identity, c.Window)
 }
 
 // Outcome is a store's answer for one cell.

@@ -47,9 +47,9 @@ type pendingCell struct {
 	calls int64
 }
 
-// Observe counts one check of cells (routing.Router.Counted): the fixed
-// window cells of an op.
-func (a *Activity) Observe(refs []tiers.Ref) {
+// Observe counts one check of cells (routing.Router.Calls): the fixed
+// window cells of an op. It keeps nothing of cells.
+func (a *Activity) Observe(cells []tiers.Cell) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.pending == nil {
@@ -59,15 +59,15 @@ func (a *Activity) Observe(refs []tiers.Ref) {
 	if limit <= 0 {
 		limit = 1_000_000
 	}
-	for _, r := range refs {
-		id := r.ID()
+	for i := range cells {
+		id := cells[i].CellID()
 		p, ok := a.pending[id]
 		if !ok {
 			if len(a.pending) >= limit {
 				a.Dropped++
 				continue
 			}
-			p = &pendingCell{id: id, ref: r}
+			p = &pendingCell{id: id, ref: tiers.RefOf(&cells[i])}
 			a.pending[id] = p
 		}
 		p.calls++

@@ -18,8 +18,8 @@ func TestActivity_FlushWritesBatchesNotARowPerCell(t *testing.T) {
 	act := &Activity{DBs: dbs}
 	const cells = 10_000
 	refs := moveenv.DailyRefs(cells)
-	act.Observe(refs)
-	act.Observe(refs[:10])
+	act.Observe(moveenv.CellsOf(refs))
+	act.Observe(moveenv.CellsOf(refs[:10]))
 	if err := act.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -65,15 +65,15 @@ func TestActivity_FoldAddsEveryFlushToTheCellsHistory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	act.Observe(refs[:2])
+	act.Observe(moveenv.CellsOf(refs[:2]))
 	flush()
 	moveenv.FoldAll(t, dbs, PartsPerShard, FoldLog) // refs[0] and [1] have a history from 10:00
 	now = now.Add(time.Hour)
-	act.Observe(refs)
-	act.Observe(refs[1:])
+	act.Observe(moveenv.CellsOf(refs))
+	act.Observe(moveenv.CellsOf(refs[1:]))
 	flush()
 	now = now.Add(time.Hour)
-	act.Observe(refs[2:])
+	act.Observe(moveenv.CellsOf(refs[2:]))
 	flush()
 	moveenv.FoldAll(t, dbs, PartsPerShard, FoldLog)
 	hour := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC).Unix() / 3600
@@ -95,7 +95,7 @@ func TestActivity_TwoFoldsOfOnePartCountEachBatchOnce(t *testing.T) {
 	refs := moveenv.DailyRefs(4000)
 	const flushes = 20
 	for range flushes {
-		act.Observe(refs)
+		act.Observe(moveenv.CellsOf(refs))
 		if err := act.Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +135,7 @@ func TestActivity_FoldDropsAnUnreadableRowAndFoldsTheRest(t *testing.T) {
 	if _, err := dbs[0].Exec("INSERT INTO cell_activity_log (part, hour, cells) VALUES (?, 1, ?)", part, []byte{0x7f, 1, 2}); err != nil {
 		t.Fatal(err)
 	}
-	act.Observe(refs)
+	act.Observe(moveenv.CellsOf(refs))
 	if err := act.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func BenchmarkFoldActivityLog(b *testing.B) {
 	var took time.Duration
 	for b.Loop() {
 		b.StopTimer()
-		act.Observe(moveenv.DailyRefs(cells))
+		act.Observe(moveenv.CellsOf(moveenv.DailyRefs(cells)))
 		if err := act.Flush(ctx); err != nil {
 			b.Fatal(err)
 		}

@@ -397,9 +397,8 @@ func (s *Store) args(c *Call, now time.Time, mode tiers.Mode) ([]string, []any) 
 		cell := &c.Op.Cells[i]
 		pos++
 		if s.dir != nil && cell.Algorithm == rules.FixedWindow {
-			l := s.dir.Locate(cell.Identity, cell.Window, cell.Tag)
-			dirKeys = append(dirKeys, l.HeaderKey())
-			dirArgs = append(dirArgs, pos, l.Field, c.Op.NotColdAt(i))
+			dirKeys = append(dirKeys, s.dir.TagHeaderKey(cell.Tag))
+			dirArgs = append(dirArgs, pos, s.dir.Field(cell.CellID()), c.Op.NotColdAt(i))
 		}
 	})
 	c.Each(func(i int) {
@@ -593,9 +592,8 @@ func (s *Store) addFixed(f *fixedCall, c *Call, now time.Time) {
 		ttl := untilWindowEnd(ms, cell.Window.Milliseconds()) + s.ttlJitter()
 		field, notCold := "", ""
 		if s.dir != nil {
-			l := s.dir.Locate(cell.Identity, cell.Window, cell.Tag)
-			f.headers = append(f.headers, l.HeaderKey())
-			field, notCold = l.Field, c.Op.NotColdAt(i)
+			f.headers = append(f.headers, s.dir.TagHeaderKey(cell.Tag))
+			field, notCold = s.dir.Field(cell.CellID()), c.Op.NotColdAt(i)
 		}
 		f.args = append(f.args, cell.Limit, ttl, boolInt(cell.Shadow), field, notCold)
 	})

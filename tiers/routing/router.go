@@ -58,11 +58,11 @@ type Router struct {
 	// ColdHints, when set, lets a cell found cold before skip the cold-row
 	// lookup (coldhints.go); nil: every cold check looks its row up.
 	ColdHints *ColdHints
-	// Calls, when set, is called once per op with the refs of its
-	// fixed-window cells whose window is at least CallsMinWindow (the
-	// scheduled migration's activity count); an op with none costs
-	// nothing. It must not block.
-	Calls          func(refs []tiers.Ref)
+	// Calls, when set, is called once per op with its fixed-window cells
+	// whose window is at least CallsMinWindow (the scheduled migration's
+	// activity count); an op with none costs nothing. It must not block,
+	// nor keep cells after it returns.
+	Calls          func(cells []tiers.Cell)
 	CallsMinWindow time.Duration
 	// MovedWait bounds how long an op waits for cells frozen by a move
 	// before it fails with ErrUnavailable (and the fail mode answers). A
@@ -196,19 +196,29 @@ func (r *Router) settle(ctx context.Context, now time.Time, op *tiers.Op, err er
 	return err
 }
 
-// called reports op's fixed-window cells of long enough windows to Calls.
+// called reports op's fixed-window cells of long enough windows to Calls:
+// op's own cells when all of them are (no copy), else those that are.
 func (r *Router) called(op *tiers.Op) {
 	if r.Calls == nil || op.Mode == tiers.Refund {
 		return
 	}
-	var refs []tiers.Ref
+	counted := func(c *tiers.Cell) bool {
+		return c.Algorithm == rules.FixedWindow && c.Window >= r.CallsMinWindow
+	}
+	cells := op.Cells
 	for i := range op.Cells {
-		if c := &op.Cells[i]; c.Algorithm == rules.FixedWindow && c.Window >= r.CallsMinWindow {
-			refs = append(refs, tiers.RefOf(c))
+		if !counted(&op.Cells[i]) {
+			cells = nil
+			for j := range op.Cells {
+				if counted(&op.Cells[j]) {
+					cells = append(cells, op.Cells[j])
+				}
+			}
+			break
 		}
 	}
-	if len(refs) > 0 {
-		r.Calls(refs)
+	if len(cells) > 0 {
+		r.Calls(cells)
 	}
 }
 

@@ -156,16 +156,30 @@ func (s *Store) Location(r *tiers.Ref) (base, field string) {
 
 // LocateCell is Locate for a cell whose id is known.
 func (s *Store) LocateCell(cid tiers.CellID, tag tiers.Tag) DirLoc {
-	const hexdigits = "0123456789abcdef"
 	var buf [64]byte
-	k := append(buf[:0], s.prefix...)
-	k = append(k, '{')
-	for _, c := range tag {
-		k = append(k, hexdigits[c>>4], hexdigits[c&15])
-	}
-	k = append(k, '}')
-	return DirLoc{base: string(k), Field: string(cid[8 : 8+s.fieldBytes])}
+	return DirLoc{base: string(s.appendBase(buf[:0], tag)), Field: s.Field(cid)}
 }
+
+// TagHeaderKey is the key of tag's directory header (DirLoc.HeaderKey of
+// its cells), made as one string.
+func (s *Store) TagHeaderKey(tag tiers.Tag) string {
+	var buf [64]byte
+	return string(append(s.appendBase(buf[:0], tag), 'd'))
+}
+
+// appendBase appends the key base of tag's cells (prefix{tag}) to b.
+func (s *Store) appendBase(b []byte, tag tiers.Tag) []byte {
+	const hexdigits = "0123456789abcdef"
+	b = append(b, s.prefix...)
+	b = append(b, '{')
+	for _, c := range tag {
+		b = append(b, hexdigits[c>>4], hexdigits[c&15])
+	}
+	return append(b, '}')
+}
+
+// Field is the field of cell cid in its warm bucket (DirLoc.Field).
+func (s *Store) Field(cid tiers.CellID) string { return string(cid[8 : 8+s.fieldBytes]) }
 
 // warmEntry is one record as read, then as the ops of an attempt leave it.
 type warmEntry struct {

@@ -265,3 +265,13 @@ func DailyRefs(n int) []tiers.Ref {
 	}
 	return refs
 }
+
+// CellsOf is the fixed-window cells of refs, as the router hands a check's
+// cells to its activity count (routing.Router.Calls).
+func CellsOf(refs []tiers.Ref) []tiers.Cell {
+	cells := make([]tiers.Cell, len(refs))
+	for i, r := range refs {
+		cells[i] = tiers.Cell{Algorithm: rules.FixedWindow, Window: r.Window, Identity: r.Identity, Tag: r.Tag, ShardKey: r.ShardKey}
+	}
+	return cells
+}
