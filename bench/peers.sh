@@ -20,8 +20,9 @@
 # uses (bench/cmd/nullhttp on fasthttp, bench/cmd/nullquotad's gRPC):
 # what the load generator, the kernel and the server libraries cost by
 # themselves on the shared cores, which no rate limiter on them passes.
-# It prints checks/s, p99 and the server's CPU per check (µs, /proc) of
-# each, medians of the rounds. The machine's cores are shared by the load
+# It prints checks/s, p99, the server's CPU per check and the shared
+# Redis' CPU per check during the server's turn (µs, /proc) of each,
+# medians of the rounds. The machine's cores are shared by the load
 # generator, the servers and Redis: compare within a run only.
 # Environment:
 #   PEERS_PHASE   seconds of one turn (10)      PEERS_ROUNDS  rounds (3)
@@ -89,7 +90,8 @@ wait_http() { # url pid name
 
 REDIS_PORT=$(free_port)
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no >"$OUT_DIR/redis.log" 2>&1 &
-PIDS+=($!)
+REDIS_PID=$!
+PIDS+=("$REDIS_PID")
 for _ in $(seq 50); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 declare -A HTTP GRPC PID
@@ -165,7 +167,7 @@ for round in $(seq "$ROUNDS"); do
 			fi
 			api=quota
 			[[ $srv == quotad* || $srv == floor ]] || api=envoy
-			c0=$(cpu_ticks "${PID[$srv]}")
+			c0=$(cpu_ticks "${PID[$srv]}") r0=$(cpu_ticks "$REDIS_PID")
 			if [[ $work == grpc ]]; then
 				"$GRPCBENCH_BIN" -entries grpc -rounds 1 -phase "${PHASE}s" -rate 0 -c 64 -grpc-conns 64 \
 					-grpc "${GRPC[$srv]}" -seed $((round * 100)) -json "$OUT_DIR/grpc.json" >"$OUT_DIR/last.txt"
@@ -181,9 +183,9 @@ for round in $(seq "$ROUNDS"); do
 					/requests in/ {n=$1}
 					END {print r, p, n}' "$OUT_DIR/last.txt")
 			fi
-			c1=$(cpu_ticks "${PID[$srv]}")
-			cpu=$(python3 -c "print(round(($c1-$c0)/$TICK/max($checks,1)*1e6, 1))")
-			echo "$round $work $srv $cps $p99 $cpu" | tee -a "$RESULTS"
+			c1=$(cpu_ticks "${PID[$srv]}") r1=$(cpu_ticks "$REDIS_PID")
+			read -r cpu rcpu < <(python3 -c "n = max($checks, 1) / 1e6; print(round(($c1-$c0)/$TICK/n, 1), round(($r1-$r0)/$TICK/n, 1))")
+			echo "$round $work $srv $cps $p99 $cpu $rcpu" | tee -a "$RESULTS"
 		done
 	done
 done
@@ -197,11 +199,11 @@ for work in ("http", "grpc", "flood", "flood-shared"):
     for srv in ("quotad", "quotad-old", "envoy", "envoy-cache", "floor"):
         rs = [r for r in rows if r[1] == work and r[2] == srv]
         if rs:
-            med[work, srv] = [statistics.median(float(r[i]) for r in rs) for i in (3, 4, 5)]
+            med[work, srv] = [statistics.median(float(r[i]) for r in rs) for i in (3, 4, 5, 6)]
 names = {"http": "ordinary HTTP", "grpc": "ordinary gRPC", "flood": "flood, own app+IP each", "flood-shared": "flood, 10 users of one app+IP"}
 print()
-print("| workload | server | checks/s | p99 ms | server CPU µs/check | quotad ×checks/s | quotad p99 ÷ | quotad CPU ÷ |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| workload | server | checks/s | p99 ms | server CPU µs/check | Redis CPU µs/check | quotad ×checks/s | quotad p99 ÷ | quotad CPU ÷ |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for work in ("http", "grpc", "flood", "flood-shared"):
     q = med.get((work, "quotad"))
     for srv in ("quotad", "quotad-old", "envoy", "envoy-cache", "floor"):
@@ -211,7 +213,7 @@ for work in ("http", "grpc", "flood", "flood-shared"):
         ratio = "" if srv == "quotad" or not q else f"{q[0]/m[0]:.2f}× | {q[1]/m[1]:.2f} | {q[2]/m[2]:.2f}"
         if srv == "quotad":
             ratio = "— | — | —"
-        print(f"| {names[work]} | {srv} | {m[0]:,.0f} | {m[1]:.1f} | {m[2]:.1f} | {ratio} |")
+        print(f"| {names[work]} | {srv} | {m[0]:,.0f} | {m[1]:.1f} | {m[2]:.1f} | {m[3]:.1f} | {ratio} |")
 print()
 print("Medians of the rounds of one run; ratios are quotad's against that server's (its checks/s ×, its p99 and CPU per check as fractions).")
 for work in ("http", "grpc"):
