@@ -7,11 +7,17 @@ import (
 	"github.com/quota-platform/quota/rules"
 )
 
-// An op built for the denial cache alone (Denied) has the cache key and
-// the answer of the op the store would be given, for every kind of cell:
-// fixed and other algorithms, calendar windows, several limits, plans and
-// explicit counters.
-func TestBuildOp_CacheOnlyKeepsTheDenialKeyAndTheAnswer(t *testing.T) {
+// buildOpCase is a request of buildOpFixture's.
+type buildOpCase struct {
+	name string
+	req  Request
+}
+
+// buildOpFixture is a compiled rule set with every kind of cell (fixed and
+// other algorithms, calendar windows, several limits, plans), a time, and
+// requests that meet each kind, explicit counters too.
+func buildOpFixture(t *testing.T) (*compiledSet, time.Time, []buildOpCase) {
+	t.Helper()
 	set, err := rules.ParseYAML([]byte(`
 rules:
   - {name: app_ip_hourly, dimensions: [app_id, ip], limit: 10000, window: 1h, algorithm: fixed_window}
@@ -25,16 +31,11 @@ plans:
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &rules.Assignments{Plans: map[string]string{"a2": "pro"}}
-	cs, err := compile(set, a)
+	cs, err := compile(set, &rules.Assignments{Plans: map[string]string{"a2": "pro"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Date(2026, 11, 29, 10, 17, 3, 0, time.UTC)
-	for _, c := range []struct {
-		name string
-		req  Request
-	}{
+	return cs, time.Date(2026, 11, 29, 10, 17, 3, 0, time.UTC), []buildOpCase{
 		{"two fixed rules", Request{Cost: 1, Dims: []Dim{{"app_id", "a1"}, {"ip", "10.0.0.1"}, {"user_id", "u"}, {"interface_id", "i"}}}},
 		{"plan and calendar", Request{Cost: 2, Dims: []Dim{{"app_id", "a2"}}}},
 		{"several limits", Request{Cost: 1, DryRun: true, Dims: []Dim{{"session_id", "s"}}}},
@@ -43,7 +44,16 @@ plans:
 			{Name: "c1", Identity: []string{"app_id", "a1"}, Limit: 10, Window: time.Minute, App: "a1"},
 			{Name: "c2", Identity: []string{"ip", "x"}, Limit: 20, Window: time.Hour},
 		}}},
-	} {
+	}
+}
+
+// An op built for the denial cache alone (Denied) has the cache key and
+// the answer of the op the store would be given, for every kind of cell:
+// fixed and other algorithms, calendar windows, several limits, plans and
+// explicit counters.
+func TestBuildOp_CacheOnlyKeepsTheDenialKeyAndTheAnswer(t *testing.T) {
+	cs, now, cases := buildOpFixture(t)
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			full, fullOwners := buildOp(cs, &c.req, now, time.UTC, false)
 			lean, leanOwners := buildOp(cs, &c.req, now, time.UTC, true)

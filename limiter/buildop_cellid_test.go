@@ -14,34 +14,9 @@ import (
 // again), and a cell of another algorithm none.
 func TestBuildOp_FixedCellsCarryTheirCellID(t *testing.T) {
 	t.Parallel()
-	set, err := rules.ParseYAML([]byte(`
-rules:
-  - {name: app_ip_hourly, dimensions: [app_id, ip], limit: 10000, window: 1h, algorithm: fixed_window}
-  - {name: app_daily, dimensions: [app_id], limit: 100, window: day, algorithm: fixed_window}
-  - {name: ip_bucket, dimensions: [ip], limit: 10, window: 1m, algorithm: token_bucket}
-plans:
-  pro: {app_daily: 1000}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := compile(set, &rules.Assignments{Plans: map[string]string{"a2": "pro"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	now := time.Date(2026, 11, 29, 10, 17, 3, 0, time.UTC)
-	for _, c := range []struct {
-		name  string
-		req   Request
-		fixed int
-	}{
-		{"rules, calendar and bucket", Request{Cost: 1, Dims: []Dim{{"app_id", "a1"}, {"ip", "10.0.0.1"}}}, 2},
-		{"plan", Request{Cost: 1, Dims: []Dim{{"app_id", "a2"}}}, 1},
-		{"counters", Request{Cost: 1, Scope: "envoy:platform", Counters: []Counter{
-			{Name: "c1", Identity: []string{"app_id", "a1"}, Limit: 10, Window: time.Minute, App: "a1"},
-			{Name: "c2", Identity: []string{"ip", "x"}, Limit: 20, Window: time.Hour},
-		}}, 2},
-	} {
+	cs, now, cases := buildOpFixture(t)
+	fixedCells := map[string]int{"two fixed rules": 3, "plan and calendar": 1, "several limits": 0, "token bucket": 0, "counters": 2}
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			op, _ := buildOp(cs, &c.req, now, time.UTC, false)
@@ -56,8 +31,8 @@ plans:
 					t.Errorf("cell %d (%s, %s): id %x, want %x", i, cell.Algorithm, cell.Window, cell.ID, want)
 				}
 			}
-			if fixed != c.fixed {
-				t.Fatalf("%d fixed-window cells, want %d", fixed, c.fixed)
+			if want, ok := fixedCells[c.name]; !ok || fixed != want {
+				t.Fatalf("%d fixed-window cells, want %d (case known: %v)", fixed, want, ok)
 			}
 		})
 	}
