@@ -55,13 +55,16 @@ local headers = nil
 local reply = {}
 -- k: the keys before this check's; a: the values before its own
 -- (ARGV[a+1 ..]). Writes pass the cost's string itself: Redis formats a
--- number argument of redis.call as a float at every call. The mode is
--- compared as a string: tonumber calls C's strtod. The loop's body is not
--- a function: a closure made at every call costs a lone check more.
+-- number argument of redis.call as a float at every call. Strings become
+-- numbers by arithmetic (s + 0), which calls C's strtod once, where
+-- tonumber calls it twice (lua_isnumber, then lua_tonumber): strtod was a
+-- tenth of Redis' instructions in a flood (make bench-scripts); the mode
+-- is compared as a string. The loop's body is not a function: a closure
+-- made at every call costs a lone check more.
 local k, a = 0, 1
 while a < #ARGV do
-  local cost_s, mode, n = ARGV[a + 1], ARGV[a + 2], tonumber(ARGV[a + 3])
-  local cost = tonumber(cost_s)
+  local cost_s, mode, n = ARGV[a + 1], ARGV[a + 2], ARGV[a + 3] + 0
+  local cost = cost_s + 0
   local used = {}
   local all = true
   local here = 0
@@ -98,11 +101,11 @@ while a < #ARGV do
       end
     end
     if where == nil then
-      local u = v and tonumber(v) or 0
+      local u = v and v + 0 or 0
       used[i] = u
       here = here + 1
       reply[#reply + 1] = u
-      if u + cost > tonumber(ARGV[c + 1]) and ARGV[c + 3] ~= '1' then all = false end
+      if u + cost > ARGV[c + 1] + 0 and ARGV[c + 3] ~= '1' then all = false end
     elseif where == '' then
       reply[#reply + 1] = -4
       reply[#reply + 1] = version
