@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/quota-platform/quota/clock"
@@ -197,25 +198,17 @@ func (r *Router) settle(ctx context.Context, now time.Time, op *tiers.Op, err er
 }
 
 // called reports op's fixed-window cells of long enough windows to Calls:
-// op's own cells when all of them are (no copy), else those that are.
+// op's own cells when all of them are (no copy), else a copy of those.
 func (r *Router) called(op *tiers.Op) {
 	if r.Calls == nil || op.Mode == tiers.Refund {
 		return
 	}
-	counted := func(c *tiers.Cell) bool {
-		return c.Algorithm == rules.FixedWindow && c.Window >= r.CallsMinWindow
+	uncounted := func(c tiers.Cell) bool {
+		return c.Algorithm != rules.FixedWindow || c.Window < r.CallsMinWindow
 	}
 	cells := op.Cells
-	for i := range op.Cells {
-		if !counted(&op.Cells[i]) {
-			cells = nil
-			for j := range op.Cells {
-				if counted(&op.Cells[j]) {
-					cells = append(cells, op.Cells[j])
-				}
-			}
-			break
-		}
+	if slices.ContainsFunc(cells, uncounted) {
+		cells = slices.DeleteFunc(slices.Clone(cells), uncounted)
 	}
 	if len(cells) > 0 {
 		r.Calls(cells)

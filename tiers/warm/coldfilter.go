@@ -175,7 +175,7 @@ func (s *Store) ColdFilters(ctx context.Context, tags []tiers.Tag) ([]ColdFilter
 	heads := make([]*redis.StringCmd, len(tags))
 	sizes := make([]*redis.IntCmd, len(tags))
 	for i, t := range tags {
-		key := s.tagHeaderKey(t)
+		key := s.TagHeaderKey(t)
 		heads[i] = pipe.GetRange(ctx, key, 0, most-1)
 		sizes[i] = pipe.StrLen(ctx, key)
 	}
@@ -213,7 +213,7 @@ func parseColdFilter(h []byte) ColdFilter {
 // false positives).
 func (s *Store) ReplaceColdFilter(ctx context.Context, tag tiers.Tag, version [4]byte, cells []FilterCell) (replaced bool, bytes int, err error) {
 	filter := buildColdFilter(cells)
-	ok, err := coldReplaceScript.Run(ctx, s.rdb, []string{s.tagHeaderKey(tag)}, string(version[:]), filter).Int()
+	ok, err := coldReplaceScript.Run(ctx, s.rdb, []string{s.TagHeaderKey(tag)}, string(version[:]), filter).Int()
 	if err != nil {
 		return false, 0, fmt.Errorf("cold filter replace: %w", err)
 	}
@@ -244,11 +244,6 @@ func buildColdFilter(cells []FilterCell) []byte {
 		}
 	}
 	return append(out, layer...)
-}
-
-// tagHeaderKey is the key of tag's directory header.
-func (s *Store) tagHeaderKey(tag tiers.Tag) string {
-	return s.LocateCell(tiers.CellID{}, tag).HeaderKey()
 }
 
 // CellCounters are a cell's counter keys of a window and the next, and,

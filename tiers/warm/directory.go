@@ -63,9 +63,7 @@ func (l DirLoc) HeaderKey() string { return l.base + "d" }
 
 // HeaderKey returns the key of the directory header of r's tag (its warm
 // layout and cold filter).
-func (s *Store) HeaderKey(r *tiers.Ref) string {
-	return s.Locate(r.Identity, r.Window, r.Tag).HeaderKey()
-}
+func (s *Store) HeaderKey(r *tiers.Ref) string { return s.TagHeaderKey(r.Tag) }
 
 // DirCall is one call of a directory script over some cells: their tags'
 // headers as KEYS and, per cell, its header's index (1-based) and its
