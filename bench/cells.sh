@@ -40,10 +40,11 @@
 # Knobs: ROUNDS (3), RATE_ROUNDS (7; 0: none), RATE_CELLS (160000),
 # CELLS_OUT (bench-out/cells), CELLS_PORT (16397), CELLS_LISTEN
 # (127.0.0.1:18096), CELLS_C (4 batches in flight), CELLS_BIN (bin/quotad),
-# CELLS_BIN_OLD (unset), CELLS_REDIS_ARGS (more redis-server arguments, after the ones above: "--slowlog-log-slower-than
-# 10000" puts Redis' default slow log back, whose entries hold the cycles'
-# long argument lists: up to 128 of them, a constant that the 100,000-cell
-# cycle fills with more bytes than the 20,000-cell one). ~2 minutes a round.
+# CELLS_BIN_OLD (unset), CELLS_REDIS_ARGS (more redis-server arguments,
+# after the ones above: "--slowlog-log-slower-than 10000" puts Redis'
+# default slow log back, whose entries hold the cycles' long argument
+# lists: up to 128 of them, a constant that the 100,000-cell cycle fills
+# with more bytes than the 20,000-cell one). ~2 minutes a round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}; OUT=${CELLS_OUT:-bench-out/cells}

@@ -18,20 +18,15 @@ as_root() {
 ensure() {
 	local name="$1" log
 	shift
-	if command -v "$name" >/dev/null 2>&1; then
-		command -v "$name"
-		return
-	fi
+	# command -v prints the path when the tool is there.
+	command -v "$name" 2>/dev/null && return
 	command -v apt-get >/dev/null 2>&1 || { echo "$name: not installed and apt-get is missing" >&2; exit 1; }
 	# Test packages run in parallel and may each want a tool on a new
 	# machine: two apt-gets at once fail on APT's lock. One install at a
 	# time, and a tool another one installed meanwhile is taken as it is.
 	exec 9>"${TMPDIR:-/tmp}/quota-ensure-tool.lock"
 	flock -w 1200 9 || { echo "$name: waited 20 minutes for another ensure-tool.sh" >&2; exit 1; }
-	if command -v "$name" >/dev/null 2>&1; then
-		command -v "$name"
-		return
-	fi
+	command -v "$name" 2>/dev/null && return
 	log="$(mktemp -t ensure-tool.XXXXXX)"
 	# A package that ships a service (nginx, prometheus) must not start it:
 	# policy-rc.d's exit 101 tells invoke-rc.d the start is forbidden.
