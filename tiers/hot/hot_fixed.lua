@@ -58,8 +58,8 @@ local reply = {}
 -- number argument of redis.call as a float at every call. Strings become
 -- numbers by arithmetic (s + 0), which calls C's strtod once, where
 -- tonumber calls it twice (lua_isnumber, then lua_tonumber), and strtod is
--- among a check's largest costs in Redis (make bench-scripts); the mode
--- is compared as a string. The loop's body is not a function: a closure
+-- among a check's largest costs in Redis (a callgrind profile of it); the
+-- mode is compared as a string. The loop's body is not a function: a closure
 -- made at every call costs a lone check more.
 local k, a = 0, 1
 while a < #ARGV do
