@@ -11,10 +11,11 @@
 #   grpc   the same over gRPC ShouldRateLimit (bench/grpcbench, 64
 #          connections, one call at a time on each);
 #   flood  HTTP, 90 % of the calls from 10 identities past their limits
-#          (each its own app and IP: the app's IP limit still has room);
+#          (each its own app and IP: the app's IP limit still has room,
+#          so quotad's denial cache reads that limit's count, one GET);
 #   flood-shared  the same from 10 users of one app behind one IP, past
-#          both limits (quotad's denial cache answers only denials whose
-#          every limit is exhausted: limiter/denials.go).
+#          both limits (quotad's denial cache answers without Redis:
+#          limiter/denials.go).
 # Beside them, on http and grpc, the floor: servers that answer every
 # check at once, with no Redis and no rules, on the transports quotad
 # uses (bench/cmd/nullhttp on fasthttp, bench/cmd/nullquotad's gRPC):

@@ -3,6 +3,7 @@ package denysync_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -37,7 +38,7 @@ type fleet struct {
 	qs     []*testenv.Quotad
 }
 
-func startFleet(t *testing.T, rulesYAML string) *fleet {
+func startFleet(t *testing.T, rulesYAML string, extraEnv ...string) *fleet {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	_, dsnA := testenv.MySQL(t)
@@ -56,6 +57,7 @@ func startFleet(t *testing.T, rulesYAML string) *fleet {
 		// tests are about the cache, not timeouts.
 		"QUOTA_REDIS_TIMEOUT=2s",
 	}
+	env = append(env, extraEnv...) // the last of a name wins (os/exec)
 	f := &fleet{rdb: rdb, prefix: prefix}
 	for range 3 {
 		f.qs = append(f.qs, testenv.StartQuotad(t, env...))
@@ -241,5 +243,67 @@ func TestFleet_LimitNAllowsExactlyNUnder64CallersOnThreeInstances(t *testing.T) 
 			}
 			t.Logf("%s: %d allowed, %d undecided of %d over 3 instances, %.0f denials from the caches", tt.algo, allowed.Load(), undecided.Load(), calls, hits)
 		})
+	}
+}
+
+// A flooder denied by its own limit while its IP's limit still has room
+// is answered from each instance's cache with the IP's count read afresh
+// (a GET, no script): ordinary callers behind that IP counting on other
+// instances show in its answers at once. With tiering on, as quotad runs
+// by default.
+func TestFleet_CachedDenialShowsItsIPsCountFromEveryInstance(t *testing.T) {
+	t.Parallel()
+	f := startFleet(t, `rules:
+  - {name: per_user, dimensions: [user_id], limit: 2, window: 1h, algorithm: fixed_window}
+  - {name: per_ip, dimensions: [ip], limit: 100, window: 1h, algorithm: fixed_window}
+`, "QUOTA_TIERING=on")
+	flooder := `{"user_id":"flooder","ip":"198.51.100.7"}`
+	for range 2 {
+		if c := post(t, f.qs[0].URL, flooder); c != http.StatusOK {
+			t.Fatalf("the flooder's own limit: %d", c)
+		}
+	}
+	ipLeft := func(q *testenv.Quotad) int64 {
+		t.Helper()
+		resp, err := client.Post(q.URL+"/v1/check", "application/json", strings.NewReader(flooder))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var d struct {
+			Rules []struct {
+				Rule      string `json:"rule"`
+				Remaining int64  `json:"remaining"`
+			} `json:"rules"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&d); err != nil || resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("the flooder: %d %v", resp.StatusCode, err)
+		}
+		for _, r := range d.Rules {
+			if r.Rule == "per_ip" {
+				return r.Remaining
+			}
+		}
+		t.Fatalf("no per_ip entry in %+v", d)
+		return 0
+	}
+	for _, q := range f.qs { // denied, then denied from the cache
+		ipLeft(q)
+		ipLeft(q)
+	}
+	for i := range 3 {
+		peeks := f.qs[i].Metric("quota_deny_cache_peeks_total")
+		for n := range 2 { // two ordinary callers on the next instance
+			body := fmt.Sprintf(`{"user_id":"u%d-%d","ip":"198.51.100.7"}`, i, n)
+			if c := post(t, f.qs[(i+1)%3].URL, body); c != http.StatusOK {
+				t.Fatalf("an ordinary caller: %d", c)
+			}
+		}
+		if got, want := ipLeft(f.qs[i]), int64(100-2-2*(i+1)); got != want {
+			t.Fatalf("instance %d answers the flooder with %d left on its IP, want %d", i, got, want)
+		}
+		if f.qs[i].Metric("quota_deny_cache_peeks_total") != peeks+1 {
+			t.Fatalf("instance %d: the denial was not answered from its cache with the IP read", i)
+		}
 	}
 }

@@ -1,7 +1,9 @@
 package limiter
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -24,11 +26,16 @@ import (
 // fleet (denysync: on this instance at once, on the others within two
 // QUOTA_RULES_POLL periods). An entry is kept only when
 //   - the op was enforced or a dry run (report calls bypass the cache);
-//   - every cell is hot, not shadow, and closed: a cell that allows, or that
-//     denies only this cost, changes with other identities' checks, and a
-//     shadow cell counts past its limit, so their figures in the answer
-//     could not be known without Redis (a rule with several limits, or
-//     several rules, is cached only when all of them are exhausted);
+//   - every cell is hot and not shadow (a shadow cell counts past its
+//     limit), and at least one is closed;
+//   - every cell that is not closed (it allows, or denies only this cost)
+//     is a fixed_window cell and the store can read it alone
+//     (tiers.FixedPeeker): such a cell changes with other identities'
+//     checks, so its figures are read afresh for each answer, one GET in
+//     place of a script call. The op stays denied by its closed cell, so
+//     it counts nothing and the cell's answer is its count's alone. Any
+//     other open cell (a rule with several limits, or several rules,
+//     where one still allows) keeps the denial out of the cache;
 //   - at most inlineCells cells.
 //
 // It is served until the first moment its answer could differ from
@@ -42,6 +49,7 @@ import (
 type Denials struct {
 	gen    atomic.Uint64
 	hits   atomic.Uint64
+	peeks  atomic.Uint64
 	size   atomic.Int64
 	per    int
 	shards [denialShards]denialShard
@@ -70,6 +78,7 @@ type denial struct {
 	cost  int64 // the only cost it answers; 0: any cost
 	slot  int
 	n     int
+	peek  uint8 // bit i: cell i is open, its answer read afresh (FixedPeeker)
 	out   [inlineCells]tiers.Outcome
 }
 
@@ -92,8 +101,12 @@ func NewDenials(size int) *Denials {
 // before.
 func (d *Denials) Clear() { d.gen.Add(1) }
 
-// Hits is how many checks the cache answered.
+// Hits is how many checks the cache answered without Redis.
 func (d *Denials) Hits() uint64 { return d.hits.Load() }
+
+// Peeks is how many checks the cache answered with their open cells read
+// from Redis (one GET each, no script call).
+func (d *Denials) Peeks() uint64 { return d.peeks.Load() }
 
 // Len is how many entries the cache holds (some may be stale: they take
 // their place until they are evicted).
@@ -132,15 +145,17 @@ func (d *Denials) shard(key []byte) *denialShard {
 }
 
 // lookup fills op.Out from a live entry for op at now and reports whether
-// it did. gen is the generation read before the rules were.
-func (d *Denials) lookup(op *tiers.Op, now time.Time, gen uint64) bool {
+// it did; peek's bits are the cells it left to be read (FixedPeeker),
+// and a hit with peek 0 is counted. gen is the generation read before
+// the rules were.
+func (d *Denials) lookup(op *tiers.Op, now time.Time, gen uint64) (hit bool, peek uint8) {
 	if d.per == 0 {
-		return false
+		return false, 0
 	}
 	var buf [inlineCells * 48]byte
 	key, ok := denialKey(buf[:0], op)
 	if !ok {
-		return false
+		return false, 0
 	}
 	ms := now.UnixMilli()
 	s := d.shard(key)
@@ -148,10 +163,14 @@ func (d *Denials) lookup(op *tiers.Op, now time.Time, gen uint64) bool {
 	e := s.m[string(key)]
 	if e == nil || e.gen != gen || ms < e.at || ms >= e.until || (e.cost != 0 && e.cost != op.Cost) || e.n != len(op.Cells) {
 		s.mu.Unlock()
-		return false
+		return false, 0
 	}
+	peek = e.peek
 	elapsed := time.Duration(ms-e.at) * time.Millisecond
 	for i := range e.n {
+		if peek&(1<<i) != 0 {
+			continue
+		}
 		o := e.out[i]
 		o.ResetAfter -= elapsed
 		o.RetryAfter -= elapsed
@@ -159,26 +178,37 @@ func (d *Denials) lookup(op *tiers.Op, now time.Time, gen uint64) bool {
 	}
 	s.mu.Unlock()
 	op.Committed = false
-	d.hits.Add(1)
-	return true
+	if peek == 0 {
+		d.hits.Add(1)
+	}
+	return true, peek
 }
 
 // remember caches op's answer, decided by the store at now, when it can
-// be cached. gen is the generation read before the rules were.
-func (d *Denials) remember(op *tiers.Op, now time.Time, gen uint64) bool {
+// be cached; with peeks, its open fixed-window cells are to be read
+// afresh. It reports whether it did, and whether the entry has such
+// cells. gen is the generation read before the rules were.
+func (d *Denials) remember(op *tiers.Op, now time.Time, gen uint64, peeks bool) (kept, partial bool) {
 	if d.per == 0 || op.Committed || op.Allowed() {
-		return false
+		return false, false
 	}
 	e := denial{gen: gen, at: now.UnixMilli(), n: len(op.Cells)}
 	valid := time.Duration(1<<62 - 1)
 	for i := range op.Cells {
 		c, o := &op.Cells[i], &op.Out[i]
-		if o.Allowed || o.Remaining > 0 || o.Tier != tiers.Hot || o.RetryAfter <= 0 {
-			return false
+		if o.Tier != tiers.Hot {
+			return false, false
+		}
+		if o.Allowed || o.Remaining > 0 || o.RetryAfter <= 0 {
+			if !peeks || c.Algorithm != rules.FixedWindow {
+				return false, false
+			}
+			e.peek |= 1 << i
+			continue
 		}
 		v, costFree := entryValidity(c, o)
 		if v <= 0 {
-			return false
+			return false, false
 		}
 		valid = min(valid, v)
 		if !costFree {
@@ -186,22 +216,26 @@ func (d *Denials) remember(op *tiers.Op, now time.Time, gen uint64) bool {
 		}
 		e.out[i] = *o
 	}
+	if e.peek == 1<<e.n-1 {
+		return false, false // no closed cell
+	}
 	e.until = e.at + valid.Milliseconds()
 	if d.gen.Load() != gen {
-		return false
+		return false, false
 	}
 	var buf [inlineCells * 48]byte
 	key, ok := denialKey(buf[:0], op)
 	if !ok {
-		return false
+		return false, false
 	}
+	partial = e.peek != 0
 	s := d.shard(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old := s.m[string(key)]; old != nil {
 		e.slot = old.slot
 		*old = e
-		return true
+		return true, partial
 	}
 	k := string(key)
 	if len(s.ring) < d.per {
@@ -218,7 +252,7 @@ func (d *Denials) remember(op *tiers.Op, now time.Time, gen uint64) bool {
 		s.next = (s.next + 1) % d.per
 	}
 	s.m[k] = &e
-	return true
+	return true, partial
 }
 
 // entryValidity is how long after the store's answer o a closed cell c
@@ -284,10 +318,71 @@ func (l *Limiter) denialGen() uint64 {
 	return l.denials.gen.Load()
 }
 
-// cachedDenial answers op from the cache when it can.
-func (l *Limiter) cachedDenial(op *tiers.Op, now time.Time, gen uint64) bool {
-	return l.denials != nil && l.denials.lookup(op, now, gen)
+// cachedDenial answers op from the cache when it can: all of it, or all
+// but the cells in peek, which are to be read (FixedPeeker).
+func (l *Limiter) cachedDenial(op *tiers.Op, now time.Time, gen uint64) (hit bool, peek uint8) {
+	if l.denials == nil {
+		return false, 0
+	}
+	return l.denials.lookup(op, now, gen)
 }
+
+// answeredFromCache answers op from the cache, reading its open cells
+// (one round trip) if it must, and reports whether it did.
+func (l *Limiter) answeredFromCache(ctx context.Context, op *tiers.Op, now time.Time, gen uint64) bool {
+	hit, peek := l.cachedDenial(op, now, gen)
+	if !hit || peek == 0 || l.peeker == nil {
+		return hit && peek == 0
+	}
+	var buf [inlineCells]tiers.FixedPeek
+	peeks := appendPeeks(buf[:0], op, peek)
+	return l.readPeeks(ctx, now, peeks) && allFound(peeks)
+}
+
+// appendPeeks appends the peeks of op's cells in peek.
+func appendPeeks(peeks []tiers.FixedPeek, op *tiers.Op, peek uint8) []tiers.FixedPeek {
+	for i := range op.Cells {
+		if peek&(1<<i) != 0 {
+			peeks = append(peeks, tiers.FixedPeek{Op: op, Cell: i})
+		}
+	}
+	return peeks
+}
+
+func allFound(peeks []tiers.FixedPeek) bool {
+	for i := range peeks {
+		if !peeks[i].Found {
+			return false
+		}
+	}
+	return true
+}
+
+// readPeeks reads peeks through the store and reports whether it could;
+// a store that never can is not asked again. Each op whose cells were
+// all found counts as answered by the cache.
+func (l *Limiter) readPeeks(ctx context.Context, now time.Time, peeks []tiers.FixedPeek) bool {
+	if err := l.peeker.PeekFixed(ctx, now, peeks); err != nil {
+		if errors.Is(err, tiers.ErrCannotPeek) {
+			l.noPeeks.Store(true)
+		}
+		return false
+	}
+	for i := 0; i < len(peeks); {
+		j, found := i, true
+		for ; j < len(peeks) && peeks[j].Op == peeks[i].Op; j++ {
+			found = found && peeks[j].Found
+		}
+		if found {
+			l.denials.peeks.Add(1)
+		}
+		i = j
+	}
+	return true
+}
+
+// canPeek says whether open fixed-window cells can be read alone.
+func (l *Limiter) canPeek() bool { return l.peeker != nil && !l.noPeeks.Load() }
 
 // frontHash is req's hash in the front door's set (0 without a cache).
 func (l *Limiter) frontHash(req *Request) uint64 {
@@ -321,10 +416,13 @@ func (l *Limiter) decided(req *Request, front uint64, op *tiers.Op, now time.Tim
 		}
 		return
 	}
-	if remember && d.remember(op, now, gen) {
+	if !remember {
+		return
+	}
+	if kept, partial := d.remember(op, now, gen, l.canPeek()); kept {
 		if req != nil {
 			front = d.front.hash(req)
 		}
-		d.front.mark(front)
+		d.front.mark(front, partial)
 	}
 }

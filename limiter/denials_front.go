@@ -16,7 +16,10 @@ import (
 // denial was cached lately: a collision only sends a request the long way.
 const frontSlots = 1 << 14
 
-// denialFront is the set of lately denied requests' hashes.
+// denialFront is the set of lately denied requests' hashes. A slot holds
+// a hash with its low bit set (0 marks an empty slot) and bit 1 set when
+// the request's entry has cells to be read (partial): the front door
+// leaves those to the coalescer, which reads them for a batch at once.
 type denialFront struct {
 	seed  maphash.Seed
 	slots [frontSlots]atomic.Uint64
@@ -41,14 +44,29 @@ func (f *denialFront) hash(req *Request) uint64 {
 			h.WriteByte(0)
 		}
 	}
-	return h.Sum64() | 1 // 0 marks an empty slot
+	return h.Sum64()&^partialMark | 1
 }
 
-func (f *denialFront) mark(h uint64) { f.slots[h%frontSlots].Store(h) }
+const partialMark = 2
 
-func (f *denialFront) has(req *Request) bool { return f.hasHash(f.hash(req)) }
+func (f *denialFront) mark(h uint64, partial bool) {
+	slot := &f.slots[h%frontSlots]
+	if partial {
+		h |= partialMark
+	}
+	slot.Store(h)
+}
 
-func (f *denialFront) hasHash(h uint64) bool { return f.slots[h%frontSlots].Load() == h }
+// has reports whether req's denial was cached lately and needs no read.
+func (f *denialFront) has(req *Request) bool {
+	h := f.hash(req)
+	return f.slots[h%frontSlots].Load() == h
+}
+
+// hasHash reports whether h's denial was cached lately, partial or not.
+func (f *denialFront) hasHash(h uint64) bool {
+	return f.slots[h%frontSlots].Load()&^partialMark == h
+}
 
 // Denied answers req from the denial cache when it can.
 func (l *Limiter) Denied(req *Request) (Decision, bool) {
@@ -66,7 +84,10 @@ func (l *Limiter) Denied(req *Request) (Decision, bool) {
 	}
 	defer l.opBufs.Put(buf)
 	op, owners := buildOpIn(buf, l.rules.Load(), req, now, l.loc, true)
-	if len(op.Cells) == 0 || !d.lookup(op, now, gen) {
+	if len(op.Cells) == 0 {
+		return Decision{}, false
+	}
+	if hit, peek := d.lookup(op, now, gen); !hit || peek != 0 {
 		return Decision{}, false
 	}
 	return decision(op, owners), true

@@ -146,8 +146,10 @@ func TestDenials_EveryCachedAnswerEqualsRedisAnswerForEveryAlgorithm(t *testing.
 	}
 }
 
-// A shadow cell counts past its limit, and a rule whose cell still allows
-// changes with other identities' checks: such denials are not cached.
+// A shadow cell counts past its limit, and a cell that still allows
+// changes with other identities' checks: such denials are not cached,
+// unless the open cells are fixed_window ones the store reads alone
+// (denials_peek_test.go).
 func TestDenials_DenialsWithAnOpenOrShadowCellAreNotCached(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -159,10 +161,14 @@ func TestDenials_DenialsWithAnOpenOrShadowCellAreNotCached(t *testing.T) {
 			{Name: "per_user", Dimensions: []string{"user_id"}, Limit: 1, Window: rules.Duration(time.Hour), Algorithm: rules.FixedWindow},
 			{Name: "per_user_shadow", Dimensions: []string{"user_id"}, Limit: 1, Window: rules.Duration(time.Hour), Algorithm: rules.FixedWindow, Shadow: true},
 		}, dims("user_id", "a")},
-		{"another rule allows", []rules.Rule{
+		{"another rule allows, not fixed_window", []rules.Rule{
 			{Name: "per_user", Dimensions: []string{"user_id"}, Limit: 1, Window: rules.Duration(time.Hour), Algorithm: rules.FixedWindow},
-			{Name: "per_ip", Dimensions: []string{"ip"}, Limit: 100, Window: rules.Duration(time.Hour), Algorithm: rules.FixedWindow},
+			{Name: "per_ip", Dimensions: []string{"ip"}, Limit: 100, Window: rules.Duration(time.Hour), Algorithm: rules.SlidingWindow},
 		}, dims("user_id", "a", "ip", "x")},
+		{"another limit of the rule allows, not fixed_window", []rules.Rule{
+			{Name: "per_user", Dimensions: []string{"user_id"}, Algorithm: rules.TokenBucket,
+				Limits: []rules.Limit{{Limit: 1, Window: rules.Duration(time.Hour)}, {Limit: 100, Window: rules.Duration(24 * time.Hour)}}},
+		}, dims("user_id", "a")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

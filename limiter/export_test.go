@@ -20,7 +20,7 @@ func FillDenialsForTest(d *Denials, n int, now time.Time) int {
 		op := &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{{
 			Algorithm: rules.FixedWindow, Limit: 10, Window: time.Hour, Identity: id,
 		}}, Out: []tiers.Outcome{{Remaining: 0, ResetAfter: 30 * time.Minute, RetryAfter: 30 * time.Minute, Tier: tiers.Hot}}}
-		d.remember(op, now, gen)
+		d.remember(op, now, gen, false)
 	}
 	return n
 }

@@ -81,6 +81,11 @@ type Limiter struct {
 	// denials answers the denials it can without the store (nil: none;
 	// denials.go).
 	denials *Denials
+	// peeker reads a cached denial's open fixed-window cells (the store,
+	// when it can; nil: such denials are not cached); noPeeks: it said it
+	// never will (tiers.ErrCannotPeek).
+	peeker  tiers.FixedPeeker
+	noPeeks atomic.Bool
 	// opBufs are Denied's ops' buffers (*opBuf).
 	opBufs sync.Pool
 
@@ -98,6 +103,7 @@ func InLocation(loc *time.Location) Option { return func(l *Limiter) { l.loc = l
 // New returns a Limiter deciding with store under rules set.
 func New(store tiers.Store, clk clock.Clock, set *rules.Set, opts ...Option) (*Limiter, error) {
 	l := &Limiter{store: store, clock: clk, loc: time.UTC}
+	l.peeker, _ = store.(tiers.FixedPeeker)
 	for _, o := range opts {
 		o(l)
 	}
@@ -248,7 +254,7 @@ func (l *Limiter) Check(ctx context.Context, req *Request) (Decision, error) {
 	gen := l.denialGen()
 	now := l.clock.Now()
 	op, owners := buildOp(l.rules.Load(), req, now, l.loc, false)
-	if len(op.Cells) > 0 && !l.cachedDenial(op, now, gen) {
+	if len(op.Cells) > 0 && !l.answeredFromCache(ctx, op, now, gen) {
 		if err := l.store.Check(ctx, now, []*tiers.Op{op}); err != nil {
 			return Decision{}, fmt.Errorf("check: %w", err)
 		}
@@ -296,22 +302,34 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 	cache := l.denials != nil && l.denials.per > 0 && !slices.ContainsFunc(reqs, func(r *Request) bool { return r.Report })
 	var done []bool // done[i]: ops[i] answered without the store
 	var fronts []uint64
+	var peeks []tiers.FixedPeek // the open cells of cached denials, in order
 	if cache {
 		fronts = make([]uint64, len(reqs))
 	}
 	for i, req := range reqs {
 		ops[i], owners[i] = buildOp(set, req, now, l.loc, false)
+		hit, peek := len(ops[i].Cells) == 0, uint8(0)
 		if cache {
 			fronts[i] = l.frontHash(req)
+			// The front door's set first: a request not denied lately
+			// costs no key and no lock.
+			if !hit && l.denials.front.hasHash(fronts[i]) {
+				hit, peek = l.cachedDenial(ops[i], now, gen)
+			}
 		}
-		// The front door's set first: a request not denied lately costs
-		// no key and no lock.
-		if len(ops[i].Cells) == 0 || (cache && l.denials.front.hasHash(fronts[i]) && l.cachedDenial(ops[i], now, gen)) {
+		if hit && peek != 0 && l.peeker != nil {
+			peeks = appendPeeks(peeks, ops[i], peek)
+			continue
+		}
+		if hit && peek == 0 {
 			if done == nil {
 				done = make([]bool, len(reqs))
 			}
 			done[i] = true
 		}
+	}
+	if len(peeks) > 0 {
+		done = l.answerPeeks(ctx, now, ops, peeks, done)
 	}
 	// pending are the ops the store decides; at[k] is pending[k]'s request
 	// (nil when it decides every op: then k itself).
@@ -349,6 +367,73 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 		l.decided(nil, front, ops[i], now, gen, cache)
 		deliver(i, decision(ops[i], owners[i]), nil)
 	})
+}
+
+// answerPeeks reads the open cells of cached denials in one round trip
+// and marks done the ops whose cells were all found. An op is read only
+// when no op before it in the batch that the store decides counts in
+// those cells: each op is answered as if sent alone, in order, and the
+// read comes before the store's round trip. (An op answered from the
+// cache, read or not, is denied and counts nothing.)
+func (l *Limiter) answerPeeks(ctx context.Context, now time.Time, ops []*tiers.Op, peeks []tiers.FixedPeek, done []bool) []bool {
+	if done == nil {
+		done = make([]bool, len(ops))
+	}
+	cached := make(map[*tiers.Op]bool, len(peeks))
+	for i := range peeks {
+		cached[peeks[i].Op] = true
+	}
+	// at[k]: the index in ops of read[k]'s op.
+	read, at := make([]tiers.FixedPeek, 0, len(peeks)), make([]int, 0, len(peeks))
+	i := 0
+	for k := 0; k < len(peeks); {
+		op := peeks[k].Op
+		for ops[i] != op {
+			i++
+		}
+		end := k + 1
+		for end < len(peeks) && peeks[end].Op == op {
+			end++
+		}
+		if !countedBefore(ops[:i], peeks[k:end], done, cached) {
+			read = append(read, peeks[k:end]...)
+			for range end - k {
+				at = append(at, i)
+			}
+		}
+		k = end
+	}
+	if len(read) == 0 || !l.readPeeks(ctx, now, read) {
+		return done
+	}
+	for k := range read {
+		done[at[k]] = true
+	}
+	for k := range read {
+		if !read[k].Found {
+			done[at[k]] = false
+		}
+	}
+	return done
+}
+
+// countedBefore reports whether an op in before that the store decides
+// (not done, not a cached denial) has one of the cells of peeks.
+func countedBefore(before []*tiers.Op, peeks []tiers.FixedPeek, done []bool, cached map[*tiers.Op]bool) bool {
+	for j, op := range before {
+		if done[j] || cached[op] {
+			continue
+		}
+		for c := range op.Cells {
+			for _, p := range peeks {
+				pc := &p.Op.Cells[p.Cell]
+				if op.Cells[c].Key == pc.Key && op.Cells[c].Tag == pc.Tag {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // entryOwner says which rule (or explicit counter) and limit a cell belongs to.

@@ -156,3 +156,27 @@ var ErrUnavailable = errors.New("store unavailable")
 // router reaches the cold tier only after Redis answered), while the
 // checks that need it answer per the fail mode.
 var ErrColdUnavailable = errors.New("cold shard unavailable")
+
+// FixedPeek is one fixed_window cell of a denied op whose count is read
+// without deciding anything: the op is denied by another cell, so it
+// counts nothing and this cell's answer depends on its count alone
+// (limiter.Denials).
+type FixedPeek struct {
+	Op   *Op
+	Cell int // index into Op.Cells; its answer goes to Op.Out[Cell]
+	// Found: the cell's counter was read where a check would have read it
+	// (a hot key), and Op.Out[Cell] is its answer. Otherwise (no key: a new
+	// cell, or one placed in another tier) only a check can answer it.
+	Found bool
+}
+
+// FixedPeeker reads fixed-window cells' counts in one round trip, for
+// denials whose other cells are answered without the store. An error
+// leaves every peek not Found; ErrCannotPeek says that none ever will be
+// (a wrapper whose store reads none).
+type FixedPeeker interface {
+	PeekFixed(ctx context.Context, now time.Time, peeks []FixedPeek) error
+}
+
+// ErrCannotPeek is a FixedPeeker's error when it never reads peeks.
+var ErrCannotPeek = errors.New("this store does not read fixed-window counts alone")

@@ -71,6 +71,23 @@ type store struct {
 
 func (s *store) Tier() tiers.Tier { return s.next.Tier() }
 
+// PeekFixed reads peeks through next when it can (tiers.FixedPeeker).
+func (s *store) PeekFixed(ctx context.Context, now time.Time, peeks []tiers.FixedPeek) error {
+	p, ok := s.next.(tiers.FixedPeeker)
+	if !ok {
+		return tiers.ErrCannotPeek
+	}
+	ctx, span := s.tracer.Start(ctx, "store.peek", trace.WithSpanKind(trace.SpanKindInternal),
+		trace.WithAttributes(attribute.Int("quota.cells", len(peeks))))
+	defer span.End()
+	err := p.PeekFixed(ctx, now, peeks)
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	return err
+}
+
 func (s *store) Check(ctx context.Context, now time.Time, ops []*tiers.Op) error {
 	ctx, span := s.tracer.Start(ctx, "store.check", trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(attribute.String("quota.tier", string(s.next.Tier())), attribute.Int("quota.ops", len(ops))))

@@ -54,6 +54,9 @@ func (c *denialCache) start(ctx context.Context, lim *limiter.Limiter, reg prome
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "quota_deny_cache_hits_total", Help: "Checks denied from the local denial cache, without Redis.",
 		}, func() float64 { return float64(c.d.Hits()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "quota_deny_cache_peeks_total", Help: "Checks denied from the local denial cache with their open fixed-window limits read from Redis (a GET, no script).",
+		}, func() float64 { return float64(c.d.Peeks()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "quota_deny_cache_entries", Help: "Entries held by the local denial cache (QUOTA_DENY_CACHE_SIZE at most).",
 		}, func() float64 { return float64(c.d.Len()) }),

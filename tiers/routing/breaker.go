@@ -280,3 +280,22 @@ func (b *Breaker) Open() bool {
 	}
 	return false
 }
+
+// PeekFixed passes peeks to the wrapped store when it reads them
+// (tiers.FixedPeeker) and the circuit admits them; otherwise none is
+// Found and the ops go the way of a check. A failed read counts as a
+// failed call. With partitions (a Redis Cluster) it reads nothing: one
+// round trip to several masters has no one circuit to answer to.
+func (b *Breaker) PeekFixed(ctx context.Context, now time.Time, peeks []tiers.FixedPeek) error {
+	p, ok := b.Store.(tiers.FixedPeeker)
+	if !ok || b.partition != nil {
+		return tiers.ErrCannotPeek
+	}
+	probe, err := b.admit(&b.whole, "")
+	if err != nil {
+		return err
+	}
+	err = p.PeekFixed(ctx, now, peeks)
+	b.record(&b.whole, err, probe)
+	return err
+}

@@ -93,6 +93,13 @@ func (r *Router) Tier() tiers.Tier { return tiers.Hot }
 // Hot returns the router's hot store (it carries the directory).
 func (r *Router) Hot() *hot.Store { return r.hot }
 
+// PeekFixed reads denied ops' fixed-window cells where the hot script
+// would (tiers.FixedPeeker): a cell whose hot key exists is hot, whatever
+// the directory says of its tag, and one without is left for a check.
+func (r *Router) PeekFixed(ctx context.Context, now time.Time, peeks []tiers.FixedPeek) error {
+	return r.hot.PeekFixed(ctx, now, peeks)
+}
+
 // Check decides ops in order, one hot-script pipeline for the batch, then
 // the warm and cold parts of the ops that have any: the cold parts of a
 // run of ops without warm cells together (finishRun), the others op by op.
