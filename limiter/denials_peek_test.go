@@ -51,8 +51,7 @@ func newTwinRig(t testing.TB, rs []rules.Rule) *twinRig {
 // a world without the cache, for every algorithm of the closed cell.
 func TestDenials_OpenFixedWindowCellsAreReadAfreshAndEveryAnswerEqualsRedis(t *testing.T) {
 	t.Parallel()
-	algos := []rules.Algorithm{rules.FixedWindow, rules.SlidingWindow, rules.TokenBucket, rules.SlidingLog, rules.MinInterval}
-	for ai, algo := range algos {
+	for ai, algo := range everyAlgorithm {
 		t.Run(string(algo), func(t *testing.T) {
 			t.Parallel()
 			rig := newTwinRig(t, []rules.Rule{
@@ -83,23 +82,7 @@ func TestDenials_OpenFixedWindowCellsAreReadAfreshAndEveryAnswerEqualsRedis(t *t
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := make([]limiter.Decision, len(reqs))
-				switch rng.IntN(3) {
-				case 0:
-					got, err = rig.cached.CheckBatch(ctx, reqs)
-				case 1:
-					for i, req := range reqs {
-						if got[i], err = rig.cached.Check(ctx, req); err != nil {
-							break
-						}
-					}
-				default: // the front door, as quotad calls it
-					for i, req := range reqs {
-						if got[i], err = rig.cached.DenialsFirst(rig.cached).Check(ctx, req); err != nil {
-							break
-						}
-					}
-				}
+				got, err := checkEachWay(ctx, rig.cached, rng.IntN(3), reqs)
 				if err != nil {
 					t.Fatal(err)
 				}
