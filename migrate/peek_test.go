@@ -2,10 +2,15 @@ package migrate
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/internal/testsupport/moveenv"
 	"github.com/quota-platform/quota/tiers"
+	"github.com/quota-platform/quota/tiers/routing"
 )
 
 // The router reads a denied op's fixed-window cell alone (the denial
@@ -53,5 +58,68 @@ func TestRouter_PeekFixedFindsHotCellsOnlyWithTheScriptsAnswer(t *testing.T) {
 	e.Move(t, tiers.Warm, tiers.Hot, warm)
 	if peeks := peek(); !peeks[1].Found || peeks[1].Op.Out[0].Remaining != 7 {
 		t.Fatalf("the cell back in hot: found %v, %+v", peeks[1].Found, peeks[1].Op.Out[0])
+	}
+}
+
+// On a Redis Cluster the breaker reads each master's peeks through that
+// master's circuit: cells of many apps (slots on every master) are all
+// found, each with its own count, and a master whose circuit is open
+// leaves its cells for a check while the others are still read.
+func TestBreaker_PeekFixedOnAClusterReadsEachMasterThroughItsCircuit(t *testing.T) {
+	t.Parallel()
+	e := newClusterEnv(t)
+	cc := e.RDB.(*redis.ClusterClient)
+	cells := moveenv.NewCells(30, 10, 0)
+	for i, c := range cells {
+		for range 1 + i%3 {
+			e.Check(t, tiers.Enforce, c)
+		}
+	}
+	var down string // the master whose circuit is opened below
+	breaker := routing.NewBreaker(e.Router, e.Clock, 1, time.Hour).WithPartitions(routing.ClusterPartition(cc),
+		func(context.Context, string) error { return errors.New("still down") }, time.Second)
+	peek := func() []tiers.FixedPeek {
+		now := e.Clock.Now()
+		peeks := make([]tiers.FixedPeek, len(cells))
+		for i, c := range cells {
+			peeks[i].Op = &tiers.Op{Cost: 1, Mode: tiers.Enforce, Cells: []tiers.Cell{c.At(now)}, Out: make([]tiers.Outcome, 1)}
+		}
+		if err := breaker.PeekFixed(context.Background(), now, peeks); err != nil {
+			t.Fatal(err)
+		}
+		return peeks
+	}
+	for i, p := range peek() {
+		if want := int64(10 - 1 - i%3); !p.Found || p.Op.Out[0].Remaining != want {
+			t.Fatalf("cell %d: found %v, %+v, want %d left", i, p.Found, p.Op.Out[0], want)
+		}
+	}
+	// Open one master's circuit: a failed call through it.
+	first := tiers.Op{Cells: []tiers.Cell{cells[0].At(e.Clock.Now())}}
+	down = routing.ClusterPartition(cc)(context.Background(), &first)
+	for _, n := range e.Nodes {
+		if n.Addr() == down {
+			n.Kill()
+		}
+	}
+	if err := breaker.Check(context.Background(), e.Clock.Now(), []*tiers.Op{&first}); err == nil {
+		t.Fatalf("a check on the killed master %s answered", down)
+	}
+	var found, missed int
+	for i, p := range peek() {
+		op := tiers.Op{Cells: p.Op.Cells}
+		switch on := routing.ClusterPartition(cc)(context.Background(), &op); {
+		case on == down && p.Found:
+			t.Fatalf("cell %d on the open master %s was read", i, down)
+		case on != down && !p.Found:
+			t.Fatalf("cell %d on %s was not read while %s was open", i, on, down)
+		case p.Found:
+			found++
+		default:
+			missed++
+		}
+	}
+	if found == 0 || missed == 0 {
+		t.Fatalf("%d read, %d left: the cells do not span the open master and the others", found, missed)
 	}
 }

@@ -284,12 +284,17 @@ func (b *Breaker) Open() bool {
 // PeekFixed passes peeks to the wrapped store when it reads them
 // (tiers.FixedPeeker) and the circuit admits them; otherwise none is
 // Found and the ops go the way of a check. A failed read counts as a
-// failed call. With partitions (a Redis Cluster) it reads nothing: one
-// round trip to several masters has no one circuit to answer to.
+// failed call. With partitions (a Redis Cluster's masters) each master's
+// peeks go through its own circuit, and those of a master that is open
+// or fails stay not Found while the others are read.
 func (b *Breaker) PeekFixed(ctx context.Context, now time.Time, peeks []tiers.FixedPeek) error {
 	p, ok := b.Store.(tiers.FixedPeeker)
-	if !ok || b.partition != nil {
+	if !ok {
 		return tiers.ErrCannotPeek
+	}
+	if b.partition != nil {
+		b.peekParts(ctx, now, p, peeks)
+		return nil
 	}
 	probe, err := b.admit(&b.whole, "")
 	if err != nil {
@@ -298,4 +303,39 @@ func (b *Breaker) PeekFixed(ctx context.Context, now time.Time, peeks []tiers.Fi
 	err = p.PeekFixed(ctx, now, peeks)
 	b.record(&b.whole, err, probe)
 	return err
+}
+
+// peekParts reads peeks one part at a time, each through its circuit.
+func (b *Breaker) peekParts(ctx context.Context, now time.Time, p tiers.FixedPeeker, peeks []tiers.FixedPeek) {
+	parts := make([]string, len(peeks))
+	for i := range peeks {
+		cell := tiers.Op{Cells: peeks[i].Op.Cells[peeks[i].Cell : peeks[i].Cell+1]}
+		parts[i] = b.partition(ctx, &cell)
+	}
+	read := make([]bool, len(peeks))
+	for i := range peeks {
+		if read[i] {
+			continue
+		}
+		var group []tiers.FixedPeek
+		var at []int
+		for j := i; j < len(peeks); j++ {
+			if parts[j] == parts[i] {
+				group, at, read[j] = append(group, peeks[j]), append(at, j), true
+			}
+		}
+		c := b.circuitOf(parts[i])
+		probe, err := b.admit(c, parts[i])
+		if err != nil {
+			continue
+		}
+		err = p.PeekFixed(ctx, now, group)
+		b.record(c, err, probe)
+		if err != nil {
+			continue
+		}
+		for k, j := range at {
+			peeks[j].Found = group[k].Found
+		}
+	}
 }
