@@ -170,8 +170,9 @@ type FixedPeek struct {
 	Found bool
 }
 
-// FixedPeeker reads fixed-window cells' counts in one round trip, for
-// denials whose other cells are answered without the store. An error
+// FixedPeeker reads fixed-window cells' counts in one round trip (one a
+// master on a Redis Cluster), for denials whose other cells are answered
+// without the store. An error
 // leaves every peek not Found; ErrCannotPeek says that none ever will be
 // (a wrapper whose store reads none).
 type FixedPeeker interface {
