@@ -303,6 +303,7 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 	var done []bool // done[i]: ops[i] answered without the store
 	var fronts []uint64
 	var peeks []tiers.FixedPeek // the open cells of cached denials, in order
+	var partial []bool          // partial[i]: ops[i] is a cached denial with cells in peeks
 	if cache {
 		fronts = make([]uint64, len(reqs))
 	}
@@ -318,7 +319,10 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 			}
 		}
 		if hit && peek != 0 && l.peeker != nil {
-			peeks = appendPeeks(peeks, ops[i], peek)
+			if partial == nil {
+				partial = make([]bool, len(reqs))
+			}
+			peeks, partial[i] = appendPeeks(peeks, ops[i], peek), true
 			continue
 		}
 		if hit && peek == 0 {
@@ -329,7 +333,7 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 		}
 	}
 	if len(peeks) > 0 {
-		done = l.answerPeeks(ctx, now, ops, peeks, done)
+		done = l.answerPeeks(ctx, now, ops, partial, peeks, done)
 	}
 	// pending are the ops the store decides; at[k] is pending[k]'s request
 	// (nil when it decides every op: then k itself).
@@ -369,33 +373,29 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 	})
 }
 
-// answerPeeks reads the open cells of cached denials in one round trip
-// and marks done the ops whose cells were all found. An op is read only
-// when no op before it in the batch that the store decides counts in
-// those cells: each op is answered as if sent alone, in order, and the
-// read comes before the store's round trip. (An op answered from the
-// cache, read or not, is denied and counts nothing.)
-func (l *Limiter) answerPeeks(ctx context.Context, now time.Time, ops []*tiers.Op, peeks []tiers.FixedPeek, done []bool) []bool {
+// answerPeeks reads the open cells of cached denials (peeks, of the ops
+// marked partial) in one round trip and marks done the ops whose cells
+// were all found. An op is read only when no op before it in the batch
+// that the store decides counts in those cells: each op is answered as if
+// sent alone, in order, and the read comes before the store's round trip.
+// (An op answered from the cache, read or not, is denied and counts
+// nothing.)
+func (l *Limiter) answerPeeks(ctx context.Context, now time.Time, ops []*tiers.Op, partial []bool, peeks []tiers.FixedPeek, done []bool) []bool {
 	if done == nil {
 		done = make([]bool, len(ops))
 	}
-	cached := make(map[*tiers.Op]bool, len(peeks))
-	for i := range peeks {
-		cached[peeks[i].Op] = true
-	}
 	// at[k]: the index in ops of read[k]'s op.
 	read, at := make([]tiers.FixedPeek, 0, len(peeks)), make([]int, 0, len(peeks))
-	i := 0
-	for k := 0; k < len(peeks); {
-		op := peeks[k].Op
-		for ops[i] != op {
-			i++
+	k := 0
+	for i := range ops {
+		if !partial[i] {
+			continue
 		}
 		end := k + 1
-		for end < len(peeks) && peeks[end].Op == op {
+		for end < len(peeks) && peeks[end].Op == ops[i] {
 			end++
 		}
-		if !countedBefore(ops[:i], peeks[k:end], done, cached) {
+		if !countedBefore(ops[:i], peeks[k:end], done, partial) {
 			read = append(read, peeks[k:end]...)
 			for range end - k {
 				at = append(at, i)
@@ -419,9 +419,9 @@ func (l *Limiter) answerPeeks(ctx context.Context, now time.Time, ops []*tiers.O
 
 // countedBefore reports whether an op in before that the store decides
 // (not done, not a cached denial) has one of the cells of peeks.
-func countedBefore(before []*tiers.Op, peeks []tiers.FixedPeek, done []bool, cached map[*tiers.Op]bool) bool {
+func countedBefore(before []*tiers.Op, peeks []tiers.FixedPeek, done, partial []bool) bool {
 	for j, op := range before {
-		if done[j] || cached[op] {
+		if done[j] || partial[j] {
 			continue
 		}
 		for c := range op.Cells {
