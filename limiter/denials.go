@@ -328,15 +328,29 @@ func (l *Limiter) cachedDenial(op *tiers.Op, now time.Time, gen uint64) (hit boo
 }
 
 // answeredFromCache answers op from the cache, reading its open cells
-// (one round trip) if it must, and reports whether it did.
-func (l *Limiter) answeredFromCache(ctx context.Context, op *tiers.Op, now time.Time, gen uint64) bool {
+// (one round trip) if it must, and reports whether it did and whether it
+// read cells.
+func (l *Limiter) answeredFromCache(ctx context.Context, op *tiers.Op, now time.Time, gen uint64) (answered, read bool) {
 	hit, peek := l.cachedDenial(op, now, gen)
 	if !hit || peek == 0 || l.peeker == nil {
-		return hit && peek == 0
+		return hit && peek == 0, false
 	}
 	var buf [inlineCells]tiers.FixedPeek
 	peeks := appendPeeks(buf[:0], op, peek)
-	return l.readPeeks(ctx, now, peeks) && allFound(peeks)
+	ok := l.readPeeks(ctx, now, peeks) && allFound(peeks)
+	return ok, ok
+}
+
+// allClosed reports whether every cell of op's answer denies any cost:
+// a denial answered with cells read whose read cells have closed since
+// it was cached, to be cached again with nothing to read.
+func allClosed(op *tiers.Op) bool {
+	for i := range op.Out {
+		if o := &op.Out[i]; o.Allowed || o.Remaining > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // appendPeeks appends the peeks of op's cells in peek.

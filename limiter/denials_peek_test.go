@@ -150,3 +150,50 @@ func TestDenials_ABatchReadsAnOpenCellAfterTheChecksBeforeIt(t *testing.T) {
 		t.Fatalf("the front door answered a denial whose IP cell must be read (%v)", err)
 	}
 }
+
+// A denial cached while its IP cell still had room is cached again once a
+// read finds that cell closed too: from then on the front door answers it
+// without Redis, as if it had been cached closed from the start.
+func TestDenials_ADenialWhoseReadCellsCloseIsAnsweredAtTheFrontDoor(t *testing.T) {
+	t.Parallel()
+	for _, way := range []struct {
+		name string
+		read func(ctx context.Context, l *limiter.Limiter, req *limiter.Request) error
+	}{
+		{"Check", func(ctx context.Context, l *limiter.Limiter, req *limiter.Request) error {
+			_, err := l.Check(ctx, req)
+			return err
+		}},
+		{"CheckBatch", func(ctx context.Context, l *limiter.Limiter, req *limiter.Request) error {
+			_, err := l.CheckBatch(ctx, []*limiter.Request{req})
+			return err
+		}},
+	} {
+		t.Run(way.name, func(t *testing.T) {
+			t.Parallel()
+			rig := newTwinRig(t, []rules.Rule{
+				{Name: "per_user", Dimensions: []string{"user_id"}, Limit: 1, Window: rules.Duration(time.Hour), Algorithm: rules.FixedWindow},
+				{Name: "per_ip", Dimensions: []string{"ip"}, Limit: 3, Window: rules.Duration(time.Hour), Algorithm: rules.FixedWindow},
+			})
+			ctx := context.Background()
+			user := func(u string) *limiter.Request {
+				return &limiter.Request{Dims: dims("ip", "x", "user_id", u), Cost: 1}
+			}
+			for _, u := range []string{"f", "f", "u1", "u2"} { // f cached with its IP open; then the IP closes
+				if _, err := rig.cached.Check(ctx, user(u)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := way.read(ctx, rig.cached, user("f")); err != nil {
+				t.Fatal(err)
+			}
+			if rig.denials.Peeks() != 1 {
+				t.Fatalf("peeks %d, want the IP read once", rig.denials.Peeks())
+			}
+			d, err := rig.cached.DenialsFirst(failChecker{t}).Check(ctx, user("f"))
+			if err != nil || d.Allowed || len(d.Entries) != 2 || d.Entries[1].Remaining != 0 {
+				t.Fatalf("at the front door: %+v %v", d, err)
+			}
+		})
+	}
+}

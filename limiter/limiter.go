@@ -254,11 +254,18 @@ func (l *Limiter) Check(ctx context.Context, req *Request) (Decision, error) {
 	gen := l.denialGen()
 	now := l.clock.Now()
 	op, owners := buildOp(l.rules.Load(), req, now, l.loc, false)
-	if len(op.Cells) > 0 && !l.answeredFromCache(ctx, op, now, gen) {
+	if len(op.Cells) == 0 {
+		return decision(op, owners), nil
+	}
+	answered, read := l.answeredFromCache(ctx, op, now, gen)
+	switch {
+	case !answered:
 		if err := l.store.Check(ctx, now, []*tiers.Op{op}); err != nil {
 			return Decision{}, fmt.Errorf("check: %w", err)
 		}
 		l.tellCrossings(op, owners, req, now)
+		l.decided(req, 0, op, now, gen, true)
+	case read && allClosed(op):
 		l.decided(req, 0, op, now, gen, true)
 	}
 	return decision(op, owners), nil
@@ -334,6 +341,11 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 	}
 	if len(peeks) > 0 {
 		done = l.answerPeeks(ctx, now, ops, partial, peeks, done)
+		for i := range ops {
+			if partial[i] && done[i] && allClosed(ops[i]) {
+				l.decided(nil, fronts[i], ops[i], now, gen, true)
+			}
+		}
 	}
 	// pending are the ops the store decides; at[k] is pending[k]'s request
 	// (nil when it decides every op: then k itself).
