@@ -76,10 +76,12 @@ type denial struct {
 	at    int64 // ms: when Redis answered
 	until int64 // ms: served while now < until
 	cost  int64 // the only cost it answers; 0: any cost
-	slot  int
-	n     int
-	peek  uint8 // bit i: cell i is open, its answer read afresh (FixedPeeker)
-	out   [inlineCells]tiers.Outcome
+	// slot, n and peek share a word: an entry stays in its allocation
+	// size class (TestDenials_MemoryStaysWithinTheSizeUnderAMillionDeniedIdentities).
+	slot int32
+	n    uint8
+	peek uint8 // bit i: cell i is open, its answer read afresh (FixedPeeker)
+	out  [inlineCells]tiers.Outcome
 }
 
 // NewDenials returns a cache of at most size entries. Size 0 holds none
@@ -161,7 +163,7 @@ func (d *Denials) lookup(op *tiers.Op, now time.Time, gen uint64) (hit bool, pee
 	s := d.shard(key)
 	s.mu.Lock()
 	e := s.m[string(key)]
-	if e == nil || e.gen != gen || ms < e.at || ms >= e.until || (e.cost != 0 && e.cost != op.Cost) || e.n != len(op.Cells) {
+	if e == nil || e.gen != gen || ms < e.at || ms >= e.until || (e.cost != 0 && e.cost != op.Cost) || int(e.n) != len(op.Cells) {
 		s.mu.Unlock()
 		return false, 0
 	}
@@ -189,10 +191,10 @@ func (d *Denials) lookup(op *tiers.Op, now time.Time, gen uint64) (hit bool, pee
 // afresh. It reports whether it did, and whether the entry has such
 // cells. gen is the generation read before the rules were.
 func (d *Denials) remember(op *tiers.Op, now time.Time, gen uint64, peeks bool) (kept, partial bool) {
-	if d.per == 0 || op.Committed || op.Allowed() {
+	if d.per == 0 || op.Committed || op.Allowed() || len(op.Cells) > inlineCells {
 		return false, false
 	}
-	e := denial{gen: gen, at: now.UnixMilli(), n: len(op.Cells)}
+	e := denial{gen: gen, at: now.UnixMilli(), n: uint8(len(op.Cells))}
 	valid := time.Duration(1<<62 - 1)
 	for i := range op.Cells {
 		c, o := &op.Cells[i], &op.Out[i]
@@ -239,15 +241,15 @@ func (d *Denials) remember(op *tiers.Op, now time.Time, gen uint64, peeks bool) 
 	}
 	k := string(key)
 	if len(s.ring) < d.per {
-		e.slot = len(s.ring)
+		e.slot = int32(len(s.ring))
 		s.ring = append(s.ring, k)
 		d.size.Add(1)
 	} else {
 		oldest := s.ring[s.next]
-		if o := s.m[oldest]; o != nil && o.slot == s.next {
+		if o := s.m[oldest]; o != nil && int(o.slot) == s.next {
 			delete(s.m, oldest)
 		}
-		e.slot = s.next
+		e.slot = int32(s.next)
 		s.ring[s.next] = k
 		s.next = (s.next + 1) % d.per
 	}

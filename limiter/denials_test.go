@@ -159,8 +159,9 @@ func TestDenials_EveryCachedAnswerEqualsRedisAnswerForEveryAlgorithm(t *testing.
 // A shadow cell counts past its limit, and a cell that still allows
 // changes with other identities' checks: such denials are not cached,
 // unless the open cells are fixed_window ones the store reads alone
-// (denials_peek_test.go).
-func TestDenials_DenialsWithAnOpenOrShadowCellAreNotCached(t *testing.T) {
+// (denials_peek_test.go). Nor is a denial of more cells than an entry
+// holds, every one of them closed.
+func TestDenials_DenialsWithAnOpenOrShadowCellOrTooManyCellsAreNotCached(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
@@ -175,6 +176,12 @@ func TestDenials_DenialsWithAnOpenOrShadowCellAreNotCached(t *testing.T) {
 			{Name: "per_user", Dimensions: []string{"user_id"}, Limit: 1, Window: rules.Duration(time.Hour), Algorithm: rules.FixedWindow},
 			{Name: "per_ip", Dimensions: []string{"ip"}, Limit: 100, Window: rules.Duration(time.Hour), Algorithm: rules.SlidingWindow},
 		}, dims("user_id", "a", "ip", "x")},
+		{"more cells than an entry holds", []rules.Rule{
+			{Name: "per_user", Dimensions: []string{"user_id"}, Algorithm: rules.FixedWindow, Limits: []rules.Limit{
+				{Limit: 1, Window: rules.Duration(time.Hour)}, {Limit: 1, Window: rules.Duration(2 * time.Hour)},
+				{Limit: 1, Window: rules.Duration(3 * time.Hour)}, {Limit: 1, Window: rules.Duration(4 * time.Hour)},
+				{Limit: 1, Window: rules.Duration(5 * time.Hour)}}},
+		}, dims("user_id", "a")},
 		{"another limit of the rule allows, not fixed_window", []rules.Rule{
 			{Name: "per_user", Dimensions: []string{"user_id"}, Algorithm: rules.TokenBucket,
 				Limits: []rules.Limit{{Limit: 1, Window: rules.Duration(time.Hour)}, {Limit: 100, Window: rules.Duration(24 * time.Hour)}}},
@@ -281,7 +288,8 @@ func TestDenials_ReportInAClosedCellClearsAndPublishes(t *testing.T) {
 // A million distinct denied identities leave the cache at its size, and
 // its heap within a bound per entry.
 func TestDenials_MemoryStaysWithinTheSizeUnderAMillionDeniedIdentities(t *testing.T) {
-	t.Parallel()
+	// Not parallel: the heap it measures is the process's, and the other
+	// tests' allocations would count as the cache's.
 	const size = 10_000
 	d := limiter.NewDenials(size)
 	var before, after runtime.MemStats
