@@ -683,15 +683,21 @@ func (s *Store) decodeFixed(c *Call, now time.Time, vals []any) (int, error) {
 			op.Out[i] = tiers.Outcome{}
 			return
 		}
-		cell := &op.Cells[i]
-		allowed := used+op.Cost <= cell.Limit
-		if post {
-			used += op.Cost
-		}
-		reset := untilWindowEnd(ms, cell.Window.Milliseconds())
-		op.Out[i] = outcome(allowed, cell.Limit-used, reset, reset)
+		op.Out[i] = fixedOutcome(&op.Cells[i], used, op.Cost, ms, post)
 	})
 	return j + 1, nil
+}
+
+// fixedOutcome is a fixed-window cell's answer at ms (Unix ms) to a call
+// of cost, from its count before the call; post: the cost was (or, in a
+// dry run, would have been) counted, so remaining is after it.
+func fixedOutcome(cell *tiers.Cell, used, cost, ms int64, post bool) tiers.Outcome {
+	allowed := used+cost <= cell.Limit
+	if post {
+		used += cost
+	}
+	reset := untilWindowEnd(ms, cell.Window.Milliseconds())
+	return outcome(allowed, cell.Limit-used, reset, reset)
 }
 
 // walkFixedReply calls fn for each of c's cells, in order, with its value

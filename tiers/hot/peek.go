@@ -43,9 +43,7 @@ func (s *Store) PeekFixed(ctx context.Context, now time.Time, peeks []tiers.Fixe
 		if err != nil {
 			return fmt.Errorf("hot peek: counter %q: %w", str, err)
 		}
-		cell := &p.Op.Cells[p.Cell]
-		reset := untilWindowEnd(ms, cell.Window.Milliseconds())
-		p.Op.Out[p.Cell] = outcome(used+p.Op.Cost <= cell.Limit, cell.Limit-used, reset, reset)
+		p.Op.Out[p.Cell] = fixedOutcome(&p.Op.Cells[p.Cell], used, p.Op.Cost, ms, false)
 		p.Found = true
 	}
 	return nil
