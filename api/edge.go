@@ -41,11 +41,12 @@ func (s *Server) NewHTTPServer(o EdgeOptions) *fasthttp.Server {
 		fallback = s
 	}
 	return &fasthttp.Server{
-		Handler:      s.edgeHandler(fasthttpadaptor.NewFastHTTPHandler(ownContext(fallback)), !o.ChecksThroughFallback),
-		ErrorHandler: s.edgeError,
-		ReadTimeout:  10 * time.Second,
-		WriteTimeout: 10 * time.Second,
-		IdleTimeout:  120 * time.Second,
+		Handler:        s.edgeHandler(fasthttpadaptor.NewFastHTTPHandler(ownContext(fallback)), !o.ChecksThroughFallback),
+		ErrorHandler:   s.edgeError,
+		ReadTimeout:    headerTimeout,
+		HeaderReceived: bodyTimeout,
+		WriteTimeout:   10 * time.Second,
+		IdleTimeout:    120 * time.Second,
 		// A request's head must fit the read buffer: 16 KiB, as
 		// net/http's MaxHeaderBytes was.
 		ReadBufferSize: 16 << 10,
@@ -61,6 +62,16 @@ func (s *Server) NewHTTPServer(o EdgeOptions) *fasthttp.Server {
 		CloseOnShutdown:              true,
 		Logger:                       edgeLogger{s.deps.Log},
 	}
+}
+
+// A request's head must arrive within headerTimeout of its first byte (of
+// the connection, for its first request), and its body within
+// bodyTimeout of the head, as net/http's ReadHeaderTimeout and
+// ReadTimeout had it: a client trickling either is cut off (408).
+const headerTimeout = 5 * time.Second
+
+func bodyTimeout(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+	return fasthttp.RequestConfig{ReadTimeout: 10 * time.Second}
 }
 
 // ownContext serves h with a request context of its own: fasthttpadaptor

@@ -165,3 +165,64 @@ func TestInFlightCap_CompleteBodyGetsFast503WhenSlotsAreBusy(t *testing.T) {
 		})
 	}
 }
+
+// A client trickling a request is cut off: its head must arrive within
+// the header timeout (5 s, from the connection's first byte for its first
+// request) and its body within 10 s of its head, as net/http's
+// ReadHeaderTimeout and ReadTimeout had it. Whatever it sends meanwhile,
+// the connection ends with a 408 or nothing.
+func TestEdge_ATrickledRequestIsCutOffAtItsTimeout(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, start string
+		cutAfter    time.Duration
+	}{
+		{"head", "POST /v1/check HTTP/1.1\r\nHost: x\r\n", 5 * time.Second},
+		{"body", "POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{", 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarness(t, oneRule)
+			conn, err := net.Dial("tcp", strings.TrimPrefix(h.srv.URL, "http://"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn.Close() })
+			began := time.Now()
+			if _, err := io.WriteString(conn, tc.start); err != nil {
+				t.Fatal(err)
+			}
+			stop := make(chan struct{})
+			defer close(stop)
+			go trickle(conn, stop)
+			_ = conn.SetReadDeadline(began.Add(tc.cutAfter + 4*time.Second))
+			answer, err := io.ReadAll(conn)
+			took := time.Since(began)
+			if err != nil {
+				t.Fatalf("the connection was still open after %s (%v)", took.Round(time.Millisecond), err)
+			}
+			if took < tc.cutAfter-500*time.Millisecond || took > tc.cutAfter+2*time.Second {
+				t.Errorf("cut off after %s, want %s", took.Round(time.Millisecond), tc.cutAfter)
+			}
+			if len(answer) > 0 && (!strings.HasPrefix(string(answer), "HTTP/1.1 408 ") || !strings.Contains(string(answer), `"request_timeout"`)) {
+				t.Errorf("answer: %q, want nothing or 408 request_timeout", answer)
+			}
+		})
+	}
+}
+
+// trickle writes a byte every 500 ms to conn until stop or a failed write.
+func trickle(conn net.Conn, stop <-chan struct{}) {
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			if _, err := io.WriteString(conn, "X"); err != nil {
+				return
+			}
+		}
+	}
+}
