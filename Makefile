@@ -193,7 +193,7 @@ test-dashboard: services
 
 # Fault injection (build tag `faults`, not in `make test`): quotad binaries
 # against private redis-server / mariadbd processes on spare ports that the
-# tests kill, hang and restart; ~11 minutes (~6.5 of them the SIGKILL in the
+# tests kill, hang and restart; ~12 minutes (~6.5 of them the SIGKILL in the
 # middle of a migration, which waits out the dead worker's 30 s leases).
 # FAULTS_RACE=1 builds quotad with the race detector.
 # Figures: bench-out/faults.txt; log: bench-out/faults-test.log.

@@ -163,6 +163,28 @@ func idleFootprint(t *testing.T, q *testenv.Quotad) footprint {
 		heap: m["go_memstats_heap_inuse_bytes"], nextGC: m["go_memstats_next_gc_bytes"]}
 }
 
+// goroutinesFallTo waits up to 30 s for quotad's goroutines to fall to
+// at most n, and returns the last count and whether they did. The HTTP
+// edge's idle workers (fasthttp's worker pool) outlive a burst's
+// connections by up to twice its MaxIdleWorkerDuration (10 s) before they
+// exit, so a count read once idle may be high for a while; a leak never
+// falls.
+func goroutinesFallTo(t *testing.T, q *testenv.Quotad, n float64) (float64, bool) {
+	t.Helper()
+	var last float64
+	err := PollUntil(30*time.Second, 500*time.Millisecond, func() error {
+		m, err := q.Metrics()
+		if err != nil {
+			return err
+		}
+		if last = m["go_goroutines"]; last > n {
+			return fmt.Errorf("%.0f goroutines", last)
+		}
+		return nil
+	})
+	return last, err == nil
+}
+
 // gcLine is a GODEBUG=gctrace=1 line: "gc 7 @1.234s 2%: …, 4->5->2 MB, …";
 // the last figure is the heap marked live by that GC.
 var gcLine = regexp.MustCompile(`gc \d+ @([0-9.]+)s [^\n]*?(\d+)->(\d+)->(\d+) MB`)
