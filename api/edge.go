@@ -70,6 +70,8 @@ func (s *Server) NewHTTPServer(o EdgeOptions) *fasthttp.Server {
 // ReadTimeout had it: a client trickling either is cut off (408).
 const headerTimeout = 5 * time.Second
 
+// bodyTimeout is the server's HeaderReceived: once a head is read, the
+// body has 10 s.
 func bodyTimeout(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 	return fasthttp.RequestConfig{ReadTimeout: 10 * time.Second}
 }
