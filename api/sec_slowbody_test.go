@@ -13,6 +13,7 @@ import (
 
 	"github.com/quota-platform/quota/api"
 	"github.com/quota-platform/quota/config"
+	"github.com/quota-platform/quota/internal/testsupport/testenv"
 )
 
 // slotHolder is a readiness check that blocks until released: a GET
@@ -194,7 +195,7 @@ func TestEdge_ATrickledRequestIsCutOffAtItsTimeout(t *testing.T) {
 			}
 			stop := make(chan struct{})
 			defer close(stop)
-			go trickle(conn, stop)
+			go testenv.Trickle(conn, "X", 500*time.Millisecond, stop)
 			_ = conn.SetReadDeadline(began.Add(tc.cutAfter + 4*time.Second))
 			answer, err := io.ReadAll(conn)
 			took := time.Since(began)
@@ -208,21 +209,5 @@ func TestEdge_ATrickledRequestIsCutOffAtItsTimeout(t *testing.T) {
 				t.Errorf("answer: %q, want nothing or 408 request_timeout", answer)
 			}
 		})
-	}
-}
-
-// trickle writes a byte every 500 ms to conn until stop or a failed write.
-func trickle(conn net.Conn, stop <-chan struct{}) {
-	tick := time.NewTicker(500 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-tick.C:
-			if _, err := io.WriteString(conn, "X"); err != nil {
-				return
-			}
-		}
 	}
 }

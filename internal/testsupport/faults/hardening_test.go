@@ -73,20 +73,7 @@ func TestHardening_SlowlorisHeadersAreCutOff(t *testing.T) {
 		wg.Go(func() {
 			_, _ = io.WriteString(c, "POST /v1/check HTTP/1.1\r\nHost: x\r\n")
 			stop := make(chan struct{})
-			go func() { // one byte a second, forever
-				tick := time.NewTicker(time.Second)
-				defer tick.Stop()
-				for {
-					select {
-					case <-stop:
-						return
-					case <-tick.C:
-						if _, err := io.WriteString(c, "X"); err != nil {
-							return
-						}
-					}
-				}
-			}()
+			go testenv.Trickle(c, "X", time.Second, stop) // one byte a second, forever
 			d, _, closed := closedWithin(c, 9*time.Second)
 			close(stop)
 			if closed {
@@ -147,20 +134,7 @@ func TestHardening_SlowBodyIsCutOff(t *testing.T) {
 	_, _ = io.WriteString(c, "{")
 	stop := make(chan struct{})
 	defer close(stop)
-	go func() {
-		tick := time.NewTicker(500 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				if _, err := io.WriteString(c, " "); err != nil {
-					return
-				}
-			}
-		}
-	}()
+	go testenv.Trickle(c, " ", 500*time.Millisecond, stop)
 	for range 10 {
 		if v := q.Metric("quota_http_in_flight"); v != base {
 			t.Fatalf("a body still arriving holds an in-flight slot: in flight %v, %v when idle", v, base)
