@@ -172,9 +172,8 @@ type FixedPeek struct {
 
 // FixedPeeker reads fixed-window cells' counts in one round trip (one a
 // master on a Redis Cluster), for denials whose other cells are answered
-// without the store. An error
-// leaves every peek not Found; ErrCannotPeek says that none ever will be
-// (a wrapper whose store reads none).
+// without the store. An error leaves every peek not Found; ErrCannotPeek
+// says that none ever will be (a wrapper whose store reads none).
 type FixedPeeker interface {
 	PeekFixed(ctx context.Context, now time.Time, peeks []FixedPeek) error
 }

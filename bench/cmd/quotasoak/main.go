@@ -400,27 +400,27 @@ const edgeIdleWorkers = 21 * time.Second
 // edgeIdleWorkers, and until its goroutine count is the same three times
 // 500 ms apart: what is left then is not a burst's idle workers.
 func idle(base string) (Idle, error) {
+	limit := 60*time.Second + edgeIdleWorkers
+	deadline := time.Now().Add(limit)
 	var last []float64
-	deadline := time.Now().Add(60*time.Second + edgeIdleWorkers)
 	waited := false
-	for time.Now().Before(deadline) {
+	for ; time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		m, err := scrape(base + "/metrics")
-		if err == nil && m["quota_http_in_flight"] <= 1 && !waited {
+		if err != nil || m["quota_http_in_flight"] > 1 {
+			last = last[:0]
+			continue
+		}
+		if !waited {
 			time.Sleep(edgeIdleWorkers)
 			waited = true
 			continue
 		}
-		if err == nil && m["quota_http_in_flight"] <= 1 {
-			last = append(last, m["go_goroutines"])
-			if n := len(last); n >= 3 && last[n-1] == last[n-2] && last[n-2] == last[n-3] {
-				return Idle{Goroutines: last[n-1], RSSBytes: m["process_resident_memory_bytes"]}, nil
-			}
-		} else {
-			last = last[:0]
+		last = append(last, m["go_goroutines"])
+		if n := len(last); n >= 3 && last[n-1] == last[n-2] && last[n-2] == last[n-3] {
+			return Idle{Goroutines: last[n-1], RSSBytes: m["process_resident_memory_bytes"]}, nil
 		}
-		time.Sleep(500 * time.Millisecond)
 	}
-	return Idle{}, fmt.Errorf("quotad never idle within %s (goroutines %v)", 60*time.Second+edgeIdleWorkers, last)
+	return Idle{}, fmt.Errorf("quotad never idle within %s (goroutines %v)", limit, last)
 }
 
 func (r *Report) sampleEvery() time.Duration { return time.Duration(r.SampleS * float64(time.Second)) }
