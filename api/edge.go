@@ -47,6 +47,9 @@ func (s *Server) NewHTTPServer(o EdgeOptions) *fasthttp.Server {
 		HeaderReceived: bodyTimeout,
 		WriteTimeout:   10 * time.Second,
 		IdleTimeout:    120 * time.Second,
+		// fasthttp's default, set here because IdleWorkersLinger is
+		// reckoned from it.
+		MaxIdleWorkerDuration: maxIdleWorker,
 		// A request's head must fit the read buffer: 16 KiB, as
 		// net/http's MaxHeaderBytes was.
 		ReadBufferSize: 16 << 10,
@@ -75,6 +78,17 @@ const headerTimeout = 5 * time.Second
 func bodyTimeout(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 	return fasthttp.RequestConfig{ReadTimeout: 10 * time.Second}
 }
+
+// maxIdleWorker is how long an edge worker goroutine waits for another
+// connection before it exits.
+const maxIdleWorker = 10 * time.Second
+
+// IdleWorkersLinger bounds how long the edge's idle worker goroutines
+// outlive the connections they served: fasthttp's pool drops a worker idle
+// for maxIdleWorker at a sweep every maxIdleWorker. A goroutine count read
+// sooner after a burst may still hold them; one read after it does not
+// (what the leak checks of make test-faults and make soak rely on).
+const IdleWorkersLinger = 2*maxIdleWorker + time.Second
 
 // ownContext serves h with a request context of its own: fasthttpadaptor
 // hands h fasthttp's request context, which is reused for the next

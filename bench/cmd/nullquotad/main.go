@@ -7,7 +7,10 @@
 // share, so that what quotad adds can be told from what it cannot remove.
 // It listens where quotad would (QUOTA_LISTEN, QUOTA_GRPC_LISTEN) with
 // quotad's gRPC flow-control windows and stream workers; it decodes
-// requests with grpc-go's protobuf codec, not quotad's own.
+// requests with grpc-go's protobuf codec, not quotad's own. It keeps
+// quotad's Go heap floor (QUOTA_GC_HEAP_FLOOR_MB, 256 MiB as quotad's
+// default: internal/gcfloor), or its floor would count collections that
+// quotad does not make.
 package main
 
 import (
@@ -18,10 +21,13 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+
+	"github.com/quota-platform/quota/internal/gcfloor"
 )
 
 type okService struct {
@@ -55,6 +61,11 @@ func env(name, def string) string {
 }
 
 func run() error {
+	floorMB, err := strconv.ParseUint(env("QUOTA_GC_HEAP_FLOOR_MB", "256"), 10, 32)
+	if err != nil {
+		return fmt.Errorf("QUOTA_GC_HEAP_FLOOR_MB: %w", err)
+	}
+	defer gcfloor.Start(floorMB << 20).Stop()
 	gl, err := net.Listen("tcp", env("QUOTA_GRPC_LISTEN", "127.0.0.1:8081"))
 	if err != nil {
 		return err

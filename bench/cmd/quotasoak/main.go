@@ -35,6 +35,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
+	"github.com/quota-platform/quota/api"
 	"github.com/quota-platform/quota/bench/loadgen"
 )
 
@@ -391,16 +392,12 @@ func judge(rep *Report, o options) {
 	rep.Pass = len(rep.Failures) == 0
 }
 
-// edgeIdleWorkers is how long the HTTP edge's idle workers may outlive
-// the connections they served: fasthttp's worker pool drops a worker idle
-// for its MaxIdleWorkerDuration (10 s) at a sweep every 10 s.
-const edgeIdleWorkers = 21 * time.Second
-
 // idle waits until quotad serves nothing but the /metrics read, then
-// edgeIdleWorkers, and until its goroutine count is the same three times
+// api.IdleWorkersLinger (the HTTP edge's idle workers of the load's
+// connections may live that long), and until its goroutine count is the same three times
 // 500 ms apart: what is left then is not a burst's idle workers.
 func idle(base string) (Idle, error) {
-	limit := 60*time.Second + edgeIdleWorkers
+	limit := 60*time.Second + api.IdleWorkersLinger
 	deadline := time.Now().Add(limit)
 	var last []float64
 	waited := false
@@ -411,7 +408,7 @@ func idle(base string) (Idle, error) {
 			continue
 		}
 		if !waited {
-			time.Sleep(edgeIdleWorkers)
+			time.Sleep(api.IdleWorkersLinger)
 			waited = true
 			continue
 		}
