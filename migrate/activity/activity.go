@@ -27,8 +27,9 @@ import (
 // cells of long windows. Each cycle folds a part's batches into
 // cell_activity (sql/004), the per-cell history it scans, just before it
 // scans that part (FoldLog). It holds at most MaxCells cells
-// between flushes; calls of further cells are dropped (counted in Dropped)
-// - the cell's mean is then a little low, never its limit. Which cells it
+// between flushes (a cell's created calls and its map entry each count
+// as one); calls of further cells are dropped (counted in Dropped) - the
+// cell's mean is then a little low, never its limit. Which cells it
 // is given is the router's choice (routing.Router.CallsMinWindow: config's
 // QUOTA_MIGRATE_MIN_WINDOW).
 type Activity struct {
@@ -38,6 +39,12 @@ type Activity struct {
 
 	mu      sync.Mutex
 	pending map[tiers.CellID]*pendingCell
+	// created is the calls that created their cell's hot key, each
+	// appended without a lookup in pending: a cell's first call in a
+	// window, and the only one of many cells (a batch of new users). A
+	// cell may be here and in pending, or here twice; Flush adds up its
+	// calls.
+	created []pendingCell
 	Dropped int64
 }
 
@@ -48,8 +55,15 @@ type pendingCell struct {
 }
 
 // Observe counts one check of cells (routing.Router.Calls): the fixed
-// window cells of an op. It keeps nothing of cells.
-func (a *Activity) Observe(cells []tiers.Cell) {
+// window cells of an op; bit i of created says the call created cell i's
+// hot key (routing.Router.Calls). It keeps nothing of cells.
+//
+// A created cell is appended to a list rather than looked up in the map:
+// in a map of a million cells nearly every lookup of a new one misses the
+// CPU's caches, and a batch of new users is all new cells (make
+// bench-cells). The list holds at most a call per key created, so it is
+// bounded as the map is.
+func (a *Activity) Observe(cells []tiers.Cell, created uint64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.pending == nil {
@@ -60,14 +74,23 @@ func (a *Activity) Observe(cells []tiers.Cell) {
 		limit = 1_000_000
 	}
 	for i := range cells {
-		id := cells[i].CellID()
-		p, ok := a.pending[id]
-		if !ok {
-			if len(a.pending) >= limit {
+		c := &cells[i]
+		if i < 64 && created&(1<<i) != 0 {
+			if len(a.pending)+len(a.created) >= limit {
 				a.Dropped++
 				continue
 			}
-			p = &pendingCell{id: id, ref: tiers.RefOf(&cells[i])}
+			a.created = append(a.created, pendingCell{id: c.CellID(), ref: tiers.RefOf(c), calls: 1})
+			continue
+		}
+		id := c.CellID()
+		p, ok := a.pending[id]
+		if !ok {
+			if len(a.pending)+len(a.created) >= limit {
+				a.Dropped++
+				continue
+			}
+			p = &pendingCell{id: id, ref: tiers.RefOf(c)}
 			a.pending[id] = p
 		}
 		p.calls++
@@ -93,15 +116,20 @@ const (
 // written is kept for the next flush.
 func (a *Activity) Flush(ctx context.Context) error {
 	a.mu.Lock()
-	p := a.pending
-	a.pending = nil
+	p, created := a.pending, a.created
+	a.pending, a.created = nil, nil
 	a.mu.Unlock()
-	if len(p) == 0 || len(a.DBs) == 0 {
+	if len(p)+len(created) == 0 || len(a.DBs) == 0 {
 		return nil
 	}
 	hour := a.now().Unix() / 3600
 	by := make([][]*pendingCell, len(a.DBs))
 	for _, c := range p {
+		sh := ShardOf(&c.ref, len(a.DBs))
+		by[sh] = append(by[sh], c)
+	}
+	for i := range created {
+		c := &created[i]
 		sh := ShardOf(&c.ref, len(a.DBs))
 		by[sh] = append(by[sh], c)
 	}
@@ -126,6 +154,7 @@ type logRow struct {
 // returns the cells of the statements that failed.
 func (a *Activity) flushShard(ctx context.Context, sh int, cells []*pendingCell, hour int64) ([]*pendingCell, error) {
 	slices.SortFunc(cells, func(a, b *pendingCell) int { return bytes.Compare(a.id[:], b.id[:]) })
+	cells = addUpSameCells(cells)
 	var rows []logRow
 	for len(cells) > 0 {
 		part := PartOfCell(cells[0].id)
@@ -155,6 +184,20 @@ func (a *Activity) flushShard(ctx context.Context, sh int, cells []*pendingCell,
 		}
 	}
 	return failed, firstErr
+}
+
+// addUpSameCells merges the entries of one cell (sorted cells: they are
+// next to each other) into its first, the calls added up.
+func addUpSameCells(cells []*pendingCell) []*pendingCell {
+	out := cells[:0]
+	for _, c := range cells {
+		if n := len(out); n > 0 && out[n-1].id == c.id {
+			out[n-1].calls += c.calls
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // keep puts back the cells a flush could not write.

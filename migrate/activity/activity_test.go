@@ -8,6 +8,7 @@ import (
 
 	"github.com/quota-platform/quota/internal/testsupport/moveenv"
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
+	"github.com/quota-platform/quota/tiers"
 )
 
 // A flush of many cells writes a few batches per shard, not a row per
@@ -18,8 +19,8 @@ func TestActivity_FlushWritesBatchesNotARowPerCell(t *testing.T) {
 	act := &Activity{DBs: dbs}
 	const cells = 10_000
 	refs := moveenv.DailyRefs(cells)
-	act.Observe(moveenv.CellsOf(refs))
-	act.Observe(moveenv.CellsOf(refs[:10]))
+	act.Observe(moveenv.CellsOf(refs), 0)
+	act.Observe(moveenv.CellsOf(refs[:10]), 0)
 	if err := act.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -65,15 +66,15 @@ func TestActivity_FoldAddsEveryFlushToTheCellsHistory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	act.Observe(moveenv.CellsOf(refs[:2]))
+	act.Observe(moveenv.CellsOf(refs[:2]), 0)
 	flush()
 	moveenv.FoldAll(t, dbs, PartsPerShard, FoldLog) // refs[0] and [1] have a history from 10:00
 	now = now.Add(time.Hour)
-	act.Observe(moveenv.CellsOf(refs))
-	act.Observe(moveenv.CellsOf(refs[1:]))
+	act.Observe(moveenv.CellsOf(refs), 0)
+	act.Observe(moveenv.CellsOf(refs[1:]), 0)
 	flush()
 	now = now.Add(time.Hour)
-	act.Observe(moveenv.CellsOf(refs[2:]))
+	act.Observe(moveenv.CellsOf(refs[2:]), 0)
 	flush()
 	moveenv.FoldAll(t, dbs, PartsPerShard, FoldLog)
 	hour := time.Date(2026, 11, 28, 10, 0, 0, 0, time.UTC).Unix() / 3600
@@ -95,7 +96,7 @@ func TestActivity_TwoFoldsOfOnePartCountEachBatchOnce(t *testing.T) {
 	refs := moveenv.DailyRefs(4000)
 	const flushes = 20
 	for range flushes {
-		act.Observe(moveenv.CellsOf(refs))
+		act.Observe(moveenv.CellsOf(refs), 0)
 		if err := act.Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -124,6 +125,114 @@ func TestActivity_TwoFoldsOfOnePartCountEachBatchOnce(t *testing.T) {
 	}
 }
 
+// Calls that created their cell's hot key (appended without a lookup)
+// and the others (counted in the map) add up to each cell's calls, even
+// when a cell's key is created twice (its window ended) or its first call
+// came after others.
+func TestActivity_CallsThatCreatedTheirKeyAddUpWithTheOthers(t *testing.T) {
+	t.Parallel()
+	dbs := testenv.MySQLShards(t, 2)
+	act := &Activity{DBs: dbs}
+	refs := moveenv.DailyRefs(300)
+	cells := moveenv.CellsOf(refs)
+	want := make([]int64, len(cells))
+	observe := func(i int, created uint64) {
+		act.Observe(cells[i:i+1], created)
+		want[i]++
+	}
+	for i := range cells {
+		switch i % 4 {
+		case 0: // created, then counted twice
+			observe(i, 1)
+			observe(i, 0)
+			observe(i, 0)
+		case 1: // created twice
+			observe(i, 1)
+			observe(i, 1)
+		case 2: // counted, then created
+			observe(i, 0)
+			observe(i, 1)
+		case 3: // created alone
+			observe(i, 1)
+		}
+	}
+	// One op's cells, the bits saying which were created.
+	act.Observe(cells[:3], 0b101)
+	for i := range 3 {
+		want[i]++
+	}
+	if err := act.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	moveenv.FoldAll(t, dbs, PartsPerShard, FoldLog)
+	rows := moveenv.ActivityRows(t, dbs)
+	if len(rows) != len(cells) {
+		t.Fatalf("%d cells folded, want %d", len(rows), len(cells))
+	}
+	for i, r := range refs {
+		if got := rows[r.ID()].Calls; got != want[i] {
+			t.Fatalf("cell %d: %d calls, want %d", i, got, want[i])
+		}
+	}
+}
+
+// A flush writes each cell once, its entries added up.
+func TestAddUpSameCells(t *testing.T) {
+	t.Parallel()
+	id := func(b byte) tiers.CellID { return tiers.CellID{b} }
+	cell := func(b byte, calls int64) *pendingCell { return &pendingCell{id: id(b), calls: calls} }
+	tests := []struct {
+		name string
+		in   []*pendingCell
+		want map[byte]int64
+	}{
+		{"none", nil, map[byte]int64{}},
+		{"distinct", []*pendingCell{cell(1, 1), cell(2, 3)}, map[byte]int64{1: 1, 2: 3}},
+		{"runs", []*pendingCell{cell(1, 1), cell(1, 2), cell(2, 1), cell(3, 1), cell(3, 1), cell(3, 5)}, map[byte]int64{1: 3, 2: 1, 3: 7}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			out := addUpSameCells(tt.in)
+			if len(out) != len(tt.want) {
+				t.Fatalf("%d cells, want %d", len(out), len(tt.want))
+			}
+			for _, c := range out {
+				if c.calls != tt.want[c.id[0]] {
+					t.Fatalf("cell %d: %d calls, want %d", c.id[0], c.calls, tt.want[c.id[0]])
+				}
+			}
+		})
+	}
+}
+
+// MaxCells bounds the entries held, the created calls' list included:
+// at the bound, a call of a cell held only by its created call is
+// dropped too (a lookup there would cost what the list saves).
+func TestActivity_MaxCellsCountsTheCreatedCalls(t *testing.T) {
+	t.Parallel()
+	act := &Activity{MaxCells: 10}
+	cells := moveenv.CellsOf(moveenv.DailyRefs(30))
+	act.Observe(cells[8:9], 0)
+	for i := range 8 {
+		act.Observe(cells[i:i+1], 1)
+	}
+	for i := 9; i < 30; i++ {
+		act.Observe(cells[i:i+1], uint64(i%2))
+	}
+	act.Observe(cells[8:9], 0) // in the map: counted, whatever the bound
+	act.Observe(cells[0:1], 0) // only in the list: a map entry, dropped
+	if act.Dropped != 21 {
+		t.Fatalf("dropped %d calls, want 21", act.Dropped)
+	}
+	if n := len(act.pending) + len(act.created); n != 10 {
+		t.Fatalf("%d entries held, want 10", n)
+	}
+	if p := act.pending[cells[8].CellID()]; p == nil || p.calls != 2 {
+		t.Fatalf("cell 8 in the map: %+v, want 2 calls", p)
+	}
+}
+
 // A row the fold cannot read is dropped and reported; the part's other
 // batches are folded.
 func TestActivity_FoldDropsAnUnreadableRowAndFoldsTheRest(t *testing.T) {
@@ -135,7 +244,7 @@ func TestActivity_FoldDropsAnUnreadableRowAndFoldsTheRest(t *testing.T) {
 	if _, err := dbs[0].Exec("INSERT INTO cell_activity_log (part, hour, cells) VALUES (?, 1, ?)", part, []byte{0x7f, 1, 2}); err != nil {
 		t.Fatal(err)
 	}
-	act.Observe(moveenv.CellsOf(refs))
+	act.Observe(moveenv.CellsOf(refs), 0)
 	if err := act.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +271,7 @@ func BenchmarkFoldActivityLog(b *testing.B) {
 	var took time.Duration
 	for b.Loop() {
 		b.StopTimer()
-		act.Observe(moveenv.CellsOf(moveenv.DailyRefs(cells)))
+		act.Observe(moveenv.CellsOf(moveenv.DailyRefs(cells)), 0)
 		if err := act.Flush(ctx); err != nil {
 			b.Fatal(err)
 		}

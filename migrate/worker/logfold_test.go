@@ -65,9 +65,9 @@ func TestFoldLongLogs_FoldsOnlyThePartsPastTheBound(t *testing.T) {
 			act := &activity.Activity{DBs: db}
 			long, short, partA, partB := refsOfParts(5)
 			for i := range 5 { // part A: a row a flush, 5 rows
-				act.Observe(moveenv.CellsOf(long))
+				act.Observe(moveenv.CellsOf(long), 0)
 				if i < 2 { // part B: 2 rows
-					act.Observe(moveenv.CellsOf(short))
+					act.Observe(moveenv.CellsOf(short), 0)
 				}
 				if err := act.Flush(context.Background()); err != nil {
 					t.Fatal(err)

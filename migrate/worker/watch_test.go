@@ -36,7 +36,7 @@ func TestWatchCycles_FlushesTheActivityOnceWhenACycleStarts(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := moveenv.CountRows(t, dbs, "cell_activity_log")
-		w.Activity.Observe(moveenv.CellsOf(moveenv.DailyRefs(3)))
+		w.Activity.Observe(moveenv.CellsOf(moveenv.DailyRefs(3)), 0)
 		last = w.flushOnNewCycle(ctx, last)
 		// A flush writes a log row a part the cells fall in.
 		if got := moveenv.CountRows(t, dbs, "cell_activity_log") - before; (got > 0) != step.flush {

@@ -61,9 +61,12 @@ type Router struct {
 	ColdHints *ColdHints
 	// Calls, when set, is called once per op with its fixed-window cells
 	// whose window is at least CallsMinWindow (the scheduled migration's
-	// activity count); an op with none costs nothing. It must not block,
-	// nor keep cells after it returns.
-	Calls          func(cells []tiers.Cell)
+	// activity count); an op with none costs nothing. Bit i of created
+	// (i < 64) says the op's call created cell i's hot key: its count was
+	// 0 before, so it is likely the cell's first call (a hint: a key
+	// expired or counted down to 0 says the same). It must not block, nor
+	// keep cells after it returns.
+	Calls          func(cells []tiers.Cell, created uint64)
 	CallsMinWindow time.Duration
 	// MovedWait bounds how long an op waits for cells frozen by a move
 	// before it fails with ErrUnavailable (and the fail mode answers). A
@@ -213,13 +216,43 @@ func (r *Router) called(op *tiers.Op) {
 	uncounted := func(c tiers.Cell) bool {
 		return c.Algorithm != rules.FixedWindow || c.Window < r.CallsMinWindow
 	}
-	cells := op.Cells
-	if slices.ContainsFunc(cells, uncounted) {
-		cells = slices.DeleteFunc(slices.Clone(cells), uncounted)
+	if !slices.ContainsFunc(op.Cells, uncounted) {
+		r.Calls(op.Cells, createdKeys(op, op.Cells, nil))
+		return
+	}
+	var cells []tiers.Cell
+	var at []int
+	for i := range op.Cells {
+		if !uncounted(op.Cells[i]) {
+			cells = append(cells, op.Cells[i])
+			at = append(at, i)
+		}
 	}
 	if len(cells) > 0 {
-		r.Calls(cells)
+		r.Calls(cells, createdKeys(op, cells, at))
 	}
+}
+
+// createdKeys returns the bits of cells (op's cells at the indexes at; nil:
+// all of them) whose hot key op's call created: op counted, the cell is
+// hot, and its remaining is its limit less op's cost, so its count was 0
+// before.
+func createdKeys(op *tiers.Op, cells []tiers.Cell, at []int) uint64 {
+	if !op.Committed {
+		return 0
+	}
+	var bits uint64
+	for k := 0; k < len(cells) && k < 64; k++ {
+		i := k
+		if at != nil {
+			i = at[k]
+		}
+		hot := op.Route == nil || op.Route[i].Where == tiers.RouteHot
+		if hot && op.Out[i].Remaining == cells[k].Limit-op.Cost {
+			bits |= 1 << k
+		}
+	}
+	return bits
 }
 
 // checkOp sends op alone, again until no part finds a cell moving or
