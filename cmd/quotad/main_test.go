@@ -274,9 +274,12 @@ func startServerBinary(t *testing.T, bin, rulesPath string, env ...string) *serv
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
+		// Another test's quotad may have taken the port (testenv.Listens).
 		if resp, err := http.Get(s.url + "/healthz"); err == nil {
 			resp.Body.Close()
-			return s
+			if testenv.Listens(cmd.Process.Pid, fmt.Sprintf("127.0.0.1:%d", port)) {
+				return s
+			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -6,10 +6,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -25,6 +27,53 @@ func FreePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Listens reports whether process pid has a TCP socket listening on addr
+// (an IPv4 host:port), read from /proc. A server's /healthz answering on
+// addr is not enough to know it is the one a test started: FreePort's
+// port is free when picked, not when the server binds it, and another
+// test's server may take it first (the one started then fails to bind
+// and exits, while the other answers).
+func Listens(pid int, addr string) bool {
+	inode, ok := listeningInode(pid, addr)
+	if !ok {
+		return false
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false
+	}
+	want := "socket:[" + inode + "]"
+	for _, fd := range fds {
+		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil && link == want {
+			return true
+		}
+	}
+	return false
+}
+
+// listeningInode is the inode of the socket listening on addr in pid's
+// network namespace (/proc/<pid>/net/tcp: local address as hex of the
+// IPv4 address in host order and the port, state 0A).
+func listeningInode(pid int, addr string) (string, bool) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || !ap.Addr().Is4() {
+		return "", false
+	}
+	ip := ap.Addr().As4()
+	local := fmt.Sprintf("%02X%02X%02X%02X:%04X", ip[3], ip[2], ip[1], ip[0], ap.Port())
+	table, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", pid))
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(string(table), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) >= 10 && f[1] == local && f[3] == "0A" {
+			return f[9], true
+		}
+	}
+	return "", false
 }
 
 // RedisProcess is a throwaway redis-server of a test's own, so a test can
@@ -83,7 +132,7 @@ func (p *RedisProcess) Start() {
 	}
 	deadline := time.Now().Add(wait)
 	for time.Now().Before(deadline) {
-		if rdb.Ping(context.Background()).Err() == nil {
+		if rdb.Ping(context.Background()).Err() == nil && Listens(p.cmd.Process.Pid, p.Addr()) {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)

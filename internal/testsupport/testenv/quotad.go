@@ -216,7 +216,7 @@ func (q *Quotad) Start() {
 		resp, err := client.Get(q.URL + "/healthz")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK && Listens(cmd.Process.Pid, q.Addr) {
 				return
 			}
 		}
@@ -226,7 +226,7 @@ func (q *Quotad) Start() {
 		default:
 		}
 		if time.Now().After(deadline) {
-			q.t.Fatalf("quotad on %s: /healthz did not answer 200 within 20 s: %s", q.Addr, q.Logs())
+			q.t.Fatalf("quotad on %s: /healthz did not answer 200 from it within 20 s: %s", q.Addr, q.Logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
