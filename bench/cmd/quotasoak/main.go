@@ -394,8 +394,9 @@ func judge(rep *Report, o options) {
 
 // idle waits until quotad serves nothing but the /metrics read, then
 // api.IdleWorkersLinger (the HTTP edge's idle workers of the load's
-// connections may live that long), and until its goroutine count is the same three times
-// 500 ms apart: what is left then is not a burst's idle workers.
+// connections may live that long), and until its goroutine count is the
+// same three times 500 ms apart: what is left then is not a burst's idle
+// workers.
 func idle(base string) (Idle, error) {
 	limit := 60*time.Second + api.IdleWorkersLinger
 	deadline := time.Now().Add(limit)
