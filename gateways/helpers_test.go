@@ -139,7 +139,10 @@ func startNginx(t *testing.T, conf string) *nginx {
 		c, err := net.DialTimeout("tcp", n.Addr, 200*time.Millisecond)
 		if err == nil {
 			c.Close()
-			return n
+			// Another test's server may have taken the port (testenv.Listens).
+			if testenv.Listens(n.cmd.Process.Pid, n.Addr) {
+				return n
+			}
 		}
 		select {
 		case <-n.done:

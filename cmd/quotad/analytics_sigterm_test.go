@@ -56,7 +56,8 @@ func startQuotad(t *testing.T, bin string, env []string, base string) (*exec.Cmd
 	for time.Now().Before(deadline) {
 		if resp, err := http.Get(base + "/readyz"); err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == 200 {
+			// Another test's quotad may have taken the port (testenv.Listens).
+			if resp.StatusCode == 200 && testenv.Listens(cmd.Process.Pid, strings.TrimPrefix(base, "http://")) {
 				return cmd, &log
 			}
 		}
