@@ -75,25 +75,22 @@ func (a *Activity) Observe(cells []tiers.Cell, created uint64) {
 	}
 	for i := range cells {
 		c := &cells[i]
-		if i < 64 && created&(1<<i) != 0 {
-			if len(a.pending)+len(a.created) >= limit {
-				a.Dropped++
-				continue
-			}
-			a.created = append(a.created, pendingCell{id: c.CellID(), ref: tiers.RefOf(c), calls: 1})
-			continue
-		}
 		id := c.CellID()
-		p, ok := a.pending[id]
-		if !ok {
-			if len(a.pending)+len(a.created) >= limit {
-				a.Dropped++
-				continue
-			}
-			p = &pendingCell{id: id, ref: tiers.RefOf(c)}
-			a.pending[id] = p
+		isCreated := i < 64 && created&(1<<i) != 0
+		var p *pendingCell
+		if !isCreated {
+			p = a.pending[id]
 		}
-		p.calls++
+		switch {
+		case p != nil:
+			p.calls++
+		case len(a.pending)+len(a.created) >= limit:
+			a.Dropped++
+		case isCreated:
+			a.created = append(a.created, pendingCell{id: id, ref: tiers.RefOf(c), calls: 1})
+		default:
+			a.pending[id] = &pendingCell{id: id, ref: tiers.RefOf(c), calls: 1}
+		}
 	}
 }
 

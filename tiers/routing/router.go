@@ -208,7 +208,8 @@ func (r *Router) settle(ctx context.Context, now time.Time, op *tiers.Op, err er
 }
 
 // called reports op's fixed-window cells of long enough windows to Calls:
-// op's own cells when all of them are (no copy), else a copy of those.
+// op's own cells when all of them are (no copy), else a copy of those,
+// with the created bits of the cells kept.
 func (r *Router) called(op *tiers.Op) {
 	if r.Calls == nil || op.Mode == tiers.Refund {
 		return
@@ -216,40 +217,39 @@ func (r *Router) called(op *tiers.Op) {
 	uncounted := func(c tiers.Cell) bool {
 		return c.Algorithm != rules.FixedWindow || c.Window < r.CallsMinWindow
 	}
+	created := createdKeys(op)
 	if !slices.ContainsFunc(op.Cells, uncounted) {
-		r.Calls(op.Cells, createdKeys(op, op.Cells, nil))
+		r.Calls(op.Cells, created)
 		return
 	}
 	var cells []tiers.Cell
-	var at []int
-	for i := range op.Cells {
-		if !uncounted(op.Cells[i]) {
-			cells = append(cells, op.Cells[i])
-			at = append(at, i)
+	var bits uint64
+	for i, c := range op.Cells {
+		if uncounted(c) {
+			continue
 		}
+		if i < 64 && created&(1<<i) != 0 && len(cells) < 64 {
+			bits |= 1 << len(cells)
+		}
+		cells = append(cells, c)
 	}
 	if len(cells) > 0 {
-		r.Calls(cells, createdKeys(op, cells, at))
+		r.Calls(cells, bits)
 	}
 }
 
-// createdKeys returns the bits of cells (op's cells at the indexes at; nil:
-// all of them) whose hot key op's call created: op counted, the cell is
-// hot, and its remaining is its limit less op's cost, so its count was 0
-// before.
-func createdKeys(op *tiers.Op, cells []tiers.Cell, at []int) uint64 {
+// createdKeys returns the bits of op's first 64 cells whose hot key op's
+// call created: op counted, the cell is hot, and its remaining is its
+// limit less op's cost, so its count was 0 before.
+func createdKeys(op *tiers.Op) uint64 {
 	if !op.Committed {
 		return 0
 	}
 	var bits uint64
-	for k := 0; k < len(cells) && k < 64; k++ {
-		i := k
-		if at != nil {
-			i = at[k]
-		}
+	for i := 0; i < len(op.Cells) && i < 64; i++ {
 		hot := op.Route == nil || op.Route[i].Where == tiers.RouteHot
-		if hot && op.Out[i].Remaining == cells[k].Limit-op.Cost {
-			bits |= 1 << k
+		if hot && op.Out[i].Remaining == op.Cells[i].Limit-op.Cost {
+			bits |= 1 << i
 		}
 	}
 	return bits

@@ -392,25 +392,18 @@ func judge(rep *Report, o options) {
 	rep.Pass = len(rep.Failures) == 0
 }
 
-// idle waits until quotad serves nothing but the /metrics read, then
-// api.IdleWorkersLinger (the HTTP edge's idle workers of the load's
-// connections may live that long), and until its goroutine count is the
-// same three times 500 ms apart: what is left then is not a burst's idle
-// workers.
+// idle waits api.IdleWorkersLinger (its callers have just stopped a load,
+// whose connections' idle workers live that long), then until quotad serves
+// nothing but the /metrics read and its goroutine count is the same three
+// times 500 ms apart.
 func idle(base string) (Idle, error) {
-	limit := 60*time.Second + api.IdleWorkersLinger
-	deadline := time.Now().Add(limit)
+	time.Sleep(api.IdleWorkersLinger)
 	var last []float64
-	waited := false
+	deadline := time.Now().Add(60 * time.Second)
 	for ; time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		m, err := scrape(base + "/metrics")
 		if err != nil || m["quota_http_in_flight"] > 1 {
 			last = last[:0]
-			continue
-		}
-		if !waited {
-			time.Sleep(api.IdleWorkersLinger)
-			waited = true
 			continue
 		}
 		last = append(last, m["go_goroutines"])
@@ -418,7 +411,7 @@ func idle(base string) (Idle, error) {
 			return Idle{Goroutines: last[n-1], RSSBytes: m["process_resident_memory_bytes"]}, nil
 		}
 	}
-	return Idle{}, fmt.Errorf("quotad never idle within %s (goroutines %v)", limit, last)
+	return Idle{}, fmt.Errorf("quotad never idle within 60 s after %s (goroutines %v)", api.IdleWorkersLinger, last)
 }
 
 func (r *Report) sampleEvery() time.Duration { return time.Duration(r.SampleS * float64(time.Second)) }

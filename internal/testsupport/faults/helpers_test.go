@@ -164,14 +164,17 @@ func idleFootprint(t *testing.T, q *testenv.Quotad) footprint {
 		heap: m["go_memstats_heap_inuse_bytes"], nextGC: m["go_memstats_next_gc_bytes"]}
 }
 
-// goroutinesFallTo waits for quotad's goroutines to fall to at most n, and
-// returns the last count and whether they did. The HTTP edge's idle
+// goroutinesFallWait is how long goroutinesFallTo waits.
+const goroutinesFallWait = api.IdleWorkersLinger + 5*time.Second
+
+// goroutinesFallTo waits goroutinesFallWait for quotad's goroutines to fall
+// to at most n, and returns the last count and whether they did. The HTTP edge's idle
 // workers outlive a burst's connections by up to api.IdleWorkersLinger,
 // so a count read once idle may be high for a while; a leak never falls.
 func goroutinesFallTo(t *testing.T, q *testenv.Quotad, n float64) (float64, bool) {
 	t.Helper()
 	var last float64
-	err := PollUntil(api.IdleWorkersLinger+5*time.Second, 500*time.Millisecond, func() error {
+	err := PollUntil(goroutinesFallWait, 500*time.Millisecond, func() error {
 		m, err := q.Metrics()
 		if err != nil {
 			return err

@@ -216,7 +216,7 @@ func runOutage(t *testing.T, r *testenv.RedisProcess, o outage) {
 	afterFP := idleFootprint(t, q)
 	if bound := before.goroutines*1.1 + 2; afterFP.goroutines > bound {
 		if g, fell := goroutinesFallTo(t, q, bound); !fell {
-			t.Errorf("goroutines grew: %s before, %s after, still %.0f 30 s later", before, afterFP, g)
+			t.Errorf("goroutines grew: %s before, %s after, still %.0f %s later", before, afterFP, g, goroutinesFallWait)
 		}
 	}
 	// Coarse: RSS keeps the high-water mark of the fault, when up to 250
@@ -293,7 +293,7 @@ func TestRedisRepeatedOutages_NothingAccumulates(t *testing.T) {
 	// grow, not even by one goroutine.
 	if g1, gN := fps[1].goroutines, fps[cycles-1].goroutines; gN > g1 {
 		if g, fell := goroutinesFallTo(t, q, g1); !fell {
-			t.Errorf("goroutines grew over %d outages: %v, still %.0f 30 s later", cycles-1, goroutineSeries(fps), g)
+			t.Errorf("goroutines grew over %d outages: %v, still %.0f %s later", cycles-1, goroutineSeries(fps), g, goroutinesFallWait)
 		}
 	}
 	// The heap marked live by the GCs under load after each recovery: a
