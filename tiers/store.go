@@ -124,6 +124,17 @@ const (
 	RouteUnknown = 4 // the cold filter says it may be cold: the cold tier says whether
 )
 
+// ResetOut makes Out one zero Outcome per cell, in Out's own array when it
+// is long enough (the limiter's ops bring one: no allocation a check).
+func (o *Op) ResetOut() {
+	if cap(o.Out) < len(o.Cells) {
+		o.Out = make([]Outcome, len(o.Cells))
+		return
+	}
+	o.Out = o.Out[:len(o.Cells)]
+	clear(o.Out)
+}
+
 // Allowed reports whether the op's call may go through: every non-shadow
 // cell allowed it, or the op was a report.
 func (o *Op) Allowed() bool {

@@ -132,7 +132,7 @@ func (r *Router) Check(ctx context.Context, now time.Time, ops []*tiers.Op) erro
 func (r *Router) CheckEach(ctx context.Context, now time.Time, ops []*tiers.Op, done func(i int, err error)) error {
 	for _, op := range ops {
 		op.Route = nil
-		op.Out = make([]tiers.Outcome, len(op.Cells))
+		op.ResetOut()
 	}
 	calls := r.hot.Plan(ops)
 	if err := r.hot.RunEach(ctx, now, calls); err != nil {
@@ -269,7 +269,7 @@ func (r *Router) checkOp(ctx context.Context, now time.Time, op *tiers.Op, attem
 			}
 		}
 		op.Route = nil
-		op.Out = make([]tiers.Outcome, len(op.Cells))
+		op.ResetOut()
 		calls := r.hot.Plan([]*tiers.Op{op})
 		if err := r.hot.Run(ctx, now, calls); err != nil {
 			return err
