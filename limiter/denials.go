@@ -378,7 +378,13 @@ func allFound(peeks []tiers.FixedPeek) bool {
 // a store that never can is not asked again. Each op whose cells were
 // all found counts as answered by the cache.
 func (l *Limiter) readPeeks(ctx context.Context, now time.Time, peeks []tiers.FixedPeek) bool {
-	if err := l.peeker.PeekFixed(ctx, now, peeks); err != nil {
+	return l.notePeeks(peeks, l.peeker.PeekFixed(ctx, now, peeks))
+}
+
+// notePeeks takes in how reading peeks went (err: the read's error) and
+// reports whether they were read.
+func (l *Limiter) notePeeks(peeks []tiers.FixedPeek, err error) bool {
+	if err != nil {
 		if errors.Is(err, tiers.ErrCannotPeek) {
 			l.noPeeks.Store(true)
 		}

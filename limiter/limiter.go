@@ -349,8 +349,33 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 			done[i] = true
 		}
 	}
+	// fromStore hands over the store's answer for ops[i].
+	fromStore := func(i int, err error) {
+		if err != nil {
+			deliver(i, Decision{}, fmt.Errorf("check: %w", err))
+			return
+		}
+		l.tellCrossings(ops[i], owners[i], reqs[i], now)
+		var front uint64
+		if cache {
+			front = fronts[i]
+		}
+		l.decided(nil, front, ops[i], now, gen, cache)
+		deliver(i, decision(ops[i], owners[i]), nil)
+	}
 	if len(peeks) > 0 {
-		done = l.answerPeeks(ctx, now, ops, partial, peeks, done)
+		read, readAt := peeksToRead(ops, partial, peeks, done)
+		if pc, ok := l.store.(tiers.PeekingChecker); ok && len(read) > 0 {
+			if l.checkPeeking(ctx, pc, now, gen, ops, owners, fronts, done, read, readAt, deliver, fromStore) {
+				return
+			}
+		}
+		if done == nil {
+			done = make([]bool, len(ops))
+		}
+		if len(read) > 0 && l.readPeeks(ctx, now, read) {
+			markRead(done, read, readAt)
+		}
 		for i := range ops {
 			if partial[i] && done[i] && allClosed(ops[i]) {
 				l.decided(nil, fronts[i], ops[i], now, gen, true)
@@ -377,37 +402,107 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 		return
 	}
 	_ = tiers.CheckEach(ctx, l.store, now, pending, func(k int, err error) {
-		i := k
 		if at != nil {
-			i = at[k]
+			k = at[k]
 		}
-		if err != nil {
-			deliver(i, Decision{}, fmt.Errorf("check: %w", err))
-			return
-		}
-		l.tellCrossings(ops[i], owners[i], reqs[i], now)
-		var front uint64
-		if cache {
-			front = fronts[i]
-		}
-		l.decided(nil, front, ops[i], now, gen, cache)
-		deliver(i, decision(ops[i], owners[i]), nil)
+		fromStore(k, err)
 	})
 }
 
-// answerPeeks reads the open cells of cached denials (peeks, of the ops
-// marked partial) in one round trip and marks done the ops whose cells
-// were all found. An op is read only when no op before it in the batch
-// that the store decides counts in those cells: each op is answered as if
-// sent alone, in order, and the read comes before the store's round trip.
-// (An op answered from the cache, read or not, is denied and counts
-// nothing.)
-func (l *Limiter) answerPeeks(ctx context.Context, now time.Time, ops []*tiers.Op, partial []bool, peeks []tiers.FixedPeek, done []bool) []bool {
-	if done == nil {
-		done = make([]bool, len(ops))
+// checkPeeking decides a batch whose cached denials have open cells to
+// read (read, of the ops at readAt) and whose other ops go to the store,
+// in one round trip (tiers.PeekingChecker): the reads come before every
+// op counts, as when they go first on their own. A denial whose cells
+// were not all found is checked after, in a second trip; it reports false
+// and does nothing when that could change an answer, that is when such a
+// denial shares a cell with an op after it (each op is decided as if sent
+// alone, in order), and the caller reads first, then checks.
+func (l *Limiter) checkPeeking(ctx context.Context, pc tiers.PeekingChecker, now time.Time, gen uint64, ops []*tiers.Op, owners [][]entryOwner, fronts []uint64, done []bool, read []tiers.FixedPeek, readAt []int, deliver func(int, Decision, error), fromStore func(int, error)) bool {
+	isRead := make([]bool, len(ops))
+	for _, i := range readAt {
+		isRead[i] = true
 	}
-	// at[k]: the index in ops of read[k]'s op.
-	read, at := make([]tiers.FixedPeek, 0, len(peeks)), make([]int, 0, len(peeks))
+	var first []*tiers.Op
+	var firstAt []int
+	for i, op := range ops {
+		if !isRead[i] && (done == nil || !done[i]) {
+			first, firstAt = append(first, op), append(firstAt, i)
+		}
+	}
+	if len(first) == 0 || !readsCommute(ops, isRead, firstAt) {
+		return false
+	}
+	for i, op := range ops {
+		if done != nil && done[i] {
+			deliver(i, decision(op, owners[i]), nil)
+		}
+	}
+	readErr, _ := pc.CheckEachPeeking(ctx, now, read, first, func(k int, err error) { fromStore(firstAt[k], err) })
+	answered := make([]bool, len(ops))
+	if l.notePeeks(read, readErr) {
+		markRead(answered, read, readAt)
+	}
+	var again []*tiers.Op
+	var againAt []int
+	for i, op := range ops {
+		switch {
+		case !isRead[i]:
+		case answered[i]:
+			if allClosed(op) {
+				l.decided(nil, fronts[i], op, now, gen, true)
+			}
+			deliver(i, decision(op, owners[i]), nil)
+		default:
+			again, againAt = append(again, op), append(againAt, i)
+		}
+	}
+	if len(again) > 0 {
+		_ = tiers.CheckEach(ctx, l.store, now, again, func(k int, err error) { fromStore(againAt[k], err) })
+	}
+	return true
+}
+
+// readsCommute reports whether every op read (isRead) shares no cell with
+// an op of first (firstAt: their indexes) after it, so that checking it
+// after them, if its cells are not found, answers what checking it in its
+// place would. Batches of more than 64 ops are not compared (false).
+func readsCommute(ops []*tiers.Op, isRead []bool, firstAt []int) bool {
+	if len(ops) > 64 {
+		return false
+	}
+	for i, op := range ops {
+		if !isRead[i] {
+			continue
+		}
+		for _, j := range firstAt {
+			if j > i && shareACell(op, ops[j]) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// shareACell reports whether a and b have a cell in common.
+func shareACell(a, b *tiers.Op) bool {
+	for x := range a.Cells {
+		for y := range b.Cells {
+			if a.Cells[x].Key == b.Cells[y].Key && a.Cells[x].Tag == b.Cells[y].Tag {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// peeksToRead returns the peeks (the open cells of cached denials, of the
+// ops marked partial) that may be read before the store's round trip,
+// with at[k] the index in ops of read[k]'s op: an op is read only when no
+// op before it in the batch that the store decides counts in those cells
+// (each op is answered as if sent alone, in order). (An op answered from
+// the cache, read or not, is denied and counts nothing.)
+func peeksToRead(ops []*tiers.Op, partial []bool, peeks []tiers.FixedPeek, done []bool) (read []tiers.FixedPeek, at []int) {
+	read, at = make([]tiers.FixedPeek, 0, len(peeks)), make([]int, 0, len(peeks))
 	k := 0
 	for i := range ops {
 		if !partial[i] {
@@ -425,9 +520,12 @@ func (l *Limiter) answerPeeks(ctx context.Context, now time.Time, ops []*tiers.O
 		}
 		k = end
 	}
-	if len(read) == 0 || !l.readPeeks(ctx, now, read) {
-		return done
-	}
+	return read, at
+}
+
+// markRead marks done the ops (at: read's ops' indexes) whose read cells
+// were all found.
+func markRead(done []bool, read []tiers.FixedPeek, at []int) {
 	for k := range read {
 		done[at[k]] = true
 	}
@@ -436,14 +534,13 @@ func (l *Limiter) answerPeeks(ctx context.Context, now time.Time, ops []*tiers.O
 			done[at[k]] = false
 		}
 	}
-	return done
 }
 
 // countedBefore reports whether an op in before that the store decides
 // (not done, not a cached denial) has one of the cells of peeks.
 func countedBefore(before []*tiers.Op, peeks []tiers.FixedPeek, done, partial []bool) bool {
 	for j, op := range before {
-		if done[j] || partial[j] {
+		if (done != nil && done[j]) || partial[j] {
 			continue
 		}
 		for c := range op.Cells {

@@ -37,6 +37,16 @@ func CheckEach(ctx context.Context, s Store, now time.Time, ops []*Op, done func
 	return err
 }
 
+// PeekingChecker is an EachChecker that reads peeks (FixedPeeker) in the
+// round trip that decides ops, before any op counts, where it can: a batch
+// holding cached denials and other checks then costs one round trip, not
+// a read's and then the checks'. It returns the read's error (every peek
+// then stays not Found; ErrCannotPeek: none ever will be) and CheckEach's.
+type PeekingChecker interface {
+	EachChecker
+	CheckEachPeeking(ctx context.Context, now time.Time, peeks []FixedPeek, ops []*Op, done func(i int, err error)) (readErr, err error)
+}
+
 type slowPartKey struct{}
 
 // WithSlowPart returns ctx carrying fn. An EachChecker that has reported

@@ -246,7 +246,7 @@ func (s *Store) CheckEach(ctx context.Context, now time.Time, ops []*tiers.Op, d
 	for i, op := range ops {
 		if i == len(ops)-1 || (s.splitBySlot && !sameTag(op.Cells)) {
 			base := start
-			err := s.checkEach(ctx, now, ops[start:i+1], func(k int, err error) { done(base+k, err) })
+			_, err := s.checkEach(ctx, now, nil, ops[start:i+1], func(k int, err error) { done(base+k, err) })
 			first = cmp.Or(first, err)
 			start = i + 1
 		}
@@ -254,14 +254,28 @@ func (s *Store) CheckEach(ctx context.Context, now time.Time, ops []*tiers.Op, d
 	return first
 }
 
-// checkEach is check reporting each op to done.
-func (s *Store) checkEach(ctx context.Context, now time.Time, ops []*tiers.Op, done func(i int, err error)) error {
+// CheckEachPeeking is CheckEach with peeks read before any op counts
+// (tiers.PeekingChecker): on a single Redis in the ops' round trip
+// (RunEachPeeking); on a cluster, where ops may be split by slot, in one
+// of its own first.
+func (s *Store) CheckEachPeeking(ctx context.Context, now time.Time, peeks []tiers.FixedPeek, ops []*tiers.Op, done func(i int, err error)) (readErr, err error) {
+	if s.splitBySlot || len(ops) == 0 {
+		readErr = s.PeekFixed(ctx, now, peeks)
+		return readErr, s.CheckEach(ctx, now, ops, done)
+	}
+	return s.checkEach(ctx, now, peeks, ops, done)
+}
+
+// checkEach is check reporting each op to done, with peeks read first
+// (RunEachPeeking).
+func (s *Store) checkEach(ctx context.Context, now time.Time, peeks []tiers.FixedPeek, ops []*tiers.Op, done func(i int, err error)) (readErr, err error) {
 	calls := s.Plan(ops)
-	if err := s.RunEach(ctx, now, calls); err != nil {
+	readErr, err = s.RunEachPeeking(ctx, now, peeks, calls)
+	if err != nil {
 		for i := range ops {
 			done(i, err)
 		}
-		return err
+		return readErr, err
 	}
 	var first error
 	byOp := CallsByOp(calls, len(ops))
@@ -293,7 +307,7 @@ func (s *Store) checkEach(ctx context.Context, now time.Time, ops []*tiers.Op, d
 		first = cmp.Or(first, err)
 		done(i, err)
 	}
-	return first
+	return readErr, first
 }
 
 func (s *Store) check(ctx context.Context, now time.Time, ops []*tiers.Op) error {
@@ -433,34 +447,59 @@ func (s *Store) Run(ctx context.Context, now time.Time, calls []Call) error {
 // masters, and one master down must fail only the calls whose keys it
 // holds. It returns an error only when no call could be sent.
 func (s *Store) RunEach(ctx context.Context, now time.Time, calls []Call) error {
+	_, err := s.RunEachPeeking(ctx, now, nil, calls)
+	return err
+}
+
+// RunEachPeeking is RunEach with peeks read first (PeekFixed; readErr is
+// the read's error): on a single Redis without WAIT, in the calls' own
+// pipeline, an MGET ahead of their scripts; elsewhere (a cluster's
+// masters, a WAIT after the scripts) in a round trip of its own before
+// theirs.
+func (s *Store) RunEachPeeking(ctx context.Context, now time.Time, peeks []tiers.FixedPeek, calls []Call) (readErr, err error) {
+	for i := range calls {
+		for _, c := range calls[i].Op.Cells {
+			if !SupportsAlgorithm(c.Algorithm) {
+				err := fmt.Errorf("hot check: algorithm %q not supported", c.Algorithm)
+				return err, err
+			}
+		}
+	}
+	cc, cluster := s.rdb.(*redis.ClusterClient)
+	together := len(peeks) > 0 && len(calls) > 0 && !cluster && !s.splitBySlot && s.wait.replicas == 0
+	if len(peeks) > 0 && !together {
+		readErr = s.PeekFixed(ctx, now, peeks)
+	}
 	caller := ctx
 	if s.callTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.callTimeout)
 		defer cancel()
 	}
-	for i := range calls {
-		for _, c := range calls[i].Op.Cells {
-			if !SupportsAlgorithm(c.Algorithm) {
-				return fmt.Errorf("hot check: algorithm %q not supported", c.Algorithm)
-			}
-		}
-	}
-	cc, cluster := s.rdb.(*redis.ClusterClient)
+	var mget *redis.SliceCmd
 	if s.wait.replicas > 0 {
 		if err := s.runWaited(ctx, now, calls); err != nil {
-			return err
+			return readErr, err
 		}
 	} else if cluster {
 		s.runClustered(ctx, cc, now, calls)
-	} else if len(calls) == 1 {
+	} else if len(calls) == 1 && !together {
 		sc, keys, args := s.request(&calls[0], now)
 		calls[0].cmd = sc.Run(ctx, s.rdb, keys, args...)
-	} else if err := s.runPipelined(ctx, now, calls, true); err != nil {
-		return err
+	} else {
+		var keys []string
+		if together {
+			keys = s.peekKeys(peeks)
+		}
+		if mget, err = s.runPipelined(ctx, now, calls, true, keys); err != nil {
+			return err, err
+		}
 	}
 	s.decodeAll(caller, now, calls)
-	return nil
+	if together {
+		readErr = fillPeeks(now, peeks, mget)
+	}
+	return readErr, nil
 }
 
 // decodeAll decodes each call's reply into its op. Consecutive fixed
@@ -765,8 +804,14 @@ const fixedPerCall = 32
 // to fixedPerCall of them: they share one cmd, whose reply decodeAll
 // hands out in order. It is used on a single Redis only (on a Redis
 // Cluster the checks of one script call would have to share a slot).
-func (s *Store) runPipelined(ctx context.Context, now time.Time, calls []Call, retry bool) error {
+// runPipelined sends calls in one pipeline, behind an MGET of peekKeys
+// when there are any (returned: nil otherwise).
+func (s *Store) runPipelined(ctx context.Context, now time.Time, calls []Call, retry bool, peekKeys []string) (*redis.SliceCmd, error) {
 	pipe := s.rdb.Pipeline()
+	var mget *redis.SliceCmd
+	if len(peekKeys) > 0 {
+		mget = pipe.MGet(ctx, peekKeys...)
+	}
 	for i := 0; i < len(calls); {
 		c := &calls[i]
 		if c.fixed = s.fixedOnly(c); !c.fixed {
@@ -792,7 +837,7 @@ func (s *Store) runPipelined(ctx context.Context, now time.Time, calls []Call, r
 		i = end
 	}
 	if _, err := pipe.Exec(ctx); err == nil || !retry {
-		return nil // per-command errors are read in decode
+		return mget, nil // per-command errors are read in decode
 	}
 	// Only the calls refused for want of a script are sent again: the
 	// others ran (on a cluster a restarted or newly promoted master lacks
@@ -805,18 +850,18 @@ func (s *Store) runPipelined(ctx context.Context, now time.Time, calls []Call, r
 		}
 	}
 	if len(again) == 0 {
-		return nil
+		return mget, nil
 	}
 	if err := s.Load(ctx); err != nil {
-		return err
+		return nil, err
 	}
-	if err := s.runPipelined(ctx, now, again, false); err != nil {
-		return err
+	if _, err := s.runPipelined(ctx, now, again, false, nil); err != nil {
+		return nil, err
 	}
 	for j, i := range at {
 		calls[i].cmd = again[j].cmd
 	}
-	return nil
+	return mget, nil
 }
 
 // replyInts converts a script reply to integers; a string in it (a warm

@@ -98,7 +98,7 @@ func (s *Store) runClustered(ctx context.Context, cc *redis.ClusterClient, now t
 	if len(again) == 0 {
 		return
 	}
-	if err := s.runPipelined(ctx, now, again, true); err != nil {
+	if _, err := s.runPipelined(ctx, now, again, true, nil); err != nil {
 		for _, i := range at {
 			calls[i].cmd = failedCmd(ctx, err)
 		}

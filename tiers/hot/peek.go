@@ -32,6 +32,23 @@ func (s *Store) PeekFixed(ctx context.Context, now time.Time, peeks []tiers.Fixe
 	if err != nil {
 		return fmt.Errorf("hot peek: %w", tiers.WrapUnavailable(err))
 	}
+	return fillValues(now, peeks, vals)
+}
+
+// fillPeeks is PeekFixed's answer from an MGET sent in a pipeline.
+func fillPeeks(now time.Time, peeks []tiers.FixedPeek, mget *redis.SliceCmd) error {
+	vals, err := mget.Result()
+	if err != nil {
+		return fmt.Errorf("hot peek: %w", tiers.WrapUnavailable(err))
+	}
+	return fillValues(now, peeks, vals)
+}
+
+// fillValues answers each peek whose key had a value (vals, in order).
+func fillValues(now time.Time, peeks []tiers.FixedPeek, vals []any) error {
+	if len(vals) != len(peeks) {
+		return fmt.Errorf("hot peek: %d values for %d keys", len(vals), len(peeks))
+	}
 	ms := now.UnixMilli()
 	for i := range peeks {
 		p := &peeks[i]
@@ -49,12 +66,18 @@ func (s *Store) PeekFixed(ctx context.Context, now time.Time, peeks []tiers.Fixe
 	return nil
 }
 
-// readKeys returns the values of peeks' keys, in order (nil: missing).
-func (s *Store) readKeys(ctx context.Context, peeks []tiers.FixedPeek) ([]any, error) {
+// peekKeys are peeks' hot keys, in order.
+func (s *Store) peekKeys(peeks []tiers.FixedPeek) []string {
 	keys := make([]string, len(peeks))
 	for i := range peeks {
 		keys[i] = s.Key(&peeks[i].Op.Cells[peeks[i].Cell])
 	}
+	return keys
+}
+
+// readKeys returns the values of peeks' keys, in order (nil: missing).
+func (s *Store) readKeys(ctx context.Context, peeks []tiers.FixedPeek) ([]any, error) {
+	keys := s.peekKeys(peeks)
 	if !s.splitBySlot {
 		return s.rdb.MGet(ctx, keys...).Result()
 	}

@@ -139,6 +139,29 @@ func (b *Breaker) CheckEach(ctx context.Context, now time.Time, ops []*tiers.Op,
 	return err
 }
 
+// CheckEachPeeking is CheckEach with peeks read before any op counts
+// (tiers.PeekingChecker): in the ops' own call through the whole circuit,
+// which the read's failure and the ops' count against as one call. With
+// partitions, or a store that cannot, the read goes first on its own
+// (PeekFixed), then the ops (CheckEach).
+func (b *Breaker) CheckEachPeeking(ctx context.Context, now time.Time, peeks []tiers.FixedPeek, ops []*tiers.Op, done func(i int, err error)) (readErr, err error) {
+	pc, ok := b.Store.(tiers.PeekingChecker)
+	if !ok || b.partition != nil {
+		readErr = b.PeekFixed(ctx, now, peeks)
+		return readErr, b.CheckEach(ctx, now, ops, done)
+	}
+	probe, err := b.admit(&b.whole, "")
+	if err != nil {
+		for i := range ops {
+			done(i, err)
+		}
+		return err, err
+	}
+	readErr, err = pc.CheckEachPeeking(ctx, now, peeks, ops, done)
+	b.record(&b.whole, cmp.Or(err, readErr), probe)
+	return readErr, err
+}
+
 // checkParts is CheckEach with partitions: the ops whose part is open fail
 // at once, the others go to the store in one batch, in order.
 func (b *Breaker) checkParts(ctx context.Context, now time.Time, ops []*tiers.Op, done func(i int, err error)) error {

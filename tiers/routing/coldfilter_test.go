@@ -7,12 +7,10 @@ import (
 	"encoding/binary"
 	"net"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/quota-platform/quota/internal/testsupport/testenv"
 	"github.com/quota-platform/quota/tiers"
@@ -21,48 +19,9 @@ import (
 	"github.com/quota-platform/quota/tiers/warm"
 )
 
-// redisCalls counts what a client sends: round trips (a command or a
-// pipeline) and commands.
-type redisCalls struct{ trips, cmds atomic.Int64 }
-
-func (c *redisCalls) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (c *redisCalls) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if handshake(cmd) {
-			return next(ctx, cmd)
-		}
-		c.trips.Add(1)
-		c.cmds.Add(1)
-		return next(ctx, cmd)
-	}
-}
-
-func (c *redisCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if handshake(cmds...) {
-			return next(ctx, cmds)
-		}
-		c.trips.Add(1)
-		c.cmds.Add(int64(len(cmds)))
-		return next(ctx, cmds)
-	}
-}
-
-// handshake reports whether cmds are go-redis setting up a new pooled
-// connection (HELLO, CLIENT SETINFO): not a check's commands.
-func handshake(cmds ...redis.Cmder) bool {
-	for _, c := range cmds {
-		if n := c.Name(); n != "hello" && n != "client" {
-			return false
-		}
-	}
-	return len(cmds) > 0
-}
-
 // filterRouter is a router whose Redis commands and MySQL round trips are
 // counted, with its hot scripts already loaded.
-func filterRouter(t *testing.T) (r *Router, calls *redisCalls, mysqlTrips func() int64) {
+func filterRouter(t *testing.T) (r *Router, calls *testenv.RedisCalls, mysqlTrips func() int64) {
 	t.Helper()
 	rdb, prefix := testenv.Redis(t)
 	dbs, trips := testenv.CountedShards(t, 2)
@@ -70,7 +29,7 @@ func filterRouter(t *testing.T) (r *Router, calls *redisCalls, mysqlTrips func()
 	if err := r.Hot().Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	calls = &redisCalls{}
+	calls = &testenv.RedisCalls{}
 	rdb.AddHook(calls)
 	return r, calls, func() int64 { return trips.Swap(0) }
 }
@@ -136,13 +95,12 @@ func TestRouter_NewCellCostsOneScriptCallAndNoMySQL(t *testing.T) {
 				ops = append(ops, confOp(confT0, 1, tiers.Enforce, cs...))
 			}
 			mysqlTrips()
-			calls.trips.Store(0)
-			calls.cmds.Store(0)
+			calls.Reset()
 			routerCheck(t, r, ops...)
 			if n := mysqlTrips(); n != 0 {
 				t.Errorf("%d MySQL round trips, want 0", n)
 			}
-			if trips, cmds := calls.trips.Load(), calls.cmds.Load(); trips != 1 || cmds != tc.wantRedisCmd {
+			if trips, cmds := calls.Trips.Load(), calls.Cmds.Load(); trips != 1 || cmds != tc.wantRedisCmd {
 				t.Errorf("%d Redis round trips of %d commands, want 1 of %d", trips, cmds, tc.wantRedisCmd)
 			}
 			for i, op := range ops {
@@ -523,10 +481,9 @@ func TestRouter_OneScriptCallOverAppsWithAndWithoutHeadersPlacesEachCell(t *test
 		t.Parallel()
 		r, calls, _ := filterRouter(t)
 		ops := newOps(6)
-		calls.trips.Store(0)
-		calls.cmds.Store(0)
+		calls.Reset()
 		routerCheck(t, r, ops...)
-		if trips, cmds := calls.trips.Load(), calls.cmds.Load(); trips != 1 || cmds != 1 {
+		if trips, cmds := calls.Trips.Load(), calls.Cmds.Load(); trips != 1 || cmds != 1 {
 			t.Errorf("%d round trips of %d commands, want one script call", trips, cmds)
 		}
 		wantHot(t, ops)

@@ -130,16 +130,24 @@ func (r *Router) Check(ctx context.Context, now time.Time, ops []*tiers.Op) erro
 // Finishing it earlier changes when its caller hears the answer, not the
 // answer.
 func (r *Router) CheckEach(ctx context.Context, now time.Time, ops []*tiers.Op, done func(i int, err error)) error {
+	_, err := r.CheckEachPeeking(ctx, now, nil, ops, done)
+	return err
+}
+
+// CheckEachPeeking is CheckEach with peeks read before any op counts
+// (tiers.PeekingChecker), in the hot pipeline on a single Redis
+// (hot.Store.RunEachPeeking): a peek reads where PeekFixed would.
+func (r *Router) CheckEachPeeking(ctx context.Context, now time.Time, peeks []tiers.FixedPeek, ops []*tiers.Op, done func(i int, err error)) (readErr, err error) {
 	for _, op := range ops {
 		op.Route = nil
 		op.ResetOut()
 	}
 	calls := r.hot.Plan(ops)
-	if err := r.hot.RunEach(ctx, now, calls); err != nil {
+	if readErr, err = r.hot.RunEachPeeking(ctx, now, peeks, calls); err != nil {
 		for i := range ops {
 			done(i, err)
 		}
-		return err
+		return readErr, err
 	}
 	byOp := hot.CallsByOp(calls, len(ops))
 	var first error
@@ -168,7 +176,7 @@ func (r *Router) CheckEach(ctx context.Context, now time.Time, ops []*tiers.Op, 
 	for k := 0; k < len(rest); {
 		k += r.finishRun(ctx, now, ops, rest[k:], byOp, report)
 	}
-	return first
+	return readErr, first
 }
 
 // callsErr is the first error of calls.
