@@ -413,7 +413,8 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 // read (read, of the ops at readAt) and whose other ops go to the store,
 // in one round trip (tiers.PeekingChecker): the reads come before every
 // op counts, as when they go first on their own. A denial whose cells
-// were not all found is checked after, in a second trip; it reports false
+// were not all found (or not read) is checked after, in a second trip;
+// it reports false
 // and does nothing when that could change an answer, that is when such a
 // denial shares a cell with an op after it (each op is decided as if sent
 // alone, in order), and the caller reads first, then checks.
@@ -437,22 +438,35 @@ func (l *Limiter) checkPeeking(ctx context.Context, pc tiers.PeekingChecker, now
 			deliver(i, decision(op, owners[i]), nil)
 		}
 	}
-	readErr, _ := pc.CheckEachPeeking(ctx, now, read, first, func(k int, err error) { fromStore(firstAt[k], err) })
+	// The reads are answered as soon as the store hands over its first
+	// op (they are read by then), not after its slow parts.
 	answered := make([]bool, len(ops))
-	if l.notePeeks(read, readErr) {
+	var reads bool
+	answerReads := func() {
+		if reads {
+			return
+		}
+		reads = true
 		markRead(answered, read, readAt)
+		for i, op := range ops {
+			if isRead[i] && answered[i] {
+				if allClosed(op) {
+					l.decided(nil, fronts[i], op, now, gen, true)
+				}
+				deliver(i, decision(op, owners[i]), nil)
+			}
+		}
 	}
+	readErr, _ := pc.CheckEachPeeking(ctx, now, read, first, func(k int, err error) {
+		answerReads()
+		fromStore(firstAt[k], err)
+	})
+	answerReads()
+	l.notePeeks(read, readErr)
 	var again []*tiers.Op
 	var againAt []int
 	for i, op := range ops {
-		switch {
-		case !isRead[i]:
-		case answered[i]:
-			if allClosed(op) {
-				l.decided(nil, fronts[i], op, now, gen, true)
-			}
-			deliver(i, decision(op, owners[i]), nil)
-		default:
+		if isRead[i] && !answered[i] {
 			again, againAt = append(again, op), append(againAt, i)
 		}
 	}

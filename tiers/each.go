@@ -40,8 +40,10 @@ func CheckEach(ctx context.Context, s Store, now time.Time, ops []*Op, done func
 // PeekingChecker is an EachChecker that reads peeks (FixedPeeker) in the
 // round trip that decides ops, before any op counts, where it can: a batch
 // holding cached denials and other checks then costs one round trip, not
-// a read's and then the checks'. It returns the read's error (every peek
-// then stays not Found; ErrCannotPeek: none ever will be) and CheckEach's.
+// a read's and then the checks'. The peeks are read (Found set) before
+// done is first called. It returns the read's error (the peeks then stay
+// not Found, but for those read before a value that did not decode;
+// ErrCannotPeek: none ever will be) and CheckEach's.
 type PeekingChecker interface {
 	EachChecker
 	CheckEachPeeking(ctx context.Context, now time.Time, peeks []FixedPeek, ops []*Op, done func(i int, err error)) (readErr, err error)
