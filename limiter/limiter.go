@@ -366,7 +366,8 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 	if len(peeks) > 0 {
 		read, readAt := peeksToRead(ops, partial, peeks, done)
 		if pc, ok := l.store.(tiers.PeekingChecker); ok && len(read) > 0 {
-			if l.checkPeeking(ctx, pc, now, gen, ops, owners, fronts, done, read, readAt, deliver, fromStore) {
+			b := &batchAnswers{now: now, gen: gen, ops: ops, owners: owners, fronts: fronts, deliver: deliver, fromStore: fromStore}
+			if l.checkPeeking(ctx, pc, b, done, read, readAt) {
 				return
 			}
 		}
@@ -409,38 +410,59 @@ func (l *Limiter) CheckBatchEach(ctx context.Context, reqs []*Request, deliver f
 	})
 }
 
+// batchAnswers is what CheckBatchEach hands over its answers with.
+type batchAnswers struct {
+	now       time.Time
+	gen       uint64 // the denial cache's generation, read before the rules
+	ops       []*tiers.Op
+	owners    [][]entryOwner
+	fronts    []uint64 // the requests' hashes in the front door's set
+	deliver   func(i int, d Decision, err error)
+	fromStore func(i int, err error) // hands over the store's answer for ops[i]
+}
+
+// fromCache hands over the answer of ops[i], a cached denial whose open
+// cells were read.
+func (l *Limiter) fromCache(b *batchAnswers, i int) {
+	op := b.ops[i]
+	if allClosed(op) {
+		l.decided(nil, b.fronts[i], op, b.now, b.gen, true)
+	}
+	b.deliver(i, decision(op, b.owners[i]), nil)
+}
+
 // checkPeeking decides a batch whose cached denials have open cells to
 // read (read, of the ops at readAt) and whose other ops go to the store,
-// in one round trip (tiers.PeekingChecker): the reads come before every
-// op counts, as when they go first on their own. A denial whose cells
-// were not all found (or not read) is checked after, in a second trip;
-// it reports false
-// and does nothing when that could change an answer, that is when such a
-// denial shares a cell with an op after it (each op is decided as if sent
-// alone, in order), and the caller reads first, then checks.
-func (l *Limiter) checkPeeking(ctx context.Context, pc tiers.PeekingChecker, now time.Time, gen uint64, ops []*tiers.Op, owners [][]entryOwner, fronts []uint64, done []bool, read []tiers.FixedPeek, readAt []int, deliver func(int, Decision, error), fromStore func(int, error)) bool {
-	isRead := make([]bool, len(ops))
+// not done before, in one round trip (tiers.PeekingChecker): the reads
+// come before any op counts, as when they go first on their own. A read
+// denial whose cells were not all found is checked after the others, in
+// a second trip. That could change an answer when such a denial shares a
+// cell with an op after it (each op is decided as if sent alone, in
+// order): then checkPeeking does nothing and reports false, and the
+// caller reads first, then checks.
+func (l *Limiter) checkPeeking(ctx context.Context, pc tiers.PeekingChecker, b *batchAnswers, done []bool, read []tiers.FixedPeek, readAt []int) bool {
+	isRead := make([]bool, len(b.ops))
 	for _, i := range readAt {
 		isRead[i] = true
 	}
 	var first []*tiers.Op
 	var firstAt []int
-	for i, op := range ops {
+	for i, op := range b.ops {
 		if !isRead[i] && (done == nil || !done[i]) {
 			first, firstAt = append(first, op), append(firstAt, i)
 		}
 	}
-	if len(first) == 0 || !readsCommute(ops, isRead, firstAt) {
+	if len(first) == 0 || !readsCommute(b.ops, isRead, firstAt) {
 		return false
 	}
-	for i, op := range ops {
+	for i, op := range b.ops {
 		if done != nil && done[i] {
-			deliver(i, decision(op, owners[i]), nil)
+			b.deliver(i, decision(op, b.owners[i]), nil)
 		}
 	}
 	// The reads are answered as soon as the store hands over its first
 	// op (they are read by then), not after its slow parts.
-	answered := make([]bool, len(ops))
+	answered := make([]bool, len(b.ops))
 	var reads bool
 	answerReads := func() {
 		if reads {
@@ -448,30 +470,27 @@ func (l *Limiter) checkPeeking(ctx context.Context, pc tiers.PeekingChecker, now
 		}
 		reads = true
 		markRead(answered, read, readAt)
-		for i, op := range ops {
+		for i := range b.ops {
 			if isRead[i] && answered[i] {
-				if allClosed(op) {
-					l.decided(nil, fronts[i], op, now, gen, true)
-				}
-				deliver(i, decision(op, owners[i]), nil)
+				l.fromCache(b, i)
 			}
 		}
 	}
-	readErr, _ := pc.CheckEachPeeking(ctx, now, read, first, func(k int, err error) {
+	readErr, _ := pc.CheckEachPeeking(ctx, b.now, read, first, func(k int, err error) {
 		answerReads()
-		fromStore(firstAt[k], err)
+		b.fromStore(firstAt[k], err)
 	})
 	answerReads()
 	l.notePeeks(read, readErr)
 	var again []*tiers.Op
 	var againAt []int
-	for i, op := range ops {
+	for i, op := range b.ops {
 		if isRead[i] && !answered[i] {
 			again, againAt = append(again, op), append(againAt, i)
 		}
 	}
 	if len(again) > 0 {
-		_ = tiers.CheckEach(ctx, l.store, now, again, func(k int, err error) { fromStore(againAt[k], err) })
+		_ = tiers.CheckEach(ctx, l.store, b.now, again, func(k int, err error) { b.fromStore(againAt[k], err) })
 	}
 	return true
 }

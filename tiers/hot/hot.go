@@ -797,15 +797,15 @@ func replyInt(vals []any, i int) (int64, bool) {
 // call holds Redis for no longer than a few of a pipeline's commands would.
 const fixedPerCall = 32
 
-// runPipelined sends every call by EVALSHA in one pipeline; if Redis lost
-// the script (restart, SCRIPT FLUSH) it loads it and tries once more.
+// runPipelined sends every call by EVALSHA in one pipeline, behind an
+// MGET of peekKeys when there are any (returned; nil otherwise); if Redis
+// lost the script (restart, SCRIPT FLUSH) it loads it and sends the
+// refused calls once more.
 //
 // Consecutive calls that hot_fixed.lua decides go in one script call, up
 // to fixedPerCall of them: they share one cmd, whose reply decodeAll
 // hands out in order. It is used on a single Redis only (on a Redis
 // Cluster the checks of one script call would have to share a slot).
-// runPipelined sends calls in one pipeline, behind an MGET of peekKeys
-// when there are any (returned: nil otherwise).
 func (s *Store) runPipelined(ctx context.Context, now time.Time, calls []Call, retry bool, peekKeys []string) (*redis.SliceCmd, error) {
 	pipe := s.rdb.Pipeline()
 	var mget *redis.SliceCmd
