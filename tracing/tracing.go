@@ -5,6 +5,7 @@
 package tracing
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -81,21 +82,52 @@ func (s *store) PeekFixed(ctx context.Context, now time.Time, peeks []tiers.Fixe
 		trace.WithAttributes(attribute.Int("quota.cells", len(peeks))))
 	defer span.End()
 	err := p.PeekFixed(ctx, now, peeks)
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
+	failed(span, err)
 	return err
 }
 
 func (s *store) Check(ctx context.Context, now time.Time, ops []*tiers.Op) error {
-	ctx, span := s.tracer.Start(ctx, "store.check", trace.WithSpanKind(trace.SpanKindInternal),
-		trace.WithAttributes(attribute.String("quota.tier", string(s.next.Tier())), attribute.Int("quota.ops", len(ops))))
+	return s.CheckEach(ctx, now, ops, func(int, error) {})
+}
+
+// CheckEach hands each op over as next decides it (tiers.CheckEach): a
+// traced batch's hot checks do not wait for its warm and cold parts.
+func (s *store) CheckEach(ctx context.Context, now time.Time, ops []*tiers.Op, done func(i int, err error)) error {
+	ctx, span := s.checkSpan(ctx, len(ops), 0)
 	defer span.End()
-	err := s.next.Check(ctx, now, ops)
+	err := tiers.CheckEach(ctx, s.next, now, ops, done)
+	failed(span, err)
+	return err
+}
+
+// CheckEachPeeking reads peeks and decides ops in next's one round trip
+// when next can (tiers.PeekingChecker), in one span; otherwise it reads
+// them first (PeekFixed), then checks.
+func (s *store) CheckEachPeeking(ctx context.Context, now time.Time, peeks []tiers.FixedPeek, ops []*tiers.Op, done func(i int, err error)) (readErr, err error) {
+	pc, ok := s.next.(tiers.PeekingChecker)
+	if !ok {
+		return s.PeekFixed(ctx, now, peeks), s.CheckEach(ctx, now, ops, done)
+	}
+	ctx, span := s.checkSpan(ctx, len(ops), len(peeks))
+	defer span.End()
+	readErr, err = pc.CheckEachPeeking(ctx, now, peeks, ops, done)
+	failed(span, cmp.Or(err, readErr))
+	return readErr, err
+}
+
+// checkSpan starts the span of a call deciding ops (and reading peeks).
+func (s *store) checkSpan(ctx context.Context, ops, peeks int) (context.Context, trace.Span) {
+	attrs := []attribute.KeyValue{attribute.String("quota.tier", string(s.next.Tier())), attribute.Int("quota.ops", ops)}
+	if peeks > 0 {
+		attrs = append(attrs, attribute.Int("quota.cells", peeks))
+	}
+	return s.tracer.Start(ctx, "store.check", trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...))
+}
+
+// failed marks span with err, if any.
+func failed(span trace.Span, err error) {
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
-	return err
 }
