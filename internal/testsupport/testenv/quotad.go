@@ -3,6 +3,7 @@ package testenv
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"context"
 	"fmt"
 	"io"
@@ -129,6 +130,9 @@ type Quotad struct {
 	URL  string   // http://Addr
 
 	logs *LockedBuffer // stderr of every run, in order
+	// movable: on NewQuotad's free port, which it may leave for another
+	// if the first start finds it taken; started: it has started once.
+	movable, started bool
 
 	mu        sync.Mutex
 	cmd       *exec.Cmd
@@ -149,7 +153,9 @@ func StartQuotad(t testing.TB, env ...string) *Quotad {
 // NewQuotad prepares a quotad on a free port without starting it.
 func NewQuotad(t testing.TB, env ...string) *Quotad {
 	t.Helper()
-	return newQuotadAt(t, "127.0.0.1:"+strconv.Itoa(FreePort(t)), nil, env...)
+	q := newQuotadAt(t, "127.0.0.1:"+strconv.Itoa(FreePort(t)), nil, env...)
+	q.movable = true
+	return q
 }
 
 // newQuotadAt prepares a quotad listening on addr, run through wrap.
@@ -180,13 +186,36 @@ func (q *Quotad) Setenv(env ...string) {
 }
 
 // Start starts (or restarts, on the same port and settings) quotad serve
-// and waits until /healthz answers 200.
+// and waits until /healthz answers 200. A quotad on NewQuotad's free port
+// that finds the port taken at its first start (another test's server
+// bound it since FreePort saw it free) moves to another free port, up to
+// twice.
 func (q *Quotad) Start() {
 	q.t.Helper()
+	for attempt := 1; ; attempt++ {
+		err := q.start()
+		if err == nil {
+			q.started = true
+			return
+		}
+		if !errors.Is(err, errPortTaken) || !q.movable || q.started || attempt == 3 {
+			q.t.Fatal(err)
+		}
+		q.Addr = "127.0.0.1:" + strconv.Itoa(FreePort(q.t))
+		q.URL = "http://" + q.Addr
+		q.Setenv("QUOTA_LISTEN=" + q.Addr)
+	}
+}
+
+// errPortTaken is start's error when quotad exited for want of its port.
+var errPortTaken = errors.New("listen address already in use")
+
+// start is one attempt of Start.
+func (q *Quotad) start() error {
 	q.mu.Lock()
 	if q.cmd != nil {
 		q.mu.Unlock()
-		q.t.Fatalf("quotad %s: already running", q.Addr)
+		return fmt.Errorf("quotad %s: already running", q.Addr)
 	}
 	argv := append(slices.Clone(q.wrap), q.bin, "serve")
 	cmd := exec.Command(argv[0], argv[1:]...)
@@ -195,9 +224,10 @@ func (q *Quotad) Start() {
 	cmd.Stdout = q.logs
 	cmd.Stderr = q.logs
 	startedAt := time.Now()
+	logged := len(q.logs.String())
 	if err := cmd.Start(); err != nil {
 		q.mu.Unlock()
-		q.t.Fatalf("start quotad: %v", err)
+		return fmt.Errorf("start quotad: %w", err)
 	}
 	exited := make(chan struct{})
 	q.cmd, q.exited, q.exitErr, q.startedAt = cmd, exited, nil, startedAt
@@ -217,16 +247,23 @@ func (q *Quotad) Start() {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK && Listens(cmd.Process.Pid, q.Addr) {
-				return
+				return nil
 			}
 		}
 		select {
 		case <-exited:
-			q.t.Fatalf("quotad exited at start (%v): %s", q.ExitErr(), q.Logs())
+			logs := q.Logs()
+			q.mu.Lock()
+			q.cmd = nil
+			q.mu.Unlock()
+			if strings.Contains(logs[logged:], "address already in use") {
+				return fmt.Errorf("quotad on %s: %w: %s", q.Addr, errPortTaken, logs)
+			}
+			return fmt.Errorf("quotad exited at start (%v): %s", q.ExitErr(), logs)
 		default:
 		}
 		if time.Now().After(deadline) {
-			q.t.Fatalf("quotad on %s: /healthz did not answer 200 from it within 20 s: %s", q.Addr, q.Logs())
+			return fmt.Errorf("quotad on %s: /healthz did not answer 200 from it within 20 s: %s", q.Addr, q.Logs())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
