@@ -3,8 +3,8 @@ package testenv
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
